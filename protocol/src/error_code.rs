@@ -1,0 +1,48 @@
+//! Kafka error codes, by the names Kafka gives them (see `org.apache.kafka.common.protocol.Errors`).
+
+/// A Kafka error code as sent on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ErrorCode(pub i16);
+
+impl ErrorCode {
+    pub const NONE: Self = Self(0);
+    pub const OFFSET_OUT_OF_RANGE: Self = Self(1);
+    pub const CORRUPT_MESSAGE: Self = Self(2);
+    pub const UNKNOWN_TOPIC_OR_PARTITION: Self = Self(3);
+    pub const INVALID_FETCH_SIZE: Self = Self(4);
+    pub const LEADER_NOT_AVAILABLE: Self = Self(5);
+    pub const NOT_LEADER_OR_FOLLOWER: Self = Self(6);
+    pub const REQUEST_TIMED_OUT: Self = Self(7);
+    pub const MESSAGE_TOO_LARGE: Self = Self(10);
+    pub const COORDINATOR_NOT_AVAILABLE: Self = Self(15);
+    pub const INVALID_TOPIC_EXCEPTION: Self = Self(17);
+    pub const RECORD_LIST_TOO_LARGE: Self = Self(18);
+    pub const INVALID_REQUIRED_ACKS: Self = Self(21);
+    pub const TOPIC_AUTHORIZATION_FAILED: Self = Self(29);
+    pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: Self = Self(43);
+    pub const INVALID_TIMESTAMP: Self = Self(32);
+    pub const UNSUPPORTED_VERSION: Self = Self(35);
+    pub const TOPIC_ALREADY_EXISTS: Self = Self(36);
+    pub const INVALID_PARTITIONS: Self = Self(37);
+    pub const INVALID_REPLICATION_FACTOR: Self = Self(38);
+    pub const INVALID_REPLICA_ASSIGNMENT: Self = Self(39);
+    pub const INVALID_CONFIG: Self = Self(40);
+    pub const INVALID_REQUEST: Self = Self(42);
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: Self = Self(45);
+    pub const DUPLICATE_SEQUENCE_NUMBER: Self = Self(46);
+    pub const INVALID_PRODUCER_EPOCH: Self = Self(47);
+    pub const UNKNOWN_TOPIC_ID: Self = Self(100);
+    pub const KAFKA_STORAGE_ERROR: Self = Self(56);
+    pub const UNKNOWN_PRODUCER_ID: Self = Self(59);
+    pub const POLICY_VIOLATION: Self = Self(44);
+    pub const INVALID_RECORD: Self = Self(87);
+    pub const UNKNOWN_SERVER_ERROR: Self = Self(-1);
+
+    pub fn code(self) -> i16 {
+        self.0
+    }
+
+    pub fn is_error(self) -> bool {
+        self.0 != 0
+    }
+}

@@ -1,0 +1,19 @@
+//! The Kafka wire protocol as Tributary speaks it: framing, request headers, the API registry,
+//! RecordBatch v2 views, request decoders and the hand-written Fetch response encoder.
+//!
+//! This crate is a pure codec: it never does I/O, never spawns, never sleeps. Every decoder takes
+//! client bytes and returns `Result`; no input may panic it, and no allocation is sized from a
+//! count the client sent without first checking that count against the bytes actually present.
+
+pub mod error_code;
+pub mod frame;
+pub mod header;
+pub mod record_batch;
+pub mod registry;
+pub mod requests;
+pub mod response;
+pub mod topic;
+pub mod wire;
+
+pub use error_code::ErrorCode;
+pub use wire::{DecodeError, Reader};

@@ -1,0 +1,97 @@
+//! The one registry of APIs Tributary serves and their version ranges. It drives ApiVersions
+//! responses and request dispatch alike, so the two cannot disagree.
+//!
+//! Minimum versions follow Apache Kafka 4.0 (KIP-896): Produce v3+ and Fetch v4+, the first
+//! versions that carry RecordBatch v2, which is the only record format Tributary stores.
+
+/// Kafka API keys Tributary knows by name.
+pub mod api_key {
+    pub const PRODUCE: i16 = 0;
+    pub const FETCH: i16 = 1;
+    pub const LIST_OFFSETS: i16 = 2;
+    pub const METADATA: i16 = 3;
+    pub const API_VERSIONS: i16 = 18;
+    pub const CREATE_TOPICS: i16 = 19;
+    pub const DELETE_TOPICS: i16 = 20;
+    pub const INIT_PRODUCER_ID: i16 = 22;
+    pub const DESCRIBE_CONFIGS: i16 = 32;
+    pub const DESCRIBE_CLUSTER: i16 = 60;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiSpec {
+    pub key: i16,
+    pub name: &'static str,
+    pub min_version: i16,
+    pub max_version: i16,
+    /// First version using flexible encoding (compact strings and tagged fields, KIP-482).
+    pub flexible_from: i16,
+}
+
+impl ApiSpec {
+    pub fn supports(&self, version: i16) -> bool {
+        (self.min_version..=self.max_version).contains(&version)
+    }
+
+    pub fn is_flexible(&self, version: i16) -> bool {
+        version >= self.flexible_from
+    }
+
+    /// Request header v2 (with tagged fields) for flexible versions, v1 otherwise.
+    pub fn request_header_flexible(&self, version: i16) -> bool {
+        self.is_flexible(version)
+    }
+
+    /// Response header v1 for flexible versions, v0 otherwise — except ApiVersions, whose
+    /// response header is always v0 so that a client can parse it before it knows our versions.
+    pub fn response_header_flexible(&self, version: i16) -> bool {
+        self.key != api_key::API_VERSIONS && self.is_flexible(version)
+    }
+}
+
+pub const SUPPORTED_APIS: &[ApiSpec] = &[
+    spec(api_key::PRODUCE, "Produce", 3, 9, 9),
+    spec(api_key::FETCH, "Fetch", 4, 12, 12),
+    spec(api_key::LIST_OFFSETS, "ListOffsets", 1, 6, 6),
+    spec(api_key::METADATA, "Metadata", 0, 12, 9),
+    spec(api_key::API_VERSIONS, "ApiVersions", 0, 3, 3),
+    spec(api_key::CREATE_TOPICS, "CreateTopics", 2, 7, 5),
+    spec(api_key::DELETE_TOPICS, "DeleteTopics", 1, 6, 4),
+    spec(api_key::INIT_PRODUCER_ID, "InitProducerId", 0, 4, 2),
+    spec(api_key::DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4, 4),
+    spec(api_key::DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, 0),
+];
+
+const fn spec(key: i16, name: &'static str, min: i16, max: i16, flexible_from: i16) -> ApiSpec {
+    ApiSpec {
+        key,
+        name,
+        min_version: min,
+        max_version: max,
+        flexible_from,
+    }
+}
+
+pub fn lookup(key: i16) -> Option<&'static ApiSpec> {
+    SUPPORTED_APIS.iter().find(|s| s.key == key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_is_consistent() {
+        for s in SUPPORTED_APIS {
+            assert!(s.min_version <= s.max_version, "{}", s.name);
+            assert_eq!(lookup(s.key), Some(s));
+            // Every range must be one kafka-protocol can encode responses for.
+            let k = kafka_protocol::messages::ApiKey::try_from(s.key).expect("known key");
+            let valid = k.valid_versions();
+            assert!(valid.min <= s.min_version && s.max_version <= valid.max, "{}", s.name);
+        }
+        let api_versions = lookup(api_key::API_VERSIONS).expect("registered");
+        assert!(!api_versions.response_header_flexible(3));
+        assert!(api_versions.request_header_flexible(3));
+    }
+}

@@ -1,0 +1,235 @@
+//! Fetch request (v4–v12) and the hand-written Fetch response: the response header and partition
+//! headers are encoded here, and each partition's record bytes are appended as they came from the
+//! log, without being re-encoded.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::flexible;
+use crate::registry::api_key;
+use crate::wire::{
+    put_array_len, put_empty_tagged_fields, put_null_array, put_nullable_bytes_len, put_string,
+    DecodeError, Reader,
+};
+use crate::ErrorCode;
+
+#[derive(Debug, Clone)]
+pub struct FetchRequest {
+    pub replica_id: i32,
+    pub max_wait_ms: i32,
+    pub min_bytes: i32,
+    pub max_bytes: i32,
+    pub isolation_level: i8,
+    pub session_id: i32,
+    pub session_epoch: i32,
+    pub topics: Vec<FetchTopic>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FetchTopic {
+    pub name: String,
+    pub partitions: Vec<FetchPartition>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct FetchPartition {
+    pub partition: i32,
+    pub fetch_offset: i64,
+    pub partition_max_bytes: i32,
+}
+
+pub fn decode(r: &mut Reader, version: i16) -> Result<FetchRequest, DecodeError> {
+    let flex = flexible(api_key::FETCH, version);
+    let replica_id = r.i32("replica_id")?;
+    let max_wait_ms = r.i32("max_wait_ms")?;
+    let min_bytes = r.i32("min_bytes")?;
+    let max_bytes = r.i32("max_bytes")?;
+    let isolation_level = r.i8("isolation_level")?;
+    let (session_id, session_epoch) = if version >= 7 {
+        (r.i32("session_id")?, r.i32("session_epoch")?)
+    } else {
+        (0, -1)
+    };
+    let n_topics = r.array_len_required("topics", flex, 2)?;
+    let mut topics = Vec::with_capacity(n_topics);
+    for _ in 0..n_topics {
+        let name = r.string("topic", flex)?;
+        let n_parts = r.array_len_required("partitions", flex, 16)?;
+        let mut partitions = Vec::with_capacity(n_parts);
+        for _ in 0..n_parts {
+            let partition = r.i32("partition")?;
+            if version >= 9 {
+                r.i32("current_leader_epoch")?;
+            }
+            let fetch_offset = r.i64("fetch_offset")?;
+            if version >= 12 {
+                r.i32("last_fetched_epoch")?;
+            }
+            if version >= 5 {
+                r.i64("log_start_offset")?;
+            }
+            let partition_max_bytes = r.i32("partition_max_bytes")?;
+            r.tagged_fields(flex)?;
+            partitions.push(FetchPartition {
+                partition,
+                fetch_offset,
+                partition_max_bytes,
+            });
+        }
+        r.tagged_fields(flex)?;
+        topics.push(FetchTopic { name, partitions });
+    }
+    if version >= 7 {
+        // Forgotten topics only matter to fetch sessions, which this broker never creates
+        // (it answers session_id 0), so they are read and dropped.
+        let n = r.array_len_required("forgotten_topics_data", flex, 2)?;
+        for _ in 0..n {
+            r.string("forgotten topic", flex)?;
+            let np = r.array_len_required("forgotten partitions", flex, 4)?;
+            for _ in 0..np {
+                r.i32("forgotten partition")?;
+            }
+            r.tagged_fields(flex)?;
+        }
+    }
+    if version >= 11 {
+        r.string("rack_id", flex)?;
+    }
+    r.tagged_fields(flex)?;
+    Ok(FetchRequest {
+        replica_id,
+        max_wait_ms,
+        min_bytes,
+        max_bytes,
+        isolation_level,
+        session_id,
+        session_epoch,
+        topics,
+    })
+}
+
+/// One partition of a Fetch response. `records` are whole batches straight from the log.
+#[derive(Debug, Clone)]
+pub struct FetchPartitionResponse {
+    pub partition: i32,
+    pub error: ErrorCode,
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_start_offset: i64,
+    pub records: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub struct FetchTopicResponse {
+    pub name: String,
+    pub partitions: Vec<FetchPartitionResponse>,
+}
+
+/// Writes a Fetch response body. Record bytes are appended as they are; with `read_committed`
+/// an empty aborted-transactions list is sent, otherwise null.
+pub fn encode_response(
+    out: &mut BytesMut,
+    version: i16,
+    error: ErrorCode,
+    read_committed: bool,
+    topics: &[FetchTopicResponse],
+) {
+    let flex = flexible(api_key::FETCH, version);
+    out.put_i32(0); // throttle_time_ms
+    if version >= 7 {
+        out.put_i16(error.code());
+        out.put_i32(0); // session_id: no fetch sessions
+    }
+    put_array_len(out, topics.len(), flex);
+    for topic in topics {
+        put_string(out, &topic.name, flex);
+        put_array_len(out, topic.partitions.len(), flex);
+        for p in &topic.partitions {
+            out.put_i32(p.partition);
+            out.put_i16(p.error.code());
+            out.put_i64(p.high_watermark);
+            out.put_i64(p.last_stable_offset);
+            if version >= 5 {
+                out.put_i64(p.log_start_offset);
+            }
+            if read_committed {
+                put_array_len(out, 0, flex);
+            } else {
+                put_null_array(out, flex);
+            }
+            if version >= 11 {
+                out.put_i32(-1); // preferred_read_replica
+            }
+            put_nullable_bytes_len(out, Some(p.records.len()), flex);
+            out.put_slice(&p.records);
+            put_empty_tagged_fields(out, flex);
+        }
+        put_empty_tagged_fields(out, flex);
+    }
+    put_empty_tagged_fields(out, flex);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::{FetchRequest as KpFetchRequest, FetchResponse};
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+    fn kp_request(version: i16) -> Bytes {
+        use kafka_protocol::messages::fetch_request::{FetchPartition as P, FetchTopic as T};
+        let req = KpFetchRequest::default()
+            .with_replica_id((-1).into())
+            .with_max_wait_ms(500)
+            .with_min_bytes(1)
+            .with_max_bytes(52_428_800)
+            .with_isolation_level(1)
+            .with_topics(vec![T::default()
+                .with_topic(kafka_protocol::messages::TopicName(StrBytes::from_static_str("orders")))
+                .with_partitions(vec![P::default()
+                    .with_partition(3)
+                    .with_fetch_offset(42)
+                    .with_partition_max_bytes(1_048_576)])]);
+        let mut b = BytesMut::new();
+        req.encode(&mut b, version).unwrap();
+        b.freeze()
+    }
+
+    #[test]
+    fn decodes_what_an_independent_encoder_writes() {
+        for v in 4..=12 {
+            let bytes = kp_request(v);
+            let req = decode(&mut Reader::new(bytes.clone()), v).unwrap();
+            assert_eq!(req.max_wait_ms, 500);
+            assert_eq!(req.topics[0].name, "orders");
+            assert_eq!(req.topics[0].partitions[0].fetch_offset, 42);
+            crate::requests::assert_prefixes_fail(&bytes, |r| decode(r, v));
+        }
+    }
+
+    #[test]
+    fn response_parses_with_an_independent_decoder() {
+        let batch = crate::record_batch::build_batch(&[(None, Some(b"v"))], 1, None).freeze();
+        let topics = vec![FetchTopicResponse {
+            name: "orders".into(),
+            partitions: vec![FetchPartitionResponse {
+                partition: 3,
+                error: ErrorCode::NONE,
+                high_watermark: 10,
+                last_stable_offset: 10,
+                log_start_offset: 0,
+                records: batch.clone(),
+            }],
+        }];
+        for v in 4..=12 {
+            for rc in [false, true] {
+                let mut out = BytesMut::new();
+                encode_response(&mut out, v, ErrorCode::NONE, rc, &topics);
+                let mut bytes = out.freeze();
+                let resp = FetchResponse::decode(&mut bytes, v).unwrap();
+                assert_eq!(bytes.len(), 0, "v{v}");
+                let p = &resp.responses[0].partitions[0];
+                assert_eq!(p.high_watermark, 10);
+                assert_eq!(p.records.as_ref(), Some(&batch));
+            }
+        }
+    }
+}
