@@ -1,0 +1,11 @@
+//! The Tributary broker: configuration, shards, listeners, routing and one handler per Kafka API.
+//! `main.rs` is a thin command line around [`server::start`].
+
+pub mod catalog;
+pub mod config;
+pub mod connection;
+pub mod controller;
+pub mod handlers;
+pub mod routing;
+pub mod server;
+pub mod shard;

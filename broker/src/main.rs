@@ -1,1 +1,69 @@
-fn main(){}
+//! `tributary`: run a broker. `cargo run --release --bin tributary` listens on 127.0.0.1:9092
+//! with its data in `./data`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use tributary_broker::config::{parse_properties, BrokerConfig, ConfigInput};
+
+#[derive(Parser, Debug)]
+#[command(name = "tributary", version, about = "A Kafka-compatible, thread-per-core event streaming broker")]
+struct Cli {
+    /// Directory holding topic partitions and broker metadata.
+    #[arg(long, default_value = "./data")]
+    data_dir: PathBuf,
+    /// Address to accept Kafka clients on.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    listen: String,
+    /// Address clients are told to connect to (default: the listen address).
+    #[arg(long)]
+    advertised_listener: Option<String>,
+    /// Number of shards, one per CPU, taken from the start of the process's affinity mask.
+    #[arg(long, conflicts_with = "cpus")]
+    cores: Option<usize>,
+    /// Exact CPUs to pin shards to, e.g. `0,2-5`.
+    #[arg(long)]
+    cpus: Option<String>,
+    /// Kafka-style properties file (`key=value` lines).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Override one config key (repeatable), e.g. `--set num.partitions=8`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let mut properties = Vec::new();
+    if let Some(path) = &cli.config {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+        properties = parse_properties(&text).with_context(|| format!("in --config {}", path.display()))?;
+    }
+    for s in &cli.set {
+        let (k, v) = s
+            .split_once('=')
+            .with_context(|| format!("--set {s:?}: expected KEY=VALUE"))?;
+        properties.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    let config = BrokerConfig::build(ConfigInput {
+        data_dir: cli.data_dir,
+        listen: cli.listen,
+        advertised_listener: cli.advertised_listener,
+        cores: cli.cores,
+        cpus: cli.cpus,
+        properties,
+    })?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+    let handle = tributary_broker::server::start(config)?;
+    if let Some(sig) = signals.forever().next() {
+        tracing::info!(signal = sig, "signal received");
+    }
+    handle.shutdown()
+}

@@ -1,0 +1,227 @@
+//! Cluster metadata: the topics, their partition counts, ids and config overrides. The controller
+//! shard owns the catalog, persists it, and pushes immutable snapshots (`Arc<Catalog>`) to every
+//! shard; shards only ever read their snapshot.
+//!
+//! On disk the catalog is one JSON document with a CRC32C, replaced atomically (write a temporary
+//! file, fsync, rename, fsync the directory).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{BrokerConfig, ConfigKind};
+
+pub const CATALOG_FILE: &str = "catalog.json";
+pub const PRODUCER_ID_FILE: &str = "producer-ids.json";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicMeta {
+    pub name: String,
+    pub id: String,
+    pub partitions: i32,
+    pub configs: BTreeMap<String, String>,
+}
+
+impl TopicMeta {
+    pub fn uuid(&self) -> uuid::Uuid {
+        uuid::Uuid::parse_str(&self.id).unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Catalog {
+    pub version: u64,
+    pub cluster_id: String,
+    pub topics: BTreeMap<String, TopicMeta>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Envelope {
+    crc32c: u32,
+    body: String,
+}
+
+/// Writes `value` to `dir/name` atomically and durably.
+pub fn write_atomic<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<()> {
+    let body = serde_json::to_string(value)?;
+    let env = Envelope {
+        crc32c: crc32c::crc32c(body.as_bytes()),
+        body,
+    };
+    let tmp = dir.join(format!("{name}.tmp"));
+    let dst = dir.join(name);
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        f.write_all(serde_json::to_string(&env)?.as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, &dst).with_context(|| format!("renaming to {}", dst.display()))?;
+    tributary_storage::io::sync_dir(dir)?;
+    Ok(())
+}
+
+/// Reads a file written by [`write_atomic`]; `None` if it does not exist.
+pub fn read_checked<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let env: Envelope = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a Tributary metadata file", path.display()))?;
+    let crc = crc32c::crc32c(env.body.as_bytes());
+    if crc != env.crc32c {
+        bail!(
+            "{} fails its checksum (stored {:#x}, computed {crc:#x}); restore it from a backup or remove the data directory",
+            path.display(),
+            env.crc32c
+        );
+    }
+    Ok(Some(serde_json::from_str(&env.body)?))
+}
+
+impl Catalog {
+    pub fn load_or_create(data_dir: &Path) -> Result<Self> {
+        if let Some(c) = read_checked::<Catalog>(&data_dir.join(CATALOG_FILE))? {
+            return Ok(c);
+        }
+        let c = Catalog {
+            version: 1,
+            cluster_id: new_cluster_id(),
+            topics: BTreeMap::new(),
+        };
+        write_atomic(data_dir, CATALOG_FILE, &c)?;
+        Ok(c)
+    }
+
+    pub fn save(&self, data_dir: &Path) -> Result<()> {
+        write_atomic(data_dir, CATALOG_FILE, self)
+    }
+}
+
+/// Kafka cluster ids are a random UUID in URL-safe base64 without padding (22 characters).
+fn new_cluster_id() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let v = uuid::Uuid::new_v4().as_u128();
+    (0..22).map(|i| ALPHABET[((v >> (i * 6)) & 63) as usize] as char).collect()
+}
+
+/// Directory of one partition: `<data-dir>/<topic>-<partition>`, as Kafka lays it out.
+pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
+    data_dir.join(format!("{topic}-{partition}"))
+}
+
+/// A topic-level config key: its broker-level default and how to check a value.
+pub struct TopicKey {
+    pub name: &'static str,
+    pub kind: ConfigKind,
+    pub doc: &'static str,
+    /// Takes effect in this version; the others are stored and described but not yet enforced.
+    pub enforced: bool,
+}
+
+pub const TOPIC_KEYS: &[TopicKey] = &[
+    TopicKey { name: "cleanup.policy", kind: ConfigKind::List, doc: "delete, compact or compact,delete.", enforced: false },
+    TopicKey { name: "compression.type", kind: ConfigKind::String, doc: "Batches are stored as the producer compressed them (producer).", enforced: false },
+    TopicKey { name: "max.message.bytes", kind: ConfigKind::Int, doc: "Largest record batch accepted for this topic.", enforced: true },
+    TopicKey { name: "message.timestamp.type", kind: ConfigKind::String, doc: "CreateTime: the producer's timestamps are kept.", enforced: true },
+    TopicKey { name: "retention.ms", kind: ConfigKind::Long, doc: "Age after which whole segments are deleted (-1: never).", enforced: false },
+    TopicKey { name: "retention.bytes", kind: ConfigKind::Long, doc: "Partition size above which the oldest segments are deleted (-1: never).", enforced: false },
+    TopicKey { name: "segment.bytes", kind: ConfigKind::Int, doc: "Size at which a partition rolls to a new segment.", enforced: true },
+    TopicKey { name: "segment.ms", kind: ConfigKind::Long, doc: "Age at which a segment is rolled.", enforced: false },
+    TopicKey { name: "min.insync.replicas", kind: ConfigKind::Int, doc: "Replicas that must have a write for acks=all.", enforced: false },
+    TopicKey { name: "flush.messages", kind: ConfigKind::Long, doc: "Messages between forced flushes (every acknowledged write is flushed today).", enforced: false },
+    TopicKey { name: "flush.ms", kind: ConfigKind::Long, doc: "Time between forced flushes (every acknowledged write is flushed today).", enforced: false },
+    TopicKey { name: "delete.retention.ms", kind: ConfigKind::Long, doc: "How long tombstones are kept in compacted topics.", enforced: false },
+];
+
+/// The broker default for a topic key.
+pub fn topic_default(cfg: &BrokerConfig, key: &str) -> String {
+    match key {
+        "cleanup.policy" => "delete".into(),
+        "compression.type" => "producer".into(),
+        "max.message.bytes" => cfg.message_max_bytes.to_string(),
+        "message.timestamp.type" => "CreateTime".into(),
+        "retention.ms" => "604800000".into(),
+        "retention.bytes" => "-1".into(),
+        "segment.bytes" => cfg.log_segment_bytes.to_string(),
+        "segment.ms" => "604800000".into(),
+        "min.insync.replicas" => "1".into(),
+        "flush.messages" => "9223372036854775807".into(),
+        "flush.ms" => "9223372036854775807".into(),
+        "delete.retention.ms" => "86400000".into(),
+        _ => String::new(),
+    }
+}
+
+/// Checks one topic config; the error text goes back to the client with INVALID_CONFIG.
+pub fn validate_topic_config(key: &str, value: Option<&str>) -> Result<(), String> {
+    let Some(def) = TOPIC_KEYS.iter().find(|k| k.name == key) else {
+        return Err(format!("unknown topic config {key:?}"));
+    };
+    let Some(value) = value else {
+        return Err(format!("topic config {key} has a null value"));
+    };
+    let num = |min: i64| -> Result<(), String> {
+        match value.parse::<i64>() {
+            Ok(n) if n >= min => Ok(()),
+            Ok(n) => Err(format!("topic config {key}: {n} is below the minimum {min}")),
+            Err(_) => Err(format!("topic config {key}: {value:?} is not a whole number")),
+        }
+    };
+    match def.name {
+        "cleanup.policy" => match value {
+            "delete" | "compact" | "compact,delete" | "delete,compact" => Ok(()),
+            _ => Err(format!("cleanup.policy {value:?}: use delete, compact or compact,delete")),
+        },
+        "compression.type" => match value {
+            "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd" => Ok(()),
+            _ => Err(format!("compression.type {value:?}: use producer, uncompressed, gzip, snappy, lz4 or zstd")),
+        },
+        "message.timestamp.type" => match value {
+            "CreateTime" => Ok(()),
+            "LogAppendTime" => Err("message.timestamp.type LogAppendTime is not supported yet; use CreateTime".into()),
+            _ => Err(format!("message.timestamp.type {value:?}: use CreateTime")),
+        },
+        "max.message.bytes" => num(0),
+        "segment.bytes" => num(1024),
+        "min.insync.replicas" => num(1),
+        "retention.ms" | "retention.bytes" => num(-1),
+        _ => num(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_round_trips_and_detects_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Catalog::load_or_create(dir.path()).unwrap();
+        assert_eq!(c.cluster_id.len(), 22);
+        c.topics.insert(
+            "t".into(),
+            TopicMeta { name: "t".into(), id: uuid::Uuid::new_v4().to_string(), partitions: 3, configs: BTreeMap::new() },
+        );
+        c.save(dir.path()).unwrap();
+        assert_eq!(Catalog::load_or_create(dir.path()).unwrap(), c);
+        let path = dir.path().join(CATALOG_FILE);
+        let text = std::fs::read_to_string(&path).unwrap().replace("\\\"partitions\\\":3", "\\\"partitions\\\":4");
+        std::fs::write(&path, text).unwrap();
+        let e = Catalog::load_or_create(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("checksum"), "{e}");
+    }
+
+    #[test]
+    fn topic_config_validation() {
+        assert!(validate_topic_config("retention.ms", Some("-1")).is_ok());
+        assert!(validate_topic_config("segment.bytes", Some("12")).is_err());
+        assert!(validate_topic_config("cleanup.policy", Some("compact")).is_ok());
+        assert!(validate_topic_config("cleanup.policy", Some("shred")).is_err());
+        assert!(validate_topic_config("no.such.key", Some("1")).is_err());
+    }
+}

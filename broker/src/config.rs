@@ -1,0 +1,278 @@
+//! Broker configuration: Kafka-style `key=value` properties from `--config FILE` and `--set`,
+//! validated up front. Every limit has a key here; an unknown key or a bad value stops start-up
+//! with a message naming the key.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+/// One broker-level key: its default, Kafka type name and documentation.
+pub struct BrokerKey {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub kind: ConfigKind,
+    pub doc: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigKind {
+    Bool,
+    Int,
+    Long,
+    String,
+    List,
+}
+
+impl ConfigKind {
+    /// Kafka's `DescribeConfigsResponse.ConfigType` code.
+    pub fn wire_code(self) -> i8 {
+        match self {
+            ConfigKind::Bool => 1,
+            ConfigKind::String => 2,
+            ConfigKind::Int => 3,
+            ConfigKind::Long => 5,
+            ConfigKind::List => 7,
+        }
+    }
+}
+
+pub const BROKER_KEYS: &[BrokerKey] = &[
+    BrokerKey { name: "node.id", default: "0", kind: ConfigKind::Int, doc: "The id of this broker." },
+    BrokerKey { name: "auto.create.topics.enable", default: "true", kind: ConfigKind::Bool, doc: "Create a topic when a client asks for its metadata and it does not exist." },
+    BrokerKey { name: "num.partitions", default: "1", kind: ConfigKind::Int, doc: "Partitions of auto-created topics and of CreateTopics requests that ask for the default." },
+    BrokerKey { name: "default.replication.factor", default: "1", kind: ConfigKind::Int, doc: "Replication factor of auto-created topics; a single broker only supports 1." },
+    BrokerKey { name: "message.max.bytes", default: "1048588", kind: ConfigKind::Int, doc: "Largest record batch the broker accepts, after compression (topic override: max.message.bytes)." },
+    BrokerKey { name: "socket.request.max.bytes", default: "104857600", kind: ConfigKind::Int, doc: "Largest request frame; a larger length prefix closes the connection." },
+    BrokerKey { name: "log.segment.bytes", default: "1073741824", kind: ConfigKind::Int, doc: "Size at which a partition rolls to a new segment file (topic override: segment.bytes)." },
+    BrokerKey { name: "queued.max.requests", default: "500", kind: ConfigKind::Int, doc: "Depth of each shard's queue of requests forwarded from other shards." },
+    BrokerKey { name: "shard.io.memory.bytes", default: "1048576", kind: ConfigKind::Long, doc: "Registered io_uring buffer memory per shard; locked memory, keep within RLIMIT_MEMLOCK." },
+    BrokerKey { name: "shard.spin.before.park.us", default: "0", kind: ConfigKind::Long, doc: "Microseconds a shard spins before sleeping when idle: lower latency for more CPU." },
+    BrokerKey { name: "shutdown.drain.timeout.ms", default: "10000", kind: ConfigKind::Long, doc: "How long shutdown waits for in-flight requests to finish before closing logs." },
+];
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub advertised_host: String,
+    pub advertised_port: u16,
+    pub cpus: Vec<usize>,
+    /// Every broker key with its effective value, and whether it was set explicitly.
+    pub values: BTreeMap<&'static str, (String, bool)>,
+    pub node_id: i32,
+    pub auto_create_topics: bool,
+    pub num_partitions: i32,
+    pub message_max_bytes: usize,
+    pub socket_request_max_bytes: usize,
+    pub log_segment_bytes: u64,
+    pub queued_max_requests: usize,
+    pub shard_io_memory_bytes: usize,
+    pub shard_spin_before_park_us: u64,
+    pub shutdown_drain_timeout_ms: u64,
+}
+
+/// Parses a Kafka `.properties` file: `key=value` or `key: value` lines, `#`/`!` comments.
+pub fn parse_properties(text: &str) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let (k, v) = line
+            .split_once('=')
+            .or_else(|| line.split_once(':'))
+            .ok_or_else(|| anyhow!("line {}: expected key=value, found {line:?}", n + 1))?;
+        out.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    Ok(out)
+}
+
+fn parse_bool(key: &str, v: &str) -> Result<bool> {
+    match v {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => bail!("config {key}: {v:?} is not a boolean; use true or false"),
+    }
+}
+
+fn parse_num<T: std::str::FromStr>(key: &str, v: &str, min: i64) -> Result<T> {
+    let n: i64 = v
+        .parse()
+        .map_err(|_| anyhow!("config {key}: {v:?} is not a whole number"))?;
+    if n < min {
+        bail!("config {key}: {n} is below the minimum {min}");
+    }
+    v.parse::<T>()
+        .map_err(|_| anyhow!("config {key}: {v:?} is out of range"))
+}
+
+/// Parses `0,2-5` into CPU ids.
+pub fn parse_cpu_list(list: &str) -> Result<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if let Some((a, b)) = part.split_once('-') {
+            let a: usize = a.trim().parse().with_context(|| format!("--cpus: bad CPU {a:?}"))?;
+            let b: usize = b.trim().parse().with_context(|| format!("--cpus: bad CPU {b:?}"))?;
+            if a > b {
+                bail!("--cpus: range {part} is backwards");
+            }
+            cpus.extend(a..=b);
+        } else {
+            cpus.push(part.parse().with_context(|| format!("--cpus: bad CPU {part:?}"))?);
+        }
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    if cpus.is_empty() {
+        bail!("--cpus: no CPUs listed");
+    }
+    Ok(cpus)
+}
+
+/// CPUs this process may run on (its affinity mask).
+pub fn allowed_cpus() -> Vec<usize> {
+    let mut ids: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    ids.sort_unstable();
+    if ids.is_empty() {
+        ids.push(0);
+    }
+    ids
+}
+
+pub struct ConfigInput {
+    pub data_dir: PathBuf,
+    pub listen: String,
+    pub advertised_listener: Option<String>,
+    pub cores: Option<usize>,
+    pub cpus: Option<String>,
+    pub properties: Vec<(String, String)>,
+}
+
+fn resolve(addr: &str, what: &str) -> Result<SocketAddr> {
+    addr.to_socket_addrs()
+        .with_context(|| format!("{what} {addr:?} is not a HOST:PORT address"))?
+        .next()
+        .ok_or_else(|| anyhow!("{what} {addr:?} resolves to no address"))
+}
+
+impl BrokerConfig {
+    pub fn build(input: ConfigInput) -> Result<Self> {
+        let mut values: BTreeMap<&'static str, (String, bool)> =
+            BROKER_KEYS.iter().map(|k| (k.name, (k.default.to_string(), false))).collect();
+        for (k, v) in input.properties {
+            let Some(key) = BROKER_KEYS.iter().find(|d| d.name == k) else {
+                let known: Vec<&str> = BROKER_KEYS.iter().map(|d| d.name).collect();
+                bail!("unknown config key {k:?}; supported keys: {}", known.join(", "));
+            };
+            values.insert(key.name, (v, true));
+        }
+        let snapshot = values.clone();
+        let get = |k: &str| snapshot[k].0.clone();
+        let listen = resolve(&input.listen, "--listen")?;
+        let (advertised_host, advertised_port) = match &input.advertised_listener {
+            Some(a) => {
+                let (h, p) = a
+                    .rsplit_once(':')
+                    .ok_or_else(|| anyhow!("--advertised-listener {a:?} must be HOST:PORT"))?;
+                let port: u16 = p
+                    .parse()
+                    .map_err(|_| anyhow!("--advertised-listener {a:?}: bad port {p:?}"))?;
+                (h.to_string(), port)
+            }
+            None => (listen.ip().to_string(), listen.port()),
+        };
+        let allowed = allowed_cpus();
+        let cpus = match (&input.cores, &input.cpus) {
+            (Some(_), Some(_)) => bail!("give --cores or --cpus, not both"),
+            (Some(0), None) => bail!("--cores must be at least 1"),
+            (Some(n), None) => {
+                if *n > allowed.len() {
+                    bail!("--cores {n}: only {} CPUs are in this process's affinity mask", allowed.len());
+                }
+                allowed[..*n].to_vec()
+            }
+            (None, Some(list)) => {
+                let cpus = parse_cpu_list(list)?;
+                if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
+                    bail!("--cpus: CPU {bad} is not in this process's affinity mask {allowed:?}");
+                }
+                cpus
+            }
+            (None, None) => allowed,
+        };
+        let cfg = BrokerConfig {
+            data_dir: input.data_dir,
+            listen,
+            advertised_host,
+            advertised_port,
+            cpus,
+            node_id: parse_num("node.id", &get("node.id"), 0)?,
+            auto_create_topics: parse_bool("auto.create.topics.enable", &get("auto.create.topics.enable"))?,
+            num_partitions: parse_num("num.partitions", &get("num.partitions"), 1)?,
+            message_max_bytes: parse_num("message.max.bytes", &get("message.max.bytes"), 0)?,
+            socket_request_max_bytes: parse_num("socket.request.max.bytes", &get("socket.request.max.bytes"), 1)?,
+            log_segment_bytes: parse_num("log.segment.bytes", &get("log.segment.bytes"), 1024)?,
+            queued_max_requests: parse_num("queued.max.requests", &get("queued.max.requests"), 1)?,
+            shard_io_memory_bytes: parse_num("shard.io.memory.bytes", &get("shard.io.memory.bytes"), 0)?,
+            shard_spin_before_park_us: parse_num("shard.spin.before.park.us", &get("shard.spin.before.park.us"), 0)?,
+            shutdown_drain_timeout_ms: parse_num("shutdown.drain.timeout.ms", &get("shutdown.drain.timeout.ms"), 0)?,
+            values,
+        };
+        let rf: i32 = parse_num("default.replication.factor", &get("default.replication.factor"), 1)?;
+        if rf != 1 {
+            bail!("config default.replication.factor: {rf} needs {rf} brokers; this is a single broker, use 1");
+        }
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(props: &[(&str, &str)]) -> ConfigInput {
+        ConfigInput {
+            data_dir: "./data".into(),
+            listen: "127.0.0.1:9092".into(),
+            advertised_listener: None,
+            cores: None,
+            cpus: None,
+            properties: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = BrokerConfig::build(input(&[("num.partitions", "8")])).unwrap();
+        assert_eq!(c.num_partitions, 8);
+        assert_eq!(c.message_max_bytes, 1_048_588);
+        assert!(c.auto_create_topics);
+        assert_eq!(c.advertised_port, 9092);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = BrokerConfig::build(input(&[("num.partitons", "8")])).unwrap_err().to_string();
+        assert!(e.contains("num.partitons"), "{e}");
+        let e = BrokerConfig::build(input(&[("auto.create.topics.enable", "yes")])).unwrap_err().to_string();
+        assert!(e.contains("auto.create.topics.enable"), "{e}");
+        let e = BrokerConfig::build(input(&[("message.max.bytes", "-5")])).unwrap_err().to_string();
+        assert!(e.contains("message.max.bytes"), "{e}");
+    }
+
+    #[test]
+    fn properties_and_cpu_lists() {
+        let p = parse_properties("# c\nnum.partitions = 3\n\nnode.id:2\n").unwrap();
+        assert_eq!(p, vec![("num.partitions".into(), "3".into()), ("node.id".into(), "2".into())]);
+        assert!(parse_properties("garbage").is_err());
+        assert_eq!(parse_cpu_list("0,2-4").unwrap(), vec![0, 2, 3, 4]);
+        assert!(parse_cpu_list("4-2").is_err());
+    }
+}

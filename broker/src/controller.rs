@@ -1,0 +1,151 @@
+//! The controller role, held by shard 0: the only writer of the catalog and the producer-id
+//! allocator. Catalog changes are serialized, persisted before they are announced, and applied by
+//! every shard before the request that made them is answered — so a client that created a topic
+//! can produce to it on any connection at once.
+
+use std::cell::Cell;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use glommio::sync::Semaphore;
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+use tributary_protocol::topic::validate_topic_name;
+use tributary_protocol::ErrorCode;
+
+use crate::catalog::{read_checked, validate_topic_config, write_atomic, Catalog, TopicMeta, PRODUCER_ID_FILE};
+use crate::routing::ShardId;
+use crate::shard::{call, NewTopic, Shard, ShardRequest};
+
+/// Producer ids are reserved in blocks; the end of the reserved block is persisted before any id
+/// from it is handed out, so ids are never reused across restarts.
+pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+
+#[derive(Serialize, Deserialize)]
+struct ProducerIdBlock {
+    block_end: i64,
+}
+
+pub struct Controller {
+    lock: Semaphore,
+    next_producer_id: Cell<i64>,
+    producer_id_block_end: Cell<i64>,
+}
+
+impl Controller {
+    pub fn load(data_dir: &Path) -> anyhow::Result<Self> {
+        let block: Option<ProducerIdBlock> = read_checked(&data_dir.join(PRODUCER_ID_FILE))?;
+        let start = block.map_or(0, |b| b.block_end);
+        Ok(Self {
+            lock: Semaphore::new(1),
+            next_producer_id: Cell::new(start),
+            producer_id_block_end: Cell::new(start),
+        })
+    }
+
+    pub fn allocate_producer_id(&self, data_dir: &Path) -> Result<i64, String> {
+        let id = self.next_producer_id.get();
+        if id >= self.producer_id_block_end.get() {
+            let block_end = id + PRODUCER_ID_BLOCK_SIZE;
+            write_atomic(data_dir, PRODUCER_ID_FILE, &ProducerIdBlock { block_end })
+                .map_err(|e| format!("persisting the producer id block: {e:#}"))?;
+            self.producer_id_block_end.set(block_end);
+        }
+        self.next_producer_id.set(id + 1);
+        Ok(id)
+    }
+
+    async fn publish(&self, shard: &Rc<Shard>, catalog: Catalog) -> Result<(), String> {
+        catalog
+            .save(&shard.config.data_dir)
+            .map_err(|e| format!("persisting the catalog: {e:#}"))?;
+        let catalog = Arc::new(catalog);
+        let calls = (0..shard.shards).map(|s| {
+            let catalog = catalog.clone();
+            call(shard, ShardId(s), move |reply| ShardRequest::ApplyCatalog { catalog, reply })
+        });
+        futures::future::join_all(calls).await;
+        Ok(())
+    }
+
+    /// Validates and creates topics; one (error, message) per input, in order.
+    pub async fn create_topics(&self, shard: &Rc<Shard>, topics: Vec<NewTopic>) -> Vec<(ErrorCode, Option<String>)> {
+        let Ok(_guard) = self.lock.acquire_permit(1).await else {
+            return vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); topics.len()];
+        };
+        let mut catalog = (*shard.catalog()).clone();
+        let mut results = Vec::with_capacity(topics.len());
+        let mut created = 0;
+        for t in topics {
+            match check_new_topic(&catalog, &t) {
+                Err(e) => results.push(e),
+                Ok(()) => {
+                    catalog.topics.insert(
+                        t.name.clone(),
+                        TopicMeta {
+                            name: t.name.clone(),
+                            id: uuid::Uuid::new_v4().to_string(),
+                            partitions: t.partitions,
+                            configs: t.configs.into_iter().collect(),
+                        },
+                    );
+                    info!(topic = %t.name, partitions = t.partitions, "creating topic");
+                    created += 1;
+                    results.push((ErrorCode::NONE, None));
+                }
+            }
+        }
+        if created > 0 {
+            catalog.version += 1;
+            if let Err(e) = self.publish(shard, catalog).await {
+                warn!(error = %e, "topic creation failed");
+                for r in results.iter_mut().filter(|r| r.0 == ErrorCode::NONE) {
+                    *r = (ErrorCode::UNKNOWN_SERVER_ERROR, Some(e.clone()));
+                }
+            }
+        }
+        results
+    }
+
+    pub async fn delete_topics(&self, shard: &Rc<Shard>, names: Vec<String>) -> Vec<ErrorCode> {
+        let Ok(_guard) = self.lock.acquire_permit(1).await else {
+            return vec![ErrorCode::UNKNOWN_SERVER_ERROR; names.len()];
+        };
+        let mut catalog = (*shard.catalog()).clone();
+        let mut results = Vec::with_capacity(names.len());
+        for name in &names {
+            if catalog.topics.remove(name).is_some() {
+                info!(topic = %name, "deleting topic");
+                results.push(ErrorCode::NONE);
+            } else {
+                results.push(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+            }
+        }
+        if results.contains(&ErrorCode::NONE) {
+            catalog.version += 1;
+            if let Err(e) = self.publish(shard, catalog).await {
+                warn!(error = %e, "topic deletion failed");
+                for r in results.iter_mut().filter(|r| **r == ErrorCode::NONE) {
+                    *r = ErrorCode::UNKNOWN_SERVER_ERROR;
+                }
+            }
+        }
+        results
+    }
+}
+
+/// The checks CreateTopics makes, shared with `validate_only` requests.
+pub fn check_new_topic(catalog: &Catalog, t: &NewTopic) -> Result<(), (ErrorCode, Option<String>)> {
+    validate_topic_name(&t.name).map_err(|e| (ErrorCode::INVALID_TOPIC_EXCEPTION, Some(e)))?;
+    if catalog.topics.contains_key(&t.name) {
+        return Err((ErrorCode::TOPIC_ALREADY_EXISTS, Some(format!("topic {:?} already exists", t.name))));
+    }
+    if t.partitions < 1 {
+        return Err((ErrorCode::INVALID_PARTITIONS, Some(format!("number of partitions must be at least 1, got {}", t.partitions))));
+    }
+    for (k, v) in &t.configs {
+        validate_topic_config(k, Some(v)).map_err(|e| (ErrorCode::INVALID_CONFIG, Some(e)))?;
+    }
+    Ok(())
+}

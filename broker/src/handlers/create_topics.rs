@@ -1,0 +1,93 @@
+//! CreateTopics: validation here, creation by the controller; `validate_only` runs the same checks
+//! and creates nothing.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::create_topics_response::{CreatableTopicResult, CreateTopicsResponse};
+use tributary_protocol::header::RequestHeader;
+use tributary_protocol::registry::ApiSpec;
+use tributary_protocol::requests::create_topics;
+use tributary_protocol::{ErrorCode, Reader};
+
+use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use crate::controller::check_new_topic;
+use crate::routing::ShardId;
+use crate::shard::{call, NewTopic, Shard, ShardRequest};
+
+pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> HandlerResult {
+    let v = header.api_version;
+    let req = decode_all(r, |r| create_topics::decode(r, v))?;
+    let catalog = shard.catalog();
+    let mut outcomes: Vec<(String, i32, Result<(), (ErrorCode, Option<String>)>)> = Vec::new();
+    let mut to_create: Vec<(usize, NewTopic)> = Vec::new();
+    for t in &req.topics {
+        let partitions = if t.num_partitions == -1 { shard.config.num_partitions } else { t.num_partitions };
+        let new = NewTopic {
+            name: t.name.clone(),
+            partitions,
+            configs: t.configs.iter().map(|(k, v)| (k.clone(), v.clone().unwrap_or_default())).collect(),
+        };
+        let mut check = if outcomes.iter().any(|(n, _, _)| n == &t.name) {
+            Err((ErrorCode::INVALID_REQUEST, Some(format!("topic {:?} appears twice in the request", t.name))))
+        } else if t.has_assignments {
+            Err((ErrorCode::INVALID_REPLICA_ASSIGNMENT, Some("manual replica assignment is not supported".into())))
+        } else if t.replication_factor != -1 && t.replication_factor != 1 {
+            Err((
+                ErrorCode::INVALID_REPLICATION_FACTOR,
+                Some(format!("replication factor {} is larger than the 1 available broker", t.replication_factor)),
+            ))
+        } else {
+            check_new_topic(&catalog, &new)
+        };
+        if let Some((k, _)) = t.configs.iter().find(|(_, v)| v.is_none()) {
+            check = check.and(Err((ErrorCode::INVALID_CONFIG, Some(format!("topic config {k} has a null value")))));
+        }
+        if check.is_ok() && !req.validate_only {
+            to_create.push((outcomes.len(), new));
+        }
+        outcomes.push((t.name.clone(), partitions, check));
+    }
+    if !to_create.is_empty() {
+        let (idx, topics): (Vec<usize>, Vec<NewTopic>) = to_create.into_iter().unzip();
+        let n = topics.len();
+        let results = call(shard, ShardId(0), |reply| ShardRequest::CreateTopics { topics, reply })
+            .await
+            .unwrap_or_else(|| vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); n]);
+        for (i, (code, msg)) in idx.into_iter().zip(results) {
+            if code.is_error() {
+                outcomes[i].2 = Err((code, msg));
+            }
+        }
+    }
+    let catalog = shard.catalog();
+    let topics = outcomes
+        .into_iter()
+        .map(|(name, partitions, result)| {
+            let (code, msg) = match result {
+                Ok(()) => (ErrorCode::NONE, None),
+                Err(e) => e,
+            };
+            let mut t = CreatableTopicResult::default()
+                .with_name(topic_name(&name))
+                .with_error_code(code.code())
+                .with_error_message(msg.map(|m| str_bytes(&m)));
+            if v >= 5 {
+                let ok = !code.is_error();
+                t = t
+                    .with_num_partitions(if ok { partitions } else { -1 })
+                    .with_replication_factor(if ok { 1 } else { -1 })
+                    .with_configs(None);
+                if ok {
+                    t = t.with_configs(Some(Vec::new()));
+                }
+            }
+            if v >= 7 {
+                if let Some(meta) = catalog.topics.get(&name).filter(|_| !code.is_error()) {
+                    t = t.with_topic_id(meta.uuid());
+                }
+            }
+            t
+        })
+        .collect();
+    frame(spec, header, &CreateTopicsResponse::default().with_topics(topics))
+}

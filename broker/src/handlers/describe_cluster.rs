@@ -1,0 +1,30 @@
+//! DescribeCluster: this broker, as the whole cluster and its controller.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::describe_cluster_response::{DescribeClusterBroker, DescribeClusterResponse};
+use kafka_protocol::messages::BrokerId;
+use tributary_protocol::header::RequestHeader;
+use tributary_protocol::registry::ApiSpec;
+use tributary_protocol::requests::describe_cluster;
+use tributary_protocol::Reader;
+
+use super::{decode_all, frame, str_bytes, HandlerResult};
+use crate::shard::Shard;
+
+pub fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> HandlerResult {
+    let v = header.api_version;
+    let req = decode_all(r, |r| describe_cluster::decode(r, v))?;
+    let cfg = &shard.config;
+    let mut resp = DescribeClusterResponse::default()
+        .with_cluster_id(str_bytes(&shard.catalog().cluster_id))
+        .with_controller_id(BrokerId(cfg.node_id))
+        .with_brokers(vec![DescribeClusterBroker::default()
+            .with_broker_id(BrokerId(cfg.node_id))
+            .with_host(str_bytes(&cfg.advertised_host))
+            .with_port(i32::from(cfg.advertised_port))]);
+    if v >= 1 {
+        resp = resp.with_endpoint_type(req.endpoint_type);
+    }
+    frame(spec, header, &resp)
+}

@@ -1,0 +1,50 @@
+//! ListOffsets: earliest (log start), latest (high watermark) or the first batch at or after a
+//! timestamp, answered by each partition's owner.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsResponse, ListOffsetsTopicResponse,
+};
+use tributary_protocol::header::RequestHeader;
+use tributary_protocol::registry::ApiSpec;
+use tributary_protocol::requests::list_offsets;
+use tributary_protocol::{ErrorCode, Reader};
+
+use super::{decode_all, frame, topic_name, HandlerResult};
+use crate::shard::{call, Shard, ShardRequest};
+
+pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> HandlerResult {
+    let v = header.api_version;
+    let req = decode_all(r, |r| list_offsets::decode(r, v))?;
+    let catalog = shard.catalog();
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in &req.topics {
+        let lookups = t.partitions.iter().map(|p| {
+            let known = catalog.topics.get(&t.name).is_some_and(|m| p.partition >= 0 && p.partition < m.partitions);
+            let (topic, partition, timestamp) = (t.name.clone(), p.partition, p.timestamp);
+            async move {
+                let (error, offset, ts) = if known {
+                    let owner = shard.owner(&topic, partition);
+                    call(shard, owner, move |reply| ShardRequest::ListOffset { topic, partition, timestamp, reply })
+                        .await
+                        .unwrap_or((ErrorCode::UNKNOWN_SERVER_ERROR, -1, -1))
+                } else {
+                    (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
+                };
+                let mut part = ListOffsetsPartitionResponse::default()
+                    .with_partition_index(partition)
+                    .with_error_code(error.code())
+                    .with_timestamp(ts)
+                    .with_offset(offset);
+                if v >= 4 && !error.is_error() {
+                    part = part.with_leader_epoch(0);
+                }
+                part
+            }
+        });
+        let partitions = futures::future::join_all(lookups).await;
+        topics.push(ListOffsetsTopicResponse::default().with_name(topic_name(&t.name)).with_partitions(partitions));
+    }
+    frame(spec, header, &ListOffsetsResponse::default().with_topics(topics))
+}

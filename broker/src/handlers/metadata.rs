@@ -1,0 +1,94 @@
+//! Metadata: brokers, topics and partition leaders from the shard's catalog snapshot, creating
+//! requested topics first when auto-creation is on.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::BrokerId;
+use tributary_protocol::header::RequestHeader;
+use tributary_protocol::registry::ApiSpec;
+use tributary_protocol::requests::metadata;
+use tributary_protocol::topic::validate_topic_name;
+use tributary_protocol::{ErrorCode, Reader};
+
+use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use crate::catalog::Catalog;
+use crate::routing::ShardId;
+use crate::shard::{call, NewTopic, Shard, ShardRequest};
+
+pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> HandlerResult {
+    let v = header.api_version;
+    let req = decode_all(r, |r| metadata::decode(r, v))?;
+    let mut catalog = shard.catalog();
+    let requested: Option<Vec<Option<String>>> = req
+        .topics
+        .map(|ts| ts.into_iter().map(|t| t.name).collect());
+    if let Some(names) = &requested {
+        let missing: Vec<NewTopic> = names
+            .iter()
+            .flatten()
+            .filter(|n| !catalog.topics.contains_key(*n) && validate_topic_name(n).is_ok())
+            .map(|n| NewTopic { name: n.clone(), partitions: shard.config.num_partitions, configs: Vec::new() })
+            .collect();
+        if !missing.is_empty() && req.allow_auto_topic_creation && shard.config.auto_create_topics {
+            call(shard, ShardId(0), |reply| ShardRequest::CreateTopics { topics: missing, reply }).await;
+            catalog = shard.catalog();
+        }
+    }
+    let names: Vec<Option<String>> = match requested {
+        Some(n) => n,
+        None => catalog.topics.keys().cloned().map(Some).collect(),
+    };
+    let topics = names.iter().map(|n| describe_topic(shard, &catalog, n.as_deref(), v)).collect();
+    let cfg = &shard.config;
+    let mut resp = MetadataResponse::default()
+        .with_brokers(vec![MetadataResponseBroker::default()
+            .with_node_id(BrokerId(cfg.node_id))
+            .with_host(str_bytes(&cfg.advertised_host))
+            .with_port(i32::from(cfg.advertised_port))])
+        .with_topics(topics);
+    if v >= 2 {
+        resp = resp.with_cluster_id(Some(str_bytes(&catalog.cluster_id)));
+    }
+    if v >= 1 {
+        resp = resp.with_controller_id(BrokerId(cfg.node_id));
+    }
+    frame(spec, header, &resp)
+}
+
+fn describe_topic(shard: &Shard, catalog: &Catalog, name: Option<&str>, v: i16) -> MetadataResponseTopic {
+    let node = BrokerId(shard.config.node_id);
+    let mut t = MetadataResponseTopic::default();
+    let Some(name) = name else {
+        return t.with_error_code(ErrorCode::UNKNOWN_TOPIC_ID.code()).with_name(None);
+    };
+    t = t.with_name(Some(topic_name(name)));
+    if v >= 1 {
+        t = t.with_is_internal(false);
+    }
+    if validate_topic_name(name).is_err() {
+        return t.with_error_code(ErrorCode::INVALID_TOPIC_EXCEPTION.code());
+    }
+    let Some(meta) = catalog.topics.get(name) else {
+        return t.with_error_code(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.code());
+    };
+    if v >= 10 {
+        t = t.with_topic_id(meta.uuid());
+    }
+    let partitions = (0..meta.partitions)
+        .map(|p| {
+            let mut part = MetadataResponsePartition::default()
+                .with_partition_index(p)
+                .with_leader_id(node)
+                .with_replica_nodes(vec![node])
+                .with_isr_nodes(vec![node]);
+            if v >= 7 {
+                part = part.with_leader_epoch(0);
+            }
+            part
+        })
+        .collect();
+    t.with_partitions(partitions)
+}

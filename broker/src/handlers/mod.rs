@@ -1,0 +1,69 @@
+//! One handler per Kafka API. Each decodes its request with `tributary_protocol`, decides, asks
+//! the owning shards for partition work, and encodes one response frame.
+
+pub mod api_versions;
+pub mod create_topics;
+pub mod delete_topics;
+pub mod describe_cluster;
+pub mod describe_configs;
+pub mod fetch;
+pub mod init_producer_id;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+
+use std::rc::Rc;
+
+use bytes::BytesMut;
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use tributary_protocol::header::RequestHeader;
+use tributary_protocol::registry::{api_key, ApiSpec};
+use tributary_protocol::response::encode_frame;
+use tributary_protocol::Reader;
+
+use crate::shard::Shard;
+
+pub type HandlerResult = Result<Option<BytesMut>, String>;
+
+pub async fn dispatch(shard: &Rc<Shard>, spec: &'static ApiSpec, header: &RequestHeader, r: Reader) -> HandlerResult {
+    let mut r = r;
+    let v = header.api_version;
+    match spec.key {
+        api_key::API_VERSIONS => api_versions::handle(spec, header, &mut r),
+        api_key::METADATA => metadata::handle(shard, spec, header, &mut r).await,
+        api_key::PRODUCE => produce::handle(shard, spec, header, &mut r).await,
+        api_key::FETCH => fetch::handle(shard, spec, header, &mut r).await,
+        api_key::LIST_OFFSETS => list_offsets::handle(shard, spec, header, &mut r).await,
+        api_key::CREATE_TOPICS => create_topics::handle(shard, spec, header, &mut r).await,
+        api_key::DELETE_TOPICS => delete_topics::handle(shard, spec, header, &mut r).await,
+        api_key::INIT_PRODUCER_ID => init_producer_id::handle(shard, spec, header, &mut r).await,
+        api_key::DESCRIBE_CONFIGS => describe_configs::handle(shard, spec, header, &mut r),
+        api_key::DESCRIBE_CLUSTER => describe_cluster::handle(shard, spec, header, &mut r),
+        other => Err(format!("API key {other} v{v} is registered but has no handler")),
+    }
+}
+
+pub(crate) fn frame<M: Encodable>(spec: &ApiSpec, header: &RequestHeader, body: &M) -> HandlerResult {
+    let mut out = BytesMut::new();
+    encode_frame(&mut out, spec, header.api_version, header.correlation_id, body).map_err(|e| e.to_string())?;
+    Ok(Some(out))
+}
+
+pub(crate) fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+pub(crate) fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// Decodes a request body and checks nothing is left over.
+pub(crate) fn decode_all<T>(
+    r: &mut Reader,
+    decode: impl FnOnce(&mut Reader) -> Result<T, tributary_protocol::DecodeError>,
+) -> Result<T, String> {
+    let v = decode(r).map_err(|e| e.to_string())?;
+    r.expect_end("request").map_err(|e| e.to_string())?;
+    Ok(v)
+}

@@ -1,0 +1,184 @@
+//! Starting and stopping the broker: one pinned glommio executor per selected CPU, each a shard
+//! with its own listener on the shared port (SO_REUSEPORT), and an orderly shutdown.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use futures::channel::oneshot;
+use glommio::net::TcpListener;
+use glommio::{LocalExecutorBuilder, Placement};
+use tracing::{info, warn};
+
+use crate::catalog::Catalog;
+use crate::config::BrokerConfig;
+use crate::connection::serve_connection;
+use crate::controller::Controller;
+use crate::routing::ShardId;
+use crate::shard::{Shard, ShardRequest};
+
+pub struct BrokerHandle {
+    pub addr: SocketAddr,
+    peers: Vec<async_channel::Sender<ShardRequest>>,
+    threads: Vec<glommio::ExecutorJoinHandle<()>>,
+}
+
+/// Reserves the listen port (resolving port 0) with a bound, non-listening SO_REUSEPORT socket,
+/// so every shard can then bind the same concrete port.
+fn reserve_port(addr: SocketAddr) -> Result<(socket2::Socket, SocketAddr)> {
+    let domain = if addr.is_ipv6() { socket2::Domain::IPV6 } else { socket2::Domain::IPV4 };
+    let sock = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
+    sock.set_reuse_port(true)?;
+    sock.bind(&addr.into())
+        .with_context(|| format!("cannot bind {addr}; is another broker running there?"))?;
+    let local = sock
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| anyhow!("listener address is not an IP address"))?;
+    Ok((sock, local))
+}
+
+pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
+    let catalog = Arc::new(Catalog::load_or_create(&config.data_dir)?);
+    let (reservation, addr) = reserve_port(config.listen)?;
+    let mut config = config;
+    if config.advertised_port == 0 {
+        config.advertised_port = addr.port();
+    }
+    let config = Arc::new(config);
+    let shards = config.cpus.len();
+    let queue = config.queued_max_requests;
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| async_channel::bounded(queue)).unzip();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let mut threads = Vec::with_capacity(shards);
+    for (i, rx) in receivers.into_iter().enumerate() {
+        let cpu = config.cpus[i];
+        let config = config.clone();
+        let peers = senders.clone();
+        let catalog = catalog.clone();
+        let ready = ready_tx.clone();
+        let builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+            .name(&format!("shard-{i}"))
+            .io_memory(config.shard_io_memory_bytes)
+            .spin_before_park(Duration::from_micros(config.shard_spin_before_park_us));
+        let handle = builder
+            .spawn(move || async move {
+                run_shard(ShardId(i), config, peers, rx, catalog, addr, ready).await;
+            })
+            .map_err(|e| anyhow!("cannot start the executor for shard {i} on CPU {cpu}: {e}"))?;
+        threads.push(handle);
+    }
+    drop(ready_tx);
+    for _ in 0..shards {
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(anyhow!(e)),
+            Err(_) => return Err(anyhow!("a shard exited during start-up")),
+        }
+    }
+    drop(reservation);
+    info!(%addr, shards, cpus = ?config.cpus, data_dir = %config.data_dir.display(), "tributary is listening");
+    Ok(BrokerHandle { addr, peers: senders, threads })
+}
+
+async fn run_shard(
+    id: ShardId,
+    config: Arc<BrokerConfig>,
+    peers: Vec<async_channel::Sender<ShardRequest>>,
+    rx: async_channel::Receiver<ShardRequest>,
+    catalog: Arc<Catalog>,
+    addr: SocketAddr,
+    ready: std::sync::mpsc::Sender<Result<(), String>>,
+) {
+    if let Err(e) = tributary_storage::io::prime_executor_io(&config.data_dir).await {
+        let _ = ready.send(Err(format!("shard {}: direct I/O on {} failed: {e}", id.0, config.data_dir.display())));
+        return;
+    }
+    let controller = if id.0 == 0 {
+        match Controller::load(&config.data_dir) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                let _ = ready.send(Err(format!("{e:#}")));
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    let shard = Rc::new(Shard::new(id, config.clone(), peers, catalog.clone(), controller));
+    shard.apply_catalog(catalog).await;
+    let listener = match TcpListener::bind(addr) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ready.send(Err(format!("shard {}: cannot listen on {addr}: {e}", id.0)));
+            return;
+        }
+    };
+    info!(shard = id.0, partitions = shard.owned_partition_count(), "shard ready");
+    let _ = ready.send(Ok(()));
+    let accept = glommio::spawn_local(accept_loop(shard.clone(), listener)).detach();
+    while let Ok(req) = rx.recv().await {
+        if let ShardRequest::Stop { reply } = req {
+            shard.close_partitions().await;
+            let _ = reply.send(());
+            break;
+        }
+        glommio::spawn_local(shard.clone().handle(req)).detach();
+    }
+    accept.cancel();
+}
+
+async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    loop {
+        let drained = shard.drain_event.listen();
+        if shard.draining.get() {
+            return;
+        }
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            drained.await;
+            None
+        })
+        .await;
+        match accepted {
+            None => return,
+            Some(Ok(stream)) => {
+                glommio::spawn_local(serve_connection(shard.clone(), stream)).detach();
+            }
+            Some(Err(e)) => {
+                warn!(error = %e, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+impl BrokerHandle {
+    /// Stops accepting, lets in-flight requests finish, flushes and closes every log.
+    pub fn shutdown(self) -> Result<()> {
+        info!("shutting down");
+        futures::executor::block_on(async {
+            for phase in 0..2 {
+                let mut waits = Vec::new();
+                for p in &self.peers {
+                    let (tx, rx) = oneshot::channel();
+                    let req = if phase == 0 { ShardRequest::Drain { reply: tx } } else { ShardRequest::Stop { reply: tx } };
+                    if p.send(req).await.is_ok() {
+                        waits.push(rx);
+                    }
+                }
+                for w in waits {
+                    let _ = w.await;
+                }
+            }
+        });
+        for t in self.threads {
+            t.join().map_err(|e| anyhow!("shard thread failed: {e:?}"))?;
+        }
+        info!("stopped");
+        Ok(())
+    }
+}

@@ -1,0 +1,385 @@
+//! A shard: one pinned executor's state. It owns the partitions `shard_for` assigns it, serves
+//! requests forwarded by other shards, and reads its own copy of the catalog. Shard 0 is also the
+//! controller: it alone changes the catalog and allocates producer ids.
+//!
+//! Cross-shard messages are `Send` values on bounded channels; replies come back on one-shot
+//! channels. Nothing here is shared between threads except those channels and immutable
+//! catalog snapshots.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use event_listener::Event;
+use futures::channel::oneshot;
+use tracing::{info, warn};
+use tributary_protocol::ErrorCode;
+use tributary_storage::{LogConfig, Partition, PartitionError};
+
+use crate::catalog::{partition_dir, topic_default, Catalog};
+use crate::config::BrokerConfig;
+use crate::controller::Controller;
+use crate::routing::{shard_for, ShardId};
+
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceResult {
+    pub error: ErrorCode,
+    pub base_offset: i64,
+    pub log_start_offset: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct FetchResult {
+    pub error: ErrorCode,
+    pub records: Bytes,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    pub configs: Vec<(String, String)>,
+}
+
+/// Work sent to the shard that owns it.
+pub enum ShardRequest {
+    Produce { topic: String, partition: i32, batch: Bytes, acks: i16, reply: oneshot::Sender<ProduceResult> },
+    Fetch { topic: String, partition: i32, offset: i64, max_bytes: usize, reply: oneshot::Sender<FetchResult> },
+    /// Replies once any listed partition's high watermark passes its offset, or at the deadline.
+    Watch { items: Vec<(String, i32, i64)>, deadline: Instant, reply: oneshot::Sender<()> },
+    ListOffset { topic: String, partition: i32, timestamp: i64, reply: oneshot::Sender<(ErrorCode, i64, i64)> },
+    ApplyCatalog { catalog: Arc<Catalog>, reply: oneshot::Sender<()> },
+    CreateTopics { topics: Vec<NewTopic>, reply: oneshot::Sender<Vec<(ErrorCode, Option<String>)>> },
+    DeleteTopics { names: Vec<String>, reply: oneshot::Sender<Vec<ErrorCode>> },
+    AllocateProducerId { reply: oneshot::Sender<Result<i64, String>> },
+    /// Stop accepting, finish in-flight requests.
+    Drain { reply: oneshot::Sender<()> },
+    /// Flush and close every owned partition, then stop the executor.
+    Stop { reply: oneshot::Sender<()> },
+}
+
+pub struct Shard {
+    pub id: ShardId,
+    pub shards: usize,
+    pub config: Arc<BrokerConfig>,
+    peers: Vec<async_channel::Sender<ShardRequest>>,
+    catalog: RefCell<Arc<Catalog>>,
+    partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    pub controller: Option<Controller>,
+    pub draining: Cell<bool>,
+    pub drain_event: Event,
+    pub inflight: Cell<usize>,
+    pub inflight_event: Event,
+}
+
+impl Shard {
+    pub fn new(
+        id: ShardId,
+        config: Arc<BrokerConfig>,
+        peers: Vec<async_channel::Sender<ShardRequest>>,
+        catalog: Arc<Catalog>,
+        controller: Option<Controller>,
+    ) -> Self {
+        Self {
+            id,
+            shards: peers.len(),
+            config,
+            peers,
+            catalog: RefCell::new(catalog),
+            partitions: RefCell::new(HashMap::new()),
+            controller,
+            draining: Cell::new(false),
+            drain_event: Event::new(),
+            inflight: Cell::new(0),
+            inflight_event: Event::new(),
+        }
+    }
+
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.borrow().clone()
+    }
+
+    pub fn owner(&self, topic: &str, partition: i32) -> ShardId {
+        shard_for(topic, partition, self.shards)
+    }
+
+    fn log_config(&self, catalog: &Catalog, topic: &str) -> LogConfig {
+        let segment_bytes = catalog
+            .topics
+            .get(topic)
+            .and_then(|t| t.configs.get("segment.bytes"))
+            .cloned()
+            .unwrap_or_else(|| topic_default(&self.config, "segment.bytes"))
+            .parse()
+            .unwrap_or(self.config.log_segment_bytes);
+        LogConfig { segment_bytes }
+    }
+
+    /// Sends `req` to shard `to`; a request for this shard is handled in place.
+    pub async fn send(self: &Rc<Self>, to: ShardId, req: ShardRequest) {
+        if to == self.id {
+            self.clone().handle(req).await;
+            return;
+        }
+        if self.peers[to.0].send(req).await.is_err() {
+            warn!(shard = to.0, "shard is gone; request dropped");
+        }
+    }
+
+    /// Opens the partitions of `catalog` this shard owns and deletes those of vanished topics.
+    pub async fn apply_catalog(self: &Rc<Self>, catalog: Arc<Catalog>) {
+        let old = self.catalog.replace(catalog.clone());
+        let mut gone: Vec<(String, i32)> = Vec::new();
+        for ((topic, p), _) in self.partitions.borrow().iter() {
+            let keep = catalog.topics.get(topic).is_some_and(|t| *p < t.partitions)
+                && old.topics.get(topic).map(|t| &t.id) == catalog.topics.get(topic).map(|t| &t.id);
+            if !keep {
+                gone.push((topic.clone(), *p));
+            }
+        }
+        for key in gone {
+            let part = self.partitions.borrow_mut().remove(&key);
+            if let Some(part) = part {
+                if let Err(e) = part.delete().await {
+                    warn!(topic = %key.0, partition = key.1, error = %e, "deleting partition failed");
+                }
+            }
+        }
+        for topic in catalog.topics.values() {
+            let config = self.log_config(&catalog, &topic.name);
+            for p in 0..topic.partitions {
+                if self.owner(&topic.name, p) != self.id {
+                    continue;
+                }
+                let key = (topic.name.clone(), p);
+                let existing = self.partitions.borrow().get(&key).cloned();
+                if let Some(part) = existing {
+                    part.set_config(config);
+                    continue;
+                }
+                let dir = partition_dir(&self.config.data_dir, &topic.name, p);
+                match Partition::open(dir, config).await {
+                    Ok(part) => {
+                        self.partitions.borrow_mut().insert(key, part);
+                    }
+                    Err(e) => warn!(topic = %topic.name, partition = p, error = %e, "opening partition failed"),
+                }
+            }
+        }
+    }
+
+    fn partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
+        self.partitions.borrow().get(&(topic.to_string(), partition)).cloned()
+    }
+
+    pub fn owned_partition_count(&self) -> usize {
+        self.partitions.borrow().len()
+    }
+
+    /// Handles one request addressed to this shard.
+    pub async fn handle(self: Rc<Self>, req: ShardRequest) {
+        match req {
+            ShardRequest::Produce { topic, partition, batch, acks, reply } => {
+                let _ = reply.send(self.produce_local(&topic, partition, batch, acks).await);
+            }
+            ShardRequest::Fetch { topic, partition, offset, max_bytes, reply } => {
+                let _ = reply.send(self.fetch_local(&topic, partition, offset, max_bytes).await);
+            }
+            ShardRequest::Watch { items, deadline, reply } => {
+                self.watch_local(&items, deadline).await;
+                let _ = reply.send(());
+            }
+            ShardRequest::ListOffset { topic, partition, timestamp, reply } => {
+                let _ = reply.send(self.list_offset_local(&topic, partition, timestamp));
+            }
+            ShardRequest::ApplyCatalog { catalog, reply } => {
+                self.apply_catalog(catalog).await;
+                let _ = reply.send(());
+            }
+            ShardRequest::CreateTopics { topics, reply } => {
+                let out = match &self.controller {
+                    Some(c) => c.create_topics(&self, topics).await,
+                    None => vec![(ErrorCode::UNKNOWN_SERVER_ERROR, Some("not the controller".into())); topics.len()],
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::DeleteTopics { names, reply } => {
+                let out = match &self.controller {
+                    Some(c) => c.delete_topics(&self, names).await,
+                    None => vec![ErrorCode::UNKNOWN_SERVER_ERROR; names.len()],
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::AllocateProducerId { reply } => {
+                let out = match &self.controller {
+                    Some(c) => c.allocate_producer_id(&self.config.data_dir),
+                    None => Err("not the controller".into()),
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::Drain { reply } => {
+                self.drain().await;
+                let _ = reply.send(());
+            }
+            ShardRequest::Stop { reply } => {
+                // Handled by the shard's message loop, which must exit afterwards.
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    async fn produce_local(&self, topic: &str, partition: i32, batch: Bytes, acks: i16) -> ProduceResult {
+        let fail = |error| ProduceResult { error, base_offset: -1, log_start_offset: -1 };
+        let Some(part) = self.partition(topic, partition) else {
+            return fail(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+        };
+        let outcome = match part.append(&batch).await {
+            Ok(o) => o,
+            Err(e) => return fail(partition_error_code(&e)),
+        };
+        if acks == 0 {
+            let part = part.clone();
+            glommio::spawn_local(async move {
+                if let Err(e) = part.sync_to(outcome.last_offset + 1).await {
+                    warn!(error = %e, "flush after acks=0 produce failed");
+                }
+            })
+            .detach();
+        } else if let Err(e) = part.sync_to(outcome.last_offset + 1).await {
+            return fail(partition_error_code(&e));
+        }
+        ProduceResult {
+            error: ErrorCode::NONE,
+            base_offset: outcome.base_offset,
+            log_start_offset: outcome.log_start_offset,
+        }
+    }
+
+    async fn fetch_local(&self, topic: &str, partition: i32, offset: i64, max_bytes: usize) -> FetchResult {
+        let Some(part) = self.partition(topic, partition) else {
+            return FetchResult {
+                error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                records: Bytes::new(),
+                high_watermark: -1,
+                log_start_offset: -1,
+            };
+        };
+        match part.read(offset, max_bytes).await {
+            Ok(r) => FetchResult {
+                error: ErrorCode::NONE,
+                records: r.records,
+                high_watermark: r.high_watermark,
+                log_start_offset: r.log_start_offset,
+            },
+            Err(e) => FetchResult {
+                error: partition_error_code(&e),
+                records: Bytes::new(),
+                high_watermark: part.high_watermark(),
+                log_start_offset: part.log_start_offset(),
+            },
+        }
+    }
+
+    async fn watch_local(&self, items: &[(String, i32, i64)], deadline: Instant) {
+        let parts: Vec<(Rc<Partition>, i64)> = items
+            .iter()
+            .filter_map(|(t, p, o)| self.partition(t, *p).map(|part| (part, *o)))
+            .collect();
+        loop {
+            let listeners: Vec<_> = parts.iter().map(|(p, _)| p.listen_advance()).collect();
+            if parts.is_empty() || parts.iter().any(|(p, o)| p.high_watermark() > *o || p.is_offline()) {
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline || self.draining.get() {
+                return;
+            }
+            let any = futures::future::select_all(listeners);
+            let timer = glommio::timer::sleep(deadline - now);
+            futures_lite::future::or(async { any.await; }, timer).await;
+        }
+    }
+
+    fn list_offset_local(&self, topic: &str, partition: i32, timestamp: i64) -> (ErrorCode, i64, i64) {
+        use tributary_protocol::requests::list_offsets::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+        let Some(part) = self.partition(topic, partition) else {
+            return (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
+        };
+        if part.is_offline() {
+            return (ErrorCode::KAFKA_STORAGE_ERROR, -1, -1);
+        }
+        match timestamp {
+            EARLIEST_TIMESTAMP => (ErrorCode::NONE, part.log_start_offset(), -1),
+            LATEST_TIMESTAMP => (ErrorCode::NONE, part.high_watermark(), -1),
+            t if t < 0 => (ErrorCode::UNSUPPORTED_VERSION, -1, -1),
+            t => match part.offset_for_timestamp(t) {
+                Some((offset, ts)) => (ErrorCode::NONE, offset, ts),
+                None => (ErrorCode::NONE, -1, -1),
+            },
+        }
+    }
+
+    async fn drain(&self) {
+        self.draining.set(true);
+        self.drain_event.notify(usize::MAX);
+        let deadline = Instant::now() + Duration::from_millis(self.config.shutdown_drain_timeout_ms);
+        while self.inflight.get() > 0 {
+            let l = self.inflight_event.listen();
+            if self.inflight.get() == 0 {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                warn!(shard = self.id.0, inflight = self.inflight.get(), "drain timed out");
+                break;
+            }
+            futures_lite::future::or(async { l.await }, glommio::timer::sleep(deadline - now)).await;
+        }
+    }
+
+    /// Flushes and closes every owned partition.
+    pub async fn close_partitions(&self) {
+        let parts: Vec<_> = self.partitions.borrow_mut().drain().collect();
+        for ((topic, p), part) in parts {
+            if let Err(e) = part.close().await {
+                warn!(%topic, partition = p, error = %e, "closing partition failed");
+            }
+        }
+        info!(shard = self.id.0, "partitions closed");
+    }
+
+    pub fn request_started(&self) {
+        self.inflight.set(self.inflight.get() + 1);
+    }
+
+    pub fn request_finished(&self) {
+        self.inflight.set(self.inflight.get() - 1);
+        self.inflight_event.notify(usize::MAX);
+    }
+}
+
+pub fn partition_error_code(e: &PartitionError) -> ErrorCode {
+    use tributary_storage::producer_state::SequenceError;
+    match e {
+        PartitionError::Storage { .. } => ErrorCode::KAFKA_STORAGE_ERROR,
+        PartitionError::OffsetOutOfRange { .. } => ErrorCode::OFFSET_OUT_OF_RANGE,
+        PartitionError::Sequence(SequenceError::OutOfOrder { .. }) => ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
+        PartitionError::Sequence(SequenceError::StaleEpoch { .. }) => ErrorCode::INVALID_PRODUCER_EPOCH,
+    }
+}
+
+/// Sends a request built around a fresh reply channel and awaits the reply.
+pub async fn call<T>(
+    shard: &Rc<Shard>,
+    to: ShardId,
+    build: impl FnOnce(oneshot::Sender<T>) -> ShardRequest,
+) -> Option<T> {
+    let (tx, rx) = oneshot::channel();
+    shard.send(to, build(tx)).await;
+    rx.await.ok()
+}
