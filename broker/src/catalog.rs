@@ -54,7 +54,8 @@ pub fn write_atomic<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(
     let dst = dir.join(name);
     {
         use std::io::Write;
-        let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let mut f =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         f.write_all(serde_json::to_string(&env)?.as_bytes())?;
         f.sync_all()?;
     }
@@ -106,7 +107,9 @@ impl Catalog {
 fn new_cluster_id() -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let v = uuid::Uuid::new_v4().as_u128();
-    (0..22).map(|i| ALPHABET[((v >> (i * 6)) & 63) as usize] as char).collect()
+    (0..22)
+        .map(|i| ALPHABET[((v >> (i * 6)) & 63) as usize] as char)
+        .collect()
 }
 
 /// Directory of one partition: `<data-dir>/<topic>-<partition>`, as Kafka lays it out.
@@ -124,18 +127,78 @@ pub struct TopicKey {
 }
 
 pub const TOPIC_KEYS: &[TopicKey] = &[
-    TopicKey { name: "cleanup.policy", kind: ConfigKind::List, doc: "delete, compact or compact,delete.", enforced: false },
-    TopicKey { name: "compression.type", kind: ConfigKind::String, doc: "Batches are stored as the producer compressed them (producer).", enforced: false },
-    TopicKey { name: "max.message.bytes", kind: ConfigKind::Int, doc: "Largest record batch accepted for this topic.", enforced: true },
-    TopicKey { name: "message.timestamp.type", kind: ConfigKind::String, doc: "CreateTime: the producer's timestamps are kept.", enforced: true },
-    TopicKey { name: "retention.ms", kind: ConfigKind::Long, doc: "Age after which whole segments are deleted (-1: never).", enforced: false },
-    TopicKey { name: "retention.bytes", kind: ConfigKind::Long, doc: "Partition size above which the oldest segments are deleted (-1: never).", enforced: false },
-    TopicKey { name: "segment.bytes", kind: ConfigKind::Int, doc: "Size at which a partition rolls to a new segment.", enforced: true },
-    TopicKey { name: "segment.ms", kind: ConfigKind::Long, doc: "Age at which a segment is rolled.", enforced: false },
-    TopicKey { name: "min.insync.replicas", kind: ConfigKind::Int, doc: "Replicas that must have a write for acks=all.", enforced: false },
-    TopicKey { name: "flush.messages", kind: ConfigKind::Long, doc: "Messages between forced flushes (every acknowledged write is flushed today).", enforced: false },
-    TopicKey { name: "flush.ms", kind: ConfigKind::Long, doc: "Time between forced flushes (every acknowledged write is flushed today).", enforced: false },
-    TopicKey { name: "delete.retention.ms", kind: ConfigKind::Long, doc: "How long tombstones are kept in compacted topics.", enforced: false },
+    TopicKey {
+        name: "cleanup.policy",
+        kind: ConfigKind::List,
+        doc: "delete, compact or compact,delete.",
+        enforced: false,
+    },
+    TopicKey {
+        name: "compression.type",
+        kind: ConfigKind::String,
+        doc: "Batches are stored as the producer compressed them (producer).",
+        enforced: false,
+    },
+    TopicKey {
+        name: "max.message.bytes",
+        kind: ConfigKind::Int,
+        doc: "Largest record batch accepted for this topic.",
+        enforced: true,
+    },
+    TopicKey {
+        name: "message.timestamp.type",
+        kind: ConfigKind::String,
+        doc: "CreateTime: the producer's timestamps are kept.",
+        enforced: true,
+    },
+    TopicKey {
+        name: "retention.ms",
+        kind: ConfigKind::Long,
+        doc: "Age after which whole segments are deleted (-1: never).",
+        enforced: false,
+    },
+    TopicKey {
+        name: "retention.bytes",
+        kind: ConfigKind::Long,
+        doc: "Partition size above which the oldest segments are deleted (-1: never).",
+        enforced: false,
+    },
+    TopicKey {
+        name: "segment.bytes",
+        kind: ConfigKind::Int,
+        doc: "Size at which a partition rolls to a new segment.",
+        enforced: true,
+    },
+    TopicKey {
+        name: "segment.ms",
+        kind: ConfigKind::Long,
+        doc: "Age at which a segment is rolled.",
+        enforced: false,
+    },
+    TopicKey {
+        name: "min.insync.replicas",
+        kind: ConfigKind::Int,
+        doc: "Replicas that must have a write for acks=all.",
+        enforced: false,
+    },
+    TopicKey {
+        name: "flush.messages",
+        kind: ConfigKind::Long,
+        doc: "Messages between forced flushes (every acknowledged write is flushed today).",
+        enforced: false,
+    },
+    TopicKey {
+        name: "flush.ms",
+        kind: ConfigKind::Long,
+        doc: "Time between forced flushes (every acknowledged write is flushed today).",
+        enforced: false,
+    },
+    TopicKey {
+        name: "delete.retention.ms",
+        kind: ConfigKind::Long,
+        doc: "How long tombstones are kept in compacted topics.",
+        enforced: false,
+    },
 ];
 
 /// The broker default for a topic key.
@@ -168,22 +231,32 @@ pub fn validate_topic_config(key: &str, value: Option<&str>) -> Result<(), Strin
     let num = |min: i64| -> Result<(), String> {
         match value.parse::<i64>() {
             Ok(n) if n >= min => Ok(()),
-            Ok(n) => Err(format!("topic config {key}: {n} is below the minimum {min}")),
-            Err(_) => Err(format!("topic config {key}: {value:?} is not a whole number")),
+            Ok(n) => Err(format!(
+                "topic config {key}: {n} is below the minimum {min}"
+            )),
+            Err(_) => Err(format!(
+                "topic config {key}: {value:?} is not a whole number"
+            )),
         }
     };
     match def.name {
         "cleanup.policy" => match value {
             "delete" | "compact" | "compact,delete" | "delete,compact" => Ok(()),
-            _ => Err(format!("cleanup.policy {value:?}: use delete, compact or compact,delete")),
+            _ => Err(format!(
+                "cleanup.policy {value:?}: use delete, compact or compact,delete"
+            )),
         },
         "compression.type" => match value {
             "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd" => Ok(()),
-            _ => Err(format!("compression.type {value:?}: use producer, uncompressed, gzip, snappy, lz4 or zstd")),
+            _ => Err(format!(
+                "compression.type {value:?}: use producer, uncompressed, gzip, snappy, lz4 or zstd"
+            )),
         },
         "message.timestamp.type" => match value {
             "CreateTime" => Ok(()),
-            "LogAppendTime" => Err("message.timestamp.type LogAppendTime is not supported yet; use CreateTime".into()),
+            "LogAppendTime" => Err(
+                "message.timestamp.type LogAppendTime is not supported yet; use CreateTime".into(),
+            ),
             _ => Err(format!("message.timestamp.type {value:?}: use CreateTime")),
         },
         "max.message.bytes" => num(0),
@@ -205,12 +278,19 @@ mod tests {
         assert_eq!(c.cluster_id.len(), 22);
         c.topics.insert(
             "t".into(),
-            TopicMeta { name: "t".into(), id: uuid::Uuid::new_v4().to_string(), partitions: 3, configs: BTreeMap::new() },
+            TopicMeta {
+                name: "t".into(),
+                id: uuid::Uuid::new_v4().to_string(),
+                partitions: 3,
+                configs: BTreeMap::new(),
+            },
         );
         c.save(dir.path()).unwrap();
         assert_eq!(Catalog::load_or_create(dir.path()).unwrap(), c);
         let path = dir.path().join(CATALOG_FILE);
-        let text = std::fs::read_to_string(&path).unwrap().replace("\\\"partitions\\\":3", "\\\"partitions\\\":4");
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("\\\"partitions\\\":3", "\\\"partitions\\\":4");
         std::fs::write(&path, text).unwrap();
         let e = Catalog::load_or_create(dir.path()).unwrap_err().to_string();
         assert!(e.contains("checksum"), "{e}");

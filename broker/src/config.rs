@@ -114,14 +114,23 @@ pub fn parse_cpu_list(list: &str) -> Result<Vec<usize>> {
     let mut cpus = Vec::new();
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         if let Some((a, b)) = part.split_once('-') {
-            let a: usize = a.trim().parse().with_context(|| format!("--cpus: bad CPU {a:?}"))?;
-            let b: usize = b.trim().parse().with_context(|| format!("--cpus: bad CPU {b:?}"))?;
+            let a: usize = a
+                .trim()
+                .parse()
+                .with_context(|| format!("--cpus: bad CPU {a:?}"))?;
+            let b: usize = b
+                .trim()
+                .parse()
+                .with_context(|| format!("--cpus: bad CPU {b:?}"))?;
             if a > b {
                 bail!("--cpus: range {part} is backwards");
             }
             cpus.extend(a..=b);
         } else {
-            cpus.push(part.parse().with_context(|| format!("--cpus: bad CPU {part:?}"))?);
+            cpus.push(
+                part.parse()
+                    .with_context(|| format!("--cpus: bad CPU {part:?}"))?,
+            );
         }
     }
     cpus.sort_unstable();
@@ -164,12 +173,17 @@ fn resolve(addr: &str, what: &str) -> Result<SocketAddr> {
 
 impl BrokerConfig {
     pub fn build(input: ConfigInput) -> Result<Self> {
-        let mut values: BTreeMap<&'static str, (String, bool)> =
-            BROKER_KEYS.iter().map(|k| (k.name, (k.default.to_string(), false))).collect();
+        let mut values: BTreeMap<&'static str, (String, bool)> = BROKER_KEYS
+            .iter()
+            .map(|k| (k.name, (k.default.to_string(), false)))
+            .collect();
         for (k, v) in input.properties {
             let Some(key) = BROKER_KEYS.iter().find(|d| d.name == k) else {
                 let known: Vec<&str> = BROKER_KEYS.iter().map(|d| d.name).collect();
-                bail!("unknown config key {k:?}; supported keys: {}", known.join(", "));
+                bail!(
+                    "unknown config key {k:?}; supported keys: {}",
+                    known.join(", ")
+                );
             };
             values.insert(key.name, (v, true));
         }
@@ -194,7 +208,10 @@ impl BrokerConfig {
             (Some(0), None) => bail!("--cores must be at least 1"),
             (Some(n), None) => {
                 if *n > allowed.len() {
-                    bail!("--cores {n}: only {} CPUs are in this process's affinity mask", allowed.len());
+                    bail!(
+                        "--cores {n}: only {} CPUs are in this process's affinity mask",
+                        allowed.len()
+                    );
                 }
                 allowed[..*n].to_vec()
             }
@@ -214,18 +231,41 @@ impl BrokerConfig {
             advertised_port,
             cpus,
             node_id: parse_num("node.id", &get("node.id"), 0)?,
-            auto_create_topics: parse_bool("auto.create.topics.enable", &get("auto.create.topics.enable"))?,
+            auto_create_topics: parse_bool(
+                "auto.create.topics.enable",
+                &get("auto.create.topics.enable"),
+            )?,
             num_partitions: parse_num("num.partitions", &get("num.partitions"), 1)?,
             message_max_bytes: parse_num("message.max.bytes", &get("message.max.bytes"), 0)?,
-            socket_request_max_bytes: parse_num("socket.request.max.bytes", &get("socket.request.max.bytes"), 1)?,
+            socket_request_max_bytes: parse_num(
+                "socket.request.max.bytes",
+                &get("socket.request.max.bytes"),
+                1,
+            )?,
             log_segment_bytes: parse_num("log.segment.bytes", &get("log.segment.bytes"), 1024)?,
             queued_max_requests: parse_num("queued.max.requests", &get("queued.max.requests"), 1)?,
-            shard_io_memory_bytes: parse_num("shard.io.memory.bytes", &get("shard.io.memory.bytes"), 0)?,
-            shard_spin_before_park_us: parse_num("shard.spin.before.park.us", &get("shard.spin.before.park.us"), 0)?,
-            shutdown_drain_timeout_ms: parse_num("shutdown.drain.timeout.ms", &get("shutdown.drain.timeout.ms"), 0)?,
+            shard_io_memory_bytes: parse_num(
+                "shard.io.memory.bytes",
+                &get("shard.io.memory.bytes"),
+                0,
+            )?,
+            shard_spin_before_park_us: parse_num(
+                "shard.spin.before.park.us",
+                &get("shard.spin.before.park.us"),
+                0,
+            )?,
+            shutdown_drain_timeout_ms: parse_num(
+                "shutdown.drain.timeout.ms",
+                &get("shutdown.drain.timeout.ms"),
+                0,
+            )?,
             values,
         };
-        let rf: i32 = parse_num("default.replication.factor", &get("default.replication.factor"), 1)?;
+        let rf: i32 = parse_num(
+            "default.replication.factor",
+            &get("default.replication.factor"),
+            1,
+        )?;
         if rf != 1 {
             bail!("config default.replication.factor: {rf} needs {rf} brokers; this is a single broker, use 1");
         }
@@ -244,7 +284,10 @@ mod tests {
             advertised_listener: None,
             cores: None,
             cpus: None,
-            properties: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            properties: props
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         }
     }
 
@@ -259,18 +302,30 @@ mod tests {
 
     #[test]
     fn errors_name_the_key() {
-        let e = BrokerConfig::build(input(&[("num.partitons", "8")])).unwrap_err().to_string();
+        let e = BrokerConfig::build(input(&[("num.partitons", "8")]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("num.partitons"), "{e}");
-        let e = BrokerConfig::build(input(&[("auto.create.topics.enable", "yes")])).unwrap_err().to_string();
+        let e = BrokerConfig::build(input(&[("auto.create.topics.enable", "yes")]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("auto.create.topics.enable"), "{e}");
-        let e = BrokerConfig::build(input(&[("message.max.bytes", "-5")])).unwrap_err().to_string();
+        let e = BrokerConfig::build(input(&[("message.max.bytes", "-5")]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("message.max.bytes"), "{e}");
     }
 
     #[test]
     fn properties_and_cpu_lists() {
         let p = parse_properties("# c\nnum.partitions = 3\n\nnode.id:2\n").unwrap();
-        assert_eq!(p, vec![("num.partitions".into(), "3".into()), ("node.id".into(), "2".into())]);
+        assert_eq!(
+            p,
+            vec![
+                ("num.partitions".into(), "3".into()),
+                ("node.id".into(), "2".into())
+            ]
+        );
         assert!(parse_properties("garbage").is_err());
         assert_eq!(parse_cpu_list("0,2-4").unwrap(), vec![0, 2, 3, 4]);
         assert!(parse_cpu_list("4-2").is_err());

@@ -17,7 +17,10 @@ use crate::handlers;
 use crate::shard::Shard;
 
 pub async fn serve_connection(shard: Rc<Shard>, mut stream: TcpStream) {
-    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let _ = stream.set_nodelay(true);
     loop {
         let mut prefix = [0u8; FRAME_PREFIX_BYTES];
@@ -63,7 +66,9 @@ pub async fn handle_frame(shard: &Rc<Shard>, body: Bytes) -> Result<Option<Bytes
     let mut r = Reader::new(body);
     let (key, version, correlation_id) = peek_fixed(&r).map_err(|e| e.to_string())?;
     let Some(spec) = registry::lookup(key) else {
-        return Err(format!("unknown API key {key} (correlation id {correlation_id})"));
+        return Err(format!(
+            "unknown API key {key} (correlation id {correlation_id})"
+        ));
     };
     if !spec.supports(version) {
         if key == api_key::API_VERSIONS {
@@ -76,7 +81,8 @@ pub async fn handle_frame(shard: &Rc<Shard>, body: Bytes) -> Result<Option<Bytes
             spec.name, spec.min_version, spec.max_version
         ));
     }
-    let header = decode_request_header(&mut r, spec.request_header_flexible(version)).map_err(|e| e.to_string())?;
+    let header = decode_request_header(&mut r, spec.request_header_flexible(version))
+        .map_err(|e| e.to_string())?;
     handlers::dispatch(shard, spec, &header, r)
         .await
         .map_err(|e| format!("{} v{version}: {e}", spec.name))

@@ -14,7 +14,9 @@ use tracing::{info, warn};
 use tributary_protocol::topic::validate_topic_name;
 use tributary_protocol::ErrorCode;
 
-use crate::catalog::{read_checked, validate_topic_config, write_atomic, Catalog, TopicMeta, PRODUCER_ID_FILE};
+use crate::catalog::{
+    read_checked, validate_topic_config, write_atomic, Catalog, TopicMeta, PRODUCER_ID_FILE,
+};
 use crate::routing::ShardId;
 use crate::shard::{call, NewTopic, Shard, ShardRequest};
 
@@ -63,14 +65,21 @@ impl Controller {
         let catalog = Arc::new(catalog);
         let calls = (0..shard.shards).map(|s| {
             let catalog = catalog.clone();
-            call(shard, ShardId(s), move |reply| ShardRequest::ApplyCatalog { catalog, reply })
+            call(shard, ShardId(s), move |reply| ShardRequest::ApplyCatalog {
+                catalog,
+                reply,
+            })
         });
         futures::future::join_all(calls).await;
         Ok(())
     }
 
     /// Validates and creates topics; one (error, message) per input, in order.
-    pub async fn create_topics(&self, shard: &Rc<Shard>, topics: Vec<NewTopic>) -> Vec<(ErrorCode, Option<String>)> {
+    pub async fn create_topics(
+        &self,
+        shard: &Rc<Shard>,
+        topics: Vec<NewTopic>,
+    ) -> Vec<(ErrorCode, Option<String>)> {
         let Ok(_guard) = self.lock.acquire_permit(1).await else {
             return vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); topics.len()];
         };
@@ -139,10 +148,19 @@ impl Controller {
 pub fn check_new_topic(catalog: &Catalog, t: &NewTopic) -> Result<(), (ErrorCode, Option<String>)> {
     validate_topic_name(&t.name).map_err(|e| (ErrorCode::INVALID_TOPIC_EXCEPTION, Some(e)))?;
     if catalog.topics.contains_key(&t.name) {
-        return Err((ErrorCode::TOPIC_ALREADY_EXISTS, Some(format!("topic {:?} already exists", t.name))));
+        return Err((
+            ErrorCode::TOPIC_ALREADY_EXISTS,
+            Some(format!("topic {:?} already exists", t.name)),
+        ));
     }
     if t.partitions < 1 {
-        return Err((ErrorCode::INVALID_PARTITIONS, Some(format!("number of partitions must be at least 1, got {}", t.partitions))));
+        return Err((
+            ErrorCode::INVALID_PARTITIONS,
+            Some(format!(
+                "number of partitions must be at least 1, got {}",
+                t.partitions
+            )),
+        ));
     }
     for (k, v) in &t.configs {
         validate_topic_config(k, Some(v)).map_err(|e| (ErrorCode::INVALID_CONFIG, Some(e)))?;

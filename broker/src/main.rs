@@ -9,7 +9,11 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use tributary_broker::config::{parse_properties, BrokerConfig, ConfigInput};
 
 #[derive(Parser, Debug)]
-#[command(name = "tributary", version, about = "A Kafka-compatible, thread-per-core event streaming broker")]
+#[command(
+    name = "tributary",
+    version,
+    about = "A Kafka-compatible, thread-per-core event streaming broker"
+)]
 struct Cli {
     /// Directory holding topic partitions and broker metadata.
     #[arg(long, default_value = "./data")]
@@ -43,8 +47,10 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let mut properties = Vec::new();
     if let Some(path) = &cli.config {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
-        properties = parse_properties(&text).with_context(|| format!("in --config {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --config {}", path.display()))?;
+        properties =
+            parse_properties(&text).with_context(|| format!("in --config {}", path.display()))?;
     }
     for s in &cli.set {
         let (k, v) = s

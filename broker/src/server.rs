@@ -21,6 +21,7 @@ use crate::shard::{Shard, ShardRequest};
 
 pub struct BrokerHandle {
     pub addr: SocketAddr,
+    _data_dir_lock: std::fs::File,
     peers: Vec<async_channel::Sender<ShardRequest>>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
 }
@@ -28,7 +29,18 @@ pub struct BrokerHandle {
 /// Reserves the listen port (resolving port 0) with a bound, non-listening SO_REUSEPORT socket,
 /// so every shard can then bind the same concrete port.
 fn reserve_port(addr: SocketAddr) -> Result<(socket2::Socket, SocketAddr)> {
-    let domain = if addr.is_ipv6() { socket2::Domain::IPV6 } else { socket2::Domain::IPV4 };
+    // SO_REUSEPORT would let a second broker share a port already in use; a plain bind first
+    // refuses that the way any server would.
+    if addr.port() != 0 {
+        std::net::TcpListener::bind(addr).with_context(|| {
+            format!("cannot listen on {addr}; is another broker running there? (use --listen)")
+        })?;
+    }
+    let domain = if addr.is_ipv6() {
+        socket2::Domain::IPV6
+    } else {
+        socket2::Domain::IPV4
+    };
     let sock = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
     sock.set_reuse_port(true)?;
     sock.bind(&addr.into())
@@ -43,6 +55,15 @@ fn reserve_port(addr: SocketAddr) -> Result<(socket2::Socket, SocketAddr)> {
 pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
+    let lock_path = config.data_dir.join(".lock");
+    let lock = std::fs::File::create(&lock_path)
+        .with_context(|| format!("cannot create {}", lock_path.display()))?;
+    if lock.try_lock().is_err() {
+        return Err(anyhow!(
+            "data directory {} is in use by another broker; stop it or choose another --data-dir",
+            config.data_dir.display()
+        ));
+    }
     let catalog = Arc::new(Catalog::load_or_create(&config.data_dir)?);
     let (reservation, addr) = reserve_port(config.listen)?;
     let mut config = config;
@@ -52,7 +73,8 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     let config = Arc::new(config);
     let shards = config.cpus.len();
     let queue = config.queued_max_requests;
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| async_channel::bounded(queue)).unzip();
+    let (senders, receivers): (Vec<_>, Vec<_>) =
+        (0..shards).map(|_| async_channel::bounded(queue)).unzip();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::with_capacity(shards);
     for (i, rx) in receivers.into_iter().enumerate() {
@@ -82,7 +104,12 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     }
     drop(reservation);
     info!(%addr, shards, cpus = ?config.cpus, data_dir = %config.data_dir.display(), "tributary is listening");
-    Ok(BrokerHandle { addr, peers: senders, threads })
+    Ok(BrokerHandle {
+        addr,
+        _data_dir_lock: lock,
+        peers: senders,
+        threads,
+    })
 }
 
 async fn run_shard(
@@ -95,7 +122,11 @@ async fn run_shard(
     ready: std::sync::mpsc::Sender<Result<(), String>>,
 ) {
     if let Err(e) = tributary_storage::io::prime_executor_io(&config.data_dir).await {
-        let _ = ready.send(Err(format!("shard {}: direct I/O on {} failed: {e}", id.0, config.data_dir.display())));
+        let _ = ready.send(Err(format!(
+            "shard {}: direct I/O on {} failed: {e}",
+            id.0,
+            config.data_dir.display()
+        )));
         return;
     }
     let controller = if id.0 == 0 {
@@ -109,7 +140,13 @@ async fn run_shard(
     } else {
         None
     };
-    let shard = Rc::new(Shard::new(id, config.clone(), peers, catalog.clone(), controller));
+    let shard = Rc::new(Shard::new(
+        id,
+        config.clone(),
+        peers,
+        catalog.clone(),
+        controller,
+    ));
     shard.apply_catalog(catalog).await;
     let listener = match TcpListener::bind(addr) {
         Ok(l) => l,
@@ -118,7 +155,11 @@ async fn run_shard(
             return;
         }
     };
-    info!(shard = id.0, partitions = shard.owned_partition_count(), "shard ready");
+    info!(
+        shard = id.0,
+        partitions = shard.owned_partition_count(),
+        "shard ready"
+    );
     let _ = ready.send(Ok(()));
     let accept = glommio::spawn_local(accept_loop(shard.clone(), listener)).detach();
     while let Ok(req) = rx.recv().await {
@@ -165,7 +206,11 @@ impl BrokerHandle {
                 let mut waits = Vec::new();
                 for p in &self.peers {
                     let (tx, rx) = oneshot::channel();
-                    let req = if phase == 0 { ShardRequest::Drain { reply: tx } } else { ShardRequest::Stop { reply: tx } };
+                    let req = if phase == 0 {
+                        ShardRequest::Drain { reply: tx }
+                    } else {
+                        ShardRequest::Stop { reply: tx }
+                    };
                     if p.send(req).await.is_ok() {
                         waits.push(rx);
                     }
@@ -176,7 +221,8 @@ impl BrokerHandle {
             }
         });
         for t in self.threads {
-            t.join().map_err(|e| anyhow!("shard thread failed: {e:?}"))?;
+            t.join()
+                .map_err(|e| anyhow!("shard thread failed: {e:?}"))?;
         }
         info!("stopped");
         Ok(())

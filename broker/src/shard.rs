@@ -48,15 +48,47 @@ pub struct NewTopic {
 
 /// Work sent to the shard that owns it.
 pub enum ShardRequest {
-    Produce { topic: String, partition: i32, batch: Bytes, acks: i16, reply: oneshot::Sender<ProduceResult> },
-    Fetch { topic: String, partition: i32, offset: i64, max_bytes: usize, reply: oneshot::Sender<FetchResult> },
+    Produce {
+        topic: String,
+        partition: i32,
+        batch: Bytes,
+        acks: i16,
+        reply: oneshot::Sender<ProduceResult>,
+    },
+    Fetch {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        max_bytes: usize,
+        reply: oneshot::Sender<FetchResult>,
+    },
     /// Replies once any listed partition's high watermark passes its offset, or at the deadline.
-    Watch { items: Vec<(String, i32, i64)>, deadline: Instant, reply: oneshot::Sender<()> },
-    ListOffset { topic: String, partition: i32, timestamp: i64, reply: oneshot::Sender<(ErrorCode, i64, i64)> },
-    ApplyCatalog { catalog: Arc<Catalog>, reply: oneshot::Sender<()> },
-    CreateTopics { topics: Vec<NewTopic>, reply: oneshot::Sender<Vec<(ErrorCode, Option<String>)>> },
-    DeleteTopics { names: Vec<String>, reply: oneshot::Sender<Vec<ErrorCode>> },
-    AllocateProducerId { reply: oneshot::Sender<Result<i64, String>> },
+    Watch {
+        items: Vec<(String, i32, i64)>,
+        deadline: Instant,
+        reply: oneshot::Sender<()>,
+    },
+    ListOffset {
+        topic: String,
+        partition: i32,
+        timestamp: i64,
+        reply: oneshot::Sender<(ErrorCode, i64, i64)>,
+    },
+    ApplyCatalog {
+        catalog: Arc<Catalog>,
+        reply: oneshot::Sender<()>,
+    },
+    CreateTopics {
+        topics: Vec<NewTopic>,
+        reply: oneshot::Sender<Vec<(ErrorCode, Option<String>)>>,
+    },
+    DeleteTopics {
+        names: Vec<String>,
+        reply: oneshot::Sender<Vec<ErrorCode>>,
+    },
+    AllocateProducerId {
+        reply: oneshot::Sender<Result<i64, String>>,
+    },
     /// Stop accepting, finish in-flight requests.
     Drain { reply: oneshot::Sender<()> },
     /// Flush and close every owned partition, then stop the executor.
@@ -167,14 +199,19 @@ impl Shard {
                     Ok(part) => {
                         self.partitions.borrow_mut().insert(key, part);
                     }
-                    Err(e) => warn!(topic = %topic.name, partition = p, error = %e, "opening partition failed"),
+                    Err(e) => {
+                        warn!(topic = %topic.name, partition = p, error = %e, "opening partition failed")
+                    }
                 }
             }
         }
     }
 
     fn partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
-        self.partitions.borrow().get(&(topic.to_string(), partition)).cloned()
+        self.partitions
+            .borrow()
+            .get(&(topic.to_string(), partition))
+            .cloned()
     }
 
     pub fn owned_partition_count(&self) -> usize {
@@ -184,17 +221,38 @@ impl Shard {
     /// Handles one request addressed to this shard.
     pub async fn handle(self: Rc<Self>, req: ShardRequest) {
         match req {
-            ShardRequest::Produce { topic, partition, batch, acks, reply } => {
+            ShardRequest::Produce {
+                topic,
+                partition,
+                batch,
+                acks,
+                reply,
+            } => {
                 let _ = reply.send(self.produce_local(&topic, partition, batch, acks).await);
             }
-            ShardRequest::Fetch { topic, partition, offset, max_bytes, reply } => {
+            ShardRequest::Fetch {
+                topic,
+                partition,
+                offset,
+                max_bytes,
+                reply,
+            } => {
                 let _ = reply.send(self.fetch_local(&topic, partition, offset, max_bytes).await);
             }
-            ShardRequest::Watch { items, deadline, reply } => {
+            ShardRequest::Watch {
+                items,
+                deadline,
+                reply,
+            } => {
                 self.watch_local(&items, deadline).await;
                 let _ = reply.send(());
             }
-            ShardRequest::ListOffset { topic, partition, timestamp, reply } => {
+            ShardRequest::ListOffset {
+                topic,
+                partition,
+                timestamp,
+                reply,
+            } => {
                 let _ = reply.send(self.list_offset_local(&topic, partition, timestamp));
             }
             ShardRequest::ApplyCatalog { catalog, reply } => {
@@ -204,7 +262,13 @@ impl Shard {
             ShardRequest::CreateTopics { topics, reply } => {
                 let out = match &self.controller {
                     Some(c) => c.create_topics(&self, topics).await,
-                    None => vec![(ErrorCode::UNKNOWN_SERVER_ERROR, Some("not the controller".into())); topics.len()],
+                    None => vec![
+                        (
+                            ErrorCode::UNKNOWN_SERVER_ERROR,
+                            Some("not the controller".into())
+                        );
+                        topics.len()
+                    ],
                 };
                 let _ = reply.send(out);
             }
@@ -233,8 +297,18 @@ impl Shard {
         }
     }
 
-    async fn produce_local(&self, topic: &str, partition: i32, batch: Bytes, acks: i16) -> ProduceResult {
-        let fail = |error| ProduceResult { error, base_offset: -1, log_start_offset: -1 };
+    async fn produce_local(
+        &self,
+        topic: &str,
+        partition: i32,
+        batch: Bytes,
+        acks: i16,
+    ) -> ProduceResult {
+        let fail = |error| ProduceResult {
+            error,
+            base_offset: -1,
+            log_start_offset: -1,
+        };
         let Some(part) = self.partition(topic, partition) else {
             return fail(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
         };
@@ -260,7 +334,13 @@ impl Shard {
         }
     }
 
-    async fn fetch_local(&self, topic: &str, partition: i32, offset: i64, max_bytes: usize) -> FetchResult {
+    async fn fetch_local(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: usize,
+    ) -> FetchResult {
         let Some(part) = self.partition(topic, partition) else {
             return FetchResult {
                 error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
@@ -292,7 +372,11 @@ impl Shard {
             .collect();
         loop {
             let listeners: Vec<_> = parts.iter().map(|(p, _)| p.listen_advance()).collect();
-            if parts.is_empty() || parts.iter().any(|(p, o)| p.high_watermark() > *o || p.is_offline()) {
+            if parts.is_empty()
+                || parts
+                    .iter()
+                    .any(|(p, o)| p.high_watermark() > *o || p.is_offline())
+            {
                 return;
             }
             let now = Instant::now();
@@ -301,11 +385,22 @@ impl Shard {
             }
             let any = futures::future::select_all(listeners);
             let timer = glommio::timer::sleep(deadline - now);
-            futures_lite::future::or(async { any.await; }, timer).await;
+            futures_lite::future::or(
+                async {
+                    any.await;
+                },
+                timer,
+            )
+            .await;
         }
     }
 
-    fn list_offset_local(&self, topic: &str, partition: i32, timestamp: i64) -> (ErrorCode, i64, i64) {
+    fn list_offset_local(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> (ErrorCode, i64, i64) {
         use tributary_protocol::requests::list_offsets::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
         let Some(part) = self.partition(topic, partition) else {
             return (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
@@ -327,7 +422,8 @@ impl Shard {
     async fn drain(&self) {
         self.draining.set(true);
         self.drain_event.notify(usize::MAX);
-        let deadline = Instant::now() + Duration::from_millis(self.config.shutdown_drain_timeout_ms);
+        let deadline =
+            Instant::now() + Duration::from_millis(self.config.shutdown_drain_timeout_ms);
         while self.inflight.get() > 0 {
             let l = self.inflight_event.listen();
             if self.inflight.get() == 0 {
@@ -335,10 +431,14 @@ impl Shard {
             }
             let now = Instant::now();
             if now >= deadline {
-                warn!(shard = self.id.0, inflight = self.inflight.get(), "drain timed out");
+                warn!(
+                    shard = self.id.0,
+                    inflight = self.inflight.get(),
+                    "drain timed out"
+                );
                 break;
             }
-            futures_lite::future::or(async { l.await }, glommio::timer::sleep(deadline - now)).await;
+            futures_lite::future::or(l, glommio::timer::sleep(deadline - now)).await;
         }
     }
 
@@ -368,8 +468,12 @@ pub fn partition_error_code(e: &PartitionError) -> ErrorCode {
     match e {
         PartitionError::Storage { .. } => ErrorCode::KAFKA_STORAGE_ERROR,
         PartitionError::OffsetOutOfRange { .. } => ErrorCode::OFFSET_OUT_OF_RANGE,
-        PartitionError::Sequence(SequenceError::OutOfOrder { .. }) => ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
-        PartitionError::Sequence(SequenceError::StaleEpoch { .. }) => ErrorCode::INVALID_PRODUCER_EPOCH,
+        PartitionError::Sequence(SequenceError::OutOfOrder { .. }) => {
+            ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER
+        }
+        PartitionError::Sequence(SequenceError::StaleEpoch { .. }) => {
+            ErrorCode::INVALID_PRODUCER_EPOCH
+        }
     }
 }
 

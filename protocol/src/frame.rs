@@ -19,7 +19,10 @@ pub enum FrameError {
 }
 
 /// Checks a request frame's length prefix *before* anything is allocated for its body.
-pub fn request_frame_length(prefix: [u8; FRAME_PREFIX_BYTES], max: usize) -> Result<usize, FrameError> {
+pub fn request_frame_length(
+    prefix: [u8; FRAME_PREFIX_BYTES],
+    max: usize,
+) -> Result<usize, FrameError> {
     let length = i32::from_be_bytes(prefix);
     if length < 0 {
         return Err(FrameError::Negative { length });
@@ -47,7 +50,10 @@ mod tests {
         );
         assert_eq!(
             request_frame_length(101i32.to_be_bytes(), 100),
-            Err(FrameError::TooLarge { length: 101, max: 100 })
+            Err(FrameError::TooLarge {
+                length: 101,
+                max: 100
+            })
         );
         assert_eq!(
             request_frame_length(3i32.to_be_bytes(), 100),

@@ -99,7 +99,9 @@ pub enum BatchError {
     },
     #[error("record batch at position {position} has magic {magic}; only magic 2 (RecordBatch v2) is supported")]
     UnsupportedMagic { position: usize, magic: i8 },
-    #[error("record batch at position {position} has batch_length {length}, below the header size")]
+    #[error(
+        "record batch at position {position} has batch_length {length}, below the header size"
+    )]
     BadLength { position: usize, length: i32 },
     #[error("record batch at position {position} fails its CRC32C: stored {stored:#010x}, computed {computed:#010x}")]
     CrcMismatch {
@@ -213,6 +215,9 @@ pub fn assign_offset(batch: &mut [u8], base_offset: i64, partition_leader_epoch:
     batch[12..16].copy_from_slice(&partition_leader_epoch.to_be_bytes());
 }
 
+/// A record as `build_batch` takes it: optional key, optional value.
+pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 fn put_varint(out: &mut BytesMut, value: i64) {
     let mut v = ((value << 1) ^ (value >> 63)) as u64;
     while v >= 0x80 {
@@ -225,11 +230,14 @@ fn put_varint(out: &mut BytesMut, value: i64) {
 /// Builds an uncompressed RecordBatch v2, for tests and tools. Each record is (key, value),
 /// timestamps are `base_timestamp + index`.
 pub fn build_batch(
-    records: &[(Option<&[u8]>, Option<&[u8]>)],
+    records: &[KeyValue<'_>],
     base_timestamp: i64,
     producer: Option<(i64, i16, i32)>,
 ) -> BytesMut {
-    assert!(!records.is_empty(), "a record batch holds at least one record");
+    assert!(
+        !records.is_empty(),
+        "a record batch holds at least one record"
+    );
     let mut body = BytesMut::new();
     for (i, (key, value)) in records.iter().enumerate() {
         let mut rec = BytesMut::new();
@@ -304,7 +312,11 @@ mod tests {
 
     #[test]
     fn sequence_wraps() {
-        let mut b = build_batch(&[(None, Some(b"a")), (None, Some(b"b"))], 0, Some((1, 0, i32::MAX)));
+        let mut b = build_batch(
+            &[(None, Some(b"a")), (None, Some(b"b"))],
+            0,
+            Some((1, 0, i32::MAX)),
+        );
         assign_offset(&mut b, 0, 0);
         let h = validate(&b, 0).unwrap();
         assert_eq!(h.last_sequence(), 0);

@@ -88,7 +88,11 @@ mod tests {
             // Every range must be one kafka-protocol can encode responses for.
             let k = kafka_protocol::messages::ApiKey::try_from(s.key).expect("known key");
             let valid = k.valid_versions();
-            assert!(valid.min <= s.min_version && s.max_version <= valid.max, "{}", s.name);
+            assert!(
+                valid.min <= s.min_version && s.max_version <= valid.max,
+                "{}",
+                s.name
+            );
         }
         let api_versions = lookup(api_key::API_VERSIONS).expect("registered");
         assert!(!api_versions.response_header_flexible(3));

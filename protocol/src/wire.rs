@@ -9,7 +9,9 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
-    #[error("truncated reading {what} at byte {position}: needed {needed} bytes, {available} available")]
+    #[error(
+        "truncated reading {what} at byte {position}: needed {needed} bytes, {available} available"
+    )]
     Truncated {
         what: &'static str,
         position: usize,
@@ -217,7 +219,10 @@ impl Reader {
         if self.buf.is_empty() {
             Ok(())
         } else {
-            Err(self.malformed(what, format!("{} unexpected trailing bytes", self.buf.len())))
+            Err(self.malformed(
+                what,
+                format!("{} unexpected trailing bytes", self.buf.len()),
+            ))
         }
     }
 }

@@ -20,8 +20,15 @@ pub async fn prime_executor_io(data_dir: &Path) -> std::io::Result<()> {
         std::fs::write(&path, vec![0u8; IO_PROBE_BYTES])?;
     }
     let file = DmaFile::open(&path).await.map_err(std::io::Error::from)?;
-    let read = file.read_at(0, IO_PROBE_BYTES).await.map_err(std::io::Error::from)?;
-    assert_eq!(read.len(), IO_PROBE_BYTES, "probe file shorter than written");
+    let read = file
+        .read_at(0, IO_PROBE_BYTES)
+        .await
+        .map_err(std::io::Error::from)?;
+    assert_eq!(
+        read.len(),
+        IO_PROBE_BYTES,
+        "probe file shorter than written"
+    );
     file.close().await.map_err(std::io::Error::from)?;
     Ok(())
 }

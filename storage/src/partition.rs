@@ -37,7 +37,9 @@ pub struct LogConfig {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PartitionError {
-    #[error("storage error in {dir}: {detail}; the partition is offline until the broker restarts")]
+    #[error(
+        "storage error in {dir}: {detail}; the partition is offline until the broker restarts"
+    )]
     Storage { dir: String, detail: String },
     #[error("offset {offset} is out of range: log start {log_start_offset}, high watermark {high_watermark}")]
     OffsetOutOfRange {
@@ -153,11 +155,16 @@ impl Partition {
                 stop_after = true;
                 continue;
             }
-            let file = open_segment(&path, false).await.map_err(|e| storage_err(&dir, e))?;
-            let (entries, size, torn) =
-                recover_segment(&file, &path, base, &mut producers).await.map_err(|e| storage_err(&dir, e))?;
+            let file = open_segment(&path, false)
+                .await
+                .map_err(|e| storage_err(&dir, e))?;
+            let (entries, size, torn) = recover_segment(&file, &path, base, &mut producers)
+                .await
+                .map_err(|e| storage_err(&dir, e))?;
             if torn {
-                file.truncate(size).await.map_err(|e| storage_err(&dir, e))?;
+                file.truncate(size)
+                    .await
+                    .map_err(|e| storage_err(&dir, e))?;
                 file.fdatasync().await.map_err(|e| storage_err(&dir, e))?;
                 stop_after = true;
             }
@@ -251,7 +258,11 @@ impl Partition {
     /// Appends one validated batch, assigning its offsets. The batch is not durable until
     /// [`Partition::sync_to`] returns for its last offset + 1.
     pub async fn append(&self, batch: &[u8]) -> Result<AppendOutcome, PartitionError> {
-        let _guard = self.append_lock.acquire_permit(1).await.map_err(|e| storage_err(&self.dir, e))?;
+        let _guard = self
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
         self.check_online()?;
         let header = record_batch::parse_header(batch, 0).map_err(|e| storage_err(&self.dir, e))?;
         assert_eq!(header.size(), batch.len(), "append takes exactly one batch");
@@ -261,7 +272,8 @@ impl Partition {
         let needs_roll = {
             let st = self.state.borrow();
             let active = st.segments.last().expect("active segment");
-            !active.entries.is_empty() && active.size + batch.len() as u64 > self.config.get().segment_bytes
+            !active.entries.is_empty()
+                && active.size + batch.len() as u64 > self.config.get().segment_bytes
         };
         if needs_roll {
             self.roll().await?;
@@ -285,7 +297,10 @@ impl Partition {
             size: batch.len() as u32,
             max_timestamp: header.max_timestamp,
         });
-        assert_eq!(st.active_tail.start + st.active_tail.bytes.len() as u64, active.size);
+        assert_eq!(
+            st.active_tail.start + st.active_tail.bytes.len() as u64,
+            active.size
+        );
         st.next_offset = last_offset + 1;
         if header.has_producer_id() {
             st.producers.record(
@@ -307,7 +322,10 @@ impl Partition {
         })
     }
 
-    fn check_sequence(&self, header: &BatchHeader) -> Result<Option<AppendOutcome>, PartitionError> {
+    fn check_sequence(
+        &self,
+        header: &BatchHeader,
+    ) -> Result<Option<AppendOutcome>, PartitionError> {
         if !header.has_producer_id() {
             return Ok(None);
         }
@@ -334,7 +352,11 @@ impl Partition {
     async fn roll(&self) -> Result<(), PartitionError> {
         let base = self.state.borrow().next_offset;
         let path = segment_path(&self.dir, base);
-        let file = Rc::new(open_segment(&path, true).await.map_err(|e| storage_err(&self.dir, e))?);
+        let file = Rc::new(
+            open_segment(&path, true)
+                .await
+                .map_err(|e| storage_err(&self.dir, e))?,
+        );
         sync_dir(&self.dir).map_err(|e| storage_err(&self.dir, e))?;
         let mut st = self.state.borrow_mut();
         let old = std::mem::replace(
@@ -395,20 +417,38 @@ impl Partition {
             let mut st = self.state.borrow_mut();
             let sealed = std::mem::take(&mut st.sealed_tails);
             let t = &st.active_tail;
-            (sealed, t.file.clone(), t.start, t.bytes.clone(), t.segment_base, st.next_offset)
+            (
+                sealed,
+                t.file.clone(),
+                t.start,
+                t.bytes.clone(),
+                t.segment_base,
+                st.next_offset,
+            )
         };
         for tail in sealed {
-            write_tail(&tail.file, tail.start, &tail.bytes).await.map_err(|e| storage_err(&self.dir, e))?;
-            tail.file.fdatasync().await.map_err(|e| storage_err(&self.dir, e))?;
+            write_tail(&tail.file, tail.start, &tail.bytes)
+                .await
+                .map_err(|e| storage_err(&self.dir, e))?;
+            tail.file
+                .fdatasync()
+                .await
+                .map_err(|e| storage_err(&self.dir, e))?;
             let end = tail.start + tail.bytes.len() as u64;
-            tail.file.truncate(end).await.map_err(|e| storage_err(&self.dir, e))?;
+            tail.file
+                .truncate(end)
+                .await
+                .map_err(|e| storage_err(&self.dir, e))?;
         }
         if !active_bytes.is_empty() {
             write_tail(&active_file, active_start, &active_bytes)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
         }
-        active_file.fdatasync().await.map_err(|e| storage_err(&self.dir, e))?;
+        active_file
+            .fdatasync()
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
         let mut st = self.state.borrow_mut();
         st.durable_offset = st.durable_offset.max(target);
         let align = active_file.alignment();
@@ -438,7 +478,8 @@ impl Partition {
                     high_watermark: hw,
                 });
             }
-            plan_read(&st.segments, offset, hw, max_bytes).map(|(file, pos, len)| (file, pos, len, hw, lso))
+            plan_read(&st.segments, offset, hw, max_bytes)
+                .map(|(file, pos, len)| (file, pos, len, hw, lso))
         };
         let Some((file, position, len, hw, lso)) = plan else {
             let st = self.state.borrow();
@@ -448,11 +489,17 @@ impl Partition {
                 log_start_offset: st.log_start_offset,
             });
         };
-        let data = file.read_at(position, len).await.map_err(|e| storage_err(&self.dir, e))?;
+        let data = file
+            .read_at(position, len)
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
         if data.len() != len {
             return Err(storage_err(
                 &self.dir,
-                format!("short read at position {position}: {} of {len} bytes", data.len()),
+                format!(
+                    "short read at position {position}: {} of {len} bytes",
+                    data.len()
+                ),
             ));
         }
         Ok(ReadOutcome {
@@ -484,14 +531,22 @@ impl Partition {
             let active = st.segments.last().expect("active segment");
             (active.file.clone(), active.size)
         };
-        file.truncate(size).await.map_err(|e| storage_err(&self.dir, e))?;
-        file.fdatasync().await.map_err(|e| storage_err(&self.dir, e))?;
+        file.truncate(size)
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
+        file.fdatasync()
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
         Ok(())
     }
 
     /// Takes the partition offline and removes its directory.
     pub async fn delete(&self) -> Result<(), PartitionError> {
-        let _guard = self.append_lock.acquire_permit(1).await.map_err(|e| storage_err(&self.dir, e))?;
+        let _guard = self
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
         while self.flushing.get() {
             let l = self.flushed.listen();
             if self.flushing.get() {
@@ -503,7 +558,13 @@ impl Partition {
             st.failed = Some("the topic was deleted".into());
             st.sealed_tails.clear();
         }
-        let paths: Vec<PathBuf> = self.state.borrow().segments.iter().map(|s| s.path.clone()).collect();
+        let paths: Vec<PathBuf> = self
+            .state
+            .borrow()
+            .segments
+            .iter()
+            .map(|s| s.path.clone())
+            .collect();
         info!(dir = %self.dir.display(), segments = paths.len(), "deleting partition");
         std::fs::remove_dir_all(&self.dir).map_err(|e| storage_err(&self.dir, e))?;
         if let Some(parent) = self.dir.parent() {
@@ -514,12 +575,21 @@ impl Partition {
     }
 }
 
-fn plan_read(segments: &[Segment], offset: i64, hw: i64, max_bytes: usize) -> Option<(Rc<DmaFile>, u64, usize)> {
-    let seg_idx = segments.partition_point(|s| s.base_offset <= offset).checked_sub(1)?;
+fn plan_read(
+    segments: &[Segment],
+    offset: i64,
+    hw: i64,
+    max_bytes: usize,
+) -> Option<(Rc<DmaFile>, u64, usize)> {
+    let seg_idx = segments
+        .partition_point(|s| s.base_offset <= offset)
+        .checked_sub(1)?;
     for seg in &segments[seg_idx..] {
         let first = seg.entries.partition_point(|e| e.last_offset < offset);
         let entries = &seg.entries[first..];
-        let Some(start) = entries.first() else { continue };
+        let Some(start) = entries.first() else {
+            continue;
+        };
         if start.last_offset >= hw {
             return None;
         }
@@ -542,7 +612,10 @@ async fn write_tail(file: &DmaFile, start: u64, bytes: &[u8]) -> std::io::Result
     let out = buf.as_bytes_mut();
     out[..bytes.len()].copy_from_slice(bytes);
     out[bytes.len()..].fill(0);
-    let written = file.write_at(buf, start).await.map_err(std::io::Error::from)?;
+    let written = file
+        .write_at(buf, start)
+        .await
+        .map_err(std::io::Error::from)?;
     if written != padded {
         return Err(std::io::Error::other(format!(
             "short write at position {start}: {written} of {padded} bytes"
@@ -584,7 +657,10 @@ async fn recover_segment(
             break position;
         }
         let len = want.min((file_size - position) as usize);
-        let buf = file.read_at(position, len).await.map_err(std::io::Error::from)?;
+        let buf = file
+            .read_at(position, len)
+            .await
+            .map_err(std::io::Error::from)?;
         let chunk = scan_chunk(&buf, position, next_offset);
         for (entry, header) in &chunk.batches {
             if header.has_producer_id() {
@@ -603,7 +679,10 @@ async fn recover_segment(
             entries.push(*entry);
         }
         match chunk.end {
-            ScanEnd::NeedMore { position: p, needed } => {
+            ScanEnd::NeedMore {
+                position: p,
+                needed,
+            } => {
                 if p + needed as u64 > file_size {
                     if p < file_size && !all_zero(&buf[(p - position) as usize..]) {
                         warn!(path = %path.display(), position = p, "torn batch at the end of the segment");
@@ -613,7 +692,10 @@ async fn recover_segment(
                 want = needed.max(RECOVERY_READ_BYTES);
                 position = p;
             }
-            ScanEnd::Stop { position: p, reason } => {
+            ScanEnd::Stop {
+                position: p,
+                reason,
+            } => {
                 let rest = &buf[(p - position) as usize..];
                 if !all_zero(rest) {
                     warn!(path = %path.display(), position = p, %reason, "invalid data after the valid log; truncating");

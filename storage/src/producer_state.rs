@@ -172,10 +172,19 @@ mod tests {
             t.check(7, 0, 25, 30),
             Err(SequenceError::OutOfOrder { expected: 20, .. })
         ));
-        assert!(matches!(t.check(7, -1, 20, 20), Err(SequenceError::StaleEpoch { .. })));
+        assert!(matches!(
+            t.check(7, -1, 20, 20),
+            Err(SequenceError::StaleEpoch { .. })
+        ));
         assert_eq!(t.check(7, 1, 0, 0), Ok(SequenceCheck::Append));
-        assert!(matches!(t.check(7, 1, 5, 5), Err(SequenceError::OutOfOrder { .. })));
-        assert!(matches!(t.check(8, 0, 3, 3), Err(SequenceError::OutOfOrder { .. })));
+        assert!(matches!(
+            t.check(7, 1, 5, 5),
+            Err(SequenceError::OutOfOrder { .. })
+        ));
+        assert!(matches!(
+            t.check(8, 0, 3, 3),
+            Err(SequenceError::OutOfOrder { .. })
+        ));
     }
 
     #[test]
@@ -184,7 +193,13 @@ mod tests {
         for i in 0..6 {
             t.record(1, 0, batch(i, i, i64::from(i)));
         }
-        assert_eq!(t.check(1, 0, 1, 1), Ok(SequenceCheck::Duplicate { base_offset: 1, last_offset: 1 }));
+        assert_eq!(
+            t.check(1, 0, 1, 1),
+            Ok(SequenceCheck::Duplicate {
+                base_offset: 1,
+                last_offset: 1
+            })
+        );
         assert!(t.check(1, 0, 0, 0).is_err());
     }
 }

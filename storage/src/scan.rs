@@ -38,25 +38,52 @@ pub fn scan_chunk(buf: &[u8], position: u64, mut next_offset: i64) -> ScanChunk 
         let rest = &buf[at..];
         if rest.len() < LOG_OVERHEAD_BYTES {
             let needed = record_batch::RECORD_BATCH_HEADER_BYTES;
-            return ScanChunk { batches, end: ScanEnd::NeedMore { position: here, needed } };
+            return ScanChunk {
+                batches,
+                end: ScanEnd::NeedMore {
+                    position: here,
+                    needed,
+                },
+            };
         }
         let header = match record_batch::parse_header(rest, here as usize) {
             Ok(h) => h,
             Err(record_batch::BatchError::Truncated { needed, .. }) => {
-                return ScanChunk { batches, end: ScanEnd::NeedMore { position: here, needed } };
+                return ScanChunk {
+                    batches,
+                    end: ScanEnd::NeedMore {
+                        position: here,
+                        needed,
+                    },
+                };
             }
             Err(e) => {
-                return ScanChunk { batches, end: ScanEnd::Stop { position: here, reason: e.to_string() } };
+                return ScanChunk {
+                    batches,
+                    end: ScanEnd::Stop {
+                        position: here,
+                        reason: e.to_string(),
+                    },
+                };
             }
         };
         if rest.len() < header.size() {
             return ScanChunk {
                 batches,
-                end: ScanEnd::NeedMore { position: here, needed: header.size() },
+                end: ScanEnd::NeedMore {
+                    position: here,
+                    needed: header.size(),
+                },
             };
         }
         if let Err(e) = record_batch::validate(rest, here as usize) {
-            return ScanChunk { batches, end: ScanEnd::Stop { position: here, reason: e.to_string() } };
+            return ScanChunk {
+                batches,
+                end: ScanEnd::Stop {
+                    position: here,
+                    reason: e.to_string(),
+                },
+            };
         }
         if header.base_offset != next_offset {
             return ScanChunk {
@@ -93,7 +120,11 @@ mod tests {
         let mut offset = 0;
         for i in 0..n {
             let v = format!("value-{i}");
-            let mut b = build_batch(&[(None, Some(v.as_bytes())), (None, Some(b"x"))], 1000, None);
+            let mut b = build_batch(
+                &[(None, Some(v.as_bytes())), (None, Some(b"x"))],
+                1000,
+                None,
+            );
             assign_offset(&mut b, offset, 0);
             offset += 2;
             out.extend_from_slice(&b);
@@ -107,7 +138,9 @@ mod tests {
         let c = scan_chunk(&log, 0, 0);
         assert_eq!(c.batches.len(), 3);
         assert_eq!(c.batches[2].0.last_offset, 5);
-        assert!(matches!(c.end, ScanEnd::NeedMore { position, .. } if position == log.len() as u64));
+        assert!(
+            matches!(c.end, ScanEnd::NeedMore { position, .. } if position == log.len() as u64)
+        );
     }
 
     #[test]

@@ -22,10 +22,17 @@ where
 
 fn batch(i: usize, producer: Option<(i64, i16, i32)>) -> Vec<u8> {
     let v = format!("value-{i:06}");
-    build_batch(&[(None, Some(v.as_bytes())), (Some(b"k"), Some(b"second"))], 1_000 + i as i64, producer).to_vec()
+    build_batch(
+        &[(None, Some(v.as_bytes())), (Some(b"k"), Some(b"second"))],
+        1_000 + i as i64,
+        producer,
+    )
+    .to_vec()
 }
 
-const CONFIG: LogConfig = LogConfig { segment_bytes: 4 * 1024 };
+const CONFIG: LogConfig = LogConfig {
+    segment_bytes: 4 * 1024,
+};
 
 async fn offsets_in(p: &Partition, from: i64) -> Vec<i64> {
     let mut out = Vec::new();
@@ -66,7 +73,10 @@ fn append_sync_read_roll_and_reopen() {
         // A fetch from the middle of a batch starts with that batch.
         let r = p.read(5, 1).await.unwrap();
         assert_eq!(validate_all(&r.records).unwrap()[0].1.base_offset, 4);
-        assert!(matches!(p.read(601, 10).await, Err(PartitionError::OffsetOutOfRange { .. })));
+        assert!(matches!(
+            p.read(601, 10).await,
+            Err(PartitionError::OffsetOutOfRange { .. })
+        ));
         assert_eq!(p.read(600, 10).await.unwrap().records.len(), 0);
         p.close().await.unwrap();
         drop(p);
@@ -83,7 +93,10 @@ fn append_sync_read_roll_and_reopen() {
 }
 
 fn active_segment(dir: &Path) -> std::path::PathBuf {
-    let mut logs: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     logs.sort();
     logs.pop().unwrap()
 }
@@ -95,7 +108,14 @@ fn torn_tail_and_garbage_are_truncated_keeping_every_synced_batch() {
     run(move || async move {
         prime_executor_io(&path).await.unwrap();
         let pdir = path.join("t-0");
-        let p = Partition::open(pdir.clone(), LogConfig { segment_bytes: 1 << 30 }).await.unwrap();
+        let p = Partition::open(
+            pdir.clone(),
+            LogConfig {
+                segment_bytes: 1 << 30,
+            },
+        )
+        .await
+        .unwrap();
         for i in 0..50 {
             p.append(&batch(i, None)).await.unwrap();
         }
@@ -111,7 +131,14 @@ fn torn_tail_and_garbage_are_truncated_keeping_every_synced_batch() {
         bytes.extend((0..5000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
         std::fs::write(&seg, &bytes).unwrap();
 
-        let p = Partition::open(pdir.clone(), LogConfig { segment_bytes: 1 << 30 }).await.unwrap();
+        let p = Partition::open(
+            pdir.clone(),
+            LogConfig {
+                segment_bytes: 1 << 30,
+            },
+        )
+        .await
+        .unwrap();
         assert_eq!(p.high_watermark(), 100);
         assert_eq!(offsets_in(&p, 0).await.len(), 50);
         let out = p.append(&batch(50, None)).await.unwrap();
@@ -135,7 +162,10 @@ fn idempotent_producer_state_survives_reopen() {
         let dup = p.append(&batch(0, Some((42, 0, 0)))).await.unwrap();
         assert!(dup.duplicate);
         assert_eq!(dup.base_offset, first.base_offset);
-        assert!(matches!(p.append(&batch(9, Some((42, 0, 9)))).await, Err(PartitionError::Sequence(_))));
+        assert!(matches!(
+            p.append(&batch(9, Some((42, 0, 9)))).await,
+            Err(PartitionError::Sequence(_))
+        ));
         p.close().await.unwrap();
         drop(p);
         let p = Partition::open(pdir, CONFIG).await.unwrap();

@@ -13,7 +13,11 @@ pub fn handle(spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> Handler
     // Clients may send newer v3 bodies with extra fields; Kafka ignores them, so do we.
     let _ = decode_all(r, |r| api_versions::decode(r, v));
     let mut out = BytesMut::new();
-    let start = begin_response(&mut out, header.correlation_id, spec.response_header_flexible(v));
+    let start = begin_response(
+        &mut out,
+        header.correlation_id,
+        spec.response_header_flexible(v),
+    );
     api_versions::encode_response(&mut out, v, ErrorCode::NONE);
     finish_frame(&mut out, start);
     Ok(Some(out))

@@ -3,7 +3,9 @@
 
 use std::rc::Rc;
 
-use kafka_protocol::messages::create_topics_response::{CreatableTopicResult, CreateTopicsResponse};
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicResult, CreateTopicsResponse,
+};
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::create_topics;
@@ -14,33 +16,61 @@ use crate::controller::check_new_topic;
 use crate::routing::ShardId;
 use crate::shard::{call, NewTopic, Shard, ShardRequest};
 
-pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> HandlerResult {
+/// The outcome of checking (and maybe creating) one topic: an error code and message on failure.
+type TopicCheck = Result<(), (ErrorCode, Option<String>)>;
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| create_topics::decode(r, v))?;
     let catalog = shard.catalog();
-    let mut outcomes: Vec<(String, i32, Result<(), (ErrorCode, Option<String>)>)> = Vec::new();
+    let mut outcomes: Vec<(String, i32, TopicCheck)> = Vec::new();
     let mut to_create: Vec<(usize, NewTopic)> = Vec::new();
     for t in &req.topics {
-        let partitions = if t.num_partitions == -1 { shard.config.num_partitions } else { t.num_partitions };
+        let partitions = if t.num_partitions == -1 {
+            shard.config.num_partitions
+        } else {
+            t.num_partitions
+        };
         let new = NewTopic {
             name: t.name.clone(),
             partitions,
-            configs: t.configs.iter().map(|(k, v)| (k.clone(), v.clone().unwrap_or_default())).collect(),
+            configs: t
+                .configs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone().unwrap_or_default()))
+                .collect(),
         };
         let mut check = if outcomes.iter().any(|(n, _, _)| n == &t.name) {
-            Err((ErrorCode::INVALID_REQUEST, Some(format!("topic {:?} appears twice in the request", t.name))))
+            Err((
+                ErrorCode::INVALID_REQUEST,
+                Some(format!("topic {:?} appears twice in the request", t.name)),
+            ))
         } else if t.has_assignments {
-            Err((ErrorCode::INVALID_REPLICA_ASSIGNMENT, Some("manual replica assignment is not supported".into())))
+            Err((
+                ErrorCode::INVALID_REPLICA_ASSIGNMENT,
+                Some("manual replica assignment is not supported".into()),
+            ))
         } else if t.replication_factor != -1 && t.replication_factor != 1 {
             Err((
                 ErrorCode::INVALID_REPLICATION_FACTOR,
-                Some(format!("replication factor {} is larger than the 1 available broker", t.replication_factor)),
+                Some(format!(
+                    "replication factor {} is larger than the 1 available broker",
+                    t.replication_factor
+                )),
             ))
         } else {
             check_new_topic(&catalog, &new)
         };
         if let Some((k, _)) = t.configs.iter().find(|(_, v)| v.is_none()) {
-            check = check.and(Err((ErrorCode::INVALID_CONFIG, Some(format!("topic config {k} has a null value")))));
+            check = check.and(Err((
+                ErrorCode::INVALID_CONFIG,
+                Some(format!("topic config {k} has a null value")),
+            )));
         }
         if check.is_ok() && !req.validate_only {
             to_create.push((outcomes.len(), new));
@@ -50,9 +80,12 @@ pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r
     if !to_create.is_empty() {
         let (idx, topics): (Vec<usize>, Vec<NewTopic>) = to_create.into_iter().unzip();
         let n = topics.len();
-        let results = call(shard, ShardId(0), |reply| ShardRequest::CreateTopics { topics, reply })
-            .await
-            .unwrap_or_else(|| vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); n]);
+        let results = call(shard, ShardId(0), |reply| ShardRequest::CreateTopics {
+            topics,
+            reply,
+        })
+        .await
+        .unwrap_or_else(|| vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); n]);
         for (i, (code, msg)) in idx.into_iter().zip(results) {
             if code.is_error() {
                 outcomes[i].2 = Err((code, msg));
@@ -89,5 +122,9 @@ pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r
             t
         })
         .collect();
-    frame(spec, header, &CreateTopicsResponse::default().with_topics(topics))
+    frame(
+        spec,
+        header,
+        &CreateTopicsResponse::default().with_topics(topics),
+    )
 }

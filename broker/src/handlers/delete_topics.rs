@@ -3,7 +3,9 @@
 
 use std::rc::Rc;
 
-use kafka_protocol::messages::delete_topics_response::{DeletableTopicResult, DeleteTopicsResponse};
+use kafka_protocol::messages::delete_topics_response::{
+    DeletableTopicResult, DeleteTopicsResponse,
+};
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::delete_topics;
@@ -13,7 +15,12 @@ use super::{decode_all, frame, topic_name, HandlerResult};
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
 
-pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> HandlerResult {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| delete_topics::decode(r, v))?;
     let catalog = shard.catalog();
@@ -24,8 +31,18 @@ pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r
         .map(|(name, id)| {
             let id = uuid::Uuid::from_bytes(*id);
             match name {
-                Some(n) => (Some(n.clone()), catalog.topics.get(n).map(|t| t.uuid()).unwrap_or_default()),
-                None => (catalog.topics.values().find(|t| t.uuid() == id).map(|t| t.name.clone()), id),
+                Some(n) => (
+                    Some(n.clone()),
+                    catalog.topics.get(n).map(|t| t.uuid()).unwrap_or_default(),
+                ),
+                None => (
+                    catalog
+                        .topics
+                        .values()
+                        .find(|t| t.uuid() == id)
+                        .map(|t| t.name.clone()),
+                    id,
+                ),
             }
         })
         .collect();
@@ -34,9 +51,12 @@ pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r
     let codes = if known.is_empty() {
         Vec::new()
     } else {
-        call(shard, ShardId(0), |reply| ShardRequest::DeleteTopics { names: known, reply })
-            .await
-            .unwrap_or_else(|| vec![ErrorCode::UNKNOWN_SERVER_ERROR; n])
+        call(shard, ShardId(0), |reply| ShardRequest::DeleteTopics {
+            names: known,
+            reply,
+        })
+        .await
+        .unwrap_or_else(|| vec![ErrorCode::UNKNOWN_SERVER_ERROR; n])
     };
     let mut codes = codes.into_iter();
     let responses = names
@@ -55,5 +75,9 @@ pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r
             r
         })
         .collect();
-    frame(spec, header, &DeleteTopicsResponse::default().with_responses(responses))
+    frame(
+        spec,
+        header,
+        &DeleteTopicsResponse::default().with_responses(responses),
+    )
 }

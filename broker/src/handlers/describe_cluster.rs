@@ -2,7 +2,9 @@
 
 use std::rc::Rc;
 
-use kafka_protocol::messages::describe_cluster_response::{DescribeClusterBroker, DescribeClusterResponse};
+use kafka_protocol::messages::describe_cluster_response::{
+    DescribeClusterBroker, DescribeClusterResponse,
+};
 use kafka_protocol::messages::BrokerId;
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::ApiSpec;
@@ -12,7 +14,12 @@ use tributary_protocol::Reader;
 use super::{decode_all, frame, str_bytes, HandlerResult};
 use crate::shard::Shard;
 
-pub fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> HandlerResult {
+pub fn handle(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| describe_cluster::decode(r, v))?;
     let cfg = &shard.config;

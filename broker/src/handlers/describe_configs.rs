@@ -4,7 +4,8 @@
 use std::rc::Rc;
 
 use kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult, DescribeConfigsSynonym,
+    DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult,
+    DescribeConfigsSynonym,
 };
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::ApiSpec;
@@ -30,7 +31,12 @@ struct Entry {
     doc: &'static str,
 }
 
-pub fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> HandlerResult {
+pub fn handle(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| describe_configs::decode(r, v))?;
     let catalog = shard.catalog();
@@ -46,21 +52,46 @@ pub fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut
                     Some(t) => Ok(TOPIC_KEYS
                         .iter()
                         .map(|k| match t.configs.get(k.name) {
-                            Some(val) => Entry { name: k.name, value: val.clone(), source: SOURCE_DYNAMIC_TOPIC, read_only: false, kind: k.kind, doc: k.doc },
-                            None => Entry { name: k.name, value: topic_default(&shard.config, k.name), source: SOURCE_DEFAULT, read_only: false, kind: k.kind, doc: k.doc },
+                            Some(val) => Entry {
+                                name: k.name,
+                                value: val.clone(),
+                                source: SOURCE_DYNAMIC_TOPIC,
+                                read_only: false,
+                                kind: k.kind,
+                                doc: k.doc,
+                            },
+                            None => Entry {
+                                name: k.name,
+                                value: topic_default(&shard.config, k.name),
+                                source: SOURCE_DEFAULT,
+                                read_only: false,
+                                kind: k.kind,
+                                doc: k.doc,
+                            },
                         })
                         .collect()),
-                    None => Err((ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {:?} does not exist", res.resource_name))),
+                    None => Err((
+                        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                        format!("topic {:?} does not exist", res.resource_name),
+                    )),
                 },
-                RESOURCE_BROKER if res.resource_name.is_empty() || res.resource_name == shard.config.node_id.to_string() => {
+                RESOURCE_BROKER
+                    if res.resource_name.is_empty()
+                        || res.resource_name == shard.config.node_id.to_string() =>
+                {
                     Ok(BROKER_KEYS
                         .iter()
                         .map(|k| {
-                            let (value, set) = shard.config.values.get(k.name).cloned().unwrap_or_default();
+                            let (value, set) =
+                                shard.config.values.get(k.name).cloned().unwrap_or_default();
                             Entry {
                                 name: k.name,
                                 value,
-                                source: if set { SOURCE_STATIC_BROKER } else { SOURCE_DEFAULT },
+                                source: if set {
+                                    SOURCE_STATIC_BROKER
+                                } else {
+                                    SOURCE_DEFAULT
+                                },
                                 read_only: true,
                                 kind: k.kind,
                                 doc: k.doc,
@@ -68,15 +99,27 @@ pub fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut
                         })
                         .collect())
                 }
-                RESOURCE_BROKER => Err((ErrorCode::INVALID_REQUEST, format!("broker {:?} is not this broker", res.resource_name))),
-                other => Err((ErrorCode::INVALID_REQUEST, format!("resource type {other} is not supported"))),
+                RESOURCE_BROKER => Err((
+                    ErrorCode::INVALID_REQUEST,
+                    format!("broker {:?} is not this broker", res.resource_name),
+                )),
+                other => Err((
+                    ErrorCode::INVALID_REQUEST,
+                    format!("resource type {other} is not supported"),
+                )),
             };
             match entries {
-                Err((code, msg)) => base.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg))),
+                Err((code, msg)) => base
+                    .with_error_code(code.code())
+                    .with_error_message(Some(str_bytes(&msg))),
                 Ok(entries) => {
                     let configs = entries
                         .into_iter()
-                        .filter(|e| res.configuration_keys.as_ref().is_none_or(|keys| keys.iter().any(|k| k == e.name)))
+                        .filter(|e| {
+                            res.configuration_keys
+                                .as_ref()
+                                .is_none_or(|keys| keys.iter().any(|k| k == e.name))
+                        })
                         .map(|e| {
                             let mut c = DescribeConfigsResourceResult::default()
                                 .with_name(str_bytes(e.name))
@@ -104,5 +147,9 @@ pub fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut
             }
         })
         .collect();
-    frame(spec, header, &DescribeConfigsResponse::default().with_results(results))
+    frame(
+        spec,
+        header,
+        &DescribeConfigsResponse::default().with_results(results),
+    )
 }

@@ -17,19 +17,33 @@ use crate::shard::{call, FetchResult, Shard, ShardRequest};
 /// Longest long-poll a client may ask for; a larger `max_wait_ms` is capped to this.
 pub const FETCH_MAX_WAIT_MS_CAP: u64 = 60_000;
 
-pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> HandlerResult {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| fetch::decode(r, v))?;
     let wait = Duration::from_millis((req.max_wait_ms.max(0) as u64).min(FETCH_MAX_WAIT_MS_CAP));
     let deadline = Instant::now() + wait;
-    let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
+    let max_bytes = if req.max_bytes <= 0 {
+        i32::MAX as usize
+    } else {
+        req.max_bytes as usize
+    };
     let items: Vec<(String, i32, i64, usize)> = req
         .topics
         .iter()
         .flat_map(|t| {
-            t.partitions
-                .iter()
-                .map(|p| (t.name.clone(), p.partition, p.fetch_offset, p.partition_max_bytes.max(0) as usize))
+            t.partitions.iter().map(|p| {
+                (
+                    t.name.clone(),
+                    p.partition,
+                    p.fetch_offset,
+                    p.partition_max_bytes.max(0) as usize,
+                )
+            })
         })
         .collect();
     let catalog = shard.catalog();
@@ -37,7 +51,11 @@ pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r
         let results = read_all(shard, &catalog, &items, max_bytes).await;
         let bytes: usize = results.iter().map(|r| r.records.len()).sum();
         let errors = results.iter().any(|r| r.error.is_error());
-        if bytes >= req.min_bytes.max(0) as usize || errors || Instant::now() >= deadline || shard.draining.get() {
+        if bytes >= req.min_bytes.max(0) as usize
+            || errors
+            || Instant::now() >= deadline
+            || shard.draining.get()
+        {
             break results;
         }
         wait_for_data(shard, &items, deadline).await;
@@ -54,12 +72,25 @@ pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r
         };
         match topics.last_mut().filter(|t| &t.name == topic) {
             Some(t) => t.partitions.push(part),
-            None => topics.push(FetchTopicResponse { name: topic.clone(), partitions: vec![part] }),
+            None => topics.push(FetchTopicResponse {
+                name: topic.clone(),
+                partitions: vec![part],
+            }),
         }
     }
     let mut out = BytesMut::new();
-    let start = begin_response(&mut out, header.correlation_id, spec.response_header_flexible(v));
-    fetch::encode_response(&mut out, v, ErrorCode::NONE, req.isolation_level == 1, &topics);
+    let start = begin_response(
+        &mut out,
+        header.correlation_id,
+        spec.response_header_flexible(v),
+    );
+    fetch::encode_response(
+        &mut out,
+        v,
+        ErrorCode::NONE,
+        req.isolation_level == 1,
+        &topics,
+    );
     finish_frame(&mut out, start);
     Ok(Some(out))
 }
@@ -73,16 +104,30 @@ async fn read_all(
     max_bytes: usize,
 ) -> Vec<FetchResult> {
     let reads = items.iter().map(|(topic, partition, offset, part_max)| {
-        let known = catalog.topics.get(topic).is_some_and(|t| *partition >= 0 && *partition < t.partitions);
-        let (topic, partition, offset, limit) = (topic.clone(), *partition, *offset, (*part_max).min(max_bytes));
+        let known = catalog
+            .topics
+            .get(topic)
+            .is_some_and(|t| *partition >= 0 && *partition < t.partitions);
+        let (topic, partition, offset, limit) = (
+            topic.clone(),
+            *partition,
+            *offset,
+            (*part_max).min(max_bytes),
+        );
         async move {
             if !known {
                 return unknown();
             }
             let owner = shard.owner(&topic, partition);
-            call(shard, owner, move |reply| ShardRequest::Fetch { topic, partition, offset, max_bytes: limit, reply })
-                .await
-                .unwrap_or_else(unknown)
+            call(shard, owner, move |reply| ShardRequest::Fetch {
+                topic,
+                partition,
+                offset,
+                max_bytes: limit,
+                reply,
+            })
+            .await
+            .unwrap_or_else(unknown)
         }
     });
     let mut results = futures::future::join_all(reads).await;
@@ -101,7 +146,12 @@ async fn read_all(
 }
 
 fn unknown() -> FetchResult {
-    FetchResult { error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, records: Bytes::new(), high_watermark: -1, log_start_offset: -1 }
+    FetchResult {
+        error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+        records: Bytes::new(),
+        high_watermark: -1,
+        log_start_offset: -1,
+    }
 }
 
 /// Returns when any owner reports a high watermark past a fetched offset, or at `deadline`.
@@ -114,7 +164,13 @@ async fn wait_for_data(shard: &Rc<Shard>, items: &[(String, i32, i64, usize)], d
         .into_iter()
         .enumerate()
         .filter(|(_, w)| !w.is_empty())
-        .map(|(s, items)| Box::pin(call(shard, ShardId(s), move |reply| ShardRequest::Watch { items, deadline, reply })))
+        .map(|(s, items)| {
+            Box::pin(call(shard, ShardId(s), move |reply| ShardRequest::Watch {
+                items,
+                deadline,
+                reply,
+            }))
+        })
         .collect();
     if watches.is_empty() {
         let now = Instant::now();

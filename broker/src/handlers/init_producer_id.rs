@@ -14,14 +14,26 @@ use super::{decode_all, frame, HandlerResult};
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
 
-pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> HandlerResult {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| init_producer_id::decode(r, v))?;
     let resp = InitProducerIdResponse::default();
     if req.transactional_id.is_some() {
-        return frame(spec, header, &resp.with_error_code(ErrorCode::COORDINATOR_NOT_AVAILABLE.code()));
+        return frame(
+            spec,
+            header,
+            &resp.with_error_code(ErrorCode::COORDINATOR_NOT_AVAILABLE.code()),
+        );
     }
-    let allocated = call(shard, ShardId(0), |reply| ShardRequest::AllocateProducerId { reply }).await;
+    let allocated = call(shard, ShardId(0), |reply| {
+        ShardRequest::AllocateProducerId { reply }
+    })
+    .await;
     let resp = match allocated {
         Some(Ok(id)) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
         Some(Err(e)) => {

@@ -14,21 +14,34 @@ use tributary_protocol::{ErrorCode, Reader};
 use super::{decode_all, frame, topic_name, HandlerResult};
 use crate::shard::{call, Shard, ShardRequest};
 
-pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> HandlerResult {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| list_offsets::decode(r, v))?;
     let catalog = shard.catalog();
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         let lookups = t.partitions.iter().map(|p| {
-            let known = catalog.topics.get(&t.name).is_some_and(|m| p.partition >= 0 && p.partition < m.partitions);
+            let known = catalog
+                .topics
+                .get(&t.name)
+                .is_some_and(|m| p.partition >= 0 && p.partition < m.partitions);
             let (topic, partition, timestamp) = (t.name.clone(), p.partition, p.timestamp);
             async move {
                 let (error, offset, ts) = if known {
                     let owner = shard.owner(&topic, partition);
-                    call(shard, owner, move |reply| ShardRequest::ListOffset { topic, partition, timestamp, reply })
-                        .await
-                        .unwrap_or((ErrorCode::UNKNOWN_SERVER_ERROR, -1, -1))
+                    call(shard, owner, move |reply| ShardRequest::ListOffset {
+                        topic,
+                        partition,
+                        timestamp,
+                        reply,
+                    })
+                    .await
+                    .unwrap_or((ErrorCode::UNKNOWN_SERVER_ERROR, -1, -1))
                 } else {
                     (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
                 };
@@ -44,7 +57,15 @@ pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r
             }
         });
         let partitions = futures::future::join_all(lookups).await;
-        topics.push(ListOffsetsTopicResponse::default().with_name(topic_name(&t.name)).with_partitions(partitions));
+        topics.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(topic_name(&t.name))
+                .with_partitions(partitions),
+        );
     }
-    frame(spec, header, &ListOffsetsResponse::default().with_topics(topics))
+    frame(
+        spec,
+        header,
+        &ListOffsetsResponse::default().with_topics(topics),
+    )
 }

@@ -18,7 +18,12 @@ use crate::catalog::Catalog;
 use crate::routing::ShardId;
 use crate::shard::{call, NewTopic, Shard, ShardRequest};
 
-pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> HandlerResult {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| metadata::decode(r, v))?;
     let mut catalog = shard.catalog();
@@ -30,10 +35,18 @@ pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r
             .iter()
             .flatten()
             .filter(|n| !catalog.topics.contains_key(*n) && validate_topic_name(n).is_ok())
-            .map(|n| NewTopic { name: n.clone(), partitions: shard.config.num_partitions, configs: Vec::new() })
+            .map(|n| NewTopic {
+                name: n.clone(),
+                partitions: shard.config.num_partitions,
+                configs: Vec::new(),
+            })
             .collect();
         if !missing.is_empty() && req.allow_auto_topic_creation && shard.config.auto_create_topics {
-            call(shard, ShardId(0), |reply| ShardRequest::CreateTopics { topics: missing, reply }).await;
+            call(shard, ShardId(0), |reply| ShardRequest::CreateTopics {
+                topics: missing,
+                reply,
+            })
+            .await;
             catalog = shard.catalog();
         }
     }
@@ -41,7 +54,10 @@ pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r
         Some(n) => n,
         None => catalog.topics.keys().cloned().map(Some).collect(),
     };
-    let topics = names.iter().map(|n| describe_topic(shard, &catalog, n.as_deref(), v)).collect();
+    let topics = names
+        .iter()
+        .map(|n| describe_topic(shard, &catalog, n.as_deref(), v))
+        .collect();
     let cfg = &shard.config;
     let mut resp = MetadataResponse::default()
         .with_brokers(vec![MetadataResponseBroker::default()
@@ -58,11 +74,18 @@ pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r
     frame(spec, header, &resp)
 }
 
-fn describe_topic(shard: &Shard, catalog: &Catalog, name: Option<&str>, v: i16) -> MetadataResponseTopic {
+fn describe_topic(
+    shard: &Shard,
+    catalog: &Catalog,
+    name: Option<&str>,
+    v: i16,
+) -> MetadataResponseTopic {
     let node = BrokerId(shard.config.node_id);
     let mut t = MetadataResponseTopic::default();
     let Some(name) = name else {
-        return t.with_error_code(ErrorCode::UNKNOWN_TOPIC_ID.code()).with_name(None);
+        return t
+            .with_error_code(ErrorCode::UNKNOWN_TOPIC_ID.code())
+            .with_name(None);
     };
     t = t.with_name(Some(topic_name(name)));
     if v >= 1 {

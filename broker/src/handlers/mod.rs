@@ -26,7 +26,12 @@ use crate::shard::Shard;
 
 pub type HandlerResult = Result<Option<BytesMut>, String>;
 
-pub async fn dispatch(shard: &Rc<Shard>, spec: &'static ApiSpec, header: &RequestHeader, r: Reader) -> HandlerResult {
+pub async fn dispatch(
+    shard: &Rc<Shard>,
+    spec: &'static ApiSpec,
+    header: &RequestHeader,
+    r: Reader,
+) -> HandlerResult {
     let mut r = r;
     let v = header.api_version;
     match spec.key {
@@ -40,13 +45,26 @@ pub async fn dispatch(shard: &Rc<Shard>, spec: &'static ApiSpec, header: &Reques
         api_key::INIT_PRODUCER_ID => init_producer_id::handle(shard, spec, header, &mut r).await,
         api_key::DESCRIBE_CONFIGS => describe_configs::handle(shard, spec, header, &mut r),
         api_key::DESCRIBE_CLUSTER => describe_cluster::handle(shard, spec, header, &mut r),
-        other => Err(format!("API key {other} v{v} is registered but has no handler")),
+        other => Err(format!(
+            "API key {other} v{v} is registered but has no handler"
+        )),
     }
 }
 
-pub(crate) fn frame<M: Encodable>(spec: &ApiSpec, header: &RequestHeader, body: &M) -> HandlerResult {
+pub(crate) fn frame<M: Encodable>(
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    body: &M,
+) -> HandlerResult {
     let mut out = BytesMut::new();
-    encode_frame(&mut out, spec, header.api_version, header.correlation_id, body).map_err(|e| e.to_string())?;
+    encode_frame(
+        &mut out,
+        spec,
+        header.api_version,
+        header.correlation_id,
+        body,
+    )
+    .map_err(|e| e.to_string())?;
     Ok(Some(out))
 }
 

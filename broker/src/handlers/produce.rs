@@ -4,7 +4,9 @@
 use std::rc::Rc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, ProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
+};
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::record_batch::{self, BatchError};
 use tributary_protocol::registry::ApiSpec;
@@ -15,7 +17,12 @@ use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::catalog::{topic_default, Catalog};
 use crate::shard::{call, ProduceResult, Shard, ShardRequest};
 
-pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> HandlerResult {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| produce::decode(r, v))?;
     let catalog = shard.catalog();
@@ -24,9 +31,15 @@ pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r
     for topic in &req.topics {
         for p in &topic.partitions {
             let check = if !acks_ok {
-                Err((ErrorCode::INVALID_REQUIRED_ACKS, format!("acks must be -1, 0 or 1, got {}", req.acks)))
+                Err((
+                    ErrorCode::INVALID_REQUIRED_ACKS,
+                    format!("acks must be -1, 0 or 1, got {}", req.acks),
+                ))
             } else if req.transactional_id.is_some() {
-                Err((ErrorCode::INVALID_REQUEST, "transactional produce is not supported yet".into()))
+                Err((
+                    ErrorCode::INVALID_REQUEST,
+                    "transactional produce is not supported yet".into(),
+                ))
             } else {
                 check_partition(shard, &catalog, &topic.name, p.index, p.records.as_ref())
             };
@@ -34,21 +47,40 @@ pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r
         }
     }
     let acks = req.acks;
-    let results = futures::future::join_all(pending.into_iter().map(|(t, p, check, records)| async move {
-        let result = match check {
-            Err((error, msg)) => (ProduceResult { error, base_offset: -1, log_start_offset: -1 }, Some(msg)),
-            Ok(()) => {
-                let batch = records.unwrap_or_default();
-                let owner = shard.owner(&t, p);
-                let topic = t.clone();
-                let res = call(shard, owner, move |reply| ShardRequest::Produce { topic, partition: p, batch, acks, reply })
+    let results = futures::future::join_all(pending.into_iter().map(
+        |(t, p, check, records)| async move {
+            let result = match check {
+                Err((error, msg)) => (
+                    ProduceResult {
+                        error,
+                        base_offset: -1,
+                        log_start_offset: -1,
+                    },
+                    Some(msg),
+                ),
+                Ok(()) => {
+                    let batch = records.unwrap_or_default();
+                    let owner = shard.owner(&t, p);
+                    let topic = t.clone();
+                    let res = call(shard, owner, move |reply| ShardRequest::Produce {
+                        topic,
+                        partition: p,
+                        batch,
+                        acks,
+                        reply,
+                    })
                     .await
-                    .unwrap_or(ProduceResult { error: ErrorCode::UNKNOWN_SERVER_ERROR, base_offset: -1, log_start_offset: -1 });
-                (res, None)
-            }
-        };
-        (t, p, result)
-    }))
+                    .unwrap_or(ProduceResult {
+                        error: ErrorCode::UNKNOWN_SERVER_ERROR,
+                        base_offset: -1,
+                        log_start_offset: -1,
+                    });
+                    (res, None)
+                }
+            };
+            (t, p, result)
+        },
+    ))
     .await;
     if acks == 0 {
         return Ok(None);
@@ -68,10 +100,18 @@ pub async fn handle(shard: &Rc<Shard>, spec: &ApiSpec, header: &RequestHeader, r
         }
         match topics.iter_mut().find(|x| x.name.0.as_str() == t) {
             Some(x) => x.partition_responses.push(part),
-            None => topics.push(TopicProduceResponse::default().with_name(topic_name(&t)).with_partition_responses(vec![part])),
+            None => topics.push(
+                TopicProduceResponse::default()
+                    .with_name(topic_name(&t))
+                    .with_partition_responses(vec![part]),
+            ),
         }
     }
-    frame(spec, header, &ProduceResponse::default().with_responses(topics))
+    frame(
+        spec,
+        header,
+        &ProduceResponse::default().with_responses(topics),
+    )
 }
 
 /// The checks Kafka's `LogValidator` makes before an append, as error codes.
@@ -83,13 +123,22 @@ fn check_partition(
     records: Option<&Bytes>,
 ) -> Result<(), (ErrorCode, String)> {
     let Some(meta) = catalog.topics.get(topic) else {
-        return Err((ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {topic:?} does not exist")));
+        return Err((
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("topic {topic:?} does not exist"),
+        ));
     };
     if partition < 0 || partition >= meta.partitions {
-        return Err((ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, format!("topic {topic:?} has no partition {partition}")));
+        return Err((
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("topic {topic:?} has no partition {partition}"),
+        ));
     }
     let Some(records) = records.filter(|r| !r.is_empty()) else {
-        return Err((ErrorCode::CORRUPT_MESSAGE, "the produce request carries no records".into()));
+        return Err((
+            ErrorCode::CORRUPT_MESSAGE,
+            "the produce request carries no records".into(),
+        ));
     };
     let max: usize = meta
         .configs
@@ -101,7 +150,10 @@ fn check_partition(
     if records.len() > max {
         return Err((
             ErrorCode::MESSAGE_TOO_LARGE,
-            format!("record batch of {} bytes exceeds max.message.bytes {max}", records.len()),
+            format!(
+                "record batch of {} bytes exceeds max.message.bytes {max}",
+                records.len()
+            ),
         ));
     }
     let batches = record_batch::validate_all(records).map_err(|e| match e {
@@ -111,17 +163,28 @@ fn check_partition(
     if batches.len() != 1 {
         return Err((
             ErrorCode::INVALID_RECORD,
-            format!("produce requests v3+ must carry exactly one record batch per partition, got {}", batches.len()),
+            format!(
+                "produce requests v3+ must carry exactly one record batch per partition, got {}",
+                batches.len()
+            ),
         ));
     }
     let header = batches[0].1;
     if header.is_control() || header.is_transactional() {
-        return Err((ErrorCode::INVALID_RECORD, "transactional and control batches are not supported yet".into()));
-    }
-    if header.records_count == 0 || i64::from(header.records_count) != i64::from(header.last_offset_delta) + 1 {
         return Err((
             ErrorCode::INVALID_RECORD,
-            format!("batch claims {} records but last_offset_delta {}", header.records_count, header.last_offset_delta),
+            "transactional and control batches are not supported yet".into(),
+        ));
+    }
+    if header.records_count == 0
+        || i64::from(header.records_count) != i64::from(header.last_offset_delta) + 1
+    {
+        return Err((
+            ErrorCode::INVALID_RECORD,
+            format!(
+                "batch claims {} records but last_offset_delta {}",
+                header.records_count, header.last_offset_delta
+            ),
         ));
     }
     Ok(())

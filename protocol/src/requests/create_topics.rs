@@ -78,7 +78,9 @@ mod tests {
         for v in 2..=7 {
             let req = kp::CreateTopicsRequest::default()
                 .with_topics(vec![kp::CreatableTopic::default()
-                    .with_name(kafka_protocol::messages::TopicName(StrBytes::from_static_str("t")))
+                    .with_name(kafka_protocol::messages::TopicName(
+                        StrBytes::from_static_str("t"),
+                    ))
                     .with_num_partitions(8)
                     .with_replication_factor(1)
                     .with_configs(vec![kp::CreatableTopicConfig::default()

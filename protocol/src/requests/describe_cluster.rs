@@ -13,7 +13,11 @@ pub struct DescribeClusterRequest {
 pub fn decode(r: &mut Reader, version: i16) -> Result<DescribeClusterRequest, DecodeError> {
     let flex = flexible(api_key::DESCRIBE_CLUSTER, version);
     let include_cluster_authorized_operations = r.bool("include_cluster_authorized_operations")?;
-    let endpoint_type = if version >= 1 { r.i8("endpoint_type")? } else { 1 };
+    let endpoint_type = if version >= 1 {
+        r.i8("endpoint_type")?
+    } else {
+        1
+    };
     r.tagged_fields(flex)?;
     Ok(DescribeClusterRequest {
         include_cluster_authorized_operations,

@@ -183,7 +183,9 @@ mod tests {
             .with_max_bytes(52_428_800)
             .with_isolation_level(1)
             .with_topics(vec![T::default()
-                .with_topic(kafka_protocol::messages::TopicName(StrBytes::from_static_str("orders")))
+                .with_topic(kafka_protocol::messages::TopicName(
+                    StrBytes::from_static_str("orders"),
+                ))
                 .with_partitions(vec![P::default()
                     .with_partition(3)
                     .with_fetch_offset(42)

@@ -29,7 +29,11 @@ pub struct ListOffsetsPartition {
 pub fn decode(r: &mut Reader, version: i16) -> Result<ListOffsetsRequest, DecodeError> {
     let flex = flexible(api_key::LIST_OFFSETS, version);
     r.i32("replica_id")?;
-    let isolation_level = if version >= 2 { r.i8("isolation_level")? } else { 0 };
+    let isolation_level = if version >= 2 {
+        r.i8("isolation_level")?
+    } else {
+        0
+    };
     let n = r.array_len_required("topics", flex, 2)?;
     let mut topics = Vec::with_capacity(n);
     for _ in 0..n {
@@ -68,8 +72,12 @@ mod tests {
     #[test]
     fn decodes_what_an_independent_encoder_writes() {
         for v in 1..=6 {
-            let req = kp::ListOffsetsRequest::default().with_topics(vec![kp::ListOffsetsTopic::default()
-                .with_name(kafka_protocol::messages::TopicName(StrBytes::from_static_str("t")))
+            let req =
+                kp::ListOffsetsRequest::default().with_topics(vec![kp::ListOffsetsTopic::default(
+                )
+                .with_name(kafka_protocol::messages::TopicName(
+                    StrBytes::from_static_str("t"),
+                ))
                 .with_partitions(vec![kp::ListOffsetsPartition::default()
                     .with_partition_index(1)
                     .with_timestamp(-2)])]);

@@ -27,7 +27,11 @@ pub fn decode(r: &mut Reader, version: i16) -> Result<MetadataRequest, DecodeErr
         Some(n) => {
             let mut topics = Vec::with_capacity(n);
             for _ in 0..n {
-                let topic_id = if version >= 10 { r.uuid("topic_id")? } else { [0; 16] };
+                let topic_id = if version >= 10 {
+                    r.uuid("topic_id")?
+                } else {
+                    [0; 16]
+                };
                 let name = if version >= 10 {
                     r.nullable_string("topic name", flex)?
                 } else {

@@ -94,7 +94,10 @@ mod tests {
             assert_eq!(req.acks, -1);
             assert_eq!(req.topics[0].name, "t");
             assert_eq!(req.topics[0].partitions[0].index, 2);
-            assert_eq!(req.topics[0].partitions[0].records.as_deref(), Some(&b"abc"[..]));
+            assert_eq!(
+                req.topics[0].partitions[0].records.as_deref(),
+                Some(&b"abc"[..])
+            );
             crate::requests::assert_prefixes_fail(&bytes, |r| decode(r, v));
         }
     }
