@@ -1,0 +1,180 @@
+//! Test support: an in-process broker on 127.0.0.1:0, and a raw protocol connection for the
+//! bad-input tests that a well-behaved client library cannot send.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tributary_broker::config::{BrokerConfig, ConfigInput};
+use tributary_broker::server::{self, BrokerHandle};
+
+pub fn start_broker(dir: &Path, cores: usize, props: &[(&str, &str)]) -> BrokerHandle {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    let config = BrokerConfig::build(ConfigInput {
+        data_dir: dir.to_path_buf(),
+        listen: "127.0.0.1:0".into(),
+        advertised_listener: None,
+        cores: Some(cores.min(tributary_broker::config::allowed_cpus().len())),
+        cpus: None,
+        properties: props
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    })
+    .expect("config");
+    server::start(config).expect("broker starts")
+}
+
+pub struct RawConn {
+    pub stream: TcpStream,
+    correlation: i32,
+}
+
+impl RawConn {
+    pub fn connect(addr: SocketAddr) -> Self {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        Self {
+            stream,
+            correlation: 0,
+        }
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// Reads one response frame; `None` when the broker closed the connection.
+    pub fn read_frame(&mut self) -> Option<Bytes> {
+        let mut len = [0u8; 4];
+        self.stream.read_exact(&mut len).ok()?;
+        let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
+        self.stream.read_exact(&mut body).ok()?;
+        Some(Bytes::from(body))
+    }
+
+    /// True when the broker has closed this connection.
+    pub fn is_closed(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        matches!(self.stream.read(&mut b), Ok(0) | Err(_))
+    }
+
+    pub fn encode_request<R: Encodable>(&mut self, key: ApiKey, version: i16, req: &R) -> BytesMut {
+        self.correlation += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation)
+            .with_client_id(Some(StrBytes::from_static_str("raw-test")));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, key.request_header_version(version))
+            .unwrap();
+        req.encode(&mut body, version).unwrap();
+        let mut frame = BytesMut::new();
+        frame.put_i32(body.len() as i32);
+        frame.put_slice(&body);
+        frame
+    }
+
+    pub fn request<R: Encodable, S: Decodable>(&mut self, key: ApiKey, version: i16, req: &R) -> S {
+        let frame = self.encode_request(key, version, req);
+        self.send_raw(&frame);
+        let mut resp = self.read_frame().expect("a response");
+        let header =
+            ResponseHeader::decode(&mut resp, key.response_header_version(version)).unwrap();
+        assert_eq!(header.correlation_id, self.correlation);
+        let out = S::decode(&mut resp, version).expect("response decodes");
+        assert_eq!(resp.remaining(), 0, "trailing bytes in response");
+        out
+    }
+}
+
+/// Produces with the sync rdkafka producer and waits for every delivery.
+pub fn rd_produce(
+    addr: SocketAddr,
+    topic: &str,
+    extra: &[(&str, &str)],
+    messages: &[(Option<String>, String)],
+) {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", addr.to_string())
+        .set("acks", "all");
+    for (k, v) in extra {
+        cfg.set(*k, *v);
+    }
+    let producer: BaseProducer = cfg.create().expect("producer");
+    for (key, value) in messages {
+        let mut rec = BaseRecord::<String, String>::to(topic).payload(value);
+        if let Some(k) = key {
+            rec = rec.key(k);
+        }
+        let mut rec = Some(rec);
+        while let Some(r) = rec.take() {
+            if let Err((e, back)) = producer.send(r) {
+                assert!(
+                    matches!(
+                        e.rdkafka_error_code(),
+                        Some(rdkafka::types::RDKafkaErrorCode::QueueFull)
+                    ),
+                    "send failed: {e}"
+                );
+                producer.poll(Duration::from_millis(10));
+                rec = Some(back);
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("all messages delivered");
+}
+
+/// Reads `count` messages of `partitions` partitions from the beginning with a sync consumer.
+pub fn rd_consume(
+    addr: SocketAddr,
+    topic: &str,
+    partitions: i32,
+    count: usize,
+) -> Vec<(i32, i64, Option<String>, String)> {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    use rdkafka::{Offset, TopicPartitionList};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .set("group.id", "unused-assign-only")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while out.len() < count && std::time::Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+            let m = m.expect("fetch ok");
+            out.push((
+                m.partition(),
+                m.offset(),
+                m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+            ));
+        }
+    }
+    out
+}
