@@ -19,6 +19,9 @@ use crate::controller::Controller;
 use crate::routing::ShardId;
 use crate::shard::{Shard, ShardRequest};
 
+/// How long a listener found on the port may take to disappear before start-up gives up.
+const LISTEN_PROBE_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 pub struct BrokerHandle {
     pub addr: SocketAddr,
     _data_dir_lock: std::fs::File,
@@ -29,12 +32,28 @@ pub struct BrokerHandle {
 /// Reserves the listen port (resolving port 0) with a bound, non-listening SO_REUSEPORT socket,
 /// so every shard can then bind the same concrete port.
 fn reserve_port(addr: SocketAddr) -> Result<(socket2::Socket, SocketAddr)> {
-    // SO_REUSEPORT would let a second broker share a port already in use; a plain bind first
-    // refuses that the way any server would.
+    // SO_REUSEPORT would let a second broker share a port already in use, so first check that
+    // nothing accepts connections there. (A plain bind is no test: connections of a killed
+    // broker linger on the port and refuse it.)
     if addr.port() != 0 {
-        std::net::TcpListener::bind(addr).with_context(|| {
-            format!("cannot listen on {addr}; is another broker running there? (use --listen)")
-        })?;
+        let probe = if addr.ip().is_unspecified() {
+            SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port())
+        } else {
+            addr
+        };
+        // A broker killed a moment ago can leave its listener alive while the kernel tears down
+        // its io_uring, so only a listener that persists for a while counts as another broker.
+        let deadline = std::time::Instant::now() + LISTEN_PROBE_GRACE;
+        while std::net::TcpStream::connect_timeout(&probe, std::time::Duration::from_millis(200))
+            .is_ok()
+        {
+            if std::time::Instant::now() >= deadline {
+                return Err(anyhow!(
+                    "cannot listen on {addr}: something already accepts connections there; is another broker running? (use --listen)"
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
     let domain = if addr.is_ipv6() {
         socket2::Domain::IPV6

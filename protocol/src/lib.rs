@@ -7,6 +7,7 @@
 
 pub mod error_code;
 pub mod frame;
+pub mod fuzzing;
 pub mod header;
 pub mod record_batch;
 pub mod registry;

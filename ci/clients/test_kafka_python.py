@@ -1,0 +1,64 @@
+"""kafka-python 3.x: its defaults (idempotent producer, ApiVersions probing) and its admin client."""
+
+import json
+
+import kafka
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+from kafka.structs import TopicPartition
+
+
+def test_default_idempotent_producer_and_reader(broker):
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    assert producer.config.get("enable_idempotence") in (True, None) or kafka.__version__.startswith("2.")
+    futures = [producer.send("events", json.dumps({"n": i}).encode()) for i in range(1000)]
+    producer.flush()
+    offsets = [f.get(timeout=10).offset for f in futures]
+    assert offsets == list(range(1000))
+    producer.close()
+
+    consumer = KafkaConsumer(
+        "events", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+        enable_auto_commit=False, consumer_timeout_ms=5000,
+    )
+    values = [json.loads(m.value)["n"] for m in consumer]
+    consumer.close()
+    assert values == list(range(1000))
+
+
+def test_admin_create_describe_delete(broker):
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.create_topics([NewTopic("adm", 3, 1, topic_configs={"retention.ms": "3600000"})])
+    assert "adm" in admin.list_topics()
+    # Creating it again fails the way Kafka fails it.
+    try:
+        admin.create_topics([NewTopic("adm", 3, 1)])
+        raise AssertionError("duplicate create must fail")
+    except kafka.errors.TopicAlreadyExistsError:
+        pass
+    described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "adm")])
+    text = repr(described)
+    assert "retention.ms" in text and "3600000" in text
+    admin.delete_topics(["adm"])
+    assert "adm" not in admin.list_topics()
+    admin.close()
+
+
+def test_seek_and_offsets(broker):
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    for i in range(50):
+        producer.send("seek", key=b"k", value=str(i).encode())
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+    tp = TopicPartition("seek", 0)
+    consumer.assign([tp])
+    assert consumer.beginning_offsets([tp])[tp] == 0
+    assert consumer.end_offsets([tp])[tp] == 50
+    consumer.seek(tp, 40)
+    got = []
+    while len(got) < 10:
+        for records in consumer.poll(timeout_ms=2000).values():
+            got.extend(int(r.value) for r in records)
+    assert got[:10] == list(range(40, 50))
+    consumer.close()

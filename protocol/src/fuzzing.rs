@@ -1,0 +1,67 @@
+//! Entry points shared by the fuzz targets (`fuzz/`) and the stable random-input smoke test:
+//! each takes arbitrary bytes and must return without panicking, whatever they hold.
+
+use bytes::Bytes;
+
+use crate::frame::request_frame_length;
+use crate::header::{decode_request_header, peek_fixed};
+use crate::registry::{api_key, lookup};
+use crate::requests::*;
+use crate::Reader;
+
+/// A whole request as it arrives on a socket: length prefix, header, body of any API/version.
+pub fn request(data: &[u8]) {
+    let Some(prefix) = data.get(..4) else { return };
+    let prefix: [u8; 4] = [prefix[0], prefix[1], prefix[2], prefix[3]];
+    let Ok(len) = request_frame_length(prefix, 1 << 20) else {
+        return;
+    };
+    let body = Bytes::copy_from_slice(&data[4..data.len().min(4 + len)]);
+    let mut r = Reader::new(body);
+    let Ok((key, version, _)) = peek_fixed(&r) else {
+        return;
+    };
+    let Some(spec) = lookup(key) else { return };
+    if decode_request_header(&mut r, spec.request_header_flexible(version)).is_err() {
+        return;
+    }
+    // Decode at every version the API serves, not only the one claimed, to cover more shapes.
+    for v in spec.min_version..=spec.max_version {
+        let mut r = r.clone();
+        match key {
+            api_key::PRODUCE => {
+                if let Ok(req) = produce::decode(&mut r, v) {
+                    for t in &req.topics {
+                        for p in &t.partitions {
+                            if let Some(records) = &p.records {
+                                let _ = crate::record_batch::validate_all(records);
+                            }
+                        }
+                    }
+                }
+            }
+            api_key::FETCH => drop(fetch::decode(&mut r, v)),
+            api_key::LIST_OFFSETS => drop(list_offsets::decode(&mut r, v)),
+            api_key::METADATA => drop(metadata::decode(&mut r, v)),
+            api_key::API_VERSIONS => drop(api_versions::decode(&mut r, v)),
+            api_key::CREATE_TOPICS => drop(create_topics::decode(&mut r, v)),
+            api_key::DELETE_TOPICS => drop(delete_topics::decode(&mut r, v)),
+            api_key::INIT_PRODUCER_ID => drop(init_producer_id::decode(&mut r, v)),
+            api_key::DESCRIBE_CONFIGS => drop(describe_configs::decode(&mut r, v)),
+            api_key::DESCRIBE_CLUSTER => drop(describe_cluster::decode(&mut r, v)),
+            _ => {}
+        }
+    }
+}
+
+/// Record bytes as a produce request or a segment file holds them.
+pub fn record_batches(data: &[u8]) {
+    let _ = crate::record_batch::validate_all(data);
+    let mut position = 0;
+    while position < data.len() {
+        match crate::record_batch::parse_header(&data[position..], position) {
+            Ok(h) if h.size() <= data.len() - position => position += h.size(),
+            _ => break,
+        }
+    }
+}
