@@ -123,3 +123,29 @@ def test_kill_9_keeps_every_acknowledged_message(broker):
     broker.start()
     got = sorted(int(m.value()) for m in consume_all(broker.bootstrap, "crash", 2, 3000))
     assert got == sorted(acked)
+
+
+def test_describe_cluster_validate_only_and_offsets_for_times(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    cluster = admin.describe_cluster().result()
+    assert [n.id for n in cluster.nodes] == [0]
+    assert cluster.controller.id == 0 and len(cluster.cluster_id) == 22
+    # validate_only checks and creates nothing.
+    for f in admin.create_topics([NewTopic("dry", num_partitions=2, replication_factor=1)], validate_only=True).values():
+        f.result()
+    assert "dry" not in admin.list_topics(timeout=10).topics
+    with pytest.raises(KafkaException):
+        for f in admin.create_topics([NewTopic("dry", num_partitions=1, replication_factor=3)], validate_only=True).values():
+            f.result()
+
+    create(broker.bootstrap, "times", 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    for i in range(10):
+        producer.produce("times", value=str(i), timestamp=1_700_000_000_000 + i * 1000)
+        producer.flush(10)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused"})
+    found = consumer.offsets_for_times([TopicPartition("times", 0, 1_700_000_004_500)], timeout=10)
+    assert found[0].offset == 5
+    after = consumer.offsets_for_times([TopicPartition("times", 0, 1_800_000_000_000)], timeout=10)
+    assert after[0].offset == -1
+    consumer.close()
