@@ -384,12 +384,13 @@ impl Shard {
                 return;
             }
             let any = futures::future::select_all(listeners);
+            let drained = self.drain_event.listen();
             let timer = glommio::timer::sleep(deadline - now);
             futures_lite::future::or(
                 async {
                     any.await;
                 },
-                timer,
+                futures_lite::future::or(drained, timer),
             )
             .await;
         }
