@@ -50,6 +50,15 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "shard.io.memory.bytes", default: "1048576", kind: ConfigKind::Long, doc: "Registered io_uring buffer memory per shard; locked memory, keep within RLIMIT_MEMLOCK." },
     BrokerKey { name: "shard.spin.before.park.us", default: "0", kind: ConfigKind::Long, doc: "Microseconds a shard spins before sleeping when idle: lower latency for more CPU." },
     BrokerKey { name: "shutdown.drain.timeout.ms", default: "10000", kind: ConfigKind::Long, doc: "How long shutdown waits for in-flight requests to finish before closing logs." },
+    BrokerKey { name: "offsets.topic.num.partitions", default: "50", kind: ConfigKind::Int, doc: "Partitions of __consumer_offsets; fixed once the topic exists." },
+    BrokerKey { name: "offsets.topic.segment.bytes", default: "104857600", kind: ConfigKind::Int, doc: "Segment size of __consumer_offsets." },
+    BrokerKey { name: "offsets.retention.minutes", default: "10080", kind: ConfigKind::Int, doc: "How long committed offsets of an empty group are kept." },
+    BrokerKey { name: "offsets.retention.check.interval.ms", default: "600000", kind: ConfigKind::Long, doc: "How often expired offsets are looked for." },
+    BrokerKey { name: "offset.metadata.max.bytes", default: "4096", kind: ConfigKind::Int, doc: "Largest metadata string of a committed offset (OFFSET_METADATA_TOO_LARGE)." },
+    BrokerKey { name: "group.min.session.timeout.ms", default: "6000", kind: ConfigKind::Int, doc: "Smallest session timeout a group member may ask for." },
+    BrokerKey { name: "group.max.session.timeout.ms", default: "1800000", kind: ConfigKind::Int, doc: "Largest session timeout a group member may ask for." },
+    BrokerKey { name: "group.initial.rebalance.delay.ms", default: "3000", kind: ConfigKind::Int, doc: "How long the first rebalance of an empty group waits for more members." },
+    BrokerKey { name: "group.max.size", default: "1000", kind: ConfigKind::Int, doc: "Most members a consumer group may have (GROUP_MAX_SIZE_REACHED)." },
 ];
 
 #[derive(Debug, Clone)]
@@ -71,6 +80,15 @@ pub struct BrokerConfig {
     pub shard_io_memory_bytes: usize,
     pub shard_spin_before_park_us: u64,
     pub shutdown_drain_timeout_ms: u64,
+    pub offsets_topic_num_partitions: i32,
+    pub offsets_topic_segment_bytes: u64,
+    pub offsets_retention_minutes: u64,
+    pub offsets_retention_check_interval_ms: u64,
+    pub offset_metadata_max_bytes: usize,
+    pub group_min_session_timeout_ms: u64,
+    pub group_max_session_timeout_ms: u64,
+    pub group_initial_rebalance_delay_ms: u64,
+    pub group_max_size: usize,
 }
 
 /// Parses a Kafka `.properties` file: `key=value` or `key: value` lines, `#`/`!` comments.
@@ -259,6 +277,47 @@ impl BrokerConfig {
                 &get("shutdown.drain.timeout.ms"),
                 0,
             )?,
+            offsets_topic_num_partitions: parse_num(
+                "offsets.topic.num.partitions",
+                &get("offsets.topic.num.partitions"),
+                1,
+            )?,
+            offsets_topic_segment_bytes: parse_num(
+                "offsets.topic.segment.bytes",
+                &get("offsets.topic.segment.bytes"),
+                1024,
+            )?,
+            offsets_retention_minutes: parse_num(
+                "offsets.retention.minutes",
+                &get("offsets.retention.minutes"),
+                1,
+            )?,
+            offsets_retention_check_interval_ms: parse_num(
+                "offsets.retention.check.interval.ms",
+                &get("offsets.retention.check.interval.ms"),
+                1,
+            )?,
+            offset_metadata_max_bytes: parse_num(
+                "offset.metadata.max.bytes",
+                &get("offset.metadata.max.bytes"),
+                0,
+            )?,
+            group_min_session_timeout_ms: parse_num(
+                "group.min.session.timeout.ms",
+                &get("group.min.session.timeout.ms"),
+                0,
+            )?,
+            group_max_session_timeout_ms: parse_num(
+                "group.max.session.timeout.ms",
+                &get("group.max.session.timeout.ms"),
+                0,
+            )?,
+            group_initial_rebalance_delay_ms: parse_num(
+                "group.initial.rebalance.delay.ms",
+                &get("group.initial.rebalance.delay.ms"),
+                0,
+            )?,
+            group_max_size: parse_num("group.max.size", &get("group.max.size"), 1)?,
             values,
         };
         let rf: i32 = parse_num(

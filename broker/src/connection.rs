@@ -40,7 +40,7 @@ pub async fn serve_connection(shard: Rc<Shard>, mut stream: TcpStream) {
             return;
         }
         shard.request_started();
-        let outcome = handle_frame(&shard, Bytes::from(body)).await;
+        let outcome = handle_frame(&shard, Bytes::from(body), &peer).await;
         shard.request_finished();
         match outcome {
             Ok(Some(out)) => {
@@ -62,7 +62,11 @@ pub async fn serve_connection(shard: Rc<Shard>, mut stream: TcpStream) {
 
 /// Decodes and dispatches one request. `Ok(None)` means no response is due (acks=0);
 /// `Err` closes the connection.
-pub async fn handle_frame(shard: &Rc<Shard>, body: Bytes) -> Result<Option<BytesMut>, String> {
+pub async fn handle_frame(
+    shard: &Rc<Shard>,
+    body: Bytes,
+    peer: &str,
+) -> Result<Option<BytesMut>, String> {
     let mut r = Reader::new(body);
     let (key, version, correlation_id) = peek_fixed(&r).map_err(|e| e.to_string())?;
     let Some(spec) = registry::lookup(key) else {
@@ -83,7 +87,7 @@ pub async fn handle_frame(shard: &Rc<Shard>, body: Bytes) -> Result<Option<Bytes
     }
     let header = decode_request_header(&mut r, spec.request_header_flexible(version))
         .map_err(|e| e.to_string())?;
-    handlers::dispatch(shard, spec, &header, r)
+    handlers::dispatch(shard, spec, &header, r, peer)
         .await
         .map_err(|e| format!("{} v{version}: {e}", spec.name))
 }

@@ -124,7 +124,9 @@ impl Controller {
         let mut catalog = (*shard.catalog()).clone();
         let mut results = Vec::with_capacity(names.len());
         for name in &names {
-            if catalog.topics.remove(name).is_some() {
+            if crate::group::is_internal(name) {
+                results.push(ErrorCode::INVALID_TOPIC_EXCEPTION);
+            } else if catalog.topics.remove(name).is_some() {
                 info!(topic = %name, "deleting topic");
                 results.push(ErrorCode::NONE);
             } else {

@@ -5,6 +5,7 @@ pub mod catalog;
 pub mod config;
 pub mod connection;
 pub mod controller;
+pub mod group;
 pub mod handlers;
 pub mod routing;
 pub mod server;

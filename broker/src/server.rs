@@ -71,6 +71,50 @@ fn reserve_port(addr: SocketAddr) -> Result<(socket2::Socket, SocketAddr)> {
     Ok((sock, local))
 }
 
+/// Creates `__consumer_offsets` on first start; afterwards its partition count is whatever it was
+/// created with, whatever `offsets.topic.num.partitions` now says.
+fn ensure_offsets_topic(catalog: &mut Catalog, config: &mut BrokerConfig) -> Result<()> {
+    use crate::catalog::TopicMeta;
+    use crate::group::OFFSETS_TOPIC;
+    match catalog.topics.get(OFFSETS_TOPIC) {
+        Some(t) => {
+            if t.partitions != config.offsets_topic_num_partitions {
+                warn!(
+                    existing = t.partitions,
+                    configured = config.offsets_topic_num_partitions,
+                    "{OFFSETS_TOPIC} keeps its partition count"
+                );
+            }
+            config.offsets_topic_num_partitions = t.partitions;
+        }
+        None => {
+            let configs = [
+                ("cleanup.policy".to_string(), "compact".to_string()),
+                (
+                    "segment.bytes".to_string(),
+                    config.offsets_topic_segment_bytes.to_string(),
+                ),
+            ];
+            catalog.topics.insert(
+                OFFSETS_TOPIC.to_string(),
+                TopicMeta {
+                    name: OFFSETS_TOPIC.to_string(),
+                    id: uuid::Uuid::new_v4().to_string(),
+                    partitions: config.offsets_topic_num_partitions,
+                    configs: configs.into_iter().collect(),
+                },
+            );
+            catalog.version += 1;
+            catalog.save(&config.data_dir)?;
+            info!(
+                partitions = config.offsets_topic_num_partitions,
+                "created {OFFSETS_TOPIC}"
+            );
+        }
+    }
+    Ok(())
+}
+
 pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
@@ -83,9 +127,11 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
             config.data_dir.display()
         ));
     }
-    let catalog = Arc::new(Catalog::load_or_create(&config.data_dir)?);
-    let (reservation, addr) = reserve_port(config.listen)?;
+    let mut catalog = Catalog::load_or_create(&config.data_dir)?;
     let mut config = config;
+    ensure_offsets_topic(&mut catalog, &mut config)?;
+    let catalog = Arc::new(catalog);
+    let (reservation, addr) = reserve_port(config.listen)?;
     if config.advertised_port == 0 {
         config.advertised_port = addr.port();
     }
@@ -167,6 +213,7 @@ async fn run_shard(
         controller,
     ));
     shard.apply_catalog(catalog).await;
+    shard.load_groups().await;
     let listener = match TcpListener::bind(addr) {
         Ok(l) => l,
         Err(e) => {
@@ -181,6 +228,7 @@ async fn run_shard(
     );
     let _ = ready.send(Ok(()));
     let accept = glommio::spawn_local(accept_loop(shard.clone(), listener)).detach();
+    let ticker = glommio::spawn_local(group_ticker(shard.clone())).detach();
     while let Ok(req) = rx.recv().await {
         if let ShardRequest::Stop { reply } = req {
             shard.close_partitions().await;
@@ -190,6 +238,31 @@ async fn run_shard(
         glommio::spawn_local(shard.clone().handle(req)).detach();
     }
     accept.cancel();
+    ticker.cancel();
+}
+
+/// How often group timers (session expiry, rebalance deadlines) are checked.
+const GROUP_TICK: Duration = Duration::from_millis(100);
+
+async fn group_ticker(shard: Rc<Shard>) {
+    let check_every = Duration::from_millis(shard.config.offsets_retention_check_interval_ms);
+    let mut last_expiry = std::time::Instant::now();
+    while !shard.draining.get() {
+        glommio::timer::sleep(GROUP_TICK).await;
+        let now = std::time::Instant::now();
+        let expire = now.duration_since(last_expiry) >= check_every;
+        if expire {
+            last_expiry = now;
+        }
+        let (changed, tombstones) = shard.groups.tick(now, expire);
+        if !changed.is_empty() || !tombstones.is_empty() {
+            let s = shard.clone();
+            shard
+                .groups
+                .persist_tick(move |g| s.group_log(g), changed, tombstones)
+                .await;
+        }
+    }
 }
 
 async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {

@@ -22,6 +22,8 @@ use tributary_storage::{LogConfig, Partition, PartitionError};
 use crate::catalog::{partition_dir, topic_default, Catalog};
 use crate::config::BrokerConfig;
 use crate::controller::Controller;
+use crate::group::{GroupConfig, GroupCoordinator, OFFSETS_TOPIC};
+use crate::handlers::groups::{GroupOp, GroupReply};
 use crate::routing::{shard_for, ShardId};
 
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +95,11 @@ pub enum ShardRequest {
     Drain { reply: oneshot::Sender<()> },
     /// Flush and close every owned partition, then stop the executor.
     Stop { reply: oneshot::Sender<()> },
+    /// A consumer-group operation for the coordinator of that group.
+    Group {
+        op: Box<GroupOp>,
+        reply: oneshot::Sender<GroupReply>,
+    },
 }
 
 pub struct Shard {
@@ -103,6 +110,7 @@ pub struct Shard {
     catalog: RefCell<Arc<Catalog>>,
     partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
     pub controller: Option<Controller>,
+    pub groups: GroupCoordinator,
     pub draining: Cell<bool>,
     pub drain_event: Event,
     pub inflight: Cell<usize>,
@@ -117,8 +125,10 @@ impl Shard {
         catalog: Arc<Catalog>,
         controller: Option<Controller>,
     ) -> Self {
+        let groups = GroupCoordinator::new(group_config(&config));
         Self {
             id,
+            groups,
             shards: peers.len(),
             config,
             peers,
@@ -207,7 +217,31 @@ impl Shard {
         }
     }
 
-    fn partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
+    /// The `__consumer_offsets` partition holding `group`, if this shard owns it.
+    pub fn group_log(&self, group: &str) -> Option<Rc<Partition>> {
+        self.partition(OFFSETS_TOPIC, self.groups.group_partition(group))
+    }
+
+    /// The shard coordinating `group`.
+    pub fn group_owner(&self, group: &str) -> ShardId {
+        self.owner(OFFSETS_TOPIC, self.groups.group_partition(group))
+    }
+
+    /// Rebuilds group state from every owned `__consumer_offsets` partition.
+    pub async fn load_groups(&self) {
+        let logs: Vec<Rc<Partition>> = self
+            .partitions
+            .borrow()
+            .iter()
+            .filter(|((t, _), _)| t == OFFSETS_TOPIC)
+            .map(|(_, p)| p.clone())
+            .collect();
+        for log in logs {
+            self.groups.load(&log).await;
+        }
+    }
+
+    pub(crate) fn partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
         self.partitions
             .borrow()
             .get(&(topic.to_string(), partition))
@@ -289,6 +323,10 @@ impl Shard {
             ShardRequest::Drain { reply } => {
                 self.drain().await;
                 let _ = reply.send(());
+            }
+            ShardRequest::Group { op, reply } => {
+                let out = crate::handlers::groups::run(&self, *op).await;
+                let _ = reply.send(out);
             }
             ShardRequest::Stop { reply } => {
                 // Handled by the shard's message loop, which must exit afterwards.
@@ -461,6 +499,21 @@ impl Shard {
     pub fn request_finished(&self) {
         self.inflight.set(self.inflight.get() - 1);
         self.inflight_event.notify(usize::MAX);
+    }
+}
+
+fn group_config(c: &BrokerConfig) -> GroupConfig {
+    use crate::group::state::GroupLimits;
+    GroupConfig {
+        limits: GroupLimits {
+            max_size: c.group_max_size,
+            min_session_timeout: Duration::from_millis(c.group_min_session_timeout_ms),
+            max_session_timeout: Duration::from_millis(c.group_max_session_timeout_ms),
+            initial_rebalance_delay: Duration::from_millis(c.group_initial_rebalance_delay_ms),
+        },
+        offset_metadata_max_bytes: c.offset_metadata_max_bytes,
+        offsets_retention: Duration::from_secs(c.offsets_retention_minutes * 60),
+        offsets_partitions: c.offsets_topic_num_partitions,
     }
 }
 

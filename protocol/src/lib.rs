@@ -8,6 +8,7 @@
 pub mod error_code;
 pub mod frame;
 pub mod fuzzing;
+pub mod group_records;
 pub mod header;
 pub mod record_batch;
 pub mod registry;

@@ -16,6 +16,17 @@ pub mod api_key {
     pub const INIT_PRODUCER_ID: i16 = 22;
     pub const DESCRIBE_CONFIGS: i16 = 32;
     pub const DESCRIBE_CLUSTER: i16 = 60;
+    pub const OFFSET_COMMIT: i16 = 8;
+    pub const OFFSET_FETCH: i16 = 9;
+    pub const FIND_COORDINATOR: i16 = 10;
+    pub const JOIN_GROUP: i16 = 11;
+    pub const HEARTBEAT: i16 = 12;
+    pub const LEAVE_GROUP: i16 = 13;
+    pub const SYNC_GROUP: i16 = 14;
+    pub const DESCRIBE_GROUPS: i16 = 15;
+    pub const LIST_GROUPS: i16 = 16;
+    pub const DELETE_GROUPS: i16 = 42;
+    pub const OFFSET_DELETE: i16 = 47;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +71,17 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     spec(api_key::INIT_PRODUCER_ID, "InitProducerId", 0, 4, 2),
     spec(api_key::DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4, 4),
     spec(api_key::DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, 0),
+    spec(api_key::OFFSET_COMMIT, "OffsetCommit", 2, 8, 8),
+    spec(api_key::OFFSET_FETCH, "OffsetFetch", 1, 8, 6),
+    spec(api_key::FIND_COORDINATOR, "FindCoordinator", 0, 4, 3),
+    spec(api_key::JOIN_GROUP, "JoinGroup", 0, 7, 6),
+    spec(api_key::HEARTBEAT, "Heartbeat", 0, 4, 4),
+    spec(api_key::LEAVE_GROUP, "LeaveGroup", 0, 4, 4),
+    spec(api_key::SYNC_GROUP, "SyncGroup", 0, 5, 4),
+    spec(api_key::DESCRIBE_GROUPS, "DescribeGroups", 0, 5, 5),
+    spec(api_key::LIST_GROUPS, "ListGroups", 0, 4, 3),
+    spec(api_key::DELETE_GROUPS, "DeleteGroups", 0, 2, 2),
+    spec(api_key::OFFSET_DELETE, "OffsetDelete", 0, 0, i16::MAX),
 ];
 
 const fn spec(key: i16, name: &'static str, min: i16, max: i16, flexible_from: i16) -> ApiSpec {

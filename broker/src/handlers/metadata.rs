@@ -89,7 +89,7 @@ fn describe_topic(
     };
     t = t.with_name(Some(topic_name(name)));
     if v >= 1 {
-        t = t.with_is_internal(false);
+        t = t.with_is_internal(crate::group::is_internal(name));
     }
     if validate_topic_name(name).is_err() {
         return t.with_error_code(ErrorCode::INVALID_TOPIC_EXCEPTION.code());

@@ -7,6 +7,7 @@ pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod fetch;
+pub mod groups;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
@@ -31,6 +32,7 @@ pub async fn dispatch(
     spec: &'static ApiSpec,
     header: &RequestHeader,
     r: Reader,
+    peer: &str,
 ) -> HandlerResult {
     let mut r = r;
     let v = header.api_version;
@@ -45,6 +47,17 @@ pub async fn dispatch(
         api_key::INIT_PRODUCER_ID => init_producer_id::handle(shard, spec, header, &mut r).await,
         api_key::DESCRIBE_CONFIGS => describe_configs::handle(shard, spec, header, &mut r),
         api_key::DESCRIBE_CLUSTER => describe_cluster::handle(shard, spec, header, &mut r),
+        api_key::FIND_COORDINATOR
+        | api_key::JOIN_GROUP
+        | api_key::SYNC_GROUP
+        | api_key::HEARTBEAT
+        | api_key::LEAVE_GROUP
+        | api_key::OFFSET_COMMIT
+        | api_key::OFFSET_FETCH
+        | api_key::LIST_GROUPS
+        | api_key::DESCRIBE_GROUPS
+        | api_key::DELETE_GROUPS
+        | api_key::OFFSET_DELETE => groups::handle(shard, spec, header, &mut r, peer).await,
         other => Err(format!(
             "API key {other} v{v} is registered but has no handler"
         )),

@@ -128,6 +128,12 @@ fn check_partition(
             format!("topic {topic:?} does not exist"),
         ));
     };
+    if crate::group::is_internal(topic) {
+        return Err((
+            ErrorCode::INVALID_TOPIC_EXCEPTION,
+            format!("cannot append to internal topic {topic}"),
+        ));
+    }
     if partition < 0 || partition >= meta.partitions {
         return Err((
             ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,

@@ -7,6 +7,7 @@ pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod fetch;
+pub mod groups;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;

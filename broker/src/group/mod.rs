@@ -1,0 +1,968 @@
+//! The group coordinator of one shard: every consumer group whose `__consumer_offsets` partition
+//! this shard owns. It runs the state machine in `state`, persists group metadata and committed
+//! offsets to that partition (Kafka's record format), and rebuilds both from it on start.
+
+pub mod state;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures::channel::oneshot;
+use tracing::{info, warn};
+use tributary_protocol::group_records::{GroupKey, GroupValue, MemberValue, OffsetValue};
+use tributary_protocol::record_batch;
+use tributary_protocol::requests::groups::{
+    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest,
+    OffsetDeleteRequest, OffsetFetchGroup, SyncGroupRequest,
+};
+use tributary_protocol::ErrorCode;
+use tributary_storage::Partition;
+
+use state::{CommittedOffset, Group, GroupLimits, GroupState, JoinResult, Member, SyncResult};
+
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// Internal topics: listed in metadata as internal, never written by clients.
+pub fn is_internal(topic: &str) -> bool {
+    topic == OFFSETS_TOPIC
+}
+
+// Kafka error codes used only here.
+const COORDINATOR_NOT_AVAILABLE: ErrorCode = ErrorCode(15);
+const OFFSET_METADATA_TOO_LARGE: ErrorCode = ErrorCode(12);
+const ILLEGAL_GENERATION: ErrorCode = ErrorCode(22);
+const INCONSISTENT_GROUP_PROTOCOL: ErrorCode = ErrorCode(23);
+const UNKNOWN_MEMBER_ID: ErrorCode = ErrorCode(25);
+const INVALID_SESSION_TIMEOUT: ErrorCode = ErrorCode(26);
+const REBALANCE_IN_PROGRESS: ErrorCode = ErrorCode(27);
+const INVALID_GROUP_ID: ErrorCode = ErrorCode(24);
+const NON_EMPTY_GROUP: ErrorCode = ErrorCode(68);
+const GROUP_ID_NOT_FOUND: ErrorCode = ErrorCode(69);
+const MEMBER_ID_REQUIRED: ErrorCode = ErrorCode(79);
+const FENCED_INSTANCE_ID: ErrorCode = ErrorCode(82);
+const GROUP_MAX_SIZE_REACHED: ErrorCode = ErrorCode(81);
+const GROUP_SUBSCRIBED_TO_TOPIC: ErrorCode = ErrorCode(86);
+
+/// The partition of `__consumer_offsets` that holds `group`: Kafka's
+/// `abs(groupId.hashCode) % partitions`, so a group lands where it would on Kafka.
+pub fn partition_for_group(group: &str, partitions: i32) -> i32 {
+    let mut h: i32 = 0;
+    for unit in group.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    let abs = if h == i32::MIN { 0 } else { h.abs() };
+    abs % partitions.max(1)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct GroupConfig {
+    pub limits: GroupLimits,
+    pub offset_metadata_max_bytes: usize,
+    pub offsets_retention: Duration,
+    pub offsets_partitions: i32,
+}
+
+pub struct DescribedMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+pub struct DescribedGroup {
+    pub group_id: String,
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<DescribedMember>,
+}
+
+/// Per-partition results of a commit, fetch or offset delete, grouped by topic.
+pub type TopicResults<T> = Vec<(String, Vec<(i32, T)>)>;
+
+pub struct GroupCoordinator {
+    config: GroupConfig,
+    groups: RefCell<HashMap<String, Group>>,
+}
+
+impl GroupCoordinator {
+    pub fn new(config: GroupConfig) -> Self {
+        Self {
+            config,
+            groups: RefCell::new(HashMap::new()),
+        }
+    }
+
+    pub fn group_partition(&self, group: &str) -> i32 {
+        partition_for_group(group, self.config.offsets_partitions)
+    }
+
+    // ---------------------------------------------------------------- persistence
+
+    /// Appends records to the group's `__consumer_offsets` partition and waits until durable.
+    async fn persist(
+        &self,
+        log: &Rc<Partition>,
+        records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> Result<(), ErrorCode> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let kv: Vec<record_batch::KeyValue<'_>> = records
+            .iter()
+            .map(|(k, v)| (Some(&k[..]), v.as_deref()))
+            .collect();
+        let batch = record_batch::build_batch(&kv, now_ms(), None);
+        let out = log.append(&batch).await.map_err(|e| {
+            warn!(error = %e, "writing to __consumer_offsets failed");
+            COORDINATOR_NOT_AVAILABLE
+        })?;
+        log.sync_to(out.last_offset + 1).await.map_err(|e| {
+            warn!(error = %e, "syncing __consumer_offsets failed");
+            COORDINATOR_NOT_AVAILABLE
+        })
+    }
+
+    fn group_record(g: &Group) -> (Bytes, Option<Bytes>) {
+        let key = GroupKey::Group {
+            group: g.group_id.clone(),
+        }
+        .encode();
+        let protocol = g.protocol_name.clone().unwrap_or_default();
+        let value = GroupValue {
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            generation: g.generation,
+            protocol: g.protocol_name.clone(),
+            leader: g.leader.clone(),
+            current_state_timestamp_ms: now_ms(),
+            members: g
+                .members
+                .values()
+                .map(|m| MemberValue {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout.as_millis() as i32,
+                    session_timeout_ms: m.session_timeout.as_millis() as i32,
+                    subscription: m.metadata_for(&protocol),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        };
+        (key, Some(value.encode()))
+    }
+
+    /// Rebuilds groups and offsets from one owned `__consumer_offsets` partition.
+    pub async fn load(&self, log: &Rc<Partition>) {
+        let started = Instant::now();
+        let mut offset = log.log_start_offset();
+        let mut records = 0usize;
+        while offset < log.high_watermark() {
+            let read = match log.read(offset, 1 << 20).await {
+                Ok(r) => r,
+                Err(e) => {
+                    warn!(error = %e, "reading __consumer_offsets failed; group state may be incomplete");
+                    return;
+                }
+            };
+            let Ok(batches) = record_batch::validate_all(&read.records) else {
+                warn!(
+                    offset,
+                    "corrupt batch in __consumer_offsets; stopping its replay"
+                );
+                return;
+            };
+            if batches.is_empty() {
+                break;
+            }
+            for (pos, header) in batches {
+                offset = header.last_offset() + 1;
+                let bytes = &read.records[pos..pos + header.size()];
+                let Ok(recs) = record_batch::records(bytes) else {
+                    continue;
+                };
+                for rec in recs {
+                    records += 1;
+                    if let Some(key) = rec.key {
+                        self.apply_record(
+                            Bytes::copy_from_slice(key),
+                            rec.value.map(Bytes::copy_from_slice),
+                        );
+                    }
+                }
+            }
+        }
+        if records > 0 {
+            info!(dir = %log.dir().display(), records, groups = self.groups.borrow().len(), elapsed_ms = started.elapsed().as_millis() as u64, "group state loaded");
+        }
+    }
+
+    fn apply_record(&self, key: Bytes, value: Option<Bytes>) {
+        let now = Instant::now();
+        let mut groups = self.groups.borrow_mut();
+        match GroupKey::decode(key) {
+            Ok(GroupKey::Offset {
+                group,
+                topic,
+                partition,
+            }) => match value.map(OffsetValue::decode) {
+                Some(Ok(v)) => {
+                    let g = groups
+                        .entry(group.clone())
+                        .or_insert_with(|| Group::new(&group, now));
+                    g.offsets.insert(
+                        (topic, partition),
+                        CommittedOffset {
+                            offset: v.offset,
+                            leader_epoch: v.leader_epoch,
+                            metadata: v.metadata,
+                            commit_timestamp_ms: v.commit_timestamp_ms,
+                        },
+                    );
+                }
+                None => {
+                    if let Some(g) = groups.get_mut(&group) {
+                        g.offsets.remove(&(topic, partition));
+                    }
+                }
+                Some(Err(e)) => warn!(error = %e, "unreadable offset record skipped"),
+            },
+            Ok(GroupKey::Group { group }) => match value.map(GroupValue::decode) {
+                Some(Ok(v)) => {
+                    let g = groups
+                        .entry(group.clone())
+                        .or_insert_with(|| Group::new(&group, now));
+                    g.generation = v.generation;
+                    g.protocol_type = Some(v.protocol_type).filter(|p| !p.is_empty());
+                    g.protocol_name = v.protocol.clone();
+                    g.leader = v.leader;
+                    g.members.clear();
+                    g.static_members.clear();
+                    for m in v.members {
+                        let session = Duration::from_millis(m.session_timeout_ms.max(0) as u64);
+                        if let Some(i) = &m.group_instance_id {
+                            g.static_members.insert(i.clone(), m.member_id.clone());
+                        }
+                        g.members.insert(
+                            m.member_id.clone(),
+                            Member {
+                                member_id: m.member_id,
+                                group_instance_id: m.group_instance_id,
+                                client_id: m.client_id,
+                                client_host: m.client_host,
+                                session_timeout: session,
+                                rebalance_timeout: Duration::from_millis(
+                                    m.rebalance_timeout_ms.max(0) as u64,
+                                ),
+                                protocols: vec![(
+                                    v.protocol.clone().unwrap_or_default(),
+                                    m.subscription,
+                                )],
+                                assignment: m.assignment,
+                                deadline: now + session,
+                                pending_join: None,
+                                pending_sync: None,
+                            },
+                        );
+                    }
+                    g.state = if g.members.is_empty() {
+                        GroupState::Empty
+                    } else {
+                        GroupState::Stable
+                    };
+                }
+                None => {
+                    groups.remove(&group);
+                }
+                Some(Err(e)) => warn!(error = %e, "unreadable group record skipped"),
+            },
+            Err(e) => warn!(error = %e, "unknown __consumer_offsets key skipped"),
+        }
+    }
+
+    // ---------------------------------------------------------------- membership
+
+    pub fn join(
+        &self,
+        req: JoinGroupRequest,
+        version: i16,
+        client_id: String,
+        client_host: String,
+    ) -> Result<oneshot::Receiver<JoinResult>, Box<JoinResult>> {
+        let limits = self.config.limits;
+        let now = Instant::now();
+        if req.group_id.is_empty() {
+            return Err(Box::new(JoinResult::error(
+                INVALID_GROUP_ID,
+                &req.member_id,
+            )));
+        }
+        let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
+        if session < limits.min_session_timeout || session > limits.max_session_timeout {
+            return Err(Box::new(JoinResult::error(
+                INVALID_SESSION_TIMEOUT,
+                &req.member_id,
+            )));
+        }
+        let mut groups = self.groups.borrow_mut();
+        let g = groups
+            .entry(req.group_id.clone())
+            .or_insert_with(|| Group::new(&req.group_id, now));
+        if !g.supports(&req.protocol_type, &req.protocols) {
+            return Err(Box::new(JoinResult::error(
+                INCONSISTENT_GROUP_PROTOCOL,
+                &req.member_id,
+            )));
+        }
+        let mut member_id = req.member_id.clone();
+        if let Some(instance) = &req.group_instance_id {
+            match g.static_members.get(instance).cloned() {
+                Some(existing) if !member_id.is_empty() && existing != member_id => {
+                    return Err(Box::new(JoinResult::error(FENCED_INSTANCE_ID, &member_id)));
+                }
+                Some(existing) if member_id.is_empty() => {
+                    // A static member restarting: it takes over its old identity with a new
+                    // member id; the old id is fenced. With nothing changed, no rebalance.
+                    let new_id = format!("{instance}-{}", uuid::Uuid::new_v4());
+                    if let Some(mut old) = g.members.remove(&existing) {
+                        if let Some(tx) = old.pending_join.take() {
+                            let _ = tx.send(JoinResult::error(FENCED_INSTANCE_ID, &existing));
+                        }
+                        if let Some(tx) = old.pending_sync.take() {
+                            let _ = tx.send(SyncResult::error(FENCED_INSTANCE_ID));
+                        }
+                        old.member_id = new_id.clone();
+                        old.deadline = now + session;
+                        let unchanged = old.protocols == req.protocols;
+                        g.members.insert(new_id.clone(), old);
+                        g.static_members.insert(instance.clone(), new_id.clone());
+                        if g.leader.as_deref() == Some(existing.as_str()) {
+                            g.leader = Some(new_id.clone());
+                        }
+                        if unchanged && g.state == GroupState::Stable {
+                            let (tx, rx) = oneshot::channel();
+                            let _ = tx.send(g.current_join(&new_id));
+                            return Ok(rx);
+                        }
+                    }
+                    member_id = new_id;
+                }
+                Some(_) => {}
+                None => {
+                    if member_id.is_empty() {
+                        member_id = format!("{instance}-{}", uuid::Uuid::new_v4());
+                    }
+                    g.static_members.insert(instance.clone(), member_id.clone());
+                }
+            }
+        } else if member_id.is_empty() {
+            let new_id = format!("{client_id}-{}", uuid::Uuid::new_v4());
+            if version >= 4 {
+                // KIP-394: the client must rejoin with the id it is given.
+                g.pending_member_ids.push(new_id.clone());
+                return Err(Box::new(JoinResult::error(MEMBER_ID_REQUIRED, &new_id)));
+            }
+            member_id = new_id;
+        } else if !g.members.contains_key(&member_id) && !g.pending_member_ids.contains(&member_id)
+        {
+            return Err(Box::new(JoinResult::error(UNKNOWN_MEMBER_ID, &member_id)));
+        }
+        g.pending_member_ids.retain(|id| *id != member_id);
+        if !g.members.contains_key(&member_id) && g.members.len() >= limits.max_size {
+            return Err(Box::new(JoinResult::error(
+                GROUP_MAX_SIZE_REACHED,
+                &member_id,
+            )));
+        }
+        let (tx, rx) = oneshot::channel();
+        let rebalance = Duration::from_millis(req.rebalance_timeout_ms.max(0) as u64);
+        match g.members.get_mut(&member_id) {
+            Some(m) => {
+                let unchanged = m.protocols == req.protocols;
+                m.session_timeout = session;
+                m.rebalance_timeout = rebalance;
+                m.deadline = now + session;
+                let is_leader = g.leader.as_deref() == Some(member_id.as_str());
+                if unchanged
+                    && (g.state == GroupState::CompletingRebalance
+                        || (g.state == GroupState::Stable && !is_leader))
+                {
+                    let _ = tx.send(g.current_join(&member_id));
+                    return Ok(rx);
+                }
+                m.protocols = req.protocols;
+                m.pending_join = Some(tx);
+            }
+            None => {
+                g.members.insert(
+                    member_id.clone(),
+                    Member {
+                        member_id: member_id.clone(),
+                        group_instance_id: req.group_instance_id.clone(),
+                        client_id,
+                        client_host,
+                        session_timeout: session,
+                        rebalance_timeout: rebalance,
+                        protocols: req.protocols,
+                        assignment: Bytes::new(),
+                        deadline: now + session,
+                        pending_join: Some(tx),
+                        pending_sync: None,
+                    },
+                );
+            }
+        }
+        if g.protocol_type.is_none() || g.state == GroupState::Empty {
+            g.protocol_type = Some(req.protocol_type);
+        }
+        if g.state != GroupState::PreparingRebalance {
+            info!(group = %g.group_id, member = %member_id, "member joining; rebalancing");
+        }
+        g.prepare_rebalance(now, &limits);
+        g.maybe_complete_join(now);
+        Ok(rx)
+    }
+
+    pub fn sync(
+        &self,
+        req: SyncGroupRequest,
+    ) -> Result<(oneshot::Receiver<SyncResult>, bool), SyncResult> {
+        let now = Instant::now();
+        let mut groups = self.groups.borrow_mut();
+        let Some(g) = groups.get_mut(&req.group_id) else {
+            return Err(SyncResult::error(UNKNOWN_MEMBER_ID));
+        };
+        check_instance(g, &req.member_id, req.group_instance_id.as_deref())
+            .map_err(SyncResult::error)?;
+        if !g.members.contains_key(&req.member_id) {
+            return Err(SyncResult::error(UNKNOWN_MEMBER_ID));
+        }
+        if req.generation_id != g.generation {
+            return Err(SyncResult::error(ILLEGAL_GENERATION));
+        }
+        if req
+            .protocol_type
+            .as_ref()
+            .is_some_and(|p| Some(p) != g.protocol_type.as_ref())
+            || req
+                .protocol_name
+                .as_ref()
+                .is_some_and(|p| Some(p) != g.protocol_name.as_ref())
+        {
+            return Err(SyncResult::error(INCONSISTENT_GROUP_PROTOCOL));
+        }
+        let (tx, rx) = oneshot::channel();
+        match g.state {
+            GroupState::PreparingRebalance => Err(SyncResult::error(REBALANCE_IN_PROGRESS)),
+            GroupState::Stable => {
+                let m = &g.members[&req.member_id];
+                let _ = tx.send(SyncResult {
+                    error: ErrorCode::NONE,
+                    protocol_type: g.protocol_type.clone(),
+                    protocol_name: g.protocol_name.clone(),
+                    assignment: m.assignment.clone(),
+                });
+                Ok((rx, false))
+            }
+            GroupState::CompletingRebalance => {
+                if let Some(m) = g.members.get_mut(&req.member_id) {
+                    m.pending_sync = Some(tx);
+                    m.deadline = now + m.session_timeout;
+                }
+                let is_leader = g.leader.as_deref() == Some(req.member_id.as_str());
+                if is_leader {
+                    g.complete_sync(&req.assignments, now);
+                }
+                Ok((rx, is_leader))
+            }
+            GroupState::Empty | GroupState::Dead => Err(SyncResult::error(UNKNOWN_MEMBER_ID)),
+        }
+    }
+
+    /// Writes the group's metadata after a completed rebalance.
+    pub async fn persist_group(&self, log: &Rc<Partition>, group_id: &str) {
+        let record = self.groups.borrow().get(group_id).map(Self::group_record);
+        if let Some(record) = record {
+            if let Err(e) = self.persist(log, vec![record]).await {
+                warn!(group = %group_id, error = e.0, "persisting group metadata failed");
+            }
+        }
+    }
+
+    pub fn heartbeat(&self, req: HeartbeatRequest) -> ErrorCode {
+        let now = Instant::now();
+        let mut groups = self.groups.borrow_mut();
+        let Some(g) = groups.get_mut(&req.group_id) else {
+            return UNKNOWN_MEMBER_ID;
+        };
+        if let Err(e) = check_instance(g, &req.member_id, req.group_instance_id.as_deref()) {
+            return e;
+        }
+        let Some(m) = g.members.get_mut(&req.member_id) else {
+            return UNKNOWN_MEMBER_ID;
+        };
+        m.deadline = now + m.session_timeout;
+        if req.generation_id != g.generation {
+            return ILLEGAL_GENERATION;
+        }
+        match g.state {
+            GroupState::PreparingRebalance => REBALANCE_IN_PROGRESS,
+            GroupState::Stable | GroupState::CompletingRebalance => ErrorCode::NONE,
+            GroupState::Empty | GroupState::Dead => UNKNOWN_MEMBER_ID,
+        }
+    }
+
+    pub fn leave(
+        &self,
+        req: LeaveGroupRequest,
+    ) -> (ErrorCode, Vec<(String, Option<String>, ErrorCode)>) {
+        let now = Instant::now();
+        let limits = self.config.limits;
+        let mut groups = self.groups.borrow_mut();
+        let Some(g) = groups.get_mut(&req.group_id) else {
+            return (
+                UNKNOWN_MEMBER_ID,
+                req.members
+                    .into_iter()
+                    .map(|(m, i)| (m, i, UNKNOWN_MEMBER_ID))
+                    .collect(),
+            );
+        };
+        let mut results = Vec::with_capacity(req.members.len());
+        let mut removed = false;
+        for (member_id, instance) in req.members {
+            let id = match (&instance, member_id.is_empty()) {
+                (Some(i), true) => g.static_members.get(i).cloned().unwrap_or_default(),
+                _ => member_id.clone(),
+            };
+            let code = if let Err(e) = check_instance(g, &id, instance.as_deref()) {
+                e
+            } else if g.members.contains_key(&id) {
+                info!(group = %g.group_id, member = %id, "member left");
+                g.remove_member(&id);
+                removed = true;
+                ErrorCode::NONE
+            } else {
+                UNKNOWN_MEMBER_ID
+            };
+            results.push((member_id, instance, code));
+        }
+        if removed {
+            match g.state {
+                GroupState::Stable | GroupState::CompletingRebalance => {
+                    g.prepare_rebalance(now, &limits)
+                }
+                _ => {}
+            }
+            g.maybe_complete_join(now);
+        }
+        let top = if results.len() == 1 {
+            results[0].2
+        } else {
+            ErrorCode::NONE
+        };
+        (top, results)
+    }
+
+    // ---------------------------------------------------------------- offsets
+
+    /// Validates and persists a commit. `topics` holds partitions already checked to exist;
+    /// `unknown` those that do not, answered UNKNOWN_TOPIC_OR_PARTITION.
+    pub async fn commit(
+        &self,
+        log: &Rc<Partition>,
+        req: OffsetCommitRequest,
+    ) -> TopicResults<ErrorCode> {
+        let all = |code: ErrorCode| -> TopicResults<ErrorCode> {
+            req.topics
+                .iter()
+                .map(|(t, ps)| (t.clone(), ps.iter().map(|p| (p.partition, code)).collect()))
+                .collect()
+        };
+        let check = {
+            let groups = self.groups.borrow();
+            match groups.get(&req.group_id) {
+                None if req.generation_id < 0 => Ok(()),
+                None => Err(if req.member_id.is_empty() {
+                    ILLEGAL_GENERATION
+                } else {
+                    UNKNOWN_MEMBER_ID
+                }),
+                Some(g) if req.generation_id < 0 && g.state == GroupState::Empty => Ok(()),
+                Some(g)
+                    if g.state == GroupState::CompletingRebalance
+                        || g.state == GroupState::PreparingRebalance =>
+                {
+                    if g.members.contains_key(&req.member_id) {
+                        Err(REBALANCE_IN_PROGRESS)
+                    } else {
+                        Err(UNKNOWN_MEMBER_ID)
+                    }
+                }
+                Some(g) => {
+                    match check_instance(g, &req.member_id, req.group_instance_id.as_deref()) {
+                        Err(e) => Err(e),
+                        Ok(()) if !g.members.contains_key(&req.member_id) => Err(UNKNOWN_MEMBER_ID),
+                        Ok(()) if req.generation_id != g.generation => Err(ILLEGAL_GENERATION),
+                        Ok(()) => Ok(()),
+                    }
+                }
+            }
+        };
+        if let Err(code) = check {
+            return all(code);
+        }
+        let ts = now_ms();
+        let mut records = Vec::new();
+        let mut results: TopicResults<ErrorCode> = Vec::new();
+        for (topic, parts) in &req.topics {
+            let mut rs = Vec::with_capacity(parts.len());
+            for p in parts {
+                let metadata = p.metadata.clone().unwrap_or_default();
+                if metadata.len() > self.config.offset_metadata_max_bytes {
+                    rs.push((p.partition, OFFSET_METADATA_TOO_LARGE));
+                    continue;
+                }
+                let key = GroupKey::Offset {
+                    group: req.group_id.clone(),
+                    topic: topic.clone(),
+                    partition: p.partition,
+                };
+                let value = OffsetValue {
+                    offset: p.offset,
+                    leader_epoch: p.leader_epoch,
+                    metadata,
+                    commit_timestamp_ms: ts,
+                };
+                records.push((key.encode(), Some(value.encode())));
+                rs.push((p.partition, ErrorCode::NONE));
+            }
+            results.push((topic.clone(), rs));
+        }
+        if let Err(code) = self.persist(log, records).await {
+            return all(code);
+        }
+        let now = Instant::now();
+        let mut groups = self.groups.borrow_mut();
+        let g = groups
+            .entry(req.group_id.clone())
+            .or_insert_with(|| Group::new(&req.group_id, now));
+        for (topic, parts) in &req.topics {
+            for p in parts {
+                let md = p.metadata.clone().unwrap_or_default();
+                if md.len() <= self.config.offset_metadata_max_bytes {
+                    g.offsets.insert(
+                        (topic.clone(), p.partition),
+                        CommittedOffset {
+                            offset: p.offset,
+                            leader_epoch: p.leader_epoch,
+                            metadata: md,
+                            commit_timestamp_ms: ts,
+                        },
+                    );
+                }
+            }
+        }
+        results
+    }
+
+    /// Committed offsets: (offset, leader_epoch, metadata) per partition; -1 when none.
+    pub fn fetch_offsets(&self, req: &OffsetFetchGroup) -> TopicResults<(i64, i32, String)> {
+        let groups = self.groups.borrow();
+        let g = groups.get(&req.group_id);
+        match &req.topics {
+            Some(topics) => topics
+                .iter()
+                .map(|(t, ps)| {
+                    let rs = ps
+                        .iter()
+                        .map(|p| {
+                            let c = g.and_then(|g| g.offsets.get(&(t.clone(), *p)));
+                            (
+                                *p,
+                                c.map_or((-1, -1, String::new()), |c| {
+                                    (c.offset, c.leader_epoch, c.metadata.clone())
+                                }),
+                            )
+                        })
+                        .collect();
+                    (t.clone(), rs)
+                })
+                .collect(),
+            None => {
+                let mut out: TopicResults<(i64, i32, String)> = Vec::new();
+                for ((t, p), c) in g.map(|g| g.offsets.iter()).into_iter().flatten() {
+                    let entry = (*p, (c.offset, c.leader_epoch, c.metadata.clone()));
+                    match out.last_mut().filter(|(name, _)| name == t) {
+                        Some((_, v)) => v.push(entry),
+                        None => out.push((t.clone(), vec![entry])),
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    pub async fn delete_offsets(
+        &self,
+        log: &Rc<Partition>,
+        req: OffsetDeleteRequest,
+    ) -> (ErrorCode, TopicResults<ErrorCode>) {
+        let (records, results) = {
+            let groups = self.groups.borrow();
+            let Some(g) = groups.get(&req.group_id) else {
+                return (GROUP_ID_NOT_FOUND, Vec::new());
+            };
+            let subscribed = if g.members.is_empty() {
+                Vec::new()
+            } else {
+                g.subscribed_topics()
+            };
+            let mut records = Vec::new();
+            let results: TopicResults<ErrorCode> = req
+                .topics
+                .iter()
+                .map(|(t, ps)| {
+                    let rs = ps
+                        .iter()
+                        .map(|p| {
+                            if subscribed.contains(t) {
+                                (*p, GROUP_SUBSCRIBED_TO_TOPIC)
+                            } else {
+                                if g.offsets.contains_key(&(t.clone(), *p)) {
+                                    let key = GroupKey::Offset {
+                                        group: req.group_id.clone(),
+                                        topic: t.clone(),
+                                        partition: *p,
+                                    };
+                                    records.push((key.encode(), None));
+                                }
+                                (*p, ErrorCode::NONE)
+                            }
+                        })
+                        .collect();
+                    (t.clone(), rs)
+                })
+                .collect();
+            (records, results)
+        };
+        if let Err(code) = self.persist(log, records).await {
+            return (code, Vec::new());
+        }
+        if let Some(g) = self.groups.borrow_mut().get_mut(&req.group_id) {
+            for (t, rs) in &results {
+                for (p, code) in rs {
+                    if *code == ErrorCode::NONE {
+                        g.offsets.remove(&(t.clone(), *p));
+                    }
+                }
+            }
+        }
+        (ErrorCode::NONE, results)
+    }
+
+    // ---------------------------------------------------------------- administration
+
+    pub fn describe(&self, group_id: &str) -> DescribedGroup {
+        let groups = self.groups.borrow();
+        let Some(g) = groups.get(group_id) else {
+            return DescribedGroup {
+                group_id: group_id.into(),
+                state: "Dead",
+                protocol_type: String::new(),
+                protocol: String::new(),
+                members: Vec::new(),
+            };
+        };
+        let protocol = g.protocol_name.clone().unwrap_or_default();
+        let stable = g.state == GroupState::Stable;
+        DescribedGroup {
+            group_id: group_id.into(),
+            state: g.state.name(),
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            protocol: if stable {
+                protocol.clone()
+            } else {
+                String::new()
+            },
+            members: g
+                .members
+                .values()
+                .map(|m| DescribedMember {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: if stable {
+                        m.metadata_for(&protocol)
+                    } else {
+                        Bytes::new()
+                    },
+                    assignment: if stable {
+                        m.assignment.clone()
+                    } else {
+                        Bytes::new()
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    /// (group_id, protocol_type, state) of every group here.
+    pub fn list(&self) -> Vec<(String, String, String)> {
+        self.groups
+            .borrow()
+            .values()
+            .map(|g| {
+                (
+                    g.group_id.clone(),
+                    g.protocol_type.clone().unwrap_or_default(),
+                    g.state.name().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    pub async fn delete_group(&self, log: &Rc<Partition>, group_id: &str) -> ErrorCode {
+        let records = {
+            let groups = self.groups.borrow();
+            let Some(g) = groups.get(group_id) else {
+                return GROUP_ID_NOT_FOUND;
+            };
+            if g.state != GroupState::Empty {
+                return NON_EMPTY_GROUP;
+            }
+            let mut records: Vec<(Bytes, Option<Bytes>)> = g
+                .offsets
+                .keys()
+                .map(|(t, p)| {
+                    (
+                        GroupKey::Offset {
+                            group: group_id.into(),
+                            topic: t.clone(),
+                            partition: *p,
+                        }
+                        .encode(),
+                        None,
+                    )
+                })
+                .collect();
+            records.push((
+                GroupKey::Group {
+                    group: group_id.into(),
+                }
+                .encode(),
+                None,
+            ));
+            records
+        };
+        if let Err(code) = self.persist(log, records).await {
+            return code;
+        }
+        self.groups.borrow_mut().remove(group_id);
+        info!(group = %group_id, "group deleted");
+        ErrorCode::NONE
+    }
+
+    /// Advances timers: session expiry, join completion, offset retention. Returns the groups
+    /// whose metadata changed and must be persisted, and offset tombstones to write.
+    pub fn tick(&self, now: Instant, expire_offsets: bool) -> (Vec<String>, Vec<(String, Bytes)>) {
+        let limits = self.config.limits;
+        let mut changed = Vec::new();
+        let mut tombstones = Vec::new();
+        let retention_ms = self.config.offsets_retention.as_millis() as i64;
+        let wall = now_ms();
+        let mut groups = self.groups.borrow_mut();
+        for g in groups.values_mut() {
+            g.expire_sessions(now, &limits);
+            if g.maybe_complete_join(now) && g.state == GroupState::Empty {
+                changed.push(g.group_id.clone());
+            }
+            if expire_offsets && g.state == GroupState::Empty {
+                let old: Vec<(String, i32)> = g
+                    .offsets
+                    .iter()
+                    .filter(|(_, c)| c.commit_timestamp_ms + retention_ms < wall)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for (t, p) in old {
+                    g.offsets.remove(&(t.clone(), p));
+                    tombstones.push((
+                        g.group_id.clone(),
+                        GroupKey::Offset {
+                            group: g.group_id.clone(),
+                            topic: t,
+                            partition: p,
+                        }
+                        .encode(),
+                    ));
+                }
+            }
+        }
+        groups.retain(|_, g| {
+            !(g.state == GroupState::Empty
+                && g.offsets.is_empty()
+                && g.members.is_empty()
+                && g.generation == 0)
+        });
+        (changed, tombstones)
+    }
+
+    /// Persists what `tick` decided.
+    pub async fn persist_tick(
+        &self,
+        log_for: impl Fn(&str) -> Option<Rc<Partition>>,
+        changed: Vec<String>,
+        tombstones: Vec<(String, Bytes)>,
+    ) {
+        for group in changed {
+            if let Some(log) = log_for(&group) {
+                self.persist_group(&log, &group).await;
+            }
+        }
+        for (group, key) in tombstones {
+            if let Some(log) = log_for(&group) {
+                let _ = self.persist(&log, vec![(key, None)]).await;
+            }
+        }
+    }
+}
+
+/// Static-membership check: a request naming an instance id must come from the member that
+/// currently holds it.
+fn check_instance(g: &Group, member_id: &str, instance: Option<&str>) -> Result<(), ErrorCode> {
+    if let Some(instance) = instance {
+        if let Some(holder) = g.static_members.get(instance) {
+            if holder != member_id {
+                return Err(FENCED_INSTANCE_ID);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_partition_matches_kafka() {
+        // Java: "my-group".hashCode() == -1906497762; abs % 50 == 12.
+        assert_eq!(partition_for_group("my-group", 50), 12);
+        assert!((0..50).contains(&partition_for_group("", 50)));
+        assert_eq!(partition_for_group("anything", 1), 0);
+    }
+}

@@ -1,0 +1,538 @@
+//! One consumer group's state machine (Kafka's classic protocol): Empty → PreparingRebalance →
+//! CompletingRebalance → Stable, and back. Decisions only: no I/O, time passed in, responses
+//! delivered on the one-shot channels parked in the group. The coordinator persists what the
+//! machine decides.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::channel::oneshot;
+use tributary_protocol::ErrorCode;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+    Dead,
+}
+
+impl GroupState {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+            GroupState::Dead => "Dead",
+        }
+    }
+}
+
+/// What a JoinGroup waits for.
+#[derive(Debug, Clone)]
+pub struct JoinResult {
+    pub error: ErrorCode,
+    pub generation_id: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    /// Filled for the leader only: (member_id, group_instance_id, metadata).
+    pub members: Vec<(String, Option<String>, Bytes)>,
+}
+
+impl JoinResult {
+    pub fn error(error: ErrorCode, member_id: &str) -> Self {
+        JoinResult {
+            error,
+            generation_id: -1,
+            protocol_type: None,
+            protocol_name: None,
+            leader: String::new(),
+            member_id: member_id.to_string(),
+            members: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SyncResult {
+    pub error: ErrorCode,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignment: Bytes,
+}
+
+impl SyncResult {
+    pub fn error(error: ErrorCode) -> Self {
+        SyncResult {
+            error,
+            protocol_type: None,
+            protocol_name: None,
+            assignment: Bytes::new(),
+        }
+    }
+}
+
+pub struct Member {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout: Duration,
+    pub rebalance_timeout: Duration,
+    pub protocols: Vec<(String, Bytes)>,
+    pub assignment: Bytes,
+    pub deadline: Instant,
+    pub pending_join: Option<oneshot::Sender<JoinResult>>,
+    pub pending_sync: Option<oneshot::Sender<SyncResult>>,
+}
+
+impl Member {
+    pub fn metadata_for(&self, protocol: &str) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|(n, _)| n == protocol)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_default()
+    }
+}
+
+pub struct Group {
+    pub group_id: String,
+    pub state: GroupState,
+    pub generation: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: Option<String>,
+    pub members: BTreeMap<String, Member>,
+    /// Member ids handed out with MEMBER_ID_REQUIRED and not yet used to join.
+    pub pending_member_ids: Vec<String>,
+    pub static_members: BTreeMap<String, String>,
+    pub rebalance_deadline: Option<Instant>,
+    pub initial_delay_until: Option<Instant>,
+    pub state_since: Instant,
+    /// Committed offsets: (topic, partition) → offset.
+    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub commit_timestamp_ms: i64,
+}
+
+/// Consumer-group limits, from the broker config.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupLimits {
+    pub max_size: usize,
+    pub min_session_timeout: Duration,
+    pub max_session_timeout: Duration,
+    pub initial_rebalance_delay: Duration,
+}
+
+impl Group {
+    pub fn new(group_id: &str, now: Instant) -> Self {
+        Group {
+            group_id: group_id.to_string(),
+            state: GroupState::Empty,
+            generation: 0,
+            protocol_type: None,
+            protocol_name: None,
+            leader: None,
+            members: BTreeMap::new(),
+            pending_member_ids: Vec::new(),
+            static_members: BTreeMap::new(),
+            rebalance_deadline: None,
+            initial_delay_until: None,
+            state_since: now,
+            offsets: BTreeMap::new(),
+        }
+    }
+
+    fn set_state(&mut self, state: GroupState, now: Instant) {
+        self.state = state;
+        self.state_since = now;
+    }
+
+    /// Protocols every member supports; `None` when the group has no members.
+    fn candidate_protocols(&self) -> Option<Vec<String>> {
+        let mut iter = self.members.values();
+        let first = iter.next()?;
+        let mut candidates: Vec<String> = first.protocols.iter().map(|(n, _)| n.clone()).collect();
+        for m in iter {
+            candidates.retain(|c| m.protocols.iter().any(|(n, _)| n == c));
+        }
+        Some(candidates)
+    }
+
+    /// Kafka's rule: every member votes for its most preferred candidate; most votes wins.
+    fn select_protocol(&self) -> Option<String> {
+        let candidates = self.candidate_protocols()?;
+        let mut votes: Vec<(String, usize)> = candidates.iter().map(|c| (c.clone(), 0)).collect();
+        for m in self.members.values() {
+            if let Some((name, _)) = m.protocols.iter().find(|(n, _)| candidates.contains(n)) {
+                if let Some(v) = votes.iter_mut().find(|(c, _)| c == name) {
+                    v.1 += 1;
+                }
+            }
+        }
+        votes
+            .into_iter()
+            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
+            .map(|(c, _)| c)
+    }
+
+    /// Whether a member with these protocols can join: same protocol type and at least one
+    /// protocol in common with the group.
+    pub fn supports(&self, protocol_type: &str, protocols: &[(String, Bytes)]) -> bool {
+        if self.members.is_empty() {
+            return !protocol_type.is_empty() && !protocols.is_empty();
+        }
+        if self.protocol_type.as_deref() != Some(protocol_type) {
+            return false;
+        }
+        match self.candidate_protocols() {
+            Some(c) => protocols.iter().any(|(n, _)| c.contains(n)),
+            None => true,
+        }
+    }
+
+    pub fn prepare_rebalance(&mut self, now: Instant, limits: &GroupLimits) {
+        let was_empty = self.state == GroupState::Empty;
+        let timeout = self
+            .members
+            .values()
+            .map(|m| m.rebalance_timeout)
+            .max()
+            .unwrap_or_default();
+        // Members waiting on a sync will never get it for this generation.
+        for m in self.members.values_mut() {
+            if let Some(tx) = m.pending_sync.take() {
+                let _ = tx.send(SyncResult::error(ErrorCode(27))); // REBALANCE_IN_PROGRESS
+            }
+        }
+        if self.state != GroupState::PreparingRebalance {
+            self.rebalance_deadline = Some(now + timeout);
+            self.initial_delay_until = if was_empty {
+                Some(now + limits.initial_rebalance_delay)
+            } else {
+                None
+            };
+        } else if let Some(until) = self.initial_delay_until {
+            // New members keep arriving during the initial delay: wait a little longer, up to
+            // the rebalance timeout (Kafka's InitialDelayedJoin).
+            let extended =
+                (now + limits.initial_rebalance_delay).min(self.rebalance_deadline.unwrap_or(now));
+            self.initial_delay_until = Some(until.max(extended));
+        }
+        self.set_state(GroupState::PreparingRebalance, now);
+    }
+
+    fn all_joined(&self) -> bool {
+        self.members.values().all(|m| m.pending_join.is_some())
+    }
+
+    /// Completes the join phase if it is due. Returns true if a new generation started.
+    pub fn maybe_complete_join(&mut self, now: Instant) -> bool {
+        if self.state != GroupState::PreparingRebalance {
+            return false;
+        }
+        let delay_over = self.initial_delay_until.is_none_or(|t| now >= t);
+        let timed_out = self.rebalance_deadline.is_some_and(|t| now >= t);
+        if !(timed_out || (delay_over && self.all_joined())) {
+            return false;
+        }
+        // Members that did not rejoin in time are removed.
+        let gone: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| m.pending_join.is_none())
+            .map(|m| m.member_id.clone())
+            .collect();
+        for id in gone {
+            self.remove_member(&id);
+        }
+        self.generation += 1;
+        self.rebalance_deadline = None;
+        self.initial_delay_until = None;
+        if self.members.is_empty() {
+            self.protocol_name = None;
+            self.leader = None;
+            self.set_state(GroupState::Empty, now);
+            return true;
+        }
+        self.protocol_name = self.select_protocol();
+        if !self
+            .leader
+            .as_ref()
+            .is_some_and(|l| self.members.contains_key(l))
+        {
+            self.leader = self.members.keys().next().cloned();
+        }
+        self.set_state(GroupState::CompletingRebalance, now);
+        let protocol = self.protocol_name.clone().unwrap_or_default();
+        let leader = self.leader.clone().unwrap_or_default();
+        let all: Vec<(String, Option<String>, Bytes)> = self
+            .members
+            .values()
+            .map(|m| {
+                (
+                    m.member_id.clone(),
+                    m.group_instance_id.clone(),
+                    m.metadata_for(&protocol),
+                )
+            })
+            .collect();
+        for m in self.members.values_mut() {
+            m.deadline = now + m.session_timeout;
+            m.assignment = Bytes::new();
+            if let Some(tx) = m.pending_join.take() {
+                let _ = tx.send(JoinResult {
+                    error: ErrorCode::NONE,
+                    generation_id: self.generation,
+                    protocol_type: self.protocol_type.clone(),
+                    protocol_name: Some(protocol.clone()),
+                    leader: leader.clone(),
+                    member_id: m.member_id.clone(),
+                    members: if m.member_id == leader {
+                        all.clone()
+                    } else {
+                        Vec::new()
+                    },
+                });
+            }
+        }
+        true
+    }
+
+    /// The current generation as a join response for one member (a rejoin that changes nothing).
+    pub fn current_join(&self, member_id: &str) -> JoinResult {
+        let leader = self.leader.clone().unwrap_or_default();
+        let protocol = self.protocol_name.clone().unwrap_or_default();
+        JoinResult {
+            error: ErrorCode::NONE,
+            generation_id: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: Some(protocol.clone()),
+            leader: leader.clone(),
+            member_id: member_id.to_string(),
+            members: if member_id == leader {
+                self.members
+                    .values()
+                    .map(|m| {
+                        (
+                            m.member_id.clone(),
+                            m.group_instance_id.clone(),
+                            m.metadata_for(&protocol),
+                        )
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    pub fn remove_member(&mut self, member_id: &str) {
+        if let Some(mut m) = self.members.remove(member_id) {
+            if let Some(tx) = m.pending_join.take() {
+                let _ = tx.send(JoinResult::error(ErrorCode(25), member_id)); // UNKNOWN_MEMBER_ID
+            }
+            if let Some(tx) = m.pending_sync.take() {
+                let _ = tx.send(SyncResult::error(ErrorCode(25)));
+            }
+            if let Some(instance) = &m.group_instance_id {
+                if self
+                    .static_members
+                    .get(instance)
+                    .is_some_and(|id| id == member_id)
+                {
+                    self.static_members.remove(instance);
+                }
+            }
+        }
+        if self.leader.as_deref() == Some(member_id) {
+            self.leader = self.members.keys().next().cloned();
+        }
+    }
+
+    /// Applies the leader's assignment and releases every waiting SyncGroup.
+    pub fn complete_sync(&mut self, assignments: &[(String, Bytes)], now: Instant) {
+        for m in self.members.values_mut() {
+            m.assignment = assignments
+                .iter()
+                .find(|(id, _)| *id == m.member_id)
+                .map(|(_, a)| a.clone())
+                .unwrap_or_default();
+        }
+        self.set_state(GroupState::Stable, now);
+        for m in self.members.values_mut() {
+            if let Some(tx) = m.pending_sync.take() {
+                let _ = tx.send(SyncResult {
+                    error: ErrorCode::NONE,
+                    protocol_type: self.protocol_type.clone(),
+                    protocol_name: self.protocol_name.clone(),
+                    assignment: m.assignment.clone(),
+                });
+            }
+        }
+    }
+
+    /// Removes members whose session expired; returns whether any did.
+    pub fn expire_sessions(&mut self, now: Instant, limits: &GroupLimits) -> bool {
+        if !matches!(
+            self.state,
+            GroupState::Stable | GroupState::CompletingRebalance
+        ) {
+            return false;
+        }
+        let expired: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| m.pending_join.is_none() && now >= m.deadline)
+            .map(|m| m.member_id.clone())
+            .collect();
+        if expired.is_empty() {
+            return false;
+        }
+        for id in &expired {
+            tracing::info!(group = %self.group_id, member = %id, "session expired; removing member");
+            self.remove_member(id);
+        }
+        self.prepare_rebalance(now, limits);
+        true
+    }
+
+    pub fn subscribed_topics(&self) -> Vec<String> {
+        let Some(protocol) = &self.protocol_name else {
+            return Vec::new();
+        };
+        if self.protocol_type.as_deref() != Some("consumer") {
+            return Vec::new();
+        }
+        let mut topics: Vec<String> = self
+            .members
+            .values()
+            .flat_map(|m| {
+                tributary_protocol::group_records::subscription_topics(&m.metadata_for(protocol))
+            })
+            .collect();
+        topics.sort();
+        topics.dedup();
+        topics
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: GroupLimits = GroupLimits {
+        max_size: 10,
+        min_session_timeout: Duration::from_millis(100),
+        max_session_timeout: Duration::from_secs(60),
+        initial_rebalance_delay: Duration::from_millis(0),
+    };
+
+    fn member(
+        id: &str,
+        now: Instant,
+        protocols: &[&str],
+    ) -> (Member, oneshot::Receiver<JoinResult>) {
+        let (tx, rx) = oneshot::channel();
+        (
+            Member {
+                member_id: id.into(),
+                group_instance_id: None,
+                client_id: "c".into(),
+                client_host: "h".into(),
+                session_timeout: Duration::from_secs(10),
+                rebalance_timeout: Duration::from_secs(10),
+                protocols: protocols
+                    .iter()
+                    .map(|p| (p.to_string(), Bytes::from(p.to_string())))
+                    .collect(),
+                assignment: Bytes::new(),
+                deadline: now,
+                pending_join: Some(tx),
+                pending_sync: None,
+            },
+            rx,
+        )
+    }
+
+    #[test]
+    fn two_members_join_pick_a_common_protocol_and_sync() {
+        let now = Instant::now();
+        let mut g = Group::new("g", now);
+        g.protocol_type = Some("consumer".into());
+        let (a, mut ra) = member("a", now, &["cooperative-sticky", "range"]);
+        let (b, mut rb) = member("b", now, &["range", "roundrobin"]);
+        g.members.insert("a".into(), a);
+        g.prepare_rebalance(now, &LIMITS);
+        g.members.insert("b".into(), b);
+        assert!(g.maybe_complete_join(now));
+        let ja = ra.try_recv().unwrap().unwrap();
+        let jb = rb.try_recv().unwrap().unwrap();
+        assert_eq!(ja.protocol_name.as_deref(), Some("range"));
+        assert_eq!(ja.generation_id, 1);
+        assert_eq!(ja.leader, "a");
+        assert_eq!(ja.members.len(), 2, "the leader sees every member");
+        assert!(jb.members.is_empty());
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        let (tx, mut rx) = oneshot::channel();
+        g.members.get_mut("b").unwrap().pending_sync = Some(tx);
+        g.complete_sync(
+            &[
+                ("a".into(), Bytes::from_static(b"A")),
+                ("b".into(), Bytes::from_static(b"B")),
+            ],
+            now,
+        );
+        assert_eq!(
+            rx.try_recv().unwrap().unwrap().assignment,
+            Bytes::from_static(b"B")
+        );
+        assert_eq!(g.state, GroupState::Stable);
+    }
+
+    #[test]
+    fn a_member_that_does_not_rejoin_is_dropped_at_the_rebalance_deadline() {
+        let now = Instant::now();
+        let mut g = Group::new("g", now);
+        g.protocol_type = Some("consumer".into());
+        let (a, _ra) = member("a", now, &["range"]);
+        let (mut b, _rb) = member("b", now, &["range"]);
+        b.pending_join = None;
+        g.members.insert("a".into(), a);
+        g.members.insert("b".into(), b);
+        g.prepare_rebalance(now, &LIMITS);
+        assert!(!g.maybe_complete_join(now), "b has not rejoined yet");
+        assert!(g.maybe_complete_join(now + Duration::from_secs(11)));
+        assert!(!g.members.contains_key("b"));
+        assert_eq!(g.members.len(), 1);
+    }
+
+    #[test]
+    fn session_expiry_triggers_a_rebalance() {
+        let now = Instant::now();
+        let mut g = Group::new("g", now);
+        g.protocol_type = Some("consumer".into());
+        let (a, _ra) = member("a", now, &["range"]);
+        g.members.insert("a".into(), a);
+        g.prepare_rebalance(now, &LIMITS);
+        assert!(g.maybe_complete_join(now));
+        g.complete_sync(&[], now);
+        assert!(!g.expire_sessions(now + Duration::from_secs(5), &LIMITS));
+        assert!(g.expire_sessions(now + Duration::from_secs(11), &LIMITS));
+        assert!(g.members.is_empty());
+        assert!(g.maybe_complete_join(now + Duration::from_secs(11)));
+        assert_eq!(g.state, GroupState::Empty);
+    }
+}

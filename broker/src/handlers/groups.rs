@@ -1,0 +1,654 @@
+//! Consumer-group APIs. Each request is decoded on the connection's shard, sent as a `GroupOp`
+//! to the shard that owns the group's `__consumer_offsets` partition (its coordinator), run there
+//! by [`run`], and the `GroupReply` encoded back here. One module for the eleven group APIs: they
+//! share the routing and the reply type.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{
+    DescribeGroupsResponse, DescribedGroup, DescribedGroupMember,
+};
+use kafka_protocol::messages::find_coordinator_response::{Coordinator, FindCoordinatorResponse};
+use kafka_protocol::messages::join_group_response::{JoinGroupResponse, JoinGroupResponseMember};
+use kafka_protocol::messages::leave_group_response::{LeaveGroupResponse, MemberResponse};
+use kafka_protocol::messages::list_groups_response::{ListGroupsResponse, ListedGroup};
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponse, OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponse, OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponse, OffsetFetchResponseGroup, OffsetFetchResponsePartition,
+    OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    BrokerId, DeleteGroupsResponse, GroupId, HeartbeatResponse, SyncGroupResponse,
+};
+use tributary_protocol::header::RequestHeader;
+use tributary_protocol::registry::{api_key, ApiSpec};
+use tributary_protocol::requests::groups::*;
+use tributary_protocol::{ErrorCode, Reader};
+
+use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use crate::group::state::{JoinResult, SyncResult};
+use crate::group::{DescribedGroup as Described, TopicResults};
+use crate::routing::ShardId;
+use crate::shard::{call, Shard, ShardRequest};
+
+const COORDINATOR_NOT_AVAILABLE: ErrorCode = ErrorCode(15);
+const INVALID_GROUP_ID: ErrorCode = ErrorCode(24);
+
+/// A group operation, sent to the group's coordinator shard.
+pub enum GroupOp {
+    Join {
+        req: JoinGroupRequest,
+        version: i16,
+        client_id: String,
+        client_host: String,
+    },
+    Sync(SyncGroupRequest),
+    Heartbeat(HeartbeatRequest),
+    Leave(LeaveGroupRequest),
+    Commit(OffsetCommitRequest),
+    Fetch(OffsetFetchGroup),
+    Describe(String),
+    List,
+    Delete(String),
+    OffsetDelete(OffsetDeleteRequest),
+}
+
+pub enum GroupReply {
+    Join(JoinResult),
+    Sync(SyncResult),
+    Code(ErrorCode),
+    Leave(ErrorCode, Vec<(String, Option<String>, ErrorCode)>),
+    Commit(TopicResults<ErrorCode>),
+    Fetch(ErrorCode, TopicResults<(i64, i32, String)>),
+    Describe(Described),
+    List(Vec<(String, String, String)>),
+    OffsetDelete(ErrorCode, TopicResults<ErrorCode>),
+}
+
+/// Runs one operation on the coordinator shard.
+pub async fn run(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
+    let g = &shard.groups;
+    let group_of = |op: &GroupOp| -> Option<String> {
+        match op {
+            GroupOp::Join { req, .. } => Some(req.group_id.clone()),
+            GroupOp::Sync(r) => Some(r.group_id.clone()),
+            GroupOp::Heartbeat(r) => Some(r.group_id.clone()),
+            GroupOp::Leave(r) => Some(r.group_id.clone()),
+            GroupOp::Commit(r) => Some(r.group_id.clone()),
+            GroupOp::Fetch(r) => Some(r.group_id.clone()),
+            GroupOp::Describe(id) | GroupOp::Delete(id) => Some(id.clone()),
+            GroupOp::OffsetDelete(r) => Some(r.group_id.clone()),
+            GroupOp::List => None,
+        }
+    };
+    let log = group_of(&op).and_then(|id| shard.group_log(&id));
+    let unavailable = log.is_none();
+    match op {
+        GroupOp::List => GroupReply::List(g.list()),
+        _ if unavailable => match op {
+            GroupOp::Join { req, .. } => {
+                GroupReply::Join(JoinResult::error(COORDINATOR_NOT_AVAILABLE, &req.member_id))
+            }
+            GroupOp::Sync(_) => GroupReply::Sync(SyncResult::error(COORDINATOR_NOT_AVAILABLE)),
+            GroupOp::Leave(_) => GroupReply::Leave(COORDINATOR_NOT_AVAILABLE, Vec::new()),
+            GroupOp::Fetch(_) => GroupReply::Fetch(COORDINATOR_NOT_AVAILABLE, Vec::new()),
+            GroupOp::OffsetDelete(_) => {
+                GroupReply::OffsetDelete(COORDINATOR_NOT_AVAILABLE, Vec::new())
+            }
+            _ => GroupReply::Code(COORDINATOR_NOT_AVAILABLE),
+        },
+        GroupOp::Join {
+            req,
+            version,
+            client_id,
+            client_host,
+        } => {
+            let member = req.member_id.clone();
+            match g.join(req, version, client_id, client_host) {
+                Err(e) => GroupReply::Join(*e),
+                Ok(rx) => GroupReply::Join(
+                    rx.await
+                        .unwrap_or_else(|_| JoinResult::error(ErrorCode(27), &member)),
+                ),
+            }
+        }
+        GroupOp::Sync(req) => {
+            let group_id = req.group_id.clone();
+            match g.sync(req) {
+                Err(e) => GroupReply::Sync(e),
+                Ok((rx, completed)) => {
+                    if completed {
+                        if let Some(log) = &log {
+                            g.persist_group(log, &group_id).await;
+                        }
+                    }
+                    GroupReply::Sync(
+                        rx.await
+                            .unwrap_or_else(|_| SyncResult::error(ErrorCode(27))),
+                    )
+                }
+            }
+        }
+        GroupOp::Heartbeat(req) => GroupReply::Code(g.heartbeat(req)),
+        GroupOp::Leave(req) => {
+            let (code, members) = g.leave(req);
+            GroupReply::Leave(code, members)
+        }
+        GroupOp::Commit(req) => match &log {
+            Some(log) => GroupReply::Commit(g.commit(log, req).await),
+            None => GroupReply::Code(COORDINATOR_NOT_AVAILABLE),
+        },
+        GroupOp::Fetch(req) => GroupReply::Fetch(ErrorCode::NONE, g.fetch_offsets(&req)),
+        GroupOp::Describe(id) => GroupReply::Describe(g.describe(&id)),
+        GroupOp::Delete(id) => match &log {
+            Some(log) => GroupReply::Code(g.delete_group(log, &id).await),
+            None => GroupReply::Code(COORDINATOR_NOT_AVAILABLE),
+        },
+        GroupOp::OffsetDelete(req) => match &log {
+            Some(log) => {
+                let (code, topics) = g.delete_offsets(log, req).await;
+                GroupReply::OffsetDelete(code, topics)
+            }
+            None => GroupReply::Code(COORDINATOR_NOT_AVAILABLE),
+        },
+    }
+}
+
+async fn ask(shard: &Rc<Shard>, group: &str, op: GroupOp) -> Option<GroupReply> {
+    let owner = shard.group_owner(group);
+    call(shard, owner, |reply| ShardRequest::Group {
+        op: Box::new(op),
+        reply,
+    })
+    .await
+}
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    peer: &str,
+) -> HandlerResult {
+    let v = header.api_version;
+    match spec.key {
+        api_key::FIND_COORDINATOR => find_coordinator(shard, spec, header, r),
+        api_key::JOIN_GROUP => {
+            let req = decode_all(r, |r| decode_join_group(r, v))?;
+            let group = req.group_id.clone();
+            let op = GroupOp::Join {
+                req,
+                version: v,
+                client_id: header.client_id.clone().unwrap_or_default(),
+                client_host: format!("/{peer}"),
+            };
+            let res = match ask(shard, &group, op).await {
+                Some(GroupReply::Join(j)) => j,
+                _ => JoinResult::error(COORDINATOR_NOT_AVAILABLE, ""),
+            };
+            let mut resp = JoinGroupResponse::default()
+                .with_error_code(res.error.code())
+                .with_generation_id(res.generation_id)
+                .with_protocol_name(Some(str_bytes(res.protocol_name.as_deref().unwrap_or(""))))
+                .with_leader(str_bytes(&res.leader))
+                .with_member_id(str_bytes(&res.member_id))
+                .with_members(
+                    res.members
+                        .iter()
+                        .map(|(id, instance, md)| {
+                            let m = JoinGroupResponseMember::default()
+                                .with_member_id(str_bytes(id))
+                                .with_metadata(md.clone());
+                            if v >= 5 {
+                                m.with_group_instance_id(instance.as_deref().map(str_bytes))
+                            } else {
+                                m
+                            }
+                        })
+                        .collect(),
+                );
+            if v >= 7 {
+                resp = resp.with_protocol_type(res.protocol_type.as_deref().map(str_bytes));
+                if res.error.is_error() {
+                    resp = resp.with_protocol_name(None);
+                }
+            }
+            frame(spec, header, &resp)
+        }
+        api_key::SYNC_GROUP => {
+            let req = decode_all(r, |r| decode_sync_group(r, v))?;
+            let group = req.group_id.clone();
+            let res = match ask(shard, &group, GroupOp::Sync(req)).await {
+                Some(GroupReply::Sync(s)) => s,
+                _ => SyncResult::error(COORDINATOR_NOT_AVAILABLE),
+            };
+            let mut resp = SyncGroupResponse::default()
+                .with_error_code(res.error.code())
+                .with_assignment(res.assignment);
+            if v >= 5 {
+                resp = resp
+                    .with_protocol_type(res.protocol_type.as_deref().map(str_bytes))
+                    .with_protocol_name(res.protocol_name.as_deref().map(str_bytes));
+            }
+            frame(spec, header, &resp)
+        }
+        api_key::HEARTBEAT => {
+            let req = decode_all(r, |r| decode_heartbeat(r, v))?;
+            let group = req.group_id.clone();
+            let code = match ask(shard, &group, GroupOp::Heartbeat(req)).await {
+                Some(GroupReply::Code(c)) => c,
+                _ => COORDINATOR_NOT_AVAILABLE,
+            };
+            frame(
+                spec,
+                header,
+                &HeartbeatResponse::default().with_error_code(code.code()),
+            )
+        }
+        api_key::LEAVE_GROUP => {
+            let req = decode_all(r, |r| decode_leave_group(r, v))?;
+            let group = req.group_id.clone();
+            let (code, members) = match ask(shard, &group, GroupOp::Leave(req)).await {
+                Some(GroupReply::Leave(c, m)) => (c, m),
+                _ => (COORDINATOR_NOT_AVAILABLE, Vec::new()),
+            };
+            let mut resp = LeaveGroupResponse::default().with_error_code(code.code());
+            if v >= 3 {
+                resp = resp
+                    .with_error_code(if code == COORDINATOR_NOT_AVAILABLE {
+                        code.code()
+                    } else {
+                        0
+                    })
+                    .with_members(
+                        members
+                            .into_iter()
+                            .map(|(id, instance, c)| {
+                                MemberResponse::default()
+                                    .with_member_id(str_bytes(&id))
+                                    .with_group_instance_id(instance.as_deref().map(str_bytes))
+                                    .with_error_code(c.code())
+                            })
+                            .collect(),
+                    );
+            }
+            frame(spec, header, &resp)
+        }
+        _ => admin::handle(shard, spec, header, r).await,
+    }
+}
+
+fn find_coordinator(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+) -> HandlerResult {
+    let v = header.api_version;
+    let req = decode_all(r, |r| decode_find_coordinator(r, v))?;
+    let cfg = &shard.config;
+    // Groups only; transaction coordinators arrive with transactions.
+    let answer = |key: &str| -> (ErrorCode, Option<String>) {
+        if req.key_type != 0 {
+            (
+                COORDINATOR_NOT_AVAILABLE,
+                Some("transactions are not supported yet".into()),
+            )
+        } else if key.is_empty() {
+            (INVALID_GROUP_ID, Some("the group id is empty".into()))
+        } else {
+            (ErrorCode::NONE, None)
+        }
+    };
+    let node = BrokerId(cfg.node_id);
+    let host = str_bytes(&cfg.advertised_host);
+    let port = i32::from(cfg.advertised_port);
+    if v >= 4 {
+        let coordinators = req
+            .keys
+            .iter()
+            .map(|k| {
+                let (code, msg) = answer(k);
+                Coordinator::default()
+                    .with_key(str_bytes(k))
+                    .with_node_id(if code.is_error() { BrokerId(-1) } else { node })
+                    .with_host(if code.is_error() {
+                        str_bytes("")
+                    } else {
+                        host.clone()
+                    })
+                    .with_port(if code.is_error() { -1 } else { port })
+                    .with_error_code(code.code())
+                    .with_error_message(msg.as_deref().map(str_bytes))
+            })
+            .collect();
+        return frame(
+            spec,
+            header,
+            &FindCoordinatorResponse::default().with_coordinators(coordinators),
+        );
+    }
+    let (code, msg) = answer(req.keys.first().map_or("", |k| k.as_str()));
+    let mut resp = FindCoordinatorResponse::default().with_error_code(code.code());
+    if !code.is_error() {
+        resp = resp.with_node_id(node).with_host(host).with_port(port);
+    } else {
+        resp = resp.with_node_id(BrokerId(-1)).with_port(-1);
+    }
+    if v >= 1 {
+        resp = resp.with_error_message(msg.as_deref().map(str_bytes));
+    }
+    frame(spec, header, &resp)
+}
+
+/// Offsets and group administration: OffsetCommit, OffsetFetch, ListGroups, DescribeGroups,
+/// DeleteGroups, OffsetDelete.
+pub(super) mod admin {
+    use super::*;
+
+    pub async fn handle(
+        shard: &Rc<Shard>,
+        spec: &ApiSpec,
+        header: &RequestHeader,
+        r: &mut Reader,
+    ) -> HandlerResult {
+        let v = header.api_version;
+        match spec.key {
+            api_key::OFFSET_COMMIT => {
+                let mut req = decode_all(r, |r| decode_offset_commit(r, v))?;
+                let group = req.group_id.clone();
+                // Partitions of topics that do not exist are answered here, as Kafka does.
+                let catalog = shard.catalog();
+                let mut unknown: TopicResults<ErrorCode> = Vec::new();
+                for (t, parts) in &mut req.topics {
+                    let known = |p: i32| {
+                        catalog
+                            .topics
+                            .get(t.as_str())
+                            .is_some_and(|m| p >= 0 && p < m.partitions)
+                    };
+                    let bad: Vec<(i32, ErrorCode)> = parts
+                        .iter()
+                        .filter(|p| !known(p.partition))
+                        .map(|p| (p.partition, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION))
+                        .collect();
+                    parts.retain(|p| known(p.partition));
+                    if !bad.is_empty() {
+                        unknown.push((t.clone(), bad));
+                    }
+                }
+                req.topics.retain(|(_, p)| !p.is_empty());
+                let mut results = if req.topics.is_empty() {
+                    Vec::new()
+                } else {
+                    let n: Vec<(String, Vec<i32>)> = req
+                        .topics
+                        .iter()
+                        .map(|(t, ps)| (t.clone(), ps.iter().map(|p| p.partition).collect()))
+                        .collect();
+                    match ask(shard, &group, GroupOp::Commit(req)).await {
+                        Some(GroupReply::Commit(r)) => r,
+                        Some(GroupReply::Code(c)) => n
+                            .into_iter()
+                            .map(|(t, ps)| (t, ps.into_iter().map(|p| (p, c)).collect()))
+                            .collect(),
+                        _ => n
+                            .into_iter()
+                            .map(|(t, ps)| {
+                                (
+                                    t,
+                                    ps.into_iter()
+                                        .map(|p| (p, COORDINATOR_NOT_AVAILABLE))
+                                        .collect(),
+                                )
+                            })
+                            .collect(),
+                    }
+                };
+                results.extend(unknown);
+                let topics = results
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        OffsetCommitResponseTopic::default()
+                            .with_name(topic_name(&t))
+                            .with_partitions(
+                                ps.into_iter()
+                                    .map(|(p, c)| {
+                                        OffsetCommitResponsePartition::default()
+                                            .with_partition_index(p)
+                                            .with_error_code(c.code())
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+                frame(
+                    spec,
+                    header,
+                    &OffsetCommitResponse::default().with_topics(topics),
+                )
+            }
+            api_key::OFFSET_FETCH => {
+                let groups = decode_all(r, |r| decode_offset_fetch(r, v))?;
+                let mut answers = Vec::with_capacity(groups.len());
+                for g in groups {
+                    let id = g.group_id.clone();
+                    let (code, topics) = match ask(shard, &id, GroupOp::Fetch(g)).await {
+                        Some(GroupReply::Fetch(c, t)) => (c, t),
+                        _ => (COORDINATOR_NOT_AVAILABLE, Vec::new()),
+                    };
+                    answers.push((id, code, topics));
+                }
+                let resp = if v >= 8 {
+                    OffsetFetchResponse::default().with_groups(
+                        answers
+                            .into_iter()
+                            .map(|(id, code, topics)| {
+                                OffsetFetchResponseGroup::default().with_group_id(GroupId(str_bytes(&id))).with_error_code(code.code()).with_topics(
+                                    topics
+                                        .into_iter()
+                                        .map(|(t, ps)| {
+                                            OffsetFetchResponseTopics::default().with_name(topic_name(&t)).with_partitions(
+                                                ps.into_iter()
+                                                    .map(|(p, (o, e, md))| {
+                                                        OffsetFetchResponsePartitions::default()
+                                                            .with_partition_index(p)
+                                                            .with_committed_offset(o)
+                                                            .with_committed_leader_epoch(e)
+                                                            .with_metadata(Some(str_bytes(&md)))
+                                                    })
+                                                    .collect(),
+                                            )
+                                        })
+                                        .collect(),
+                                )
+                            })
+                            .collect(),
+                    )
+                } else {
+                    let (_, code, topics) = answers.into_iter().next().unwrap_or((
+                        String::new(),
+                        ErrorCode::NONE,
+                        Vec::new(),
+                    ));
+                    let mut resp = OffsetFetchResponse::default().with_topics(
+                        topics
+                            .into_iter()
+                            .map(|(t, ps)| {
+                                OffsetFetchResponseTopic::default()
+                                    .with_name(topic_name(&t))
+                                    .with_partitions(
+                                        ps.into_iter()
+                                            .map(|(p, (o, e, md))| {
+                                                let part = OffsetFetchResponsePartition::default()
+                                                    .with_partition_index(p)
+                                                    .with_committed_offset(o)
+                                                    .with_metadata(Some(str_bytes(&md)))
+                                                    .with_error_code(if v < 2 {
+                                                        code.code()
+                                                    } else {
+                                                        0
+                                                    });
+                                                if v >= 5 {
+                                                    part.with_committed_leader_epoch(e)
+                                                } else {
+                                                    part
+                                                }
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    );
+                    if v >= 2 {
+                        resp = resp.with_error_code(code.code());
+                    }
+                    resp
+                };
+                frame(spec, header, &resp)
+            }
+            api_key::LIST_GROUPS => {
+                let states = decode_all(r, |r| decode_list_groups(r, v))?;
+                let lists = futures::future::join_all((0..shard.shards).map(|s| {
+                    call(shard, ShardId(s), |reply| ShardRequest::Group {
+                        op: Box::new(GroupOp::List),
+                        reply,
+                    })
+                }))
+                .await;
+                let groups = lists
+                    .into_iter()
+                    .flat_map(|l| match l {
+                        Some(GroupReply::List(gs)) => gs,
+                        _ => Vec::new(),
+                    })
+                    .filter(|(_, _, state)| {
+                        states.is_empty() || states.iter().any(|s| s.eq_ignore_ascii_case(state))
+                    })
+                    .map(|(id, ptype, state)| {
+                        let g = ListedGroup::default()
+                            .with_group_id(GroupId(str_bytes(&id)))
+                            .with_protocol_type(str_bytes(&ptype));
+                        if v >= 4 {
+                            g.with_group_state(str_bytes(&state))
+                        } else {
+                            g
+                        }
+                    })
+                    .collect();
+                frame(
+                    spec,
+                    header,
+                    &ListGroupsResponse::default().with_groups(groups),
+                )
+            }
+            api_key::DESCRIBE_GROUPS => {
+                let ids = decode_all(r, |r| decode_group_ids(r, api_key::DESCRIBE_GROUPS, v))?;
+                let mut groups = Vec::with_capacity(ids.len());
+                for id in ids {
+                    let d = match ask(shard, &id, GroupOp::Describe(id.clone())).await {
+                        Some(GroupReply::Describe(d)) => d,
+                        _ => Described {
+                            group_id: id.clone(),
+                            state: "Dead",
+                            protocol_type: String::new(),
+                            protocol: String::new(),
+                            members: Vec::new(),
+                        },
+                    };
+                    groups.push(
+                        DescribedGroup::default()
+                            .with_group_id(GroupId(str_bytes(&d.group_id)))
+                            .with_group_state(str_bytes(d.state))
+                            .with_protocol_type(str_bytes(&d.protocol_type))
+                            .with_protocol_data(str_bytes(&d.protocol))
+                            .with_members(
+                                d.members
+                                    .into_iter()
+                                    .map(|m| {
+                                        let dm = DescribedGroupMember::default()
+                                            .with_member_id(str_bytes(&m.member_id))
+                                            .with_client_id(str_bytes(&m.client_id))
+                                            .with_client_host(str_bytes(&m.client_host))
+                                            .with_member_metadata(m.metadata)
+                                            .with_member_assignment(m.assignment);
+                                        if v >= 4 {
+                                            dm.with_group_instance_id(
+                                                m.group_instance_id.as_deref().map(str_bytes),
+                                            )
+                                        } else {
+                                            dm
+                                        }
+                                    })
+                                    .collect(),
+                            ),
+                    );
+                }
+                frame(
+                    spec,
+                    header,
+                    &DescribeGroupsResponse::default().with_groups(groups),
+                )
+            }
+            api_key::DELETE_GROUPS => {
+                let ids = decode_all(r, |r| decode_group_ids(r, api_key::DELETE_GROUPS, v))?;
+                let mut results = Vec::with_capacity(ids.len());
+                for id in ids {
+                    let code = match ask(shard, &id, GroupOp::Delete(id.clone())).await {
+                        Some(GroupReply::Code(c)) => c,
+                        _ => COORDINATOR_NOT_AVAILABLE,
+                    };
+                    results.push(
+                        DeletableGroupResult::default()
+                            .with_group_id(GroupId(str_bytes(&id)))
+                            .with_error_code(code.code()),
+                    );
+                }
+                frame(
+                    spec,
+                    header,
+                    &DeleteGroupsResponse::default().with_results(results),
+                )
+            }
+            api_key::OFFSET_DELETE => {
+                let req = decode_all(r, |r| decode_offset_delete(r, v))?;
+                let id = req.group_id.clone();
+                let (code, topics) = match ask(shard, &id, GroupOp::OffsetDelete(req)).await {
+                    Some(GroupReply::OffsetDelete(c, t)) => (c, t),
+                    Some(GroupReply::Code(c)) => (c, Vec::new()),
+                    _ => (COORDINATOR_NOT_AVAILABLE, Vec::new()),
+                };
+                let topics = topics
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        OffsetDeleteResponseTopic::default()
+                            .with_name(topic_name(&t))
+                            .with_partitions(
+                                ps.into_iter()
+                                    .map(|(p, c)| {
+                                        OffsetDeleteResponsePartition::default()
+                                            .with_partition_index(p)
+                                            .with_error_code(c.code())
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+                frame(
+                    spec,
+                    header,
+                    &OffsetDeleteResponse::default()
+                        .with_error_code(code.code())
+                        .with_topics(topics),
+                )
+            }
+            other => Err(format!("API key {other} is not a group API")),
+        }
+    }
+}
