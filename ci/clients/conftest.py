@@ -60,7 +60,7 @@ class Broker:
 
 @pytest.fixture
 def broker(tmp_path):
-    b = Broker(tmp_path / "data", extra=["--set", "num.partitions=1"])
+    b = Broker(tmp_path / "data", extra=["--set", "num.partitions=1", "--set", "group.initial.rebalance.delay.ms=300"])
     b.start()
     yield b
     if b.proc is not None:

@@ -62,3 +62,24 @@ def test_seek_and_offsets(broker):
             got.extend(int(r.value) for r in records)
     assert got[:10] == list(range(40, 50))
     consumer.close()
+
+
+def test_kafka_python_group_with_auto_commit_does_not_reread(broker):
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for i in range(200):
+        producer.send("events", json.dumps({"event": i}).encode())
+    producer.flush()
+    producer.close()
+
+    def read_all():
+        consumer = KafkaConsumer(
+            "events", bootstrap_servers=broker.bootstrap, group_id="readers",
+            auto_offset_reset="earliest", enable_auto_commit=True, auto_commit_interval_ms=200,
+            consumer_timeout_ms=4000,
+        )
+        events = [json.loads(m.value)["event"] for m in consumer]
+        consumer.close()  # commits the final position
+        return events
+
+    assert read_all() == list(range(200))
+    assert read_all() == []

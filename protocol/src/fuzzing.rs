@@ -49,6 +49,18 @@ pub fn request(data: &[u8]) {
             api_key::INIT_PRODUCER_ID => drop(init_producer_id::decode(&mut r, v)),
             api_key::DESCRIBE_CONFIGS => drop(describe_configs::decode(&mut r, v)),
             api_key::DESCRIBE_CLUSTER => drop(describe_cluster::decode(&mut r, v)),
+            api_key::FIND_COORDINATOR => drop(groups::decode_find_coordinator(&mut r, v)),
+            api_key::JOIN_GROUP => drop(groups::decode_join_group(&mut r, v)),
+            api_key::SYNC_GROUP => drop(groups::decode_sync_group(&mut r, v)),
+            api_key::HEARTBEAT => drop(groups::decode_heartbeat(&mut r, v)),
+            api_key::LEAVE_GROUP => drop(groups::decode_leave_group(&mut r, v)),
+            api_key::OFFSET_COMMIT => drop(groups::decode_offset_commit(&mut r, v)),
+            api_key::OFFSET_FETCH => drop(groups::decode_offset_fetch(&mut r, v)),
+            api_key::LIST_GROUPS => drop(groups::decode_list_groups(&mut r, v)),
+            api_key::DESCRIBE_GROUPS | api_key::DELETE_GROUPS => {
+                drop(groups::decode_group_ids(&mut r, key, v))
+            }
+            api_key::OFFSET_DELETE => drop(groups::decode_offset_delete(&mut r, v)),
             _ => {}
         }
     }
@@ -57,6 +69,12 @@ pub fn request(data: &[u8]) {
 /// Record bytes as a produce request or a segment file holds them.
 pub fn record_batches(data: &[u8]) {
     let _ = crate::record_batch::validate_all(data);
+    let _ = crate::record_batch::records(data);
+    let bytes = Bytes::copy_from_slice(data);
+    let _ = crate::group_records::GroupKey::decode(bytes.clone());
+    let _ = crate::group_records::GroupValue::decode(bytes.clone());
+    let _ = crate::group_records::OffsetValue::decode(bytes);
+    let _ = crate::group_records::subscription_topics(data);
     let mut position = 0;
     while position < data.len() {
         match crate::record_batch::parse_header(&data[position..], position) {

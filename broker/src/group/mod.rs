@@ -89,6 +89,9 @@ pub struct DescribedGroup {
     pub members: Vec<DescribedMember>,
 }
 
+/// Per-member results of a LeaveGroup: (member_id, group_instance_id, error).
+pub type MemberResults = Vec<(String, Option<String>, ErrorCode)>;
+
 /// Per-partition results of a commit, fetch or offset delete, grouped by topic.
 pub type TopicResults<T> = Vec<(String, Vec<(i32, T)>)>;
 
@@ -372,15 +375,19 @@ impl GroupCoordinator {
             let new_id = format!("{client_id}-{}", uuid::Uuid::new_v4());
             if version >= 4 {
                 // KIP-394: the client must rejoin with the id it is given.
-                g.pending_member_ids.push(new_id.clone());
+                if g.members.len() + g.pending_member_ids.len() >= limits.max_size {
+                    return Err(Box::new(JoinResult::error(GROUP_MAX_SIZE_REACHED, "")));
+                }
+                g.pending_member_ids.push((new_id.clone(), now + session));
                 return Err(Box::new(JoinResult::error(MEMBER_ID_REQUIRED, &new_id)));
             }
             member_id = new_id;
-        } else if !g.members.contains_key(&member_id) && !g.pending_member_ids.contains(&member_id)
+        } else if !g.members.contains_key(&member_id)
+            && !g.pending_member_ids.iter().any(|(id, _)| *id == member_id)
         {
             return Err(Box::new(JoinResult::error(UNKNOWN_MEMBER_ID, &member_id)));
         }
-        g.pending_member_ids.retain(|id| *id != member_id);
+        g.pending_member_ids.retain(|(id, _)| *id != member_id);
         if !g.members.contains_key(&member_id) && g.members.len() >= limits.max_size {
             return Err(Box::new(JoinResult::error(
                 GROUP_MAX_SIZE_REACHED,
@@ -525,10 +532,8 @@ impl GroupCoordinator {
         }
     }
 
-    pub fn leave(
-        &self,
-        req: LeaveGroupRequest,
-    ) -> (ErrorCode, Vec<(String, Option<String>, ErrorCode)>) {
+    /// Removes members; the flag says the group became Empty and its metadata must be persisted.
+    pub fn leave(&self, req: LeaveGroupRequest) -> (ErrorCode, MemberResults, bool) {
         let now = Instant::now();
         let limits = self.config.limits;
         let mut groups = self.groups.borrow_mut();
@@ -539,6 +544,7 @@ impl GroupCoordinator {
                     .into_iter()
                     .map(|(m, i)| (m, i, UNKNOWN_MEMBER_ID))
                     .collect(),
+                false,
             );
         };
         let mut results = Vec::with_capacity(req.members.len());
@@ -560,6 +566,7 @@ impl GroupCoordinator {
             };
             results.push((member_id, instance, code));
         }
+        let mut emptied = false;
         if removed {
             match g.state {
                 GroupState::Stable | GroupState::CompletingRebalance => {
@@ -567,14 +574,14 @@ impl GroupCoordinator {
                 }
                 _ => {}
             }
-            g.maybe_complete_join(now);
+            emptied = g.maybe_complete_join(now) && g.state == GroupState::Empty;
         }
         let top = if results.len() == 1 {
             results[0].2
         } else {
             ErrorCode::NONE
         };
-        (top, results)
+        (top, results, emptied)
     }
 
     // ---------------------------------------------------------------- offsets
@@ -964,5 +971,89 @@ mod tests {
         assert_eq!(partition_for_group("my-group", 50), 12);
         assert!((0..50).contains(&partition_for_group("", 50)));
         assert_eq!(partition_for_group("anything", 1), 0);
+    }
+}
+
+#[cfg(test)]
+mod coordinator_tests {
+    use super::*;
+    use tributary_protocol::requests::groups::JoinGroupRequest;
+
+    fn coordinator() -> GroupCoordinator {
+        GroupCoordinator::new(GroupConfig {
+            limits: GroupLimits {
+                max_size: 10,
+                min_session_timeout: Duration::from_millis(100),
+                max_session_timeout: Duration::from_secs(600),
+                initial_rebalance_delay: Duration::from_millis(0),
+            },
+            offset_metadata_max_bytes: 4096,
+            offsets_retention: Duration::from_secs(3600),
+            offsets_partitions: 50,
+        })
+    }
+
+    fn join_req(member: &str) -> JoinGroupRequest {
+        JoinGroupRequest {
+            group_id: "g".into(),
+            session_timeout_ms: 6000,
+            rebalance_timeout_ms: 300_000,
+            member_id: member.into(),
+            group_instance_id: None,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"m"))],
+        }
+    }
+
+    #[test]
+    fn a_member_restored_from_the_log_that_never_returns_expires_during_the_next_rebalance() {
+        let c = coordinator();
+        // As loaded after a restart: a Stable group whose only member is gone for good.
+        let record = {
+            let mut g = Group::new("g", Instant::now());
+            g.protocol_type = Some("consumer".into());
+            g.protocol_name = Some("range".into());
+            g.generation = 3;
+            g.leader = Some("stale".into());
+            g.members.insert(
+                "stale".into(),
+                Member {
+                    member_id: "stale".into(),
+                    group_instance_id: None,
+                    client_id: "c".into(),
+                    client_host: "h".into(),
+                    session_timeout: Duration::from_secs(6),
+                    rebalance_timeout: Duration::from_secs(300),
+                    protocols: vec![("range".into(), Bytes::from_static(b"m"))],
+                    assignment: Bytes::new(),
+                    deadline: Instant::now(),
+                    pending_join: None,
+                    pending_sync: None,
+                },
+            );
+            GroupCoordinator::group_record(&g)
+        };
+        c.apply_record(record.0, record.1);
+        let first = c
+            .join(join_req(""), 5, "new".into(), "h".into())
+            .unwrap_err();
+        assert_eq!(first.error, MEMBER_ID_REQUIRED);
+        let mut rx = c
+            .join(join_req(&first.member_id), 5, "new".into(), "h".into())
+            .unwrap();
+        let start = Instant::now();
+        c.tick(start + Duration::from_secs(1), false);
+        assert!(
+            rx.try_recv().unwrap().is_none(),
+            "still waiting for the old member"
+        );
+        c.tick(start + Duration::from_secs(7), false);
+        let joined = rx
+            .try_recv()
+            .unwrap()
+            .expect("join completed once the old session expired");
+        assert_eq!(joined.error, ErrorCode::NONE);
+        assert_eq!(joined.generation_id, 4);
+        assert_eq!(joined.leader, first.member_id);
     }
 }

@@ -109,8 +109,9 @@ pub struct Group {
     pub protocol_name: Option<String>,
     pub leader: Option<String>,
     pub members: BTreeMap<String, Member>,
-    /// Member ids handed out with MEMBER_ID_REQUIRED and not yet used to join.
-    pub pending_member_ids: Vec<String>,
+    /// Member ids handed out with MEMBER_ID_REQUIRED and not yet used to join, with the time
+    /// they lapse (one session timeout). They count toward `group.max.size`.
+    pub pending_member_ids: Vec<(String, Instant)>,
     pub static_members: BTreeMap<String, String>,
     pub rebalance_deadline: Option<Instant>,
     pub initial_delay_until: Option<Instant>,
@@ -276,6 +277,7 @@ impl Group {
             self.leader = self.members.keys().next().cloned();
         }
         self.set_state(GroupState::CompletingRebalance, now);
+        tracing::info!(group = %self.group_id, generation = self.generation, members = self.members.len(), protocol = ?self.protocol_name, "rebalance: join complete");
         let protocol = self.protocol_name.clone().unwrap_or_default();
         let leader = self.leader.clone().unwrap_or_default();
         let all: Vec<(String, Option<String>, Bytes)> = self
@@ -386,9 +388,12 @@ impl Group {
 
     /// Removes members whose session expired; returns whether any did.
     pub fn expire_sessions(&mut self, now: Instant, limits: &GroupLimits) -> bool {
+        self.pending_member_ids.retain(|(_, until)| now < *until);
+        // During PreparingRebalance too: a member that stopped heartbeating will not rejoin, and
+        // the join phase should not wait for it until the (much longer) rebalance timeout.
         if !matches!(
             self.state,
-            GroupState::Stable | GroupState::CompletingRebalance
+            GroupState::Stable | GroupState::CompletingRebalance | GroupState::PreparingRebalance
         ) {
             return false;
         }
@@ -405,7 +410,9 @@ impl Group {
             tracing::info!(group = %self.group_id, member = %id, "session expired; removing member");
             self.remove_member(id);
         }
-        self.prepare_rebalance(now, limits);
+        if self.state != GroupState::PreparingRebalance {
+            self.prepare_rebalance(now, limits);
+        }
         true
     }
 

@@ -33,7 +33,7 @@ use tributary_protocol::{ErrorCode, Reader};
 
 use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::group::state::{JoinResult, SyncResult};
-use crate::group::{DescribedGroup as Described, TopicResults};
+use crate::group::{DescribedGroup as Described, MemberResults, TopicResults};
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
 
@@ -63,7 +63,7 @@ pub enum GroupReply {
     Join(JoinResult),
     Sync(SyncResult),
     Code(ErrorCode),
-    Leave(ErrorCode, Vec<(String, Option<String>, ErrorCode)>),
+    Leave(ErrorCode, MemberResults),
     Commit(TopicResults<ErrorCode>),
     Fetch(ErrorCode, TopicResults<(i64, i32, String)>),
     Describe(Described),
@@ -137,7 +137,13 @@ pub async fn run(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
         }
         GroupOp::Heartbeat(req) => GroupReply::Code(g.heartbeat(req)),
         GroupOp::Leave(req) => {
-            let (code, members) = g.leave(req);
+            let group_id = req.group_id.clone();
+            let (code, members, emptied) = g.leave(req);
+            if emptied {
+                if let Some(log) = &log {
+                    g.persist_group(log, &group_id).await;
+                }
+            }
             GroupReply::Leave(code, members)
         }
         GroupOp::Commit(req) => match &log {
