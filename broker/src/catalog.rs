@@ -220,6 +220,17 @@ pub fn topic_default(cfg: &BrokerConfig, key: &str) -> String {
     }
 }
 
+/// A legal value for `key`, used to check that a key may be deleted (that it exists).
+pub fn topic_default_static(key: &str) -> String {
+    match key {
+        "cleanup.policy" => "delete".into(),
+        "compression.type" => "producer".into(),
+        "message.timestamp.type" => "CreateTime".into(),
+        "segment.bytes" => "1073741824".into(),
+        _ => "1".into(),
+    }
+}
+
 /// Checks one topic config; the error text goes back to the client with INVALID_CONFIG.
 pub fn validate_topic_config(key: &str, value: Option<&str>) -> Result<(), String> {
     let Some(def) = TOPIC_KEYS.iter().find(|k| k.name == key) else {

@@ -146,6 +146,107 @@ impl Controller {
     }
 }
 
+/// One topic's config change, as AlterConfigs / IncrementalAlterConfigs ask for it.
+pub struct ConfigChange {
+    pub topic: String,
+    /// (name, operation, value): operations as in IncrementalAlterConfigs.
+    pub configs: Vec<(String, i8, Option<String>)>,
+    /// AlterConfigs: the given configs replace every override.
+    pub replace: bool,
+    pub validate_only: bool,
+}
+
+impl Controller {
+    pub async fn alter_topic_configs(
+        &self,
+        shard: &Rc<Shard>,
+        change: ConfigChange,
+    ) -> (ErrorCode, Option<String>) {
+        let Ok(_guard) = self.lock.acquire_permit(1).await else {
+            return (ErrorCode::UNKNOWN_SERVER_ERROR, None);
+        };
+        let mut catalog = (*shard.catalog()).clone();
+        let Some(topic) = catalog.topics.get_mut(&change.topic) else {
+            return (
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(format!("topic {:?} does not exist", change.topic)),
+            );
+        };
+        let mut configs = if change.replace {
+            Default::default()
+        } else {
+            topic.configs.clone()
+        };
+        for (name, op, value) in &change.configs {
+            if let Err(e) = apply_config_op(&mut configs, name, *op, value.as_deref()) {
+                return (ErrorCode::INVALID_CONFIG, Some(e));
+            }
+        }
+        if change.validate_only || configs == topic.configs {
+            return (ErrorCode::NONE, None);
+        }
+        info!(topic = %change.topic, ?configs, "altering topic configs");
+        topic.configs = configs;
+        catalog.version += 1;
+        match self.publish(shard, catalog).await {
+            Ok(()) => (ErrorCode::NONE, None),
+            Err(e) => (ErrorCode::UNKNOWN_SERVER_ERROR, Some(e)),
+        }
+    }
+}
+
+fn apply_config_op(
+    configs: &mut std::collections::BTreeMap<String, String>,
+    name: &str,
+    op: i8,
+    value: Option<&str>,
+) -> Result<(), String> {
+    use tributary_protocol::requests::alter_configs::{OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT};
+    match op {
+        OP_SET => {
+            validate_topic_config(name, value)?;
+            configs.insert(name.to_string(), value.unwrap_or_default().to_string());
+        }
+        OP_DELETE => {
+            validate_topic_config(name, Some(&crate::catalog::topic_default_static(name)))?;
+            configs.remove(name);
+        }
+        OP_APPEND | OP_SUBTRACT if name == "cleanup.policy" => {
+            let current = configs
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| "delete".into());
+            let mut items: Vec<String> = current
+                .split(',')
+                .map(str::to_string)
+                .filter(|s| !s.is_empty())
+                .collect();
+            for v in value
+                .unwrap_or_default()
+                .split(',')
+                .filter(|s| !s.is_empty())
+            {
+                if op == OP_APPEND && !items.iter().any(|i| i == v) {
+                    items.push(v.to_string());
+                }
+                if op == OP_SUBTRACT {
+                    items.retain(|i| i != v);
+                }
+            }
+            let joined = items.join(",");
+            validate_topic_config(name, Some(&joined))?;
+            configs.insert(name.to_string(), joined);
+        }
+        OP_APPEND | OP_SUBTRACT => {
+            return Err(format!(
+                "{name} is not a list; APPEND and SUBTRACT apply to list configs only"
+            ))
+        }
+        other => return Err(format!("unknown config operation {other}")),
+    }
+    Ok(())
+}
+
 /// The checks CreateTopics makes, shared with `validate_only` requests.
 pub fn check_new_topic(catalog: &Catalog, t: &NewTopic) -> Result<(), (ErrorCode, Option<String>)> {
     validate_topic_name(&t.name).map_err(|e| (ErrorCode::INVALID_TOPIC_EXCEPTION, Some(e)))?;

@@ -88,6 +88,10 @@ pub enum ShardRequest {
         names: Vec<String>,
         reply: oneshot::Sender<Vec<ErrorCode>>,
     },
+    AlterTopicConfigs {
+        change: crate::controller::ConfigChange,
+        reply: oneshot::Sender<(ErrorCode, Option<String>)>,
+    },
     AllocateProducerId {
         reply: oneshot::Sender<Result<i64, String>>,
     },
@@ -310,6 +314,16 @@ impl Shard {
                 let out = match &self.controller {
                     Some(c) => c.delete_topics(&self, names).await,
                     None => vec![ErrorCode::UNKNOWN_SERVER_ERROR; names.len()],
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::AlterTopicConfigs { change, reply } => {
+                let out = match &self.controller {
+                    Some(c) => c.alter_topic_configs(&self, change).await,
+                    None => (
+                        ErrorCode::UNKNOWN_SERVER_ERROR,
+                        Some("not the controller".into()),
+                    ),
                 };
                 let _ = reply.send(out);
             }

@@ -149,3 +149,41 @@ def test_describe_cluster_validate_only_and_offsets_for_times(broker):
     after = consumer.offsets_for_times([TopicPartition("times", 0, 1_800_000_000_000)], timeout=10)
     assert after[0].offset == -1
     consumer.close()
+
+
+def test_alter_configs_take_effect(broker):
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    admin = create(broker.bootstrap, "alter", 1)
+    res = ConfigResource("topic", "alter", incremental_configs=[
+        ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+    ])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result()
+    described = admin.describe_configs([ConfigResource("topic", "alter")])
+    configs = list(described.values())[0].result()
+    assert configs["max.message.bytes"].value == "2000"
+    assert configs["cleanup.policy"].value == "delete,compact"
+    # The new limit applies to the next produce at once.
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "message.max.bytes": 1_000_000})
+    errors = []
+    producer.produce("alter", value=b"y" * 3000, on_delivery=lambda e, m: errors.append(e))
+    producer.flush(30)  # separate batches: the limit applies to whole batches
+    producer.produce("alter", value=b"y" * 100, on_delivery=lambda e, m: errors.append(e))
+    producer.flush(30)
+    assert errors[0] is not None and errors[0].name() == "MSG_SIZE_TOO_LARGE"
+    assert errors[1] is None
+    bad = ConfigResource("topic", "alter", incremental_configs=[
+        ConfigEntry("segment.bytes", "12", incremental_operation=AlterConfigOpType.SET),
+    ])
+    with pytest.raises(KafkaException):
+        for f in admin.incremental_alter_configs([bad]).values():
+            f.result()
+    delete = ConfigResource("topic", "alter", incremental_configs=[
+        ConfigEntry("max.message.bytes", None, incremental_operation=AlterConfigOpType.DELETE),
+    ])
+    for f in admin.incremental_alter_configs([delete]).values():
+        f.result()
+    configs = list(admin.describe_configs([ConfigResource("topic", "alter")]).values())[0].result()
+    assert configs["max.message.bytes"].value == "1048588"

@@ -61,6 +61,9 @@ pub fn request(data: &[u8]) {
                 drop(groups::decode_group_ids(&mut r, key, v))
             }
             api_key::OFFSET_DELETE => drop(groups::decode_offset_delete(&mut r, v)),
+            api_key::ALTER_CONFIGS | api_key::INCREMENTAL_ALTER_CONFIGS => {
+                drop(alter_configs::decode(&mut r, key, v))
+            }
             _ => {}
         }
     }

@@ -27,6 +27,8 @@ pub mod api_key {
     pub const LIST_GROUPS: i16 = 16;
     pub const DELETE_GROUPS: i16 = 42;
     pub const OFFSET_DELETE: i16 = 47;
+    pub const ALTER_CONFIGS: i16 = 33;
+    pub const INCREMENTAL_ALTER_CONFIGS: i16 = 44;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +84,14 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     spec(api_key::LIST_GROUPS, "ListGroups", 0, 4, 3),
     spec(api_key::DELETE_GROUPS, "DeleteGroups", 0, 2, 2),
     spec(api_key::OFFSET_DELETE, "OffsetDelete", 0, 0, i16::MAX),
+    spec(api_key::ALTER_CONFIGS, "AlterConfigs", 0, 2, 2),
+    spec(
+        api_key::INCREMENTAL_ALTER_CONFIGS,
+        "IncrementalAlterConfigs",
+        0,
+        1,
+        1,
+    ),
 ];
 
 const fn spec(key: i16, name: &'static str, min: i16, max: i16, flexible_from: i16) -> ApiSpec {

@@ -1,6 +1,7 @@
 //! One handler per Kafka API. Each decodes its request with `tributary_protocol`, decides, asks
 //! the owning shards for partition work, and encodes one response frame.
 
+pub mod alter_configs;
 pub mod api_versions;
 pub mod create_topics;
 pub mod delete_topics;
@@ -58,6 +59,9 @@ pub async fn dispatch(
         | api_key::DESCRIBE_GROUPS
         | api_key::DELETE_GROUPS
         | api_key::OFFSET_DELETE => groups::handle(shard, spec, header, &mut r, peer).await,
+        api_key::ALTER_CONFIGS | api_key::INCREMENTAL_ALTER_CONFIGS => {
+            alter_configs::handle(shard, spec, header, &mut r).await
+        }
         other => Err(format!(
             "API key {other} v{v} is registered but has no handler"
         )),

@@ -1,6 +1,7 @@
 //! Request decoders, one module per API. Each decodes exactly the fields of the versions the
 //! registry advertises and refuses anything else; none allocates from an unchecked count.
 
+pub mod alter_configs;
 pub mod api_versions;
 pub mod create_topics;
 pub mod delete_topics;

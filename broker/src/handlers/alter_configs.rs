@@ -1,0 +1,89 @@
+//! AlterConfigs and IncrementalAlterConfigs: topic configs change at runtime through the
+//! controller; broker configs are fixed at start-up.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::alter_configs_response::{
+    AlterConfigsResourceResponse, AlterConfigsResponse,
+};
+use kafka_protocol::messages::incremental_alter_configs_response::{
+    AlterConfigsResourceResponse as IncResource, IncrementalAlterConfigsResponse,
+};
+use tributary_protocol::header::RequestHeader;
+use tributary_protocol::registry::{api_key, ApiSpec};
+use tributary_protocol::requests::alter_configs;
+use tributary_protocol::requests::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use tributary_protocol::{ErrorCode, Reader};
+
+use super::{decode_all, frame, str_bytes, HandlerResult};
+use crate::controller::ConfigChange;
+use crate::routing::ShardId;
+use crate::shard::{call, Shard, ShardRequest};
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+) -> HandlerResult {
+    let v = header.api_version;
+    let req = decode_all(r, |r| alter_configs::decode(r, spec.key, v))?;
+    let mut results = Vec::with_capacity(req.resources.len());
+    for res in req.resources {
+        let (code, msg) = match res.resource_type {
+            RESOURCE_TOPIC if crate::group::is_internal(&res.resource_name) => {
+                (ErrorCode::INVALID_REQUEST, Some(format!("configs of internal topic {} cannot be changed", res.resource_name)))
+            }
+            RESOURCE_TOPIC => {
+                let change = ConfigChange {
+                    topic: res.resource_name.clone(),
+                    configs: res.configs,
+                    replace: !req.incremental,
+                    validate_only: req.validate_only,
+                };
+                call(shard, ShardId(0), |reply| ShardRequest::AlterTopicConfigs { change, reply })
+                    .await
+                    .unwrap_or((ErrorCode::UNKNOWN_SERVER_ERROR, None))
+            }
+            RESOURCE_BROKER => (
+                ErrorCode::INVALID_REQUEST,
+                Some("broker configs are read-only while running; set them with --config or --set and restart".into()),
+            ),
+            other => (ErrorCode::INVALID_REQUEST, Some(format!("resource type {other} is not supported"))),
+        };
+        results.push((res.resource_type, res.resource_name, code, msg));
+    }
+    if spec.key == api_key::INCREMENTAL_ALTER_CONFIGS {
+        let responses = results
+            .into_iter()
+            .map(|(t, n, c, m)| {
+                IncResource::default()
+                    .with_error_code(c.code())
+                    .with_error_message(m.as_deref().map(str_bytes))
+                    .with_resource_type(t)
+                    .with_resource_name(str_bytes(&n))
+            })
+            .collect();
+        frame(
+            spec,
+            header,
+            &IncrementalAlterConfigsResponse::default().with_responses(responses),
+        )
+    } else {
+        let responses = results
+            .into_iter()
+            .map(|(t, n, c, m)| {
+                AlterConfigsResourceResponse::default()
+                    .with_error_code(c.code())
+                    .with_error_message(m.as_deref().map(str_bytes))
+                    .with_resource_type(t)
+                    .with_resource_name(str_bytes(&n))
+            })
+            .collect();
+        frame(
+            spec,
+            header,
+            &AlterConfigsResponse::default().with_responses(responses),
+        )
+    }
+}
