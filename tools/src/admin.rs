@@ -1,0 +1,313 @@
+//! `trib topics ...` and `trib cluster info`.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Subcommand;
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
+};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::metadata::Metadata;
+
+use crate::Cli;
+
+#[derive(Subcommand)]
+pub enum TopicsCommand {
+    /// Topic names, one per line.
+    List {
+        /// Include internal topics such as __consumer_offsets.
+        #[arg(long)]
+        internal: bool,
+    },
+    /// Create a topic.
+    Create {
+        name: String,
+        #[arg(long, default_value_t = 1)]
+        partitions: i32,
+        /// Topic config, repeatable: `--config retention.ms=60000`.
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        configs: Vec<String>,
+    },
+    /// Partitions, leaders, log start and end offsets, and configs.
+    Describe { name: String },
+    /// Delete a topic and its data.
+    Delete { name: String },
+    /// Change topic configs, keeping the other overrides.
+    AlterConfig {
+        name: String,
+        #[arg(long = "set", value_name = "KEY=VALUE", required = true)]
+        set: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ClusterCommand {
+    /// Brokers, the controller, and the API versions the bootstrap broker serves.
+    Info,
+}
+
+pub fn client_config(cli: &Cli) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &cli.bootstrap)
+        .set("socket.timeout.ms", cli.timeout_ms.to_string())
+        .set("log_level", "3");
+    c
+}
+
+fn admin(cli: &Cli) -> Result<AdminClient<DefaultClientContext>> {
+    client_config(cli)
+        .create()
+        .context("creating the admin client")
+}
+
+pub fn metadata(cli: &Cli, topic: Option<&str>) -> Result<(BaseConsumer, Metadata)> {
+    let consumer: BaseConsumer = client_config(cli).create().context("creating a client")?;
+    let md = consumer
+        .fetch_metadata(topic, cli.timeout())
+        .map_err(|e| anyhow!("cannot reach the broker at {}: {e}", cli.bootstrap))?;
+    Ok((consumer, md))
+}
+
+pub fn parse_kv(s: &str) -> Result<(String, String)> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| anyhow!("{s:?} is not KEY=VALUE"))?;
+    Ok((k.trim().to_string(), v.trim().to_string()))
+}
+
+fn opts(cli: &Cli) -> AdminOptions {
+    AdminOptions::new()
+        .operation_timeout(Some(cli.timeout()))
+        .request_timeout(Some(cli.timeout()))
+}
+
+/// A topic's config overrides (entries set on the topic itself).
+fn topic_configs(cli: &Cli, name: &str) -> Result<Vec<(String, String, bool)>> {
+    let admin = admin(cli)?;
+    let results = futures::executor::block_on(
+        admin.describe_configs([&ResourceSpecifier::Topic(name)], &opts(cli)),
+    )
+    .map_err(|e| anyhow!("cannot reach the broker at {}: {e}", cli.bootstrap))?;
+    let resource = results
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow!("no answer for topic {name}"))?
+        .map_err(|e| anyhow!("describing topic {name}: {e}"))?;
+    Ok(resource
+        .entries
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default(), e.is_default))
+        .collect())
+}
+
+pub fn topics(cli: &Cli, cmd: &TopicsCommand) -> Result<()> {
+    match cmd {
+        TopicsCommand::List { internal } => {
+            let (_, md) = metadata(cli, None)?;
+            let mut names: Vec<&str> = md
+                .topics()
+                .iter()
+                .map(|t| t.name())
+                .filter(|n| *internal || !n.starts_with("__"))
+                .collect();
+            names.sort_unstable();
+            for n in names {
+                println!("{n}");
+            }
+        }
+        TopicsCommand::Create {
+            name,
+            partitions,
+            configs,
+        } => {
+            let configs: Vec<(String, String)> =
+                configs.iter().map(|c| parse_kv(c)).collect::<Result<_>>()?;
+            let mut topic = NewTopic::new(name, *partitions, TopicReplication::Fixed(1));
+            for (k, v) in &configs {
+                topic = topic.set(k, v);
+            }
+            let admin = admin(cli)?;
+            let results = futures::executor::block_on(admin.create_topics([&topic], &opts(cli)))
+                .map_err(|e| anyhow!("cannot reach the broker at {}: {e}", cli.bootstrap))?;
+            for r in results {
+                r.map_err(|(t, e)| anyhow!("creating topic {t}: {e}"))?;
+            }
+            println!("created topic {name} with {partitions} partitions");
+        }
+        TopicsCommand::Describe { name } => describe(cli, name)?,
+        TopicsCommand::Delete { name } => {
+            let admin = admin(cli)?;
+            let results =
+                futures::executor::block_on(admin.delete_topics(&[name.as_str()], &opts(cli)))
+                    .map_err(|e| anyhow!("cannot reach the broker at {}: {e}", cli.bootstrap))?;
+            for r in results {
+                r.map_err(|(t, e)| anyhow!("deleting topic {t}: {e}"))?;
+            }
+            println!("deleted topic {name}");
+        }
+        TopicsCommand::AlterConfig { name, set } => {
+            let changes: Vec<(String, String)> =
+                set.iter().map(|c| parse_kv(c)).collect::<Result<_>>()?;
+            // AlterConfigs replaces every override, so send the current ones along.
+            let mut merged: BTreeMap<String, String> = topic_configs(cli, name)?
+                .into_iter()
+                .filter(|(_, _, default)| !default)
+                .map(|(k, v, _)| (k, v))
+                .collect();
+            merged.extend(changes);
+            let mut alter = AlterConfig::new(ResourceSpecifier::Topic(name));
+            for (k, v) in &merged {
+                alter = alter.set(k, v);
+            }
+            let admin = admin(cli)?;
+            let results = futures::executor::block_on(admin.alter_configs([&alter], &opts(cli)))
+                .map_err(|e| anyhow!("cannot reach the broker at {}: {e}", cli.bootstrap))?;
+            for r in results {
+                r.map_err(|(_, e)| anyhow!("altering configs of {name}: {e}"))?;
+            }
+            println!("altered configs of {name}");
+        }
+    }
+    Ok(())
+}
+
+fn describe(cli: &Cli, name: &str) -> Result<()> {
+    let (consumer, md) = metadata(cli, Some(name))?;
+    let topic = md
+        .topics()
+        .first()
+        .ok_or_else(|| anyhow!("no metadata for topic {name}"))?;
+    if let Some(err) = topic.error() {
+        bail!(
+            "topic {name}: {:?}",
+            rdkafka::types::RDKafkaErrorCode::from(err)
+        );
+    }
+    println!("Topic: {name}\tPartitions: {}", topic.partitions().len());
+    for p in topic.partitions() {
+        let (low, high) = consumer
+            .fetch_watermarks(name, p.id(), cli.timeout())
+            .map_err(|e| anyhow!("offsets of {name}/{}: {e}", p.id()))?;
+        println!(
+            "\tPartition: {}\tLeader: {}\tReplicas: {:?}\tIsr: {:?}\tLogStartOffset: {low}\tLogEndOffset: {high}",
+            p.id(),
+            p.leader(),
+            p.replicas(),
+            p.isr()
+        );
+    }
+    println!("Configs:");
+    for (k, v, default) in topic_configs(cli, name)? {
+        println!(
+            "\t{k}={v}{}",
+            if default { "" } else { "\t(set on the topic)" }
+        );
+    }
+    Ok(())
+}
+
+pub fn cluster(cli: &Cli, cmd: &ClusterCommand) -> Result<()> {
+    match cmd {
+        ClusterCommand::Info => {
+            let (_, md) = metadata(cli, None)?;
+            println!(
+                "Bootstrap broker: {} (id {})",
+                md.orig_broker_name(),
+                md.orig_broker_id()
+            );
+            for b in md.brokers() {
+                println!("Broker {} at {}:{}", b.id(), b.host(), b.port());
+            }
+            println!("Topics: {}", md.topics().len());
+            println!("API versions served:");
+            for (key, min, max) in api_versions(cli)? {
+                println!("\t{:<24} {key:>3}  v{min}-v{max}", api_name(key));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Asks the bootstrap broker for ApiVersions (v0: the one every broker answers).
+fn api_versions(cli: &Cli) -> Result<Vec<(i16, i16, i16)>> {
+    let addr = cli
+        .bootstrap
+        .split(',')
+        .next()
+        .and_then(|a| a.to_socket_addrs().ok()?.next())
+        .ok_or_else(|| anyhow!("{} is not a HOST:PORT address", cli.bootstrap))?;
+    let mut s = TcpStream::connect_timeout(&addr, cli.timeout())
+        .with_context(|| format!("cannot reach the broker at {addr}"))?;
+    s.set_read_timeout(Some(cli.timeout()))?;
+    let client = b"trib";
+    let mut req = Vec::new();
+    req.extend_from_slice(&((8 + 2 + client.len()) as i32).to_be_bytes());
+    req.extend_from_slice(&18i16.to_be_bytes());
+    req.extend_from_slice(&0i16.to_be_bytes());
+    req.extend_from_slice(&1i32.to_be_bytes());
+    req.extend_from_slice(&(client.len() as i16).to_be_bytes());
+    req.extend_from_slice(client);
+    s.write_all(&req)?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let len = usize::try_from(i32::from_be_bytes(len)).context("negative response length")?;
+    if len > 1 << 20 {
+        bail!("ApiVersions response of {len} bytes is implausibly large");
+    }
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body)?;
+    let get = |at: usize| -> Result<i16> {
+        body.get(at..at + 2)
+            .map(|b| i16::from_be_bytes([b[0], b[1]]))
+            .ok_or_else(|| anyhow!("truncated ApiVersions response"))
+    };
+    let error = get(4)?;
+    if error != 0 {
+        bail!("ApiVersions failed with error code {error}");
+    }
+    let count = body
+        .get(6..10)
+        .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        .ok_or_else(|| anyhow!("truncated ApiVersions response"))?;
+    let mut out = Vec::new();
+    for i in 0..usize::try_from(count).unwrap_or(0) {
+        let at = 10 + i * 6;
+        out.push((get(at)?, get(at + 2)?, get(at + 4)?));
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+fn api_name(key: i16) -> &'static str {
+    match key {
+        0 => "Produce",
+        1 => "Fetch",
+        2 => "ListOffsets",
+        3 => "Metadata",
+        8 => "OffsetCommit",
+        9 => "OffsetFetch",
+        10 => "FindCoordinator",
+        11 => "JoinGroup",
+        12 => "Heartbeat",
+        13 => "LeaveGroup",
+        14 => "SyncGroup",
+        15 => "DescribeGroups",
+        16 => "ListGroups",
+        18 => "ApiVersions",
+        19 => "CreateTopics",
+        20 => "DeleteTopics",
+        22 => "InitProducerId",
+        32 => "DescribeConfigs",
+        33 => "AlterConfigs",
+        42 => "DeleteGroups",
+        44 => "IncrementalAlterConfigs",
+        47 => "OffsetDelete",
+        60 => "DescribeCluster",
+        _ => "(other)",
+    }
+}

@@ -1,0 +1,75 @@
+//! `trib`: the operator's command line for Tributary and any Kafka-compatible broker — topics,
+//! console produce and consume, consumer groups and cluster information — built on librdkafka.
+//! Exit status 0 on success; otherwise one line on stderr naming the cause.
+
+mod admin;
+mod groups;
+mod io;
+
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "trib",
+    version,
+    about = "Topics, messages and consumer groups of a Kafka-compatible broker"
+)]
+pub struct Cli {
+    /// Broker to bootstrap from.
+    #[arg(
+        long,
+        global = true,
+        env = "TRIB_BOOTSTRAP",
+        default_value = "127.0.0.1:9092"
+    )]
+    pub bootstrap: String,
+    /// How long to wait for the broker on each request.
+    #[arg(long, global = true, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    #[command(subcommand)]
+    command: Command,
+}
+
+impl Cli {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create, list, describe, delete and configure topics.
+    #[command(subcommand)]
+    Topics(admin::TopicsCommand),
+    /// Produce one message per stdin line.
+    Produce(io::ProduceArgs),
+    /// Print messages of a topic.
+    Consume(io::ConsumeArgs),
+    /// Inspect and manage consumer groups.
+    #[command(subcommand)]
+    Groups(groups::GroupsCommand),
+    /// Brokers and the API versions they serve.
+    #[command(subcommand)]
+    Cluster(admin::ClusterCommand),
+}
+
+fn run(cli: &Cli) -> Result<()> {
+    match &cli.command {
+        Command::Topics(c) => admin::topics(cli, c),
+        Command::Produce(a) => io::produce(cli, a),
+        Command::Consume(a) => io::consume(cli, a),
+        Command::Groups(c) => groups::groups(cli, c),
+        Command::Cluster(c) => admin::cluster(cli, c),
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(&cli) {
+        eprintln!("trib: {e:#}");
+        std::process::exit(1);
+    }
+}
