@@ -1,0 +1,12 @@
+//! Records the git commit the bench was built from, for its JSON reports.
+fn main() {
+    let sha = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=TRIBUTARY_GIT_SHA={sha}");
+    println!("cargo:rerun-if-changed=../.git/HEAD");
+}

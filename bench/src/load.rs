@@ -1,0 +1,515 @@
+//! The load modes: `produce` (ack latency), `consume` (read throughput) and `e2e` (producers and
+//! consumers together; latency from a timestamp embedded in each payload).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use hdrhistogram::Histogram;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use serde_json::json;
+
+use crate::report::{self, Run};
+
+/// Highest latency recorded; slower samples count as this.
+const LATENCY_MAX_US: u64 = 60_000_000;
+
+#[derive(Args, Clone)]
+pub struct LoadArgs {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub bootstrap: String,
+    #[arg(long, default_value = "bench")]
+    pub topic: String,
+    /// Create the topic with this many partitions (an existing topic is used as is).
+    #[arg(long, default_value_t = 8)]
+    pub partitions: i32,
+    #[arg(long, default_value_t = 1024)]
+    pub message_size: usize,
+    /// Messages in total (default 1,000,000 unless --duration is given).
+    #[arg(long)]
+    pub messages: Option<u64>,
+    /// Run for this many seconds instead of a message count.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Messages per second across all producers; 0 = as fast as possible.
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
+    #[arg(long, default_value_t = 1)]
+    pub producers: usize,
+    #[arg(long, default_value_t = 1)]
+    pub consumers: usize,
+    /// 0, 1 or all.
+    #[arg(long, default_value = "all")]
+    pub acks: String,
+    #[arg(long, default_value = "none")]
+    pub compression: String,
+    #[arg(long, default_value_t = 5)]
+    pub linger_ms: u64,
+    #[arg(long, default_value_t = 1_000_000)]
+    pub batch_size: usize,
+    /// Number of distinct keys (0: unkeyed).
+    #[arg(long, default_value_t = 0)]
+    pub keys: u64,
+    /// Print one JSON object on the last line of stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Write summary.json, latency.hgrm, latency.svg and throughput.svg here.
+    #[arg(long)]
+    pub report: Option<std::path::PathBuf>,
+}
+
+impl LoadArgs {
+    fn target(&self) -> Option<u64> {
+        match (self.messages, self.duration) {
+            (Some(n), _) => Some(n),
+            (None, Some(_)) => None,
+            (None, None) => Some(1_000_000),
+        }
+    }
+
+    fn config(&self) -> serde_json::Value {
+        json!({
+            "topic": self.topic, "partitions": self.partitions, "message_size": self.message_size,
+            "messages": self.messages, "duration": self.duration, "rate": self.rate,
+            "producers": self.producers, "consumers": self.consumers, "acks": self.acks,
+            "compression": self.compression, "linger_ms": self.linger_ms, "batch_size": self.batch_size, "keys": self.keys,
+        })
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LATENCY_MAX_US, 3).expect("valid histogram bounds")
+}
+
+/// Counters and the latency histogram shared by the workers and the progress reporter.
+#[derive(Default)]
+struct Shared {
+    done: AtomicU64,
+    errors: AtomicU64,
+    stop: AtomicBool,
+    latency_us: Mutex<Option<Histogram<u64>>>,
+}
+
+impl Shared {
+    fn new() -> Arc<Self> {
+        let s = Shared::default();
+        *s.latency_us.lock().expect("fresh mutex") = Some(new_histogram());
+        Arc::new(s)
+    }
+    fn record(&self, us: u64) {
+        if let Ok(mut h) = self.latency_us.lock() {
+            if let Some(h) = h.as_mut() {
+                let _ = h.record(us.clamp(1, LATENCY_MAX_US));
+            }
+        }
+        self.done.fetch_add(1, Ordering::Relaxed);
+    }
+    fn p99(&self) -> u64 {
+        self.latency_us
+            .lock()
+            .ok()
+            .and_then(|h| {
+                h.as_ref()
+                    .filter(|h| !h.is_empty())
+                    .map(|h| h.value_at_quantile(0.99))
+            })
+            .unwrap_or(0)
+    }
+    fn histogram(&self) -> Histogram<u64> {
+        self.latency_us
+            .lock()
+            .ok()
+            .and_then(|h| h.clone())
+            .unwrap_or_else(new_histogram)
+    }
+}
+
+struct AckCtx {
+    shared: Arc<Shared>,
+    record_latency: bool,
+}
+
+impl ClientContext for AckCtx {}
+
+impl ProducerContext for AckCtx {
+    type DeliveryOpaque = Box<Instant>;
+    fn delivery(&self, result: &DeliveryResult<'_>, sent: Box<Instant>) {
+        if result.is_err() {
+            self.shared.errors.fetch_add(1, Ordering::Relaxed);
+        } else if self.record_latency {
+            self.shared.record(sent.elapsed().as_micros() as u64);
+        }
+    }
+}
+
+fn client(args: &LoadArgs) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &args.bootstrap)
+        .set("log_level", "3");
+    c
+}
+
+pub fn create_topic(args: &LoadArgs) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> =
+        client(args).create().context("creating the admin client")?;
+    let topic = NewTopic::new(&args.topic, args.partitions, TopicReplication::Fixed(1));
+    let results = futures::executor::block_on(admin.create_topics([&topic], &AdminOptions::new()))
+        .context("CreateTopics failed; is the broker reachable at --bootstrap?")?;
+    for r in results {
+        match r {
+            Ok(_) => eprintln!(
+                "created topic {} with {} partitions",
+                args.topic, args.partitions
+            ),
+            Err((t, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {
+                eprintln!("using existing topic {t}")
+            }
+            Err((t, e)) => bail!("creating topic {t}: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// Runs `producers` producer threads; with `record_latency` each ack's latency is recorded.
+fn spawn_producers(
+    args: &LoadArgs,
+    shared: &Arc<Shared>,
+    record_latency: bool,
+    sent_total: &Arc<AtomicU64>,
+) -> Result<Vec<std::thread::JoinHandle<Result<()>>>> {
+    let mut handles = Vec::new();
+    for p in 0..args.producers {
+        let args = args.clone();
+        let shared = shared.clone();
+        let sent_total = sent_total.clone();
+        let producer: BaseProducer<AckCtx> = client(&args)
+            .set("acks", &args.acks)
+            .set("compression.type", &args.compression)
+            .set("linger.ms", args.linger_ms.to_string())
+            .set("batch.size", args.batch_size.to_string())
+            .set("queue.buffering.max.kbytes", "1048576")
+            .set("queue.buffering.max.messages", "1000000")
+            .create_with_context(AckCtx {
+                shared: shared.clone(),
+                record_latency,
+            })
+            .context("creating a producer")?;
+        handles.push(std::thread::spawn(move || -> Result<()> {
+            let quota = args.target().map(|n| {
+                n / args.producers as u64 + u64::from((p as u64) < n % args.producers as u64)
+            });
+            let interval = if args.rate > 0.0 {
+                Some(Duration::from_secs_f64(args.producers as f64 / args.rate))
+            } else {
+                None
+            };
+            let mut payload = vec![0u8; args.message_size.max(8)];
+            let start = Instant::now();
+            let mut next = start;
+            let mut sent = 0u64;
+            while !shared.stop.load(Ordering::Relaxed) && quota.is_none_or(|q| sent < q) {
+                if let Some(iv) = interval {
+                    let now = Instant::now();
+                    if next > now {
+                        std::thread::sleep(next - now);
+                    }
+                    next += iv;
+                }
+                payload[..8].copy_from_slice(&now_ns().to_be_bytes());
+                let key = if args.keys > 0 {
+                    Some(format!(
+                        "key-{}",
+                        (sent * args.producers as u64 + p as u64) % args.keys
+                    ))
+                } else {
+                    None
+                };
+                loop {
+                    let mut rec: BaseRecord<'_, str, [u8], Box<Instant>> =
+                        BaseRecord::with_opaque_to(&args.topic, Box::new(Instant::now()))
+                            .payload(payload.as_slice());
+                    if let Some(k) = &key {
+                        rec = rec.key(k.as_str());
+                    }
+                    match producer.send(rec) {
+                        Ok(()) => break,
+                        Err((e, _))
+                            if e.rdkafka_error_code()
+                                == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) =>
+                        {
+                            producer.poll(Duration::from_millis(1));
+                        }
+                        Err((e, _)) => bail!("send failed: {e}"),
+                    }
+                }
+                sent += 1;
+                sent_total.fetch_add(1, Ordering::Relaxed);
+                if sent.is_multiple_of(256) {
+                    producer.poll(Duration::ZERO);
+                }
+            }
+            producer
+                .flush(Duration::from_secs(120))
+                .context("flushing")?;
+            Ok(())
+        }));
+    }
+    Ok(handles)
+}
+
+/// Assigns each consumer a share of the partitions, from `offset`.
+fn spawn_consumers(
+    args: &LoadArgs,
+    shared: &Arc<Shared>,
+    offset: Offset,
+    e2e: bool,
+    bytes: &Arc<AtomicU64>,
+    ready: &Arc<AtomicU64>,
+) -> Result<Vec<std::thread::JoinHandle<Result<()>>>> {
+    let mut handles = Vec::new();
+    for c in 0..args.consumers {
+        let consumer: BaseConsumer = client(args)
+            .set("group.id", "tributary-bench")
+            .set("enable.auto.commit", "false")
+            .set("fetch.wait.max.ms", "100")
+            .create()
+            .context("creating a consumer")?;
+        let mut tpl = TopicPartitionList::new();
+        for p in (0..args.partitions).filter(|p| *p as usize % args.consumers == c) {
+            tpl.add_partition_offset(&args.topic, p, offset)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        consumer.assign(&tpl).context("assigning partitions")?;
+        let shared = shared.clone();
+        let bytes = bytes.clone();
+        let ready = ready.clone();
+        handles.push(std::thread::spawn(move || -> Result<()> {
+            let mut first = true;
+            while !shared.stop.load(Ordering::Relaxed) {
+                let polled = consumer.poll(Duration::from_millis(50));
+                if first {
+                    ready.fetch_add(1, Ordering::Relaxed);
+                    first = false;
+                }
+                let Some(m) = polled else { continue };
+                let m = m.context("consuming")?;
+                let payload = m.payload().unwrap_or_default();
+                bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
+                if e2e && payload.len() >= 8 {
+                    let mut ts = [0u8; 8];
+                    ts.copy_from_slice(&payload[..8]);
+                    shared.record(now_ns().saturating_sub(u64::from_be_bytes(ts)) / 1000);
+                } else {
+                    shared.done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok(())
+        }));
+    }
+    Ok(handles)
+}
+
+/// Prints one progress line per second until `finished` says so; returns the per-second counts.
+fn progress(
+    shared: &Shared,
+    message_size: usize,
+    total: Option<u64>,
+    finished: impl Fn() -> bool,
+) -> Vec<u64> {
+    let start = Instant::now();
+    let mut per_second = Vec::new();
+    let mut last = 0u64;
+    let mut tick = start + Duration::from_secs(1);
+    while !finished() {
+        std::thread::sleep(Duration::from_millis(20));
+        if Instant::now() >= tick {
+            let done = shared.done.load(Ordering::Relaxed);
+            let rate = done - last;
+            per_second.push(rate);
+            eprintln!(
+                "{:>6.1}s {:>10} msgs/s {:>8.1} MB/s  p99 {:>8} us  ({done}{})",
+                (tick - start).as_secs_f64(),
+                rate,
+                rate as f64 * message_size as f64 / 1e6,
+                shared.p99(),
+                total.map(|t| format!("/{t}")).unwrap_or_default()
+            );
+            last = done;
+            tick += Duration::from_secs(1);
+        }
+    }
+    per_second
+}
+
+fn finish(
+    args: &LoadArgs,
+    mode: &str,
+    shared: &Shared,
+    seconds: f64,
+    bytes: u64,
+    per_second: &[u64],
+) -> Result<()> {
+    let h = shared.histogram();
+    let msgs = shared.done.load(Ordering::Relaxed);
+    let s = report::summary(&Run {
+        mode,
+        msgs,
+        bytes,
+        seconds,
+        latency_us: &h,
+        per_second,
+        config: args.config(),
+        broker: &args.bootstrap,
+    });
+    if let Some(dir) = &args.report {
+        report::write_report(dir, &s, &h)?;
+        eprintln!("report written to {}", dir.display());
+    }
+    report::print_summary(&s);
+    if args.json {
+        println!("{s}");
+    }
+    let errors = shared.errors.load(Ordering::Relaxed);
+    if errors > 0 {
+        bail!("{errors} messages were not acknowledged");
+    }
+    Ok(())
+}
+
+fn join_all(handles: Vec<std::thread::JoinHandle<Result<()>>>) -> Result<()> {
+    for h in handles {
+        h.join()
+            .map_err(|_| anyhow::anyhow!("a worker thread panicked"))??;
+    }
+    Ok(())
+}
+
+pub fn produce(args: &LoadArgs) -> Result<()> {
+    create_topic(args)?;
+    let shared = Shared::new();
+    let sent = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
+    let handles = spawn_producers(args, &shared, true, &sent)?;
+    let target = args.target();
+    let per_second = progress(&shared, args.message_size, target, || {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            shared.stop.store(true, Ordering::Relaxed);
+        }
+        handles.iter().all(|h| h.is_finished())
+    });
+    join_all(handles)?;
+    let secs = start.elapsed().as_secs_f64();
+    let msgs = shared.done.load(Ordering::Relaxed);
+    finish(
+        args,
+        "produce",
+        &shared,
+        secs,
+        msgs * args.message_size as u64,
+        &per_second,
+    )
+}
+
+pub fn consume(args: &LoadArgs) -> Result<()> {
+    // Read what is in the topic now: up to --messages, or to the end offsets seen at the start.
+    let probe: BaseConsumer = client(args).create()?;
+    let mut available = 0u64;
+    for p in 0..args.partitions {
+        let (lo, hi) = probe
+            .fetch_watermarks(&args.topic, p, Duration::from_secs(10))
+            .with_context(|| {
+                format!(
+                    "offsets of {}/{p}; does the topic exist with --partitions {}?",
+                    args.topic, args.partitions
+                )
+            })?;
+        available += (hi - lo).max(0) as u64;
+    }
+    let target = args.messages.unwrap_or(available).min(available);
+    if target == 0 {
+        bail!(
+            "topic {} is empty; produce to it first (tributary-bench produce)",
+            args.topic
+        );
+    }
+    let shared = Shared::new();
+    let bytes = Arc::new(AtomicU64::new(0));
+    let ready = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let handles = spawn_consumers(args, &shared, Offset::Beginning, false, &bytes, &ready)?;
+    let per_second = progress(&shared, args.message_size, Some(target), || {
+        shared.done.load(Ordering::Relaxed) >= target
+    });
+    let secs = start.elapsed().as_secs_f64();
+    shared.stop.store(true, Ordering::Relaxed);
+    join_all(handles)?;
+    finish(
+        args,
+        "consume",
+        &shared,
+        secs,
+        bytes.load(Ordering::Relaxed),
+        &per_second,
+    )
+}
+
+pub fn e2e(args: &LoadArgs) -> Result<()> {
+    create_topic(args)?;
+    let shared = Shared::new();
+    let bytes = Arc::new(AtomicU64::new(0));
+    let ready = Arc::new(AtomicU64::new(0));
+    let consumers = spawn_consumers(args, &shared, Offset::End, true, &bytes, &ready)?;
+    // Let every consumer resolve its start offset before anything is produced.
+    let wait = Instant::now();
+    while ready.load(Ordering::Relaxed) < args.consumers as u64
+        && wait.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let producer_side = Shared::new();
+    let sent = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
+    let producers = spawn_producers(args, &producer_side, false, &sent)?;
+    let per_second = progress(&shared, args.message_size, args.target(), || {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            producer_side.stop.store(true, Ordering::Relaxed);
+        }
+        let produced_all = producers.iter().all(|h| h.is_finished());
+        let drained = shared.done.load(Ordering::Relaxed) >= sent.load(Ordering::Relaxed);
+        (produced_all && drained) || start.elapsed() > Duration::from_secs(3600)
+    });
+    let secs = start.elapsed().as_secs_f64();
+    shared.stop.store(true, Ordering::Relaxed);
+    join_all(producers)?;
+    join_all(consumers)?;
+    shared.errors.fetch_add(
+        producer_side.errors.load(Ordering::Relaxed),
+        Ordering::Relaxed,
+    );
+    finish(
+        args,
+        "e2e",
+        &shared,
+        secs,
+        bytes.load(Ordering::Relaxed),
+        &per_second,
+    )
+}

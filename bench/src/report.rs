@@ -1,0 +1,258 @@
+//! Summaries, reports and comparisons: the JSON line, the HDR percentile distribution, SVG
+//! pictures of latency by percentile and throughput over time, and `compare`.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+/// Percentiles plotted and kept in the JSON, so two runs can be drawn together later.
+const PLOT_PERCENTILES: &[f64] = &[
+    0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.999, 100.0,
+];
+
+pub struct Run<'a> {
+    pub mode: &'a str,
+    pub msgs: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub latency_us: &'a Histogram<u64>,
+    /// Messages completed in each whole second of the run.
+    pub per_second: &'a [u64],
+    pub config: Value,
+    pub broker: &'a str,
+}
+
+pub fn summary(run: &Run<'_>) -> Value {
+    let h = run.latency_us;
+    let q = |p: f64| {
+        if h.is_empty() {
+            0
+        } else {
+            h.value_at_quantile(p)
+        }
+    };
+    json!({
+        "mode": run.mode,
+        "msgs": run.msgs,
+        "msgs_per_sec": run.msgs as f64 / run.seconds.max(1e-9),
+        "mb_per_sec": run.bytes as f64 / run.seconds.max(1e-9) / 1e6,
+        "seconds": run.seconds,
+        "latency_us": {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "p999": q(0.999), "p9999": q(0.9999), "max": h.max()},
+        "latency_percentiles_us": PLOT_PERCENTILES.iter().map(|p| json!([p, if h.is_empty() { 0 } else { h.value_at_percentile(*p) }])).collect::<Vec<_>>(),
+        "throughput_per_second": run.per_second,
+        "config": run.config,
+        "broker": run.broker,
+        "git_sha": env!("TRIBUTARY_GIT_SHA"),
+    })
+}
+
+pub fn print_summary(s: &Value) {
+    let l = &s["latency_us"];
+    println!(
+        "{} {} msgs in {:.2}s: {:.0} msgs/s, {:.1} MB/s; latency p50 {} us, p99 {} us, p99.9 {} us, max {} us",
+        s["mode"].as_str().unwrap_or(""),
+        s["msgs"],
+        s["seconds"].as_f64().unwrap_or(0.0),
+        s["msgs_per_sec"].as_f64().unwrap_or(0.0),
+        s["mb_per_sec"].as_f64().unwrap_or(0.0),
+        l["p50"],
+        l["p99"],
+        l["p999"],
+        l["max"]
+    );
+}
+
+/// Writes summary.json, latency.hgrm, latency.svg and throughput.svg into `dir`.
+pub fn write_report(dir: &Path, s: &Value, h: &Histogram<u64>) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating report directory {}", dir.display()))?;
+    std::fs::write(dir.join("summary.json"), serde_json::to_string_pretty(s)?)?;
+    let mut hgrm = String::from("       Value     Percentile TotalCount 1/(1-Percentile)\n\n");
+    if !h.is_empty() {
+        for v in h.iter_quantiles(1) {
+            let q = v.quantile_iterated_to();
+            let inv = if q < 1.0 {
+                1.0 / (1.0 - q)
+            } else {
+                f64::INFINITY
+            };
+            hgrm.push_str(&format!(
+                "{:12.3} {:14.12} {:10} {:14.2}\n",
+                v.value_iterated_to() as f64,
+                q,
+                v.count_since_last_iteration(),
+                inv
+            ));
+        }
+    }
+    std::fs::write(dir.join("latency.hgrm"), hgrm)?;
+    std::fs::write(dir.join("latency.svg"), latency_svg(&[("run", s)]))?;
+    std::fs::write(dir.join("throughput.svg"), throughput_svg(&[("run", s)]))?;
+    Ok(())
+}
+
+const COLORS: &[&str] = &["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+
+fn svg(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+    log_x: bool,
+) -> String {
+    let (w, h, m) = (720.0, 420.0, 60.0);
+    let xs = |x: f64| {
+        if log_x {
+            (1.0 / (1.0 - x.min(0.99999) / 100.0)).log10()
+        } else {
+            x
+        }
+    };
+    let all: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|(_, pts)| pts.iter().map(|(x, y)| (xs(*x), *y)))
+        .collect();
+    let max_x = all.iter().map(|p| p.0).fold(1e-9, f64::max);
+    let max_y = all.iter().map(|p| p.1).fold(1e-9, f64::max) * 1.1;
+    let px = |x: f64| m + xs(x) / max_x * (w - 2.0 * m);
+    let py = |y: f64| h - m - y / max_y * (h - 2.0 * m);
+    let mut out = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\
+<rect width='100%' height='100%' fill='white'/><text x='{}' y='20' text-anchor='middle' font-size='14'>{title}</text>\
+<line x1='{m}' y1='{}' x2='{}' y2='{}' stroke='black'/><line x1='{m}' y1='{m}' x2='{m}' y2='{}' stroke='black'/>\
+<text x='{}' y='{}' text-anchor='middle'>{x_label}</text><text x='15' y='{}' transform='rotate(-90 15 {})' text-anchor='middle'>{y_label}</text>\
+<text x='{}' y='{}' text-anchor='end'>{:.0}</text><text x='{}' y='{}' text-anchor='end'>0</text>",
+        w / 2.0, h - m, w - m, h - m, h - m, w / 2.0, h - 15.0, h / 2.0, h / 2.0, m - 5.0, m + 4.0, max_y, m - 5.0, h - m
+    );
+    if log_x {
+        for p in [50.0, 90.0, 99.0, 99.9, 99.99] {
+            out.push_str(&format!(
+                "<text x='{:.1}' y='{}' text-anchor='middle'>p{p}</text>",
+                px(p),
+                h - m + 15.0
+            ));
+        }
+    }
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let path: Vec<String> = pts
+            .iter()
+            .map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y)))
+            .collect();
+        out.push_str(&format!(
+            "<polyline fill='none' stroke='{c}' stroke-width='2' points='{}'/>",
+            path.join(" ")
+        ));
+        out.push_str(&format!(
+            "<text x='{}' y='{}' fill='{c}'>{name}</text>",
+            w - m - 150.0,
+            m + 15.0 * i as f64
+        ));
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+pub fn latency_svg(runs: &[(&str, &Value)]) -> String {
+    let series = runs
+        .iter()
+        .map(|(name, s)| {
+            let pts = s["latency_percentiles_us"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|p| Some((p[0].as_f64()?, p[1].as_f64()?)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (name.to_string(), pts)
+        })
+        .collect::<Vec<_>>();
+    svg(
+        "Latency by percentile",
+        "percentile",
+        "latency (us)",
+        &series,
+        true,
+    )
+}
+
+pub fn throughput_svg(runs: &[(&str, &Value)]) -> String {
+    let series = runs
+        .iter()
+        .map(|(name, s)| {
+            let pts = s["throughput_per_second"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .enumerate()
+                        .filter_map(|(i, v)| Some((i as f64 + 1.0, v.as_f64()?)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (name.to_string(), pts)
+        })
+        .collect::<Vec<_>>();
+    svg(
+        "Throughput over time",
+        "second",
+        "messages / s",
+        &series,
+        false,
+    )
+}
+
+/// `compare A.json B.json`: the two runs side by side, with B/A ratios.
+pub fn compare(a_path: &Path, b_path: &Path, report: Option<&Path>) -> Result<()> {
+    let load = |p: &Path| -> Result<Value> {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let line = text
+            .lines()
+            .rev()
+            .find(|l| l.trim_start().starts_with('{'))
+            .unwrap_or(&text);
+        serde_json::from_str(line)
+            .or_else(|_| serde_json::from_str(&text))
+            .with_context(|| format!("{} is not a tributary-bench JSON summary", p.display()))
+    };
+    let (a, b) = (load(a_path)?, load(b_path)?);
+    println!("{:<16} {:>14} {:>14} {:>8}", "metric", "A", "B", "B/A");
+    let rows: [(&str, &Value, &Value); 8] = [
+        ("msgs_per_sec", &a["msgs_per_sec"], &b["msgs_per_sec"]),
+        ("mb_per_sec", &a["mb_per_sec"], &b["mb_per_sec"]),
+        ("p50_us", &a["latency_us"]["p50"], &b["latency_us"]["p50"]),
+        ("p90_us", &a["latency_us"]["p90"], &b["latency_us"]["p90"]),
+        ("p99_us", &a["latency_us"]["p99"], &b["latency_us"]["p99"]),
+        (
+            "p999_us",
+            &a["latency_us"]["p999"],
+            &b["latency_us"]["p999"],
+        ),
+        (
+            "p9999_us",
+            &a["latency_us"]["p9999"],
+            &b["latency_us"]["p9999"],
+        ),
+        ("max_us", &a["latency_us"]["max"], &b["latency_us"]["max"]),
+    ];
+    for (name, x, y) in rows {
+        let (x, y) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+        let ratio = if x > 0.0 {
+            format!("{:.3}", y / x)
+        } else {
+            "-".into()
+        };
+        println!("{name:<16} {x:>14.1} {y:>14.1} {ratio:>8}");
+    }
+    if let Some(dir) = report {
+        std::fs::create_dir_all(dir)?;
+        let runs = [("A", &a), ("B", &b)];
+        std::fs::write(dir.join("compare-latency.svg"), latency_svg(&runs))?;
+        std::fs::write(dir.join("compare-throughput.svg"), throughput_svg(&runs))?;
+        eprintln!("wrote {}", dir.join("compare-latency.svg").display());
+    }
+    Ok(())
+}
