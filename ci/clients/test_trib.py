@@ -53,7 +53,7 @@ def test_topics_produce_consume_groups_and_cluster(broker):
     assert "g\t" not in trib(broker, "groups", "list").stdout
 
     info = trib(broker, "cluster", "info").stdout
-    assert "Broker 0 at 127.0.0.1" in info and "Produce" in info and "v3-v9" in info
+    assert "Broker 0 at 127.0.0.1" in info and "Controller: 0" in info and "Produce" in info and "v3-v9" in info
 
     trib(broker, "topics", "delete", "orders")
     assert trib(broker, "topics", "list").stdout.strip() == ""
@@ -67,3 +67,32 @@ def test_errors_are_one_line_with_a_cause(broker):
     assert r.returncode != 0 and "already exists" in r.stderr.lower()
     r = subprocess.run([TRIB, "--bootstrap", "127.0.0.1:1", "--timeout-ms", "2000", "topics", "list"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "cannot reach the broker" in r.stderr
+
+
+BENCH = os.path.join(os.path.dirname(TRIB), "tributary-bench")
+
+
+def test_bench_modes_report_and_compare(broker, tmp_path):
+    def bench(*args):
+        r = subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        return r
+    common = ["--bootstrap", broker.bootstrap, "--topic", "b", "--partitions", "4", "--message-size", "512"]
+    r = bench("produce", *common, "--messages", "20000", "--json", "--report", str(tmp_path / "rep"))
+    produced = json.loads(r.stdout.splitlines()[-1])
+    assert produced["mode"] == "produce" and produced["msgs"] == 20000 and produced["latency_us"]["p99"] > 0
+    for f in ["summary.json", "latency.hgrm", "latency.svg", "throughput.svg"]:
+        assert (tmp_path / "rep" / f).stat().st_size > 0
+    consumed = json.loads(bench("consume", *common, "--consumers", "2", "--json").stdout.splitlines()[-1])
+    assert consumed["msgs"] == 20000
+    r = bench("e2e", "--bootstrap", broker.bootstrap, "--topic", "e", "--partitions", "2", "--rate", "2000", "--duration", "2", "--json")
+    assert "msgs/s" in r.stderr, "a progress line each second, on stderr"
+    e2e = json.loads(r.stdout.splitlines()[-1])
+    assert e2e["msgs"] >= 3000 and e2e["latency_us"]["p50"] > 0
+    (tmp_path / "a.json").write_text(json.dumps(produced))
+    (tmp_path / "b.json").write_text(json.dumps(e2e))
+    out = bench("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--report", str(tmp_path / "cmp")).stdout
+    assert "msgs_per_sec" in out and "B/A" in out
+    assert (tmp_path / "cmp" / "compare-latency.svg").exists()
+    machine = json.loads(bench("machine", "--dir", str(tmp_path / "m"), "--size-mb", "16").stdout.splitlines()[-1])
+    assert machine["odirect_write_mb_per_sec"] > 0 and machine["loopback_tcp_mb_per_sec"] > 0

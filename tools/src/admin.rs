@@ -223,6 +223,12 @@ pub fn cluster(cli: &Cli, cmd: &ClusterCommand) -> Result<()> {
             for b in md.brokers() {
                 println!("Broker {} at {}:{}", b.id(), b.host(), b.port());
             }
+            match controller(cli) {
+                Ok((cluster_id, controller)) => {
+                    println!("Cluster: {cluster_id}\nController: {controller}")
+                }
+                Err(e) => println!("Controller: unknown ({e:#})"),
+            }
             println!("Topics: {}", md.topics().len());
             println!("API versions served:");
             for (key, min, max) in api_versions(cli)? {
@@ -233,8 +239,8 @@ pub fn cluster(cli: &Cli, cmd: &ClusterCommand) -> Result<()> {
     Ok(())
 }
 
-/// Asks the bootstrap broker for ApiVersions (v0: the one every broker answers).
-fn api_versions(cli: &Cli) -> Result<Vec<(i16, i16, i16)>> {
+/// One request/response exchange on a fresh connection; returns the response after its length.
+fn exchange(cli: &Cli, request: &[u8]) -> Result<Vec<u8>> {
     let addr = cli
         .bootstrap
         .split(',')
@@ -244,23 +250,81 @@ fn api_versions(cli: &Cli) -> Result<Vec<(i16, i16, i16)>> {
     let mut s = TcpStream::connect_timeout(&addr, cli.timeout())
         .with_context(|| format!("cannot reach the broker at {addr}"))?;
     s.set_read_timeout(Some(cli.timeout()))?;
+    s.write_all(&(request.len() as i32).to_be_bytes())?;
+    s.write_all(request)?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let len = usize::try_from(i32::from_be_bytes(len)).context("negative response length")?;
+    if len > 1 << 20 {
+        bail!("response of {len} bytes is implausibly large");
+    }
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body)?;
+    Ok(body)
+}
+
+/// The cluster id and controller from DescribeCluster v0 (a flexible request, header v2).
+fn controller(cli: &Cli) -> Result<(String, i32)> {
+    let mut req = Vec::new();
+    req.extend_from_slice(&60i16.to_be_bytes());
+    req.extend_from_slice(&0i16.to_be_bytes());
+    req.extend_from_slice(&2i32.to_be_bytes());
+    req.extend_from_slice(&4i16.to_be_bytes());
+    req.extend_from_slice(b"trib");
+    req.push(0); // header tagged fields
+    req.push(0); // include_cluster_authorized_operations
+    req.push(0); // tagged fields
+    let body = exchange(cli, &req)?;
+    // correlation id, header tags, throttle, error code
+    let mut at = 4 + 1 + 4;
+    let code = body
+        .get(at..at + 2)
+        .map(|b| i16::from_be_bytes([b[0], b[1]]))
+        .ok_or_else(|| anyhow!("truncated DescribeCluster response"))?;
+    if code != 0 {
+        bail!("DescribeCluster failed with error code {code}");
+    }
+    at += 2;
+    let compact_string = |at: &mut usize| -> Result<Option<String>> {
+        let mut len: usize = 0;
+        for i in 0..5 {
+            let b = *body
+                .get(*at)
+                .ok_or_else(|| anyhow!("truncated DescribeCluster response"))?;
+            *at += 1;
+            len |= usize::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        if len == 0 {
+            return Ok(None);
+        }
+        let s = body
+            .get(*at..*at + len - 1)
+            .ok_or_else(|| anyhow!("truncated DescribeCluster response"))?;
+        *at += len - 1;
+        Ok(Some(String::from_utf8_lossy(s).into_owned()))
+    };
+    let _error_message = compact_string(&mut at)?;
+    let cluster_id = compact_string(&mut at)?.unwrap_or_default();
+    let controller = body
+        .get(at..at + 4)
+        .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        .ok_or_else(|| anyhow!("truncated DescribeCluster response"))?;
+    Ok((cluster_id, controller))
+}
+
+/// Asks the bootstrap broker for ApiVersions (v0: the one every broker answers).
+fn api_versions(cli: &Cli) -> Result<Vec<(i16, i16, i16)>> {
     let client = b"trib";
     let mut req = Vec::new();
-    req.extend_from_slice(&((8 + 2 + client.len()) as i32).to_be_bytes());
     req.extend_from_slice(&18i16.to_be_bytes());
     req.extend_from_slice(&0i16.to_be_bytes());
     req.extend_from_slice(&1i32.to_be_bytes());
     req.extend_from_slice(&(client.len() as i16).to_be_bytes());
     req.extend_from_slice(client);
-    s.write_all(&req)?;
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)?;
-    let len = usize::try_from(i32::from_be_bytes(len)).context("negative response length")?;
-    if len > 1 << 20 {
-        bail!("ApiVersions response of {len} bytes is implausibly large");
-    }
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body)?;
+    let body = exchange(cli, &req)?;
     let get = |at: usize| -> Result<i16> {
         body.get(at..at + 2)
             .map(|b| i16::from_be_bytes([b[0], b[1]]))

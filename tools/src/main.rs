@@ -67,6 +67,14 @@ fn run(cli: &Cli) -> Result<()> {
 }
 
 fn main() {
+    // `trib ... | head` closes stdout early; leave quietly as Unix tools do instead of panicking.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info.to_string().contains("failed printing to stdout") {
+            std::process::exit(141);
+        }
+        default_hook(info);
+    }));
     let cli = Cli::parse();
     if let Err(e) = run(&cli) {
         eprintln!("trib: {e:#}");

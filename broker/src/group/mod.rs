@@ -1057,3 +1057,101 @@ mod coordinator_tests {
         assert_eq!(joined.leader, first.member_id);
     }
 }
+
+#[cfg(test)]
+mod retention_and_fencing_tests {
+    use super::*;
+
+    fn coordinator(retention: Duration) -> GroupCoordinator {
+        GroupCoordinator::new(GroupConfig {
+            limits: GroupLimits {
+                max_size: 10,
+                min_session_timeout: Duration::from_millis(100),
+                max_session_timeout: Duration::from_secs(600),
+                initial_rebalance_delay: Duration::from_millis(0),
+            },
+            offset_metadata_max_bytes: 4096,
+            offsets_retention: retention,
+            offsets_partitions: 50,
+        })
+    }
+
+    fn offset_record(
+        group: &str,
+        partition: i32,
+        commit_timestamp_ms: i64,
+    ) -> (Bytes, Option<Bytes>) {
+        let key = GroupKey::Offset {
+            group: group.into(),
+            topic: "t".into(),
+            partition,
+        };
+        let value = OffsetValue {
+            offset: 5,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp_ms,
+        };
+        (key.encode(), Some(value.encode()))
+    }
+
+    #[test]
+    fn offsets_of_an_empty_group_expire_after_the_retention_and_become_tombstones() {
+        let c = coordinator(Duration::from_secs(3600));
+        let old = now_ms() - 2 * 3600 * 1000;
+        let (k, v) = offset_record("g", 0, old);
+        c.apply_record(k, v);
+        let (k, v) = offset_record("g", 1, now_ms());
+        c.apply_record(k, v);
+        let (_, tombstones) = c.tick(Instant::now(), false);
+        assert!(
+            tombstones.is_empty(),
+            "only checked when the retention check is due"
+        );
+        let (_, tombstones) = c.tick(Instant::now(), true);
+        assert_eq!(tombstones.len(), 1);
+        let fetched = c.fetch_offsets(&OffsetFetchGroup {
+            group_id: "g".into(),
+            topics: None,
+        });
+        assert_eq!(
+            fetched,
+            vec![("t".to_string(), vec![(1, (5, -1, String::new()))])]
+        );
+    }
+
+    #[test]
+    fn a_static_member_replaced_by_a_restart_is_fenced() {
+        let c = coordinator(Duration::from_secs(3600));
+        let req = |member: &str| JoinGroupRequest {
+            group_id: "g".into(),
+            session_timeout_ms: 6000,
+            rebalance_timeout_ms: 10_000,
+            member_id: member.into(),
+            group_instance_id: Some("instance-1".into()),
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"m"))],
+        };
+        let mut rx = c.join(req(""), 5, "c".into(), "h".into()).unwrap();
+        let first = rx
+            .try_recv()
+            .unwrap()
+            .expect("joined at once: no initial delay");
+        assert_eq!(first.error, ErrorCode::NONE);
+        // The same instance restarts: it gets a new member id, the old one is fenced.
+        let mut rx = c.join(req(""), 5, "c".into(), "h".into()).unwrap();
+        let second = rx.try_recv().unwrap().expect("rejoined");
+        assert_ne!(second.member_id, first.member_id);
+        let hb = c.heartbeat(HeartbeatRequest {
+            group_id: "g".into(),
+            generation_id: first.generation_id,
+            member_id: first.member_id.clone(),
+            group_instance_id: Some("instance-1".into()),
+        });
+        assert_eq!(hb, FENCED_INSTANCE_ID);
+        let stale = c
+            .join(req(&first.member_id), 5, "c".into(), "h".into())
+            .unwrap_err();
+        assert_eq!(stale.error, FENCED_INSTANCE_ID);
+    }
+}
