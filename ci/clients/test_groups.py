@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 HERE = os.path.dirname(__file__)
@@ -147,26 +147,20 @@ def test_static_member_rejoins_without_a_rebalance(broker):
 def test_commits_acknowledged_before_kill_9_survive(broker):
     create(broker.bootstrap, "commits", 1)
     produce(broker.bootstrap, "commits", [b"x"] * 10)
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "crashy", "enable.auto.commit": False})
+    # The committing client runs in its own process: a client left talking to a dead broker
+    # must not outlive the test.
+    child = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "committer.py"), broker.bootstrap, "crashy", "commits"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
     acked = []
-    stop = threading.Event()
-
-    def committer():
-        n = 1
-        while not stop.is_set():
-            try:
-                c.commit(offsets=[TopicPartition("commits", 0, n)], asynchronous=False)
-                acked.append(n)
-            except KafkaException:
-                return
-            n += 1
-
-    t = threading.Thread(target=committer)
-    t.start()
+    reader = threading.Thread(target=lambda: [acked.append(int(line)) for line in child.stdout], daemon=True)
+    reader.start()
     wait_for(lambda: len(acked) > 50, what="some commits")
     broker.stop(signal.SIGKILL)
-    stop.set()
-    t.join(timeout=30)
+    child.kill()
+    child.wait()
+    reader.join(timeout=10)
     last_acked = acked[-1]
     broker.start()
     c2 = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "crashy"})

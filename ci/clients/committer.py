@@ -1,0 +1,17 @@
+"""Commits offsets 1, 2, 3, ... for one partition as fast as the broker acknowledges them, printing
+each acknowledged offset; run as a child so a test can kill it (and the broker) at will."""
+
+import sys
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+bootstrap, group, topic = sys.argv[1:4]
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+n = 1
+while True:
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, n)], asynchronous=False)
+    except KafkaException:
+        break
+    print(n, flush=True)
+    n += 1
