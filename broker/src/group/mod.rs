@@ -979,7 +979,7 @@ mod coordinator_tests {
     use super::*;
     use tributary_protocol::requests::groups::JoinGroupRequest;
 
-    fn coordinator() -> GroupCoordinator {
+    pub(super) fn coordinator_with(retention: Duration) -> GroupCoordinator {
         GroupCoordinator::new(GroupConfig {
             limits: GroupLimits {
                 max_size: 10,
@@ -988,7 +988,7 @@ mod coordinator_tests {
                 initial_rebalance_delay: Duration::from_millis(0),
             },
             offset_metadata_max_bytes: 4096,
-            offsets_retention: Duration::from_secs(3600),
+            offsets_retention: retention,
             offsets_partitions: 50,
         })
     }
@@ -1007,7 +1007,7 @@ mod coordinator_tests {
 
     #[test]
     fn a_member_restored_from_the_log_that_never_returns_expires_during_the_next_rebalance() {
-        let c = coordinator();
+        let c = coordinator_with(Duration::from_secs(3600));
         // As loaded after a restart: a Stable group whose only member is gone for good.
         let record = {
             let mut g = Group::new("g", Instant::now());
@@ -1060,21 +1060,8 @@ mod coordinator_tests {
 
 #[cfg(test)]
 mod retention_and_fencing_tests {
+    use super::coordinator_tests::coordinator_with as coordinator;
     use super::*;
-
-    fn coordinator(retention: Duration) -> GroupCoordinator {
-        GroupCoordinator::new(GroupConfig {
-            limits: GroupLimits {
-                max_size: 10,
-                min_session_timeout: Duration::from_millis(100),
-                max_session_timeout: Duration::from_secs(600),
-                initial_rebalance_delay: Duration::from_millis(0),
-            },
-            offset_metadata_max_bytes: 4096,
-            offsets_retention: retention,
-            offsets_partitions: 50,
-        })
-    }
 
     fn offset_record(
         group: &str,
