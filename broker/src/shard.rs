@@ -177,6 +177,19 @@ impl Shard {
         }
     }
 
+    /// Hands `req` to shard `to` without waiting for it to be handled: a request for this shard
+    /// becomes a task. Requests dispatched in order start in order (tasks run first-in
+    /// first-out, channels are FIFO), which keeps one connection's appends to a partition in order.
+    pub async fn dispatch(self: &Rc<Self>, to: ShardId, req: ShardRequest) {
+        if to == self.id {
+            glommio::spawn_local(self.clone().handle(req)).detach();
+            return;
+        }
+        if self.peers[to.0].send(req).await.is_err() {
+            warn!(shard = to.0, "shard is gone; request dropped");
+        }
+    }
+
     /// Opens the partitions of `catalog` this shard owns and deletes those of vanished topics.
     pub async fn apply_catalog(self: &Rc<Self>, catalog: Arc<Catalog>) {
         let old = self.catalog.replace(catalog.clone());

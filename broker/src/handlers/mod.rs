@@ -40,7 +40,7 @@ pub async fn dispatch(
     match spec.key {
         api_key::API_VERSIONS => api_versions::handle(spec, header, &mut r),
         api_key::METADATA => metadata::handle(shard, spec, header, &mut r).await,
-        api_key::PRODUCE => produce::handle(shard, spec, header, &mut r).await,
+        api_key::PRODUCE => produce::start(shard, spec, header, &mut r).await?.await,
         api_key::FETCH => fetch::handle(shard, spec, header, &mut r).await,
         api_key::LIST_OFFSETS => list_offsets::handle(shard, spec, header, &mut r).await,
         api_key::CREATE_TOPICS => create_topics::handle(shard, spec, header, &mut r).await,

@@ -1,7 +1,11 @@
 //! Produce: validate each partition's batch here (size, CRC32C, magic, one batch per partition),
 //! then append on the owning shard and answer once the data is durable. acks=0 gets no response.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+
+use futures::channel::oneshot;
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{
@@ -15,19 +19,27 @@ use tributary_protocol::{ErrorCode, Reader};
 
 use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::catalog::{topic_default, Catalog};
-use crate::shard::{call, ProduceResult, Shard, ShardRequest};
+use crate::shard::{ProduceResult, Shard, ShardRequest};
 
-pub async fn handle(
+/// A response still being produced: resolves once every partition's append is durable.
+pub type PendingResponse = Pin<Box<dyn Future<Output = HandlerResult>>>;
+
+/// Validates the request and hands every partition's batch to its owning shard, in request
+/// order, then returns the rest — waiting for durability and encoding the response — as a future.
+/// The connection reads its next request meanwhile, so consecutive produce requests share
+/// fdatasyncs instead of waiting for each other's.
+pub async fn start(
     shard: &Rc<Shard>,
-    spec: &ApiSpec,
+    spec: &'static ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-) -> HandlerResult {
+) -> Result<PendingResponse, String> {
     let v = header.api_version;
     let req = decode_all(r, |r| produce::decode(r, v))?;
     let catalog = shard.catalog();
     let acks_ok = matches!(req.acks, -1..=1);
-    let mut pending = Vec::new();
+    let acks = req.acks;
+    let mut waits = Vec::new();
     for topic in &req.topics {
         for p in &topic.partitions {
             let check = if !acks_ok {
@@ -43,75 +55,85 @@ pub async fn handle(
             } else {
                 check_partition(shard, &catalog, &topic.name, p.index, p.records.as_ref())
             };
-            pending.push((topic.name.clone(), p.index, check, p.records.clone()));
-        }
-    }
-    let acks = req.acks;
-    let results = futures::future::join_all(pending.into_iter().map(
-        |(t, p, check, records)| async move {
-            let result = match check {
-                Err((error, msg)) => (
+            let outcome = match check {
+                Err((error, msg)) => Err((
                     ProduceResult {
                         error,
                         base_offset: -1,
                         log_start_offset: -1,
                     },
-                    Some(msg),
-                ),
+                    msg,
+                )),
                 Ok(()) => {
-                    let batch = records.unwrap_or_default();
-                    let owner = shard.owner(&t, p);
-                    let topic = t.clone();
-                    let res = call(shard, owner, move |reply| ShardRequest::Produce {
-                        topic,
-                        partition: p,
-                        batch,
-                        acks,
-                        reply,
-                    })
-                    .await
-                    .unwrap_or(ProduceResult {
+                    let (reply, rx) = oneshot::channel();
+                    let owner = shard.owner(&topic.name, p.index);
+                    let batch = p.records.clone().unwrap_or_default();
+                    shard
+                        .dispatch(
+                            owner,
+                            ShardRequest::Produce {
+                                topic: topic.name.clone(),
+                                partition: p.index,
+                                batch,
+                                acks,
+                                reply,
+                            },
+                        )
+                        .await;
+                    Ok(rx)
+                }
+            };
+            waits.push((topic.name.clone(), p.index, outcome));
+        }
+    }
+    let header = header.clone();
+    Ok(Box::pin(async move {
+        let mut results = Vec::with_capacity(waits.len());
+        for (t, p, outcome) in waits {
+            let res = match outcome {
+                Err((res, msg)) => (res, Some(msg)),
+                Ok(rx) => (
+                    rx.await.unwrap_or(ProduceResult {
                         error: ErrorCode::UNKNOWN_SERVER_ERROR,
                         base_offset: -1,
                         log_start_offset: -1,
-                    });
-                    (res, None)
-                }
+                    }),
+                    None,
+                ),
             };
-            (t, p, result)
-        },
-    ))
-    .await;
-    if acks == 0 {
-        return Ok(None);
-    }
-    let mut topics: Vec<TopicProduceResponse> = Vec::new();
-    for (t, p, (res, msg)) in results {
-        let mut part = PartitionProduceResponse::default()
-            .with_index(p)
-            .with_error_code(res.error.code())
-            .with_base_offset(res.base_offset)
-            .with_log_append_time_ms(-1);
-        if v >= 5 {
-            part = part.with_log_start_offset(res.log_start_offset);
+            results.push((t, p, res));
         }
-        if v >= 8 {
-            part = part.with_error_message(msg.map(|m| str_bytes(&m)));
+        if acks == 0 {
+            return Ok(None);
         }
-        match topics.iter_mut().find(|x| x.name.0.as_str() == t) {
-            Some(x) => x.partition_responses.push(part),
-            None => topics.push(
-                TopicProduceResponse::default()
-                    .with_name(topic_name(&t))
-                    .with_partition_responses(vec![part]),
-            ),
+        let mut topics: Vec<TopicProduceResponse> = Vec::new();
+        for (t, p, (res, msg)) in results {
+            let mut part = PartitionProduceResponse::default()
+                .with_index(p)
+                .with_error_code(res.error.code())
+                .with_base_offset(res.base_offset)
+                .with_log_append_time_ms(-1);
+            if v >= 5 {
+                part = part.with_log_start_offset(res.log_start_offset);
+            }
+            if v >= 8 {
+                part = part.with_error_message(msg.map(|m| str_bytes(&m)));
+            }
+            match topics.iter_mut().find(|x| x.name.0.as_str() == t) {
+                Some(x) => x.partition_responses.push(part),
+                None => topics.push(
+                    TopicProduceResponse::default()
+                        .with_name(topic_name(&t))
+                        .with_partition_responses(vec![part]),
+                ),
+            }
         }
-    }
-    frame(
-        spec,
-        header,
-        &ProduceResponse::default().with_responses(topics),
-    )
+        frame(
+            spec,
+            &header,
+            &ProduceResponse::default().with_responses(topics),
+        )
+    }))
 }
 
 /// The checks Kafka's `LogValidator` makes before an append, as error codes.
