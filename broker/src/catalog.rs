@@ -25,6 +25,15 @@ pub struct TopicMeta {
 }
 
 impl TopicMeta {
+    /// A numeric topic config: the topic's override, else `default` (the broker-level value).
+    /// Overrides are validated before they are stored, so they parse.
+    pub fn config_or<T: std::str::FromStr>(&self, key: &str, default: T) -> T {
+        self.configs
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
     pub fn uuid(&self) -> uuid::Uuid {
         uuid::Uuid::parse_str(&self.id).unwrap_or_default()
     }

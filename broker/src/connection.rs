@@ -17,7 +17,7 @@ use tributary_protocol::registry::{self, api_key};
 use tributary_protocol::Reader;
 
 use crate::handlers;
-use crate::handlers::produce::PendingResponse;
+use crate::handlers::PendingResponse;
 use crate::shard::Shard;
 
 /// Responses a connection may owe before it stops reading requests (backpressure).
@@ -126,15 +126,12 @@ pub async fn handle_frame(
     }
     let header = decode_request_header(&mut r, spec.request_header_flexible(version))
         .map_err(|e| e.to_string())?;
-    if key == api_key::PRODUCE {
-        let name = spec.name;
-        let pending = handlers::produce::start(shard, spec, &header, &mut r)
-            .await
-            .map_err(|e| format!("{name} v{version}: {e}"))?;
-        return Ok(pending);
-    }
-    let result = handlers::dispatch(shard, spec, &header, r, peer)
+    let name = spec.name;
+    let pending = handlers::dispatch(shard, spec, &header, r, peer)
         .await
-        .map_err(|e| format!("{} v{version}: {e}", spec.name));
-    Ok(Box::pin(futures::future::ready(result)))
+        .map_err(|e| format!("{name} v{version}: {e}"))?;
+    // Errors of the pending part (e.g. a response that cannot be encoded) are labelled too.
+    Ok(Box::pin(async move {
+        pending.await.map_err(|e| format!("{name} v{version}: {e}"))
+    }))
 }

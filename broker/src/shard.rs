@@ -19,7 +19,7 @@ use tracing::{info, warn};
 use tributary_protocol::ErrorCode;
 use tributary_storage::{LogConfig, Partition, PartitionError};
 
-use crate::catalog::{partition_dir, topic_default, Catalog};
+use crate::catalog::{partition_dir, Catalog};
 use crate::config::BrokerConfig;
 use crate::controller::Controller;
 use crate::group::{GroupConfig, GroupCoordinator, OFFSETS_TOPIC};
@@ -158,11 +158,9 @@ impl Shard {
         let segment_bytes = catalog
             .topics
             .get(topic)
-            .and_then(|t| t.configs.get("segment.bytes"))
-            .cloned()
-            .unwrap_or_else(|| topic_default(&self.config, "segment.bytes"))
-            .parse()
-            .unwrap_or(self.config.log_segment_bytes);
+            .map_or(self.config.log_segment_bytes, |t| {
+                t.config_or("segment.bytes", self.config.log_segment_bytes)
+            });
         LogConfig { segment_bytes }
     }
 
@@ -170,8 +168,12 @@ impl Shard {
     pub async fn send(self: &Rc<Self>, to: ShardId, req: ShardRequest) {
         if to == self.id {
             self.clone().handle(req).await;
-            return;
+        } else {
+            self.forward(to, req).await;
         }
+    }
+
+    async fn forward(&self, to: ShardId, req: ShardRequest) {
         if self.peers[to.0].send(req).await.is_err() {
             warn!(shard = to.0, "shard is gone; request dropped");
         }
@@ -183,10 +185,8 @@ impl Shard {
     pub async fn dispatch(self: &Rc<Self>, to: ShardId, req: ShardRequest) {
         if to == self.id {
             glommio::spawn_local(self.clone().handle(req)).detach();
-            return;
-        }
-        if self.peers[to.0].send(req).await.is_err() {
-            warn!(shard = to.0, "shard is gone; request dropped");
+        } else {
+            self.forward(to, req).await;
         }
     }
 

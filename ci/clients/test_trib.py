@@ -96,3 +96,13 @@ def test_bench_modes_report_and_compare(broker, tmp_path):
     assert (tmp_path / "cmp" / "compare-latency.svg").exists()
     machine = json.loads(bench("machine", "--dir", str(tmp_path / "m"), "--size-mb", "16").stdout.splitlines()[-1])
     assert machine["odirect_write_mb_per_sec"] > 0 and machine["loopback_tcp_mb_per_sec"] > 0
+
+
+def test_bench_refuses_bad_input_with_a_cause(broker, tmp_path):
+    def bench(*args):
+        return subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=120)
+    r = bench("consume", "--bootstrap", broker.bootstrap, "--topic", "nothing-here", "--partitions", "1")
+    assert r.returncode != 0 and r.stderr.strip().splitlines()[-1].startswith("tributary-bench: ")
+    (tmp_path / "junk.json").write_text("not json")
+    r = bench("compare", str(tmp_path / "junk.json"), str(tmp_path / "junk.json"))
+    assert r.returncode != 0 and "not a tributary-bench JSON summary" in r.stderr

@@ -17,7 +17,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use event_listener::{Event, EventListener};
-use glommio::io::DmaFile;
+use glommio::io::{DmaBuffer, DmaFile};
 use glommio::sync::Semaphore;
 use tracing::{info, warn};
 use tributary_protocol::record_batch::{self, BatchHeader};
@@ -413,21 +413,24 @@ impl Partition {
     }
 
     async fn flush_once(&self) -> Result<(), PartitionError> {
-        let (sealed, active_file, active_start, active_bytes, active_base, target) = {
+        // The active tail is copied once, straight into the aligned DMA buffer, while the
+        // state is borrowed; appends that arrive during the write stay for the next flush.
+        let (sealed, active_file, active_start, active_image, active_base, target) = {
             let mut st = self.state.borrow_mut();
             let sealed = std::mem::take(&mut st.sealed_tails);
             let t = &st.active_tail;
+            let image = (!t.bytes.is_empty()).then(|| dma_image(&t.file, &t.bytes));
             (
                 sealed,
                 t.file.clone(),
                 t.start,
-                t.bytes.clone(),
+                image,
                 t.segment_base,
                 st.next_offset,
             )
         };
         for tail in sealed {
-            write_tail(&tail.file, tail.start, &tail.bytes)
+            write_image(&tail.file, dma_image(&tail.file, &tail.bytes), tail.start)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
             tail.file
@@ -440,8 +443,9 @@ impl Partition {
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
         }
-        if !active_bytes.is_empty() {
-            write_tail(&active_file, active_start, &active_bytes)
+        let active_len = active_image.as_ref().map_or(0, |(_, len)| *len);
+        if let Some(image) = active_image {
+            write_image(&active_file, image, active_start)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
         }
@@ -454,7 +458,7 @@ impl Partition {
         let align = active_file.alignment();
         let tail = &mut st.active_tail;
         if tail.segment_base == active_base && tail.start == active_start {
-            let flushed_end = active_start + active_bytes.len() as u64;
+            let flushed_end = active_start + active_len as u64;
             let keep_from = align_down(flushed_end, align);
             let drop = (keep_from - tail.start) as usize;
             tail.bytes.drain(..drop);
@@ -605,13 +609,23 @@ fn plan_read(
     None
 }
 
-async fn write_tail(file: &DmaFile, start: u64, bytes: &[u8]) -> std::io::Result<()> {
+/// The bytes of a tail padded with zeros to whole blocks, in a DMA buffer, and their length.
+fn dma_image(file: &DmaFile, bytes: &[u8]) -> (DmaBuffer, usize) {
     let align = file.alignment() as usize;
     let padded = bytes.len().div_ceil(align) * align;
     let mut buf = file.alloc_dma_buffer(padded);
     let out = buf.as_bytes_mut();
     out[..bytes.len()].copy_from_slice(bytes);
     out[bytes.len()..].fill(0);
+    (buf, bytes.len())
+}
+
+async fn write_image(
+    file: &DmaFile,
+    (buf, _): (DmaBuffer, usize),
+    start: u64,
+) -> std::io::Result<()> {
+    let padded = buf.len();
     let written = file
         .write_at(buf, start)
         .await

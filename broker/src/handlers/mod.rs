@@ -14,6 +14,8 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 
 use bytes::BytesMut;
@@ -28,26 +30,43 @@ use crate::shard::Shard;
 
 pub type HandlerResult = Result<Option<BytesMut>, String>;
 
+/// A response still being worked on: resolves to the response frame (`None` when none is due).
+pub type PendingResponse = Pin<Box<dyn Future<Output = HandlerResult>>>;
+
+/// Starts one request. Produce returns while its appends wait to be durable, so the connection
+/// can read on; every other API is handled to the end here, one request at a time, as Kafka does.
 pub async fn dispatch(
     shard: &Rc<Shard>,
     spec: &'static ApiSpec,
     header: &RequestHeader,
-    r: Reader,
+    mut r: Reader,
+    peer: &str,
+) -> Result<PendingResponse, String> {
+    if spec.key == api_key::PRODUCE {
+        return produce::start(shard, spec, header, &mut r).await;
+    }
+    let result = handle(shard, spec, header, &mut r, peer).await;
+    Ok(Box::pin(std::future::ready(result)))
+}
+
+async fn handle(
+    shard: &Rc<Shard>,
+    spec: &'static ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
     peer: &str,
 ) -> HandlerResult {
-    let mut r = r;
     let v = header.api_version;
     match spec.key {
-        api_key::API_VERSIONS => api_versions::handle(spec, header, &mut r),
-        api_key::METADATA => metadata::handle(shard, spec, header, &mut r).await,
-        api_key::PRODUCE => produce::start(shard, spec, header, &mut r).await?.await,
-        api_key::FETCH => fetch::handle(shard, spec, header, &mut r).await,
-        api_key::LIST_OFFSETS => list_offsets::handle(shard, spec, header, &mut r).await,
-        api_key::CREATE_TOPICS => create_topics::handle(shard, spec, header, &mut r).await,
-        api_key::DELETE_TOPICS => delete_topics::handle(shard, spec, header, &mut r).await,
-        api_key::INIT_PRODUCER_ID => init_producer_id::handle(shard, spec, header, &mut r).await,
-        api_key::DESCRIBE_CONFIGS => describe_configs::handle(shard, spec, header, &mut r),
-        api_key::DESCRIBE_CLUSTER => describe_cluster::handle(shard, spec, header, &mut r),
+        api_key::API_VERSIONS => api_versions::handle(spec, header, r),
+        api_key::METADATA => metadata::handle(shard, spec, header, r).await,
+        api_key::FETCH => fetch::handle(shard, spec, header, r).await,
+        api_key::LIST_OFFSETS => list_offsets::handle(shard, spec, header, r).await,
+        api_key::CREATE_TOPICS => create_topics::handle(shard, spec, header, r).await,
+        api_key::DELETE_TOPICS => delete_topics::handle(shard, spec, header, r).await,
+        api_key::INIT_PRODUCER_ID => init_producer_id::handle(shard, spec, header, r).await,
+        api_key::DESCRIBE_CONFIGS => describe_configs::handle(shard, spec, header, r),
+        api_key::DESCRIBE_CLUSTER => describe_cluster::handle(shard, spec, header, r),
         api_key::FIND_COORDINATOR
         | api_key::JOIN_GROUP
         | api_key::SYNC_GROUP
@@ -58,9 +77,9 @@ pub async fn dispatch(
         | api_key::LIST_GROUPS
         | api_key::DESCRIBE_GROUPS
         | api_key::DELETE_GROUPS
-        | api_key::OFFSET_DELETE => groups::handle(shard, spec, header, &mut r, peer).await,
+        | api_key::OFFSET_DELETE => groups::handle(shard, spec, header, r, peer).await,
         api_key::ALTER_CONFIGS | api_key::INCREMENTAL_ALTER_CONFIGS => {
-            alter_configs::handle(shard, spec, header, &mut r).await
+            alter_configs::handle(shard, spec, header, r).await
         }
         other => Err(format!(
             "API key {other} v{v} is registered but has no handler"

@@ -1,8 +1,6 @@
 //! Produce: validate each partition's batch here (size, CRC32C, magic, one batch per partition),
 //! then append on the owning shard and answer once the data is durable. acks=0 gets no response.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 
 use futures::channel::oneshot;
@@ -17,12 +15,9 @@ use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::produce;
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
-use crate::catalog::{topic_default, Catalog};
+use super::{decode_all, frame, str_bytes, topic_name, PendingResponse};
+use crate::catalog::Catalog;
 use crate::shard::{ProduceResult, Shard, ShardRequest};
-
-/// A response still being produced: resolves once every partition's append is durable.
-pub type PendingResponse = Pin<Box<dyn Future<Output = HandlerResult>>>;
 
 /// Validates the request and hands every partition's batch to its owning shard, in request
 /// order, then returns the rest — waiting for durability and encoding the response — as a future.
@@ -168,13 +163,7 @@ fn check_partition(
             "the produce request carries no records".into(),
         ));
     };
-    let max: usize = meta
-        .configs
-        .get("max.message.bytes")
-        .cloned()
-        .unwrap_or_else(|| topic_default(&shard.config, "max.message.bytes"))
-        .parse()
-        .unwrap_or(shard.config.message_max_bytes);
+    let max = meta.config_or("max.message.bytes", shard.config.message_max_bytes);
     if records.len() > max {
         return Err((
             ErrorCode::MESSAGE_TOO_LARGE,
