@@ -50,18 +50,23 @@ pub fn summary(run: &Run<'_>) -> Value {
 
 pub fn print_summary(s: &Value) {
     let l = &s["latency_us"];
-    println!(
-        "{} {} msgs in {:.2}s: {:.0} msgs/s, {:.1} MB/s; latency p50 {} us, p99 {} us, p99.9 {} us, max {} us",
+    let head = format!(
+        "{} {} msgs in {:.2}s: {:.0} msgs/s, {:.1} MB/s",
         s["mode"].as_str().unwrap_or(""),
         s["msgs"],
         s["seconds"].as_f64().unwrap_or(0.0),
         s["msgs_per_sec"].as_f64().unwrap_or(0.0),
         s["mb_per_sec"].as_f64().unwrap_or(0.0),
-        l["p50"],
-        l["p99"],
-        l["p999"],
-        l["max"]
     );
+    // `consume` measures throughput only; its histogram stays empty.
+    if l["max"].as_u64().unwrap_or(0) == 0 {
+        println!("{head}");
+    } else {
+        println!(
+            "{head}; latency p50 {} us, p99 {} us, p99.9 {} us, max {} us",
+            l["p50"], l["p99"], l["p999"], l["max"]
+        );
+    }
 }
 
 /// Writes summary.json, latency.hgrm, latency.svg and throughput.svg into `dir`.
