@@ -548,6 +548,7 @@ pub fn partition_error_code(e: &PartitionError) -> ErrorCode {
     use tributary_storage::producer_state::SequenceError;
     match e {
         PartitionError::Storage { .. } => ErrorCode::KAFKA_STORAGE_ERROR,
+        PartitionError::Corrupt { .. } => ErrorCode::CORRUPT_MESSAGE,
         PartitionError::OffsetOutOfRange { .. } => ErrorCode::OFFSET_OUT_OF_RANGE,
         PartitionError::Sequence(SequenceError::OutOfOrder { .. }) => {
             ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER

@@ -1,9 +1,14 @@
-//! The thin seam between the log and glommio's file API: opening segment files for direct I/O,
-//! syncing directories, and priming an executor's io-polling probe.
+//! The thin seam between the log and glommio's file API: segment files for direct I/O, syncing
+//! directories, priming an executor's io-polling probe, and the fault injection that tests use to
+//! make a file operation fail. Nothing outside this module names a glommio file type but
+//! [`ReadBuf`].
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use glommio::io::{DmaFile, OpenOptions};
+
+/// Bytes read from a segment, in the aligned buffer the read landed in.
+pub type ReadBuf = glommio::io::ReadResult;
 
 /// Name of the small file every shard opens first; see [`prime_executor_io`].
 pub const IO_PROBE_FILE: &str = ".io-probe";
@@ -33,15 +38,169 @@ pub async fn prime_executor_io(data_dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Opens (creating if asked) a segment file for direct reads and writes.
-pub async fn open_segment(path: &Path, create: bool) -> std::io::Result<DmaFile> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(create)
-        .dma_open(path)
-        .await
-        .map_err(std::io::Error::from)
+/// One segment file opened for direct I/O. Every operation passes [`faults::check`] first.
+pub struct SegmentFile {
+    file: DmaFile,
+    path: PathBuf,
+}
+
+impl SegmentFile {
+    /// Opens (creating if asked) a segment file for direct reads and writes.
+    pub async fn open(path: &Path, create: bool) -> std::io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .dma_open(path)
+            .await
+            .map_err(std::io::Error::from)?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The block size direct writes must be aligned to.
+    pub fn alignment(&self) -> u64 {
+        self.file.alignment()
+    }
+
+    pub async fn file_size(&self) -> std::io::Result<u64> {
+        self.file.file_size().await.map_err(std::io::Error::from)
+    }
+
+    /// Reads `len` bytes at `position`; fewer only at the end of the file.
+    pub async fn read_at(&self, position: u64, len: usize) -> std::io::Result<ReadBuf> {
+        faults::check(&self.path, faults::FileOp::Read)?;
+        self.file
+            .read_at(position, len)
+            .await
+            .map_err(std::io::Error::from)
+    }
+
+    /// `bytes` copied into an aligned buffer and zero-padded to whole blocks. Building the image
+    /// is synchronous so the caller can copy from borrowed state without holding it across the
+    /// write.
+    pub fn block_image(&self, bytes: &[u8]) -> BlockImage {
+        let align = self.alignment() as usize;
+        let padded = bytes.len().div_ceil(align) * align;
+        let mut buf = self.file.alloc_dma_buffer(padded);
+        let out = buf.as_bytes_mut();
+        out[..bytes.len()].copy_from_slice(bytes);
+        out[bytes.len()..].fill(0);
+        BlockImage { buf }
+    }
+
+    /// Writes an image at the aligned `position`; its partial last block is rewritten by the
+    /// next image that extends it.
+    pub async fn write_image(&self, image: BlockImage, position: u64) -> std::io::Result<()> {
+        assert_eq!(
+            position % self.alignment(),
+            0,
+            "direct writes start on a block boundary"
+        );
+        faults::check(&self.path, faults::FileOp::Write)?;
+        let padded = image.buf.len();
+        let written = self
+            .file
+            .write_at(image.buf, position)
+            .await
+            .map_err(std::io::Error::from)?;
+        if written != padded {
+            return Err(std::io::Error::other(format!(
+                "short write at position {position}: {written} of {padded} bytes"
+            )));
+        }
+        Ok(())
+    }
+
+    pub async fn fdatasync(&self) -> std::io::Result<()> {
+        faults::check(&self.path, faults::FileOp::Sync)?;
+        self.file.fdatasync().await.map_err(std::io::Error::from)
+    }
+
+    pub async fn truncate(&self, size: u64) -> std::io::Result<()> {
+        faults::check(&self.path, faults::FileOp::Write)?;
+        self.file.truncate(size).await.map_err(std::io::Error::from)
+    }
+
+    pub async fn close(self) -> std::io::Result<()> {
+        self.file.close().await.map_err(std::io::Error::from)
+    }
+}
+
+/// Bytes padded to whole blocks in a buffer aligned for direct I/O.
+pub struct BlockImage {
+    buf: glommio::io::DmaBuffer,
+}
+
+/// Injected I/O errors, so tests can watch the log fail the way a real disk makes it fail (EIO,
+/// ENOSPC) without a real failing disk. Disarmed, a check costs one relaxed atomic load; the
+/// lock is only taken while a test has rules armed.
+pub mod faults {
+    use std::path::Path;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum FileOp {
+        Read,
+        /// Writes and truncations.
+        Write,
+        Sync,
+    }
+
+    struct Rule {
+        path_contains: String,
+        op: FileOp,
+        errno: i32,
+        remaining: Option<u32>,
+    }
+
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    static RULES: Mutex<Vec<Rule>> = Mutex::new(Vec::new());
+
+    /// Makes `op` on every segment file whose path contains `path_contains` fail with the OS
+    /// error `errno`, `times` times (forever with `None`).
+    pub fn inject(path_contains: &str, op: FileOp, errno: i32, times: Option<u32>) {
+        let mut rules = RULES.lock().unwrap_or_else(|p| p.into_inner());
+        rules.push(Rule {
+            path_contains: path_contains.to_string(),
+            op,
+            errno,
+            remaining: times,
+        });
+        ARMED.store(true, Ordering::Release);
+    }
+
+    /// Removes the rules whose pattern is `path_contains`.
+    pub fn clear(path_contains: &str) {
+        let mut rules = RULES.lock().unwrap_or_else(|p| p.into_inner());
+        rules.retain(|r| r.path_contains != path_contains);
+        ARMED.store(!rules.is_empty(), Ordering::Release);
+    }
+
+    pub(crate) fn check(path: &Path, op: FileOp) -> std::io::Result<()> {
+        if !ARMED.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut rules = RULES.lock().unwrap_or_else(|p| p.into_inner());
+        let path = path.to_string_lossy();
+        let Some(rule) = rules
+            .iter_mut()
+            .find(|r| r.op == op && r.remaining != Some(0) && path.contains(&r.path_contains))
+        else {
+            return Ok(());
+        };
+        if let Some(n) = &mut rule.remaining {
+            *n -= 1;
+        }
+        Err(std::io::Error::from_raw_os_error(rule.errno))
+    }
 }
 
 /// Makes a directory entry change (a created, renamed or removed file) durable.

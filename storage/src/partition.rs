@@ -17,12 +17,11 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use event_listener::{Event, EventListener};
-use glommio::io::{DmaBuffer, DmaFile};
 use glommio::sync::Semaphore;
 use tracing::{info, warn};
 use tributary_protocol::record_batch::{self, BatchHeader};
 
-use crate::io::{open_segment, sync_dir};
+use crate::io::{sync_dir, SegmentFile};
 use crate::producer_state::{ProducerBatch, ProducerStateTable, SequenceCheck, SequenceError};
 use crate::scan::{scan_chunk, BatchEntry, ScanEnd};
 
@@ -47,6 +46,12 @@ pub enum PartitionError {
         log_start_offset: i64,
         high_watermark: i64,
     },
+    #[error("corrupt batch in {dir} at position {position}: {detail}; it is not served")]
+    Corrupt {
+        dir: String,
+        position: u64,
+        detail: String,
+    },
     #[error(transparent)]
     Sequence(#[from] SequenceError),
 }
@@ -70,7 +75,7 @@ pub struct ReadOutcome {
 
 struct Segment {
     base_offset: i64,
-    file: Rc<DmaFile>,
+    file: Rc<SegmentFile>,
     path: PathBuf,
     /// Logical size: bytes of valid batches. The file may be longer by block padding.
     size: u64,
@@ -80,7 +85,7 @@ struct Segment {
 /// Bytes of a segment not yet durable, from the aligned position `start` to the log end.
 struct Tail {
     segment_base: i64,
-    file: Rc<DmaFile>,
+    file: Rc<SegmentFile>,
     start: u64,
     bytes: Vec<u8>,
 }
@@ -134,7 +139,7 @@ impl Partition {
         let mut bases = list_segments(&dir).map_err(|e| storage_err(&dir, e))?;
         if bases.is_empty() {
             bases.push(0);
-            open_segment(&segment_path(&dir, 0), true)
+            SegmentFile::open(&segment_path(&dir, 0), true)
                 .await
                 .map_err(|e| storage_err(&dir, e))?
                 .close()
@@ -146,27 +151,44 @@ impl Partition {
         let mut producers = ProducerStateTable::default();
         let log_start_offset = bases[0];
         let mut next_offset = log_start_offset;
-        let mut stop_after = false;
+        // Only the active (last) segment can hold a torn write; it is cut back to its valid
+        // prefix. A closed segment that stops early holds a damaged batch: what precedes it is
+        // kept, and the offsets after it are skipped rather than dropping later segments.
+        let last = bases.len() - 1;
         for (i, base) in bases.iter().copied().enumerate() {
             let path = segment_path(&dir, base);
-            if stop_after || (i > 0 && base != next_offset) {
-                warn!(path = %path.display(), "removing segment after a gap or a corrupt segment");
+            if i > 0 && base < next_offset {
+                warn!(path = %path.display(), next_offset, "removing a segment that overlaps the one before it");
                 std::fs::remove_file(&path).map_err(|e| storage_err(&dir, e))?;
-                stop_after = true;
                 continue;
             }
-            let file = open_segment(&path, false)
+            let file = SegmentFile::open(&path, false)
                 .await
                 .map_err(|e| storage_err(&dir, e))?;
             let (entries, size, torn) = recover_segment(&file, &path, base, &mut producers)
                 .await
                 .map_err(|e| storage_err(&dir, e))?;
-            if torn {
+            if i > 0 && base > next_offset {
+                if i == last && entries.is_empty() {
+                    // Rolled to, but the end of the segment before it never reached the disk:
+                    // drop the empty segment so the log ends where its data does.
+                    warn!(path = %path.display(), next_offset, "removing an empty segment after a torn one");
+                    file.close().await.map_err(|e| storage_err(&dir, e))?;
+                    std::fs::remove_file(&path).map_err(|e| storage_err(&dir, e))?;
+                    sync_dir(&dir).map_err(|e| storage_err(&dir, e))?;
+                    continue;
+                }
+                // Data after a short segment was written after it, so it was never acknowledged
+                // unless the short segment was whole when synced and damaged later; either way
+                // readers skip the missing offsets to the next batch.
+                warn!(path = %path.display(), next_offset, "offsets before this segment are missing; they are skipped");
+            }
+            next_offset = base;
+            if torn && i == last {
                 file.truncate(size)
                     .await
                     .map_err(|e| storage_err(&dir, e))?;
                 file.fdatasync().await.map_err(|e| storage_err(&dir, e))?;
-                stop_after = true;
             }
             if let Some(last) = entries.last() {
                 next_offset = last.last_offset + 1;
@@ -353,7 +375,7 @@ impl Partition {
         let base = self.state.borrow().next_offset;
         let path = segment_path(&self.dir, base);
         let file = Rc::new(
-            open_segment(&path, true)
+            SegmentFile::open(&path, true)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?,
         );
@@ -400,9 +422,8 @@ impl Partition {
         assert!(!self.flushing.get());
         self.flushing.set(true);
         let result = self.flush_once().await;
-        if let Err(e) = &result {
-            warn!(dir = %self.dir.display(), error = %e, "flush failed; partition offline");
-            self.state.borrow_mut().failed = Some(e.to_string());
+        if let Err(PartitionError::Storage { detail, .. }) = &result {
+            self.go_offline(format!("flush failed: {detail}"));
         }
         self.flushing.set(false);
         self.flushed.notify(usize::MAX);
@@ -419,7 +440,8 @@ impl Partition {
             let mut st = self.state.borrow_mut();
             let sealed = std::mem::take(&mut st.sealed_tails);
             let t = &st.active_tail;
-            let image = (!t.bytes.is_empty()).then(|| dma_image(&t.file, &t.bytes));
+            let image =
+                (!t.bytes.is_empty()).then(|| (t.file.block_image(&t.bytes), t.bytes.len()));
             (
                 sealed,
                 t.file.clone(),
@@ -430,7 +452,8 @@ impl Partition {
             )
         };
         for tail in sealed {
-            write_image(&tail.file, dma_image(&tail.file, &tail.bytes), tail.start)
+            tail.file
+                .write_image(tail.file.block_image(&tail.bytes), tail.start)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
             tail.file
@@ -444,8 +467,9 @@ impl Partition {
                 .map_err(|e| storage_err(&self.dir, e))?;
         }
         let active_len = active_image.as_ref().map_or(0, |(_, len)| *len);
-        if let Some(image) = active_image {
-            write_image(&active_file, image, active_start)
+        if let Some((image, _)) = active_image {
+            active_file
+                .write_image(image, active_start)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
         }
@@ -483,9 +507,9 @@ impl Partition {
                 });
             }
             plan_read(&st.segments, offset, hw, max_bytes)
-                .map(|(file, pos, len)| (file, pos, len, hw, lso))
+                .map(|(file, pos, len, base)| (file, pos, len, base, hw, lso))
         };
-        let Some((file, position, len, hw, lso)) = plan else {
+        let Some((file, position, len, base_offset, hw, lso)) = plan else {
             let st = self.state.borrow();
             return Ok(ReadOutcome {
                 records: Bytes::new(),
@@ -493,24 +517,53 @@ impl Partition {
                 log_start_offset: st.log_start_offset,
             });
         };
-        let data = file
-            .read_at(position, len)
-            .await
-            .map_err(|e| storage_err(&self.dir, e))?;
-        if data.len() != len {
-            return Err(storage_err(
-                &self.dir,
-                format!(
+        let data = match file.read_at(position, len).await {
+            Ok(d) if d.len() == len => d,
+            Ok(d) => {
+                let detail = format!(
                     "short read at position {position}: {} of {len} bytes",
-                    data.len()
-                ),
-            ));
+                    d.len()
+                );
+                return Err(self.go_offline(detail));
+            }
+            Err(e) => return Err(self.go_offline(e)),
+        };
+        // Batches are checked (length, CRC32C, offsets) on every read, so a batch damaged on
+        // disk after it was written is never served; the batches before it still are.
+        let scan = scan_chunk(&data, position, base_offset);
+        let valid: usize = scan.batches.iter().map(|(e, _)| e.size as usize).sum();
+        if valid < len {
+            let at = position + valid as u64;
+            warn!(dir = %self.dir.display(), position = at, "corrupt batch found on read");
+            if valid == 0 {
+                let detail = match scan.end {
+                    ScanEnd::Stop { reason, .. } => reason,
+                    ScanEnd::NeedMore { .. } => "batch runs past its indexed size".into(),
+                };
+                return Err(PartitionError::Corrupt {
+                    dir: self.dir.display().to_string(),
+                    position: at,
+                    detail,
+                });
+            }
         }
         Ok(ReadOutcome {
-            records: Bytes::copy_from_slice(&data),
+            records: Bytes::copy_from_slice(&data[..valid]),
             high_watermark: hw,
             log_start_offset: lso,
         })
+    }
+
+    /// Takes the partition offline after an I/O error: nothing more is appended, acknowledged
+    /// or served until the broker restarts and recovery has checked the log.
+    fn go_offline(&self, detail: impl std::fmt::Display) -> PartitionError {
+        let detail = detail.to_string();
+        warn!(dir = %self.dir.display(), error = %detail, "partition offline");
+        self.state
+            .borrow_mut()
+            .failed
+            .get_or_insert_with(|| detail.clone());
+        storage_err(&self.dir, detail)
     }
 
     /// The first offset whose batch has a timestamp at or after `timestamp`, with that batch's
@@ -584,7 +637,7 @@ fn plan_read(
     offset: i64,
     hw: i64,
     max_bytes: usize,
-) -> Option<(Rc<DmaFile>, u64, usize)> {
+) -> Option<(Rc<SegmentFile>, u64, usize, i64)> {
     let seg_idx = segments
         .partition_point(|s| s.base_offset <= offset)
         .checked_sub(1)?;
@@ -604,38 +657,9 @@ fn plan_read(
             }
             len += e.size as usize;
         }
-        return Some((seg.file.clone(), start.position, len));
+        return Some((seg.file.clone(), start.position, len, start.base_offset));
     }
     None
-}
-
-/// The bytes of a tail padded with zeros to whole blocks, in a DMA buffer, and their length.
-fn dma_image(file: &DmaFile, bytes: &[u8]) -> (DmaBuffer, usize) {
-    let align = file.alignment() as usize;
-    let padded = bytes.len().div_ceil(align) * align;
-    let mut buf = file.alloc_dma_buffer(padded);
-    let out = buf.as_bytes_mut();
-    out[..bytes.len()].copy_from_slice(bytes);
-    out[bytes.len()..].fill(0);
-    (buf, bytes.len())
-}
-
-async fn write_image(
-    file: &DmaFile,
-    (buf, _): (DmaBuffer, usize),
-    start: u64,
-) -> std::io::Result<()> {
-    let padded = buf.len();
-    let written = file
-        .write_at(buf, start)
-        .await
-        .map_err(std::io::Error::from)?;
-    if written != padded {
-        return Err(std::io::Error::other(format!(
-            "short write at position {start}: {written} of {padded} bytes"
-        )));
-    }
-    Ok(())
 }
 
 fn list_segments(dir: &Path) -> std::io::Result<Vec<i64>> {
@@ -656,12 +680,12 @@ fn list_segments(dir: &Path) -> std::io::Result<Vec<i64>> {
 /// Scans one segment file; returns its batch entries, its valid size, and whether anything after
 /// the valid prefix had to be cut off.
 async fn recover_segment(
-    file: &DmaFile,
+    file: &SegmentFile,
     path: &Path,
     base: i64,
     producers: &mut ProducerStateTable,
 ) -> std::io::Result<(Vec<BatchEntry>, u64, bool)> {
-    let file_size = file.file_size().await.map_err(std::io::Error::from)?;
+    let file_size = file.file_size().await?;
     let mut entries = Vec::new();
     let mut position = 0u64;
     let mut next_offset = base;
@@ -671,10 +695,7 @@ async fn recover_segment(
             break position;
         }
         let len = want.min((file_size - position) as usize);
-        let buf = file
-            .read_at(position, len)
-            .await
-            .map_err(std::io::Error::from)?;
+        let buf = file.read_at(position, len).await?;
         let chunk = scan_chunk(&buf, position, next_offset);
         for (entry, header) in &chunk.batches {
             if header.has_producer_id() {
