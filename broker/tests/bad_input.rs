@@ -366,3 +366,38 @@ fn fetch_long_polls_out_of_range_and_list_offsets() {
     assert_eq!(future.topics[0].partitions[0].offset, -1);
     broker.shutdown().unwrap();
 }
+
+#[test]
+fn a_failing_disk_answers_kafka_storage_error_for_that_partition_only() {
+    use tributary_storage::io::faults::{self, FileOp};
+    const EIO: i32 = 5;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, &[]);
+    let mut c = RawConn::connect(broker.addr);
+    assert_eq!(create_topic(&mut c, "sick", 1), 0);
+    assert_eq!(create_topic(&mut c, "well", 1), 0);
+    assert_eq!(produce(&mut c, "sick", -1, batch("before", None)), (0, 0));
+
+    let pattern = dir.path().join("sick-0").display().to_string();
+    faults::inject(&pattern, FileOp::Sync, EIO, None);
+    for acks in [-1, 1] {
+        assert_eq!(
+            produce(&mut c, "sick", acks, batch("never acknowledged", None)).0,
+            ErrorCode::KAFKA_STORAGE_ERROR.0
+        );
+    }
+    let resp: FetchResponse = c.request(ApiKey::Fetch, 11, &fetch_req("sick", 0, 0));
+    assert_eq!(
+        resp.responses[0].partitions[0].error_code,
+        ErrorCode::KAFKA_STORAGE_ERROR.0
+    );
+    // The other partition, and the connection, keep working.
+    assert_eq!(produce(&mut c, "well", -1, batch("fine", None)), (0, 0));
+    let resp: FetchResponse = c.request(ApiKey::Fetch, 11, &fetch_req("well", 0, 0));
+    assert_eq!(resp.responses[0].partitions[0].error_code, 0);
+    assert!(resp.responses[0].partitions[0]
+        .records
+        .as_ref()
+        .is_some_and(|r| !r.is_empty()));
+    faults::clear(&pattern);
+}

@@ -1,0 +1,226 @@
+//! kill -9 the broker process again and again while a producer writes with acks=all, then check
+//! that every acknowledged message is readable at the offset it was acknowledged with, that each
+//! partition's offsets are contiguous, and that no offset ever changes its data.
+//!
+//! `KILL_ROUNDS` sets the number of rounds (default 50); the soak run is
+//! `KILL_ROUNDS=1000 cargo test --release -p tributary-broker --test crash`. `SEED=` replays the
+//! kill timings.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext, PurgeConfig};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+const TOPIC: &str = "crash";
+const PARTITIONS: i32 = 4;
+const KILL_ROUNDS_DEFAULT: usize = 50;
+/// Verify the whole log every this many rounds (and after the last).
+const VERIFY_EVERY: usize = 10;
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn start(dir: &Path, log: &Path) -> (Child, SocketAddr) {
+    let addr = free_addr();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_tributary"))
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("--listen")
+        .arg(addr.to_string())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("broker binary starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "broker did not listen on {addr}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (child, addr)
+}
+
+type Acks = Arc<Mutex<Vec<(i32, i64, String)>>>;
+
+struct AckCtx(Acks);
+impl ClientContext for AckCtx {}
+impl ProducerContext for AckCtx {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Ok(m) = result {
+            let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+            self.0.lock().unwrap().push((m.partition(), m.offset(), v));
+        }
+    }
+}
+
+fn create_topic(addr: SocketAddr) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .create()
+        .unwrap();
+    // Small segments, so that rolls happen under the kills too.
+    let topic =
+        NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(1)).set("segment.bytes", "65536");
+    let res = futures::executor::block_on(admin.create_topics([&topic], &AdminOptions::new()))
+        .expect("CreateTopics");
+    assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
+}
+
+/// Produces until `kill_at`, then kills the broker with SIGKILL and collects the acks.
+fn produce_and_kill(addr: SocketAddr, broker: &mut Child, round: usize, kill_at: Instant) -> usize {
+    let acks: Acks = Arc::default();
+    let producer: BaseProducer<AckCtx> = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .set("acks", "all")
+        .set("linger.ms", "1")
+        .set("message.timeout.ms", "10000")
+        .create_with_context(AckCtx(acks.clone()))
+        .unwrap();
+    let mut i = 0u64;
+    while Instant::now() < kill_at {
+        let v = format!("r{round}-m{i}");
+        let key = i.to_string();
+        if producer
+            .send(BaseRecord::to(TOPIC).key(&key).payload(&v))
+            .is_ok()
+        {
+            i += 1;
+        }
+        // About 16 k messages a second: enough to have many batches in flight at each kill,
+        // few enough that reading the whole log back stays quick.
+        if i.is_multiple_of(16) {
+            producer.poll(Duration::from_millis(1));
+        }
+    }
+    producer.poll(Duration::ZERO);
+    broker.kill().expect("SIGKILL");
+    broker.wait().unwrap();
+    // What was not acknowledged before the kill never will be.
+    producer.purge(PurgeConfig::default().queue().inflight());
+    producer.poll(Duration::from_millis(100));
+    let n = acks.lock().unwrap().len();
+    ACKED.lock().unwrap().extend(acks.lock().unwrap().drain(..));
+    n
+}
+
+static ACKED: Mutex<Vec<(i32, i64, String)>> = Mutex::new(Vec::new());
+
+/// Reads every partition to its high watermark and checks it against what was acknowledged and
+/// what earlier verifications saw.
+fn verify(addr: SocketAddr, seen: &mut HashMap<(i32, i64), String>, round: usize) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .set("group.id", "crash-verify")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    let mut ends = HashMap::new();
+    for p in 0..PARTITIONS {
+        let (low, high) = consumer
+            .fetch_watermarks(TOPIC, p, Duration::from_secs(10))
+            .expect("watermarks");
+        assert_eq!(low, 0);
+        ends.insert(p, high);
+        tpl.add_partition_offset(TOPIC, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut next: HashMap<i32, i64> = (0..PARTITIONS).map(|p| (p, 0)).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while next.iter().any(|(p, o)| *o < ends[p]) {
+        assert!(
+            Instant::now() < deadline,
+            "round {round}: read stalled at {next:?} of {ends:?}"
+        );
+        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.expect("fetch");
+        let (p, o) = (m.partition(), m.offset());
+        assert_eq!(
+            o, next[&p],
+            "round {round}: partition {p} offsets are not contiguous"
+        );
+        next.insert(p, o + 1);
+        let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+        if let Some(before) = seen.insert((p, o), v.clone()) {
+            assert_eq!(
+                before, v,
+                "round {round}: partition {p} offset {o} changed its data"
+            );
+        }
+    }
+    for (p, o, v) in ACKED.lock().unwrap().iter() {
+        assert!(
+            *o < ends[p],
+            "round {round}: acknowledged {p}/{o} is past the log end"
+        );
+        assert_eq!(
+            seen.get(&(*p, *o)),
+            Some(v),
+            "round {round}: acknowledged message at {p}/{o} lost or changed"
+        );
+    }
+}
+
+#[test]
+fn kill_9_in_a_loop_loses_no_acknowledged_message() {
+    let rounds = std::env::var("KILL_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(KILL_ROUNDS_DEFAULT);
+    let mut seed: u64 = std::env::var("SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| (std::process::id() as u64 * 2_654_435_761) | 1);
+    eprintln!("SEED={seed} KILL_ROUNDS={rounds}");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("broker.log");
+    let mut seen = HashMap::new();
+    let mut acked_total = 0;
+    for round in 0..=rounds {
+        let (mut broker, addr) = start(&data, &log);
+        if round == 0 {
+            create_topic(addr);
+        }
+        if round % VERIFY_EVERY == 0 || round == rounds {
+            verify(addr, &mut seen, round);
+        }
+        if round == rounds {
+            broker.kill().unwrap();
+            broker.wait().unwrap();
+            break;
+        }
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let kill_after = Duration::from_millis(50 + seed % 300);
+        acked_total += produce_and_kill(addr, &mut broker, round, Instant::now() + kill_after);
+    }
+    eprintln!("{rounds} kills, {acked_total} acknowledged messages, all present");
+    assert!(
+        acked_total > 0,
+        "nothing was acknowledged; the test proved nothing"
+    );
+}
