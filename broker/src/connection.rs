@@ -50,11 +50,17 @@ impl SpareFrames {
         vec![0u8; len]
     }
 
-    /// Keeps `body` for reuse if it is large and nothing else still refers to it (a request
-    /// forwarded to another shard may outlive its response by a moment; that one is let go).
-    fn give_back(&self, body: Bytes) {
+    /// A second handle on `body` when it is large enough to be recycled after its request.
+    fn claim(&self, body: &Bytes) -> Option<Bytes> {
+        (body.len() >= FRAME_REUSE_MIN_BYTES).then(|| body.clone())
+    }
+
+    /// Keeps a claimed body for reuse if nothing else still refers to it (a request forwarded
+    /// to another shard may outlive its response by a moment; that one is let go).
+    fn give_back(&self, claimed: Option<Bytes>) {
         let mut spare = self.0.borrow_mut();
-        if body.len() < FRAME_REUSE_MIN_BYTES || spare.len() >= CONNECTION_SPARE_FRAMES_MAX {
+        let Some(body) = claimed else { return };
+        if spare.len() >= CONNECTION_SPARE_FRAMES_MAX {
             return;
         }
         if let Ok(buf) = body.try_into_mut() {
@@ -72,7 +78,8 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     let (mut reader, mut writer) = futures::io::AsyncReadExt::split(stream);
     // Responses are written strictly in request order by this task; the reader below may run
     // ahead by up to CONNECTION_INFLIGHT_MAX requests while produce requests wait to be durable.
-    let (tx, rx) = local_channel::new_bounded::<(PendingResponse, Bytes)>(CONNECTION_INFLIGHT_MAX);
+    let (tx, rx) =
+        local_channel::new_bounded::<(PendingResponse, Option<Bytes>)>(CONNECTION_INFLIGHT_MAX);
     let closed = Rc::new(Cell::new(false));
     let spare = Rc::new(SpareFrames::default());
     let writer_task = {
@@ -81,10 +88,10 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
         let peer = peer.clone();
         let spare = spare.clone();
         glommio::spawn_local(async move {
-            while let Some((pending, body)) = rx.recv().await {
+            while let Some((pending, claimed)) = rx.recv().await {
                 let outcome = pending.await;
                 shard.request_finished();
-                spare.give_back(body);
+                spare.give_back(claimed);
                 if closed.get() {
                     continue;
                 }
@@ -127,11 +134,12 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
         }
         shard.request_started();
         let body = Bytes::from(body);
-        let pending = match handle_frame(&shard, body.clone(), &peer).await {
+        let claimed = spare.claim(&body);
+        let pending = match handle_frame(&shard, body, &peer).await {
             Ok(p) => p,
             Err(reason) => Box::pin(futures::future::ready(Err(reason))),
         };
-        if tx.send((pending, body)).await.is_err() {
+        if tx.send((pending, claimed)).await.is_err() {
             break;
         }
         if shard.draining.get() {
@@ -178,4 +186,49 @@ pub async fn handle_frame(
     Ok(Box::pin(async move {
         pending.await.map_err(|e| format!("{name} v{version}: {e}"))
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_bodies_are_recycled_once_unreferenced() {
+        let spare = SpareFrames::default();
+        let body = Bytes::from(spare.take(FRAME_REUSE_MIN_BYTES * 2));
+        let ptr = body.as_ptr();
+        let claimed = spare.claim(&body);
+        // Still referenced by the handler: let go, not recycled.
+        let handler_copy = body.clone();
+        drop(body);
+        spare.give_back(claimed);
+        assert!(spare.0.borrow().is_empty());
+
+        let claimed = spare.claim(&handler_copy);
+        drop(handler_copy);
+        spare.give_back(claimed);
+        // The next large frame reads into the same allocation, exactly as long as asked.
+        let again = spare.take(FRAME_REUSE_MIN_BYTES + 7);
+        assert_eq!(again.as_ptr(), ptr);
+        assert_eq!(again.len(), FRAME_REUSE_MIN_BYTES + 7);
+    }
+
+    #[test]
+    fn small_bodies_are_not_claimed_and_the_pool_is_bounded() {
+        let spare = SpareFrames::default();
+        let small = Bytes::from(spare.take(100));
+        assert!(spare.claim(&small).is_none());
+        for _ in 0..CONNECTION_SPARE_FRAMES_MAX + 3 {
+            let body = Bytes::from(vec![1u8; FRAME_REUSE_MIN_BYTES]);
+            let claimed = spare.claim(&body);
+            drop(body);
+            spare.give_back(claimed);
+        }
+        assert_eq!(spare.0.borrow().len(), CONNECTION_SPARE_FRAMES_MAX);
+        // A recycled buffer holds old bytes; the caller reads over exactly `len` of them.
+        assert_eq!(
+            spare.take(FRAME_REUSE_MIN_BYTES).len(),
+            FRAME_REUSE_MIN_BYTES
+        );
+    }
 }

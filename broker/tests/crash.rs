@@ -20,6 +20,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext, PurgeConfig};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tributary_protocol::fuzzing::SeededRng;
 
 const TOPIC: &str = "crash";
 const PARTITIONS: i32 = 4;
@@ -85,8 +86,13 @@ fn create_topic(addr: SocketAddr) {
     assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
 }
 
-/// Produces until `kill_at`, then kills the broker with SIGKILL and collects the acks.
-fn produce_and_kill(addr: SocketAddr, broker: &mut Child, round: usize, kill_at: Instant) -> usize {
+/// Produces until `kill_at`, then kills the broker with SIGKILL; returns what was acknowledged.
+fn produce_and_kill(
+    addr: SocketAddr,
+    broker: &mut Child,
+    round: usize,
+    kill_at: Instant,
+) -> Vec<(i32, i64, String)> {
     let acks: Acks = Arc::default();
     let producer: BaseProducer<AckCtx> = ClientConfig::new()
         .set("bootstrap.servers", addr.to_string())
@@ -117,16 +123,18 @@ fn produce_and_kill(addr: SocketAddr, broker: &mut Child, round: usize, kill_at:
     // What was not acknowledged before the kill never will be.
     producer.purge(PurgeConfig::default().queue().inflight());
     producer.poll(Duration::from_millis(100));
-    let n = acks.lock().unwrap().len();
-    ACKED.lock().unwrap().extend(acks.lock().unwrap().drain(..));
-    n
+    let acked = std::mem::take(&mut *acks.lock().unwrap());
+    acked
 }
-
-static ACKED: Mutex<Vec<(i32, i64, String)>> = Mutex::new(Vec::new());
 
 /// Reads every partition to its high watermark and checks it against what was acknowledged and
 /// what earlier verifications saw.
-fn verify(addr: SocketAddr, seen: &mut HashMap<(i32, i64), String>, round: usize) {
+fn verify(
+    addr: SocketAddr,
+    acked: &[(i32, i64, String)],
+    seen: &mut HashMap<(i32, i64), String>,
+    round: usize,
+) {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", addr.to_string())
         .set("group.id", "crash-verify")
@@ -170,7 +178,7 @@ fn verify(addr: SocketAddr, seen: &mut HashMap<(i32, i64), String>, round: usize
             );
         }
     }
-    for (p, o, v) in ACKED.lock().unwrap().iter() {
+    for (p, o, v) in acked {
         assert!(
             *o < ends[p],
             "round {round}: acknowledged {p}/{o} is past the log end"
@@ -189,38 +197,40 @@ fn kill_9_in_a_loop_loses_no_acknowledged_message() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(KILL_ROUNDS_DEFAULT);
-    let mut seed: u64 = std::env::var("SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| (std::process::id() as u64 * 2_654_435_761) | 1);
-    eprintln!("SEED={seed} KILL_ROUNDS={rounds}");
+    let mut rng = SeededRng::from_env("kill -9 loop");
+    eprintln!("KILL_ROUNDS={rounds}");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let log = dir.path().join("broker.log");
     let mut seen = HashMap::new();
-    let mut acked_total = 0;
+    let mut acked = Vec::new();
     for round in 0..=rounds {
         let (mut broker, addr) = start(&data, &log);
         if round == 0 {
             create_topic(addr);
         }
         if round % VERIFY_EVERY == 0 || round == rounds {
-            verify(addr, &mut seen, round);
+            verify(addr, &acked, &mut seen, round);
         }
         if round == rounds {
             broker.kill().unwrap();
             broker.wait().unwrap();
             break;
         }
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let kill_after = Duration::from_millis(50 + seed % 300);
-        acked_total += produce_and_kill(addr, &mut broker, round, Instant::now() + kill_after);
+        let kill_after = Duration::from_millis(50 + rng.below(300) as u64);
+        acked.extend(produce_and_kill(
+            addr,
+            &mut broker,
+            round,
+            Instant::now() + kill_after,
+        ));
     }
-    eprintln!("{rounds} kills, {acked_total} acknowledged messages, all present");
+    eprintln!(
+        "{rounds} kills, {} acknowledged messages, all present",
+        acked.len()
+    );
     assert!(
-        acked_total > 0,
+        !acked.is_empty(),
         "nothing was acknowledged; the test proved nothing"
     );
 }

@@ -86,3 +86,42 @@ pub fn record_batches(data: &[u8]) {
         }
     }
 }
+
+/// A small deterministic generator (xorshift64*) for randomized tests across the workspace. The
+/// seed comes from `SEED` when set, else from the clock; [`SeededRng::from_env`] prints it so a
+/// failing run can be replayed.
+pub struct SeededRng(u64);
+
+impl SeededRng {
+    pub fn new(seed: u64) -> Self {
+        // xorshift never leaves zero.
+        Self(seed | 1)
+    }
+
+    /// Seeds from `SEED`, or from the clock, and prints `<label> SEED=<seed>`.
+    pub fn from_env(label: &str) -> Self {
+        let seed = std::env::var("SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+        eprintln!("{label} SEED={seed}");
+        Self::new(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform enough in `0..n` for tests; `n` must be positive.
+    pub fn below(&mut self, n: usize) -> usize {
+        assert!(n > 0, "below(0) has no values");
+        (self.next_u64() % n as u64) as usize
+    }
+}

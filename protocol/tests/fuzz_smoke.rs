@@ -1,23 +1,8 @@
 //! A stable-toolchain stand-in for the libFuzzer targets: random and mutated inputs through the
 //! same entry points. Prints its seed; replay with `SEED=<n>`.
 
-use tributary_protocol::fuzzing;
+use tributary_protocol::fuzzing::{self, SeededRng};
 use tributary_protocol::record_batch::build_batch;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 fn seeds() -> Vec<Vec<u8>> {
     let batch = build_batch(&[(Some(b"k"), Some(b"value"))], 1, Some((1, 0, 0))).to_vec();
@@ -37,22 +22,11 @@ fn seeds() -> Vec<Vec<u8>> {
 
 #[test]
 fn random_and_mutated_inputs_never_panic() {
-    let seed: u64 = std::env::var("SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    println!("fuzz smoke SEED={seed}");
     let iterations: usize = std::env::var("FUZZ_ITERATIONS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(200_000);
-    let mut rng = Rng(seed);
+    let mut rng = SeededRng::from_env("fuzz smoke");
     let corpus = seeds();
     for _ in 0..iterations {
         let mut input = corpus[rng.below(corpus.len())].clone();
@@ -60,10 +34,10 @@ fn random_and_mutated_inputs_never_panic() {
             match rng.below(4) {
                 0 if !input.is_empty() => {
                     let i = rng.below(input.len());
-                    input[i] = rng.next() as u8;
+                    input[i] = rng.next_u64() as u8;
                 }
                 1 if !input.is_empty() => input.truncate(rng.below(input.len())),
-                2 => input.insert(rng.below(input.len() + 1), rng.next() as u8),
+                2 => input.insert(rng.below(input.len() + 1), rng.next_u64() as u8),
                 _ => {
                     let i = rng.below(input.len() + 1);
                     let n = rng.below(4);

@@ -207,3 +207,31 @@ pub mod faults {
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::faults::{self, FileOp};
+    use std::path::Path;
+
+    #[test]
+    fn fault_rules_match_path_and_operation_and_count_down() {
+        let p = Path::new("/data/rules-test-0/00000000000000000000.log");
+        faults::inject("rules-test-0", FileOp::Sync, 5, Some(2));
+        assert!(faults::check(p, FileOp::Write).is_ok(), "other operation");
+        assert!(
+            faults::check(Path::new("/data/other-0/0.log"), FileOp::Sync).is_ok(),
+            "other path"
+        );
+        for _ in 0..2 {
+            let e = faults::check(p, FileOp::Sync).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(5));
+        }
+        assert!(faults::check(p, FileOp::Sync).is_ok(), "used up after 2");
+        faults::inject("rules-test-0", FileOp::Read, 28, None);
+        for _ in 0..10 {
+            assert!(faults::check(p, FileOp::Read).is_err(), "forever");
+        }
+        faults::clear("rules-test-0");
+        assert!(faults::check(p, FileOp::Read).is_ok(), "cleared");
+    }
+}

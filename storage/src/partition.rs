@@ -76,7 +76,6 @@ pub struct ReadOutcome {
 struct Segment {
     base_offset: i64,
     file: Rc<SegmentFile>,
-    path: PathBuf,
     /// Logical size: bytes of valid batches. The file may be longer by block padding.
     size: u64,
     entries: Vec<BatchEntry>,
@@ -165,7 +164,7 @@ impl Partition {
             let file = SegmentFile::open(&path, false)
                 .await
                 .map_err(|e| storage_err(&dir, e))?;
-            let (entries, size, torn) = recover_segment(&file, &path, base, &mut producers)
+            let (entries, size, torn) = recover_segment(&file, base, &mut producers)
                 .await
                 .map_err(|e| storage_err(&dir, e))?;
             if i > 0 && base > next_offset {
@@ -196,7 +195,6 @@ impl Partition {
             segments.push(Segment {
                 base_offset: base,
                 file: Rc::new(file),
-                path,
                 size,
                 entries,
             });
@@ -394,7 +392,6 @@ impl Partition {
         st.segments.push(Segment {
             base_offset: base,
             file,
-            path,
             size: 0,
             entries: Vec::new(),
         });
@@ -436,16 +433,16 @@ impl Partition {
     async fn flush_once(&self) -> Result<(), PartitionError> {
         // The active tail is copied once, straight into the aligned DMA buffer, while the
         // state is borrowed; appends that arrive during the write stay for the next flush.
-        let (sealed, active_file, active_start, active_image, active_base, target) = {
+        let (sealed, active_file, active_start, active_len, active_image, active_base, target) = {
             let mut st = self.state.borrow_mut();
             let sealed = std::mem::take(&mut st.sealed_tails);
             let t = &st.active_tail;
-            let image =
-                (!t.bytes.is_empty()).then(|| (t.file.block_image(&t.bytes), t.bytes.len()));
+            let image = (!t.bytes.is_empty()).then(|| t.file.block_image(&t.bytes));
             (
                 sealed,
                 t.file.clone(),
                 t.start,
+                t.bytes.len(),
                 image,
                 t.segment_base,
                 st.next_offset,
@@ -466,8 +463,7 @@ impl Partition {
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
         }
-        let active_len = active_image.as_ref().map_or(0, |(_, len)| *len);
-        if let Some((image, _)) = active_image {
+        if let Some(image) = active_image {
             active_file
                 .write_image(image, active_start)
                 .await
@@ -495,7 +491,7 @@ impl Partition {
     /// batch), never past the high watermark.
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutcome, PartitionError> {
         self.check_online()?;
-        let plan = {
+        let (hw, lso, plan) = {
             let st = self.state.borrow();
             let hw = st.durable_offset;
             let lso = st.log_start_offset;
@@ -506,15 +502,19 @@ impl Partition {
                     high_watermark: hw,
                 });
             }
-            plan_read(&st.segments, offset, hw, max_bytes)
-                .map(|(file, pos, len, base)| (file, pos, len, base, hw, lso))
+            (hw, lso, plan_read(&st.segments, offset, hw, max_bytes))
         };
-        let Some((file, position, len, base_offset, hw, lso)) = plan else {
-            let st = self.state.borrow();
+        let Some(ReadPlan {
+            file,
+            position,
+            len,
+            base_offset,
+        }) = plan
+        else {
             return Ok(ReadOutcome {
                 records: Bytes::new(),
-                high_watermark: st.durable_offset,
-                log_start_offset: st.log_start_offset,
+                high_watermark: hw,
+                log_start_offset: lso,
             });
         };
         let data = match file.read_at(position, len).await {
@@ -615,14 +615,8 @@ impl Partition {
             st.failed = Some("the topic was deleted".into());
             st.sealed_tails.clear();
         }
-        let paths: Vec<PathBuf> = self
-            .state
-            .borrow()
-            .segments
-            .iter()
-            .map(|s| s.path.clone())
-            .collect();
-        info!(dir = %self.dir.display(), segments = paths.len(), "deleting partition");
+        let segments = self.state.borrow().segments.len();
+        info!(dir = %self.dir.display(), segments, "deleting partition");
         std::fs::remove_dir_all(&self.dir).map_err(|e| storage_err(&self.dir, e))?;
         if let Some(parent) = self.dir.parent() {
             sync_dir(parent).map_err(|e| storage_err(&self.dir, e))?;
@@ -632,12 +626,15 @@ impl Partition {
     }
 }
 
-fn plan_read(
-    segments: &[Segment],
-    offset: i64,
-    hw: i64,
-    max_bytes: usize,
-) -> Option<(Rc<SegmentFile>, u64, usize, i64)> {
+/// Whole batches to read: `len` bytes at `position`, the first starting at `base_offset`.
+struct ReadPlan {
+    file: Rc<SegmentFile>,
+    position: u64,
+    len: usize,
+    base_offset: i64,
+}
+
+fn plan_read(segments: &[Segment], offset: i64, hw: i64, max_bytes: usize) -> Option<ReadPlan> {
     let seg_idx = segments
         .partition_point(|s| s.base_offset <= offset)
         .checked_sub(1)?;
@@ -657,7 +654,12 @@ fn plan_read(
             }
             len += e.size as usize;
         }
-        return Some((seg.file.clone(), start.position, len, start.base_offset));
+        return Some(ReadPlan {
+            file: seg.file.clone(),
+            position: start.position,
+            len,
+            base_offset: start.base_offset,
+        });
     }
     None
 }
@@ -681,7 +683,6 @@ fn list_segments(dir: &Path) -> std::io::Result<Vec<i64>> {
 /// the valid prefix had to be cut off.
 async fn recover_segment(
     file: &SegmentFile,
-    path: &Path,
     base: i64,
     producers: &mut ProducerStateTable,
 ) -> std::io::Result<(Vec<BatchEntry>, u64, bool)> {
@@ -720,7 +721,7 @@ async fn recover_segment(
             } => {
                 if p + needed as u64 > file_size {
                     if p < file_size && !all_zero(&buf[(p - position) as usize..]) {
-                        warn!(path = %path.display(), position = p, "torn batch at the end of the segment");
+                        warn!(path = %file.path().display(), position = p, "torn batch at the end of the segment");
                     }
                     break p;
                 }
@@ -733,7 +734,7 @@ async fn recover_segment(
             } => {
                 let rest = &buf[(p - position) as usize..];
                 if !all_zero(rest) {
-                    warn!(path = %path.display(), position = p, %reason, "invalid data after the valid log; truncating");
+                    warn!(path = %file.path().display(), position = p, %reason, "invalid data after the valid log");
                 }
                 break p;
             }

@@ -75,7 +75,16 @@ impl ProducerStateTable {
         first_seq: i32,
         last_seq: i32,
     ) -> Result<SequenceCheck, SequenceError> {
-        let Some(entry) = self.producers.get(&producer_id) else {
+        let known = self.producers.get(&producer_id);
+        if let Some(entry) = known.filter(|e| epoch < e.epoch) {
+            return Err(SequenceError::StaleEpoch {
+                producer_id,
+                current: entry.epoch,
+                got: epoch,
+            });
+        }
+        let Some(entry) = known.filter(|e| epoch == e.epoch) else {
+            // A new producer, or a new epoch of a known one: its sequence starts again at 0.
             return if first_seq == 0 {
                 Ok(SequenceCheck::Append)
             } else {
@@ -86,24 +95,6 @@ impl ProducerStateTable {
                 })
             };
         };
-        if epoch < entry.epoch {
-            return Err(SequenceError::StaleEpoch {
-                producer_id,
-                current: entry.epoch,
-                got: epoch,
-            });
-        }
-        if epoch > entry.epoch {
-            return if first_seq == 0 {
-                Ok(SequenceCheck::Append)
-            } else {
-                Err(SequenceError::OutOfOrder {
-                    producer_id,
-                    expected: 0,
-                    got: first_seq,
-                })
-            };
-        }
         if let Some(dup) = entry
             .batches
             .iter()

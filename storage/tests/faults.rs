@@ -2,30 +2,17 @@
 //! loss, and batches damaged on disk. Every test names its own directory in the fault rules, so
 //! the tests of this binary can run in parallel.
 
-use std::path::{Path, PathBuf};
+mod common;
 
-use glommio::LocalExecutorBuilder;
+use common::{on_executor, segment_base, sorted_segments};
+use tributary_protocol::fuzzing::SeededRng;
 use tributary_protocol::record_batch::{build_batch, validate_all};
 use tributary_storage::io::faults::{self, FileOp};
-use tributary_storage::io::prime_executor_io;
 use tributary_storage::scan::scan_chunk;
 use tributary_storage::{LogConfig, Partition, PartitionError};
 
 const EIO: i32 = 5;
 const ENOSPC: i32 = 28;
-
-fn run<F, Fut>(f: F)
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + 'static,
-{
-    LocalExecutorBuilder::default()
-        .io_memory(1 << 20)
-        .spawn(f)
-        .expect("executor")
-        .join()
-        .expect("join");
-}
 
 fn value(i: u64) -> String {
     format!("value-{i:08}-{}", "x".repeat((i % 97) as usize))
@@ -63,21 +50,8 @@ async fn contents(p: &Partition, from: i64) -> Vec<(i64, String)> {
     out
 }
 
-fn sorted_segments(dir: &Path) -> Vec<PathBuf> {
-    let mut logs: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .collect();
-    logs.sort();
-    logs
-}
-
 fn sync_or_write_failure_is_never_acknowledged(op: FileOp, errno: i32) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    run(move || async move {
-        prime_executor_io(&path).await.unwrap();
+    on_executor(move |path| async move {
         let failing = path.join("failing-0");
         let healthy = path.join("healthy-0");
         let p = Partition::open(failing.clone(), CONFIG).await.unwrap();
@@ -133,10 +107,7 @@ fn enospc_on_write_takes_only_that_partition_offline() {
 
 #[test]
 fn eio_on_read_takes_the_partition_offline() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    run(move || async move {
-        prime_executor_io(&path).await.unwrap();
+    on_executor(move |path| async move {
         let pdir = path.join("readfail-0");
         let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
         p.append(&batch(0)).await.unwrap();
@@ -152,47 +123,14 @@ fn eio_on_read_takes_the_partition_offline() {
     });
 }
 
-/// A tiny deterministic generator; the seed is printed and `SEED=` replays it.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn seed() -> u64 {
-    let seed = std::env::var("SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("SEED={seed}");
-    seed
-}
-
 /// Power loss: the disk keeps what was synced and, past it, any mix of the unsynced bytes and
 /// garbage. Each round cuts the active segment back to its last synced size, appends a random
 /// part of what followed and random bytes, and reopens: every synced record must be there with
 /// the same value at the same offset, and appending continues without a gap.
 #[test]
 fn power_loss_keeps_every_synced_record() {
-    let seed = seed();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    run(move || async move {
-        let mut rng = Rng(seed);
-        prime_executor_io(&path).await.unwrap();
+    let mut rng = SeededRng::from_env("power loss");
+    on_executor(move |path| async move {
         let pdir = path.join("powerloss-0");
         let mut next_value = 0u64;
         let mut acknowledged: Vec<(i64, String)> = Vec::new();
@@ -238,22 +176,16 @@ fn power_loss_keeps_every_synced_record() {
             drop(p);
             let active = sorted_segments(&pdir).pop().unwrap();
             let bytes = std::fs::read(&active).unwrap();
-            let base: i64 = active
-                .file_stem()
-                .unwrap()
-                .to_string_lossy()
-                .parse()
-                .unwrap();
-            let scan = scan_chunk(&bytes, 0, base);
-            let synced_len: u64 = scan
+            let scan = scan_chunk(&bytes, 0, segment_base(&active));
+            let synced_len: usize = scan
                 .batches
                 .iter()
                 .filter(|(e, _)| e.last_offset < hw)
-                .map(|(e, _)| u64::from(e.size))
+                .map(|(e, _)| e.size as usize)
                 .sum();
-            let keep = synced_len + rng.below(bytes.len() as u64 - synced_len + 1);
-            let mut crashed = bytes[..keep as usize].to_vec();
-            crashed.extend((0..rng.below(6000)).map(|_| rng.next() as u8));
+            let keep = synced_len + rng.below(bytes.len() - synced_len + 1);
+            let mut crashed = bytes[..keep].to_vec();
+            crashed.extend((0..rng.below(6000)).map(|_| rng.next_u64() as u8));
             std::fs::write(&active, &crashed).unwrap();
         }
     });
@@ -263,10 +195,7 @@ fn power_loss_keeps_every_synced_record() {
 /// around it are, and later segments are kept.
 #[test]
 fn a_corrupt_batch_in_a_closed_segment_is_never_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    run(move || async move {
-        prime_executor_io(&path).await.unwrap();
+    on_executor(move |path| async move {
         let pdir = path.join("corrupt-0");
         let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
         for i in 0..400 {
@@ -301,12 +230,7 @@ fn a_corrupt_batch_in_a_closed_segment_is_never_served() {
         let got = contents(&p, 0).await;
         assert_eq!(got[..2], [(0, value(0)), (1, value(1))]);
         assert!(got.iter().all(|(o, _)| *o != victim.base_offset));
-        let second_base: i64 = segments[1]
-            .file_stem()
-            .unwrap()
-            .to_string_lossy()
-            .parse()
-            .unwrap();
+        let second_base = segment_base(&segments[1]);
         let tail: Vec<_> = got.iter().filter(|(o, _)| *o >= second_base).collect();
         assert_eq!(tail.len() as i64, 400 - second_base);
         for (o, v) in tail {

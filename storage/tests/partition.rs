@@ -1,24 +1,10 @@
 //! Partition log against real files with direct I/O, on a real glommio executor.
 
-use std::path::Path;
+mod common;
 
-use glommio::LocalExecutorBuilder;
+use common::{on_executor, sorted_segments};
 use tributary_protocol::record_batch::{build_batch, validate_all};
-use tributary_storage::io::prime_executor_io;
 use tributary_storage::{LogConfig, Partition, PartitionError};
-
-fn run<F, Fut>(f: F)
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + 'static,
-{
-    LocalExecutorBuilder::default()
-        .io_memory(1 << 20)
-        .spawn(f)
-        .expect("executor")
-        .join()
-        .expect("join");
-}
 
 fn batch(i: usize, producer: Option<(i64, i16, i32)>) -> Vec<u8> {
     let v = format!("value-{i:06}");
@@ -51,10 +37,7 @@ async fn offsets_in(p: &Partition, from: i64) -> Vec<i64> {
 
 #[test]
 fn append_sync_read_roll_and_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    run(move || async move {
-        prime_executor_io(&path).await.unwrap();
+    on_executor(move |path| async move {
         let pdir = path.join("t-0");
         let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
         for i in 0..300 {
@@ -92,21 +75,9 @@ fn append_sync_read_roll_and_reopen() {
     });
 }
 
-fn active_segment(dir: &Path) -> std::path::PathBuf {
-    let mut logs: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    logs.sort();
-    logs.pop().unwrap()
-}
-
 #[test]
 fn torn_tail_and_garbage_are_truncated_keeping_every_synced_batch() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    run(move || async move {
-        prime_executor_io(&path).await.unwrap();
+    on_executor(move |path| async move {
         let pdir = path.join("t-0");
         let p = Partition::open(
             pdir.clone(),
@@ -122,7 +93,7 @@ fn torn_tail_and_garbage_are_truncated_keeping_every_synced_batch() {
         p.sync_to(100).await.unwrap();
         drop(p);
         // Simulate a crash mid-write: half a batch, then garbage, after the synced data.
-        let seg = active_segment(&pdir);
+        let seg = sorted_segments(&pdir).pop().unwrap();
         let synced = std::fs::metadata(&seg).unwrap().len();
         let mut bytes = std::fs::read(&seg).unwrap();
         bytes.truncate(synced as usize);
@@ -150,10 +121,7 @@ fn torn_tail_and_garbage_are_truncated_keeping_every_synced_batch() {
 
 #[test]
 fn idempotent_producer_state_survives_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    run(move || async move {
-        prime_executor_io(&path).await.unwrap();
+    on_executor(move |path| async move {
         let pdir = path.join("t-0");
         let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
         let first = p.append(&batch(0, Some((42, 0, 0)))).await.unwrap();
@@ -180,10 +148,7 @@ fn idempotent_producer_state_survives_reopen() {
 
 #[test]
 fn a_primed_executor_reads_files_created_empty() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    run(move || async move {
-        prime_executor_io(&path).await.unwrap();
+    on_executor(move |path| async move {
         // The first segment of a new partition is created empty; reads must still work.
         let p = Partition::open(path.join("fresh-0"), CONFIG).await.unwrap();
         p.append(&batch(0, None)).await.unwrap();

@@ -1,0 +1,45 @@
+//! Test support shared by the storage integration tests: a glommio executor with its io primed
+//! and a scratch data directory, and the segment files of a partition directory.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use glommio::LocalExecutorBuilder;
+use tributary_storage::io::prime_executor_io;
+
+/// Runs `f` on a fresh executor whose io-polling probe is primed, with a scratch data directory
+/// that lives until the executor has finished.
+pub fn on_executor<F, Fut>(f: F)
+where
+    F: FnOnce(PathBuf) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    LocalExecutorBuilder::default()
+        .io_memory(1 << 20)
+        .spawn(move || async move {
+            prime_executor_io(&path).await.unwrap();
+            f(path).await;
+        })
+        .expect("executor")
+        .join()
+        .expect("join");
+}
+
+/// The segment files of a partition directory, oldest first.
+pub fn sorted_segments(dir: &Path) -> Vec<PathBuf> {
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    logs
+}
+
+/// The base offset a segment file is named by.
+pub fn segment_base(path: &Path) -> i64 {
+    path.file_stem().unwrap().to_string_lossy().parse().unwrap()
+}
