@@ -164,13 +164,13 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
         name: "retention.ms",
         kind: ConfigKind::Long,
         doc: "Age after which whole segments are deleted (-1: never).",
-        enforced: false,
+        enforced: true,
     },
     TopicKey {
         name: "retention.bytes",
         kind: ConfigKind::Long,
         doc: "Partition size above which the oldest segments are deleted (-1: never).",
-        enforced: false,
+        enforced: true,
     },
     TopicKey {
         name: "segment.bytes",
@@ -181,8 +181,8 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
     TopicKey {
         name: "segment.ms",
         kind: ConfigKind::Long,
-        doc: "Age at which a segment is rolled.",
-        enforced: false,
+        doc: "Roll a segment when its batches' timestamps span more than this many milliseconds.",
+        enforced: true,
     },
     TopicKey {
         name: "min.insync.replicas",
@@ -193,14 +193,14 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
     TopicKey {
         name: "flush.messages",
         kind: ConfigKind::Long,
-        doc: "Messages between forced flushes (every acknowledged write is flushed today).",
-        enforced: false,
+        doc: "fdatasync once this many messages are unsynced; 1 acknowledges nothing before it is synced.",
+        enforced: true,
     },
     TopicKey {
         name: "flush.ms",
         kind: ConfigKind::Long,
-        doc: "Time between forced flushes (every acknowledged write is flushed today).",
-        enforced: false,
+        doc: "fdatasync written data at most this many milliseconds after it was written.",
+        enforced: true,
     },
     TopicKey {
         name: "delete.retention.ms",
@@ -217,13 +217,13 @@ pub fn topic_default(cfg: &BrokerConfig, key: &str) -> String {
         "compression.type" => "producer".into(),
         "max.message.bytes" => cfg.message_max_bytes.to_string(),
         "message.timestamp.type" => "CreateTime".into(),
-        "retention.ms" => "604800000".into(),
-        "retention.bytes" => "-1".into(),
+        "retention.ms" => cfg.log_retention_ms.to_string(),
+        "retention.bytes" => cfg.log_retention_bytes.to_string(),
         "segment.bytes" => cfg.log_segment_bytes.to_string(),
-        "segment.ms" => "604800000".into(),
+        "segment.ms" => cfg.log_roll_ms.to_string(),
         "min.insync.replicas" => "1".into(),
-        "flush.messages" => "9223372036854775807".into(),
-        "flush.ms" => "9223372036854775807".into(),
+        "flush.messages" => cfg.log_flush_interval_messages.to_string(),
+        "flush.ms" => cfg.log_flush_interval_ms.to_string(),
         "delete.retention.ms" => "86400000".into(),
         _ => String::new(),
     }
@@ -283,6 +283,7 @@ pub fn validate_topic_config(key: &str, value: Option<&str>) -> Result<(), Strin
         "segment.bytes" => num(1024),
         "min.insync.replicas" => num(1),
         "retention.ms" | "retention.bytes" => num(-1),
+        "segment.ms" | "flush.messages" => num(1),
         _ => num(0),
     }
 }

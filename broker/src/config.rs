@@ -46,6 +46,15 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "message.max.bytes", default: "1048588", kind: ConfigKind::Int, doc: "Largest record batch the broker accepts, after compression (topic override: max.message.bytes)." },
     BrokerKey { name: "socket.request.max.bytes", default: "104857600", kind: ConfigKind::Int, doc: "Largest request frame; a larger length prefix closes the connection." },
     BrokerKey { name: "log.segment.bytes", default: "1073741824", kind: ConfigKind::Int, doc: "Size at which a partition rolls to a new segment file (topic override: segment.bytes)." },
+    BrokerKey { name: "log.roll.ms", default: "", kind: ConfigKind::Long, doc: "Roll a segment when its batches' timestamps span more than this (topic override: segment.ms); unset: log.roll.hours." },
+    BrokerKey { name: "log.roll.hours", default: "168", kind: ConfigKind::Int, doc: "log.roll.ms in hours, used when log.roll.ms is unset." },
+    BrokerKey { name: "log.retention.ms", default: "", kind: ConfigKind::Long, doc: "Delete a segment once its newest record is older than this; -1: keep forever (topic override: retention.ms). Unset: log.retention.minutes, then log.retention.hours." },
+    BrokerKey { name: "log.retention.minutes", default: "", kind: ConfigKind::Int, doc: "log.retention.ms in minutes, used when log.retention.ms is unset." },
+    BrokerKey { name: "log.retention.hours", default: "168", kind: ConfigKind::Int, doc: "log.retention.ms in hours, used when neither log.retention.ms nor log.retention.minutes is set." },
+    BrokerKey { name: "log.retention.bytes", default: "-1", kind: ConfigKind::Long, doc: "Delete the oldest segments of a partition larger than this; -1: no size limit (topic override: retention.bytes)." },
+    BrokerKey { name: "log.retention.check.interval.ms", default: "300000", kind: ConfigKind::Long, doc: "How often each shard looks for segments that retention allows deleting." },
+    BrokerKey { name: "log.flush.interval.messages", default: "1", kind: ConfigKind::Long, doc: "fdatasync a partition once this many messages are unsynced (topic override: flush.messages). 1, the default, acknowledges nothing before it is synced; Kafka's default leaves flushing to the OS." },
+    BrokerKey { name: "log.flush.interval.ms", default: "9223372036854775807", kind: ConfigKind::Long, doc: "fdatasync written data at most this long after it was written, when log.flush.interval.messages is above 1 (topic override: flush.ms)." },
     BrokerKey { name: "queued.max.requests", default: "500", kind: ConfigKind::Int, doc: "Depth of each shard's queue of requests forwarded from other shards." },
     BrokerKey { name: "shard.io.memory.bytes", default: "1048576", kind: ConfigKind::Long, doc: "Registered io_uring buffer memory per shard; locked memory, keep within RLIMIT_MEMLOCK." },
     BrokerKey { name: "shard.spin.before.park.us", default: "0", kind: ConfigKind::Long, doc: "Microseconds a shard spins before sleeping when idle: lower latency for more CPU." },
@@ -76,6 +85,12 @@ pub struct BrokerConfig {
     pub message_max_bytes: usize,
     pub socket_request_max_bytes: usize,
     pub log_segment_bytes: u64,
+    pub log_roll_ms: i64,
+    pub log_retention_ms: i64,
+    pub log_retention_bytes: i64,
+    pub log_retention_check_interval_ms: u64,
+    pub log_flush_interval_messages: i64,
+    pub log_flush_interval_ms: i64,
     pub queued_max_requests: usize,
     pub shard_io_memory_bytes: usize,
     pub shard_spin_before_park_us: u64,
@@ -207,6 +222,30 @@ impl BrokerConfig {
         }
         let snapshot = values.clone();
         let get = |k: &str| snapshot[k].0.clone();
+        let set = |k: &str| !snapshot[k].0.is_empty();
+        // Kafka's precedence: the finest unit that is set wins.
+        let log_roll_ms: i64 = if set("log.roll.ms") {
+            parse_num("log.roll.ms", &get("log.roll.ms"), 1)?
+        } else {
+            parse_num::<i64>("log.roll.hours", &get("log.roll.hours"), 1)? * 3_600_000
+        };
+        let log_retention_ms: i64 = if set("log.retention.ms") {
+            parse_num("log.retention.ms", &get("log.retention.ms"), -1)?
+        } else if set("log.retention.minutes") {
+            let m: i64 = parse_num("log.retention.minutes", &get("log.retention.minutes"), -1)?;
+            if m < 0 {
+                -1
+            } else {
+                m * 60_000
+            }
+        } else {
+            let h: i64 = parse_num("log.retention.hours", &get("log.retention.hours"), -1)?;
+            if h < 0 {
+                -1
+            } else {
+                h * 3_600_000
+            }
+        };
         let listen = resolve(&input.listen, "--listen")?;
         let (advertised_host, advertised_port) = match &input.advertised_listener {
             Some(a) => {
@@ -261,6 +300,24 @@ impl BrokerConfig {
                 1,
             )?,
             log_segment_bytes: parse_num("log.segment.bytes", &get("log.segment.bytes"), 1024)?,
+            log_roll_ms,
+            log_retention_ms,
+            log_retention_bytes: parse_num("log.retention.bytes", &get("log.retention.bytes"), -1)?,
+            log_retention_check_interval_ms: parse_num(
+                "log.retention.check.interval.ms",
+                &get("log.retention.check.interval.ms"),
+                1,
+            )?,
+            log_flush_interval_messages: parse_num(
+                "log.flush.interval.messages",
+                &get("log.flush.interval.messages"),
+                1,
+            )?,
+            log_flush_interval_ms: parse_num(
+                "log.flush.interval.ms",
+                &get("log.flush.interval.ms"),
+                0,
+            )?,
             queued_max_requests: parse_num("queued.max.requests", &get("queued.max.requests"), 1)?,
             shard_io_memory_bytes: parse_num(
                 "shard.io.memory.bytes",
@@ -357,6 +414,34 @@ mod tests {
         assert_eq!(c.message_max_bytes, 1_048_588);
         assert!(c.auto_create_topics);
         assert_eq!(c.advertised_port, 9092);
+    }
+
+    #[test]
+    fn retention_and_roll_take_the_finest_unit_set() {
+        let c = BrokerConfig::build(input(&[])).unwrap();
+        assert_eq!(c.log_retention_ms, 168 * 3_600_000);
+        assert_eq!(c.log_roll_ms, 168 * 3_600_000);
+        assert_eq!(c.log_flush_interval_messages, 1);
+        let c = BrokerConfig::build(input(&[
+            ("log.retention.hours", "1"),
+            ("log.retention.minutes", "5"),
+            ("log.roll.hours", "2"),
+        ]))
+        .unwrap();
+        assert_eq!(c.log_retention_ms, 300_000);
+        assert_eq!(c.log_roll_ms, 7_200_000);
+        let c = BrokerConfig::build(input(&[
+            ("log.retention.minutes", "5"),
+            ("log.retention.ms", "-1"),
+            ("log.roll.ms", "1000"),
+        ]))
+        .unwrap();
+        assert_eq!(c.log_retention_ms, -1);
+        assert_eq!(c.log_roll_ms, 1000);
+        let e = BrokerConfig::build(input(&[("log.flush.interval.messages", "0")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("log.flush.interval.messages"), "{e}");
     }
 
     #[test]

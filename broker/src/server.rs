@@ -229,6 +229,7 @@ async fn run_shard(
     let _ = ready.send(Ok(()));
     let accept = glommio::spawn_local(accept_loop(shard.clone(), listener)).detach();
     let ticker = glommio::spawn_local(group_ticker(shard.clone())).detach();
+    let retention = glommio::spawn_local(retention_ticker(shard.clone())).detach();
     while let Ok(req) = rx.recv().await {
         if let ShardRequest::Stop { reply } = req {
             shard.close_partitions().await;
@@ -239,6 +240,7 @@ async fn run_shard(
     }
     accept.cancel();
     ticker.cancel();
+    retention.cancel();
 }
 
 /// How often group timers (session expiry, rebalance deadlines) are checked.
@@ -262,6 +264,18 @@ async fn group_ticker(shard: Rc<Shard>) {
                 .persist_tick(move |g| s.group_log(g), changed, tombstones)
                 .await;
         }
+    }
+}
+
+async fn retention_ticker(shard: Rc<Shard>) {
+    let every = Duration::from_millis(shard.config.log_retention_check_interval_ms);
+    while !shard.draining.get() {
+        let drained = shard.drain_event.listen();
+        futures_lite::future::or(glommio::timer::sleep(every), drained).await;
+        if shard.draining.get() {
+            return;
+        }
+        shard.enforce_retention().await;
     }
 }
 

@@ -76,6 +76,13 @@ pub enum ShardRequest {
         timestamp: i64,
         reply: oneshot::Sender<(ErrorCode, i64, i64)>,
     },
+    /// DeleteRecords for one partition: replies with the new log start offset.
+    DeleteRecords {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        reply: oneshot::Sender<(ErrorCode, i64)>,
+    },
     ApplyCatalog {
         catalog: Arc<Catalog>,
         reply: oneshot::Sender<()>,
@@ -154,14 +161,32 @@ impl Shard {
         shard_for(topic, partition, self.shards)
     }
 
+    /// The log settings of `topic`: its overrides over the broker defaults. A topic whose
+    /// cleanup policy does not include `delete` keeps its data whatever the retention settings.
     fn log_config(&self, catalog: &Catalog, topic: &str) -> LogConfig {
-        let segment_bytes = catalog
-            .topics
-            .get(topic)
-            .map_or(self.config.log_segment_bytes, |t| {
-                t.config_or("segment.bytes", self.config.log_segment_bytes)
-            });
-        LogConfig { segment_bytes }
+        let c = &self.config;
+        let Some(t) = catalog.topics.get(topic) else {
+            return LogConfig::DEFAULT;
+        };
+        let deletes = t
+            .configs
+            .get("cleanup.policy")
+            .is_none_or(|p| p.split(',').any(|p| p.trim() == "delete"));
+        let retention = |key: &str, default: i64| {
+            if deletes {
+                t.config_or(key, default)
+            } else {
+                -1
+            }
+        };
+        LogConfig {
+            segment_bytes: t.config_or("segment.bytes", c.log_segment_bytes),
+            segment_ms: t.config_or("segment.ms", c.log_roll_ms),
+            retention_ms: retention("retention.ms", c.log_retention_ms),
+            retention_bytes: retention("retention.bytes", c.log_retention_bytes),
+            flush_messages: t.config_or("flush.messages", c.log_flush_interval_messages),
+            flush_ms: t.config_or("flush.ms", c.log_flush_interval_ms),
+        }
     }
 
     /// Sends `req` to shard `to`; a request for this shard is handled in place.
@@ -306,6 +331,21 @@ impl Shard {
             } => {
                 let _ = reply.send(self.list_offset_local(&topic, partition, timestamp));
             }
+            ShardRequest::DeleteRecords {
+                topic,
+                partition,
+                offset,
+                reply,
+            } => {
+                let out = match self.partition(&topic, partition) {
+                    None => (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1),
+                    Some(part) => match part.delete_records(offset).await {
+                        Ok(low) => (ErrorCode::NONE, low),
+                        Err(e) => (partition_error_code(&e), -1),
+                    },
+                };
+                let _ = reply.send(out);
+            }
             ShardRequest::ApplyCatalog { catalog, reply } => {
                 self.apply_catalog(catalog).await;
                 let _ = reply.send(());
@@ -384,12 +424,12 @@ impl Shard {
         if acks == 0 {
             let part = part.clone();
             glommio::spawn_local(async move {
-                if let Err(e) = part.sync_to(outcome.last_offset + 1).await {
+                if let Err(e) = part.commit(outcome.last_offset + 1).await {
                     warn!(error = %e, "flush after acks=0 produce failed");
                 }
             })
             .detach();
-        } else if let Err(e) = part.sync_to(outcome.last_offset + 1).await {
+        } else if let Err(e) = part.commit(outcome.last_offset + 1).await {
             return fail(partition_error_code(&e));
         }
         ProduceResult {
@@ -505,6 +545,27 @@ impl Shard {
                 break;
             }
             futures_lite::future::or(l, glommio::timer::sleep(deadline - now)).await;
+        }
+    }
+
+    /// Deletes what retention allows from every owned partition (`log.retention.check.interval.ms`).
+    pub async fn enforce_retention(&self) {
+        let parts: Vec<((String, i32), Rc<Partition>)> = self
+            .partitions
+            .borrow()
+            .iter()
+            .map(|(k, p)| (k.clone(), p.clone()))
+            .collect();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        for ((topic, p), part) in parts {
+            if part.is_offline() {
+                continue;
+            }
+            if let Err(e) = part.enforce_retention(now_ms).await {
+                warn!(%topic, partition = p, error = %e, "retention failed");
+            }
         }
     }
 

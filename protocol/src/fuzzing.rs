@@ -46,6 +46,7 @@ pub fn request(data: &[u8]) {
             api_key::API_VERSIONS => drop(api_versions::decode(&mut r, v)),
             api_key::CREATE_TOPICS => drop(create_topics::decode(&mut r, v)),
             api_key::DELETE_TOPICS => drop(delete_topics::decode(&mut r, v)),
+            api_key::DELETE_RECORDS => drop(delete_records::decode(&mut r, v)),
             api_key::INIT_PRODUCER_ID => drop(init_producer_id::decode(&mut r, v)),
             api_key::DESCRIBE_CONFIGS => drop(describe_configs::decode(&mut r, v)),
             api_key::DESCRIBE_CLUSTER => drop(describe_cluster::decode(&mut r, v)),

@@ -13,6 +13,7 @@ pub mod api_key {
     pub const API_VERSIONS: i16 = 18;
     pub const CREATE_TOPICS: i16 = 19;
     pub const DELETE_TOPICS: i16 = 20;
+    pub const DELETE_RECORDS: i16 = 21;
     pub const INIT_PRODUCER_ID: i16 = 22;
     pub const DESCRIBE_CONFIGS: i16 = 32;
     pub const DESCRIBE_CLUSTER: i16 = 60;
@@ -70,6 +71,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     spec(api_key::API_VERSIONS, "ApiVersions", 0, 3, 3),
     spec(api_key::CREATE_TOPICS, "CreateTopics", 2, 7, 5),
     spec(api_key::DELETE_TOPICS, "DeleteTopics", 1, 6, 4),
+    spec(api_key::DELETE_RECORDS, "DeleteRecords", 0, 2, 2),
     spec(api_key::INIT_PRODUCER_ID, "InitProducerId", 0, 4, 2),
     spec(api_key::DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4, 4),
     spec(api_key::DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, 0),

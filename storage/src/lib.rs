@@ -6,6 +6,7 @@
 //! a runtime; `partition` and `io` are the only modules that talk to glommio.
 
 pub mod io;
+pub mod log_start;
 pub mod partition;
 pub mod producer_state;
 pub mod scan;

@@ -5,8 +5,16 @@
 //! last block boundary to the end of the log) and assigns its offsets; a flush writes that tail as
 //! whole aligned blocks — rewriting the partial last block each time — then `fdatasync`s. One
 //! flush runs at a time per partition, and every waiter whose data it covered is released by it
-//! (group commit). The high watermark is the durable end: nothing is visible to readers, and
-//! nothing is acknowledged, before it is on disk.
+//! (group commit).
+//!
+//! Durability follows `flush.messages` / `flush.ms`. With `flush.messages=1` (the default) the
+//! high watermark is the durable end: nothing is visible to readers, and nothing is acknowledged,
+//! before it is `fdatasync`ed. With a larger value a commit waits only for the write (the data
+//! survives a process crash, not a power loss), and the `fdatasync` follows once that many
+//! messages or that much time have gone unsynced — Kafka's page-cache behaviour.
+//!
+//! Retention deletes whole segments from the front of the log and moves the log start offset,
+//! which is checkpointed in the partition directory before any file is removed.
 //!
 //! A partition is owned by one shard; it is `!Send` and no `RefCell` borrow is held across an
 //! `.await`.
@@ -22,6 +30,7 @@ use tracing::{info, warn};
 use tributary_protocol::record_batch::{self, BatchHeader};
 
 use crate::io::{sync_dir, SegmentFile};
+use crate::log_start;
 use crate::producer_state::{ProducerBatch, ProducerStateTable, SequenceCheck, SequenceError};
 use crate::scan::{scan_chunk, BatchEntry, ScanEnd};
 
@@ -32,6 +41,43 @@ const RECOVERY_READ_BYTES: usize = 1 << 20;
 pub struct LogConfig {
     /// Roll to a new segment when the active one would grow past this (`segment.bytes`).
     pub segment_bytes: u64,
+    /// Roll when a batch's timestamp is more than this many milliseconds after the active
+    /// segment's first batch (`segment.ms`), as Kafka does.
+    pub segment_ms: i64,
+    /// Delete a closed segment once its newest timestamp is older than this (`retention.ms`);
+    /// negative: never.
+    pub retention_ms: i64,
+    /// Delete the oldest segments while the partition stays at least this large without them
+    /// (`retention.bytes`); negative: no size limit.
+    pub retention_bytes: i64,
+    /// `fdatasync` once this many messages are unsynced (`flush.messages`). 1: every commit
+    /// waits for its `fdatasync`.
+    pub flush_messages: i64,
+    /// `fdatasync` at most this many milliseconds after a write (`flush.ms`), when
+    /// `flush.messages` is above 1.
+    pub flush_ms: i64,
+}
+
+impl LogConfig {
+    pub const DEFAULT: LogConfig = LogConfig {
+        segment_bytes: 1 << 30,
+        segment_ms: 7 * 24 * 3600 * 1000,
+        retention_ms: 7 * 24 * 3600 * 1000,
+        retention_bytes: -1,
+        flush_messages: 1,
+        flush_ms: i64::MAX,
+    };
+
+    /// Whether every commit waits for its data to be `fdatasync`ed.
+    pub fn sync_every_commit(&self) -> bool {
+        self.flush_messages <= 1 || self.flush_ms == 0
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -79,6 +125,21 @@ struct Segment {
     /// Logical size: bytes of valid batches. The file may be longer by block padding.
     size: u64,
     entries: Vec<BatchEntry>,
+    /// Newest batch timestamp in the segment; retention by time compares against it.
+    max_timestamp: i64,
+}
+
+impl Segment {
+    fn new(base_offset: i64, file: Rc<SegmentFile>, size: u64, entries: Vec<BatchEntry>) -> Self {
+        let max_timestamp = entries.iter().map(|e| e.max_timestamp).max().unwrap_or(-1);
+        Self {
+            base_offset,
+            file,
+            size,
+            entries,
+            max_timestamp,
+        }
+    }
 }
 
 /// Bytes of a segment not yet durable, from the aligned position `start` to the log end.
@@ -87,11 +148,22 @@ struct Tail {
     file: Rc<SegmentFile>,
     start: u64,
     bytes: Vec<u8>,
+    /// File position up to which `bytes` have been written (not necessarily synced).
+    written_end: u64,
+}
+
+impl Tail {
+    fn end(&self) -> u64 {
+        self.start + self.bytes.len() as u64
+    }
 }
 
 struct LogState {
     segments: Vec<Segment>,
     next_offset: i64,
+    /// Offsets below this are visible to readers and acknowledged.
+    high_watermark: i64,
+    /// Offsets below this are `fdatasync`ed.
     durable_offset: i64,
     log_start_offset: i64,
     active_tail: Tail,
@@ -109,6 +181,8 @@ pub struct Partition {
     flushing: Cell<bool>,
     flushed: Event,
     advanced: Event,
+    /// A timed `fdatasync` (`flush.ms`) is pending.
+    sync_timer_armed: Cell<bool>,
 }
 
 fn segment_path(dir: &Path, base_offset: i64) -> PathBuf {
@@ -192,12 +266,21 @@ impl Partition {
             if let Some(last) = entries.last() {
                 next_offset = last.last_offset + 1;
             }
-            segments.push(Segment {
-                base_offset: base,
-                file: Rc::new(file),
-                size,
-                entries,
-            });
+            segments.push(Segment::new(base, Rc::new(file), size, entries));
+        }
+        // The checkpointed log start may be past the first segments: they were due for deletion
+        // when the broker stopped. It never passes the end of what recovery found.
+        let checkpoint = log_start::read(&dir).map_err(|e| storage_err(&dir, e))?;
+        let log_start_offset = checkpoint
+            .map_or(log_start_offset, |c| c.max(log_start_offset))
+            .min(next_offset);
+        let below = segments_below(&segments, log_start_offset);
+        for seg in segments.drain(..below) {
+            warn!(path = %seg.file.path().display(), log_start_offset, "removing a segment below the log start offset");
+            std::fs::remove_file(seg.file.path()).map_err(|e| storage_err(&dir, e))?;
+        }
+        if below > 0 {
+            sync_dir(&dir).map_err(|e| storage_err(&dir, e))?;
         }
         let active = segments.last().expect("at least one segment");
         let align = active.file.alignment();
@@ -216,6 +299,7 @@ impl Partition {
             segment_base: active.base_offset,
             file: active.file.clone(),
             start,
+            written_end: start + bytes.len() as u64,
             bytes,
         };
         info!(dir = %dir.display(), segments = segments.len(), log_start_offset, next_offset, "partition opened");
@@ -225,6 +309,7 @@ impl Partition {
             state: RefCell::new(LogState {
                 segments,
                 next_offset,
+                high_watermark: next_offset,
                 durable_offset: next_offset,
                 log_start_offset,
                 active_tail,
@@ -236,6 +321,7 @@ impl Partition {
             flushing: Cell::new(false),
             flushed: Event::new(),
             advanced: Event::new(),
+            sync_timer_armed: Cell::new(false),
         }))
     }
 
@@ -248,7 +334,16 @@ impl Partition {
     }
 
     pub fn high_watermark(&self) -> i64 {
+        self.state.borrow().high_watermark
+    }
+
+    /// Offsets below this are `fdatasync`ed; equal to the high watermark with `flush.messages=1`.
+    pub fn durable_offset(&self) -> i64 {
         self.state.borrow().durable_offset
+    }
+
+    pub fn config(&self) -> LogConfig {
+        self.config.get()
     }
 
     pub fn log_end_offset(&self) -> i64 {
@@ -292,8 +387,11 @@ impl Partition {
         let needs_roll = {
             let st = self.state.borrow();
             let active = st.segments.last().expect("active segment");
-            !active.entries.is_empty()
-                && active.size + batch.len() as u64 > self.config.get().segment_bytes
+            let config = self.config.get();
+            active.entries.first().is_some_and(|first| {
+                active.size + batch.len() as u64 > config.segment_bytes
+                    || header.max_timestamp.saturating_sub(first.max_timestamp) > config.segment_ms
+            })
         };
         if needs_roll {
             self.roll().await?;
@@ -310,6 +408,7 @@ impl Partition {
         assert_eq!(active.base_offset, st.active_tail.segment_base);
         let position = active.size;
         active.size += batch.len() as u64;
+        active.max_timestamp = active.max_timestamp.max(header.max_timestamp);
         active.entries.push(BatchEntry {
             base_offset,
             last_offset,
@@ -317,10 +416,7 @@ impl Partition {
             size: batch.len() as u32,
             max_timestamp: header.max_timestamp,
         });
-        assert_eq!(
-            st.active_tail.start + st.active_tail.bytes.len() as u64,
-            active.size
-        );
+        assert_eq!(st.active_tail.end(), active.size);
         st.next_offset = last_offset + 1;
         if header.has_producer_id() {
             st.producers.record(
@@ -386,39 +482,83 @@ impl Partition {
                 file: file.clone(),
                 start: 0,
                 bytes: Vec::new(),
+                written_end: 0,
             },
         );
-        st.sealed_tails.push(old);
-        st.segments.push(Segment {
-            base_offset: base,
-            file,
-            size: 0,
-            entries: Vec::new(),
-        });
+        // A sealed tail is flushed (written if need be, and synced) before any later offset can
+        // count as durable.
+        if st.durable_offset < base {
+            st.sealed_tails.push(old);
+        }
+        st.segments.push(Segment::new(base, file, 0, Vec::new()));
         info!(dir = %self.dir.display(), base_offset = base, "rolled to a new segment");
         Ok(())
     }
 
     /// Waits until every offset below `offset` is durable, flushing if no flush is running.
     pub async fn sync_to(&self, offset: i64) -> Result<(), PartitionError> {
+        self.flush_until(offset, true).await
+    }
+
+    /// Makes every offset below `offset` acknowledged and visible according to the durability
+    /// policy: synced with `flush.messages=1`; otherwise written, with the `fdatasync` following
+    /// after `flush.messages` unsynced messages or `flush.ms`.
+    pub async fn commit(self: &Rc<Self>, offset: i64) -> Result<(), PartitionError> {
+        let config = self.config.get();
+        if config.sync_every_commit() {
+            return self.sync_to(offset).await;
+        }
+        self.flush_until(offset, false).await?;
+        let (hw, durable) = {
+            let st = self.state.borrow();
+            (st.high_watermark, st.durable_offset)
+        };
+        if hw - durable >= config.flush_messages {
+            return self.sync_to(hw).await;
+        }
+        if hw > durable && config.flush_ms < i64::MAX && !self.sync_timer_armed.replace(true) {
+            let part = self.clone();
+            let delay = std::time::Duration::from_millis(config.flush_ms as u64);
+            glommio::spawn_local(async move {
+                glommio::timer::sleep(delay).await;
+                part.sync_timer_armed.set(false);
+                let end = part.high_watermark();
+                if let Err(e) = part.sync_to(end).await {
+                    warn!(dir = %part.dir.display(), error = %e, "timed flush failed");
+                }
+            })
+            .detach();
+        }
+        Ok(())
+    }
+
+    async fn flush_until(&self, offset: i64, durable: bool) -> Result<(), PartitionError> {
         loop {
             let listener = self.flushed.listen();
             self.check_online()?;
-            if self.state.borrow().durable_offset >= offset {
-                return Ok(());
+            {
+                let st = self.state.borrow();
+                let reached = if durable {
+                    st.durable_offset
+                } else {
+                    st.high_watermark
+                };
+                if reached >= offset {
+                    return Ok(());
+                }
             }
             if self.flushing.get() {
                 listener.await;
             } else {
-                self.flush().await?;
+                self.flush(durable).await?;
             }
         }
     }
 
-    async fn flush(&self) -> Result<(), PartitionError> {
+    async fn flush(&self, sync: bool) -> Result<(), PartitionError> {
         assert!(!self.flushing.get());
         self.flushing.set(true);
-        let result = self.flush_once().await;
+        let result = self.flush_once(sync).await;
         if let Err(PartitionError::Storage { detail, .. }) = &result {
             self.go_offline(format!("flush failed: {detail}"));
         }
@@ -430,14 +570,17 @@ impl Partition {
         result
     }
 
-    async fn flush_once(&self) -> Result<(), PartitionError> {
+    /// Writes what is buffered and, if `sync`, makes it durable. With `sync` the high watermark
+    /// moves only after the `fdatasync`, so nothing unsynced becomes visible in that mode.
+    async fn flush_once(&self, sync: bool) -> Result<(), PartitionError> {
         // The active tail is copied once, straight into the aligned DMA buffer, while the
         // state is borrowed; appends that arrive during the write stay for the next flush.
         let (sealed, active_file, active_start, active_len, active_image, active_base, target) = {
             let mut st = self.state.borrow_mut();
             let sealed = std::mem::take(&mut st.sealed_tails);
             let t = &st.active_tail;
-            let image = (!t.bytes.is_empty()).then(|| t.file.block_image(&t.bytes));
+            let unwritten = t.written_end < t.end();
+            let image = unwritten.then(|| t.file.block_image(&t.bytes));
             (
                 sealed,
                 t.file.clone(),
@@ -449,17 +592,16 @@ impl Partition {
             )
         };
         for tail in sealed {
-            tail.file
-                .write_image(tail.file.block_image(&tail.bytes), tail.start)
+            let file = &tail.file;
+            if tail.written_end < tail.end() {
+                file.write_image(file.block_image(&tail.bytes), tail.start)
+                    .await
+                    .map_err(|e| storage_err(&self.dir, e))?;
+            }
+            file.fdatasync()
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
-            tail.file
-                .fdatasync()
-                .await
-                .map_err(|e| storage_err(&self.dir, e))?;
-            let end = tail.start + tail.bytes.len() as u64;
-            tail.file
-                .truncate(end)
+            file.truncate(tail.end())
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
         }
@@ -469,16 +611,22 @@ impl Partition {
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
         }
-        active_file
-            .fdatasync()
-            .await
-            .map_err(|e| storage_err(&self.dir, e))?;
+        if sync {
+            active_file
+                .fdatasync()
+                .await
+                .map_err(|e| storage_err(&self.dir, e))?;
+        }
         let mut st = self.state.borrow_mut();
-        st.durable_offset = st.durable_offset.max(target);
+        if sync {
+            st.durable_offset = st.durable_offset.max(target);
+        }
+        st.high_watermark = st.high_watermark.max(target);
         let align = active_file.alignment();
         let tail = &mut st.active_tail;
         if tail.segment_base == active_base && tail.start == active_start {
             let flushed_end = active_start + active_len as u64;
+            tail.written_end = tail.written_end.max(flushed_end);
             let keep_from = align_down(flushed_end, align);
             let drop = (keep_from - tail.start) as usize;
             tail.bytes.drain(..drop);
@@ -493,7 +641,7 @@ impl Partition {
         self.check_online()?;
         let (hw, lso, plan) = {
             let st = self.state.borrow();
-            let hw = st.durable_offset;
+            let hw = st.high_watermark;
             let lso = st.log_start_offset;
             if offset < lso || offset > hw {
                 return Err(PartitionError::OffsetOutOfRange {
@@ -570,13 +718,119 @@ impl Partition {
     /// max timestamp; `None` if no durable batch qualifies.
     pub fn offset_for_timestamp(&self, timestamp: i64) -> Option<(i64, i64)> {
         let st = self.state.borrow();
-        let hw = st.durable_offset;
+        let (hw, lso) = (st.high_watermark, st.log_start_offset);
         st.segments
             .iter()
             .flat_map(|s| s.entries.iter())
+            .skip_while(|e| e.last_offset < lso)
             .take_while(|e| e.last_offset < hw)
             .find(|e| e.max_timestamp >= timestamp)
-            .map(|e| (e.base_offset, e.max_timestamp))
+            .map(|e| (e.base_offset.max(lso), e.max_timestamp))
+    }
+
+    /// Deletes the segments `retention.ms` and `retention.bytes` allow, oldest first, and those
+    /// wholly below the log start offset. Only segments wholly below the high watermark go; if
+    /// every segment is due, the log rolls first so it keeps an (empty) active segment, as Kafka
+    /// does. Returns how many segments were deleted.
+    pub async fn enforce_retention(&self, now_ms: i64) -> Result<usize, PartitionError> {
+        let _guard = self
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
+        self.check_online()?;
+        let (due, all) = {
+            let st = self.state.borrow();
+            let due = retention_due(&st, self.config.get(), now_ms);
+            (due, due == st.segments.len())
+        };
+        if due == 0 {
+            return Ok(0);
+        }
+        if all {
+            self.roll().await?;
+        }
+        self.remove_front_segments(due, i64::MIN).await?;
+        Ok(due)
+    }
+
+    /// DeleteRecords: moves the log start offset up to `offset` (-1: the high watermark) and
+    /// deletes the segments wholly below it. Returns the new log start offset (Kafka's low
+    /// watermark). An offset past the high watermark is out of range.
+    pub async fn delete_records(&self, offset: i64) -> Result<i64, PartitionError> {
+        let _guard = self
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
+        self.check_online()?;
+        let (target, lso, below) = {
+            let st = self.state.borrow();
+            let target = if offset == -1 {
+                st.high_watermark
+            } else {
+                offset
+            };
+            if target < 0 || target > st.high_watermark {
+                return Err(PartitionError::OffsetOutOfRange {
+                    offset,
+                    log_start_offset: st.log_start_offset,
+                    high_watermark: st.high_watermark,
+                });
+            }
+            (
+                target,
+                st.log_start_offset,
+                segments_below(&st.segments, target),
+            )
+        };
+        if target > lso {
+            self.remove_front_segments(below, target).await?;
+        }
+        Ok(self.log_start_offset())
+    }
+
+    /// Drops the first `count` segments and moves the log start offset to at least `new_start`
+    /// and the first remaining segment's base. The new log start is checkpointed before any file
+    /// is removed, so a crash in between deletes the rest on the next open.
+    async fn remove_front_segments(
+        &self,
+        count: usize,
+        new_start: i64,
+    ) -> Result<(), PartitionError> {
+        let (removed, lso) = {
+            let mut st = self.state.borrow_mut();
+            let removed: Vec<Segment> = st.segments.drain(..count).collect();
+            let first = st
+                .segments
+                .first()
+                .expect("the active segment stays")
+                .base_offset;
+            st.log_start_offset = st.log_start_offset.max(new_start).max(first);
+            (removed, st.log_start_offset)
+        };
+        if let Err(e) = log_start::write(&self.dir, lso) {
+            return Err(self.go_offline(format!("writing the log start checkpoint: {e}")));
+        }
+        for seg in &removed {
+            if let Err(e) = std::fs::remove_file(seg.file.path()) {
+                return Err(self.go_offline(format!("removing {}: {e}", seg.file.path().display())));
+            }
+        }
+        if !removed.is_empty() {
+            sync_dir(&self.dir).map_err(|e| self.go_offline(e))?;
+            info!(dir = %self.dir.display(), segments = removed.len(), log_start_offset = lso, "deleted segments");
+        }
+        for seg in removed {
+            // A read in flight may still hold the file; it is closed when that read drops it.
+            if let Ok(file) = Rc::try_unwrap(seg.file) {
+                if let Err(e) = file.close().await {
+                    warn!(dir = %self.dir.display(), error = %e, "closing a deleted segment failed");
+                }
+            }
+        }
+        self.advanced.notify(usize::MAX);
+        Ok(())
     }
 
     /// Flushes what is buffered and trims the active file to its logical size.
@@ -662,6 +916,41 @@ fn plan_read(segments: &[Segment], offset: i64, hw: i64, max_bytes: usize) -> Op
         });
     }
     None
+}
+
+/// How many segments at the front of the log are due for deletion: wholly below the high
+/// watermark (an empty active segment never is), and past `retention.ms`, beyond
+/// `retention.bytes`, or wholly below the log start offset.
+fn retention_due(st: &LogState, config: LogConfig, now_ms: i64) -> usize {
+    let n = st.segments.len();
+    let mut total: i64 = st.segments.iter().map(|s| s.size as i64).sum();
+    let mut due = 0;
+    for (i, seg) in st.segments.iter().enumerate() {
+        let next_base = st.segments.get(i + 1).map(|s| s.base_offset);
+        let upper = next_base.unwrap_or(st.next_offset);
+        if upper > st.high_watermark || (i + 1 == n && seg.entries.is_empty()) {
+            break;
+        }
+        let below_start = next_base.is_some_and(|b| b <= st.log_start_offset);
+        let too_old = config.retention_ms >= 0
+            && now_ms.saturating_sub(seg.max_timestamp) > config.retention_ms;
+        let too_big =
+            config.retention_bytes >= 0 && total - seg.size as i64 >= config.retention_bytes;
+        if !(below_start || too_old || too_big) {
+            break;
+        }
+        total -= seg.size as i64;
+        due += 1;
+    }
+    due
+}
+
+/// How many segments lie wholly below `offset` (the active segment never does).
+fn segments_below(segments: &[Segment], offset: i64) -> usize {
+    segments
+        .windows(2)
+        .take_while(|w| w[1].base_offset <= offset)
+        .count()
 }
 
 fn list_segments(dir: &Path) -> std::io::Result<Vec<i64>> {

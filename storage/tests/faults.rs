@@ -24,6 +24,7 @@ fn batch(i: u64) -> Vec<u8> {
 
 const CONFIG: LogConfig = LogConfig {
     segment_bytes: 16 * 1024,
+    ..LogConfig::DEFAULT
 };
 
 /// Reads every batch from `from` to the high watermark: (offset, value) pairs.

@@ -18,6 +18,7 @@ fn batch(i: usize, producer: Option<(i64, i16, i32)>) -> Vec<u8> {
 
 const CONFIG: LogConfig = LogConfig {
     segment_bytes: 4 * 1024,
+    ..LogConfig::DEFAULT
 };
 
 async fn offsets_in(p: &Partition, from: i64) -> Vec<i64> {
@@ -83,6 +84,7 @@ fn torn_tail_and_garbage_are_truncated_keeping_every_synced_batch() {
             pdir.clone(),
             LogConfig {
                 segment_bytes: 1 << 30,
+                ..LogConfig::DEFAULT
             },
         )
         .await
@@ -106,6 +108,7 @@ fn torn_tail_and_garbage_are_truncated_keeping_every_synced_batch() {
             pdir.clone(),
             LogConfig {
                 segment_bytes: 1 << 30,
+                ..LogConfig::DEFAULT
             },
         )
         .await

@@ -121,16 +121,18 @@ pub fn handle(
                                 .is_none_or(|keys| keys.iter().any(|k| k == e.name))
                         })
                         .map(|e| {
+                            // An unset key with no default (log.retention.ms) is null, as in Kafka.
+                            let value = (!e.value.is_empty()).then(|| str_bytes(&e.value));
                             let mut c = DescribeConfigsResourceResult::default()
                                 .with_name(str_bytes(e.name))
-                                .with_value(Some(str_bytes(&e.value)))
+                                .with_value(value.clone())
                                 .with_read_only(e.read_only)
                                 .with_config_source(e.source)
                                 .with_is_sensitive(false);
                             if req.include_synonyms {
                                 c = c.with_synonyms(vec![DescribeConfigsSynonym::default()
                                     .with_name(str_bytes(e.name))
-                                    .with_value(Some(str_bytes(&e.value)))
+                                    .with_value(value.clone())
                                     .with_source(e.source)]);
                             }
                             if v >= 3 {

@@ -4,6 +4,7 @@
 pub mod alter_configs;
 pub mod api_versions;
 pub mod create_topics;
+pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
@@ -64,6 +65,7 @@ async fn handle(
         api_key::LIST_OFFSETS => list_offsets::handle(shard, spec, header, r).await,
         api_key::CREATE_TOPICS => create_topics::handle(shard, spec, header, r).await,
         api_key::DELETE_TOPICS => delete_topics::handle(shard, spec, header, r).await,
+        api_key::DELETE_RECORDS => delete_records::handle(shard, spec, header, r).await,
         api_key::INIT_PRODUCER_ID => init_producer_id::handle(shard, spec, header, r).await,
         api_key::DESCRIBE_CONFIGS => describe_configs::handle(shard, spec, header, r),
         api_key::DESCRIBE_CLUSTER => describe_cluster::handle(shard, spec, header, r),
