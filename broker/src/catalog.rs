@@ -185,6 +185,12 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
         enforced: true,
     },
     TopicKey {
+        name: "index.interval.bytes",
+        kind: ConfigKind::Int,
+        doc: "Bytes of log between sparse index entries.",
+        enforced: true,
+    },
+    TopicKey {
         name: "min.insync.replicas",
         kind: ConfigKind::Int,
         doc: "Replicas that must have a write for acks=all.",
@@ -222,6 +228,7 @@ pub fn topic_default(cfg: &BrokerConfig, key: &str) -> String {
         "segment.bytes" => cfg.log_segment_bytes.to_string(),
         "segment.ms" => cfg.log_roll_ms.to_string(),
         "min.insync.replicas" => "1".into(),
+        "index.interval.bytes" => cfg.log_index_interval_bytes.to_string(),
         "flush.messages" => cfg.log_flush_interval_messages.to_string(),
         "flush.ms" => cfg.log_flush_interval_ms.to_string(),
         "delete.retention.ms" => "86400000".into(),

@@ -53,6 +53,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.retention.hours", default: "168", kind: ConfigKind::Int, doc: "log.retention.ms in hours, used when neither log.retention.ms nor log.retention.minutes is set." },
     BrokerKey { name: "log.retention.bytes", default: "-1", kind: ConfigKind::Long, doc: "Delete the oldest segments of a partition larger than this; -1: no size limit (topic override: retention.bytes)." },
     BrokerKey { name: "log.retention.check.interval.ms", default: "300000", kind: ConfigKind::Long, doc: "How often each shard looks for segments that retention allows deleting." },
+    BrokerKey { name: "log.index.interval.bytes", default: "4096", kind: ConfigKind::Int, doc: "Bytes of log between sparse index entries: how far a fetch or timestamp lookup scans at most past an index entry (topic override: index.interval.bytes)." },
     BrokerKey { name: "log.flush.interval.messages", default: "1", kind: ConfigKind::Long, doc: "fdatasync a partition once this many messages are unsynced (topic override: flush.messages). 1, the default, acknowledges nothing before it is synced; Kafka's default leaves flushing to the OS." },
     BrokerKey { name: "log.flush.interval.ms", default: "9223372036854775807", kind: ConfigKind::Long, doc: "fdatasync written data at most this long after it was written, when log.flush.interval.messages is above 1 (topic override: flush.ms)." },
     BrokerKey { name: "queued.max.requests", default: "500", kind: ConfigKind::Int, doc: "Depth of each shard's queue of requests forwarded from other shards." },
@@ -89,6 +90,7 @@ pub struct BrokerConfig {
     pub log_retention_ms: i64,
     pub log_retention_bytes: i64,
     pub log_retention_check_interval_ms: u64,
+    pub log_index_interval_bytes: u64,
     pub log_flush_interval_messages: i64,
     pub log_flush_interval_ms: i64,
     pub queued_max_requests: usize,
@@ -307,6 +309,11 @@ impl BrokerConfig {
                 "log.retention.check.interval.ms",
                 &get("log.retention.check.interval.ms"),
                 1,
+            )?,
+            log_index_interval_bytes: parse_num(
+                "log.index.interval.bytes",
+                &get("log.index.interval.bytes"),
+                0,
             )?,
             log_flush_interval_messages: parse_num(
                 "log.flush.interval.messages",

@@ -186,6 +186,7 @@ impl Shard {
             retention_bytes: retention("retention.bytes", c.log_retention_bytes),
             flush_messages: t.config_or("flush.messages", c.log_flush_interval_messages),
             flush_ms: t.config_or("flush.ms", c.log_flush_interval_ms),
+            index_interval_bytes: t.config_or("index.interval.bytes", c.log_index_interval_bytes),
         }
     }
 
@@ -329,7 +330,7 @@ impl Shard {
                 timestamp,
                 reply,
             } => {
-                let _ = reply.send(self.list_offset_local(&topic, partition, timestamp));
+                let _ = reply.send(self.list_offset_local(&topic, partition, timestamp).await);
             }
             ShardRequest::DeleteRecords {
                 topic,
@@ -501,7 +502,7 @@ impl Shard {
         }
     }
 
-    fn list_offset_local(
+    async fn list_offset_local(
         &self,
         topic: &str,
         partition: i32,
@@ -518,9 +519,10 @@ impl Shard {
             EARLIEST_TIMESTAMP => (ErrorCode::NONE, part.log_start_offset(), -1),
             LATEST_TIMESTAMP => (ErrorCode::NONE, part.high_watermark(), -1),
             t if t < 0 => (ErrorCode::UNSUPPORTED_VERSION, -1, -1),
-            t => match part.offset_for_timestamp(t) {
-                Some((offset, ts)) => (ErrorCode::NONE, offset, ts),
-                None => (ErrorCode::NONE, -1, -1),
+            t => match part.offset_for_timestamp(t).await {
+                Ok(Some((offset, ts))) => (ErrorCode::NONE, offset, ts),
+                Ok(None) => (ErrorCode::NONE, -1, -1),
+                Err(e) => (partition_error_code(&e), -1, -1),
             },
         }
     }

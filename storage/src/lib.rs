@@ -1,14 +1,18 @@
-//! The partition log: segment files written with direct I/O, recovery of a torn tail, an
-//! in-memory batch index, and per-producer sequence state for idempotence.
+//! The partition log: segment files written with direct I/O, sparse offset and time indexes
+//! persisted per closed segment, recovery of a torn tail, retention, and per-producer sequence
+//! state for idempotence.
 //!
-//! `storage` touches files, never sockets. The deciding parts — batch scanning for recovery and
-//! producer sequence checks — are plain functions in `scan` and `producer_state`, tested without
-//! a runtime; `partition` and `io` are the only modules that talk to glommio.
+//! `storage` touches files, never sockets. The deciding parts — batch scanning, the sparse
+//! indexes and their file format, producer sequence checks — are plain code in `scan`, `index`
+//! and `producer_state`, tested without a runtime; `partition`, `segment` and `io` are the only
+//! modules that talk to glommio.
 
+pub mod index;
 pub mod io;
 pub mod log_start;
 pub mod partition;
 pub mod producer_state;
 pub mod scan;
+pub mod segment;
 
-pub use partition::{AppendOutcome, LogConfig, Partition, PartitionError, ReadOutcome};
+pub use partition::{AppendOutcome, LogConfig, OpenStats, Partition, PartitionError, ReadOutcome};

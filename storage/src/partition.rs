@@ -29,13 +29,19 @@ use glommio::sync::Semaphore;
 use tracing::{info, warn};
 use tributary_protocol::record_batch::{self, BatchHeader};
 
+use crate::index::IndexFile;
 use crate::io::{sync_dir, SegmentFile};
 use crate::log_start;
 use crate::producer_state::{ProducerBatch, ProducerStateTable, SequenceCheck, SequenceError};
 use crate::scan::{scan_chunk, BatchEntry, ScanEnd};
+use crate::segment::{
+    list_segments, read_index, recover_segment, remove_index, segment_path, write_index, Segment,
+    SCAN_READ_BYTES,
+};
 
-/// Bytes read per step while scanning a segment on open.
-const RECOVERY_READ_BYTES: usize = 1 << 20;
+/// Written after a clean close, once every segment has an up-to-date index file; its presence
+/// lets the next open skip scanning the active segment.
+pub const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogConfig {
@@ -56,6 +62,8 @@ pub struct LogConfig {
     /// `fdatasync` at most this many milliseconds after a write (`flush.ms`), when
     /// `flush.messages` is above 1.
     pub flush_ms: i64,
+    /// Bytes of log between sparse index entries (`index.interval.bytes`).
+    pub index_interval_bytes: u64,
 }
 
 impl LogConfig {
@@ -66,6 +74,7 @@ impl LogConfig {
         retention_bytes: -1,
         flush_messages: 1,
         flush_ms: i64::MAX,
+        index_interval_bytes: 4096,
     };
 
     /// Whether every commit waits for its data to be `fdatasync`ed.
@@ -111,35 +120,22 @@ pub struct AppendOutcome {
     pub log_start_offset: i64,
 }
 
+/// What opening a partition found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenStats {
+    pub segments: usize,
+    /// Segments read batch by batch because no trusted index file described them.
+    pub scanned: usize,
+    /// The last shutdown was clean, so the active segment was not scanned.
+    pub clean: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct ReadOutcome {
     /// Whole batches starting with the one that contains the fetch offset.
     pub records: Bytes,
     pub high_watermark: i64,
     pub log_start_offset: i64,
-}
-
-struct Segment {
-    base_offset: i64,
-    file: Rc<SegmentFile>,
-    /// Logical size: bytes of valid batches. The file may be longer by block padding.
-    size: u64,
-    entries: Vec<BatchEntry>,
-    /// Newest batch timestamp in the segment; retention by time compares against it.
-    max_timestamp: i64,
-}
-
-impl Segment {
-    fn new(base_offset: i64, file: Rc<SegmentFile>, size: u64, entries: Vec<BatchEntry>) -> Self {
-        let max_timestamp = entries.iter().map(|e| e.max_timestamp).max().unwrap_or(-1);
-        Self {
-            base_offset,
-            file,
-            size,
-            entries,
-            max_timestamp,
-        }
-    }
 }
 
 /// Bytes of a segment not yet durable, from the aligned position `start` to the log end.
@@ -150,6 +146,8 @@ struct Tail {
     bytes: Vec<u8>,
     /// File position up to which `bytes` have been written (not necessarily synced).
     written_end: u64,
+    /// For a sealed tail: the segment's index file, written once the tail is durable.
+    sealed_index: Option<IndexFile>,
 }
 
 impl Tail {
@@ -165,6 +163,9 @@ struct LogState {
     high_watermark: i64,
     /// Offsets below this are `fdatasync`ed.
     durable_offset: i64,
+    /// Where the data below the high watermark ends: `(segment base offset, position)`.
+    /// Readers never go past it.
+    visible_end: (i64, u64),
     log_start_offset: i64,
     active_tail: Tail,
     /// Tails of segments rolled away from but not yet flushed.
@@ -183,10 +184,7 @@ pub struct Partition {
     advanced: Event,
     /// A timed `fdatasync` (`flush.ms`) is pending.
     sync_timer_armed: Cell<bool>,
-}
-
-fn segment_path(dir: &Path, base_offset: i64) -> PathBuf {
-    dir.join(format!("{base_offset:020}.log"))
+    opened: OpenStats,
 }
 
 fn storage_err(dir: &Path, detail: impl std::fmt::Display) -> PartitionError {
@@ -220,33 +218,75 @@ impl Partition {
                 .map_err(|e| storage_err(&dir, e))?;
             sync_dir(&dir).map_err(|e| storage_err(&dir, e))?;
         }
+        // Closed segments come back from their index files; the active one is scanned unless
+        // the last shutdown was clean. Producer state starts from the snapshot in the last
+        // trusted index file and replays only the segments scanned after it.
+        let clean_marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        let clean = clean_marker.exists();
+        let interval = config.index_interval_bytes;
+        let last = bases.len() - 1;
+        let mut files = Vec::with_capacity(bases.len());
+        for (i, &base) in bases.iter().enumerate() {
+            let file = SegmentFile::open(&segment_path(&dir, base), false)
+                .await
+                .map_err(|e| storage_err(&dir, e))?;
+            let size = file.file_size().await.map_err(|e| storage_err(&dir, e))?;
+            let index = if i < last || clean {
+                read_index(&dir, base, size, i == last)
+            } else {
+                None
+            };
+            files.push((base, Rc::new(file), index));
+        }
+        let snapshot_at = files
+            .iter()
+            .rposition(|f| f.2.as_ref().is_some_and(|x| x.producers.is_some()));
+        let mut producers = snapshot_at
+            .and_then(|i| files[i].2.as_ref()?.producers.clone())
+            .unwrap_or_default();
         let mut segments: Vec<Segment> = Vec::new();
-        let mut producers = ProducerStateTable::default();
         let log_start_offset = bases[0];
         let mut next_offset = log_start_offset;
+        let mut scanned = 0usize;
         // Only the active (last) segment can hold a torn write; it is cut back to its valid
         // prefix. A closed segment that stops early holds a damaged batch: what precedes it is
         // kept, and the offsets after it are skipped rather than dropping later segments.
-        let last = bases.len() - 1;
-        for (i, base) in bases.iter().copied().enumerate() {
+        for (i, (base, file, index)) in files.into_iter().enumerate() {
             let path = segment_path(&dir, base);
+            // After the newest snapshot, producer batches must be replayed: scan.
+            let index = index.filter(|_| snapshot_at.is_some_and(|s| i <= s));
             if i > 0 && base < next_offset {
                 warn!(path = %path.display(), next_offset, "removing a segment that overlaps the one before it");
+                drop(file);
                 std::fs::remove_file(&path).map_err(|e| storage_err(&dir, e))?;
+                remove_index(&dir, base).map_err(|e| storage_err(&dir, e))?;
                 continue;
             }
-            let file = SegmentFile::open(&path, false)
-                .await
-                .map_err(|e| storage_err(&dir, e))?;
-            let (entries, size, torn) = recover_segment(&file, base, &mut producers)
-                .await
-                .map_err(|e| storage_err(&dir, e))?;
+            let (seg, torn) = match index {
+                Some(f) => (Segment::from_index(base, file, f), false),
+                None => {
+                    scanned += 1;
+                    let replay = snapshot_at.is_none_or(|s| i > s);
+                    let (seg, torn) =
+                        recover_segment(file, base, replay.then_some(&mut producers), interval)
+                            .await
+                            .map_err(|e| storage_err(&dir, e))?;
+                    if i < last {
+                        // Rebuilt: save it so the next open need not scan this segment again.
+                        let f = seg.index_file(replay.then_some(&producers));
+                        if let Err(e) = write_index(&dir, base, &f, false) {
+                            warn!(path = %path.display(), error = %e, "writing a rebuilt index failed");
+                        }
+                    }
+                    (seg, torn)
+                }
+            };
             if i > 0 && base > next_offset {
-                if i == last && entries.is_empty() {
+                if i == last && seg.is_empty() {
                     // Rolled to, but the end of the segment before it never reached the disk:
                     // drop the empty segment so the log ends where its data does.
                     warn!(path = %path.display(), next_offset, "removing an empty segment after a torn one");
-                    file.close().await.map_err(|e| storage_err(&dir, e))?;
+                    drop(seg);
                     std::fs::remove_file(&path).map_err(|e| storage_err(&dir, e))?;
                     sync_dir(&dir).map_err(|e| storage_err(&dir, e))?;
                     continue;
@@ -256,17 +296,26 @@ impl Partition {
                 // readers skip the missing offsets to the next batch.
                 warn!(path = %path.display(), next_offset, "offsets before this segment are missing; they are skipped");
             }
-            next_offset = base;
             if torn && i == last {
-                file.truncate(size)
+                seg.file
+                    .truncate(seg.size)
                     .await
                     .map_err(|e| storage_err(&dir, e))?;
-                file.fdatasync().await.map_err(|e| storage_err(&dir, e))?;
+                seg.file
+                    .fdatasync()
+                    .await
+                    .map_err(|e| storage_err(&dir, e))?;
             }
-            if let Some(last) = entries.last() {
-                next_offset = last.last_offset + 1;
-            }
-            segments.push(Segment::new(base, Rc::new(file), size, entries));
+            next_offset = seg.next_offset;
+            segments.push(seg);
+        }
+        // The active segment's index file is only true until its next append: remove it, and
+        // the marker that vouched for it, before anything is appended.
+        let active_base = segments.last().expect("at least one segment").base_offset;
+        remove_index(&dir, active_base).map_err(|e| storage_err(&dir, e))?;
+        if clean {
+            std::fs::remove_file(&clean_marker).map_err(|e| storage_err(&dir, e))?;
+            sync_dir(&dir).map_err(|e| storage_err(&dir, e))?;
         }
         // The checkpointed log start may be past the first segments: they were due for deletion
         // when the broker stopped. It never passes the end of what recovery found.
@@ -278,6 +327,7 @@ impl Partition {
         for seg in segments.drain(..below) {
             warn!(path = %seg.file.path().display(), log_start_offset, "removing a segment below the log start offset");
             std::fs::remove_file(seg.file.path()).map_err(|e| storage_err(&dir, e))?;
+            remove_index(&dir, seg.base_offset).map_err(|e| storage_err(&dir, e))?;
         }
         if below > 0 {
             sync_dir(&dir).map_err(|e| storage_err(&dir, e))?;
@@ -301,8 +351,15 @@ impl Partition {
             start,
             written_end: start + bytes.len() as u64,
             bytes,
+            sealed_index: None,
         };
-        info!(dir = %dir.display(), segments = segments.len(), log_start_offset, next_offset, "partition opened");
+        let visible_end = (active.base_offset, active.size);
+        let opened = OpenStats {
+            segments: segments.len(),
+            scanned,
+            clean,
+        };
+        info!(dir = %dir.display(), segments = segments.len(), scanned, clean, log_start_offset, next_offset, "partition opened");
         Ok(Rc::new(Self {
             dir,
             config: Cell::new(config),
@@ -311,6 +368,7 @@ impl Partition {
                 next_offset,
                 high_watermark: next_offset,
                 durable_offset: next_offset,
+                visible_end,
                 log_start_offset,
                 active_tail,
                 sealed_tails: Vec::new(),
@@ -322,7 +380,18 @@ impl Partition {
             flushed: Event::new(),
             advanced: Event::new(),
             sync_timer_armed: Cell::new(false),
+            opened,
         }))
+    }
+
+    pub fn open_stats(&self) -> OpenStats {
+        self.opened
+    }
+
+    /// Heap bytes of the in-memory indexes of this partition's segments.
+    pub fn index_heap_bytes(&self) -> usize {
+        let st = self.state.borrow();
+        st.segments.iter().map(|s| s.index.heap_bytes()).sum()
     }
 
     pub fn dir(&self) -> &Path {
@@ -388,9 +457,12 @@ impl Partition {
             let st = self.state.borrow();
             let active = st.segments.last().expect("active segment");
             let config = self.config.get();
-            active.entries.first().is_some_and(|first| {
+            let last_offset = st.next_offset + i64::from(header.last_offset_delta);
+            active.first_timestamp.is_some_and(|first| {
                 active.size + batch.len() as u64 > config.segment_bytes
-                    || header.max_timestamp.saturating_sub(first.max_timestamp) > config.segment_ms
+                    || header.max_timestamp.saturating_sub(first) > config.segment_ms
+                    // Offsets are stored relative to the base in 32 bits, as in Kafka.
+                    || last_offset - active.base_offset > i64::from(i32::MAX)
             })
         };
         if needs_roll {
@@ -406,16 +478,14 @@ impl Partition {
         record_batch::assign_offset(&mut tail.bytes[at..], base_offset, 0);
         let active = st.segments.last_mut().expect("active segment");
         assert_eq!(active.base_offset, st.active_tail.segment_base);
-        let position = active.size;
-        active.size += batch.len() as u64;
-        active.max_timestamp = active.max_timestamp.max(header.max_timestamp);
-        active.entries.push(BatchEntry {
+        let entry = BatchEntry {
             base_offset,
             last_offset,
-            position,
+            position: active.size,
             size: batch.len() as u32,
             max_timestamp: header.max_timestamp,
-        });
+        };
+        active.on_batch(&entry, self.config.get().index_interval_bytes);
         assert_eq!(st.active_tail.end(), active.size);
         st.next_offset = last_offset + 1;
         if header.has_producer_id() {
@@ -475,7 +545,7 @@ impl Partition {
         );
         sync_dir(&self.dir).map_err(|e| storage_err(&self.dir, e))?;
         let mut st = self.state.borrow_mut();
-        let old = std::mem::replace(
+        let mut old = std::mem::replace(
             &mut st.active_tail,
             Tail {
                 segment_base: base,
@@ -483,14 +553,24 @@ impl Partition {
                 start: 0,
                 bytes: Vec::new(),
                 written_end: 0,
+                sealed_index: None,
             },
         );
+        // The producer state now is the state at the end of the closed segment.
+        let index = st
+            .segments
+            .last()
+            .expect("active segment")
+            .index_file(Some(&st.producers));
         // A sealed tail is flushed (written if need be, and synced) before any later offset can
-        // count as durable.
+        // count as durable; its index file is written after that.
         if st.durable_offset < base {
+            old.sealed_index = Some(index);
             st.sealed_tails.push(old);
+        } else if let Err(e) = write_index(&self.dir, old.segment_base, &index, false) {
+            warn!(dir = %self.dir.display(), error = %e, "writing a segment index failed; it will be rebuilt on open");
         }
-        st.segments.push(Segment::new(base, file, 0, Vec::new()));
+        st.segments.push(Segment::empty(base, file));
         info!(dir = %self.dir.display(), base_offset = base, "rolled to a new segment");
         Ok(())
     }
@@ -604,6 +684,11 @@ impl Partition {
             file.truncate(tail.end())
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
+            if let Some(index) = &tail.sealed_index {
+                if let Err(e) = write_index(&self.dir, tail.segment_base, index, false) {
+                    warn!(dir = %self.dir.display(), error = %e, "writing a segment index failed; it will be rebuilt on open");
+                }
+            }
         }
         if let Some(image) = active_image {
             active_file
@@ -621,7 +706,10 @@ impl Partition {
         if sync {
             st.durable_offset = st.durable_offset.max(target);
         }
-        st.high_watermark = st.high_watermark.max(target);
+        if target > st.high_watermark {
+            st.high_watermark = target;
+            st.visible_end = (active_base, active_start + active_len as u64);
+        }
         let align = active_file.alignment();
         let tail = &mut st.active_tail;
         if tail.segment_base == active_base && tail.start == active_start {
@@ -636,9 +724,13 @@ impl Partition {
     }
 
     /// Reads whole batches from the one containing `offset`, up to `max_bytes` (at least one
-    /// batch), never past the high watermark.
+    /// batch), never past the high watermark. The sparse index gives a position at most about
+    /// `index.interval.bytes` before the batch; the scan from there checks every batch it passes
+    /// (length, CRC32C, offsets), so a batch damaged on disk after it was written is never
+    /// served: a read gets the batches before it, or CORRUPT_MESSAGE if it starts there.
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutcome, PartitionError> {
         self.check_online()?;
+        let slack = self.config.get().index_interval_bytes;
         let (hw, lso, plan) = {
             let st = self.state.borrow();
             let hw = st.high_watermark;
@@ -650,56 +742,101 @@ impl Partition {
                     high_watermark: hw,
                 });
             }
-            (hw, lso, plan_read(&st.segments, offset, hw, max_bytes))
+            (hw, lso, plan_read(&st, offset))
+        };
+        let empty = ReadOutcome {
+            records: Bytes::new(),
+            high_watermark: hw,
+            log_start_offset: lso,
         };
         let Some(ReadPlan {
             file,
-            position,
-            len,
-            base_offset,
+            mut position,
+            mut expect,
+            limit,
         }) = plan
         else {
-            return Ok(ReadOutcome {
-                records: Bytes::new(),
-                high_watermark: hw,
-                log_start_offset: lso,
-            });
+            return Ok(empty);
         };
-        let data = match file.read_at(position, len).await {
-            Ok(d) if d.len() == len => d,
-            Ok(d) => {
-                let detail = format!(
-                    "short read at position {position}: {} of {len} bytes",
-                    d.len()
-                );
-                return Err(self.go_offline(detail));
+        let mut len = (max_bytes as u64 + slack).min(limit - position);
+        loop {
+            let data = self.read_exact(&file, position, len as usize).await?;
+            let scan = scan_chunk(&data, position, expect);
+            let first = scan
+                .batches
+                .iter()
+                .position(|(e, _)| e.last_offset >= offset);
+            if let Some(first) = first {
+                let wanted = &scan.batches[first..];
+                let from = (wanted[0].0.position - position) as usize;
+                let mut to = from + wanted[0].0.size as usize;
+                for (e, _) in &wanted[1..] {
+                    if to - from + e.size as usize > max_bytes {
+                        break;
+                    }
+                    to += e.size as usize;
+                }
+                if let ScanEnd::Stop { position: at, .. } = scan.end {
+                    if position + to as u64 == at {
+                        warn!(dir = %self.dir.display(), position = at, "corrupt batch found on read; serving the batches before it");
+                    }
+                }
+                return Ok(ReadOutcome {
+                    records: Bytes::copy_from_slice(&data[from..to]),
+                    ..empty
+                });
             }
-            Err(e) => return Err(self.go_offline(e)),
-        };
-        // Batches are checked (length, CRC32C, offsets) on every read, so a batch damaged on
-        // disk after it was written is never served; the batches before it still are.
-        let scan = scan_chunk(&data, position, base_offset);
-        let valid: usize = scan.batches.iter().map(|(e, _)| e.size as usize).sum();
-        if valid < len {
-            let at = position + valid as u64;
-            warn!(dir = %self.dir.display(), position = at, "corrupt batch found on read");
-            if valid == 0 {
-                let detail = match scan.end {
-                    ScanEnd::Stop { reason, .. } => reason,
-                    ScanEnd::NeedMore { .. } => "batch runs past its indexed size".into(),
-                };
-                return Err(PartitionError::Corrupt {
+            // Nothing wanted in this chunk yet: the batch holding `offset` starts further on,
+            // or is larger than the chunk.
+            let corrupt = |at: u64, detail: String| {
+                warn!(dir = %self.dir.display(), position = at, %detail, "corrupt batch found on read");
+                PartitionError::Corrupt {
                     dir: self.dir.display().to_string(),
                     position: at,
                     detail,
-                });
+                }
+            };
+            match scan.end {
+                ScanEnd::NeedMore { position: at, .. } if at >= limit => return Ok(empty),
+                ScanEnd::NeedMore {
+                    position: at,
+                    needed,
+                } => {
+                    if at + needed as u64 > limit {
+                        return Err(corrupt(at, "batch runs past the end of the log".into()));
+                    }
+                    expect = scan
+                        .batches
+                        .last()
+                        .map_or(expect, |(e, _)| e.last_offset + 1);
+                    position = at;
+                    len = (needed as u64)
+                        .max(max_bytes as u64 + slack)
+                        .min(limit - at);
+                }
+                ScanEnd::Stop {
+                    position: at,
+                    reason,
+                } => return Err(corrupt(at, reason)),
             }
         }
-        Ok(ReadOutcome {
-            records: Bytes::copy_from_slice(&data[..valid]),
-            high_watermark: hw,
-            log_start_offset: lso,
-        })
+    }
+
+    /// Reads exactly `len` bytes; a short read or an I/O error takes the partition offline.
+    async fn read_exact(
+        &self,
+        file: &SegmentFile,
+        position: u64,
+        len: usize,
+    ) -> Result<crate::io::ReadBuf, PartitionError> {
+        match file.read_at(position, len).await {
+            Ok(d) if d.len() == len => Ok(d),
+            Ok(d) => Err(self.go_offline(format!(
+                "short read at position {position}: {} of {len} bytes",
+                d.len()
+            ))),
+            Err(e) => Err(self.go_offline(e)),
+        }
     }
 
     /// Takes the partition offline after an I/O error: nothing more is appended, acknowledged
@@ -715,17 +852,83 @@ impl Partition {
     }
 
     /// The first offset whose batch has a timestamp at or after `timestamp`, with that batch's
-    /// max timestamp; `None` if no durable batch qualifies.
-    pub fn offset_for_timestamp(&self, timestamp: i64) -> Option<(i64, i64)> {
-        let st = self.state.borrow();
-        let (hw, lso) = (st.high_watermark, st.log_start_offset);
-        st.segments
-            .iter()
-            .flat_map(|s| s.entries.iter())
-            .skip_while(|e| e.last_offset < lso)
-            .take_while(|e| e.last_offset < hw)
-            .find(|e| e.max_timestamp >= timestamp)
-            .map(|e| (e.base_offset.max(lso), e.max_timestamp))
+    /// max timestamp; `None` if no batch below the high watermark qualifies. The first segment
+    /// whose newest timestamp reaches `timestamp` is searched through its time index.
+    pub async fn offset_for_timestamp(
+        &self,
+        timestamp: i64,
+    ) -> Result<Option<(i64, i64)>, PartitionError> {
+        self.check_online()?;
+        let mut after = i64::MIN;
+        loop {
+            let (lso, plan) = {
+                let st = self.state.borrow();
+                let lso = st.log_start_offset;
+                let seg = st.segments.iter().find(|s| {
+                    s.base_offset > after && s.next_offset > lso && s.max_timestamp >= timestamp
+                });
+                let Some(seg) = seg else {
+                    return Ok(None);
+                };
+                after = seg.base_offset;
+                let from = seg.base_offset + i64::from(seg.index.lookup_time(timestamp));
+                (lso, plan_segment(&st, seg, from.max(lso)))
+            };
+            let Some(plan) = plan else {
+                return Ok(None);
+            };
+            let found = self
+                .scan_until(&plan, |e| {
+                    e.last_offset >= lso && e.max_timestamp >= timestamp
+                })
+                .await?;
+            if let Some(e) = found {
+                return Ok(Some((e.base_offset.max(lso), e.max_timestamp)));
+            }
+        }
+    }
+
+    /// Scans forward from a plan's position to its limit for the first batch `hit` accepts.
+    async fn scan_until(
+        &self,
+        plan: &ReadPlan,
+        hit: impl Fn(&BatchEntry) -> bool,
+    ) -> Result<Option<BatchEntry>, PartitionError> {
+        let (mut position, mut expect) = (plan.position, plan.expect);
+        let mut want = SCAN_READ_BYTES as u64;
+        while position < plan.limit {
+            let len = want.min(plan.limit - position);
+            let data = self.read_exact(&plan.file, position, len as usize).await?;
+            let scan = scan_chunk(&data, position, expect);
+            if let Some((e, _)) = scan.batches.iter().find(|(e, _)| hit(e)) {
+                return Ok(Some(*e));
+            }
+            match scan.end {
+                ScanEnd::NeedMore {
+                    position: at,
+                    needed,
+                } if at + (needed as u64) <= plan.limit => {
+                    expect = scan
+                        .batches
+                        .last()
+                        .map_or(expect, |(e, _)| e.last_offset + 1);
+                    position = at;
+                    want = (needed as u64).max(SCAN_READ_BYTES as u64);
+                }
+                ScanEnd::NeedMore { .. } => return Ok(None),
+                ScanEnd::Stop {
+                    position: at,
+                    reason,
+                } => {
+                    return Err(PartitionError::Corrupt {
+                        dir: self.dir.display().to_string(),
+                        position: at,
+                        detail: reason,
+                    })
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// Deletes the segments `retention.ms` and `retention.bytes` allow, oldest first, and those
@@ -806,6 +1009,7 @@ impl Partition {
                 .first()
                 .expect("the active segment stays")
                 .base_offset;
+            st.sealed_tails.retain(|t| t.segment_base >= first);
             st.log_start_offset = st.log_start_offset.max(new_start).max(first);
             (removed, st.log_start_offset)
         };
@@ -813,7 +1017,9 @@ impl Partition {
             return Err(self.go_offline(format!("writing the log start checkpoint: {e}")));
         }
         for seg in &removed {
-            if let Err(e) = std::fs::remove_file(seg.file.path()) {
+            let gone = std::fs::remove_file(seg.file.path())
+                .and_then(|()| remove_index(&self.dir, seg.base_offset));
+            if let Err(e) = gone {
                 return Err(self.go_offline(format!("removing {}: {e}", seg.file.path().display())));
             }
         }
@@ -833,14 +1039,21 @@ impl Partition {
         Ok(())
     }
 
-    /// Flushes what is buffered and trims the active file to its logical size.
+    /// Flushes what is buffered, trims the active file to its logical size, and records a clean
+    /// shutdown: the active segment's index file (with the producer state), then the marker
+    /// that lets the next open trust it instead of scanning.
     pub async fn close(&self) -> Result<(), PartitionError> {
         let end = self.state.borrow().next_offset;
         self.sync_to(end).await?;
-        let (file, size) = {
+        let (file, size, base, index) = {
             let st = self.state.borrow();
             let active = st.segments.last().expect("active segment");
-            (active.file.clone(), active.size)
+            (
+                active.file.clone(),
+                active.size,
+                active.base_offset,
+                active.index_file(Some(&st.producers)),
+            )
         };
         file.truncate(size)
             .await
@@ -848,6 +1061,13 @@ impl Partition {
         file.fdatasync()
             .await
             .map_err(|e| storage_err(&self.dir, e))?;
+        let marked = write_index(&self.dir, base, &index, true).and_then(|()| {
+            std::fs::write(self.dir.join(CLEAN_SHUTDOWN_FILE), b"")?;
+            sync_dir(&self.dir)
+        });
+        if let Err(e) = marked {
+            warn!(dir = %self.dir.display(), error = %e, "recording a clean shutdown failed; the next start scans the active segment");
+        }
         Ok(())
     }
 
@@ -880,42 +1100,42 @@ impl Partition {
     }
 }
 
-/// Whole batches to read: `len` bytes at `position`, the first starting at `base_offset`.
+/// Where to scan for an offset: from `position` in `file`, where a batch starting at `expect`
+/// lies, up to `limit` (the end of the segment's data below the high watermark).
 struct ReadPlan {
     file: Rc<SegmentFile>,
     position: u64,
-    len: usize,
-    base_offset: i64,
+    expect: i64,
+    limit: u64,
 }
 
-fn plan_read(segments: &[Segment], offset: i64, hw: i64, max_bytes: usize) -> Option<ReadPlan> {
-    let seg_idx = segments
+/// The first segment holding data at or after `offset` (skipping the missing offsets after a
+/// damaged closed segment), located through its index.
+fn plan_read(st: &LogState, offset: i64) -> Option<ReadPlan> {
+    let from = st
+        .segments
         .partition_point(|s| s.base_offset <= offset)
-        .checked_sub(1)?;
-    for seg in &segments[seg_idx..] {
-        let first = seg.entries.partition_point(|e| e.last_offset < offset);
-        let entries = &seg.entries[first..];
-        let Some(start) = entries.first() else {
-            continue;
-        };
-        if start.last_offset >= hw {
-            return None;
-        }
-        let mut len = 0usize;
-        for e in entries {
-            if e.last_offset >= hw || (len > 0 && len + e.size as usize > max_bytes) {
-                break;
-            }
-            len += e.size as usize;
-        }
-        return Some(ReadPlan {
-            file: seg.file.clone(),
-            position: start.position,
-            len,
-            base_offset: start.base_offset,
-        });
-    }
-    None
+        .saturating_sub(1);
+    let seg = st.segments[from..]
+        .iter()
+        .find(|s| s.next_offset > offset)?;
+    plan_segment(st, seg, offset)
+}
+
+fn plan_segment(st: &LogState, seg: &Segment, offset: i64) -> Option<ReadPlan> {
+    let (visible_base, visible_pos) = st.visible_end;
+    let limit = match seg.base_offset.cmp(&visible_base) {
+        std::cmp::Ordering::Less => seg.size,
+        std::cmp::Ordering::Equal => visible_pos.min(seg.size),
+        std::cmp::Ordering::Greater => return None,
+    };
+    let (position, expect) = seg.locate(offset);
+    (position < limit).then(|| ReadPlan {
+        file: seg.file.clone(),
+        position,
+        expect,
+        limit,
+    })
 }
 
 /// How many segments at the front of the log are due for deletion: wholly below the high
@@ -928,7 +1148,7 @@ fn retention_due(st: &LogState, config: LogConfig, now_ms: i64) -> usize {
     for (i, seg) in st.segments.iter().enumerate() {
         let next_base = st.segments.get(i + 1).map(|s| s.base_offset);
         let upper = next_base.unwrap_or(st.next_offset);
-        if upper > st.high_watermark || (i + 1 == n && seg.entries.is_empty()) {
+        if upper > st.high_watermark || (i + 1 == n && seg.is_empty()) {
             break;
         }
         let below_start = next_base.is_some_and(|b| b <= st.log_start_offset);
@@ -951,87 +1171,4 @@ fn segments_below(segments: &[Segment], offset: i64) -> usize {
         .windows(2)
         .take_while(|w| w[1].base_offset <= offset)
         .count()
-}
-
-fn list_segments(dir: &Path) -> std::io::Result<Vec<i64>> {
-    let mut bases = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let name = name.to_string_lossy();
-        if let Some(stem) = name.strip_suffix(".log") {
-            if let Ok(base) = stem.parse::<i64>() {
-                bases.push(base);
-            }
-        }
-    }
-    bases.sort_unstable();
-    Ok(bases)
-}
-
-/// Scans one segment file; returns its batch entries, its valid size, and whether anything after
-/// the valid prefix had to be cut off.
-async fn recover_segment(
-    file: &SegmentFile,
-    base: i64,
-    producers: &mut ProducerStateTable,
-) -> std::io::Result<(Vec<BatchEntry>, u64, bool)> {
-    let file_size = file.file_size().await?;
-    let mut entries = Vec::new();
-    let mut position = 0u64;
-    let mut next_offset = base;
-    let mut want = RECOVERY_READ_BYTES;
-    let valid_end = loop {
-        if position >= file_size {
-            break position;
-        }
-        let len = want.min((file_size - position) as usize);
-        let buf = file.read_at(position, len).await?;
-        let chunk = scan_chunk(&buf, position, next_offset);
-        for (entry, header) in &chunk.batches {
-            if header.has_producer_id() {
-                producers.record(
-                    header.producer_id,
-                    header.producer_epoch,
-                    ProducerBatch {
-                        first_seq: header.base_sequence,
-                        last_seq: header.last_sequence(),
-                        base_offset: entry.base_offset,
-                        last_offset: entry.last_offset,
-                    },
-                );
-            }
-            next_offset = entry.last_offset + 1;
-            entries.push(*entry);
-        }
-        match chunk.end {
-            ScanEnd::NeedMore {
-                position: p,
-                needed,
-            } => {
-                if p + needed as u64 > file_size {
-                    if p < file_size && !all_zero(&buf[(p - position) as usize..]) {
-                        warn!(path = %file.path().display(), position = p, "torn batch at the end of the segment");
-                    }
-                    break p;
-                }
-                want = needed.max(RECOVERY_READ_BYTES);
-                position = p;
-            }
-            ScanEnd::Stop {
-                position: p,
-                reason,
-            } => {
-                let rest = &buf[(p - position) as usize..];
-                if !all_zero(rest) {
-                    warn!(path = %file.path().display(), position = p, %reason, "invalid data after the valid log");
-                }
-                break p;
-            }
-        }
-    };
-    Ok((entries, valid_end, valid_end < file_size))
-}
-
-fn all_zero(b: &[u8]) -> bool {
-    b.iter().all(|x| *x == 0)
 }

@@ -117,6 +117,54 @@ impl ProducerStateTable {
         }
     }
 
+    /// Appends the table to `out` (the producer snapshot in a segment's index file):
+    /// count u32, then per producer id i64 | epoch i16 | batches u8 | each batch
+    /// first_seq i32 | last_seq i32 | base_offset i64 | last_offset i64; big-endian, by id.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut ids: Vec<&i64> = self.producers.keys().collect();
+        ids.sort_unstable();
+        out.extend_from_slice(&(ids.len() as u32).to_be_bytes());
+        for id in ids {
+            let e = &self.producers[id];
+            out.extend_from_slice(&id.to_be_bytes());
+            out.extend_from_slice(&e.epoch.to_be_bytes());
+            out.push(e.batches.len() as u8);
+            for b in &e.batches {
+                out.extend_from_slice(&b.first_seq.to_be_bytes());
+                out.extend_from_slice(&b.last_seq.to_be_bytes());
+                out.extend_from_slice(&b.base_offset.to_be_bytes());
+                out.extend_from_slice(&b.last_offset.to_be_bytes());
+            }
+        }
+    }
+
+    /// Reads what [`ProducerStateTable::encode`] wrote; `None` if it is malformed. Returns the
+    /// table and the bytes consumed.
+    pub fn decode(bytes: &[u8]) -> Option<(Self, usize)> {
+        let mut r = crate::index::ByteReader::new(bytes);
+        let n = r.u32()? as usize;
+        let mut producers = HashMap::with_capacity(n.min(bytes.len() / 11));
+        for _ in 0..n {
+            let id = r.i64()?;
+            let epoch = r.i16()?;
+            let count = r.u8()? as usize;
+            if count > PRODUCER_BATCHES_RETAINED {
+                return None;
+            }
+            let mut batches = VecDeque::with_capacity(count);
+            for _ in 0..count {
+                batches.push_back(ProducerBatch {
+                    first_seq: r.i32()?,
+                    last_seq: r.i32()?,
+                    base_offset: r.i64()?,
+                    last_offset: r.i64()?,
+                });
+            }
+            producers.insert(id, ProducerEntry { epoch, batches });
+        }
+        Some((Self { producers }, r.consumed()))
+    }
+
     /// Records an appended batch. A newer epoch starts the producer's history afresh.
     pub fn record(&mut self, producer_id: i64, epoch: i16, batch: ProducerBatch) {
         let entry = self.producers.entry(producer_id).or_default();
@@ -176,6 +224,35 @@ mod tests {
             t.check(8, 0, 3, 3),
             Err(SequenceError::OutOfOrder { .. })
         ));
+    }
+
+    #[test]
+    fn snapshots_round_trip() {
+        let mut t = ProducerStateTable::default();
+        for i in 0..7 {
+            t.record(1, 0, batch(i, i, i64::from(i)));
+        }
+        t.record(9, 3, batch(0, 4, 100));
+        let mut bytes = Vec::new();
+        t.encode(&mut bytes);
+        let (back, used) = ProducerStateTable::decode(&bytes).unwrap();
+        assert_eq!(used, bytes.len());
+        assert_eq!(back.len(), 2);
+        assert_eq!(
+            back.check(1, 0, 6, 6),
+            Ok(SequenceCheck::Duplicate {
+                base_offset: 6,
+                last_offset: 6
+            })
+        );
+        assert_eq!(back.check(1, 0, 7, 7), Ok(SequenceCheck::Append));
+        assert_eq!(back.check(9, 3, 5, 5), Ok(SequenceCheck::Append));
+        for cut in 0..bytes.len() {
+            assert!(
+                ProducerStateTable::decode(&bytes[..cut]).is_none(),
+                "cut {cut}"
+            );
+        }
     }
 
     #[test]

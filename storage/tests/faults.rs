@@ -223,15 +223,33 @@ fn a_corrupt_batch_in_a_closed_segment_is_never_served() {
         p.close().await.unwrap();
         drop(p);
 
-        // Reopened: the damaged batch and the rest of its segment are skipped; every later
-        // segment is still served, and appends continue after the last offset.
+        // Reopened with the closed segment's index file intact, as Kafka reopens it: the
+        // segment is not rescanned, and the damage is still caught on read.
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        let r = p.read(0, 1 << 20).await.unwrap();
+        assert_eq!(validate_all(&r.records).unwrap().len(), 2);
+        assert!(matches!(
+            p.read(victim.base_offset, 1 << 20).await,
+            Err(PartitionError::Corrupt { .. })
+        ));
+        let second_base = segment_base(&segments[1]);
+        assert_eq!(
+            contents(&p, second_base).await.len() as i64,
+            400 - second_base
+        );
+        p.close().await.unwrap();
+        drop(p);
+
+        // Without its index file the segment is scanned on open: the damaged batch and the
+        // rest of its segment are skipped; every later segment is still served, and appends
+        // continue after the last offset.
+        std::fs::remove_file(segments[0].with_extension("index")).unwrap();
         let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
         assert_eq!(sorted_segments(&pdir).len(), segments.len());
         assert_eq!(p.high_watermark(), 400);
         let got = contents(&p, 0).await;
         assert_eq!(got[..2], [(0, value(0)), (1, value(1))]);
         assert!(got.iter().all(|(o, _)| *o != victim.base_offset));
-        let second_base = segment_base(&segments[1]);
         let tail: Vec<_> = got.iter().filter(|(o, _)| *o >= second_base).collect();
         assert_eq!(tail.len() as i64, 400 - second_base);
         for (o, v) in tail {

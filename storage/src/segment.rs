@@ -1,0 +1,245 @@
+//! One segment of a partition log: its file, summary and sparse index; scanning it on open; and
+//! its index file (`<base>.index`), written once the segment is closed and durable, or for the
+//! active segment at a clean shutdown.
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use tracing::warn;
+
+use crate::index::{IndexFile, SegmentIndex};
+use crate::io::SegmentFile;
+use crate::producer_state::{ProducerBatch, ProducerStateTable};
+use crate::scan::{scan_chunk, BatchEntry, ScanEnd};
+
+/// Bytes read per step while scanning a segment.
+pub const SCAN_READ_BYTES: usize = 1 << 20;
+
+pub struct Segment {
+    pub base_offset: i64,
+    pub file: Rc<SegmentFile>,
+    /// Logical size: bytes of valid batches. The file may be longer by block padding.
+    pub size: u64,
+    /// One past the last offset in the segment; the base offset while it is empty.
+    pub next_offset: i64,
+    /// Max timestamp of the first batch: `segment.ms` counts from it.
+    pub first_timestamp: Option<i64>,
+    /// Newest batch timestamp in the segment; retention by time compares against it.
+    pub max_timestamp: i64,
+    pub index: SegmentIndex,
+}
+
+impl Segment {
+    pub fn empty(base_offset: i64, file: Rc<SegmentFile>) -> Self {
+        Self {
+            base_offset,
+            file,
+            size: 0,
+            next_offset: base_offset,
+            first_timestamp: None,
+            max_timestamp: -1,
+            index: SegmentIndex::default(),
+        }
+    }
+
+    pub fn from_index(base_offset: i64, file: Rc<SegmentFile>, f: IndexFile) -> Self {
+        Self {
+            base_offset,
+            file,
+            size: f.size,
+            next_offset: f.next_offset,
+            first_timestamp: (f.size > 0).then_some(f.first_timestamp),
+            max_timestamp: f.max_timestamp,
+            index: f.index,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// Notes a batch appended at the end of the segment.
+    pub fn on_batch(&mut self, e: &BatchEntry, index_interval_bytes: u64) {
+        debug_assert_eq!(e.position, self.size);
+        self.index.on_batch(
+            self.relative(e.base_offset),
+            e.position as u32,
+            e.size,
+            e.max_timestamp,
+            index_interval_bytes,
+        );
+        self.size = e.position + u64::from(e.size);
+        self.next_offset = e.last_offset + 1;
+        self.first_timestamp.get_or_insert(e.max_timestamp);
+        self.max_timestamp = self.max_timestamp.max(e.max_timestamp);
+    }
+
+    /// `offset` relative to the base; segments roll before it could overflow.
+    pub fn relative(&self, offset: i64) -> u32 {
+        u32::try_from(offset - self.base_offset).expect("offset within the segment's range")
+    }
+
+    /// Where to start reading for `offset`: `(position, base offset of the batch there)`.
+    pub fn locate(&self, offset: i64) -> (u64, i64) {
+        if offset <= self.base_offset {
+            return (0, self.base_offset);
+        }
+        let (rel, pos) = self
+            .index
+            .lookup_offset(self.relative(offset.min(self.next_offset)));
+        (u64::from(pos), self.base_offset + i64::from(rel))
+    }
+
+    pub fn index_file(&self, producers: Option<&ProducerStateTable>) -> IndexFile {
+        IndexFile {
+            size: self.size,
+            next_offset: self.next_offset,
+            first_timestamp: self.first_timestamp.unwrap_or(-1),
+            max_timestamp: self.max_timestamp,
+            index: self.index.clone(),
+            producers: producers.cloned(),
+        }
+    }
+}
+
+pub fn segment_path(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{base_offset:020}.log"))
+}
+
+pub fn index_path(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{base_offset:020}.index"))
+}
+
+pub fn list_segments(dir: &Path) -> std::io::Result<Vec<i64>> {
+    let mut bases = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy();
+        if let Some(stem) = name.strip_suffix(".log") {
+            if let Ok(base) = stem.parse::<i64>() {
+                bases.push(base);
+            }
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// Writes the index file of a segment: a temporary file renamed into place. With `durable` the
+/// file is synced first (a clean-shutdown marker is about to rely on it); otherwise a torn
+/// index file fails its checksum and the segment is scanned instead.
+pub fn write_index(dir: &Path, base: i64, f: &IndexFile, durable: bool) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = dir.join(format!("{base:020}.index.tmp"));
+    {
+        let mut out = std::fs::File::create(&tmp)?;
+        out.write_all(&f.encode())?;
+        if durable {
+            out.sync_all()?;
+        }
+    }
+    std::fs::rename(&tmp, index_path(dir, base))
+}
+
+/// The index file of a segment whose file is `file_size` bytes, if it is intact and agrees with
+/// the file; `exact` demands the logical size be the whole file (the active segment after a
+/// clean shutdown, which trims its padding).
+pub fn read_index(dir: &Path, base: i64, file_size: u64, exact: bool) -> Option<IndexFile> {
+    let path = index_path(dir, base);
+    let bytes = std::fs::read(&path).ok()?;
+    let f = IndexFile::decode(&bytes);
+    let fits = |f: &IndexFile| {
+        f.next_offset >= base
+            && (f.size > 0) == (f.next_offset > base)
+            && if exact {
+                f.size == file_size
+            } else {
+                f.size <= file_size
+            }
+    };
+    match f {
+        Some(f) if fits(&f) => Some(f),
+        _ => {
+            warn!(path = %path.display(), "index file is damaged or stale; scanning the segment");
+            None
+        }
+    }
+}
+
+pub fn remove_index(dir: &Path, base: i64) -> std::io::Result<()> {
+    match std::fs::remove_file(index_path(dir, base)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Scans a segment file batch by batch, building its index and, if given, replaying its
+/// producer batches. Returns the segment and whether anything after the valid prefix had to be
+/// left out.
+pub async fn recover_segment(
+    file: Rc<SegmentFile>,
+    base: i64,
+    mut producers: Option<&mut ProducerStateTable>,
+    index_interval_bytes: u64,
+) -> std::io::Result<(Segment, bool)> {
+    let file_size = file.file_size().await?;
+    let mut seg = Segment::empty(base, file.clone());
+    let mut position = 0u64;
+    let mut want = SCAN_READ_BYTES;
+    let valid_end = loop {
+        if position >= file_size {
+            break position;
+        }
+        let len = want.min((file_size - position) as usize);
+        let buf = file.read_at(position, len).await?;
+        let chunk = scan_chunk(&buf, position, seg.next_offset);
+        for (entry, header) in &chunk.batches {
+            if let Some(producers) = producers.as_deref_mut() {
+                if header.has_producer_id() {
+                    producers.record(
+                        header.producer_id,
+                        header.producer_epoch,
+                        ProducerBatch {
+                            first_seq: header.base_sequence,
+                            last_seq: header.last_sequence(),
+                            base_offset: entry.base_offset,
+                            last_offset: entry.last_offset,
+                        },
+                    );
+                }
+            }
+            seg.on_batch(entry, index_interval_bytes);
+        }
+        match chunk.end {
+            ScanEnd::NeedMore {
+                position: p,
+                needed,
+            } => {
+                if p + needed as u64 > file_size {
+                    if p < file_size && !all_zero(&buf[(p - position) as usize..]) {
+                        warn!(path = %file.path().display(), position = p, "torn batch at the end of the segment");
+                    }
+                    break p;
+                }
+                want = needed.max(SCAN_READ_BYTES);
+                position = p;
+            }
+            ScanEnd::Stop {
+                position: p,
+                reason,
+            } => {
+                let rest = &buf[(p - position) as usize..];
+                if !all_zero(rest) {
+                    warn!(path = %file.path().display(), position = p, %reason, "invalid data after the valid log");
+                }
+                break p;
+            }
+        }
+    };
+    seg.index.shrink_to_fit();
+    Ok((seg, valid_end < file_size))
+}
+
+fn all_zero(b: &[u8]) -> bool {
+    b.iter().all(|x| *x == 0)
+}
