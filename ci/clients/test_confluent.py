@@ -187,3 +187,42 @@ def test_alter_configs_take_effect(broker):
         f.result()
     configs = list(admin.describe_configs([ConfigResource("topic", "alter")]).values())[0].result()
     assert configs["max.message.bytes"].value == "1048588"
+
+
+def test_delete_records_and_offsets_for_times_survive_restart(broker):
+    admin = create(broker.bootstrap, "trim", 1, **{"segment.bytes": "4096"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 20})
+    base = 1_700_000_000_000
+    for i in range(500):
+        producer.produce("trim", value=str(i), timestamp=base + i * 10)
+    assert producer.flush(30) == 0
+    tp = TopicPartition("trim", 0)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused"})
+    # Batches hold many records: the lookup lands on the record, not on its batch.
+    found = consumer.offsets_for_times([TopicPartition("trim", 0, base + 1225)], timeout=10)
+    assert found[0].offset == 123
+
+    deleted = admin.delete_records([TopicPartition("trim", 0, 300)])
+    assert list(deleted.values())[0].result().low_watermark == 300
+    assert consumer.get_watermark_offsets(tp, timeout=10) == (300, 500)
+    # A timestamp before the log start finds the first record kept.
+    assert consumer.offsets_for_times([TopicPartition("trim", 0, base)], timeout=10)[0].offset == 300
+    with pytest.raises(KafkaException):
+        for f in admin.delete_records([TopicPartition("trim", 0, 501)]).values():
+            f.result()
+    consumer.close()
+
+    broker.restart()
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "trim-reader",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    assert consumer.get_watermark_offsets(tp, timeout=10) == (300, 500)
+    assert consumer.offsets_for_times([TopicPartition("trim", 0, base + 4000)], timeout=10)[0].offset == 400
+    consumer.subscribe(["trim"])
+    got = []
+    deadline = time.time() + 60
+    while len(got) < 200 and time.time() < deadline:
+        for m in consumer.consume(500, 1.0):
+            assert not m.error(), m.error()
+            got.append(m.offset())
+    consumer.close()
+    assert got == list(range(300, 500))

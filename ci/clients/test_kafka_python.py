@@ -3,6 +3,7 @@
 import json
 
 import kafka
+import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.structs import TopicPartition
@@ -85,3 +86,28 @@ def test_kafka_python_group_with_auto_commit_does_not_reread(broker):
 
     assert read_all() == list(range(200))
     assert read_all() == []
+
+
+def test_delete_records_moves_beginning_offsets(broker):
+    if kafka.__version__.startswith("2."):
+        pytest.skip("kafka-python 2.0.2 has no KafkaAdminClient.delete_records")
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    for i in range(100):
+        producer.send("trimmed", value=str(i).encode())
+    producer.flush()
+    producer.close()
+    tp = TopicPartition("trimmed", 0)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.delete_records({tp: 60})
+    admin.close()
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
+                             auto_offset_reset="earliest")
+    consumer.assign([tp])
+    assert consumer.beginning_offsets([tp])[tp] == 60
+    consumer.seek_to_beginning(tp)
+    got = []
+    while len(got) < 40:
+        for records in consumer.poll(timeout_ms=2000).values():
+            got.extend(r.offset for r in records)
+    assert got[:40] == list(range(60, 100))
+    consumer.close()

@@ -33,7 +33,7 @@ use crate::index::IndexFile;
 use crate::io::{sync_dir, SegmentFile};
 use crate::log_start;
 use crate::producer_state::{ProducerBatch, ProducerStateTable, SequenceCheck, SequenceError};
-use crate::scan::{scan_chunk, BatchEntry, ScanEnd};
+use crate::scan::{first_record_at, scan_chunk, BatchEntry, ScanEnd};
 use crate::segment::{
     list_segments, read_index, recover_segment, remove_index, segment_path, write_index, Segment,
     SCAN_READ_BYTES,
@@ -851,9 +851,10 @@ impl Partition {
         storage_err(&self.dir, detail)
     }
 
-    /// The first offset whose batch has a timestamp at or after `timestamp`, with that batch's
-    /// max timestamp; `None` if no batch below the high watermark qualifies. The first segment
-    /// whose newest timestamp reaches `timestamp` is searched through its time index.
+    /// The first offset whose record has a timestamp at or after `timestamp`, with that
+    /// timestamp; `None` if no record below the high watermark qualifies. The first segment whose
+    /// newest timestamp reaches `timestamp` is searched through its time index; in a compressed
+    /// batch the answer is the batch's first offset and max timestamp.
     pub async fn offset_for_timestamp(
         &self,
         timestamp: i64,
@@ -883,7 +884,14 @@ impl Partition {
                 })
                 .await?;
             if let Some(e) = found {
-                return Ok(Some((e.base_offset.max(lso), e.max_timestamp)));
+                // Kafka answers with the first record, not the first batch, at the timestamp.
+                let batch = self
+                    .read_exact(&plan.file, e.position, e.size as usize)
+                    .await?;
+                let record = first_record_at(&batch, timestamp, lso);
+                return Ok(Some(
+                    record.unwrap_or((e.base_offset.max(lso), e.max_timestamp)),
+                ));
             }
         }
     }

@@ -110,6 +110,19 @@ pub fn scan_chunk(buf: &[u8], position: u64, mut next_offset: i64) -> ScanChunk 
     }
 }
 
+/// The first record of an uncompressed batch at or after `min_offset` whose timestamp is at or
+/// after `timestamp`: `(offset, timestamp)`. `None` for a compressed batch (its records are not
+/// decoded here) or when no record qualifies.
+pub fn first_record_at(batch: &[u8], timestamp: i64, min_offset: i64) -> Option<(i64, i64)> {
+    let header = record_batch::parse_header(batch, 0).ok()?;
+    let records = record_batch::records(batch).ok()?;
+    records.iter().find_map(|r| {
+        let offset = header.base_offset + i64::from(r.offset_delta);
+        let ts = header.base_timestamp + r.timestamp_delta;
+        (offset >= min_offset && ts >= timestamp).then_some((offset, ts))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +178,18 @@ mod tests {
         garbage.extend((0..200u32).map(|i| (i * 37 % 251) as u8));
         let c = scan_chunk(&garbage, 0, 0);
         assert_eq!(c.batches.len(), 3);
+    }
+
+    #[test]
+    fn first_record_at_a_timestamp_inside_a_batch() {
+        let recs: Vec<_> = (0..5).map(|_| (None, Some(&b"v"[..]))).collect();
+        let mut b = build_batch(&recs, 1000, None);
+        assign_offset(&mut b, 40, 0);
+        // Record i has timestamp 1000 + i.
+        assert_eq!(first_record_at(&b, 0, 0), Some((40, 1000)));
+        assert_eq!(first_record_at(&b, 1003, 0), Some((43, 1003)));
+        assert_eq!(first_record_at(&b, 1001, 44), Some((44, 1004)));
+        assert_eq!(first_record_at(&b, 1005, 0), None);
     }
 
     #[test]

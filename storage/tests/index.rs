@@ -55,12 +55,14 @@ async fn check_reads(p: &Partition, batches: &[(i64, i64, i64)]) {
     }
 }
 
-/// What a scan of every batch would answer for a timestamp lookup.
+/// What a scan of every record would answer for a timestamp lookup: record `k` of a batch has
+/// timestamp `max - (last - base) + k`.
 fn expected_for(batches: &[(i64, i64, i64)], target: i64) -> Option<(i64, i64)> {
-    batches
-        .iter()
-        .find(|b| b.2 >= target)
-        .map(|&(base, _, ts)| (base, ts))
+    batches.iter().find_map(|&(base, last, max)| {
+        (base..=last)
+            .map(|o| (o, max - (last - o)))
+            .find(|&(_, ts)| ts >= target)
+    })
 }
 
 #[test]
