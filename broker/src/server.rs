@@ -115,6 +115,41 @@ fn ensure_offsets_topic(catalog: &mut Catalog, config: &mut BrokerConfig) -> Res
     Ok(())
 }
 
+/// File descriptors kept free beyond the segment files for connections, index and metadata files.
+const FD_HEADROOM: u64 = 4096;
+
+/// Every segment file stays open while the broker runs, so the open-file limit must exceed the
+/// number of segments in the data directory. Raises the soft limit to the hard limit, as Kafka's
+/// and Redpanda's service units do, and refuses to start if even that is too low.
+fn ensure_fd_limit(data_dir: &std::path::Path) -> Result<()> {
+    let mut segments = 0u64;
+    for dir in std::fs::read_dir(data_dir)
+        .with_context(|| format!("listing {}", data_dir.display()))?
+        .flatten()
+    {
+        if dir.file_type().is_ok_and(|t| t.is_dir()) {
+            segments += std::fs::read_dir(dir.path())
+                .map(|d| {
+                    d.flatten()
+                        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+                        .count() as u64
+                })
+                .unwrap_or(0);
+        }
+    }
+    let limit = rlimit::increase_nofile_limit(u64::MAX)
+        .context("reading the open-file limit (RLIMIT_NOFILE)")?;
+    let needed = segments + FD_HEADROOM;
+    if limit < needed {
+        return Err(anyhow!(
+            "{} holds {segments} segment files and each stays open, but the open-file limit is {limit} even after raising it to the hard limit; raise the hard limit to at least {needed} (ulimit -Hn, or LimitNOFILE= in the service unit) or use larger segments",
+            data_dir.display()
+        ));
+    }
+    info!(open_file_limit = limit, segments, "open-file limit");
+    Ok(())
+}
+
 pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
@@ -127,6 +162,7 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
             config.data_dir.display()
         ));
     }
+    ensure_fd_limit(&config.data_dir)?;
     let mut catalog = Catalog::load_or_create(&config.data_dir)?;
     let mut config = config;
     ensure_offsets_topic(&mut catalog, &mut config)?;

@@ -22,6 +22,9 @@ where
         .spawn(move || async move {
             prime_executor_io(&path).await.unwrap();
             f(path).await;
+            // Files dropped without an explicit close (a simulated crash) are closed by the
+            // reactor on its next turn: give it one before the executor goes away.
+            glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
         })
         .expect("executor")
         .join()
