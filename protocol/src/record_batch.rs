@@ -346,6 +346,8 @@ pub struct RecordView<'a> {
     pub timestamp_delta: i64,
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
+    /// The whole encoded record, its length prefix included.
+    pub raw: &'a [u8],
 }
 
 fn get_varlong(buf: &[u8], at: &mut usize) -> Option<i64> {
@@ -390,6 +392,7 @@ pub fn records(batch: &[u8]) -> Result<Vec<RecordView<'_>>, BatchError> {
     let mut at = 0usize;
     let mut out = Vec::new();
     while at < body.len() {
+        let start = at;
         let len = get_varlong(body, &mut at).ok_or_else(|| bad("record length"))?;
         let end = at
             .checked_add(usize::try_from(len).map_err(|_| bad("negative record length"))?)
@@ -407,10 +410,39 @@ pub fn records(batch: &[u8]) -> Result<Vec<RecordView<'_>>, BatchError> {
             timestamp_delta,
             key,
             value,
+            raw: &body[start..end],
         });
         at = end;
     }
     Ok(out)
+}
+
+/// A copy of an uncompressed, valid batch holding only the records `keep` accepts — as Kafka's
+/// log cleaner rewrites a batch: the base offset, last offset delta, timestamps and producer
+/// fields stay, so no kept record changes offset; the length, record count and CRC are new.
+/// `None` when no record is kept.
+pub fn retain_records(
+    batch: &[u8],
+    mut keep: impl FnMut(&RecordView<'_>) -> bool,
+) -> Result<Option<Vec<u8>>, BatchError> {
+    let views = records(batch)?;
+    let mut out = Vec::with_capacity(batch.len());
+    out.extend_from_slice(&batch[..RECORD_BATCH_HEADER_BYTES]);
+    let mut kept = 0i32;
+    for r in views.iter().filter(|r| keep(r)) {
+        out.extend_from_slice(r.raw);
+        kept += 1;
+    }
+    if kept == 0 {
+        return Ok(None);
+    }
+    let length = (out.len() - LOG_OVERHEAD_BYTES) as i32;
+    out[8..12].copy_from_slice(&length.to_be_bytes());
+    out[RECORD_BATCH_HEADER_BYTES - 4..RECORD_BATCH_HEADER_BYTES]
+        .copy_from_slice(&kept.to_be_bytes());
+    let crc = crc32c::crc32c(&out[CRC_COVERAGE_START..]);
+    out[CRC_POSITION..CRC_POSITION + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(Some(out))
 }
 
 #[cfg(test)]
@@ -434,5 +466,30 @@ mod record_tests {
         assert_eq!(recs[1].value, None);
         assert_eq!(recs[2].offset_delta, 2);
         assert_eq!(recs[2].key, Some(&b""[..]));
+    }
+
+    #[test]
+    fn retained_records_keep_their_offsets_and_the_batch_stays_valid() {
+        let mut b = build_batch(
+            &[
+                (Some(b"a"), Some(b"1")),
+                (Some(b"b"), Some(b"2")),
+                (Some(b"a"), Some(b"3")),
+            ],
+            1000,
+            Some((9, 1, 40)),
+        );
+        assign_offset(&mut b, 100, 0);
+        let kept = retain_records(&b, |r| r.offset_delta != 0).unwrap().unwrap();
+        let h = validate(&kept, 0).unwrap();
+        assert_eq!((h.base_offset, h.last_offset(), h.records_count), (100, 102, 2));
+        assert_eq!((h.producer_id, h.base_sequence), (9, 40));
+        let recs = records(&kept).unwrap();
+        assert_eq!(
+            recs.iter().map(|r| (r.offset_delta, r.value)).collect::<Vec<_>>(),
+            vec![(1, Some(&b"2"[..])), (2, Some(&b"3"[..]))]
+        );
+        assert_eq!(retain_records(&b, |_| false).unwrap(), None);
+        assert_eq!(retain_records(&b, |_| true).unwrap().unwrap(), b.to_vec());
     }
 }

@@ -33,7 +33,7 @@ use crate::index::IndexFile;
 use crate::io::{sync_dir, SegmentFile};
 use crate::log_start;
 use crate::producer_state::{ProducerBatch, ProducerStateTable, SequenceCheck, SequenceError};
-use crate::scan::{first_record_at, scan_chunk, BatchEntry, ScanEnd};
+use crate::scan::{first_record_at, scan_chunk_with, BatchEntry, ScanEnd};
 use crate::segment::{
     list_segments, read_index, recover_segment, remove_index, segment_path, write_index, Segment,
     SCAN_READ_BYTES,
@@ -43,7 +43,7 @@ use crate::segment::{
 /// lets the next open skip scanning the active segment.
 pub const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LogConfig {
     /// Roll to a new segment when the active one would grow past this (`segment.bytes`).
     pub segment_bytes: u64,
@@ -64,6 +64,16 @@ pub struct LogConfig {
     pub flush_ms: i64,
     /// Bytes of log between sparse index entries (`index.interval.bytes`).
     pub index_interval_bytes: u64,
+    /// `cleanup.policy` includes `compact`: the cleaner keeps the latest record per key, and
+    /// the log may have offset gaps.
+    pub compact: bool,
+    /// Tombstones are kept this long after their batch's timestamp (`delete.retention.ms`).
+    pub delete_retention_ms: i64,
+    /// Clean once this share of the closed log is new since the last cleaning
+    /// (`min.cleanable.dirty.ratio`).
+    pub min_cleanable_dirty_ratio: f64,
+    /// Memory for the cleaner's key → latest offset map (`log.cleaner.dedupe.buffer.size`).
+    pub cleaner_buffer_bytes: u64,
 }
 
 impl LogConfig {
@@ -75,6 +85,10 @@ impl LogConfig {
         flush_messages: 1,
         flush_ms: i64::MAX,
         index_interval_bytes: 4096,
+        compact: false,
+        delete_retention_ms: 24 * 3600 * 1000,
+        min_cleanable_dirty_ratio: 0.5,
+        cleaner_buffer_bytes: 128 << 20,
     };
 
     /// Whether every commit waits for its data to be `fdatasync`ed.
@@ -267,9 +281,14 @@ impl Partition {
                 None => {
                     scanned += 1;
                     let replay = snapshot_at.is_none_or(|s| i > s);
-                    let (seg, torn) =
-                        recover_segment(file, base, replay.then_some(&mut producers), interval)
-                            .await
+                    let (seg, torn) = recover_segment(
+                        file,
+                        base,
+                        replay.then_some(&mut producers),
+                        interval,
+                        config.compact,
+                    )
+                    .await
                             .map_err(|e| storage_err(&dir, e))?;
                     if i < last {
                         // Rebuilt: save it so the next open need not scan this segment again.
@@ -730,38 +749,58 @@ impl Partition {
     /// served: a read gets the batches before it, or CORRUPT_MESSAGE if it starts there.
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutcome, PartitionError> {
         self.check_online()?;
-        let slack = self.config.get().index_interval_bytes;
-        let (hw, lso, plan) = {
-            let st = self.state.borrow();
-            let hw = st.high_watermark;
-            let lso = st.log_start_offset;
-            if offset < lso || offset > hw {
-                return Err(PartitionError::OffsetOutOfRange {
-                    offset,
-                    log_start_offset: lso,
-                    high_watermark: hw,
-                });
+        let config = self.config.get();
+        let (slack, gaps) = (config.index_interval_bytes, config.compact);
+        let mut after = i64::MIN;
+        loop {
+            let (hw, lso, plan) = {
+                let st = self.state.borrow();
+                let hw = st.high_watermark;
+                let lso = st.log_start_offset;
+                if offset < lso || offset > hw {
+                    return Err(PartitionError::OffsetOutOfRange {
+                        offset,
+                        log_start_offset: lso,
+                        high_watermark: hw,
+                    });
+                }
+                (hw, lso, plan_read(&st, offset, after))
+            };
+            let empty = ReadOutcome {
+                records: Bytes::new(),
+                high_watermark: hw,
+                log_start_offset: lso,
+            };
+            let Some(plan) = plan else {
+                return Ok(empty);
+            };
+            match self
+                .read_in_segment(&plan, offset, max_bytes, slack, gaps)
+                .await?
+            {
+                Some(records) => return Ok(ReadOutcome { records, ..empty }),
+                // Nothing at or after `offset` in this segment (a compacted log's gap at its
+                // end, or a segment the cleaner emptied): go on to the next one.
+                None if plan.whole_segment => after = plan.segment_base,
+                None => return Ok(empty),
             }
-            (hw, lso, plan_read(&st, offset))
-        };
-        let empty = ReadOutcome {
-            records: Bytes::new(),
-            high_watermark: hw,
-            log_start_offset: lso,
-        };
-        let Some(ReadPlan {
-            file,
-            mut position,
-            mut expect,
-            limit,
-        }) = plan
-        else {
-            return Ok(empty);
-        };
+        }
+    }
+
+    /// The batches a read wants from one segment, or `None` if none is there.
+    async fn read_in_segment(
+        &self,
+        plan: &ReadPlan,
+        offset: i64,
+        max_bytes: usize,
+        slack: u64,
+        gaps: bool,
+    ) -> Result<Option<Bytes>, PartitionError> {
+        let (limit, mut position, mut expect) = (plan.limit, plan.position, plan.expect);
         let mut len = (max_bytes as u64 + slack).min(limit - position);
         loop {
-            let data = self.read_exact(&file, position, len as usize).await?;
-            let scan = scan_chunk(&data, position, expect);
+            let data = self.read_exact(&plan.file, position, len as usize).await?;
+            let scan = scan_chunk_with(&data, position, expect, gaps);
             let first = scan
                 .batches
                 .iter()
@@ -781,10 +820,7 @@ impl Partition {
                         warn!(dir = %self.dir.display(), position = at, "corrupt batch found on read; serving the batches before it");
                     }
                 }
-                return Ok(ReadOutcome {
-                    records: Bytes::copy_from_slice(&data[from..to]),
-                    ..empty
-                });
+                return Ok(Some(Bytes::copy_from_slice(&data[from..to])));
             }
             // Nothing wanted in this chunk yet: the batch holding `offset` starts further on,
             // or is larger than the chunk.
@@ -797,7 +833,7 @@ impl Partition {
                 }
             };
             match scan.end {
-                ScanEnd::NeedMore { position: at, .. } if at >= limit => return Ok(empty),
+                ScanEnd::NeedMore { position: at, .. } if at >= limit => return Ok(None),
                 ScanEnd::NeedMore {
                     position: at,
                     needed,
@@ -903,11 +939,12 @@ impl Partition {
         hit: impl Fn(&BatchEntry) -> bool,
     ) -> Result<Option<BatchEntry>, PartitionError> {
         let (mut position, mut expect) = (plan.position, plan.expect);
+        let gaps = self.config.get().compact;
         let mut want = SCAN_READ_BYTES as u64;
         while position < plan.limit {
             let len = want.min(plan.limit - position);
             let data = self.read_exact(&plan.file, position, len as usize).await?;
-            let scan = scan_chunk(&data, position, expect);
+            let scan = scan_chunk_with(&data, position, expect, gaps);
             if let Some((e, _)) = scan.batches.iter().find(|(e, _)| hit(e)) {
                 return Ok(Some(*e));
             }
@@ -1112,37 +1149,47 @@ impl Partition {
 /// lies, up to `limit` (the end of the segment's data below the high watermark).
 struct ReadPlan {
     file: Rc<SegmentFile>,
+    segment_base: i64,
     position: u64,
     expect: i64,
     limit: u64,
+    /// `limit` is the end of the segment, not the high watermark inside it.
+    whole_segment: bool,
 }
 
-/// The first segment holding data at or after `offset` (skipping the missing offsets after a
-/// damaged closed segment), located through its index.
-fn plan_read(st: &LogState, offset: i64) -> Option<ReadPlan> {
+/// The first segment after base `after` that holds offsets at or after `offset` (skipping the
+/// missing offsets after a damaged closed segment), located through its index.
+fn plan_read(st: &LogState, offset: i64, after: i64) -> Option<ReadPlan> {
     let from = st
         .segments
         .partition_point(|s| s.base_offset <= offset)
         .saturating_sub(1);
     let seg = st.segments[from..]
         .iter()
-        .find(|s| s.next_offset > offset)?;
+        .find(|s| s.base_offset > after && s.next_offset > offset)?;
     plan_segment(st, seg, offset)
 }
 
 fn plan_segment(st: &LogState, seg: &Segment, offset: i64) -> Option<ReadPlan> {
     let (visible_base, visible_pos) = st.visible_end;
-    let limit = match seg.base_offset.cmp(&visible_base) {
-        std::cmp::Ordering::Less => seg.size,
-        std::cmp::Ordering::Equal => visible_pos.min(seg.size),
+    let (limit, whole_segment) = match seg.base_offset.cmp(&visible_base) {
+        std::cmp::Ordering::Less => (seg.size, true),
+        std::cmp::Ordering::Equal => (visible_pos.min(seg.size), false),
         std::cmp::Ordering::Greater => return None,
     };
     let (position, expect) = seg.locate(offset);
+    if position >= limit && whole_segment {
+        // Nothing here to scan (an emptied segment): plan the next one.
+        let next = st.segments.iter().find(|s| s.base_offset > seg.base_offset)?;
+        return plan_segment(st, next, offset);
+    }
     (position < limit).then(|| ReadPlan {
         file: seg.file.clone(),
+        segment_base: seg.base_offset,
         position,
         expect,
         limit,
+        whole_segment,
     })
 }
 

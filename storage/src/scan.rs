@@ -30,7 +30,14 @@ pub struct ScanChunk {
 
 /// Scans `buf`, which holds the segment's bytes from file position `position`. `next_offset` is
 /// the offset the first batch must start at; offsets must then be contiguous.
-pub fn scan_chunk(buf: &[u8], position: u64, mut next_offset: i64) -> ScanChunk {
+pub fn scan_chunk(buf: &[u8], position: u64, next_offset: i64) -> ScanChunk {
+    scan_chunk_with(buf, position, next_offset, false)
+}
+
+/// [`scan_chunk`]; with `gaps`, a batch may start past the offset expected (a compacted log
+/// has gaps where the cleaner removed records), but never before it. `base_offset` is outside
+/// the CRC, so gaps are allowed only where compaction can have made them.
+pub fn scan_chunk_with(buf: &[u8], position: u64, mut next_offset: i64, gaps: bool) -> ScanChunk {
     let mut batches = Vec::new();
     let mut at = 0usize;
     loop {
@@ -85,7 +92,7 @@ pub fn scan_chunk(buf: &[u8], position: u64, mut next_offset: i64) -> ScanChunk 
                 },
             };
         }
-        if header.base_offset != next_offset {
+        if header.base_offset != next_offset && !(gaps && header.base_offset > next_offset) {
             return ScanChunk {
                 batches,
                 end: ScanEnd::Stop {
@@ -198,5 +205,12 @@ mod tests {
         let c = scan_chunk(&log, 0, 10);
         assert!(c.batches.is_empty());
         assert!(matches!(c.end, ScanEnd::Stop { position: 0, .. }));
+        // A forward gap stops a strict scan and passes a compacted one; going back never does.
+        let c = scan_chunk(&log, 0, -4);
+        assert!(c.batches.is_empty());
+        let c = scan_chunk_with(&log, 0, -4, true);
+        assert_eq!(c.batches.len(), 2);
+        let c = scan_chunk_with(&log, 0, 10, true);
+        assert!(c.batches.is_empty());
     }
 }

@@ -10,7 +10,7 @@ use tracing::warn;
 use crate::index::{IndexFile, SegmentIndex};
 use crate::io::SegmentFile;
 use crate::producer_state::{ProducerBatch, ProducerStateTable};
-use crate::scan::{scan_chunk, BatchEntry, ScanEnd};
+use crate::scan::{scan_chunk_with, BatchEntry, ScanEnd};
 
 /// Bytes read per step while scanning a segment.
 pub const SCAN_READ_BYTES: usize = 1 << 20;
@@ -181,6 +181,7 @@ pub async fn recover_segment(
     base: i64,
     mut producers: Option<&mut ProducerStateTable>,
     index_interval_bytes: u64,
+    gaps: bool,
 ) -> std::io::Result<(Segment, bool)> {
     let file_size = file.file_size().await?;
     let mut seg = Segment::empty(base, file.clone());
@@ -192,7 +193,7 @@ pub async fn recover_segment(
         }
         let len = want.min((file_size - position) as usize);
         let buf = file.read_at(position, len).await?;
-        let chunk = scan_chunk(&buf, position, seg.next_offset);
+        let chunk = scan_chunk_with(&buf, position, seg.next_offset, gaps);
         for (entry, header) in &chunk.batches {
             if let Some(producers) = producers.as_deref_mut() {
                 if header.has_producer_id() {
