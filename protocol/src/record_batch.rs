@@ -480,13 +480,20 @@ mod record_tests {
             Some((9, 1, 40)),
         );
         assign_offset(&mut b, 100, 0);
-        let kept = retain_records(&b, |r| r.offset_delta != 0).unwrap().unwrap();
+        let kept = retain_records(&b, |r| r.offset_delta != 0)
+            .unwrap()
+            .unwrap();
         let h = validate(&kept, 0).unwrap();
-        assert_eq!((h.base_offset, h.last_offset(), h.records_count), (100, 102, 2));
+        assert_eq!(
+            (h.base_offset, h.last_offset(), h.records_count),
+            (100, 102, 2)
+        );
         assert_eq!((h.producer_id, h.base_sequence), (9, 40));
         let recs = records(&kept).unwrap();
         assert_eq!(
-            recs.iter().map(|r| (r.offset_delta, r.value)).collect::<Vec<_>>(),
+            recs.iter()
+                .map(|r| (r.offset_delta, r.value))
+                .collect::<Vec<_>>(),
             vec![(1, Some(&b"2"[..])), (2, Some(&b"3"[..]))]
         );
         assert_eq!(retain_records(&b, |_| false).unwrap(), None);

@@ -7,6 +7,7 @@
 //! and `producer_state`, tested without a runtime; `partition`, `segment` and `io` are the only
 //! modules that talk to glommio.
 
+pub mod cleaner;
 pub mod index;
 pub mod io;
 pub mod log_start;

@@ -29,6 +29,7 @@ use glommio::sync::Semaphore;
 use tracing::{info, warn};
 use tributary_protocol::record_batch::{self, BatchHeader};
 
+use crate::cleaner::{self, KeyMap};
 use crate::index::IndexFile;
 use crate::io::{sync_dir, SegmentFile};
 use crate::log_start;
@@ -36,7 +37,7 @@ use crate::producer_state::{ProducerBatch, ProducerStateTable, SequenceCheck, Se
 use crate::scan::{first_record_at, scan_chunk_with, BatchEntry, ScanEnd};
 use crate::segment::{
     list_segments, read_index, recover_segment, remove_index, segment_path, write_index, Segment,
-    SCAN_READ_BYTES,
+    SegmentReader, SegmentWriter, SCAN_READ_BYTES,
 };
 
 /// Written after a clean close, once every segment has an up-to-date index file; its presence
@@ -134,6 +135,17 @@ pub struct AppendOutcome {
     pub log_start_offset: i64,
 }
 
+/// What one cleaning pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanStats {
+    /// Segments in the cleaned range, and how many had records to remove and were rewritten.
+    pub segments: usize,
+    pub rewritten: usize,
+    pub records_removed: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+}
+
 /// What opening a partition found and did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenStats {
@@ -193,6 +205,11 @@ pub struct Partition {
     config: Cell<LogConfig>,
     state: RefCell<LogState>,
     append_lock: Semaphore,
+    /// Held by retention, DeleteRecords and the cleaner, which change closed segments; taken
+    /// before `append_lock` when both are needed.
+    maintenance: Semaphore,
+    /// Offsets below this were in the range of the last cleaning pass.
+    cleaned_through: Cell<i64>,
     flushing: Cell<bool>,
     flushed: Event,
     advanced: Event,
@@ -221,6 +238,7 @@ impl Partition {
                 sync_dir(parent).map_err(|e| storage_err(&dir, e))?;
             }
         }
+        remove_leftovers(&dir).map_err(|e| storage_err(&dir, e))?;
         let mut bases = list_segments(&dir).map_err(|e| storage_err(&dir, e))?;
         if bases.is_empty() {
             bases.push(0);
@@ -289,7 +307,7 @@ impl Partition {
                         config.compact,
                     )
                     .await
-                            .map_err(|e| storage_err(&dir, e))?;
+                    .map_err(|e| storage_err(&dir, e))?;
                     if i < last {
                         // Rebuilt: save it so the next open need not scan this segment again.
                         let f = seg.index_file(replay.then_some(&producers));
@@ -395,6 +413,8 @@ impl Partition {
                 failed: None,
             }),
             append_lock: Semaphore::new(1),
+            maintenance: Semaphore::new(1),
+            cleaned_through: Cell::new(log_start_offset),
             flushing: Cell::new(false),
             flushed: Event::new(),
             advanced: Event::new(),
@@ -981,6 +1001,11 @@ impl Partition {
     /// every segment is due, the log rolls first so it keeps an (empty) active segment, as Kafka
     /// does. Returns how many segments were deleted.
     pub async fn enforce_retention(&self, now_ms: i64) -> Result<usize, PartitionError> {
+        let _maintenance = self
+            .maintenance
+            .acquire_permit(1)
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
         let _guard = self
             .append_lock
             .acquire_permit(1)
@@ -1006,6 +1031,11 @@ impl Partition {
     /// deletes the segments wholly below it. Returns the new log start offset (Kafka's low
     /// watermark). An offset past the high watermark is out of range.
     pub async fn delete_records(&self, offset: i64) -> Result<i64, PartitionError> {
+        let _maintenance = self
+            .maintenance
+            .acquire_permit(1)
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
         let _guard = self
             .append_lock
             .acquire_permit(1)
@@ -1081,6 +1111,179 @@ impl Partition {
             }
         }
         self.advanced.notify(usize::MAX);
+        Ok(())
+    }
+
+    /// Whether a compacted partition has enough new closed data since the last cleaning pass:
+    /// at least `min.cleanable.dirty.ratio` of its closed segments' bytes.
+    pub fn needs_cleaning(&self) -> bool {
+        let config = self.config.get();
+        if !config.compact || self.is_offline() {
+            return false;
+        }
+        let st = self.state.borrow();
+        let closed = &st.segments[..st.segments.len() - 1];
+        let total: u64 = closed.iter().map(|s| s.size).sum();
+        let dirty: u64 = closed
+            .iter()
+            .filter(|s| s.base_offset >= self.cleaned_through.get())
+            .map(|s| s.size)
+            .sum();
+        dirty > 0 && dirty as f64 >= config.min_cleanable_dirty_ratio * total as f64
+    }
+
+    /// One cleaning pass over the closed, durable segments of a compacted partition: build the
+    /// key → latest offset map, then rewrite each segment that holds superseded records or
+    /// expired tombstones, keeping every other record at its offset. Appends and reads go on
+    /// meanwhile; the work is done in chunks with a yield between them. A rewritten segment
+    /// replaces the old one by rename after it is synced; its old index file goes first, so a
+    /// crash in between leaves a segment that is scanned on open, never a stale index.
+    pub async fn clean(&self, now_ms: i64) -> Result<Option<CleanStats>, PartitionError> {
+        let config = self.config.get();
+        if !config.compact {
+            return Ok(None);
+        }
+        let _maintenance = self
+            .maintenance
+            .acquire_permit(1)
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
+        self.check_online()?;
+        let mut targets: Vec<(i64, Rc<SegmentFile>, u64)> = {
+            let st = self.state.borrow();
+            st.segments
+                .windows(2)
+                .take_while(|w| w[1].base_offset <= st.durable_offset)
+                .map(|w| (w[0].base_offset, w[0].file.clone(), w[0].size))
+                .collect()
+        };
+        if targets.is_empty() {
+            return Ok(None);
+        }
+        let io = |e: std::io::Error| storage_err(&self.dir, e);
+        // Pass 1: the latest offset of every key, over as many whole segments as the map holds.
+        let mut map = KeyMap::with_budget(config.cleaner_buffer_bytes);
+        let mut covered = 0;
+        'segments: for (base, file, size) in &targets {
+            let mut reader = SegmentReader::new(file.clone(), *base, *size, true);
+            while let Some(chunk) = reader.next().await.map_err(io)? {
+                for e in &chunk.batches {
+                    let batch = chunk.bytes_of(e);
+                    let Ok(records) = record_batch::records(batch) else {
+                        continue; // compressed or control: kept whole, keys unknown
+                    };
+                    for r in records {
+                        if let Some(key) = r.key {
+                            if !map.insert(key, e.base_offset + i64::from(r.offset_delta)) {
+                                break 'segments;
+                            }
+                        }
+                    }
+                }
+                glommio::yield_if_needed().await;
+            }
+            covered += 1;
+        }
+        if covered == 0 {
+            warn!(dir = %self.dir.display(), keys = map.len(), "one segment holds more keys than log.cleaner.dedupe.buffer.size allows; not cleaned");
+            return Ok(None);
+        }
+        targets.truncate(covered);
+        // Pass 2: rewrite what has something to drop.
+        let horizon = now_ms.saturating_sub(config.delete_retention_ms);
+        let mut stats = CleanStats {
+            segments: targets.len(),
+            ..CleanStats::default()
+        };
+        for (base, file, size) in &targets {
+            stats.bytes_before += size;
+            let tmp = segment_path(&self.dir, *base).with_extension("cleaned");
+            let mut out = SegmentWriter::create(&tmp, *base, config.index_interval_bytes)
+                .await
+                .map_err(io)?;
+            let mut reader = SegmentReader::new(file.clone(), *base, *size, true);
+            let mut removed = 0u64;
+            while let Some(chunk) = reader.next().await.map_err(io)? {
+                for e in &chunk.batches {
+                    let batch = chunk.bytes_of(e);
+                    let kept = record_batch::retain_records(batch, |r| {
+                        let offset = e.base_offset + i64::from(r.offset_delta);
+                        let keep = cleaner::keep(
+                            &map,
+                            r.key,
+                            r.value.is_none(),
+                            offset,
+                            e.max_timestamp,
+                            horizon,
+                        );
+                        removed += u64::from(!keep);
+                        keep
+                    });
+                    match kept {
+                        Ok(Some(b)) => out.push(&b, e).await.map_err(io)?,
+                        Ok(None) => {}
+                        Err(_) => out.push(batch, e).await.map_err(io)?,
+                    }
+                }
+                glommio::yield_if_needed().await;
+            }
+            if removed == 0 {
+                drop(out);
+                std::fs::remove_file(&tmp).map_err(io)?;
+                stats.bytes_after += size;
+                continue;
+            }
+            let mut cleaned = out.finish().await.map_err(io)?;
+            stats.bytes_after += cleaned.size;
+            self.replace_segment(*base, *size, &tmp, &mut cleaned)?;
+            stats.rewritten += 1;
+            stats.records_removed += removed;
+        }
+        let (last_base, _, _) = targets.last().expect("covered > 0");
+        let through = {
+            let st = self.state.borrow();
+            st.segments
+                .iter()
+                .find(|s| s.base_offset > *last_base)
+                .map_or(st.next_offset, |s| s.base_offset)
+        };
+        self.cleaned_through.set(through);
+        info!(dir = %self.dir.display(), ?stats, "cleaned");
+        Ok(Some(stats))
+    }
+
+    /// Swaps a cleaned segment in for the one at `base` (whose size was `old_size`): the old
+    /// index file goes, the new file is renamed over the old one, and the new index (keeping
+    /// the old producer snapshot, which cleaning does not change) is written.
+    fn replace_segment(
+        &self,
+        base: i64,
+        old_size: u64,
+        tmp: &Path,
+        cleaned: &mut Segment,
+    ) -> Result<(), PartitionError> {
+        let io = |e: std::io::Error| storage_err(&self.dir, e);
+        let producers = read_index(&self.dir, base, old_size, false).and_then(|f| f.producers);
+        remove_index(&self.dir, base).map_err(io)?;
+        std::fs::rename(tmp, segment_path(&self.dir, base)).map_err(io)?;
+        sync_dir(&self.dir).map_err(io)?;
+        let mut st = self.state.borrow_mut();
+        let Some(seg) = st.segments.iter_mut().find(|s| s.base_offset == base) else {
+            return Ok(());
+        };
+        // The segment keeps its offset range and timestamps; only its bytes shrank.
+        cleaned.next_offset = seg.next_offset;
+        cleaned.first_timestamp = seg.first_timestamp;
+        cleaned.max_timestamp = seg.max_timestamp;
+        if let Err(e) = write_index(
+            &self.dir,
+            base,
+            &cleaned.index_file(producers.as_ref()),
+            false,
+        ) {
+            warn!(dir = %self.dir.display(), error = %e, "writing a cleaned segment's index failed; it will be rebuilt on open");
+        }
+        std::mem::swap(seg, cleaned);
         Ok(())
     }
 
@@ -1180,7 +1383,10 @@ fn plan_segment(st: &LogState, seg: &Segment, offset: i64) -> Option<ReadPlan> {
     let (position, expect) = seg.locate(offset);
     if position >= limit && whole_segment {
         // Nothing here to scan (an emptied segment): plan the next one.
-        let next = st.segments.iter().find(|s| s.base_offset > seg.base_offset)?;
+        let next = st
+            .segments
+            .iter()
+            .find(|s| s.base_offset > seg.base_offset)?;
         return plan_segment(st, next, offset);
     }
     (position < limit).then(|| ReadPlan {
@@ -1191,6 +1397,22 @@ fn plan_segment(st: &LogState, seg: &Segment, offset: i64) -> Option<ReadPlan> {
         limit,
         whole_segment,
     })
+}
+
+/// Removes what an interrupted cleaning pass or index write left behind: `*.cleaned` segment
+/// copies and `*.tmp` files. The segments they were for are intact.
+fn remove_leftovers(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path
+            .extension()
+            .is_some_and(|x| x == "cleaned" || x == "tmp")
+        {
+            warn!(path = %path.display(), "removing a leftover from an interrupted write");
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
 }
 
 /// How many segments at the front of the log are due for deletion: wholly below the high

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use tracing::warn;
 
 use crate::index::{IndexFile, SegmentIndex};
-use crate::io::SegmentFile;
+use crate::io::{ReadBuf, SegmentFile};
 use crate::producer_state::{ProducerBatch, ProducerStateTable};
 use crate::scan::{scan_chunk_with, BatchEntry, ScanEnd};
 
@@ -150,7 +150,7 @@ pub fn read_index(dir: &Path, base: i64, file_size: u64, exact: bool) -> Option<
     let f = IndexFile::decode(&bytes);
     let fits = |f: &IndexFile| {
         f.next_offset >= base
-            && (f.size > 0) == (f.next_offset > base)
+            && (f.size == 0 || f.next_offset > base)
             && if exact {
                 f.size == file_size
             } else {
@@ -243,4 +243,147 @@ pub async fn recover_segment(
 
 fn all_zero(b: &[u8]) -> bool {
     b.iter().all(|x| *x == 0)
+}
+
+/// Reads a segment's valid batches chunk by chunk, up to `limit`.
+pub struct SegmentReader {
+    file: Rc<SegmentFile>,
+    position: u64,
+    limit: u64,
+    expect: i64,
+    gaps: bool,
+    want: usize,
+}
+
+/// One chunk of a segment: its bytes from file position `position`, and the whole batches in it.
+pub struct Chunk {
+    pub data: ReadBuf,
+    pub position: u64,
+    pub batches: Vec<BatchEntry>,
+}
+
+impl Chunk {
+    pub fn bytes_of(&self, e: &BatchEntry) -> &[u8] {
+        let at = (e.position - self.position) as usize;
+        &self.data[at..at + e.size as usize]
+    }
+}
+
+impl SegmentReader {
+    pub fn new(file: Rc<SegmentFile>, base: i64, limit: u64, gaps: bool) -> Self {
+        Self {
+            file,
+            position: 0,
+            limit,
+            expect: base,
+            gaps,
+            want: SCAN_READ_BYTES,
+        }
+    }
+
+    /// The next chunk, or `None` at the limit. Invalid data before the limit is an error.
+    pub async fn next(&mut self) -> std::io::Result<Option<Chunk>> {
+        if self.position >= self.limit {
+            return Ok(None);
+        }
+        let len = self.want.min((self.limit - self.position) as usize);
+        let data = self.file.read_at(self.position, len).await?;
+        if data.len() < len {
+            return Err(std::io::Error::other(format!(
+                "short read of {}: {} of {len} bytes at {}",
+                self.file.path().display(),
+                data.len(),
+                self.position
+            )));
+        }
+        let scan = scan_chunk_with(&data, self.position, self.expect, self.gaps);
+        let chunk_at = self.position;
+        match scan.end {
+            ScanEnd::NeedMore { position, needed } => {
+                if scan.batches.is_empty() && position + needed as u64 > self.limit {
+                    return Err(std::io::Error::other(format!(
+                        "batch at {position} of {} runs past the end of the log",
+                        self.file.path().display()
+                    )));
+                }
+                self.position = position;
+                self.want = needed.max(SCAN_READ_BYTES);
+            }
+            ScanEnd::Stop { position, reason } => {
+                if position < self.limit {
+                    return Err(std::io::Error::other(format!(
+                        "corrupt batch at {position} of {}: {reason}",
+                        self.file.path().display()
+                    )));
+                }
+                self.position = self.limit;
+            }
+        }
+        if let Some((last, _)) = scan.batches.last() {
+            self.expect = last.last_offset + 1;
+        }
+        Ok(Some(Chunk {
+            data,
+            position: chunk_at,
+            batches: scan.batches.into_iter().map(|(e, _)| e).collect(),
+        }))
+    }
+}
+
+/// Bytes buffered before a whole-block write while building a segment.
+const WRITE_CHUNK_BYTES: usize = 1 << 20;
+
+/// Writes a new segment file from batches in offset order (the cleaner's output), building its
+/// index on the way. Whole blocks are written as they fill; `finish` pads, trims and syncs.
+pub struct SegmentWriter {
+    seg: Segment,
+    pending: Vec<u8>,
+    /// File position of `pending[0]`, block-aligned.
+    written: u64,
+    interval: u64,
+}
+
+impl SegmentWriter {
+    pub async fn create(path: &Path, base: i64, interval: u64) -> std::io::Result<Self> {
+        let file = Rc::new(SegmentFile::open(path, true).await?);
+        file.truncate(0).await?;
+        Ok(Self {
+            seg: Segment::empty(base, file),
+            pending: Vec::with_capacity(WRITE_CHUNK_BYTES + (64 << 10)),
+            written: 0,
+            interval,
+        })
+    }
+
+    /// Appends one valid batch whose offsets follow those already written.
+    pub async fn push(&mut self, batch: &[u8], entry: &BatchEntry) -> std::io::Result<()> {
+        let e = BatchEntry {
+            position: self.seg.size,
+            size: batch.len() as u32,
+            ..*entry
+        };
+        self.seg.on_batch(&e, self.interval);
+        self.pending.extend_from_slice(batch);
+        if self.pending.len() >= WRITE_CHUNK_BYTES {
+            let file = &self.seg.file;
+            let whole = self.pending.len() / file.alignment() as usize * file.alignment() as usize;
+            file.write_image(file.block_image(&self.pending[..whole]), self.written)
+                .await?;
+            self.pending.drain(..whole);
+            self.written += whole as u64;
+        }
+        Ok(())
+    }
+
+    /// Writes the rest, trims the file to its logical size and syncs it.
+    pub async fn finish(self) -> std::io::Result<Segment> {
+        let file = &self.seg.file;
+        if !self.pending.is_empty() {
+            file.write_image(file.block_image(&self.pending), self.written)
+                .await?;
+        }
+        file.truncate(self.seg.size).await?;
+        file.fdatasync().await?;
+        Ok(self.seg)
+    }
 }

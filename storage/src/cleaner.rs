@@ -1,0 +1,113 @@
+//! Log compaction decisions (`cleanup.policy=compact`), as Kafka's log cleaner makes them: a map
+//! from each key to the offset of its latest record over the cleanable part of the log, then a
+//! rewrite that keeps a keyed record only if it is that latest one, and drops a latest record
+//! that is a tombstone once it is older than `delete.retention.ms`. Offsets never change.
+//! Pure: `partition` reads and writes the segments.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+/// Bytes one map entry costs, for sizing the map from `log.cleaner.dedupe.buffer.size`.
+pub const KEY_MAP_ENTRY_BYTES: u64 = 48;
+
+/// Key → offset of its latest record. Keys are held as 128-bit hashes (two independent 64-bit
+/// SipHashes), as Kafka holds MD5 digests: a collision would need ~2^64 keys.
+pub struct KeyMap {
+    latest: HashMap<u128, i64>,
+    max_entries: usize,
+}
+
+fn digest(key: &[u8]) -> u128 {
+    let mut a = DefaultHasher::new();
+    key.hash(&mut a);
+    let mut b = DefaultHasher::new();
+    0x7472_6962_7574_6172u64.hash(&mut b);
+    key.hash(&mut b);
+    (u128::from(a.finish()) << 64) | u128::from(b.finish())
+}
+
+impl KeyMap {
+    pub fn with_budget(bytes: u64) -> Self {
+        Self {
+            latest: HashMap::new(),
+            max_entries: (bytes / KEY_MAP_ENTRY_BYTES).max(1) as usize,
+        }
+    }
+
+    /// Records that `key` appears at `offset` (offsets arrive in increasing order). `false` when
+    /// the key is new and the map is full: the caller stops widening the cleanable range.
+    pub fn insert(&mut self, key: &[u8], offset: i64) -> bool {
+        let d = digest(key);
+        if self.latest.len() >= self.max_entries && !self.latest.contains_key(&d) {
+            return false;
+        }
+        let slot = self.latest.entry(d).or_insert(offset);
+        *slot = (*slot).max(offset);
+        true
+    }
+
+    pub fn latest(&self, key: &[u8]) -> Option<i64> {
+        self.latest.get(&digest(key)).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.latest.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.latest.is_empty()
+    }
+}
+
+/// Whether the cleaner keeps a record at `offset`. Records without a key are kept (Kafka refuses
+/// them on compacted topics; they are never removed here). A tombstone (null value) that is its
+/// key's latest record goes once its batch's timestamp is before `tombstone_horizon`.
+pub fn keep(
+    map: &KeyMap,
+    key: Option<&[u8]>,
+    is_tombstone: bool,
+    offset: i64,
+    batch_max_timestamp: i64,
+    tombstone_horizon: i64,
+) -> bool {
+    let Some(key) = key else {
+        return true;
+    };
+    match map.latest(key) {
+        Some(latest) if offset < latest => false,
+        Some(_) => !(is_tombstone && batch_max_timestamp < tombstone_horizon),
+        None => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latest_record_per_key_wins_and_old_tombstones_go() {
+        let mut m = KeyMap::with_budget(1 << 20);
+        for (k, o) in [("a", 0), ("b", 1), ("a", 2), ("c", 3), ("b", 4)] {
+            assert!(m.insert(k.as_bytes(), o));
+        }
+        assert_eq!(m.len(), 3);
+        assert!(!keep(&m, Some(b"a"), false, 0, 0, 0));
+        assert!(keep(&m, Some(b"a"), false, 2, 0, 0));
+        assert!(keep(&m, None, false, 7, 0, 0));
+        assert!(keep(&m, Some(b"zzz"), false, 9, 0, 0), "unknown keys stay");
+        // c's latest is a tombstone: kept until its timestamp passes the horizon.
+        assert!(keep(&m, Some(b"c"), true, 3, 1000, 1000));
+        assert!(!keep(&m, Some(b"c"), true, 3, 999, 1000));
+    }
+
+    #[test]
+    fn a_full_map_refuses_new_keys_but_updates_known_ones() {
+        let mut m = KeyMap::with_budget(2 * KEY_MAP_ENTRY_BYTES);
+        assert!(m.insert(b"a", 0));
+        assert!(m.insert(b"b", 1));
+        assert!(!m.insert(b"c", 2));
+        assert!(m.insert(b"a", 3));
+        assert_eq!(m.latest(b"a"), Some(3));
+        assert_eq!(m.latest(b"c"), None);
+    }
+}
