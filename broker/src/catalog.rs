@@ -140,7 +140,7 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
         name: "cleanup.policy",
         kind: ConfigKind::List,
         doc: "delete, compact or compact,delete.",
-        enforced: false,
+        enforced: true,
     },
     TopicKey {
         name: "compression.type",
@@ -212,7 +212,13 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
         name: "delete.retention.ms",
         kind: ConfigKind::Long,
         doc: "How long tombstones are kept in compacted topics.",
-        enforced: false,
+        enforced: true,
+    },
+    TopicKey {
+        name: "min.cleanable.dirty.ratio",
+        kind: ConfigKind::Double,
+        doc: "Share of a compacted partition's closed log that must be new before it is cleaned.",
+        enforced: true,
     },
 ];
 
@@ -231,7 +237,8 @@ pub fn topic_default(cfg: &BrokerConfig, key: &str) -> String {
         "index.interval.bytes" => cfg.log_index_interval_bytes.to_string(),
         "flush.messages" => cfg.log_flush_interval_messages.to_string(),
         "flush.ms" => cfg.log_flush_interval_ms.to_string(),
-        "delete.retention.ms" => "86400000".into(),
+        "delete.retention.ms" => cfg.log_cleaner_delete_retention_ms.to_string(),
+        "min.cleanable.dirty.ratio" => cfg.log_cleaner_min_cleanable_ratio.to_string(),
         _ => String::new(),
     }
 }
@@ -291,6 +298,9 @@ pub fn validate_topic_config(key: &str, value: Option<&str>) -> Result<(), Strin
         "min.insync.replicas" => num(1),
         "retention.ms" | "retention.bytes" => num(-1),
         "segment.ms" | "flush.messages" => num(1),
+        "min.cleanable.dirty.ratio" => crate::config::parse_ratio(key, value)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
         _ => num(0),
     }
 }

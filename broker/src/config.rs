@@ -21,6 +21,7 @@ pub enum ConfigKind {
     Bool,
     Int,
     Long,
+    Double,
     String,
     List,
 }
@@ -33,6 +34,7 @@ impl ConfigKind {
             ConfigKind::String => 2,
             ConfigKind::Int => 3,
             ConfigKind::Long => 5,
+            ConfigKind::Double => 6,
             ConfigKind::List => 7,
         }
     }
@@ -54,6 +56,11 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.retention.bytes", default: "-1", kind: ConfigKind::Long, doc: "Delete the oldest segments of a partition larger than this; -1: no size limit (topic override: retention.bytes)." },
     BrokerKey { name: "log.retention.check.interval.ms", default: "300000", kind: ConfigKind::Long, doc: "How often each shard looks for segments that retention allows deleting." },
     BrokerKey { name: "log.index.interval.bytes", default: "4096", kind: ConfigKind::Int, doc: "Bytes of log between sparse index entries: how far a fetch or timestamp lookup scans at most past an index entry (topic override: index.interval.bytes)." },
+    BrokerKey { name: "log.cleaner.enable", default: "true", kind: ConfigKind::Bool, doc: "Run the log cleaner, which compacts topics with cleanup.policy=compact (__consumer_offsets among them)." },
+    BrokerKey { name: "log.cleaner.backoff.ms", default: "15000", kind: ConfigKind::Long, doc: "How often each shard looks for compacted partitions with enough new data to clean." },
+    BrokerKey { name: "log.cleaner.min.cleanable.ratio", default: "0.5", kind: ConfigKind::Double, doc: "Clean a partition once this share of its closed log is new since its last cleaning (topic override: min.cleanable.dirty.ratio)." },
+    BrokerKey { name: "log.cleaner.delete.retention.ms", default: "86400000", kind: ConfigKind::Long, doc: "How long a tombstone stays in a compacted topic (topic override: delete.retention.ms)." },
+    BrokerKey { name: "log.cleaner.dedupe.buffer.size", default: "134217728", kind: ConfigKind::Long, doc: "Memory for the cleaner's key map per pass; a pass covers as many segments as it holds." },
     BrokerKey { name: "log.flush.interval.messages", default: "1", kind: ConfigKind::Long, doc: "fdatasync a partition once this many messages are unsynced (topic override: flush.messages). 1, the default, acknowledges nothing before it is synced; Kafka's default leaves flushing to the OS." },
     BrokerKey { name: "log.flush.interval.ms", default: "9223372036854775807", kind: ConfigKind::Long, doc: "fdatasync written data at most this long after it was written, when log.flush.interval.messages is above 1 (topic override: flush.ms)." },
     BrokerKey { name: "queued.max.requests", default: "500", kind: ConfigKind::Int, doc: "Depth of each shard's queue of requests forwarded from other shards." },
@@ -92,6 +99,11 @@ pub struct BrokerConfig {
     pub log_retention_check_interval_ms: u64,
     pub log_index_interval_bytes: u64,
     pub log_flush_interval_messages: i64,
+    pub log_cleaner_enable: bool,
+    pub log_cleaner_backoff_ms: u64,
+    pub log_cleaner_min_cleanable_ratio: f64,
+    pub log_cleaner_delete_retention_ms: i64,
+    pub log_cleaner_dedupe_buffer_size: u64,
     pub log_flush_interval_ms: i64,
     pub queued_max_requests: usize,
     pub shard_io_memory_bytes: usize,
@@ -142,6 +154,14 @@ fn parse_num<T: std::str::FromStr>(key: &str, v: &str, min: i64) -> Result<T> {
     }
     v.parse::<T>()
         .map_err(|_| anyhow!("config {key}: {v:?} is out of range"))
+}
+
+/// A ratio between 0 and 1.
+pub fn parse_ratio(key: &str, v: &str) -> Result<f64> {
+    match v.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => bail!("config {key}: {v:?} is not a ratio between 0 and 1"),
+    }
 }
 
 /// Parses `0,2-5` into CPU ids.
@@ -314,6 +334,26 @@ impl BrokerConfig {
                 "log.index.interval.bytes",
                 &get("log.index.interval.bytes"),
                 0,
+            )?,
+            log_cleaner_enable: parse_bool("log.cleaner.enable", &get("log.cleaner.enable"))?,
+            log_cleaner_backoff_ms: parse_num(
+                "log.cleaner.backoff.ms",
+                &get("log.cleaner.backoff.ms"),
+                1,
+            )?,
+            log_cleaner_min_cleanable_ratio: parse_ratio(
+                "log.cleaner.min.cleanable.ratio",
+                &get("log.cleaner.min.cleanable.ratio"),
+            )?,
+            log_cleaner_delete_retention_ms: parse_num(
+                "log.cleaner.delete.retention.ms",
+                &get("log.cleaner.delete.retention.ms"),
+                0,
+            )?,
+            log_cleaner_dedupe_buffer_size: parse_num(
+                "log.cleaner.dedupe.buffer.size",
+                &get("log.cleaner.dedupe.buffer.size"),
+                1 << 20,
             )?,
             log_flush_interval_messages: parse_num(
                 "log.flush.interval.messages",

@@ -266,6 +266,10 @@ async fn run_shard(
     let accept = glommio::spawn_local(accept_loop(shard.clone(), listener)).detach();
     let ticker = glommio::spawn_local(group_ticker(shard.clone())).detach();
     let retention = glommio::spawn_local(retention_ticker(shard.clone())).detach();
+    let cleaner = shard
+        .config
+        .log_cleaner_enable
+        .then(|| glommio::spawn_local(cleaner_ticker(shard.clone())).detach());
     while let Ok(req) = rx.recv().await {
         if let ShardRequest::Stop { reply } = req {
             shard.close_partitions().await;
@@ -277,6 +281,9 @@ async fn run_shard(
     accept.cancel();
     ticker.cancel();
     retention.cancel();
+    if let Some(c) = cleaner {
+        c.cancel();
+    }
 }
 
 /// How often group timers (session expiry, rebalance deadlines) are checked.
@@ -312,6 +319,18 @@ async fn retention_ticker(shard: Rc<Shard>) {
             return;
         }
         shard.enforce_retention().await;
+    }
+}
+
+async fn cleaner_ticker(shard: Rc<Shard>) {
+    let every = Duration::from_millis(shard.config.log_cleaner_backoff_ms);
+    while !shard.draining.get() {
+        let drained = shard.drain_event.listen();
+        futures_lite::future::or(glommio::timer::sleep(every), drained).await;
+        if shard.draining.get() {
+            return;
+        }
+        shard.clean_partitions().await;
     }
 }
 

@@ -168,10 +168,12 @@ impl Shard {
         let Some(t) = catalog.topics.get(topic) else {
             return LogConfig::DEFAULT;
         };
-        let deletes = t
-            .configs
-            .get("cleanup.policy")
-            .is_none_or(|p| p.split(',').any(|p| p.trim() == "delete"));
+        let policy = |name: &str| {
+            t.configs
+                .get("cleanup.policy")
+                .map_or(name == "delete", |p| p.split(',').any(|p| p.trim() == name))
+        };
+        let deletes = policy("delete");
         let retention = |key: &str, default: i64| {
             if deletes {
                 t.config_or(key, default)
@@ -187,6 +189,14 @@ impl Shard {
             flush_messages: t.config_or("flush.messages", c.log_flush_interval_messages),
             flush_ms: t.config_or("flush.ms", c.log_flush_interval_ms),
             index_interval_bytes: t.config_or("index.interval.bytes", c.log_index_interval_bytes),
+            compact: policy("compact"),
+            delete_retention_ms: t
+                .config_or("delete.retention.ms", c.log_cleaner_delete_retention_ms),
+            min_cleanable_dirty_ratio: t.config_or(
+                "min.cleanable.dirty.ratio",
+                c.log_cleaner_min_cleanable_ratio,
+            ),
+            cleaner_buffer_bytes: c.log_cleaner_dedupe_buffer_size,
         }
     }
 
@@ -558,15 +568,33 @@ impl Shard {
             .iter()
             .map(|(k, p)| (k.clone(), p.clone()))
             .collect();
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now_ms = now_ms();
         for ((topic, p), part) in parts {
             if part.is_offline() {
                 continue;
             }
             if let Err(e) = part.enforce_retention(now_ms).await {
                 warn!(%topic, partition = p, error = %e, "retention failed");
+            }
+        }
+    }
+
+    /// Runs a cleaning pass on each owned compacted partition with enough new data
+    /// (`log.cleaner.backoff.ms`).
+    pub async fn clean_partitions(&self) {
+        let parts: Vec<((String, i32), Rc<Partition>)> = self
+            .partitions
+            .borrow()
+            .iter()
+            .filter(|(_, p)| p.needs_cleaning())
+            .map(|(k, p)| (k.clone(), p.clone()))
+            .collect();
+        for ((topic, p), part) in parts {
+            if self.draining.get() {
+                return;
+            }
+            if let Err(e) = part.clean(now_ms()).await {
+                warn!(%topic, partition = p, error = %e, "cleaning failed");
             }
         }
     }
@@ -590,6 +618,12 @@ impl Shard {
         self.inflight.set(self.inflight.get() - 1);
         self.inflight_event.notify(usize::MAX);
     }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn group_config(c: &BrokerConfig) -> GroupConfig {

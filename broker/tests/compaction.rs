@@ -1,0 +1,181 @@
+//! Log compaction over the wire: a compacted topic keeps the latest value per key at its offset,
+//! and `__consumer_offsets` is compacted without losing a committed offset across a restart.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::start_broker;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
+const PROPS: &[(&str, &str)] = &[
+    ("log.cleaner.backoff.ms", "200"),
+    ("offsets.topic.num.partitions", "1"),
+    ("offsets.topic.segment.bytes", "1024"),
+];
+
+fn log_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum()
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Every message from the beginning of partition 0: (offset, key, value).
+fn read_all(addr: SocketAddr, topic: &str) -> Vec<(i64, String, String)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .set("group.id", "reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => out.push((
+                m.offset(),
+                String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+            )),
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => break,
+            Some(Err(e)) => panic!("fetch failed: {e}"),
+            None => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn a_compacted_topic_keeps_the_latest_value_per_key_at_its_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, PROPS);
+    let addr = broker.addr;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .create()
+        .unwrap();
+    let topic = NewTopic::new("table", 1, TopicReplication::Fixed(1))
+        .set("cleanup.policy", "compact")
+        .set("segment.bytes", "2048");
+    let res =
+        futures::executor::block_on(admin.create_topics([&topic], &AdminOptions::new())).unwrap();
+    assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
+
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .set("acks", "all")
+        .set("batch.num.messages", "1")
+        .set("max.in.flight", "1")
+        .create()
+        .unwrap();
+    // Message i goes to key i % 10 with value i, one per batch, in order: offset i holds i.
+    for i in 0..300 {
+        let (k, v) = (format!("key-{}", i % 10), i.to_string());
+        producer
+            .send(BaseRecord::to("table").key(&k).payload(&v))
+            .unwrap();
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let mut got = Vec::new();
+    wait_until("the cleaner to compact the log", || {
+        got = read_all(addr, "table");
+        got.len() < 100
+    });
+    let mut last = HashMap::new();
+    for (offset, key, value) in &got {
+        assert_eq!(offset.to_string(), *value, "offsets are preserved");
+        assert_eq!(format!("key-{}", offset % 10), *key);
+        if let Some(prev) = last.insert(key.clone(), *offset) {
+            assert!(prev < *offset);
+        }
+    }
+    for k in 0..10 {
+        assert_eq!(
+            last[&format!("key-{k}")],
+            290 + k,
+            "latest value of key-{k}"
+        );
+    }
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn consumer_offsets_are_compacted_and_the_last_commit_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, PROPS);
+    let addr = broker.addr;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .create()
+        .unwrap();
+    let topic = NewTopic::new("orders", 2, TopicReplication::Fixed(1));
+    let res =
+        futures::executor::block_on(admin.create_topics([&topic], &AdminOptions::new())).unwrap();
+    assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .set("group.id", "committer")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    for i in 1..=400i64 {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("orders", (i % 2) as i32, Offset::Offset(i))
+            .unwrap();
+        consumer.commit(&tpl, CommitMode::Sync).expect("commit");
+    }
+    let offsets_dir = dir.path().join("__consumer_offsets-0");
+    wait_until("__consumer_offsets to be compacted", || {
+        log_bytes(&offsets_dir) < 20_000
+    });
+    drop(consumer);
+    broker.shutdown().unwrap();
+
+    let broker = start_broker(dir.path(), 2, PROPS);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.addr.to_string())
+        .set("group.id", "committer")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition("orders", 0);
+    tpl.add_partition("orders", 1);
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("OffsetFetch");
+    assert_eq!(
+        committed.find_partition("orders", 0).unwrap().offset(),
+        Offset::Offset(400)
+    );
+    assert_eq!(
+        committed.find_partition("orders", 1).unwrap().offset(),
+        Offset::Offset(399)
+    );
+    broker.shutdown().unwrap();
+}
