@@ -265,11 +265,20 @@ async fn run_shard(
     let _ = ready.send(Ok(()));
     let accept = glommio::spawn_local(accept_loop(shard.clone(), listener)).detach();
     let ticker = glommio::spawn_local(group_ticker(shard.clone())).detach();
-    let retention = glommio::spawn_local(retention_ticker(shard.clone())).detach();
-    let cleaner = shard
-        .config
-        .log_cleaner_enable
-        .then(|| glommio::spawn_local(cleaner_ticker(shard.clone())).detach());
+    let retention = glommio::spawn_local(every(
+        shard.clone(),
+        config.log_retention_check_interval_ms,
+        |s| async move { s.enforce_retention().await },
+    ))
+    .detach();
+    let cleaner = config.log_cleaner_enable.then(|| {
+        glommio::spawn_local(every(
+            shard.clone(),
+            config.log_cleaner_backoff_ms,
+            |s| async move { s.clean_partitions().await },
+        ))
+        .detach()
+    });
     while let Ok(req) = rx.recv().await {
         if let ShardRequest::Stop { reply } = req {
             shard.close_partitions().await;
@@ -310,27 +319,21 @@ async fn group_ticker(shard: Rc<Shard>) {
     }
 }
 
-async fn retention_ticker(shard: Rc<Shard>) {
-    let every = Duration::from_millis(shard.config.log_retention_check_interval_ms);
+/// Runs `work` on the shard every `period_ms` until it drains: the retention check and the log
+/// cleaner.
+async fn every<F, Fut>(shard: Rc<Shard>, period_ms: u64, work: F)
+where
+    F: Fn(Rc<Shard>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let period = Duration::from_millis(period_ms);
     while !shard.draining.get() {
         let drained = shard.drain_event.listen();
-        futures_lite::future::or(glommio::timer::sleep(every), drained).await;
+        futures_lite::future::or(glommio::timer::sleep(period), drained).await;
         if shard.draining.get() {
             return;
         }
-        shard.enforce_retention().await;
-    }
-}
-
-async fn cleaner_ticker(shard: Rc<Shard>) {
-    let every = Duration::from_millis(shard.config.log_cleaner_backoff_ms);
-    while !shard.draining.get() {
-        let drained = shard.drain_event.listen();
-        futures_lite::future::or(glommio::timer::sleep(every), drained).await;
-        if shard.draining.get() {
-            return;
-        }
-        shard.clean_partitions().await;
+        work(shard.clone()).await;
     }
 }
 

@@ -8,9 +8,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::start_broker;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use common::{rd_create_topics, start_broker, wait_until};
+use rdkafka::admin::{NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
@@ -30,14 +29,6 @@ fn log_bytes(dir: &Path) -> u64 {
         .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
         .map(|e| e.metadata().unwrap().len())
         .sum()
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Every message from the beginning of partition 0: (offset, key, value).
@@ -75,16 +66,12 @@ fn a_compacted_topic_keeps_the_latest_value_per_key_at_its_offset() {
     let dir = tempfile::tempdir().unwrap();
     let broker = start_broker(dir.path(), 2, PROPS);
     let addr = broker.addr;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", addr.to_string())
-        .create()
-        .unwrap();
-    let topic = NewTopic::new("table", 1, TopicReplication::Fixed(1))
-        .set("cleanup.policy", "compact")
-        .set("segment.bytes", "2048");
-    let res =
-        futures::executor::block_on(admin.create_topics([&topic], &AdminOptions::new())).unwrap();
-    assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
+    rd_create_topics(
+        addr,
+        &[NewTopic::new("table", 1, TopicReplication::Fixed(1))
+            .set("cleanup.policy", "compact")
+            .set("segment.bytes", "2048")],
+    );
 
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", addr.to_string())
@@ -130,14 +117,10 @@ fn consumer_offsets_are_compacted_and_the_last_commit_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let broker = start_broker(dir.path(), 2, PROPS);
     let addr = broker.addr;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", addr.to_string())
-        .create()
-        .unwrap();
-    let topic = NewTopic::new("orders", 2, TopicReplication::Fixed(1));
-    let res =
-        futures::executor::block_on(admin.create_topics([&topic], &AdminOptions::new())).unwrap();
-    assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
+    rd_create_topics(
+        addr,
+        &[NewTopic::new("orders", 2, TopicReplication::Fixed(1))],
+    );
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", addr.to_string())
         .set("group.id", "committer")

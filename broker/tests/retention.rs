@@ -4,9 +4,9 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{rd_consume, start_broker, RawConn};
+use common::{rd_consume, rd_create_topics, start_broker, wait_until, RawConn};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -32,9 +32,7 @@ fn create(addr: SocketAddr, topic: &str, configs: &[(&str, &str)]) {
     for (k, v) in configs {
         t = t.set(k, v);
     }
-    let res = futures::executor::block_on(admin(addr).create_topics([&t], &AdminOptions::new()))
-        .expect("CreateTopics");
-    assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
+    rd_create_topics(addr, &[t]);
 }
 
 /// Produces `n` messages of ~200 bytes stamped `timestamp_ms`, one batch per message, acks=all.
@@ -91,14 +89,6 @@ fn fetch_error(addr: SocketAddr, topic: &str, offset: i64) -> i16 {
                 .with_partition_max_bytes(1 << 20)])]);
     let resp: FetchResponse = RawConn::connect(addr).request(ApiKey::Fetch, 11, &req);
     resp.responses[0].partitions[0].error_code
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]

@@ -37,7 +37,7 @@ use crate::producer_state::{ProducerBatch, ProducerStateTable, SequenceCheck, Se
 use crate::scan::{first_record_at, scan_chunk_with, BatchEntry, ScanEnd};
 use crate::segment::{
     list_segments, read_index, recover_segment, remove_index, segment_path, write_index, Segment,
-    SegmentReader, SegmentWriter, SCAN_READ_BYTES,
+    SegmentReader, SegmentWriter,
 };
 
 /// Written after a clean close, once every segment has an up-to-date index file; its presence
@@ -958,42 +958,34 @@ impl Partition {
         plan: &ReadPlan,
         hit: impl Fn(&BatchEntry) -> bool,
     ) -> Result<Option<BatchEntry>, PartitionError> {
-        let (mut position, mut expect) = (plan.position, plan.expect);
         let gaps = self.config.get().compact;
-        let mut want = SCAN_READ_BYTES as u64;
-        while position < plan.limit {
-            let len = want.min(plan.limit - position);
-            let data = self.read_exact(&plan.file, position, len as usize).await?;
-            let scan = scan_chunk_with(&data, position, expect, gaps);
-            if let Some((e, _)) = scan.batches.iter().find(|(e, _)| hit(e)) {
+        let mut reader = SegmentReader::starting_at(
+            plan.file.clone(),
+            plan.position,
+            plan.expect,
+            plan.limit,
+            gaps,
+        );
+        while let Some(chunk) = reader.next().await.map_err(|e| self.read_error(e))? {
+            if let Some(e) = chunk.batches.iter().find(|e| hit(e)) {
                 return Ok(Some(*e));
-            }
-            match scan.end {
-                ScanEnd::NeedMore {
-                    position: at,
-                    needed,
-                } if at + (needed as u64) <= plan.limit => {
-                    expect = scan
-                        .batches
-                        .last()
-                        .map_or(expect, |(e, _)| e.last_offset + 1);
-                    position = at;
-                    want = (needed as u64).max(SCAN_READ_BYTES as u64);
-                }
-                ScanEnd::NeedMore { .. } => return Ok(None),
-                ScanEnd::Stop {
-                    position: at,
-                    reason,
-                } => {
-                    return Err(PartitionError::Corrupt {
-                        dir: self.dir.display().to_string(),
-                        position: at,
-                        detail: reason,
-                    })
-                }
             }
         }
         Ok(None)
+    }
+
+    /// A read error: corruption is reported as such; an I/O failure takes the partition offline.
+    fn read_error(&self, e: std::io::Error) -> PartitionError {
+        if e.kind() == std::io::ErrorKind::InvalidData {
+            warn!(dir = %self.dir.display(), error = %e, "corrupt batch found on read");
+            PartitionError::Corrupt {
+                dir: self.dir.display().to_string(),
+                position: 0,
+                detail: e.to_string(),
+            }
+        } else {
+            self.go_offline(e)
+        }
     }
 
     /// Deletes the segments `retention.ms` and `retention.bytes` allow, oldest first, and those

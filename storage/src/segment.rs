@@ -271,17 +271,29 @@ impl Chunk {
 
 impl SegmentReader {
     pub fn new(file: Rc<SegmentFile>, base: i64, limit: u64, gaps: bool) -> Self {
+        Self::starting_at(file, 0, base, limit, gaps)
+    }
+
+    /// Reads from `position`, where a batch starting at offset `expect` lies.
+    pub fn starting_at(
+        file: Rc<SegmentFile>,
+        position: u64,
+        expect: i64,
+        limit: u64,
+        gaps: bool,
+    ) -> Self {
         Self {
             file,
-            position: 0,
+            position,
             limit,
-            expect: base,
+            expect,
             gaps,
             want: SCAN_READ_BYTES,
         }
     }
 
-    /// The next chunk, or `None` at the limit. Invalid data before the limit is an error.
+    /// The next chunk, or `None` at the limit. Invalid data before the limit is an
+    /// `InvalidData` error; a failed or short read is any other error.
     pub async fn next(&mut self) -> std::io::Result<Option<Chunk>> {
         if self.position >= self.limit {
             return Ok(None);
@@ -301,20 +313,26 @@ impl SegmentReader {
         match scan.end {
             ScanEnd::NeedMore { position, needed } => {
                 if scan.batches.is_empty() && position + needed as u64 > self.limit {
-                    return Err(std::io::Error::other(format!(
-                        "batch at {position} of {} runs past the end of the log",
-                        self.file.path().display()
-                    )));
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "batch at {position} of {} runs past the end of the log",
+                            self.file.path().display()
+                        ),
+                    ));
                 }
                 self.position = position;
                 self.want = needed.max(SCAN_READ_BYTES);
             }
             ScanEnd::Stop { position, reason } => {
                 if position < self.limit {
-                    return Err(std::io::Error::other(format!(
-                        "corrupt batch at {position} of {}: {reason}",
-                        self.file.path().display()
-                    )));
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "corrupt batch at {position} of {}: {reason}",
+                            self.file.path().display()
+                        ),
+                    ));
                 }
                 self.position = self.limit;
             }

@@ -14,6 +14,31 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tributary_broker::config::{BrokerConfig, ConfigInput};
 use tributary_broker::server::{self, BrokerHandle};
 
+/// Polls `done` every 100 ms for up to 30 s; fails the test naming `what` if it never holds.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Creates topics with librdkafka's admin client and checks that each was created.
+pub fn rd_create_topics(addr: SocketAddr, topics: &[rdkafka::admin::NewTopic<'_>]) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .create()
+        .expect("admin client");
+    let res = futures::executor::block_on(admin.create_topics(topics, &AdminOptions::new()))
+        .expect("CreateTopics");
+    assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
+}
+
 pub fn start_broker(dir: &Path, cores: usize, props: &[(&str, &str)]) -> BrokerHandle {
     let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     let config = BrokerConfig::build(ConfigInput {
