@@ -56,6 +56,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.retention.bytes", default: "-1", kind: ConfigKind::Long, doc: "Delete the oldest segments of a partition larger than this; -1: no size limit (topic override: retention.bytes)." },
     BrokerKey { name: "log.retention.check.interval.ms", default: "300000", kind: ConfigKind::Long, doc: "How often each shard looks for segments that retention allows deleting." },
     BrokerKey { name: "log.index.interval.bytes", default: "4096", kind: ConfigKind::Int, doc: "Bytes of log between sparse index entries: how far a fetch or timestamp lookup scans at most past an index entry (topic override: index.interval.bytes)." },
+    BrokerKey { name: "log.write.ahead.bytes", default: "262144", kind: ConfigKind::Long, doc: "Unwritten bytes at which a partition writes its full blocks ahead of the next commit, overlapping disk writes with appends." },
     BrokerKey { name: "log.cleaner.enable", default: "true", kind: ConfigKind::Bool, doc: "Run the log cleaner, which compacts topics with cleanup.policy=compact (__consumer_offsets among them)." },
     BrokerKey { name: "log.cleaner.backoff.ms", default: "15000", kind: ConfigKind::Long, doc: "How often each shard looks for compacted partitions with enough new data to clean." },
     BrokerKey { name: "log.cleaner.min.cleanable.ratio", default: "0.5", kind: ConfigKind::Double, doc: "Clean a partition once this share of its closed log is new since its last cleaning (topic override: min.cleanable.dirty.ratio)." },
@@ -99,6 +100,7 @@ pub struct BrokerConfig {
     pub log_retention_check_interval_ms: u64,
     pub log_index_interval_bytes: u64,
     pub log_flush_interval_messages: i64,
+    pub log_write_ahead_bytes: u64,
     pub log_cleaner_enable: bool,
     pub log_cleaner_backoff_ms: u64,
     pub log_cleaner_min_cleanable_ratio: f64,
@@ -334,6 +336,11 @@ impl BrokerConfig {
                 "log.index.interval.bytes",
                 &get("log.index.interval.bytes"),
                 0,
+            )?,
+            log_write_ahead_bytes: parse_num(
+                "log.write.ahead.bytes",
+                &get("log.write.ahead.bytes"),
+                4096,
             )?,
             log_cleaner_enable: parse_bool("log.cleaner.enable", &get("log.cleaner.enable"))?,
             log_cleaner_backoff_ms: parse_num(

@@ -197,6 +197,7 @@ impl Shard {
                 c.log_cleaner_min_cleanable_ratio,
             ),
             cleaner_buffer_bytes: c.log_cleaner_dedupe_buffer_size,
+            write_ahead_bytes: c.log_write_ahead_bytes,
         }
     }
 

@@ -75,6 +75,9 @@ pub struct LogConfig {
     pub min_cleanable_dirty_ratio: f64,
     /// Memory for the cleaner's key → latest offset map (`log.cleaner.dedupe.buffer.size`).
     pub cleaner_buffer_bytes: u64,
+    /// Unwritten bytes at which the tail's full blocks are written ahead of a commit
+    /// (`log.write.ahead.bytes`).
+    pub write_ahead_bytes: u64,
 }
 
 impl LogConfig {
@@ -90,6 +93,7 @@ impl LogConfig {
         delete_retention_ms: 24 * 3600 * 1000,
         min_cleanable_dirty_ratio: 0.5,
         cleaner_buffer_bytes: 128 << 20,
+        write_ahead_bytes: 256 << 10,
     };
 
     /// Whether every commit waits for its data to be `fdatasync`ed.
@@ -215,6 +219,8 @@ pub struct Partition {
     advanced: Event,
     /// A timed `fdatasync` (`flush.ms`) is pending.
     sync_timer_armed: Cell<bool>,
+    /// A write-ahead of full blocks is spawned and has not started.
+    write_ahead: Cell<bool>,
     opened: OpenStats,
 }
 
@@ -264,7 +270,7 @@ impl Partition {
                 .map_err(|e| storage_err(&dir, e))?;
             let size = file.file_size().await.map_err(|e| storage_err(&dir, e))?;
             let index = if i < last || clean {
-                read_index(&dir, base, size, i == last)
+                read_index(&dir, base, size)
             } else {
                 None
             };
@@ -350,9 +356,10 @@ impl Partition {
         // the marker that vouched for it, before anything is appended.
         let active_base = segments.last().expect("at least one segment").base_offset;
         remove_index(&dir, active_base).map_err(|e| storage_err(&dir, e))?;
+        // Not synced: should the removals be lost, the index's exact size check still refuses it
+        // once anything has been appended (see `read_index`).
         if clean {
             std::fs::remove_file(&clean_marker).map_err(|e| storage_err(&dir, e))?;
-            sync_dir(&dir).map_err(|e| storage_err(&dir, e))?;
         }
         // The checkpointed log start may be past the first segments: they were due for deletion
         // when the broker stopped. It never passes the end of what recovery found.
@@ -419,6 +426,7 @@ impl Partition {
             flushed: Event::new(),
             advanced: Event::new(),
             sync_timer_armed: Cell::new(false),
+            write_ahead: Cell::new(false),
             opened,
         }))
     }
@@ -480,7 +488,7 @@ impl Partition {
 
     /// Appends one validated batch, assigning its offsets. The batch is not durable until
     /// [`Partition::sync_to`] returns for its last offset + 1.
-    pub async fn append(&self, batch: &[u8]) -> Result<AppendOutcome, PartitionError> {
+    pub async fn append(self: &Rc<Self>, batch: &[u8]) -> Result<AppendOutcome, PartitionError> {
         let _guard = self
             .append_lock
             .acquire_permit(1)
@@ -539,12 +547,29 @@ impl Partition {
                 },
             );
         }
-        Ok(AppendOutcome {
+        let outcome = AppendOutcome {
             base_offset,
             last_offset,
             duplicate: false,
             log_start_offset: st.log_start_offset,
-        })
+        };
+        let unwritten = st.active_tail.end() - st.active_tail.written_end;
+        drop(guard);
+        if unwritten >= self.config.get().write_ahead_bytes && !self.write_ahead.replace(true) {
+            // Full blocks go to disk as they fill, overlapping the appends still coming; the
+            // next commit then writes only the rest before its fdatasync.
+            let part = self.clone();
+            glommio::spawn_local(async move {
+                part.write_ahead.set(false);
+                if !part.flushing.get() {
+                    if let Err(e) = part.flush(false).await {
+                        warn!(dir = %part.dir.display(), error = %e, "write-ahead failed");
+                    }
+                }
+            })
+            .detach();
+        }
+        Ok(outcome)
     }
 
     fn check_sequence(
@@ -601,14 +626,10 @@ impl Partition {
             .last()
             .expect("active segment")
             .index_file(Some(&st.producers));
-        // A sealed tail is flushed (written if need be, and synced) before any later offset can
-        // count as durable; its index file is written after that.
-        if st.durable_offset < base {
-            old.sealed_index = Some(index);
-            st.sealed_tails.push(old);
-        } else if let Err(e) = write_index(&self.dir, old.segment_base, &index, false) {
-            warn!(dir = %self.dir.display(), error = %e, "writing a segment index failed; it will be rebuilt on open");
-        }
+        // A sealed tail is flushed by the next flush (written if need be, trimmed and synced)
+        // before any later offset can count as durable; its index file is written after that.
+        old.sealed_index = Some(index);
+        st.sealed_tails.push(old);
         st.segments.push(Segment::empty(base, file));
         info!(dir = %self.dir.display(), base_offset = base, "rolled to a new segment");
         Ok(())
@@ -662,7 +683,9 @@ impl Partition {
                 } else {
                     st.high_watermark
                 };
-                if reached >= offset {
+                // A durable flush also finishes closed segments still waiting to be trimmed.
+                let sealed_done = !durable || st.sealed_tails.is_empty();
+                if reached >= offset && sealed_done {
                     return Ok(());
                 }
             }
@@ -717,10 +740,11 @@ impl Partition {
                     .await
                     .map_err(|e| storage_err(&self.dir, e))?;
             }
-            file.fdatasync()
+            // Trimmed before the sync, so the index written next matches the synced size.
+            file.truncate(tail.end())
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
-            file.truncate(tail.end())
+            file.fdatasync()
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
             if let Some(index) = &tail.sealed_index {
@@ -745,7 +769,9 @@ impl Partition {
         if sync {
             st.durable_offset = st.durable_offset.max(target);
         }
-        if target > st.high_watermark {
+        // With flush.messages=1 only a synced flush makes data visible; a write-ahead does not.
+        let visible = sync || !self.config.get().sync_every_commit();
+        if visible && target > st.high_watermark {
             st.high_watermark = target;
             st.visible_end = (active_base, active_start + active_len as u64);
         }
@@ -1255,7 +1281,7 @@ impl Partition {
         cleaned: &mut Segment,
     ) -> Result<(), PartitionError> {
         let io = |e: std::io::Error| storage_err(&self.dir, e);
-        let producers = read_index(&self.dir, base, old_size, false).and_then(|f| f.producers);
+        let producers = read_index(&self.dir, base, old_size).and_then(|f| f.producers);
         remove_index(&self.dir, base).map_err(io)?;
         std::fs::rename(tmp, segment_path(&self.dir, base)).map_err(io)?;
         sync_dir(&self.dir).map_err(io)?;

@@ -141,21 +141,17 @@ pub fn write_index(dir: &Path, base: i64, f: &IndexFile, durable: bool) -> std::
     std::fs::rename(&tmp, index_path(dir, base))
 }
 
-/// The index file of a segment whose file is `file_size` bytes, if it is intact and agrees with
-/// the file; `exact` demands the logical size be the whole file (the active segment after a
-/// clean shutdown, which trims its padding).
-pub fn read_index(dir: &Path, base: i64, file_size: u64, exact: bool) -> Option<IndexFile> {
+/// The index file of a segment whose file is `file_size` bytes, if it is intact and describes
+/// exactly that many bytes. An index is written only after its segment was trimmed to its
+/// logical size, and a segment's file only grows while it is written to, so an index that was
+/// true once and has gone stale (appends after a clean start, a roll whose index never made it
+/// to disk) always disagrees on the size, and the segment is scanned instead.
+pub fn read_index(dir: &Path, base: i64, file_size: u64) -> Option<IndexFile> {
     let path = index_path(dir, base);
     let bytes = std::fs::read(&path).ok()?;
     let f = IndexFile::decode(&bytes);
     let fits = |f: &IndexFile| {
-        f.next_offset >= base
-            && (f.size == 0 || f.next_offset > base)
-            && if exact {
-                f.size == file_size
-            } else {
-                f.size <= file_size
-            }
+        f.next_offset >= base && (f.size == 0 || f.next_offset > base) && f.size == file_size
     };
     match f {
         Some(f) if fits(&f) => Some(f),

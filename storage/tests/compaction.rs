@@ -4,6 +4,7 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 
 use common::{on_executor, sorted_segments};
 use tributary_protocol::record_batch::{build_batch, records, validate_all};
@@ -44,7 +45,11 @@ async fn contents(p: &Partition) -> BTreeMap<i64, (Option<String>, Option<String
 
 /// Writes `n` batches of 3 records over 10 keys; record j of batch i has value `i-j`. Returns
 /// what was written at each offset.
-async fn fill(p: &Partition, n: usize, ts: i64) -> BTreeMap<i64, (Option<String>, Option<String>)> {
+async fn fill(
+    p: &Rc<Partition>,
+    n: usize,
+    ts: i64,
+) -> BTreeMap<i64, (Option<String>, Option<String>)> {
     let mut written = BTreeMap::new();
     for i in 0..n {
         let keys: Vec<String> = (0..3).map(|j| format!("k{}", (i * 3 + j) % 10)).collect();

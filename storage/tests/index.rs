@@ -2,6 +2,8 @@
 
 mod common;
 
+use std::rc::Rc;
+
 use common::{on_executor, sorted_segments};
 use tributary_protocol::record_batch::{build_batch, validate_all};
 use tributary_storage::{LogConfig, Partition};
@@ -28,7 +30,7 @@ const CONFIG: LogConfig = LogConfig {
 };
 
 /// Appends `n` batches; returns (base offset, last offset, timestamp) per batch.
-async fn fill(p: &Partition, n: usize) -> Vec<(i64, i64, i64)> {
+async fn fill(p: &Rc<Partition>, n: usize) -> Vec<(i64, i64, i64)> {
     let mut out = Vec::new();
     for i in 0..n {
         let (b, ts) = batch(i, None);
@@ -201,5 +203,41 @@ fn producer_state_comes_back_from_the_snapshot_in_an_index_file() {
         assert!(!p.append(&b).await.unwrap().duplicate);
         let (b, _) = batch(6, Some((7, 0, seq + 50)));
         assert!(p.append(&b).await.is_err(), "a gap is still refused");
+    });
+}
+
+#[test]
+fn a_stale_index_file_is_refused_by_its_size() {
+    on_executor(move |path| async move {
+        let pdir = path.join("t-0");
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        let mut batches = fill(&p, 20).await;
+        p.close().await.unwrap();
+        drop(p);
+        // The clean shutdown's index of the active segment, kept aside.
+        let active = sorted_segments(&pdir)
+            .pop()
+            .unwrap()
+            .with_extension("index");
+        let stale = std::fs::read(&active).unwrap();
+        // Reopen, append until that segment is closed, sync; then put the stale index back, as
+        // if the removal at open and the index written at the roll had both been lost.
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        let before = sorted_segments(&pdir).len();
+        while sorted_segments(&pdir).len() == before {
+            let (b, ts) = batch(batches.len(), None);
+            let o = p.append(&b).await.unwrap();
+            batches.push((o.base_offset, o.last_offset, ts));
+        }
+        p.sync_to(batches.last().unwrap().1 + 1).await.unwrap();
+        drop(p);
+        std::fs::write(&active, &stale).unwrap();
+        std::fs::write(pdir.join("clean-shutdown"), b"").unwrap();
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        assert!(
+            p.open_stats().scanned >= 1,
+            "the stale index is not trusted"
+        );
+        check_reads(&p, &batches).await;
     });
 }

@@ -159,3 +159,37 @@ fn a_primed_executor_reads_files_created_empty() {
         assert_eq!(offsets_in(&p, 0).await, vec![0]);
     });
 }
+
+#[test]
+fn full_blocks_are_written_ahead_but_nothing_is_visible_before_the_sync() {
+    on_executor(move |path| async move {
+        let pdir = path.join("wa-0");
+        let config = LogConfig {
+            segment_bytes: 1 << 30,
+            write_ahead_bytes: 8192,
+            ..LogConfig::DEFAULT
+        };
+        let p = Partition::open(pdir.clone(), config).await.unwrap();
+        let big = "w".repeat(3000);
+        let mut last = 0;
+        for _ in 0..20 {
+            let b = build_batch(&[(None, Some(big.as_bytes()))], 1, None);
+            last = p.append(&b).await.unwrap().last_offset;
+            glommio::yield_if_needed().await;
+        }
+        // Let the write-ahead run: the file grows, the high watermark does not move.
+        glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
+        let on_disk = std::fs::metadata(sorted_segments(&pdir).pop().unwrap())
+            .unwrap()
+            .len();
+        assert!(on_disk >= 8192, "{on_disk} bytes written ahead");
+        assert_eq!(p.high_watermark(), 0);
+        assert_eq!(p.durable_offset(), 0);
+        p.sync_to(last + 1).await.unwrap();
+        assert_eq!(p.high_watermark(), 20);
+        assert_eq!(offsets_in(&p, 0).await, (0..20).collect::<Vec<i64>>());
+        drop(p);
+        let p = Partition::open(pdir, config).await.unwrap();
+        assert_eq!(offsets_in(&p, 0).await.len(), 20);
+    });
+}
