@@ -85,7 +85,7 @@ fn batch_of(size: usize) -> Vec<u8> {
 }
 
 /// Appends `n` copies of `batch`, syncing every `sync_every` of them and at the end.
-async fn append(p: &Partition, batch: &[u8], n: u64, sync_every: u64) {
+async fn append(p: &Rc<Partition>, batch: &[u8], n: u64, sync_every: u64) {
     for i in 1..=n {
         let out = p.append(batch).await.unwrap();
         if i % sync_every == 0 || i == n {
