@@ -57,6 +57,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.retention.check.interval.ms", default: "300000", kind: ConfigKind::Long, doc: "How often each shard looks for segments that retention allows deleting." },
     BrokerKey { name: "log.index.interval.bytes", default: "4096", kind: ConfigKind::Int, doc: "Bytes of log between sparse index entries: how far a fetch or timestamp lookup scans at most past an index entry (topic override: index.interval.bytes)." },
     BrokerKey { name: "log.write.ahead.bytes", default: "262144", kind: ConfigKind::Long, doc: "Unwritten bytes at which a partition writes its full blocks ahead of the next commit, overlapping disk writes with appends." },
+    BrokerKey { name: "log.read.ahead.budget.bytes", default: "67108864", kind: ConfigKind::Long, doc: "Memory each shard may hold in log chunks read ahead for consumers reading in order; 0 turns read-ahead off." },
     BrokerKey { name: "log.cleaner.enable", default: "true", kind: ConfigKind::Bool, doc: "Run the log cleaner, which compacts topics with cleanup.policy=compact (__consumer_offsets among them)." },
     BrokerKey { name: "log.cleaner.backoff.ms", default: "15000", kind: ConfigKind::Long, doc: "How often each shard looks for compacted partitions with enough new data to clean." },
     BrokerKey { name: "log.cleaner.min.cleanable.ratio", default: "0.5", kind: ConfigKind::Double, doc: "Clean a partition once this share of its closed log is new since its last cleaning (topic override: min.cleanable.dirty.ratio)." },
@@ -101,6 +102,7 @@ pub struct BrokerConfig {
     pub log_index_interval_bytes: u64,
     pub log_flush_interval_messages: i64,
     pub log_write_ahead_bytes: u64,
+    pub log_read_ahead_budget_bytes: u64,
     pub log_cleaner_enable: bool,
     pub log_cleaner_backoff_ms: u64,
     pub log_cleaner_min_cleanable_ratio: f64,
@@ -341,6 +343,11 @@ impl BrokerConfig {
                 "log.write.ahead.bytes",
                 &get("log.write.ahead.bytes"),
                 4096,
+            )?,
+            log_read_ahead_budget_bytes: parse_num(
+                "log.read.ahead.budget.bytes",
+                &get("log.read.ahead.budget.bytes"),
+                0,
             )?,
             log_cleaner_enable: parse_bool("log.cleaner.enable", &get("log.cleaner.enable"))?,
             log_cleaner_backoff_ms: parse_num(

@@ -198,6 +198,7 @@ impl Shard {
             ),
             cleaner_buffer_bytes: c.log_cleaner_dedupe_buffer_size,
             write_ahead_bytes: c.log_write_ahead_bytes,
+            read_ahead_budget_bytes: c.log_read_ahead_budget_bytes,
         }
     }
 

@@ -78,6 +78,9 @@ pub struct LogConfig {
     /// Unwritten bytes at which the tail's full blocks are written ahead of a commit
     /// (`log.write.ahead.bytes`).
     pub write_ahead_bytes: u64,
+    /// Bytes a shard may hold in chunks read ahead for sequential readers, over all its
+    /// partitions (`log.read.ahead.budget.bytes`); 0 turns read-ahead off.
+    pub read_ahead_budget_bytes: u64,
 }
 
 impl LogConfig {
@@ -94,6 +97,7 @@ impl LogConfig {
         min_cleanable_dirty_ratio: 0.5,
         cleaner_buffer_bytes: 128 << 20,
         write_ahead_bytes: 256 << 10,
+        read_ahead_budget_bytes: 64 << 20,
     };
 
     /// Whether every commit waits for its data to be `fdatasync`ed.
@@ -221,6 +225,10 @@ pub struct Partition {
     sync_timer_armed: Cell<bool>,
     /// A write-ahead of full blocks is spawned and has not started.
     write_ahead: Cell<bool>,
+    /// The chunk after the last read, read ahead for a reader going through the log in order.
+    prefetch: RefCell<Option<Prefetch>>,
+    /// Reads served from a read-ahead chunk.
+    read_ahead_hits: Cell<u64>,
     opened: OpenStats,
 }
 
@@ -427,12 +435,19 @@ impl Partition {
             advanced: Event::new(),
             sync_timer_armed: Cell::new(false),
             write_ahead: Cell::new(false),
+            prefetch: RefCell::new(None),
+            read_ahead_hits: Cell::new(0),
             opened,
         }))
     }
 
     pub fn open_stats(&self) -> OpenStats {
         self.opened
+    }
+
+    /// How many reads were served from a chunk read ahead.
+    pub fn read_ahead_hits(&self) -> u64 {
+        self.read_ahead_hits.get()
     }
 
     /// Heap bytes of the in-memory indexes of this partition's segments.
@@ -817,9 +832,20 @@ impl Partition {
                 high_watermark: hw,
                 log_start_offset: lso,
             };
-            let Some(plan) = plan else {
+            let Some(mut plan) = plan else {
                 return Ok(empty);
             };
+            // A reader continuing where its last read ended starts at the chunk read ahead for
+            // it, not at the index entry before it.
+            if let Some(p) = self.prefetch.borrow().as_ref() {
+                if Rc::ptr_eq(&p.file, &plan.file)
+                    && p.next_offset == offset
+                    && (plan.position..plan.limit).contains(&p.position)
+                {
+                    plan.position = p.position;
+                    plan.expect = offset;
+                }
+            }
             match self
                 .read_in_segment(&plan, offset, max_bytes, slack, gaps)
                 .await?
@@ -845,7 +871,7 @@ impl Partition {
         let (limit, mut position, mut expect) = (plan.limit, plan.position, plan.expect);
         let mut len = (max_bytes as u64 + slack).min(limit - position);
         loop {
-            let data = self.read_exact(&plan.file, position, len as usize).await?;
+            let data = self.read_chunk(&plan.file, position, len as usize).await?;
             let scan = scan_chunk_with(&data, position, expect, gaps);
             let first = scan
                 .batches
@@ -865,6 +891,16 @@ impl Partition {
                     if position + to as u64 == at {
                         warn!(dir = %self.dir.display(), position = at, "corrupt batch found on read; serving the batches before it");
                     }
+                }
+                let end = position + to as u64;
+                if end < limit {
+                    let next = scan.batches[first..]
+                        .iter()
+                        .take_while(|(e, _)| e.position < end)
+                        .last()
+                        .map_or(offset, |(e, _)| e.last_offset + 1);
+                    let len = (max_bytes as u64 + slack).min(limit - end) as usize;
+                    self.read_ahead(&plan.file, end, next, len);
                 }
                 return Ok(Some(Bytes::copy_from_slice(&data[from..to])));
             }
@@ -902,6 +938,69 @@ impl Partition {
                 } => return Err(corrupt(at, reason)),
             }
         }
+    }
+
+    /// Starts reading `len` bytes at `position` (where offset `next_offset` starts) for the next
+    /// read, if the shard's read-ahead budget has room; replaces any earlier read-ahead.
+    fn read_ahead(&self, file: &Rc<SegmentFile>, position: u64, next_offset: i64, len: usize) {
+        let budget = self.config.get().read_ahead_budget_bytes;
+        // Free the slot's reservation first: it is being replaced.
+        self.prefetch.borrow_mut().take();
+        let Some(reserved) = ReadAheadReservation::try_new(len as u64, budget) else {
+            return;
+        };
+        let result: Rc<RefCell<Option<std::io::Result<crate::io::ReadBuf>>>> = Rc::default();
+        let done = Rc::new(Event::new());
+        let (f, r, d) = (file.clone(), result.clone(), done.clone());
+        glommio::spawn_local(async move {
+            let read = f.read_at(position, len).await;
+            *r.borrow_mut() = Some(read);
+            d.notify(usize::MAX);
+        })
+        .detach();
+        *self.prefetch.borrow_mut() = Some(Prefetch {
+            file: file.clone(),
+            position,
+            next_offset,
+            result,
+            done,
+            _reserved: reserved,
+        });
+    }
+
+    /// `len` bytes at `position` — from the read-ahead if it is for exactly there (it may be
+    /// shorter than `len` when more has become readable since; callers scan what they get),
+    /// otherwise read now.
+    async fn read_chunk(
+        &self,
+        file: &Rc<SegmentFile>,
+        position: u64,
+        len: usize,
+    ) -> Result<crate::io::ReadBuf, PartitionError> {
+        let taken = {
+            let mut slot = self.prefetch.borrow_mut();
+            match slot.as_ref() {
+                Some(p) if Rc::ptr_eq(&p.file, file) && p.position == position => slot.take(),
+                _ => None,
+            }
+        };
+        if let Some(p) = taken {
+            loop {
+                let listener = p.done.listen();
+                if let Some(read) = p.result.borrow_mut().take() {
+                    match read {
+                        Ok(buf) if !buf.is_empty() => {
+                            self.read_ahead_hits.set(self.read_ahead_hits.get() + 1);
+                            return Ok(buf);
+                        }
+                        // Failed or empty: read again below, which reports the error.
+                        _ => break,
+                    }
+                }
+                listener.await;
+            }
+        }
+        self.read_exact(file, position, len).await
     }
 
     /// Reads exactly `len` bytes; a short read or an I/O error takes the partition offline.
@@ -1363,6 +1462,43 @@ impl Partition {
         }
         self.advanced.notify(usize::MAX);
         Ok(())
+    }
+}
+
+/// A chunk read ahead of a sequential reader: `position` in `file`, where the batch starting at
+/// `next_offset` lies — the offset its next fetch will ask for.
+struct Prefetch {
+    file: Rc<SegmentFile>,
+    position: u64,
+    next_offset: i64,
+    result: Rc<RefCell<Option<std::io::Result<crate::io::ReadBuf>>>>,
+    done: Rc<Event>,
+    _reserved: ReadAheadReservation,
+}
+
+thread_local! {
+    /// Bytes reserved by read-aheads on this thread: one shard's partitions share the budget.
+    static READ_AHEAD_RESERVED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// A share of the shard's read-ahead budget, returned when the read-ahead is used or dropped,
+/// so readers far behind never pin more than the budget between them.
+struct ReadAheadReservation(u64);
+
+impl ReadAheadReservation {
+    fn try_new(bytes: u64, budget: u64) -> Option<Self> {
+        READ_AHEAD_RESERVED.with(|r| {
+            (r.get() + bytes <= budget).then(|| {
+                r.set(r.get() + bytes);
+                Self(bytes)
+            })
+        })
+    }
+}
+
+impl Drop for ReadAheadReservation {
+    fn drop(&mut self) {
+        READ_AHEAD_RESERVED.with(|r| r.set(r.get() - self.0));
     }
 }
 

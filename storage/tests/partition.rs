@@ -193,3 +193,54 @@ fn full_blocks_are_written_ahead_but_nothing_is_visible_before_the_sync() {
         assert_eq!(offsets_in(&p, 0).await.len(), 20);
     });
 }
+
+#[test]
+fn sequential_reads_with_read_ahead_see_exactly_what_reads_without_it_see() {
+    on_executor(move |path| async move {
+        let with = LogConfig {
+            segment_bytes: 64 * 1024,
+            ..LogConfig::DEFAULT
+        };
+        let without = LogConfig {
+            read_ahead_budget_bytes: 0,
+            ..with
+        };
+        let p = Partition::open(path.join("ra-0"), with).await.unwrap();
+        for i in 0..2000 {
+            p.append(&batch(i, None)).await.unwrap();
+        }
+        p.sync_to(4000).await.unwrap();
+        let mut runs = Vec::new();
+        for config in [with, without, with] {
+            p.set_config(config);
+            let hits = p.read_ahead_hits();
+            let mut reads = 0u64;
+            let mut seen = Vec::new();
+            let mut offset = 0;
+            while offset < p.high_watermark() {
+                // Small fetches, so most of them land on a chunk read ahead.
+                let r = p.read(offset, 700).await.unwrap();
+                reads += 1;
+                let batches = validate_all(&r.records).unwrap();
+                for (pos, h) in &batches {
+                    seen.push((h.base_offset, r.records[*pos..*pos + h.size()].to_vec()));
+                    offset = h.last_offset() + 1;
+                }
+            }
+            let served_ahead = p.read_ahead_hits() - hits;
+            if config.read_ahead_budget_bytes > 0 {
+                // All but the first read and those crossing into a new segment.
+                assert!(
+                    served_ahead * 10 > reads * 9,
+                    "{served_ahead} of {reads} reads ahead"
+                );
+            } else {
+                assert_eq!(served_ahead, 0);
+            }
+            runs.push(seen);
+        }
+        assert_eq!(runs[0].len(), 2000);
+        assert_eq!(runs[0], runs[1]);
+        assert_eq!(runs[1], runs[2]);
+    });
+}
