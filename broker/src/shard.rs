@@ -199,6 +199,8 @@ impl Shard {
             cleaner_buffer_bytes: c.log_cleaner_dedupe_buffer_size,
             write_ahead_bytes: c.log_write_ahead_bytes,
             read_ahead_budget_bytes: c.log_read_ahead_budget_bytes,
+            tail_cache_partition_bytes: c.log_tail_cache_partition_bytes,
+            tail_cache_budget_bytes: c.log_tail_cache_bytes,
         }
     }
 

@@ -31,7 +31,7 @@ use tributary_protocol::record_batch::{self, BatchHeader};
 
 use crate::cleaner::{self, KeyMap};
 use crate::index::IndexFile;
-use crate::io::{sync_dir, SegmentFile};
+use crate::io::{sync_dir, BlockImage, SegmentFile};
 use crate::log_start;
 use crate::producer_state::{ProducerBatch, ProducerStateTable, SequenceCheck, SequenceError};
 use crate::scan::{first_record_at, scan_chunk_with, BatchEntry, ScanEnd};
@@ -81,6 +81,11 @@ pub struct LogConfig {
     /// Bytes a shard may hold in chunks read ahead for sequential readers, over all its
     /// partitions (`log.read.ahead.budget.bytes`); 0 turns read-ahead off.
     pub read_ahead_budget_bytes: u64,
+    /// Flushed bytes of its active segment a partition may keep in memory to serve readers at
+    /// the tail (`log.tail.cache.partition.bytes`); past it they are let go.
+    pub tail_cache_partition_bytes: u64,
+    /// Bytes a shard's partitions may keep that way between them (`log.tail.cache.bytes`).
+    pub tail_cache_budget_bytes: u64,
 }
 
 impl LogConfig {
@@ -98,6 +103,8 @@ impl LogConfig {
         cleaner_buffer_bytes: 128 << 20,
         write_ahead_bytes: 256 << 10,
         read_ahead_budget_bytes: 64 << 20,
+        tail_cache_partition_bytes: 1 << 20,
+        tail_cache_budget_bytes: 64 << 20,
     };
 
     /// Whether every commit waits for its data to be `fdatasync`ed.
@@ -182,11 +189,36 @@ struct Tail {
     written_end: u64,
     /// For a sealed tail: the segment's index file, written once the tail is durable.
     sealed_index: Option<IndexFile>,
+    /// The shard's tail-cache budget held for the flushed blocks kept at the front of `bytes`.
+    cached: Option<Reservation>,
 }
 
 impl Tail {
+    fn new(segment_base: i64, file: Rc<SegmentFile>, start: u64, bytes: Vec<u8>) -> Self {
+        Self {
+            segment_base,
+            file,
+            start,
+            written_end: start + bytes.len() as u64,
+            bytes,
+            sealed_index: None,
+            cached: None,
+        }
+    }
+
     fn end(&self) -> u64 {
         self.start + self.bytes.len() as u64
+    }
+
+    /// What is not yet written, from the block holding `written_end`, as an aligned image and
+    /// the position to write it at; blocks kept only for readers are not written again.
+    fn unwritten_image(&self) -> Option<(BlockImage, u64)> {
+        if self.written_end >= self.end() {
+            return None;
+        }
+        let from = align_down(self.written_end, self.file.alignment()).max(self.start);
+        let at = (from - self.start) as usize;
+        Some((self.file.block_image(&self.bytes[at..]), from))
     }
 }
 
@@ -229,6 +261,8 @@ pub struct Partition {
     prefetch: RefCell<Option<Prefetch>>,
     /// Reads served from a read-ahead chunk.
     read_ahead_hits: Cell<u64>,
+    /// Reads served from the tail kept in memory.
+    tail_cache_hits: Cell<u64>,
     opened: OpenStats,
 }
 
@@ -397,14 +431,7 @@ impl Partition {
         } else {
             Vec::new()
         };
-        let active_tail = Tail {
-            segment_base: active.base_offset,
-            file: active.file.clone(),
-            start,
-            written_end: start + bytes.len() as u64,
-            bytes,
-            sealed_index: None,
-        };
+        let active_tail = Tail::new(active.base_offset, active.file.clone(), start, bytes);
         let visible_end = (active.base_offset, active.size);
         let opened = OpenStats {
             segments: segments.len(),
@@ -437,6 +464,7 @@ impl Partition {
             write_ahead: Cell::new(false),
             prefetch: RefCell::new(None),
             read_ahead_hits: Cell::new(0),
+            tail_cache_hits: Cell::new(0),
             opened,
         }))
     }
@@ -448,6 +476,11 @@ impl Partition {
     /// How many reads were served from a chunk read ahead.
     pub fn read_ahead_hits(&self) -> u64 {
         self.read_ahead_hits.get()
+    }
+
+    /// How many reads were served from the tail kept in memory.
+    pub fn tail_cache_hits(&self) -> u64 {
+        self.tail_cache_hits.get()
     }
 
     /// Heap bytes of the in-memory indexes of this partition's segments.
@@ -626,14 +659,7 @@ impl Partition {
         let mut st = self.state.borrow_mut();
         let mut old = std::mem::replace(
             &mut st.active_tail,
-            Tail {
-                segment_base: base,
-                file: file.clone(),
-                start: 0,
-                bytes: Vec::new(),
-                written_end: 0,
-                sealed_index: None,
-            },
+            Tail::new(base, file.clone(), 0, Vec::new()),
         );
         // The producer state now is the state at the end of the closed segment.
         let index = st
@@ -736,8 +762,7 @@ impl Partition {
             let mut st = self.state.borrow_mut();
             let sealed = std::mem::take(&mut st.sealed_tails);
             let t = &st.active_tail;
-            let unwritten = t.written_end < t.end();
-            let image = unwritten.then(|| t.file.block_image(&t.bytes));
+            let image = t.unwritten_image();
             (
                 sealed,
                 t.file.clone(),
@@ -750,8 +775,8 @@ impl Partition {
         };
         for tail in sealed {
             let file = &tail.file;
-            if tail.written_end < tail.end() {
-                file.write_image(file.block_image(&tail.bytes), tail.start)
+            if let Some((image, at)) = tail.unwritten_image() {
+                file.write_image(image, at)
                     .await
                     .map_err(|e| storage_err(&self.dir, e))?;
             }
@@ -768,9 +793,9 @@ impl Partition {
                 }
             }
         }
-        if let Some(image) = active_image {
+        if let Some((image, at)) = active_image {
             active_file
-                .write_image(image, active_start)
+                .write_image(image, at)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
         }
@@ -791,14 +816,28 @@ impl Partition {
             st.visible_end = (active_base, active_start + active_len as u64);
         }
         let align = active_file.alignment();
+        let config = self.config.get();
         let tail = &mut st.active_tail;
         if tail.segment_base == active_base && tail.start == active_start {
             let flushed_end = active_start + active_len as u64;
             tail.written_end = tail.written_end.max(flushed_end);
+            // Flushed whole blocks stay in memory for readers at the tail while the partition's
+            // share and the shard's budget allow; then all but the partial last block go at
+            // once, so only that block is ever moved.
             let keep_from = align_down(flushed_end, align);
-            let drop = (keep_from - tail.start) as usize;
-            tail.bytes.drain(..drop);
-            tail.start = keep_from;
+            let kept = keep_from - tail.start;
+            tail.cached = None;
+            if kept <= config.tail_cache_partition_bytes {
+                tail.cached = Reservation::try_new(
+                    &TAIL_CACHE_RESERVED,
+                    kept,
+                    config.tail_cache_budget_bytes,
+                );
+            }
+            if tail.cached.is_none() {
+                tail.bytes.drain(..kept as usize);
+                tail.start = keep_from;
+            }
         }
         Ok(())
     }
@@ -946,7 +985,7 @@ impl Partition {
         let budget = self.config.get().read_ahead_budget_bytes;
         // Free the slot's reservation first: it is being replaced.
         self.prefetch.borrow_mut().take();
-        let Some(reserved) = ReadAheadReservation::try_new(len as u64, budget) else {
+        let Some(reserved) = Reservation::try_new(&READ_AHEAD_RESERVED, len as u64, budget) else {
             return;
         };
         let result: Rc<RefCell<Option<std::io::Result<crate::io::ReadBuf>>>> = Rc::default();
@@ -976,7 +1015,17 @@ impl Partition {
         file: &Rc<SegmentFile>,
         position: u64,
         len: usize,
-    ) -> Result<crate::io::ReadBuf, PartitionError> {
+    ) -> Result<ChunkBytes, PartitionError> {
+        {
+            let st = self.state.borrow();
+            let t = &st.active_tail;
+            if Rc::ptr_eq(&t.file, file) && position >= t.start && position + len as u64 <= t.end()
+            {
+                let at = (position - t.start) as usize;
+                self.tail_cache_hits.set(self.tail_cache_hits.get() + 1);
+                return Ok(ChunkBytes::Memory(t.bytes[at..at + len].to_vec()));
+            }
+        }
         let taken = {
             let mut slot = self.prefetch.borrow_mut();
             match slot.as_ref() {
@@ -991,7 +1040,7 @@ impl Partition {
                     match read {
                         Ok(buf) if !buf.is_empty() => {
                             self.read_ahead_hits.set(self.read_ahead_hits.get() + 1);
-                            return Ok(buf);
+                            return Ok(ChunkBytes::Disk(buf));
                         }
                         // Failed or empty: read again below, which reports the error.
                         _ => break,
@@ -1000,7 +1049,9 @@ impl Partition {
                 listener.await;
             }
         }
-        self.read_exact(file, position, len).await
+        Ok(ChunkBytes::Disk(
+            self.read_exact(file, position, len).await?,
+        ))
     }
 
     /// Reads exactly `len` bytes; a short read or an I/O error takes the partition offline.
@@ -1473,32 +1524,57 @@ struct Prefetch {
     next_offset: i64,
     result: Rc<RefCell<Option<std::io::Result<crate::io::ReadBuf>>>>,
     done: Rc<Event>,
-    _reserved: ReadAheadReservation,
+    _reserved: Reservation,
 }
 
 thread_local! {
-    /// Bytes reserved by read-aheads on this thread: one shard's partitions share the budget.
+    /// Bytes held by read-aheads on this thread: one shard's partitions share the budget.
     static READ_AHEAD_RESERVED: Cell<u64> = const { Cell::new(0) };
+    /// Bytes of flushed tails kept in memory on this thread, likewise.
+    static TAIL_CACHE_RESERVED: Cell<u64> = const { Cell::new(0) };
 }
 
-/// A share of the shard's read-ahead budget, returned when the read-ahead is used or dropped,
-/// so readers far behind never pin more than the budget between them.
-struct ReadAheadReservation(u64);
+/// A share of one of the shard's memory budgets, returned when dropped, so readers far behind
+/// or many partitions never hold more than the budget between them.
+struct Reservation {
+    pool: &'static std::thread::LocalKey<Cell<u64>>,
+    bytes: u64,
+}
 
-impl ReadAheadReservation {
-    fn try_new(bytes: u64, budget: u64) -> Option<Self> {
-        READ_AHEAD_RESERVED.with(|r| {
+impl Reservation {
+    fn try_new(
+        pool: &'static std::thread::LocalKey<Cell<u64>>,
+        bytes: u64,
+        budget: u64,
+    ) -> Option<Self> {
+        pool.with(|r| {
             (r.get() + bytes <= budget).then(|| {
                 r.set(r.get() + bytes);
-                Self(bytes)
+                Self { pool, bytes }
             })
         })
     }
 }
 
-impl Drop for ReadAheadReservation {
+impl Drop for Reservation {
     fn drop(&mut self) {
-        READ_AHEAD_RESERVED.with(|r| r.set(r.get() - self.0));
+        self.pool.with(|r| r.set(r.get() - self.bytes));
+    }
+}
+
+/// Bytes of a read: read from the disk, or copied from the tail kept in memory.
+enum ChunkBytes {
+    Disk(crate::io::ReadBuf),
+    Memory(Vec<u8>),
+}
+
+impl std::ops::Deref for ChunkBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ChunkBytes::Disk(b) => b,
+            ChunkBytes::Memory(v) => v,
+        }
     }
 }
 

@@ -110,9 +110,17 @@ fn enospc_on_write_takes_only_that_partition_offline() {
 fn eio_on_read_takes_the_partition_offline() {
     on_executor(move |path| async move {
         let pdir = path.join("readfail-0");
-        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
-        p.append(&batch(0)).await.unwrap();
-        p.sync_to(1).await.unwrap();
+        // No tail cache, and more than a block written: offset 0 is read from the disk.
+        let config = LogConfig {
+            tail_cache_budget_bytes: 0,
+            ..CONFIG
+        };
+        let p = Partition::open(pdir.clone(), config).await.unwrap();
+        let mut end = 0;
+        for i in 0..100 {
+            end = p.append(&batch(i)).await.unwrap().last_offset + 1;
+        }
+        p.sync_to(end).await.unwrap();
         let pattern = pdir.display().to_string();
         faults::inject(&pattern, FileOp::Read, EIO, Some(1));
         assert!(matches!(

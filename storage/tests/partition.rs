@@ -197,8 +197,10 @@ fn full_blocks_are_written_ahead_but_nothing_is_visible_before_the_sync() {
 #[test]
 fn sequential_reads_with_read_ahead_see_exactly_what_reads_without_it_see() {
     on_executor(move |path| async move {
+        // No tail cache: every read goes to the disk or to a chunk read ahead.
         let with = LogConfig {
             segment_bytes: 64 * 1024,
+            tail_cache_budget_bytes: 0,
             ..LogConfig::DEFAULT
         };
         let without = LogConfig {
@@ -242,5 +244,48 @@ fn sequential_reads_with_read_ahead_see_exactly_what_reads_without_it_see() {
         assert_eq!(runs[0].len(), 2000);
         assert_eq!(runs[0], runs[1]);
         assert_eq!(runs[1], runs[2]);
+    });
+}
+
+#[test]
+fn readers_at_the_tail_are_served_from_memory_within_the_budget() {
+    on_executor(move |path| async move {
+        let config = LogConfig {
+            segment_bytes: 1 << 30,
+            tail_cache_partition_bytes: 64 * 1024,
+            ..LogConfig::DEFAULT
+        };
+        let p = Partition::open(path.join("tc-0"), config).await.unwrap();
+        // A reader following a writer: every batch is read right after it is committed.
+        let mut next = 0;
+        for i in 0..3000 {
+            let out = p.append(&batch(i, None)).await.unwrap();
+            p.sync_to(out.last_offset + 1).await.unwrap();
+            let r = p.read(next, 1 << 20).await.unwrap();
+            let got = validate_all(&r.records).unwrap();
+            assert_eq!(got[0].1.base_offset, next);
+            next = got.last().unwrap().1.last_offset() + 1;
+        }
+        assert_eq!(next, 6000);
+        // 3000 batches of ~100 bytes are ~300 KiB: the 64 KiB share was let go and refilled.
+        let hits = p.tail_cache_hits();
+        assert!(hits > 2000, "{hits} of 3000 reads from memory");
+        // Every read, from memory or disk, returns what was written.
+        assert_eq!(
+            offsets_in(&p, 0).await,
+            (0..3000).map(|i| 2 * i).collect::<Vec<i64>>()
+        );
+        // With no budget the tail keeps only its last partial block.
+        p.set_config(LogConfig {
+            tail_cache_budget_bytes: 0,
+            ..config
+        });
+        for i in 3000..3100 {
+            let out = p.append(&batch(i, None)).await.unwrap();
+            p.sync_to(out.last_offset + 1).await.unwrap();
+        }
+        let before = p.tail_cache_hits();
+        let _ = p.read(6000, 1 << 20).await.unwrap();
+        assert_eq!(p.tail_cache_hits(), before, "read from disk");
     });
 }
