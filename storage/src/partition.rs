@@ -25,7 +25,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use event_listener::{Event, EventListener};
-use glommio::sync::Semaphore;
+use glommio::sync::{Permit, Semaphore};
 use tracing::{info, warn};
 use tributary_protocol::record_batch::{self, BatchHeader};
 
@@ -489,6 +489,14 @@ impl Partition {
         st.segments.iter().map(|s| s.index.heap_bytes()).sum()
     }
 
+    /// Takes the append lock or the maintenance lock (never closed while the partition exists).
+    async fn lock<'a>(&self, which: &'a Semaphore) -> Result<Permit<'a>, PartitionError> {
+        which
+            .acquire_permit(1)
+            .await
+            .map_err(|e| storage_err(&self.dir, e))
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -537,11 +545,7 @@ impl Partition {
     /// Appends one validated batch, assigning its offsets. The batch is not durable until
     /// [`Partition::sync_to`] returns for its last offset + 1.
     pub async fn append(self: &Rc<Self>, batch: &[u8]) -> Result<AppendOutcome, PartitionError> {
-        let _guard = self
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|e| storage_err(&self.dir, e))?;
+        let _guard = self.lock(&self.append_lock).await?;
         self.check_online()?;
         let header = record_batch::parse_header(batch, 0).map_err(|e| storage_err(&self.dir, e))?;
         assert_eq!(header.size(), batch.len(), "append takes exactly one batch");
@@ -1169,16 +1173,8 @@ impl Partition {
     /// every segment is due, the log rolls first so it keeps an (empty) active segment, as Kafka
     /// does. Returns how many segments were deleted.
     pub async fn enforce_retention(&self, now_ms: i64) -> Result<usize, PartitionError> {
-        let _maintenance = self
-            .maintenance
-            .acquire_permit(1)
-            .await
-            .map_err(|e| storage_err(&self.dir, e))?;
-        let _guard = self
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|e| storage_err(&self.dir, e))?;
+        let _maintenance = self.lock(&self.maintenance).await?;
+        let _guard = self.lock(&self.append_lock).await?;
         self.check_online()?;
         let (due, all) = {
             let st = self.state.borrow();
@@ -1199,16 +1195,8 @@ impl Partition {
     /// deletes the segments wholly below it. Returns the new log start offset (Kafka's low
     /// watermark). An offset past the high watermark is out of range.
     pub async fn delete_records(&self, offset: i64) -> Result<i64, PartitionError> {
-        let _maintenance = self
-            .maintenance
-            .acquire_permit(1)
-            .await
-            .map_err(|e| storage_err(&self.dir, e))?;
-        let _guard = self
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|e| storage_err(&self.dir, e))?;
+        let _maintenance = self.lock(&self.maintenance).await?;
+        let _guard = self.lock(&self.append_lock).await?;
         self.check_online()?;
         let (target, lso, below) = {
             let st = self.state.borrow();
@@ -1311,11 +1299,7 @@ impl Partition {
         if !config.compact {
             return Ok(None);
         }
-        let _maintenance = self
-            .maintenance
-            .acquire_permit(1)
-            .await
-            .map_err(|e| storage_err(&self.dir, e))?;
+        let _maintenance = self.lock(&self.maintenance).await?;
         self.check_online()?;
         let mut targets: Vec<(i64, Rc<SegmentFile>, u64)> = {
             let st = self.state.borrow();
@@ -1489,11 +1473,7 @@ impl Partition {
 
     /// Takes the partition offline and removes its directory.
     pub async fn delete(&self) -> Result<(), PartitionError> {
-        let _guard = self
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|e| storage_err(&self.dir, e))?;
+        let _guard = self.lock(&self.append_lock).await?;
         while self.flushing.get() {
             let l = self.flushed.listen();
             if self.flushing.get() {
