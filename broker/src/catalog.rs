@@ -341,5 +341,12 @@ mod tests {
         assert!(validate_topic_config("cleanup.policy", Some("compact")).is_ok());
         assert!(validate_topic_config("cleanup.policy", Some("shred")).is_err());
         assert!(validate_topic_config("no.such.key", Some("1")).is_err());
+        assert!(validate_topic_config("min.cleanable.dirty.ratio", Some("0.3")).is_ok());
+        for bad in ["1.5", "-0.1", "half"] {
+            assert!(validate_topic_config("min.cleanable.dirty.ratio", Some(bad)).is_err());
+        }
+        assert!(validate_topic_config("segment.ms", Some("0")).is_err());
+        assert!(validate_topic_config("flush.messages", Some("0")).is_err());
+        assert!(validate_topic_config("retention.bytes", Some("-2")).is_err());
     }
 }

@@ -401,3 +401,71 @@ fn a_failing_disk_answers_kafka_storage_error_for_that_partition_only() {
         .is_some_and(|r| !r.is_empty()));
     faults::clear(&pattern);
 }
+
+#[test]
+fn delete_records_refuses_unknown_partitions_and_bad_offsets() {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, &[]);
+    let mut c = RawConn::connect(broker.addr);
+    assert_eq!(create_topic(&mut c, "trimmed", 1), 0);
+    assert_eq!(produce(&mut c, "trimmed", -1, batch("one", None)), (0, 0));
+    let part = |p: i32, o: i64| {
+        DeleteRecordsPartition::default()
+            .with_partition_index(p)
+            .with_offset(o)
+    };
+    let req = DeleteRecordsRequest::default()
+        .with_topics(vec![
+            DeleteRecordsTopic::default()
+                .with_name(name("trimmed"))
+                .with_partitions(vec![part(0, -5), part(0, 2), part(7, 0)]),
+            DeleteRecordsTopic::default()
+                .with_name(name("absent"))
+                .with_partitions(vec![part(0, 0)]),
+        ])
+        .with_timeout_ms(1000);
+    for v in 0..=2 {
+        let resp: DeleteRecordsResponse = c.request(ApiKey::DeleteRecords, v, &req);
+        let codes: Vec<Vec<(i16, i64)>> = resp
+            .topics
+            .iter()
+            .map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (p.error_code, p.low_watermark))
+                    .collect()
+            })
+            .collect();
+        let (oor, unknown) = (
+            ErrorCode::OFFSET_OUT_OF_RANGE.0,
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.0,
+        );
+        assert_eq!(
+            codes,
+            vec![
+                vec![(oor, -1), (oor, -1), (unknown, -1)],
+                vec![(unknown, -1)]
+            ],
+            "v{v}"
+        );
+    }
+    // Nothing moved, and the connection still works.
+    let ok: DeleteRecordsResponse = c.request(
+        ApiKey::DeleteRecords,
+        2,
+        &DeleteRecordsRequest::default().with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(name("trimmed"))
+            .with_partitions(vec![part(0, 1)])]),
+    );
+    assert_eq!(
+        (
+            ok.topics[0].partitions[0].error_code,
+            ok.topics[0].partitions[0].low_watermark
+        ),
+        (0, 1)
+    );
+    broker.shutdown().unwrap();
+}

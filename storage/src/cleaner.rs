@@ -10,6 +10,10 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 /// Bytes one map entry costs, for sizing the map from `log.cleaner.dedupe.buffer.size`.
 pub const KEY_MAP_ENTRY_BYTES: u64 = 48;
 
+/// The key map holds `log.cleaner.dedupe.buffer.size` worth of keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapFull;
+
 /// Key → offset of its latest record. Keys are held as 128-bit hashes (two independent 64-bit
 /// SipHashes), as Kafka holds MD5 digests: a collision would need ~2^64 keys.
 pub struct KeyMap {
@@ -34,16 +38,15 @@ impl KeyMap {
         }
     }
 
-    /// Records that `key` appears at `offset` (offsets arrive in increasing order). `false` when
-    /// the key is new and the map is full: the caller stops widening the cleanable range.
-    pub fn insert(&mut self, key: &[u8], offset: i64) -> bool {
+    /// Records that `key` appears at `offset` (offsets arrive in increasing order) and returns
+    /// the offset it supersedes, if any. `Err(MapFull)` when the key is new and the map is full:
+    /// the caller stops widening the cleanable range.
+    pub fn insert(&mut self, key: &[u8], offset: i64) -> Result<Option<i64>, MapFull> {
         let d = digest(key);
         if self.latest.len() >= self.max_entries && !self.latest.contains_key(&d) {
-            return false;
+            return Err(MapFull);
         }
-        let slot = self.latest.entry(d).or_insert(offset);
-        *slot = (*slot).max(offset);
-        true
+        Ok(self.latest.insert(d, offset))
     }
 
     pub fn latest(&self, key: &[u8]) -> Option<i64> {
@@ -87,9 +90,11 @@ mod tests {
     #[test]
     fn latest_record_per_key_wins_and_old_tombstones_go() {
         let mut m = KeyMap::with_budget(1 << 20);
-        for (k, o) in [("a", 0), ("b", 1), ("a", 2), ("c", 3), ("b", 4)] {
-            assert!(m.insert(k.as_bytes(), o));
-        }
+        let superseded: Vec<Option<i64>> = [("a", 0), ("b", 1), ("a", 2), ("c", 3), ("b", 4)]
+            .iter()
+            .map(|(k, o)| m.insert(k.as_bytes(), *o).unwrap())
+            .collect();
+        assert_eq!(superseded, [None, None, Some(0), None, Some(1)]);
         assert_eq!(m.len(), 3);
         assert!(!keep(&m, Some(b"a"), false, 0, 0, 0));
         assert!(keep(&m, Some(b"a"), false, 2, 0, 0));
@@ -103,10 +108,10 @@ mod tests {
     #[test]
     fn a_full_map_refuses_new_keys_but_updates_known_ones() {
         let mut m = KeyMap::with_budget(2 * KEY_MAP_ENTRY_BYTES);
-        assert!(m.insert(b"a", 0));
-        assert!(m.insert(b"b", 1));
-        assert!(!m.insert(b"c", 2));
-        assert!(m.insert(b"a", 3));
+        assert_eq!(m.insert(b"a", 0), Ok(None));
+        assert_eq!(m.insert(b"b", 1), Ok(None));
+        assert_eq!(m.insert(b"c", 2), Err(MapFull));
+        assert_eq!(m.insert(b"a", 3), Ok(Some(0)));
         assert_eq!(m.latest(b"a"), Some(3));
         assert_eq!(m.latest(b"c"), None);
     }

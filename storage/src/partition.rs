@@ -210,6 +210,13 @@ impl Tail {
         self.start + self.bytes.len() as u64
     }
 
+    /// Whether `len` bytes at `position` of `file` are in this tail's memory.
+    fn holds(&self, file: &Rc<SegmentFile>, position: u64, len: usize) -> bool {
+        Rc::ptr_eq(&self.file, file)
+            && position >= self.start
+            && position + len as u64 <= self.end()
+    }
+
     /// What is not yet written, from the block holding `written_end`, as an aligned image and
     /// the position to write it at; blocks kept only for readers are not written again.
     fn unwritten_image(&self) -> Option<(BlockImage, u64)> {
@@ -552,10 +559,10 @@ impl Partition {
         if let Some(dup) = self.check_sequence(&header)? {
             return Ok(dup);
         }
+        let config = self.config.get();
         let needs_roll = {
             let st = self.state.borrow();
             let active = st.segments.last().expect("active segment");
-            let config = self.config.get();
             let last_offset = st.next_offset + i64::from(header.last_offset_delta);
             active.first_timestamp.is_some_and(|first| {
                 active.size + batch.len() as u64 > config.segment_bytes
@@ -584,7 +591,7 @@ impl Partition {
             size: batch.len() as u32,
             max_timestamp: header.max_timestamp,
         };
-        active.on_batch(&entry, self.config.get().index_interval_bytes);
+        active.on_batch(&entry, config.index_interval_bytes);
         assert_eq!(st.active_tail.end(), active.size);
         st.next_offset = last_offset + 1;
         if header.has_producer_id() {
@@ -607,7 +614,7 @@ impl Partition {
         };
         let unwritten = st.active_tail.end() - st.active_tail.written_end;
         drop(guard);
-        if unwritten >= self.config.get().write_ahead_bytes && !self.write_ahead.replace(true) {
+        if unwritten >= config.write_ahead_bytes && !self.write_ahead.replace(true) {
             // Full blocks go to disk as they fill, overlapping the appends still coming; the
             // next commit then writes only the rest before its fdatasync.
             let part = self.clone();
@@ -813,14 +820,14 @@ impl Partition {
         if sync {
             st.durable_offset = st.durable_offset.max(target);
         }
+        let config = self.config.get();
         // With flush.messages=1 only a synced flush makes data visible; a write-ahead does not.
-        let visible = sync || !self.config.get().sync_every_commit();
+        let visible = sync || !config.sync_every_commit();
         if visible && target > st.high_watermark {
             st.high_watermark = target;
             st.visible_end = (active_base, active_start + active_len as u64);
         }
         let align = active_file.alignment();
-        let config = self.config.get();
         let tail = &mut st.active_tail;
         if tail.segment_base == active_base && tail.start == active_start {
             let flushed_end = active_start + active_len as u64;
@@ -945,7 +952,7 @@ impl Partition {
                     let len = (max_bytes as u64 + slack).min(limit - end) as usize;
                     self.read_ahead(&plan.file, end, next, len);
                 }
-                return Ok(Some(Bytes::copy_from_slice(&data[from..to])));
+                return Ok(Some(data.into_bytes(from..to)));
             }
             // Nothing wanted in this chunk yet: the batch holding `offset` starts further on,
             // or is larger than the chunk.
@@ -989,6 +996,9 @@ impl Partition {
         let budget = self.config.get().read_ahead_budget_bytes;
         // Free the slot's reservation first: it is being replaced.
         self.prefetch.borrow_mut().take();
+        if self.state.borrow().active_tail.holds(file, position, len) {
+            return; // the next read is served from memory
+        }
         let Some(reserved) = Reservation::try_new(&READ_AHEAD_RESERVED, len as u64, budget) else {
             return;
         };
@@ -1023,8 +1033,7 @@ impl Partition {
         {
             let st = self.state.borrow();
             let t = &st.active_tail;
-            if Rc::ptr_eq(&t.file, file) && position >= t.start && position + len as u64 <= t.end()
-            {
+            if t.holds(file, position, len) {
                 let at = (position - t.start) as usize;
                 self.tail_cache_hits.set(self.tail_cache_hits.get() + 1);
                 return Ok(ChunkBytes::Memory(t.bytes[at..at + len].to_vec()));
@@ -1114,44 +1123,27 @@ impl Partition {
             let Some(plan) = plan else {
                 return Ok(None);
             };
-            let found = self
-                .scan_until(&plan, |e| {
-                    e.last_offset >= lso && e.max_timestamp >= timestamp
-                })
-                .await?;
-            if let Some(e) = found {
-                // Kafka answers with the first record, not the first batch, at the timestamp.
-                let batch = self
-                    .read_exact(&plan.file, e.position, e.size as usize)
-                    .await?;
-                let record = first_record_at(&batch, timestamp, lso);
-                return Ok(Some(
-                    record.unwrap_or((e.base_offset.max(lso), e.max_timestamp)),
-                ));
+            let mut reader = SegmentReader::starting_at(
+                plan.file.clone(),
+                plan.position,
+                plan.expect,
+                plan.limit,
+                self.config.get().compact,
+            );
+            while let Some(chunk) = reader.next().await.map_err(|e| self.read_error(e))? {
+                let hit = chunk
+                    .batches
+                    .iter()
+                    .find(|e| e.last_offset >= lso && e.max_timestamp >= timestamp);
+                if let Some(e) = hit {
+                    // Kafka answers with the first record, not the first batch, at the timestamp.
+                    let record = first_record_at(chunk.bytes_of(e), timestamp, lso);
+                    return Ok(Some(
+                        record.unwrap_or((e.base_offset.max(lso), e.max_timestamp)),
+                    ));
+                }
             }
         }
-    }
-
-    /// Scans forward from a plan's position to its limit for the first batch `hit` accepts.
-    async fn scan_until(
-        &self,
-        plan: &ReadPlan,
-        hit: impl Fn(&BatchEntry) -> bool,
-    ) -> Result<Option<BatchEntry>, PartitionError> {
-        let gaps = self.config.get().compact;
-        let mut reader = SegmentReader::starting_at(
-            plan.file.clone(),
-            plan.position,
-            plan.expect,
-            plan.limit,
-            gaps,
-        );
-        while let Some(chunk) = reader.next().await.map_err(|e| self.read_error(e))? {
-            if let Some(e) = chunk.batches.iter().find(|e| hit(e)) {
-                return Ok(Some(*e));
-            }
-        }
-        Ok(None)
     }
 
     /// A read error: corruption is reported as such; an I/O failure takes the partition offline.
@@ -1313,10 +1305,14 @@ impl Partition {
             return Ok(None);
         }
         let io = |e: std::io::Error| storage_err(&self.dir, e);
-        // Pass 1: the latest offset of every key, over as many whole segments as the map holds.
+        // Pass 1: the latest offset of every key, over as many whole segments as the map holds,
+        // noting which segments hold a superseded record or an expired tombstone: only those
+        // are rewritten.
+        let horizon = now_ms.saturating_sub(config.delete_retention_ms);
         let mut map = KeyMap::with_budget(config.cleaner_buffer_bytes);
+        let mut garbage = vec![false; targets.len()];
         let mut covered = 0;
-        'segments: for (base, file, size) in &targets {
+        'segments: for (i, (base, file, size)) in targets.iter().enumerate() {
             let mut reader = SegmentReader::new(file.clone(), *base, *size, true);
             while let Some(chunk) = reader.next().await.map_err(io)? {
                 for e in &chunk.batches {
@@ -1325,10 +1321,17 @@ impl Partition {
                         continue; // compressed or control: kept whole, keys unknown
                     };
                     for r in records {
-                        if let Some(key) = r.key {
-                            if !map.insert(key, e.base_offset + i64::from(r.offset_delta)) {
-                                break 'segments;
-                            }
+                        let Some(key) = r.key else { continue };
+                        let offset = e.base_offset + i64::from(r.offset_delta);
+                        let Ok(superseded) = map.insert(key, offset) else {
+                            break 'segments;
+                        };
+                        if let Some(old) = superseded {
+                            let holder = targets.partition_point(|t| t.0 <= old) - 1;
+                            garbage[holder] = true;
+                        }
+                        if r.value.is_none() && e.max_timestamp < horizon {
+                            garbage[i] = true;
                         }
                     }
                 }
@@ -1342,13 +1345,16 @@ impl Partition {
         }
         targets.truncate(covered);
         // Pass 2: rewrite what has something to drop.
-        let horizon = now_ms.saturating_sub(config.delete_retention_ms);
         let mut stats = CleanStats {
             segments: targets.len(),
             ..CleanStats::default()
         };
-        for (base, file, size) in &targets {
+        for ((base, file, size), garbage) in targets.iter().zip(garbage) {
             stats.bytes_before += size;
+            if !garbage {
+                stats.bytes_after += size;
+                continue;
+            }
             let tmp = segment_path(&self.dir, *base).with_extension("cleaned");
             let mut out = SegmentWriter::create(&tmp, *base, config.index_interval_bytes)
                 .await
@@ -1546,6 +1552,16 @@ impl Drop for Reservation {
 enum ChunkBytes {
     Disk(crate::io::ReadBuf),
     Memory(Vec<u8>),
+}
+
+impl ChunkBytes {
+    /// The bytes of `range`: a copy out of the DMA buffer, or the memory copy itself.
+    fn into_bytes(self, range: std::ops::Range<usize>) -> Bytes {
+        match self {
+            ChunkBytes::Disk(b) => Bytes::copy_from_slice(&b[range]),
+            ChunkBytes::Memory(v) => Bytes::from(v).slice(range),
+        }
+    }
 }
 
 impl std::ops::Deref for ChunkBytes {

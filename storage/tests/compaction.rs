@@ -112,6 +112,11 @@ fn cleaning_keeps_the_latest_record_per_key_at_its_offset() {
         );
         assert!(stats.bytes_after < stats.bytes_before / 2, "{stats:?}");
         assert!(!p.needs_cleaning(), "nothing new since the pass");
+        let again = p.clean(2_000).await.unwrap().expect("a pass");
+        assert_eq!(
+            again.rewritten, 0,
+            "a clean log is not rewritten: {again:?}"
+        );
         let active_base = common::segment_base(sorted_segments(&pdir).last().unwrap());
         let got = contents(&p).await;
         check_compacted(&got, &written, active_base);
