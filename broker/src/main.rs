@@ -8,6 +8,13 @@ use clap::Parser;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use tributary_broker::config::{parse_properties, BrokerConfig, ConfigInput};
 
+/// The append path allocates an aligned buffer per flush interval and frees it once written;
+/// glibc's allocator hands such buffers back to the kernel and faults fresh pages in on the
+/// next one: 1.0 vs 1.4 GiB/s of durable 64 KiB appends in the storage benchmark, 570 k vs 10 k
+/// page faults. mimalloc keeps freed memory for reuse.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "tributary",

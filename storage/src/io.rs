@@ -4,6 +4,7 @@
 //! [`ReadBuf`].
 
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use glommio::io::{DmaFile, OpenOptions};
 
@@ -136,6 +137,106 @@ impl SegmentFile {
 /// Bytes padded to whole blocks in a buffer aligned for direct I/O.
 pub struct BlockImage {
     buf: glommio::io::DmaBuffer,
+}
+
+impl SegmentFile {
+    /// An empty aligned buffer of `capacity` bytes (a whole number of blocks) for appends.
+    pub fn append_buf(&self, capacity: usize) -> AppendBuf {
+        assert_eq!(capacity as u64 % self.alignment(), 0, "whole blocks");
+        AppendBuf {
+            buf: self.file.alloc_dma_buffer(capacity),
+            len: 0,
+        }
+    }
+
+    /// Writes a frozen buffer's blocks at the aligned `position`; the buffer stays readable.
+    pub async fn write_frozen(&self, frozen: &FrozenBuf, position: u64) -> std::io::Result<()> {
+        assert_eq!(
+            position % self.alignment(),
+            0,
+            "direct writes start on a block boundary"
+        );
+        faults::check(&self.path, faults::FileOp::Write)?;
+        let padded = frozen.buf.len();
+        let written = self
+            .file
+            .write_rc_at(frozen.buf.clone(), position)
+            .await
+            .map_err(std::io::Error::from)?;
+        if written != padded {
+            return Err(std::io::Error::other(format!(
+                "short write at position {position}: {written} of {padded} bytes"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// An aligned buffer that appends copy into directly, so the bytes a write sends to the disk
+/// are the bytes the append copied, with no second copy.
+pub struct AppendBuf {
+    buf: glommio::io::DmaBuffer,
+    len: usize,
+}
+
+impl AppendBuf {
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies as much of `bytes` as fits; returns how much did.
+    pub fn push(&mut self, bytes: &[u8]) -> usize {
+        let n = bytes.len().min(self.capacity() - self.len);
+        self.buf.as_bytes_mut()[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+        self.len += n;
+        n
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf.as_bytes()[..self.len]
+    }
+
+    /// The filled bytes, zero-padded to whole blocks of `alignment`, ready to be written and
+    /// read from; nothing more can be appended.
+    pub fn freeze(mut self, alignment: usize) -> FrozenBuf {
+        let padded = self.len.div_ceil(alignment) * alignment;
+        self.buf.as_bytes_mut()[self.len..padded].fill(0);
+        self.buf.trim_to_size(padded);
+        FrozenBuf {
+            buf: Rc::new(self.buf),
+            len: self.len,
+        }
+    }
+}
+
+/// Bytes that no longer change, in an aligned buffer padded to whole blocks: written to a segment
+/// and kept for readers while they are wanted.
+#[derive(Clone)]
+pub struct FrozenBuf {
+    buf: Rc<glommio::io::DmaBuffer>,
+    len: usize,
+}
+
+impl FrozenBuf {
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf.as_bytes()[..self.len]
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// Injected I/O errors, so tests can watch the log fail the way a real disk makes it fail (EIO,

@@ -15,5 +15,6 @@ pub mod partition;
 pub mod producer_state;
 pub mod scan;
 pub mod segment;
+mod tail;
 
 pub use partition::{AppendOutcome, LogConfig, OpenStats, Partition, PartitionError, ReadOutcome};

@@ -1,11 +1,10 @@
 //! One partition's log: an ordered list of segment files named by base offset, written through
 //! aligned direct-I/O buffers and recovered batch by batch on open.
 //!
-//! Writes: an append copies the batch into the active segment's unflushed tail (the bytes from the
-//! last block boundary to the end of the log) and assigns its offsets; a flush writes that tail as
-//! whole aligned blocks — rewriting the partial last block each time — then `fdatasync`s. One
-//! flush runs at a time per partition, and every waiter whose data it covered is released by it
-//! (group commit).
+//! Writes: an append copies the batch into the active segment's tail, aligned DMA buffers
+//! (`tail.rs`), and assigns its offsets; a flush writes those buffers as whole blocks, rewriting
+//! the partial last block each time, then `fdatasync`s. One flush runs at a time per partition,
+//! and every waiter whose data it covered is released by it (group commit).
 //!
 //! Durability follows `flush.messages` / `flush.ms`. With `flush.messages=1` (the default) the
 //! high watermark is the durable end: nothing is visible to readers, and nothing is acknowledged,
@@ -30,8 +29,7 @@ use tracing::{info, warn};
 use tributary_protocol::record_batch::{self, BatchHeader};
 
 use crate::cleaner::{self, KeyMap};
-use crate::index::IndexFile;
-use crate::io::{sync_dir, BlockImage, SegmentFile};
+use crate::io::{sync_dir, SegmentFile};
 use crate::log_start;
 use crate::producer_state::{ProducerBatch, ProducerStateTable, SequenceCheck, SequenceError};
 use crate::scan::{first_record_at, scan_chunk_with, BatchEntry, ScanEnd};
@@ -39,6 +37,7 @@ use crate::segment::{
     list_segments, read_index, recover_segment, remove_index, segment_path, write_index, Segment,
     SegmentReader, SegmentWriter,
 };
+use crate::tail::{align_down, Tail};
 
 /// Written after a clean close, once every segment has an up-to-date index file; its presence
 /// lets the next open skip scanning the active segment.
@@ -75,8 +74,8 @@ pub struct LogConfig {
     pub min_cleanable_dirty_ratio: f64,
     /// Memory for the cleaner's key → latest offset map (`log.cleaner.dedupe.buffer.size`).
     pub cleaner_buffer_bytes: u64,
-    /// Unwritten bytes at which the tail's full blocks are written ahead of a commit
-    /// (`log.write.ahead.bytes`).
+    /// Largest append buffer (`log.write.ahead.bytes`): appends copy into aligned buffers sized
+    /// to hold a flush interval, up to this; a buffer that fills is written ahead of the commit.
     pub write_ahead_bytes: u64,
     /// Bytes a shard may hold in chunks read ahead for sequential readers, over all its
     /// partitions (`log.read.ahead.budget.bytes`); 0 turns read-ahead off.
@@ -101,7 +100,7 @@ impl LogConfig {
         delete_retention_ms: 24 * 3600 * 1000,
         min_cleanable_dirty_ratio: 0.5,
         cleaner_buffer_bytes: 128 << 20,
-        write_ahead_bytes: 256 << 10,
+        write_ahead_bytes: 1 << 20,
         read_ahead_budget_bytes: 64 << 20,
         tail_cache_partition_bytes: 1 << 20,
         tail_cache_budget_bytes: 64 << 20,
@@ -179,56 +178,6 @@ pub struct ReadOutcome {
     pub log_start_offset: i64,
 }
 
-/// Bytes of a segment not yet durable, from the aligned position `start` to the log end.
-struct Tail {
-    segment_base: i64,
-    file: Rc<SegmentFile>,
-    start: u64,
-    bytes: Vec<u8>,
-    /// File position up to which `bytes` have been written (not necessarily synced).
-    written_end: u64,
-    /// For a sealed tail: the segment's index file, written once the tail is durable.
-    sealed_index: Option<IndexFile>,
-    /// The shard's tail-cache budget held for the flushed blocks kept at the front of `bytes`.
-    cached: Option<Reservation>,
-}
-
-impl Tail {
-    fn new(segment_base: i64, file: Rc<SegmentFile>, start: u64, bytes: Vec<u8>) -> Self {
-        Self {
-            segment_base,
-            file,
-            start,
-            written_end: start + bytes.len() as u64,
-            bytes,
-            sealed_index: None,
-            cached: None,
-        }
-    }
-
-    fn end(&self) -> u64 {
-        self.start + self.bytes.len() as u64
-    }
-
-    /// Whether `len` bytes at `position` of `file` are in this tail's memory.
-    fn holds(&self, file: &Rc<SegmentFile>, position: u64, len: usize) -> bool {
-        Rc::ptr_eq(&self.file, file)
-            && position >= self.start
-            && position + len as u64 <= self.end()
-    }
-
-    /// What is not yet written, from the block holding `written_end`, as an aligned image and
-    /// the position to write it at; blocks kept only for readers are not written again.
-    fn unwritten_image(&self) -> Option<(BlockImage, u64)> {
-        if self.written_end >= self.end() {
-            return None;
-        }
-        let from = align_down(self.written_end, self.file.alignment()).max(self.start);
-        let at = (from - self.start) as usize;
-        Some((self.file.block_image(&self.bytes[at..]), from))
-    }
-}
-
 struct LogState {
     segments: Vec<Segment>,
     next_offset: i64,
@@ -278,10 +227,6 @@ fn storage_err(dir: &Path, detail: impl std::fmt::Display) -> PartitionError {
         dir: dir.display().to_string(),
         detail: detail.to_string(),
     }
-}
-
-fn align_down(v: u64, align: u64) -> u64 {
-    v / align * align
 }
 
 impl Partition {
@@ -428,17 +373,23 @@ impl Partition {
         let active = segments.last().expect("at least one segment");
         let align = active.file.alignment();
         let start = align_down(active.size, align);
-        let bytes = if active.size > start {
-            let r = active
-                .file
-                .read_at(start, (active.size - start) as usize)
-                .await
-                .map_err(|e| storage_err(&dir, e))?;
-            r.to_vec()
+        let partial = if active.size > start {
+            Some(
+                active
+                    .file
+                    .read_at(start, (active.size - start) as usize)
+                    .await
+                    .map_err(|e| storage_err(&dir, e))?,
+            )
         } else {
-            Vec::new()
+            None
         };
-        let active_tail = Tail::new(active.base_offset, active.file.clone(), start, bytes);
+        let active_tail = Tail::new(
+            active.base_offset,
+            active.file.clone(),
+            start,
+            partial.as_deref().unwrap_or_default(),
+        );
         let visible_end = (active.base_offset, active.size);
         let opened = OpenStats {
             segments: segments.len(),
@@ -578,10 +529,16 @@ impl Partition {
         let st = &mut *guard;
         let base_offset = st.next_offset;
         let last_offset = base_offset + i64::from(header.last_offset_delta);
+        // The batch goes straight into the aligned buffers a flush writes; only its header,
+        // whose base offset the broker assigns, is copied on the way.
+        let mut head = [0u8; record_batch::RECORD_BATCH_HEADER_BYTES];
+        head.copy_from_slice(&batch[..record_batch::RECORD_BATCH_HEADER_BYTES]);
+        record_batch::assign_offset(&mut head, base_offset, 0);
         let tail = &mut st.active_tail;
-        let at = tail.bytes.len();
-        tail.bytes.extend_from_slice(batch);
-        record_batch::assign_offset(&mut tail.bytes[at..], base_offset, 0);
+        tail.push(
+            &[&head, &batch[head.len()..]],
+            config.write_ahead_bytes as usize,
+        );
         let active = st.segments.last_mut().expect("active segment");
         assert_eq!(active.base_offset, st.active_tail.segment_base);
         let entry = BatchEntry {
@@ -612,19 +569,29 @@ impl Partition {
             duplicate: false,
             log_start_offset: st.log_start_offset,
         };
-        let unwritten = st.active_tail.end() - st.active_tail.written_end;
+        let full_chunk = st.active_tail.has_full_chunk();
         drop(guard);
-        if unwritten >= config.write_ahead_bytes && !self.write_ahead.replace(true) {
-            // Full blocks go to disk as they fill, overlapping the appends still coming; the
-            // next commit then writes only the rest before its fdatasync.
+        if full_chunk && !self.write_ahead.replace(true) {
+            // A full append buffer goes to disk at once, overlapping the appends still coming;
+            // the next commit then writes only the rest before its fdatasync.
             let part = self.clone();
             glommio::spawn_local(async move {
-                part.write_ahead.set(false);
-                if !part.flushing.get() {
-                    if let Err(e) = part.flush(false).await {
+                // Until no full buffer is left unwritten: buffers fill while a flush runs.
+                loop {
+                    let listener = part.flushed.listen();
+                    if part.flushing.get() {
+                        listener.await;
+                        continue;
+                    }
+                    if part.is_offline() || !part.state.borrow().active_tail.has_full_chunk() {
+                        break;
+                    }
+                    if let Err(e) = part.flush(Flush::FullChunks).await {
                         warn!(dir = %part.dir.display(), error = %e, "write-ahead failed");
+                        break;
                     }
                 }
+                part.write_ahead.set(false);
             })
             .detach();
         }
@@ -668,10 +635,7 @@ impl Partition {
         );
         sync_dir(&self.dir).map_err(|e| storage_err(&self.dir, e))?;
         let mut st = self.state.borrow_mut();
-        let mut old = std::mem::replace(
-            &mut st.active_tail,
-            Tail::new(base, file.clone(), 0, Vec::new()),
-        );
+        let mut old = std::mem::replace(&mut st.active_tail, Tail::new(base, file.clone(), 0, &[]));
         // The producer state now is the state at the end of the closed segment.
         let index = st
             .segments
@@ -744,15 +708,20 @@ impl Partition {
             if self.flushing.get() {
                 listener.await;
             } else {
-                self.flush(durable).await?;
+                self.flush(if durable {
+                    Flush::Durable
+                } else {
+                    Flush::Written
+                })
+                .await?;
             }
         }
     }
 
-    async fn flush(&self, sync: bool) -> Result<(), PartitionError> {
+    async fn flush(&self, kind: Flush) -> Result<(), PartitionError> {
         assert!(!self.flushing.get());
         self.flushing.set(true);
-        let result = self.flush_once(sync).await;
+        let result = self.flush_once(kind).await;
         if let Err(PartitionError::Storage { detail, .. }) = &result {
             self.go_offline(format!("flush failed: {detail}"));
         }
@@ -764,33 +733,35 @@ impl Partition {
         result
     }
 
-    /// Writes what is buffered and, if `sync`, makes it durable. With `sync` the high watermark
-    /// moves only after the `fdatasync`, so nothing unsynced becomes visible in that mode.
-    async fn flush_once(&self, sync: bool) -> Result<(), PartitionError> {
-        // The active tail is copied once, straight into the aligned DMA buffer, while the
-        // state is borrowed; appends that arrive during the write stay for the next flush.
-        let (sealed, active_file, active_start, active_len, active_image, active_base, target) = {
+    /// Writes what `kind` asks for and, for [`Flush::Durable`], makes it durable. With
+    /// `flush.messages=1` the high watermark moves only after the `fdatasync`, so nothing unsynced
+    /// becomes visible in that mode.
+    async fn flush_once(&self, kind: Flush) -> Result<(), PartitionError> {
+        let sync = kind == Flush::Durable;
+        // The chunks to write are frozen while the state is borrowed; appends that arrive during
+        // the write go into new chunks for the next flush.
+        let (mut sealed, active_file, active_writes, active_base, active_end, target) = {
             let mut st = self.state.borrow_mut();
             let sealed = std::mem::take(&mut st.sealed_tails);
-            let t = &st.active_tail;
-            let image = t.unwritten_image();
+            let t = &mut st.active_tail;
+            let writes = t.take_unwritten(kind == Flush::FullChunks);
+            let end = match (kind, writes.last()) {
+                (Flush::FullChunks, Some((at, buf))) => at + buf.len() as u64,
+                (Flush::FullChunks, None) => t.written_end,
+                _ => t.end(),
+            };
             (
                 sealed,
                 t.file.clone(),
-                t.start,
-                t.bytes.len(),
-                image,
+                writes,
                 t.segment_base,
+                end,
                 st.next_offset,
             )
         };
-        for tail in sealed {
-            let file = &tail.file;
-            if let Some((image, at)) = tail.unwritten_image() {
-                file.write_image(image, at)
-                    .await
-                    .map_err(|e| storage_err(&self.dir, e))?;
-            }
+        for tail in &mut sealed {
+            let file = tail.file.clone();
+            self.write_chunks(&file, tail.take_unwritten(false)).await?;
             // Trimmed before the sync, so the index written next matches the synced size.
             file.truncate(tail.end())
                 .await
@@ -804,12 +775,8 @@ impl Partition {
                 }
             }
         }
-        if let Some((image, at)) = active_image {
-            active_file
-                .write_image(image, at)
-                .await
-                .map_err(|e| storage_err(&self.dir, e))?;
-        }
+        drop(sealed);
+        self.write_chunks(&active_file, active_writes).await?;
         if sync {
             active_file
                 .fdatasync()
@@ -821,22 +788,18 @@ impl Partition {
             st.durable_offset = st.durable_offset.max(target);
         }
         let config = self.config.get();
-        // With flush.messages=1 only a synced flush makes data visible; a write-ahead does not.
-        let visible = sync || !config.sync_every_commit();
+        // With flush.messages=1 only a synced flush makes data visible; a write-ahead never does.
+        let visible = sync || (kind == Flush::Written && !config.sync_every_commit());
         if visible && target > st.high_watermark {
             st.high_watermark = target;
-            st.visible_end = (active_base, active_start + active_len as u64);
+            st.visible_end = (active_base, active_end);
         }
-        let align = active_file.alignment();
         let tail = &mut st.active_tail;
-        if tail.segment_base == active_base && tail.start == active_start {
-            let flushed_end = active_start + active_len as u64;
-            tail.written_end = tail.written_end.max(flushed_end);
-            // Flushed whole blocks stay in memory for readers at the tail while the partition's
-            // share and the shard's budget allow; then all but the partial last block go at
-            // once, so only that block is ever moved.
-            let keep_from = align_down(flushed_end, align);
-            let kept = keep_from - tail.start;
+        if tail.segment_base == active_base {
+            tail.written_to(active_end);
+            // Flushed chunks stay in memory for readers at the tail while the partition's share
+            // and the shard's budget allow; then they all go at once but the partial last block.
+            let kept = tail.kept_bytes();
             tail.cached = None;
             if kept <= config.tail_cache_partition_bytes {
                 tail.cached = Reservation::try_new(
@@ -846,9 +809,23 @@ impl Partition {
                 );
             }
             if tail.cached.is_none() {
-                tail.bytes.drain(..kept as usize);
-                tail.start = keep_from;
+                tail.release_written();
             }
+        }
+        Ok(())
+    }
+
+    /// Writes frozen chunks in file order. One at a time: writes that extend a file are
+    /// serialized by the filesystem anyway.
+    async fn write_chunks(
+        &self,
+        file: &SegmentFile,
+        chunks: Vec<(u64, crate::io::FrozenBuf)>,
+    ) -> Result<(), PartitionError> {
+        for (at, buf) in &chunks {
+            file.write_frozen(buf, *at)
+                .await
+                .map_err(|e| storage_err(&self.dir, e))?;
         }
         Ok(())
     }
@@ -1034,9 +1011,8 @@ impl Partition {
             let st = self.state.borrow();
             let t = &st.active_tail;
             if t.holds(file, position, len) {
-                let at = (position - t.start) as usize;
                 self.tail_cache_hits.set(self.tail_cache_hits.get() + 1);
-                return Ok(ChunkBytes::Memory(t.bytes[at..at + len].to_vec()));
+                return Ok(ChunkBytes::Memory(t.copy(position, len)));
             }
         }
         let taken = {
@@ -1502,6 +1478,17 @@ impl Partition {
     }
 }
 
+/// What a flush writes, and whether it syncs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flush {
+    /// The append buffers that filled up: full blocks written ahead of the commit.
+    FullChunks,
+    /// Everything appended, written.
+    Written,
+    /// Everything appended, written and `fdatasync`ed.
+    Durable,
+}
+
 /// A chunk read ahead of a sequential reader: `position` in `file`, where the batch starting at
 /// `next_offset` lies — the offset its next fetch will ask for.
 struct Prefetch {
@@ -1522,7 +1509,7 @@ thread_local! {
 
 /// A share of one of the shard's memory budgets, returned when dropped, so readers far behind
 /// or many partitions never hold more than the budget between them.
-struct Reservation {
+pub(crate) struct Reservation {
     pool: &'static std::thread::LocalKey<Cell<u64>>,
     bytes: u64,
 }
