@@ -7,6 +7,8 @@
 //! Each load mode prints a progress line per second and a summary; `--json` adds one JSON object
 //! on the last stdout line, `--report DIR` writes the HDR distribution and SVG pictures.
 
+#![forbid(unsafe_code)]
+
 mod load;
 mod machine;
 mod report;

@@ -96,9 +96,12 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
                     continue;
                 }
                 match outcome {
-                    Ok(Some(out)) => {
-                        if writer.write_all(&out).await.is_err() {
-                            closed.set(true);
+                    Ok(Some(frame)) => {
+                        for piece in frame.pieces() {
+                            if writer.write_all(piece).await.is_err() {
+                                closed.set(true);
+                                break;
+                            }
                         }
                     }
                     Ok(None) => {}
@@ -169,7 +172,7 @@ pub async fn handle_frame(
             // Kafka's rule: answer in v0 with UNSUPPORTED_VERSION and our ranges, so the client
             // can retry with a version we serve.
             let out = handlers::api_versions::unsupported(correlation_id);
-            return Ok(Box::pin(futures::future::ready(Ok(Some(out)))));
+            return Ok(Box::pin(futures::future::ready(Ok(Some(out.into())))));
         }
         return Err(format!(
             "{} v{version} is not supported (supported v{}-v{})",

@@ -1,6 +1,8 @@
 //! The Tributary broker: configuration, shards, listeners, routing and one handler per Kafka API.
 //! `main.rs` is a thin command line around [`server::start`].
 
+#![forbid(unsafe_code)]
+
 pub mod catalog;
 pub mod config;
 pub mod connection;

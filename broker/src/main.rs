@@ -1,6 +1,8 @@
 //! `tributary`: run a broker. `cargo run --release --bin tributary` listens on 127.0.0.1:9092
 //! with its data in `./data`.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};

@@ -303,6 +303,8 @@ async fn group_ticker(shard: Rc<Shard>) {
     let mut last_expiry = std::time::Instant::now();
     while !shard.draining.get() {
         glommio::timer::sleep(GROUP_TICK).await;
+        // Read buffers other shards have sent back once their responses were written.
+        tributary_storage::io::release_returned_buffers();
         let now = std::time::Instant::now();
         let expire = now.duration_since(last_expiry) >= check_every;
         if expire {

@@ -5,6 +5,8 @@
 //! client bytes and returns `Result`; no input may panic it, and no allocation is sized from a
 //! count the client sent without first checking that count against the bytes actually present.
 
+#![forbid(unsafe_code)]
+
 pub mod error_code;
 pub mod frame;
 pub mod fuzzing;

@@ -134,6 +134,136 @@ impl SegmentFile {
     }
 }
 
+/// `range` of a DMA read as `Bytes`, without a copy: a fetch response is written to the socket
+/// straight from the buffer the disk read into, on whichever shard holds the connection. The
+/// buffer is released on the shard that read it (see [`release_returned_buffers`]).
+pub fn read_bytes(buf: ReadBuf, range: std::ops::Range<usize>) -> bytes::Bytes {
+    let _ = home_bound::release_returned();
+    bytes::Bytes::from_owner(home_bound::HomeBound::new(buf)).slice(range)
+}
+
+/// Releases the read buffers other shards have finished with; returns how many. Reads do this
+/// as they go; a shard's periodic tick calls it too, so an idle shard does not hold them.
+pub fn release_returned_buffers() -> usize {
+    home_bound::release_returned()
+}
+
+/// A glommio read buffer is tied to the executor thread that read it (it holds that reactor's
+/// reference-counted source). `HomeBound` lets it travel inside `Bytes` to another shard, which
+/// only reads its bytes; when the last `Bytes` is dropped away from home, the buffer is sent back
+/// over a channel and dropped by its own thread.
+mod home_bound {
+    #![allow(unsafe_code)]
+
+    use std::cell::RefCell;
+    use std::sync::mpsc::{channel, Receiver, Sender};
+
+    use super::ReadBuf;
+
+    thread_local! {
+        /// This thread's return channel, created on its first read handed out.
+        static RETURNS: RefCell<Option<Returns>> = const { RefCell::new(None) };
+        /// Its address tells threads apart, also while thread-locals are being torn down.
+        static MARK: u8 = const { 0 };
+    }
+
+    struct Returns {
+        tx: Sender<HomeBound>,
+        rx: Receiver<HomeBound>,
+    }
+
+    impl Drop for Returns {
+        fn drop(&mut self) {
+            // The thread is exiting and its executor is gone: buffers still coming back are let
+            // go without touching the reactor.
+            while let Ok(mut b) = self.rx.try_recv() {
+                std::mem::forget(b.buf.take());
+            }
+        }
+    }
+
+    fn mark() -> Option<usize> {
+        MARK.try_with(|m| m as *const u8 as usize).ok()
+    }
+
+    pub(super) fn release_returned() -> usize {
+        RETURNS
+            .try_with(|r| {
+                let mut released = 0;
+                if let Some(r) = r.borrow().as_ref() {
+                    while let Ok(b) = r.rx.try_recv() {
+                        drop(b); // at home: the buffer is released here
+                        released += 1;
+                    }
+                }
+                released
+            })
+            .unwrap_or(0)
+    }
+
+    pub(super) struct HomeBound {
+        buf: Option<ReadBuf>,
+        home: usize,
+        returns: Sender<HomeBound>,
+    }
+
+    impl HomeBound {
+        pub(super) fn new(buf: ReadBuf) -> Self {
+            let returns = RETURNS.with(|r| {
+                r.borrow_mut()
+                    .get_or_insert_with(|| {
+                        let (tx, rx) = channel();
+                        Returns { tx, rx }
+                    })
+                    .tx
+                    .clone()
+            });
+            Self {
+                buf: Some(buf),
+                home: mark().expect("a live thread"),
+                returns,
+            }
+        }
+    }
+
+    impl AsRef<[u8]> for HomeBound {
+        fn as_ref(&self) -> &[u8] {
+            self.buf.as_deref().unwrap_or_default()
+        }
+    }
+
+    impl Drop for HomeBound {
+        fn drop(&mut self) {
+            if mark() == Some(self.home) {
+                return; // `buf` is dropped at home, as usual
+            }
+            let Some(buf) = self.buf.take() else {
+                return;
+            };
+            let back = HomeBound {
+                buf: Some(buf),
+                home: self.home,
+                returns: self.returns.clone(),
+            };
+            if let Err(failed) = self.returns.send(back) {
+                // Home has exited: never drop its buffer here.
+                let mut back = failed.0;
+                std::mem::forget(back.buf.take());
+            }
+        }
+    }
+
+    // SAFETY: `ReadBuf` is `!Send` because it holds a reference-counted handle (`Rc`) to its
+    // executor's I/O source. Away from its home thread a `HomeBound` is only moved, read through
+    // `as_ref` (which reads the immutable bytes the buffer points at, not the handle), and
+    // dropped — and `Drop` never drops the buffer there: it moves it into a `HomeBound` sent
+    // back over the home thread's channel (or leaks it if that thread is gone). The handle is
+    // therefore only ever cloned or dropped on its home thread. The bytes are written by the
+    // disk read before the buffer is handed out and never again, and the channel send that moves
+    // it orders those writes before any read on another thread.
+    unsafe impl Send for HomeBound {}
+}
+
 /// Bytes padded to whole blocks in a buffer aligned for direct I/O.
 pub struct BlockImage {
     buf: glommio::io::DmaBuffer,

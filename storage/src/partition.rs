@@ -1542,10 +1542,10 @@ enum ChunkBytes {
 }
 
 impl ChunkBytes {
-    /// The bytes of `range`: a copy out of the DMA buffer, or the memory copy itself.
+    /// The bytes of `range`: the DMA buffer itself, or the memory copy itself.
     fn into_bytes(self, range: std::ops::Range<usize>) -> Bytes {
         match self {
-            ChunkBytes::Disk(b) => Bytes::copy_from_slice(&b[range]),
+            ChunkBytes::Disk(b) => crate::io::read_bytes(b, range),
             ChunkBytes::Memory(v) => Bytes::from(v).slice(range),
         }
     }

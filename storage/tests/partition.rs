@@ -363,3 +363,48 @@ fn batches_of_any_size_straddling_append_buffers_read_back_exactly_from_memory_a
         check(p, expected).await;
     });
 }
+
+#[test]
+fn read_buffers_travel_to_other_threads_without_a_copy_and_are_released_at_home() {
+    on_executor(move |path| async move {
+        let pdir = path.join("home-0");
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        for i in 0..200 {
+            p.append(&batch(i, None)).await.unwrap();
+        }
+        p.sync_to(400).await.unwrap();
+        p.close().await.unwrap();
+        // Reopened: nothing is in memory, every read comes from the disk.
+        let p = Partition::open(pdir, CONFIG).await.unwrap();
+        let mut reads = Vec::new();
+        let mut offset = 0;
+        while offset < p.high_watermark() {
+            let r = p.read(offset, 1 << 20).await.unwrap();
+            offset = validate_all(&r.records)
+                .unwrap()
+                .last()
+                .unwrap()
+                .1
+                .last_offset()
+                + 1;
+            reads.push(r.records);
+        }
+        let n = reads.len();
+        assert!(n > 1, "several segments read");
+        let before = tributary_storage::io::release_returned_buffers();
+        assert_eq!(before, 0);
+        // Another thread checks the bytes and drops them: the buffers come back to be released
+        // here, by the executor that read them.
+        let seen = std::thread::spawn(move || {
+            reads
+                .iter()
+                .map(|r| validate_all(r).unwrap().len())
+                .sum::<usize>()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen, 200);
+        assert_eq!(tributary_storage::io::release_returned_buffers(), n);
+        assert_eq!(tributary_storage::io::release_returned_buffers(), 0);
+    });
+}

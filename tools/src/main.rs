@@ -2,6 +2,8 @@
 //! console produce and consume, consumer groups and cluster information — built on librdkafka.
 //! Exit status 0 on success; otherwise one line on stderr naming the cause.
 
+#![forbid(unsafe_code)]
+
 mod admin;
 mod groups;
 mod io;

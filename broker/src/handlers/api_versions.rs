@@ -20,7 +20,7 @@ pub fn handle(spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> Handler
     );
     api_versions::encode_response(&mut out, v, ErrorCode::NONE);
     finish_frame(&mut out, start);
-    Ok(Some(out))
+    Ok(Some(out.into()))
 }
 
 /// The answer to an ApiVersions request at a version we do not serve: v0 body, header v0,

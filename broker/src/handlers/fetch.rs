@@ -4,8 +4,9 @@
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use tributary_protocol::header::{begin_response, finish_frame, RequestHeader};
+use bytes::Bytes;
+use tributary_protocol::frame::FrameBuilder;
+use tributary_protocol::header::{begin_response, RequestHeader};
 use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::fetch::{self, FetchPartitionResponse, FetchTopicResponse};
 use tributary_protocol::{ErrorCode, Reader};
@@ -78,8 +79,10 @@ pub async fn handle(
             }),
         }
     }
-    let mut out = BytesMut::new();
-    let start = begin_response(
+    // Record bytes are not copied into the response: they are pieces of the frame, written to
+    // the socket from the buffers the reads returned.
+    let mut out = FrameBuilder::new();
+    begin_response(
         &mut out,
         header.correlation_id,
         spec.response_header_flexible(v),
@@ -91,8 +94,7 @@ pub async fn handle(
         req.isolation_level == 1,
         &topics,
     );
-    finish_frame(&mut out, start);
-    Ok(Some(out))
+    Ok(Some(out.finish()))
 }
 
 /// Reads every partition concurrently, then trims to the response's `max_bytes`: partitions are

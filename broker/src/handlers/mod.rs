@@ -22,6 +22,7 @@ use std::rc::Rc;
 use bytes::BytesMut;
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::{Encodable, StrBytes};
+use tributary_protocol::frame::ResponseFrame;
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::{api_key, ApiSpec};
 use tributary_protocol::response::encode_frame;
@@ -29,7 +30,9 @@ use tributary_protocol::Reader;
 
 use crate::shard::Shard;
 
-pub type HandlerResult = Result<Option<BytesMut>, String>;
+/// The response frame, in pieces (record bytes are sent from the buffers they were read into);
+/// `None` when none is due.
+pub type HandlerResult = Result<Option<ResponseFrame>, String>;
 
 /// A response still being worked on: resolves to the response frame (`None` when none is due).
 pub type PendingResponse = Pin<Box<dyn Future<Output = HandlerResult>>>;
@@ -103,7 +106,7 @@ pub(crate) fn frame<M: Encodable>(
         body,
     )
     .map_err(|e| e.to_string())?;
-    Ok(Some(out))
+    Ok(Some(out.into()))
 }
 
 pub(crate) fn topic_name(name: &str) -> TopicName {

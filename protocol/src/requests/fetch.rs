@@ -2,7 +2,9 @@
 //! headers are encoded here, and each partition's record bytes are appended as they came from the
 //! log, without being re-encoded.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
+
+use crate::frame::FrameBuilder;
 
 use super::flexible;
 use crate::registry::api_key;
@@ -127,7 +129,7 @@ pub struct FetchTopicResponse {
 /// Writes a Fetch response body. Record bytes are appended as they are; with `read_committed`
 /// an empty aborted-transactions list is sent, otherwise null.
 pub fn encode_response(
-    out: &mut BytesMut,
+    out: &mut FrameBuilder,
     version: i16,
     error: ErrorCode,
     read_committed: bool,
@@ -160,7 +162,7 @@ pub fn encode_response(
                 out.put_i32(-1); // preferred_read_replica
             }
             put_nullable_bytes_len(out, Some(p.records.len()), flex);
-            out.put_slice(&p.records);
+            out.put_records(&p.records);
             put_empty_tagged_fields(out, flex);
         }
         put_empty_tagged_fields(out, flex);
@@ -190,7 +192,7 @@ mod tests {
                     .with_partition(3)
                     .with_fetch_offset(42)
                     .with_partition_max_bytes(1_048_576)])]);
-        let mut b = BytesMut::new();
+        let mut b = bytes::BytesMut::new();
         req.encode(&mut b, version).unwrap();
         b.freeze()
     }
@@ -209,28 +211,37 @@ mod tests {
 
     #[test]
     fn response_parses_with_an_independent_decoder() {
-        let batch = crate::record_batch::build_batch(&[(None, Some(b"v"))], 1, None).freeze();
+        // A short batch is copied into the frame, a long one is a piece of its own.
+        let short = crate::record_batch::build_batch(&[(None, Some(b"v"))], 1, None).freeze();
+        let value = vec![7u8; 3 * crate::frame::RECORDS_BY_REFERENCE_MIN];
+        let long = crate::record_batch::build_batch(&[(None, Some(&value))], 1, None).freeze();
+        let part = |partition: i32, records: &Bytes| FetchPartitionResponse {
+            partition,
+            error: ErrorCode::NONE,
+            high_watermark: 10,
+            last_stable_offset: 10,
+            log_start_offset: 0,
+            records: records.clone(),
+        };
         let topics = vec![FetchTopicResponse {
             name: "orders".into(),
-            partitions: vec![FetchPartitionResponse {
-                partition: 3,
-                error: ErrorCode::NONE,
-                high_watermark: 10,
-                last_stable_offset: 10,
-                log_start_offset: 0,
-                records: batch.clone(),
-            }],
+            partitions: vec![part(3, &short), part(4, &long), part(5, &short)],
         }];
         for v in 4..=12 {
             for rc in [false, true] {
-                let mut out = BytesMut::new();
+                let mut out = FrameBuilder::new();
+                out.put_i32(0); // the length prefix
                 encode_response(&mut out, v, ErrorCode::NONE, rc, &topics);
-                let mut bytes = out.freeze();
+                let frame = out.finish();
+                assert_eq!(frame.pieces().len(), 3, "v{v}");
+                let mut bytes = Bytes::from(frame.to_vec()).slice(4..);
                 let resp = FetchResponse::decode(&mut bytes, v).unwrap();
                 assert_eq!(bytes.len(), 0, "v{v}");
-                let p = &resp.responses[0].partitions[0];
-                assert_eq!(p.high_watermark, 10);
-                assert_eq!(p.records.as_ref(), Some(&batch));
+                let ps = &resp.responses[0].partitions;
+                assert_eq!(ps[0].high_watermark, 10);
+                assert_eq!(ps[0].records.as_ref(), Some(&short));
+                assert_eq!(ps[1].records.as_ref(), Some(&long));
+                assert_eq!(ps[2].records.as_ref(), Some(&short));
             }
         }
     }
