@@ -1,6 +1,8 @@
-//! The log start offset checkpoint: one small file per partition directory, so offsets removed by
-//! DeleteRecords or retention stay removed across a restart even while their segment still
-//! exists.
+//! Offset checkpoints, one small file each per partition directory:
+//! - `log-start-offset`: offsets removed by DeleteRecords or retention stay removed across a
+//!   restart even while their segment still exists;
+//! - `cleaner-offset-checkpoint`: where the last cleaning pass ended, so a restart does not make
+//!   the whole log look dirty (Kafka keeps the same per log). Only scheduling depends on it.
 //!
 //! Layout (12 bytes): the offset as a big-endian i64, then the CRC32C of those 8 bytes as a
 //! big-endian u32. It is replaced atomically: written to a temporary file, synced, renamed over
@@ -14,27 +16,36 @@ use tracing::warn;
 use crate::io::sync_dir;
 
 pub const FILE: &str = "log-start-offset";
-const TMP: &str = "log-start-offset.tmp";
+pub const CLEANER_FILE: &str = "cleaner-offset-checkpoint";
 
 pub fn write(dir: &Path, offset: i64) -> std::io::Result<()> {
+    write_named(dir, FILE, offset)
+}
+
+/// The checkpointed log start offset; `None` if there is none. A damaged checkpoint is reported
+/// and ignored: the log then starts at its first segment, which keeps data rather than losing it.
+pub fn read(dir: &Path) -> std::io::Result<Option<i64>> {
+    read_named(dir, FILE)
+}
+
+pub fn write_named(dir: &Path, name: &str, offset: i64) -> std::io::Result<()> {
     let mut body = [0u8; 12];
     body[..8].copy_from_slice(&offset.to_be_bytes());
     let crc = crc32c::crc32c(&body[..8]);
     body[8..].copy_from_slice(&crc.to_be_bytes());
-    let tmp = dir.join(TMP);
+    let tmp = dir.join(format!("{name}.tmp"));
     {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(&body)?;
         f.sync_all()?;
     }
-    std::fs::rename(&tmp, dir.join(FILE))?;
+    std::fs::rename(&tmp, dir.join(name))?;
     sync_dir(dir)
 }
 
-/// The checkpointed offset; `None` if there is none. A damaged checkpoint is reported and
-/// ignored: the log then starts at its first segment, which keeps data rather than losing it.
-pub fn read(dir: &Path) -> std::io::Result<Option<i64>> {
-    let path = dir.join(FILE);
+/// The checkpointed offset; `None` if there is none or it is damaged (reported).
+pub fn read_named(dir: &Path, name: &str) -> std::io::Result<Option<i64>> {
+    let path = dir.join(name);
     let body = match std::fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -43,7 +54,7 @@ pub fn read(dir: &Path) -> std::io::Result<Option<i64>> {
     match decode(&body) {
         Some(offset) => Ok(Some(offset)),
         None => {
-            warn!(path = %path.display(), "log start checkpoint is damaged; starting at the first segment");
+            warn!(path = %path.display(), "offset checkpoint is damaged; ignored");
             Ok(None)
         }
     }

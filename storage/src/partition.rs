@@ -361,6 +361,10 @@ impl Partition {
         let log_start_offset = checkpoint
             .map_or(log_start_offset, |c| c.max(log_start_offset))
             .min(next_offset);
+        // Where the last cleaning pass ended; only when to clean depends on it.
+        let cleaned_through = log_start::read_named(&dir, log_start::CLEANER_FILE)
+            .map_err(|e| storage_err(&dir, e))?
+            .map_or(log_start_offset, |c| c.clamp(log_start_offset, next_offset));
         let below = segments_below(&segments, log_start_offset);
         for seg in segments.drain(..below) {
             warn!(path = %seg.file.path().display(), log_start_offset, "removing a segment below the log start offset");
@@ -414,7 +418,7 @@ impl Partition {
             }),
             append_lock: Semaphore::new(1),
             maintenance: Semaphore::new(1),
-            cleaned_through: Cell::new(log_start_offset),
+            cleaned_through: Cell::new(cleaned_through),
             flushing: Cell::new(false),
             flushed: Event::new(),
             advanced: Event::new(),
@@ -1382,6 +1386,9 @@ impl Partition {
                 .map_or(st.next_offset, |s| s.base_offset)
         };
         self.cleaned_through.set(through);
+        if let Err(e) = log_start::write_named(&self.dir, log_start::CLEANER_FILE, through) {
+            warn!(dir = %self.dir.display(), error = %e, "writing the cleaner checkpoint failed; the next start cleans the whole log again");
+        }
         info!(dir = %self.dir.display(), ?stats, "cleaned");
         Ok(Some(stats))
     }
