@@ -1220,10 +1220,13 @@ impl Partition {
             return Err(self.go_offline(format!("writing the log start checkpoint: {e}")));
         }
         for seg in &removed {
-            let gone = std::fs::remove_file(seg.file.path())
-                .and_then(|()| remove_index(&self.dir, seg.base_offset));
+            // By name, not by the file's own path: a cleaned segment was written under another
+            // name and renamed into place.
+            let path = segment_path(&self.dir, seg.base_offset);
+            let gone =
+                std::fs::remove_file(&path).and_then(|()| remove_index(&self.dir, seg.base_offset));
             if let Err(e) = gone {
-                return Err(self.go_offline(format!("removing {}: {e}", seg.file.path().display())));
+                return Err(self.go_offline(format!("removing {}: {e}", path.display())));
             }
         }
         if !removed.is_empty() {

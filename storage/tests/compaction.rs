@@ -256,3 +256,30 @@ fn a_topic_without_compaction_is_never_cleaned() {
         assert_eq!(contents(&p).await, written);
     });
 }
+
+#[test]
+fn retention_deletes_segments_the_cleaner_rewrote() {
+    on_executor(move |path| async move {
+        // compact,delete: cleaned segments are later removed by retention like any other.
+        let config = LogConfig {
+            retention_bytes: 1,
+            retention_ms: -1,
+            ..CONFIG
+        };
+        let pdir = path.join("cd-0");
+        let p = Partition::open(pdir.clone(), config).await.unwrap();
+        fill(&p, 400, 1_000).await;
+        let stats = p.clean(2_000).await.unwrap().expect("a pass");
+        assert!(stats.rewritten > 0, "{stats:?}");
+        let removed = p.enforce_retention(2_000).await.unwrap();
+        assert!(removed > 0, "retention removed cleaned segments");
+        assert!(!p.is_offline());
+        assert!(p.log_start_offset() > 0);
+        let got = contents(&p).await;
+        assert!(!got.is_empty());
+        assert!(got.keys().all(|o| *o >= p.log_start_offset()));
+        drop(p);
+        let p = Partition::open(pdir, config).await.unwrap();
+        assert_eq!(contents(&p).await, got);
+    });
+}
