@@ -152,9 +152,12 @@ pub struct AppendOutcome {
 /// What one cleaning pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CleanStats {
-    /// Segments in the cleaned range, and how many had records to remove and were rewritten.
+    /// Segments in the cleaned range, and how many were rewritten (they had records to remove,
+    /// or were merged with their neighbours).
     pub segments: usize,
     pub rewritten: usize,
+    /// Segments that no longer exist because they were merged into the one before them.
+    pub merged: usize,
     pub records_removed: u64,
     pub bytes_before: u64,
     pub bytes_after: u64,
@@ -238,6 +241,7 @@ impl Partition {
                 sync_dir(parent).map_err(|e| storage_err(&dir, e))?;
             }
         }
+        complete_swaps(&dir).map_err(|e| storage_err(&dir, e))?;
         remove_leftovers(&dir).map_err(|e| storage_err(&dir, e))?;
         let mut bases = list_segments(&dir).map_err(|e| storage_err(&dir, e))?;
         if bases.is_empty() {
@@ -1265,7 +1269,8 @@ impl Partition {
 
     /// One cleaning pass over the closed, durable segments of a compacted partition: build the
     /// key → latest offset map, then rewrite each segment that holds superseded records or
-    /// expired tombstones, keeping every other record at its offset. Appends and reads go on
+    /// expired tombstones, keeping every other record at its offset, and merge neighbours that
+    /// fit in one segment together. Appends and reads go on
     /// meanwhile; the work is done in chunks with a yield between them. A rewritten segment
     /// replaces the old one by rename after it is synced; its old index file goes first, so a
     /// crash in between leaves a segment that is scanned on open, never a stale index.
@@ -1276,12 +1281,20 @@ impl Partition {
         }
         let _maintenance = self.lock(&self.maintenance).await?;
         self.check_online()?;
-        let mut targets: Vec<(i64, Rc<SegmentFile>, u64)> = {
+        // (base offset, file, size, offset after its last) of each closed, durable segment.
+        let mut targets: Vec<(i64, Rc<SegmentFile>, u64, i64)> = {
             let st = self.state.borrow();
             st.segments
                 .windows(2)
                 .take_while(|w| w[1].base_offset <= st.durable_offset)
-                .map(|w| (w[0].base_offset, w[0].file.clone(), w[0].size))
+                .map(|w| {
+                    (
+                        w[0].base_offset,
+                        w[0].file.clone(),
+                        w[0].size,
+                        w[0].next_offset,
+                    )
+                })
                 .collect()
         };
         if targets.is_empty() {
@@ -1295,7 +1308,7 @@ impl Partition {
         let mut map = KeyMap::with_budget(config.cleaner_buffer_bytes);
         let mut garbage = vec![false; targets.len()];
         let mut covered = 0;
-        'segments: for (i, (base, file, size)) in targets.iter().enumerate() {
+        'segments: for (i, (base, file, size, _)) in targets.iter().enumerate() {
             let mut reader = SegmentReader::new(file.clone(), *base, *size, true);
             while let Some(chunk) = reader.next().await.map_err(io)? {
                 for e in &chunk.batches {
@@ -1327,65 +1340,76 @@ impl Partition {
             return Ok(None);
         }
         targets.truncate(covered);
-        // Pass 2: rewrite what has something to drop.
+        // Pass 2: rewrite what has something to drop, merging neighbours that together fit in
+        // one segment (as Kafka's cleaner groups them) so cleaned segments do not pile up.
         let mut stats = CleanStats {
             segments: targets.len(),
             ..CleanStats::default()
         };
-        for ((base, file, size), garbage) in targets.iter().zip(garbage) {
-            stats.bytes_before += size;
-            if !garbage {
-                stats.bytes_after += size;
+        for group in merge_groups(&targets, config.segment_bytes) {
+            let members = &targets[group.clone()];
+            let sizes: u64 = members.iter().map(|t| t.2).sum();
+            stats.bytes_before += sizes;
+            if members.len() == 1 && !garbage[group.start] {
+                stats.bytes_after += sizes;
                 continue;
             }
-            let tmp = segment_path(&self.dir, *base).with_extension("cleaned");
-            let mut out = SegmentWriter::create(&tmp, *base, config.index_interval_bytes)
+            let base = members[0].0;
+            let tmp = segment_path(&self.dir, base).with_extension("cleaned");
+            let mut out = SegmentWriter::create(&tmp, base, config.index_interval_bytes)
                 .await
                 .map_err(io)?;
-            let mut reader = SegmentReader::new(file.clone(), *base, *size, true);
             let mut removed = 0u64;
-            while let Some(chunk) = reader.next().await.map_err(io)? {
-                for e in &chunk.batches {
-                    let batch = chunk.bytes_of(e);
-                    let kept = record_batch::retain_records(batch, |r| {
-                        let offset = e.base_offset + i64::from(r.offset_delta);
-                        let keep = cleaner::keep(
-                            &map,
-                            r.key,
-                            r.value.is_none(),
-                            offset,
-                            e.max_timestamp,
-                            horizon,
-                        );
-                        removed += u64::from(!keep);
-                        keep
-                    });
-                    match kept {
-                        Ok(Some(b)) => out.push(&b, e).await.map_err(io)?,
-                        Ok(None) => {}
-                        Err(_) => out.push(batch, e).await.map_err(io)?,
+            for (seg_base, file, size, _) in members {
+                let mut reader = SegmentReader::new(file.clone(), *seg_base, *size, true);
+                while let Some(chunk) = reader.next().await.map_err(io)? {
+                    for e in &chunk.batches {
+                        let batch = chunk.bytes_of(e);
+                        let kept = record_batch::retain_records(batch, |r| {
+                            let offset = e.base_offset + i64::from(r.offset_delta);
+                            let keep = cleaner::keep(
+                                &map,
+                                r.key,
+                                r.value.is_none(),
+                                offset,
+                                e.max_timestamp,
+                                horizon,
+                            );
+                            removed += u64::from(!keep);
+                            keep
+                        });
+                        match kept {
+                            Ok(Some(b)) => out.push(&b, e).await.map_err(io)?,
+                            Ok(None) => {}
+                            Err(_) => out.push(batch, e).await.map_err(io)?,
+                        }
                     }
+                    glommio::yield_if_needed().await;
                 }
-                glommio::yield_if_needed().await;
             }
-            if removed == 0 {
+            if removed == 0 && members.len() == 1 {
                 drop(out);
                 std::fs::remove_file(&tmp).map_err(io)?;
-                stats.bytes_after += size;
+                stats.bytes_after += sizes;
                 continue;
             }
             let mut cleaned = out.finish().await.map_err(io)?;
             stats.bytes_after += cleaned.size;
-            self.replace_segment(*base, *size, &tmp, &mut cleaned)?;
-            stats.rewritten += 1;
+            if members.len() == 1 {
+                self.replace_segment(base, sizes, &tmp, &mut cleaned)?;
+            } else {
+                self.merge_segments(members, &tmp, cleaned)?;
+                stats.merged += members.len() - 1;
+            }
+            stats.rewritten += members.len();
             stats.records_removed += removed;
         }
-        let (last_base, _, _) = targets.last().expect("covered > 0");
+        let last_base = targets.last().expect("covered > 0").0;
         let through = {
             let st = self.state.borrow();
             st.segments
                 .iter()
-                .find(|s| s.base_offset > *last_base)
+                .find(|s| s.base_offset > last_base)
                 .map_or(st.next_offset, |s| s.base_offset)
         };
         self.cleaned_through.set(through);
@@ -1428,6 +1452,51 @@ impl Partition {
             warn!(dir = %self.dir.display(), error = %e, "writing a cleaned segment's index failed; it will be rebuilt on open");
         }
         std::mem::swap(seg, cleaned);
+        Ok(())
+    }
+
+    /// Swaps a cleaned copy of several neighbouring segments in for them. The copy is renamed to
+    /// `<first>-<end>.swap` (and the directory synced) before any old file goes: from then on
+    /// the swap is committed, and an open that finds the `.swap` finishes it (`finish_swap`).
+    fn merge_segments(
+        &self,
+        members: &[(i64, Rc<SegmentFile>, u64, i64)],
+        tmp: &Path,
+        mut merged: Segment,
+    ) -> Result<(), PartitionError> {
+        let io = |e: std::io::Error| storage_err(&self.dir, e);
+        let (first, last) = (&members[0], &members[members.len() - 1]);
+        let end = last.3;
+        // The producer state at the end of the last member is the merged segment's.
+        let producers = read_index(&self.dir, last.0, last.2).and_then(|f| f.producers);
+        std::fs::rename(tmp, swap_path(&self.dir, first.0, end)).map_err(io)?;
+        sync_dir(&self.dir).map_err(io)?;
+        finish_swap(&self.dir, first.0, end).map_err(io)?;
+        let mut st = self.state.borrow_mut();
+        let Some(i) = st.segments.iter().position(|s| s.base_offset == first.0) else {
+            return Ok(());
+        };
+        let j = i + members.len() - 1;
+        assert_eq!(
+            st.segments[j].base_offset, last.0,
+            "merged segments are neighbours"
+        );
+        merged.next_offset = st.segments[j].next_offset;
+        merged.first_timestamp = st.segments[i].first_timestamp;
+        merged.max_timestamp = st.segments[i..=j]
+            .iter()
+            .map(|s| s.max_timestamp)
+            .max()
+            .unwrap_or(merged.max_timestamp);
+        if let Err(e) = write_index(
+            &self.dir,
+            first.0,
+            &merged.index_file(producers.as_ref()),
+            false,
+        ) {
+            warn!(dir = %self.dir.display(), error = %e, "writing a merged segment's index failed; it will be rebuilt on open");
+        }
+        st.segments.splice(i..=j, [merged]);
         Ok(())
     }
 
@@ -1624,6 +1693,72 @@ fn plan_segment(st: &LogState, seg: &Segment, offset: i64) -> Option<ReadPlan> {
 
 /// Removes what an interrupted cleaning pass or index write left behind: `*.cleaned` segment
 /// copies and `*.tmp` files. The segments they were for are intact.
+/// Neighbouring segments to clean into one, in order: as many as fit in `segment_bytes`
+/// together (by their size before cleaning) with offsets a 32-bit relative offset can hold.
+fn merge_groups(
+    targets: &[(i64, Rc<SegmentFile>, u64, i64)],
+    segment_bytes: u64,
+) -> Vec<std::ops::Range<usize>> {
+    let mut groups = Vec::new();
+    let mut start = 0;
+    while start < targets.len() {
+        let (base, _, mut size, _) = targets[start];
+        let mut end = start + 1;
+        while end < targets.len()
+            && size + targets[end].2 <= segment_bytes
+            && targets[end].3 - 1 - base <= i64::from(i32::MAX)
+        {
+            size += targets[end].2;
+            end += 1;
+        }
+        groups.push(start..end);
+        start = end;
+    }
+    groups
+}
+
+/// Where a committed merge of the segments from `base` up to offset `end` waits to be swapped in.
+fn swap_path(dir: &Path, base: i64, end: i64) -> PathBuf {
+    dir.join(format!("{base:020}-{end:020}.swap"))
+}
+
+/// Completes a committed merge: removes every segment (and index file) from `base` up to `end`
+/// and renames the merged copy into `base`'s place. Safe to repeat after a crash part-way.
+fn finish_swap(dir: &Path, base: i64, end: i64) -> std::io::Result<()> {
+    for b in list_segments(dir)? {
+        if (base..end).contains(&b) {
+            remove_index(dir, b)?;
+            std::fs::remove_file(segment_path(dir, b))?;
+        }
+    }
+    std::fs::rename(swap_path(dir, base, end), segment_path(dir, base))?;
+    sync_dir(dir)
+}
+
+/// Finishes merges a crash interrupted after they were committed (see `merge_segments`).
+fn complete_swaps(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy();
+        let Some(stem) = name.strip_suffix(".swap") else {
+            continue;
+        };
+        let range = stem
+            .split_once('-')
+            .and_then(|(a, b)| Some((a.parse::<i64>().ok()?, b.parse::<i64>().ok()?)));
+        match range {
+            Some((base, end)) if base < end => {
+                warn!(dir = %dir.display(), base, end, "finishing an interrupted segment merge");
+                finish_swap(dir, base, end)?;
+            }
+            _ => {
+                warn!(dir = %dir.display(), file = %name, "ignoring a .swap file whose name is not <base>-<end>.swap")
+            }
+        }
+    }
+    Ok(())
+}
+
 fn remove_leftovers(dir: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();

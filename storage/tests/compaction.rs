@@ -112,10 +112,22 @@ fn cleaning_keeps_the_latest_record_per_key_at_its_offset() {
         );
         assert!(stats.bytes_after < stats.bytes_before / 2, "{stats:?}");
         assert!(!p.needs_cleaning(), "nothing new since the pass");
+        // The cleaned segments are small now: the next pass merges them into one, removing
+        // nothing; the one after has nothing to do.
+        let closed = sorted_segments(&pdir).len() - 1;
         let again = p.clean(2_000).await.unwrap().expect("a pass");
+        assert_eq!(again.records_removed, 0, "{again:?}");
+        assert_eq!(again.merged, closed - 1, "{again:?}");
+        assert_eq!(again.bytes_after, again.bytes_before, "{again:?}");
         assert_eq!(
-            again.rewritten, 0,
-            "a clean log is not rewritten: {again:?}"
+            sorted_segments(&pdir).len(),
+            2,
+            "one closed segment and the active one"
+        );
+        let third = p.clean(2_000).await.unwrap().expect("a pass");
+        assert_eq!(
+            third.rewritten, 0,
+            "a clean log is not rewritten: {third:?}"
         );
         let active_base = common::segment_base(sorted_segments(&pdir).last().unwrap());
         let got = contents(&p).await;
@@ -281,5 +293,54 @@ fn retention_deletes_segments_the_cleaner_rewrote() {
         drop(p);
         let p = Partition::open(pdir, config).await.unwrap();
         assert_eq!(contents(&p).await, got);
+    });
+}
+
+#[test]
+fn a_merge_interrupted_after_its_commit_is_finished_on_open() {
+    on_executor(move |path| async move {
+        let pdir = path.join("m-0");
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        fill(&p, 400, 1_000).await;
+        p.clean(2_000).await.unwrap().expect("a pass");
+        let before_merge = contents(&p).await;
+        drop(p);
+        // The log as the merging pass finds it, kept aside.
+        let copy = path.join("m-1");
+        std::fs::create_dir(&copy).unwrap();
+        for f in std::fs::read_dir(&pdir).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, copy.join(f.file_name().unwrap())).unwrap();
+        }
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        let merge = p.clean(2_000).await.unwrap().expect("a pass");
+        assert!(merge.merged > 2, "{merge:?}");
+        let merged = contents(&p).await;
+        assert_eq!(
+            merged, before_merge,
+            "merging keeps every record at its offset"
+        );
+        drop(p);
+        let after = sorted_segments(&pdir);
+        assert_eq!(after.len(), 2);
+        // A crash right after the commit (the merged copy renamed to its .swap name) and after
+        // two of the old segments were already removed.
+        let (first, end) = (
+            common::segment_base(&after[0]),
+            common::segment_base(&after[1]),
+        );
+        std::fs::copy(&after[0], copy.join(format!("{first:020}-{end:020}.swap"))).unwrap();
+        let old = sorted_segments(&copy);
+        assert!(old.len() > 3);
+        std::fs::remove_file(&old[0]).unwrap();
+        std::fs::remove_file(&old[1]).unwrap();
+        let p = Partition::open(copy.clone(), CONFIG).await.unwrap();
+        assert_eq!(sorted_segments(&copy).len(), 2, "the merge was finished");
+        assert!(std::fs::read_dir(&copy).unwrap().all(|f| !f
+            .unwrap()
+            .path()
+            .to_string_lossy()
+            .ends_with(".swap")));
+        assert_eq!(contents(&p).await, merged);
     });
 }
