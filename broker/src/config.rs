@@ -65,6 +65,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.cleaner.min.cleanable.ratio", default: "0.5", kind: ConfigKind::Double, doc: "Clean a partition once this share of its closed log is new since its last cleaning (topic override: min.cleanable.dirty.ratio)." },
     BrokerKey { name: "log.cleaner.delete.retention.ms", default: "86400000", kind: ConfigKind::Long, doc: "How long a tombstone stays in a compacted topic (topic override: delete.retention.ms)." },
     BrokerKey { name: "log.cleaner.dedupe.buffer.size", default: "134217728", kind: ConfigKind::Long, doc: "Memory for the cleaner's key map per pass; a pass covers as many segments as it holds." },
+    BrokerKey { name: "log.cleaner.batch.inflated.max.bytes", default: "67108864", kind: ConfigKind::Long, doc: "Largest records section the cleaner decompresses to read a compressed batch's keys; a batch that inflates past it is kept whole, uncompacted." },
     BrokerKey { name: "log.flush.interval.messages", default: "1", kind: ConfigKind::Long, doc: "fdatasync a partition once this many messages are unsynced (topic override: flush.messages). 1, the default, acknowledges nothing before it is synced; Kafka's default leaves flushing to the OS." },
     BrokerKey { name: "log.flush.interval.ms", default: "9223372036854775807", kind: ConfigKind::Long, doc: "fdatasync written data at most this long after it was written, when log.flush.interval.messages is above 1 (topic override: flush.ms)." },
     BrokerKey { name: "queued.max.requests", default: "500", kind: ConfigKind::Int, doc: "Depth of each shard's queue of requests forwarded from other shards." },
@@ -112,6 +113,7 @@ pub struct BrokerConfig {
     pub log_cleaner_min_cleanable_ratio: f64,
     pub log_cleaner_delete_retention_ms: i64,
     pub log_cleaner_dedupe_buffer_size: u64,
+    pub log_cleaner_batch_inflated_max_bytes: u64,
     pub log_flush_interval_ms: i64,
     pub queued_max_requests: usize,
     pub shard_io_memory_bytes: usize,
@@ -381,6 +383,11 @@ impl BrokerConfig {
             log_cleaner_dedupe_buffer_size: parse_num(
                 "log.cleaner.dedupe.buffer.size",
                 &get("log.cleaner.dedupe.buffer.size"),
+                1 << 20,
+            )?,
+            log_cleaner_batch_inflated_max_bytes: parse_num(
+                "log.cleaner.batch.inflated.max.bytes",
+                &get("log.cleaner.batch.inflated.max.bytes"),
                 1 << 20,
             )?,
             log_flush_interval_messages: parse_num(

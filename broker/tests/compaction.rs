@@ -61,42 +61,39 @@ fn read_all(addr: SocketAddr, topic: &str) -> Vec<(i64, String, String)> {
     out
 }
 
-#[test]
-fn a_compacted_topic_keeps_the_latest_value_per_key_at_its_offset() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = start_broker(dir.path(), 2, PROPS);
-    let addr = broker.addr;
-    rd_create_topics(
-        addr,
-        &[NewTopic::new("table", 1, TopicReplication::Fixed(1))
-            .set("cleanup.policy", "compact")
-            .set("segment.bytes", "2048")],
-    );
-
-    let producer: BaseProducer = ClientConfig::new()
+/// Sends message i (0 ≤ i < 300) to key `key-{i % 10}` with value `i` (then `pad`), in order:
+/// offset i holds i. `settings` go to the producer as well.
+fn produce_keyed(addr: SocketAddr, topic: &str, pad: &str, settings: &[(&str, &str)]) {
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", addr.to_string())
         .set("acks", "all")
-        .set("batch.num.messages", "1")
-        .set("max.in.flight", "1")
-        .create()
-        .unwrap();
-    // Message i goes to key i % 10 with value i, one per batch, in order: offset i holds i.
+        .set("max.in.flight", "1");
+    for (k, v) in settings {
+        config.set(*k, *v);
+    }
+    let producer: BaseProducer = config.create().unwrap();
     for i in 0..300 {
-        let (k, v) = (format!("key-{}", i % 10), i.to_string());
+        let (k, v) = (format!("key-{}", i % 10), format!("{i}{pad}"));
         producer
-            .send(BaseRecord::to("table").key(&k).payload(&v))
+            .send(BaseRecord::to(topic).key(&k).payload(&v))
             .unwrap();
         producer.poll(Duration::ZERO);
     }
     producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// Waits for the cleaner, then checks that what is left is the latest value of every key at
+/// its own offset, in order.
+fn check_compacted(addr: SocketAddr, topic: &str, pad: &str) {
     let mut got = Vec::new();
     wait_until("the cleaner to compact the log", || {
-        got = read_all(addr, "table");
+        got = read_all(addr, topic);
         got.len() < 100
     });
     let mut last = HashMap::new();
     for (offset, key, value) in &got {
-        assert_eq!(offset.to_string(), *value, "offsets are preserved");
+        assert_eq!(format!("{offset}{pad}"), *value, "offsets are preserved");
         assert_eq!(format!("key-{}", offset % 10), *key);
         if let Some(prev) = last.insert(key.clone(), *offset) {
             assert!(prev < *offset);
@@ -108,6 +105,65 @@ fn a_compacted_topic_keeps_the_latest_value_per_key_at_its_offset() {
             290 + k,
             "latest value of key-{k}"
         );
+    }
+}
+
+fn compacted_topic(name: &str) -> NewTopic<'_> {
+    NewTopic::new(name, 1, TopicReplication::Fixed(1))
+        .set("cleanup.policy", "compact")
+        .set("segment.bytes", "2048")
+}
+
+#[test]
+fn a_compacted_topic_keeps_the_latest_value_per_key_at_its_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, PROPS);
+    rd_create_topics(broker.addr, &[compacted_topic("table")]);
+    // One message per batch.
+    produce_keyed(broker.addr, "table", "", &[("batch.num.messages", "1")]);
+    check_compacted(broker.addr, "table", "");
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn compressed_batches_are_compacted_for_every_codec() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, PROPS);
+    let codecs = ["gzip", "snappy", "lz4", "zstd"];
+    let topics: Vec<String> = codecs.iter().map(|c| format!("table-{c}")).collect();
+    let new: Vec<NewTopic<'_>> = topics.iter().map(|t| compacted_topic(t)).collect();
+    rd_create_topics(broker.addr, &new);
+    // Compressible values, three messages to a batch, each batch compressed by the client.
+    let pad = "-".repeat(200);
+    for (codec, topic) in codecs.iter().zip(&topics) {
+        produce_keyed(
+            broker.addr,
+            topic,
+            &pad,
+            &[
+                ("compression.codec", codec),
+                ("batch.num.messages", "3"),
+                ("linger.ms", "100"),
+            ],
+        );
+    }
+    for (codec, topic) in codecs.iter().zip(&topics) {
+        // What reached the disk is compressed with the topic's codec.
+        let pdir = dir.path().join(format!("{topic}-0"));
+        let mut compressed = 0;
+        for f in std::fs::read_dir(&pdir).unwrap().flatten() {
+            if f.path().extension().is_some_and(|x| x == "log") {
+                // Up to the zero padding after the active segment's last batch.
+                let bytes = std::fs::read(f.path()).unwrap();
+                let mut at = 0;
+                while let Ok(h) = tributary_protocol::record_batch::validate(&bytes[at..], at) {
+                    compressed += usize::from(h.compression() != 0);
+                    at += h.size();
+                }
+            }
+        }
+        assert!(compressed > 0, "{codec}: the client compressed its batches");
+        check_compacted(broker.addr, topic, &pad);
     }
     broker.shutdown().unwrap();
 }

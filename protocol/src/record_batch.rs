@@ -384,11 +384,16 @@ pub fn records(batch: &[u8]) -> Result<Vec<RecordView<'_>>, BatchError> {
             detail: "records of compressed batches are not decoded".into(),
         });
     }
+    parse_records(&batch[RECORD_BATCH_HEADER_BYTES..header.size()])
+}
+
+/// Decodes a records section: a batch's bytes after its header, or what a compressed batch's
+/// records decompress to.
+pub fn parse_records(body: &[u8]) -> Result<Vec<RecordView<'_>>, BatchError> {
     let bad = |detail: &str| BatchError::Invalid {
         position: 0,
         detail: detail.into(),
     };
-    let body = &batch[RECORD_BATCH_HEADER_BYTES..header.size()];
     let mut at = 0usize;
     let mut out = Vec::new();
     while at < body.len() {

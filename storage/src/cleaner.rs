@@ -2,10 +2,16 @@
 //! from each key to the offset of its latest record over the cleanable part of the log, then a
 //! rewrite that keeps a keyed record only if it is that latest one, and drops a latest record
 //! that is a tombstone once it is older than `delete.retention.ms`. Offsets never change.
+//! Compressed batches are decompressed to read their keys; one whose records are all dropped
+//! goes, one that keeps any record stays whole (it is not recompressed).
 //! Pure: `partition` reads and writes the segments.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
+
+use tributary_protocol::record_batch::{self, RecordView};
+
+use crate::codec;
 
 /// Bytes one map entry costs, for sizing the map from `log.cleaner.dedupe.buffer.size`.
 pub const KEY_MAP_ENTRY_BYTES: u64 = 48;
@@ -65,6 +71,32 @@ impl KeyMap {
 /// Whether the cleaner keeps a record at `offset`. Records without a key are kept (Kafka refuses
 /// them on compacted topics; they are never removed here). A tombstone (null value) that is its
 /// key's latest record goes once its batch's timestamp is before `tombstone_horizon`.
+/// The records of a batch, for the cleaner: decoded where they are, or — for a compressed
+/// batch — from its records section decompressed into `scratch` (at most `max` bytes). `Err`
+/// when they cannot be read (an unknown codec, damage, more than `max` bytes): such a batch is
+/// kept whole.
+pub fn batch_records<'a>(
+    batch: &'a [u8],
+    scratch: &'a mut Vec<u8>,
+    max: usize,
+) -> Result<Vec<RecordView<'a>>, String> {
+    let header = record_batch::parse_header(batch, 0).map_err(|e| e.to_string())?;
+    if header.compression() == 0 {
+        return record_batch::records(batch).map_err(|e| e.to_string());
+    }
+    let body = &batch[record_batch::RECORD_BATCH_HEADER_BYTES..header.size()];
+    *scratch = codec::decompress(header.compression(), body, max).map_err(|e| e.to_string())?;
+    let views = record_batch::parse_records(scratch).map_err(|e| e.to_string())?;
+    if views.len() != header.records_count.max(0) as usize {
+        return Err(format!(
+            "{} records decompressed, the batch says {}",
+            views.len(),
+            header.records_count
+        ));
+    }
+    Ok(views)
+}
+
 pub fn keep(
     map: &KeyMap,
     key: Option<&[u8]>,

@@ -8,6 +8,7 @@
 //! modules that talk to glommio.
 
 pub mod cleaner;
+pub mod codec;
 pub mod index;
 pub mod io;
 pub mod log_start;

@@ -74,6 +74,9 @@ pub struct LogConfig {
     pub min_cleanable_dirty_ratio: f64,
     /// Memory for the cleaner's key → latest offset map (`log.cleaner.dedupe.buffer.size`).
     pub cleaner_buffer_bytes: u64,
+    /// Largest records section the cleaner decompresses to read a compressed batch's keys
+    /// (`log.cleaner.batch.inflated.max.bytes`); a batch that inflates past it is kept whole.
+    pub cleaner_batch_inflated_max_bytes: u64,
     /// Largest append buffer (`log.write.ahead.bytes`): appends copy into aligned buffers sized
     /// to hold a flush interval, up to this; a buffer that fills is written ahead of the commit.
     pub write_ahead_bytes: u64,
@@ -100,6 +103,7 @@ impl LogConfig {
         delete_retention_ms: 24 * 3600 * 1000,
         min_cleanable_dirty_ratio: 0.5,
         cleaner_buffer_bytes: 128 << 20,
+        cleaner_batch_inflated_max_bytes: 64 << 20,
         write_ahead_bytes: 1 << 20,
         read_ahead_budget_bytes: 64 << 20,
         tail_cache_partition_bytes: 1 << 20,
@@ -1306,6 +1310,8 @@ impl Partition {
         // are rewritten.
         let horizon = now_ms.saturating_sub(config.delete_retention_ms);
         let mut map = KeyMap::with_budget(config.cleaner_buffer_bytes);
+        let max_inflated = config.cleaner_batch_inflated_max_bytes as usize;
+        let mut scratch = Vec::new();
         let mut garbage = vec![false; targets.len()];
         let mut covered = 0;
         'segments: for (i, (base, file, size, _)) in targets.iter().enumerate() {
@@ -1313,8 +1319,13 @@ impl Partition {
             while let Some(chunk) = reader.next().await.map_err(io)? {
                 for e in &chunk.batches {
                     let batch = chunk.bytes_of(e);
-                    let Ok(records) = record_batch::records(batch) else {
-                        continue; // compressed or control: kept whole, keys unknown
+                    let records = match cleaner::batch_records(batch, &mut scratch, max_inflated) {
+                        Ok(records) => records,
+                        Err(detail) => {
+                            // Kept whole, its keys unknown.
+                            warn!(dir = %self.dir.display(), offset = e.base_offset, %detail, "a batch's records cannot be read for cleaning; it is kept whole");
+                            continue;
+                        }
                     };
                     for r in records {
                         let Some(key) = r.key else { continue };
@@ -1365,18 +1376,34 @@ impl Partition {
                 while let Some(chunk) = reader.next().await.map_err(io)? {
                     for e in &chunk.batches {
                         let batch = chunk.bytes_of(e);
-                        let kept = record_batch::retain_records(batch, |r| {
+                        let keep = |r: &record_batch::RecordView<'_>| {
                             let offset = e.base_offset + i64::from(r.offset_delta);
-                            let keep = cleaner::keep(
+                            cleaner::keep(
                                 &map,
                                 r.key,
                                 r.value.is_none(),
                                 offset,
                                 e.max_timestamp,
                                 horizon,
-                            );
-                            removed += u64::from(!keep);
-                            keep
+                            )
+                        };
+                        let compressed = record_batch::parse_header(batch, 0)
+                            .is_ok_and(|h| h.compression() != 0);
+                        if compressed {
+                            // Dropped when none of its records stays, else kept whole.
+                            let records = cleaner::batch_records(batch, &mut scratch, max_inflated);
+                            match records {
+                                Ok(records) if !records.iter().any(keep) => {
+                                    removed += records.len() as u64;
+                                }
+                                _ => out.push(batch, e).await.map_err(io)?,
+                            }
+                            continue;
+                        }
+                        let kept = record_batch::retain_records(batch, |r| {
+                            let k = keep(r);
+                            removed += u64::from(!k);
+                            k
                         });
                         match kept {
                             Ok(Some(b)) => out.push(&b, e).await.map_err(io)?,

@@ -344,3 +344,127 @@ fn a_merge_interrupted_after_its_commit_is_finished_on_open() {
         assert_eq!(contents(&p).await, merged);
     });
 }
+
+/// `batch` (uncompressed, from `build_batch`) with its records section compressed by `codec`, as
+/// a producer with `compression.type` set sends it.
+fn compressed(batch: &[u8], codec: i16) -> Vec<u8> {
+    use std::io::Write;
+    const HEADER: usize = tributary_protocol::record_batch::RECORD_BATCH_HEADER_BYTES;
+    let body = &batch[HEADER..];
+    let packed = match codec {
+        1 => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(body).unwrap();
+            e.finish().unwrap()
+        }
+        2 => snap::raw::Encoder::new().compress_vec(body).unwrap(),
+        3 => {
+            let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            e.write_all(body).unwrap();
+            e.finish().unwrap()
+        }
+        4 => ruzstd::encoding::compress_to_vec(body, ruzstd::encoding::CompressionLevel::Fastest),
+        _ => unreachable!(),
+    };
+    let mut out = batch[..HEADER].to_vec();
+    let attributes = i16::from_be_bytes([out[21], out[22]]) | codec;
+    out[21..23].copy_from_slice(&attributes.to_be_bytes());
+    out.extend_from_slice(&packed);
+    let length = (out.len() - 12) as i32;
+    out[8..12].copy_from_slice(&length.to_be_bytes());
+    let crc = crc32c::crc32c(&out[21..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
+/// Every record from the log start, decompressing compressed batches: offset → (key, value).
+async fn contents_decompressed(p: &Partition) -> BTreeMap<i64, (String, String)> {
+    let mut out = BTreeMap::new();
+    let mut offset = p.log_start_offset();
+    while offset < p.high_watermark() {
+        let r = p.read(offset, 1 << 20).await.expect("read");
+        let batches = validate_all(&r.records).expect("valid batches");
+        if batches.is_empty() {
+            break;
+        }
+        for (pos, h) in &batches {
+            let bytes = &r.records[*pos..*pos + h.size()];
+            let mut scratch = Vec::new();
+            let recs = tributary_storage::cleaner::batch_records(bytes, &mut scratch, 1 << 20)
+                .expect("readable");
+            for rec in recs {
+                let text = |b: Option<&[u8]>| String::from_utf8(b.unwrap().to_vec()).unwrap();
+                out.insert(
+                    h.base_offset + i64::from(rec.offset_delta),
+                    (text(rec.key), text(rec.value)),
+                );
+            }
+            offset = h.last_offset() + 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn compressed_batches_are_removed_once_all_their_records_are_superseded() {
+    on_executor(move |path| async move {
+        for codec in 1..=4i16 {
+            let pdir = path.join(format!("z{codec}-0"));
+            let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+            // Batches of 3 records over 10 keys, each batch compressed: all but the last few
+            // are wholly superseded by later ones.
+            let mut latest: HashMap<String, (i64, String)> = HashMap::new();
+            for i in 0..400 {
+                let keys: Vec<String> = (0..3).map(|j| format!("k{}", (i * 3 + j) % 10)).collect();
+                let values: Vec<String> = (0..3)
+                    .map(|j| format!("{i}-{j}-{}", "v".repeat(40)))
+                    .collect();
+                let recs: Vec<_> = (0..3)
+                    .map(|j| (Some(keys[j].as_bytes()), Some(values[j].as_bytes())))
+                    .collect();
+                let b = compressed(&build_batch(&recs, 1_000, None), codec);
+                let out = p.append(&b).await.unwrap();
+                p.sync_to(out.last_offset + 1).await.unwrap();
+                for j in 0..3 {
+                    latest.insert(
+                        keys[j].clone(),
+                        (out.base_offset + j as i64, values[j].clone()),
+                    );
+                }
+            }
+            let before = contents_decompressed(&p).await;
+            assert_eq!(before.len(), 1200, "codec {codec}");
+            let stats = p.clean(2_000).await.unwrap().expect("a pass");
+            assert!(stats.records_removed > 900, "codec {codec}: {stats:?}");
+            let active_base = common::segment_base(sorted_segments(&pdir).last().unwrap());
+            let check = |got: &BTreeMap<i64, (String, String)>| {
+                // Every latest record is there at its offset; below the active segment, a
+                // record kept beside it belongs to a batch that still holds a latest record.
+                for (key, (offset, value)) in &latest {
+                    assert_eq!(
+                        got.get(offset),
+                        Some(&(key.clone(), value.clone())),
+                        "codec {codec}"
+                    );
+                }
+                let closed = got.range(..active_base).count();
+                assert!(
+                    closed <= 3 * 10,
+                    "codec {codec}: {closed} records left below the active segment"
+                );
+                for (offset, rec) in got {
+                    assert_eq!(before.get(offset), Some(rec), "codec {codec}: unchanged");
+                }
+            };
+            let got = contents_decompressed(&p).await;
+            check(&got);
+            drop(p);
+            let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+            assert_eq!(
+                contents_decompressed(&p).await,
+                got,
+                "codec {codec}: reopened"
+            );
+        }
+    });
+}

@@ -1,0 +1,206 @@
+//! Decompression of a compressed batch's records section, for the cleaner (produced data is
+//! never decompressed on the request path): gzip (codec 1), snappy (2: raw, or in the xerial
+//! framing the Java client writes), lz4 (3: the LZ4 frame format) and zstd (4). Pure code; every
+//! decoder is bounded, so a batch that inflates past the limit is refused, not held.
+
+use std::io::Read;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    #[error("unknown compression codec {0}")]
+    Unknown(i16),
+    #[error("decompresses to more than {max} bytes")]
+    TooLarge { max: usize },
+    #[error("corrupt {codec} data: {detail}")]
+    Corrupt { codec: &'static str, detail: String },
+}
+
+/// The xerial snappy stream header: magic, then version and compatible version (i32 each).
+const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
+const XERIAL_HEADER_BYTES: usize = 16;
+
+/// The records section `data` compressed with `codec` (the batch attributes' low 3 bits),
+/// decompressed; at most `max` bytes. The bytes come from producers: a decoder that panics on
+/// them is reported as corrupt data, never allowed to take the shard down.
+pub fn decompress(codec: i16, data: &[u8], max: usize) -> Result<Vec<u8>, CodecError> {
+    std::panic::catch_unwind(|| decompress_unguarded(codec, data, max)).unwrap_or_else(|_| {
+        Err(CodecError::Corrupt {
+            codec: "any",
+            detail: "the decoder panicked".into(),
+        })
+    })
+}
+
+fn decompress_unguarded(codec: i16, data: &[u8], max: usize) -> Result<Vec<u8>, CodecError> {
+    let corrupt = |codec: &'static str| {
+        move |e: std::io::Error| CodecError::Corrupt {
+            codec,
+            detail: e.to_string(),
+        }
+    };
+    match codec {
+        1 => read_bounded(flate2::read::MultiGzDecoder::new(data), max).map_err(corrupt("gzip"))?,
+        2 => snappy(data, max),
+        3 => read_bounded(lz4_flex::frame::FrameDecoder::new(data), max).map_err(corrupt("lz4"))?,
+        4 => {
+            let decoder =
+                ruzstd::decoding::StreamingDecoder::new(data).map_err(|e| CodecError::Corrupt {
+                    codec: "zstd",
+                    detail: e.to_string(),
+                })?;
+            read_bounded(decoder, max).map_err(corrupt("zstd"))?
+        }
+        c => Err(CodecError::Unknown(c)),
+    }
+}
+
+/// Reads all of `r`, or reports that it holds more than `max` bytes.
+fn read_bounded(r: impl Read, max: usize) -> std::io::Result<Result<Vec<u8>, CodecError>> {
+    let mut out = Vec::new();
+    r.take(max as u64 + 1).read_to_end(&mut out)?;
+    if out.len() > max {
+        return Ok(Err(CodecError::TooLarge { max }));
+    }
+    Ok(Ok(out))
+}
+
+fn snappy(data: &[u8], max: usize) -> Result<Vec<u8>, CodecError> {
+    let corrupt = |detail: String| CodecError::Corrupt {
+        codec: "snappy",
+        detail,
+    };
+    let mut out = Vec::new();
+    let block = |bytes: &[u8], out: &mut Vec<u8>| -> Result<(), CodecError> {
+        let n = snap::raw::decompress_len(bytes).map_err(|e| corrupt(e.to_string()))?;
+        if out.len() + n > max {
+            return Err(CodecError::TooLarge { max });
+        }
+        let start = out.len();
+        out.resize(start + n, 0);
+        snap::raw::Decoder::new()
+            .decompress(bytes, &mut out[start..])
+            .map_err(|e| corrupt(e.to_string()))?;
+        Ok(())
+    };
+    if !data.starts_with(&XERIAL_MAGIC) {
+        block(data, &mut out)?;
+        return Ok(out);
+    }
+    let mut at = XERIAL_HEADER_BYTES.min(data.len());
+    while at < data.len() {
+        let len = data
+            .get(at..at + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .ok_or_else(|| corrupt("truncated block length".into()))?;
+        at += 4;
+        let bytes = data
+            .get(at..at.saturating_add(len))
+            .ok_or_else(|| corrupt(format!("block of {len} bytes runs past the end")))?;
+        block(bytes, &mut out)?;
+        at += len;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn sample() -> Vec<u8> {
+        (0..50_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect()
+    }
+
+    fn compressed(codec: i16, data: &[u8]) -> Vec<u8> {
+        match codec {
+            1 => {
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                e.write_all(data).unwrap();
+                e.finish().unwrap()
+            }
+            2 => snap::raw::Encoder::new().compress_vec(data).unwrap(),
+            3 => {
+                let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
+                e.write_all(data).unwrap();
+                e.finish().unwrap()
+            }
+            4 => {
+                ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
+            }
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn every_codec_round_trips_and_is_bounded() {
+        let data = sample();
+        for codec in 1..=4 {
+            let c = compressed(codec, &data);
+            assert!(c.len() < data.len() / 2, "codec {codec} compresses");
+            assert_eq!(
+                decompress(codec, &c, data.len()).unwrap(),
+                data,
+                "codec {codec}"
+            );
+            assert_eq!(
+                decompress(codec, &c, data.len() - 1),
+                Err(CodecError::TooLarge {
+                    max: data.len() - 1
+                }),
+                "codec {codec}"
+            );
+            // Damage never panics; it is an error or (for codecs without checksums) other bytes.
+            for cut in [0, 1, c.len() / 2, c.len() - 1] {
+                let _ = decompress(codec, &c[..cut], data.len());
+            }
+            let mut flipped = c.clone();
+            flipped[c.len() / 2] ^= 0x55;
+            let _ = decompress(codec, &flipped, data.len());
+        }
+        assert_eq!(decompress(5, &[], 10), Err(CodecError::Unknown(5)));
+    }
+
+    #[test]
+    fn random_and_mangled_input_is_an_error_not_a_panic() {
+        let data = sample();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for codec in 1..=4 {
+            let good = compressed(codec, &data[..5000]);
+            for _ in 0..300 {
+                let mut input = good.clone();
+                for _ in 0..(next() % 8 + 1) {
+                    let at = (next() as usize) % input.len();
+                    input[at] = next() as u8;
+                }
+                input.truncate((next() as usize) % (input.len() + 1));
+                let _ = decompress(codec, &input, 1 << 20);
+                let noise: Vec<u8> = (0..(next() % 300)).map(|_| next() as u8).collect();
+                let _ = decompress(codec, &noise, 1 << 20);
+            }
+        }
+    }
+
+    #[test]
+    fn xerial_framed_snappy_is_read_block_by_block() {
+        let data = sample();
+        let (a, b) = data.split_at(70_000);
+        let mut framed = XERIAL_MAGIC.to_vec();
+        framed.extend_from_slice(&1i32.to_be_bytes());
+        framed.extend_from_slice(&1i32.to_be_bytes());
+        for part in [a, b] {
+            let block = snap::raw::Encoder::new().compress_vec(part).unwrap();
+            framed.extend_from_slice(&(block.len() as u32).to_be_bytes());
+            framed.extend_from_slice(&block);
+        }
+        assert_eq!(decompress(2, &framed, data.len()).unwrap(), data);
+        assert!(decompress(2, &framed[..framed.len() - 3], data.len()).is_err());
+    }
+}
