@@ -441,13 +441,19 @@ pub fn retain_records(
     if kept == 0 {
         return Ok(None);
     }
-    let length = (out.len() - LOG_OVERHEAD_BYTES) as i32;
-    out[8..12].copy_from_slice(&length.to_be_bytes());
-    out[RECORD_BATCH_HEADER_BYTES - 4..RECORD_BATCH_HEADER_BYTES]
-        .copy_from_slice(&kept.to_be_bytes());
-    let crc = crc32c::crc32c(&out[CRC_COVERAGE_START..]);
-    out[CRC_POSITION..CRC_POSITION + 4].copy_from_slice(&crc.to_be_bytes());
+    reseal(&mut out, kept);
     Ok(Some(out))
+}
+
+/// Sets a rewritten batch's length, record count and CRC from its bytes (the header's other
+/// fields are left as they are).
+pub fn reseal(batch: &mut [u8], records_count: i32) {
+    let length = (batch.len() - LOG_OVERHEAD_BYTES) as i32;
+    batch[8..12].copy_from_slice(&length.to_be_bytes());
+    batch[RECORD_BATCH_HEADER_BYTES - 4..RECORD_BATCH_HEADER_BYTES]
+        .copy_from_slice(&records_count.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[CRC_COVERAGE_START..]);
+    batch[CRC_POSITION..CRC_POSITION + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
 #[cfg(test)]

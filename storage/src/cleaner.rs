@@ -3,7 +3,7 @@
 //! rewrite that keeps a keyed record only if it is that latest one, and drops a latest record
 //! that is a tombstone once it is older than `delete.retention.ms`. Offsets never change.
 //! Compressed batches are decompressed to read their keys; one whose records are all dropped
-//! goes, one that keeps any record stays whole (it is not recompressed).
+//! goes, one that keeps only some is recompressed with those.
 //! Pure: `partition` reads and writes the segments.
 
 use std::collections::HashMap;
@@ -95,6 +95,44 @@ pub fn batch_records<'a>(
         ));
     }
     Ok(views)
+}
+
+/// What is left of a compressed batch once `keep` has judged its records.
+#[derive(Debug)]
+pub enum Retained {
+    /// Every record stays: the batch is kept as it is.
+    All,
+    /// No record stays: the batch goes.
+    None,
+    /// A copy holding only the records that stay, recompressed with the batch's codec; base
+    /// offset, last offset delta, timestamps and producer fields unchanged (as Kafka's cleaner
+    /// rewrites a batch), length, record count and CRC new.
+    Some(Vec<u8>),
+}
+
+/// Judges the records of a compressed batch, decompressing at most `max` bytes.
+pub fn retain_compressed(
+    batch: &[u8],
+    max: usize,
+    mut keep: impl FnMut(&RecordView<'_>) -> bool,
+) -> Result<Retained, String> {
+    let mut scratch = Vec::new();
+    let views = batch_records(batch, &mut scratch, max)?;
+    let kept: Vec<&RecordView<'_>> = views.iter().filter(|r| keep(r)).collect();
+    if kept.len() == views.len() {
+        return Ok(Retained::All);
+    }
+    if kept.is_empty() {
+        return Ok(Retained::None);
+    }
+    let header = record_batch::parse_header(batch, 0).map_err(|e| e.to_string())?;
+    let raw: Vec<u8> = kept.iter().flat_map(|r| r.raw.iter().copied()).collect();
+    let body = &batch[record_batch::RECORD_BATCH_HEADER_BYTES..header.size()];
+    let packed = codec::compress(header.compression(), &raw, body).map_err(|e| e.to_string())?;
+    let mut out = batch[..record_batch::RECORD_BATCH_HEADER_BYTES].to_vec();
+    out.extend_from_slice(&packed);
+    record_batch::reseal(&mut out, kept.len() as i32);
+    Ok(Retained::Some(out))
 }
 
 pub fn keep(

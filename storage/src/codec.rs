@@ -1,7 +1,8 @@
-//! Decompression of a compressed batch's records section, for the cleaner (produced data is
-//! never decompressed on the request path): gzip (codec 1), snappy (2: raw, or in the xerial
-//! framing the Java client writes), lz4 (3: the LZ4 frame format) and zstd (4). Pure code; every
-//! decoder is bounded, so a batch that inflates past the limit is refused, not held.
+//! Decompression (and recompression) of a compressed batch's records section, for the cleaner
+//! (produced data is never decompressed on the request path): gzip (codec 1), snappy (2: raw,
+//! or in the xerial framing the Java client writes), lz4 (3: the LZ4 frame format) and zstd (4).
+//! Pure code; every decoder is bounded, so a batch that inflates past the limit is refused, not
+//! held.
 
 use std::io::Read;
 
@@ -50,6 +51,62 @@ fn decompress_unguarded(codec: i16, data: &[u8], max: usize) -> Result<Vec<u8>, 
                 })?;
             read_bounded(decoder, max).map_err(corrupt("zstd"))?
         }
+        c => Err(CodecError::Unknown(c)),
+    }
+}
+
+/// Bytes per block when writing xerial-framed snappy (the Java client's default).
+const XERIAL_BLOCK_BYTES: usize = 32 << 10;
+
+/// `data` compressed with `codec`, as the cleaner rewrites a batch it kept part of. Snappy is
+/// framed as `like` (the batch's original records section) was: xerial or raw.
+pub fn compress(codec: i16, data: &[u8], like: &[u8]) -> Result<Vec<u8>, CodecError> {
+    use std::io::Write;
+    let failed = |codec: &'static str| {
+        move |e: std::io::Error| CodecError::Corrupt {
+            codec,
+            detail: e.to_string(),
+        }
+    };
+    match codec {
+        1 => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(data).map_err(failed("gzip"))?;
+            e.finish().map_err(failed("gzip"))
+        }
+        2 => {
+            let mut enc = snap::raw::Encoder::new();
+            let mut block = |b: &[u8]| {
+                enc.compress_vec(b).map_err(|e| CodecError::Corrupt {
+                    codec: "snappy",
+                    detail: e.to_string(),
+                })
+            };
+            if !like.starts_with(&XERIAL_MAGIC) {
+                return block(data);
+            }
+            let mut out = XERIAL_MAGIC.to_vec();
+            out.extend_from_slice(&1i32.to_be_bytes()); // version
+            out.extend_from_slice(&1i32.to_be_bytes()); // compatible version
+            for chunk in data.chunks(XERIAL_BLOCK_BYTES) {
+                let b = block(chunk)?;
+                out.extend_from_slice(&(b.len() as u32).to_be_bytes());
+                out.extend_from_slice(&b);
+            }
+            Ok(out)
+        }
+        3 => {
+            let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            e.write_all(data).map_err(failed("lz4"))?;
+            e.finish().map_err(|e| CodecError::Corrupt {
+                codec: "lz4",
+                detail: e.to_string(),
+            })
+        }
+        4 => Ok(ruzstd::encoding::compress_to_vec(
+            data,
+            ruzstd::encoding::CompressionLevel::Fastest,
+        )),
         c => Err(CodecError::Unknown(c)),
     }
 }
@@ -186,6 +243,27 @@ mod tests {
                 let _ = decompress(codec, &noise, 1 << 20);
             }
         }
+    }
+
+    #[test]
+    fn what_compress_writes_decompresses_and_snappy_keeps_its_framing() {
+        let data = sample();
+        for codec in 1..=4 {
+            let like = compressed(codec, b"x");
+            let c = compress(codec, &data, &like).unwrap();
+            assert_eq!(
+                decompress(codec, &c, data.len()).unwrap(),
+                data,
+                "codec {codec}"
+            );
+        }
+        let mut xerial = XERIAL_MAGIC.to_vec();
+        xerial.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1]);
+        let framed = compress(2, &data, &xerial).unwrap();
+        assert!(framed.starts_with(&XERIAL_MAGIC));
+        assert_eq!(decompress(2, &framed, data.len()).unwrap(), data);
+        let raw = compress(2, &data, b"not framed").unwrap();
+        assert!(!raw.starts_with(&XERIAL_MAGIC));
     }
 
     #[test]

@@ -1390,13 +1390,25 @@ impl Partition {
                         let compressed = record_batch::parse_header(batch, 0)
                             .is_ok_and(|h| h.compression() != 0);
                         if compressed {
-                            // Dropped when none of its records stays, else kept whole.
-                            let records = cleaner::batch_records(batch, &mut scratch, max_inflated);
-                            match records {
-                                Ok(records) if !records.iter().any(keep) => {
-                                    removed += records.len() as u64;
+                            // Decompressed, judged, and recompressed if only some records stay;
+                            // kept whole if it cannot be read.
+                            let count = record_batch::parse_header(batch, 0)
+                                .map_or(0, |h| h.records_count.max(0) as u64);
+                            let mut kept_records = 0u64;
+                            let retained = cleaner::retain_compressed(batch, max_inflated, |r| {
+                                let k = keep(r);
+                                kept_records += u64::from(k);
+                                k
+                            });
+                            match retained {
+                                Ok(cleaner::Retained::None) => removed += count,
+                                Ok(cleaner::Retained::Some(b)) => {
+                                    removed += count - kept_records;
+                                    out.push(&b, e).await.map_err(io)?;
                                 }
-                                _ => out.push(batch, e).await.map_err(io)?,
+                                Ok(cleaner::Retained::All) | Err(_) => {
+                                    out.push(batch, e).await.map_err(io)?
+                                }
                             }
                             continue;
                         }
