@@ -162,7 +162,6 @@ fn snappy(data: &[u8], max: usize) -> Result<Vec<u8>, CodecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
 
     fn sample() -> Vec<u8> {
         (0..50_000u32)
@@ -170,24 +169,9 @@ mod tests {
             .collect()
     }
 
+    /// Raw snappy, lz4 frame, gzip or zstd, through the encoders the cleaner rewrites with.
     fn compressed(codec: i16, data: &[u8]) -> Vec<u8> {
-        match codec {
-            1 => {
-                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-                e.write_all(data).unwrap();
-                e.finish().unwrap()
-            }
-            2 => snap::raw::Encoder::new().compress_vec(data).unwrap(),
-            3 => {
-                let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
-                e.write_all(data).unwrap();
-                e.finish().unwrap()
-            }
-            4 => {
-                ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
-            }
-            _ => unreachable!(),
-        }
+        compress(codec, data, b"").unwrap()
     }
 
     #[test]

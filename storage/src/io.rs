@@ -99,16 +99,25 @@ impl SegmentFile {
     /// Writes an image at the aligned `position`; its partial last block is rewritten by the
     /// next image that extends it.
     pub async fn write_image(&self, image: BlockImage, position: u64) -> std::io::Result<()> {
+        self.write_blocks(Rc::new(image.buf), position).await
+    }
+
+    /// Writes whole aligned blocks at the aligned `position`; a short write is an error.
+    async fn write_blocks(
+        &self,
+        buf: Rc<glommio::io::DmaBuffer>,
+        position: u64,
+    ) -> std::io::Result<()> {
         assert_eq!(
             position % self.alignment(),
             0,
             "direct writes start on a block boundary"
         );
         faults::check(&self.path, faults::FileOp::Write)?;
-        let padded = image.buf.len();
+        let padded = buf.len();
         let written = self
             .file
-            .write_at(image.buf, position)
+            .write_rc_at(buf, position)
             .await
             .map_err(std::io::Error::from)?;
         if written != padded {
@@ -281,24 +290,7 @@ impl SegmentFile {
 
     /// Writes a frozen buffer's blocks at the aligned `position`; the buffer stays readable.
     pub async fn write_frozen(&self, frozen: &FrozenBuf, position: u64) -> std::io::Result<()> {
-        assert_eq!(
-            position % self.alignment(),
-            0,
-            "direct writes start on a block boundary"
-        );
-        faults::check(&self.path, faults::FileOp::Write)?;
-        let padded = frozen.buf.len();
-        let written = self
-            .file
-            .write_rc_at(frozen.buf.clone(), position)
-            .await
-            .map_err(std::io::Error::from)?;
-        if written != padded {
-            return Err(std::io::Error::other(format!(
-                "short write at position {position}: {written} of {padded} bytes"
-            )));
-        }
-        Ok(())
+        self.write_blocks(frozen.buf.clone(), position).await
     }
 }
 
