@@ -57,6 +57,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.retention.check.interval.ms", default: "300000", kind: ConfigKind::Long, doc: "How often each shard looks for segments that retention allows deleting." },
     BrokerKey { name: "log.index.interval.bytes", default: "4096", kind: ConfigKind::Int, doc: "Bytes of log between sparse index entries: how far a fetch or timestamp lookup scans at most past an index entry (topic override: index.interval.bytes)." },
     BrokerKey { name: "log.write.ahead.bytes", default: "1048576", kind: ConfigKind::Long, doc: "Largest append buffer of a partition: appends are copied into aligned buffers sized to hold what the partition wrote between its last two flushes, up to this, and a buffer that fills is written at once, ahead of the commit." },
+    BrokerKey { name: "log.flush.syncfs.min.files", default: "2", kind: ConfigKind::Int, doc: "Group commit across partitions: a shard's sync round that covers at least this many segment files on one filesystem makes them durable with one syncfs (one journal commit and device flush) instead of one fdatasync each. syncfs also flushes other programs' dirty data on that filesystem: on a data disk shared with heavy writers set 0 (always fdatasync)." },
     BrokerKey { name: "log.read.ahead.budget.bytes", default: "67108864", kind: ConfigKind::Long, doc: "Memory each shard may hold in log chunks read ahead for consumers reading in order; 0 turns read-ahead off." },
     BrokerKey { name: "log.tail.cache.bytes", default: "67108864", kind: ConfigKind::Long, doc: "Memory each shard may use to keep recently flushed log data for consumers reading at the tail; 0 turns the tail cache off." },
     BrokerKey { name: "log.tail.cache.partition.bytes", default: "1048576", kind: ConfigKind::Long, doc: "Most recently flushed bytes one partition keeps in the tail cache; past it they are let go and the cache refills." },
@@ -105,6 +106,7 @@ pub struct BrokerConfig {
     pub log_index_interval_bytes: u64,
     pub log_flush_interval_messages: i64,
     pub log_write_ahead_bytes: u64,
+    pub log_flush_syncfs_min_files: usize,
     pub log_read_ahead_budget_bytes: u64,
     pub log_tail_cache_bytes: u64,
     pub log_tail_cache_partition_bytes: u64,
@@ -349,6 +351,11 @@ impl BrokerConfig {
                 "log.write.ahead.bytes",
                 &get("log.write.ahead.bytes"),
                 4096,
+            )?,
+            log_flush_syncfs_min_files: parse_num(
+                "log.flush.syncfs.min.files",
+                &get("log.flush.syncfs.min.files"),
+                0,
             )?,
             log_read_ahead_budget_bytes: parse_num(
                 "log.read.ahead.budget.bytes",

@@ -126,6 +126,11 @@ pub struct Shard {
     pub drain_event: Event,
     pub inflight: Cell<usize>,
     pub inflight_event: Event,
+    /// Produce requests this shard's connections received (for the durability figures logged
+    /// at shutdown).
+    pub produce_requests: Cell<u64>,
+    /// Batches appended to this shard's partitions.
+    pub batches_appended: Cell<u64>,
 }
 
 impl Shard {
@@ -150,6 +155,8 @@ impl Shard {
             drain_event: Event::new(),
             inflight: Cell::new(0),
             inflight_event: Event::new(),
+            produce_requests: Cell::new(0),
+            batches_appended: Cell::new(0),
         }
     }
 
@@ -202,6 +209,7 @@ impl Shard {
             read_ahead_budget_bytes: c.log_read_ahead_budget_bytes,
             tail_cache_partition_bytes: c.log_tail_cache_partition_bytes,
             tail_cache_budget_bytes: c.log_tail_cache_bytes,
+            syncfs_min_files: c.log_flush_syncfs_min_files,
         }
     }
 
@@ -437,6 +445,7 @@ impl Shard {
             Ok(o) => o,
             Err(e) => return fail(partition_error_code(&e)),
         };
+        self.batches_appended.set(self.batches_appended.get() + 1);
         if acks == 0 {
             let part = part.clone();
             glommio::spawn_local(async move {
@@ -606,6 +615,17 @@ impl Shard {
 
     /// Flushes and closes every owned partition.
     pub async fn close_partitions(&self) {
+        let sync = tributary_storage::group_commit::stats();
+        info!(
+            shard = self.id.0,
+            produce_requests = self.produce_requests.get(),
+            batches_appended = self.batches_appended.get(),
+            sync_rounds = sync.rounds,
+            files_synced = sync.files,
+            syncfs = sync.syncfs,
+            fdatasyncs = sync.fdatasyncs,
+            "durability since start"
+        );
         let parts: Vec<_> = self.partitions.borrow_mut().drain().collect();
         for ((topic, p), part) in parts {
             if let Err(e) = part.close().await {

@@ -128,6 +128,11 @@ impl SegmentFile {
         Ok(())
     }
 
+    /// The filesystem's device (major, minor): files on one filesystem can share a `syncfs`.
+    pub fn device(&self) -> (u32, u32) {
+        (self.file.dev_major(), self.file.dev_minor())
+    }
+
     pub async fn fdatasync(&self) -> std::io::Result<()> {
         faults::check(&self.path, faults::FileOp::Sync)?;
         self.file.fdatasync().await.map_err(std::io::Error::from)
@@ -375,6 +380,8 @@ pub mod faults {
         /// Writes and truncations.
         Write,
         Sync,
+        /// A `syncfs` of the filesystem holding a directory (the rule matches the directory).
+        SyncFs,
     }
 
     struct Rule {
@@ -424,6 +431,20 @@ pub mod faults {
         }
         Err(std::io::Error::from_raw_os_error(rule.errno))
     }
+}
+
+/// Makes everything written to the filesystem holding `dir` durable — file data, sizes, and
+/// the device's write cache — with one `syncfs`. It is not an io_uring operation, so it runs on
+/// the executor's blocking thread; the shard goes on meanwhile.
+pub async fn syncfs(dir: &Path) -> std::io::Result<()> {
+    faults::check(dir, faults::FileOp::SyncFs)?;
+    let dir = dir.to_path_buf();
+    glommio::executor()
+        .spawn_blocking(move || {
+            let handle = std::fs::File::open(&dir)?;
+            rustix::fs::syncfs(&handle).map_err(std::io::Error::from)
+        })
+        .await
 }
 
 /// Makes a directory entry change (a created, renamed or removed file) durable.

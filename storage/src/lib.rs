@@ -9,6 +9,7 @@
 
 pub mod cleaner;
 pub mod codec;
+pub mod group_commit;
 pub mod index;
 pub mod io;
 pub mod log_start;

@@ -3,8 +3,10 @@
 //!
 //! Writes: an append copies the batch into the active segment's tail, aligned DMA buffers
 //! (`tail.rs`), and assigns its offsets; a flush writes those buffers as whole blocks, rewriting
-//! the partial last block each time, then `fdatasync`s. One flush runs at a time per partition,
-//! and every waiter whose data it covered is released by it (group commit).
+//! the partial last block each time, then makes them durable in the shard's next sync round
+//! (`group_commit`: one round, and often one `syncfs`, for every partition of the shard whose
+//! flush is waiting). One flush runs at a time per partition, and every waiter whose data it
+//! covered is released by it.
 //!
 //! Durability follows `flush.messages` / `flush.ms`. With `flush.messages=1` (the default) the
 //! high watermark is the durable end: nothing is visible to readers, and nothing is acknowledged,
@@ -29,6 +31,7 @@ use tracing::{info, warn};
 use tributary_protocol::record_batch::{self, BatchHeader};
 
 use crate::cleaner::{self, KeyMap};
+use crate::group_commit;
 use crate::io::{sync_dir, SegmentFile};
 use crate::log_start;
 use crate::producer_state::{ProducerBatch, ProducerStateTable, SequenceCheck, SequenceError};
@@ -88,6 +91,10 @@ pub struct LogConfig {
     pub tail_cache_partition_bytes: u64,
     /// Bytes a shard's partitions may keep that way between them (`log.tail.cache.bytes`).
     pub tail_cache_budget_bytes: u64,
+    /// A shard's sync round covering at least this many files on one filesystem makes them
+    /// durable with one `syncfs` instead of an `fdatasync` each (`log.flush.syncfs.min.files`);
+    /// 0: always `fdatasync`. See [`crate::group_commit`].
+    pub syncfs_min_files: usize,
 }
 
 impl LogConfig {
@@ -108,6 +115,7 @@ impl LogConfig {
         read_ahead_budget_bytes: 64 << 20,
         tail_cache_partition_bytes: 1 << 20,
         tail_cache_budget_bytes: 64 << 20,
+        syncfs_min_files: 2,
     };
 
     /// Whether every commit waits for its data to be `fdatasync`ed.
@@ -750,6 +758,7 @@ impl Partition {
     /// becomes visible in that mode.
     async fn flush_once(&self, kind: Flush) -> Result<(), PartitionError> {
         let sync = kind == Flush::Durable;
+        let syncfs_min_files = self.config.get().syncfs_min_files;
         // The chunks to write are frozen while the state is borrowed; appends that arrive during
         // the write go into new chunks for the next flush.
         let (mut sealed, active_file, active_writes, active_base, active_end, target) = {
@@ -778,7 +787,7 @@ impl Partition {
             file.truncate(tail.end())
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
-            file.fdatasync()
+            group_commit::sync(file, syncfs_min_files)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
             if let Some(index) = &tail.sealed_index {
@@ -790,8 +799,7 @@ impl Partition {
         drop(sealed);
         self.write_chunks(&active_file, active_writes).await?;
         if sync {
-            active_file
-                .fdatasync()
+            group_commit::sync(active_file.clone(), syncfs_min_files)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
         }

@@ -31,6 +31,7 @@ pub async fn start(
 ) -> Result<PendingResponse, String> {
     let v = header.api_version;
     let req = decode_all(r, |r| produce::decode(r, v))?;
+    shard.produce_requests.set(shard.produce_requests.get() + 1);
     let catalog = shard.catalog();
     let acks_ok = matches!(req.acks, -1..=1);
     let acks = req.acks;
