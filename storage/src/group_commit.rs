@@ -28,7 +28,7 @@ use crate::io::{faults, syncfs, SegmentFile};
 pub struct SyncStats {
     /// Rounds run.
     pub rounds: u64,
-    /// Files made durable (or failed) by them.
+    /// Files made durable (or failed), by rounds or (with `syncfs_min_files` 0) directly.
     pub files: u64,
     /// `syncfs` calls (one per filesystem per round that used it).
     pub syncfs: u64,
@@ -67,9 +67,17 @@ fn count(f: impl FnOnce(&mut SyncStats)) {
 }
 
 /// Makes what has been written to `file` durable in the shard's next sync round. Call it only
-/// once the writes to be covered have completed. `syncfs_min_files` (0: never) is the round size
-/// from which files on one filesystem share a `syncfs`.
+/// once the writes to be covered have completed. `syncfs_min_files` is the round size from which
+/// files on one filesystem share a `syncfs`; with 0 there are no rounds — every file is
+/// `fdatasync`ed at once, as waiting for a round would only delay it.
 pub async fn sync(file: Rc<SegmentFile>, syncfs_min_files: usize) -> io::Result<()> {
+    if syncfs_min_files == 0 {
+        count(|s| {
+            s.files += 1;
+            s.fdatasyncs += 1;
+        });
+        return file.fdatasync().await;
+    }
     let (done, result) = oneshot::channel();
     let start = ROUNDS.with(|r| {
         let mut r = r.borrow_mut();
@@ -124,7 +132,7 @@ async fn drive() {
 
 /// Syncs the files of one round that live on one filesystem.
 async fn sync_filesystem_group(group: Vec<Member>, syncfs_min_files: usize) {
-    if syncfs_min_files == 0 || group.len() < syncfs_min_files {
+    if group.len() < syncfs_min_files {
         return fdatasync_each(group).await;
     }
     // The fault seam is per file; a file whose sync is made to fail fails alone.

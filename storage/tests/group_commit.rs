@@ -56,14 +56,15 @@ fn files_that_ask_together_share_one_round_and_one_syncfs() {
         let files = written_files(&path.join("shared"), 8).await;
         assert!(sync_all(&files, 2).await.iter().all(|r| r.is_ok()));
         assert_eq!(group_commit::stats(), stats(1, 8, 1, 0));
-        // Turned off, or below the threshold: one round still, an fdatasync per file.
-        assert!(sync_all(&files, 0).await.iter().all(|r| r.is_ok()));
-        assert_eq!(group_commit::stats(), stats(2, 16, 1, 8));
+        // Below the threshold: one round still, an fdatasync per file.
         assert!(sync_all(&files, 9).await.iter().all(|r| r.is_ok()));
-        assert_eq!(group_commit::stats(), stats(3, 24, 1, 16));
+        assert_eq!(group_commit::stats(), stats(2, 16, 1, 8));
         // One file alone is synced with its own fdatasync.
         group_commit::sync(files[0].clone(), 2).await.unwrap();
-        assert_eq!(group_commit::stats(), stats(4, 25, 1, 17));
+        assert_eq!(group_commit::stats(), stats(3, 17, 1, 9));
+        // Turned off: no rounds, an fdatasync per file at once.
+        assert!(sync_all(&files, 0).await.iter().all(|r| r.is_ok()));
+        assert_eq!(group_commit::stats(), stats(3, 25, 1, 17));
     });
 }
 
