@@ -58,6 +58,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.index.interval.bytes", default: "4096", kind: ConfigKind::Int, doc: "Bytes of log between sparse index entries: how far a fetch or timestamp lookup scans at most past an index entry (topic override: index.interval.bytes)." },
     BrokerKey { name: "log.write.ahead.bytes", default: "1048576", kind: ConfigKind::Long, doc: "Largest append buffer of a partition: appends are copied into aligned buffers sized to hold what the partition wrote between its last two flushes, up to this, and a buffer that fills is written at once, ahead of the commit." },
     BrokerKey { name: "log.flush.syncfs.min.files", default: "2", kind: ConfigKind::Int, doc: "Group commit across partitions: a shard's sync round that covers at least this many segment files on one filesystem makes them durable with one syncfs (one journal commit and device flush) instead of one fdatasync each. syncfs also flushes other programs' dirty data on that filesystem: on a data disk shared with heavy writers set 0 (no rounds: each partition fdatasyncs at once)." },
+    BrokerKey { name: "log.flush.syncfs.max.dirty.bytes", default: "16777216", kind: ConfigKind::Long, doc: "A sync round uses syncfs only while the machine's dirty and under-writeback page cache (/proc/meminfo) is below this: syncfs writes back and waits for other programs' dirty data on the filesystem (the broker's own direct writes leave only some filesystem metadata, about 1.5 MB with 64 busy partitions). 0: never syncfs." },
     BrokerKey { name: "log.read.ahead.budget.bytes", default: "67108864", kind: ConfigKind::Long, doc: "Memory each shard may hold in log chunks read ahead for consumers reading in order; 0 turns read-ahead off." },
     BrokerKey { name: "log.tail.cache.bytes", default: "67108864", kind: ConfigKind::Long, doc: "Memory each shard may use to keep recently flushed log data for consumers reading at the tail; 0 turns the tail cache off." },
     BrokerKey { name: "log.tail.cache.partition.bytes", default: "1048576", kind: ConfigKind::Long, doc: "Most recently flushed bytes one partition keeps in the tail cache; past it they are let go and the cache refills." },
@@ -107,6 +108,7 @@ pub struct BrokerConfig {
     pub log_flush_interval_messages: i64,
     pub log_write_ahead_bytes: u64,
     pub log_flush_syncfs_min_files: usize,
+    pub log_flush_syncfs_max_dirty_bytes: u64,
     pub log_read_ahead_budget_bytes: u64,
     pub log_tail_cache_bytes: u64,
     pub log_tail_cache_partition_bytes: u64,
@@ -355,6 +357,11 @@ impl BrokerConfig {
             log_flush_syncfs_min_files: parse_num(
                 "log.flush.syncfs.min.files",
                 &get("log.flush.syncfs.min.files"),
+                0,
+            )?,
+            log_flush_syncfs_max_dirty_bytes: parse_num(
+                "log.flush.syncfs.max.dirty.bytes",
+                &get("log.flush.syncfs.max.dirty.bytes"),
                 0,
             )?,
             log_read_ahead_budget_bytes: parse_num(

@@ -17,6 +17,7 @@ use event_listener::Event;
 use futures::channel::oneshot;
 use tracing::{info, warn};
 use tributary_protocol::ErrorCode;
+use tributary_storage::group_commit::SyncPolicy;
 use tributary_storage::{LogConfig, Partition, PartitionError};
 
 use crate::catalog::{partition_dir, Catalog};
@@ -209,7 +210,10 @@ impl Shard {
             read_ahead_budget_bytes: c.log_read_ahead_budget_bytes,
             tail_cache_partition_bytes: c.log_tail_cache_partition_bytes,
             tail_cache_budget_bytes: c.log_tail_cache_bytes,
-            syncfs_min_files: c.log_flush_syncfs_min_files,
+            sync_policy: SyncPolicy {
+                syncfs_min_files: c.log_flush_syncfs_min_files,
+                syncfs_max_dirty_bytes: c.log_flush_syncfs_max_dirty_bytes,
+            },
         }
     }
 
@@ -624,6 +628,7 @@ impl Shard {
             files_synced = sync.files,
             syncfs = sync.syncfs,
             fdatasyncs = sync.fdatasyncs,
+            syncfs_skipped_dirty = sync.syncfs_skipped_dirty,
             "durability since start"
         );
         let parts: Vec<_> = self.partitions.borrow_mut().drain().collect();

@@ -7,9 +7,13 @@
 //! On this class of filesystem every `fdatasync` costs a device cache flush of its own, even when
 //! several run at once (measured: 8 files synced concurrently, 757 flushes for 800 `fdatasync`s),
 //! so a round that covers at least `syncfs_min_files` files on one filesystem makes them durable
-//! with one `syncfs` (one journal commit, one flush) instead. Should that `syncfs` fail — it also
-//! reports errors of files that are not ours — each file falls back to its own `fdatasync`, so an
-//! error is only ever charged to the file that has it. A file only joins a round after its writes
+//! with one `syncfs` (one journal commit, one flush) instead. `syncfs` also writes back every
+//! other program's dirty page-cache data on that filesystem and waits for it, so it is only used
+//! while the machine's dirty and under-writeback page cache (`/proc/meminfo`, checked at most
+//! every [`DIRTY_CHECK_INTERVAL`]) is below `syncfs_max_dirty_bytes`; our own segment writes are
+//! direct and dirty only some filesystem metadata (about 1.5 MB with 64 busy partitions). Should a `syncfs` fail — it also reports errors of files that are
+//! not ours — each file falls back to its own `fdatasync`, so an error is only ever charged to
+//! the file that has it. A file only joins a round after its writes
 //! have completed, and a round only takes files that joined before it started: nothing is
 //! reported durable by a sync that began before its write ended.
 
@@ -17,6 +21,7 @@ use std::cell::{Cell, RefCell};
 use std::io;
 use std::path::Path;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use futures::channel::oneshot;
 use tracing::warn;
@@ -34,23 +39,50 @@ pub struct SyncStats {
     pub syncfs: u64,
     /// `fdatasync` calls.
     pub fdatasyncs: u64,
+    /// Rounds that could have used `syncfs` but synced each file because the page cache held
+    /// too much dirty data.
+    pub syncfs_skipped_dirty: u64,
 }
+
+/// When a shard's sync rounds share a `syncfs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncPolicy {
+    /// A round covering at least this many files on one filesystem uses one `syncfs`; 0: no
+    /// rounds at all, every file is `fdatasync`ed at once (`log.flush.syncfs.min.files`).
+    pub syncfs_min_files: usize,
+    /// ... while the machine's dirty and under-writeback page cache is below this many bytes
+    /// (`log.flush.syncfs.max.dirty.bytes`); 0: never.
+    pub syncfs_max_dirty_bytes: u64,
+}
+
+/// How long a reading of the machine's dirty page cache is trusted.
+pub const DIRTY_CHECK_INTERVAL: Duration = Duration::from_millis(10);
 
 struct Member {
     file: Rc<SegmentFile>,
     done: oneshot::Sender<io::Result<()>>,
 }
 
-#[derive(Default)]
 struct Rounds {
     running: bool,
     pending: Vec<Member>,
-    syncfs_min_files: usize,
+    policy: SyncPolicy,
+    /// The last dirty page-cache reading: when, and the bytes (None: unreadable).
+    dirty: Option<(Instant, Option<u64>)>,
 }
 
 thread_local! {
-    static ROUNDS: RefCell<Rounds> = RefCell::new(Rounds::default());
-    static STATS: Cell<SyncStats> = const { Cell::new(SyncStats { rounds: 0, files: 0, syncfs: 0, fdatasyncs: 0 }) };
+    static ROUNDS: RefCell<Rounds> = const {
+        RefCell::new(Rounds {
+            running: false,
+            pending: Vec::new(),
+            policy: SyncPolicy { syncfs_min_files: 0, syncfs_max_dirty_bytes: 0 },
+            dirty: None,
+        })
+    };
+    static STATS: Cell<SyncStats> = const {
+        Cell::new(SyncStats { rounds: 0, files: 0, syncfs: 0, fdatasyncs: 0, syncfs_skipped_dirty: 0 })
+    };
 }
 
 /// This thread's (shard's) sync statistics.
@@ -67,11 +99,10 @@ fn count(f: impl FnOnce(&mut SyncStats)) {
 }
 
 /// Makes what has been written to `file` durable in the shard's next sync round. Call it only
-/// once the writes to be covered have completed. `syncfs_min_files` is the round size from which
-/// files on one filesystem share a `syncfs`; with 0 there are no rounds — every file is
-/// `fdatasync`ed at once, as waiting for a round would only delay it.
-pub async fn sync(file: Rc<SegmentFile>, syncfs_min_files: usize) -> io::Result<()> {
-    if syncfs_min_files == 0 {
+/// once the writes to be covered have completed. With `policy.syncfs_min_files` 0 there are no
+/// rounds — the file is `fdatasync`ed at once, as waiting for a round would only delay it.
+pub async fn sync(file: Rc<SegmentFile>, policy: SyncPolicy) -> io::Result<()> {
+    if policy.syncfs_min_files == 0 {
         count(|s| {
             s.files += 1;
             s.fdatasyncs += 1;
@@ -82,7 +113,7 @@ pub async fn sync(file: Rc<SegmentFile>, syncfs_min_files: usize) -> io::Result<
     let start = ROUNDS.with(|r| {
         let mut r = r.borrow_mut();
         r.pending.push(Member { file, done });
-        r.syncfs_min_files = syncfs_min_files;
+        r.policy = policy;
         !std::mem::replace(&mut r.running, true)
     });
     if start {
@@ -98,16 +129,21 @@ pub async fn sync(file: Rc<SegmentFile>, syncfs_min_files: usize) -> io::Result<
 async fn drive() {
     loop {
         futures_lite::future::yield_now().await;
-        let (members, syncfs_min_files) = ROUNDS.with(|r| {
+        let (members, policy) = ROUNDS.with(|r| {
             let mut r = r.borrow_mut();
             let members = std::mem::take(&mut r.pending);
             if members.is_empty() {
                 r.running = false;
             }
-            (members, r.syncfs_min_files)
+            (members, r.policy)
         });
         if members.is_empty() {
             return;
+        }
+        let mut syncfs_min_files = policy.syncfs_min_files;
+        if members.len() >= syncfs_min_files && !page_cache_allows_syncfs(policy) {
+            count(|s| s.syncfs_skipped_dirty += 1);
+            syncfs_min_files = usize::MAX;
         }
         count(|s| {
             s.rounds += 1;
@@ -128,6 +164,42 @@ async fn drive() {
         )
         .await;
     }
+}
+
+/// Whether the machine's dirty and under-writeback page cache is below the policy's bound,
+/// from a reading at most [`DIRTY_CHECK_INTERVAL`] old. Unreadable counts as too much.
+fn page_cache_allows_syncfs(policy: SyncPolicy) -> bool {
+    if policy.syncfs_max_dirty_bytes == 0 {
+        return false;
+    }
+    let now = Instant::now();
+    let dirty = ROUNDS.with(|r| {
+        let mut r = r.borrow_mut();
+        match r.dirty {
+            Some((at, bytes)) if now.duration_since(at) < DIRTY_CHECK_INTERVAL => bytes,
+            _ => {
+                // procfs is answered from memory: a short read, not disk I/O.
+                let bytes = std::fs::read_to_string("/proc/meminfo")
+                    .ok()
+                    .and_then(|m| dirty_bytes(&m));
+                r.dirty = Some((now, bytes));
+                bytes
+            }
+        }
+    });
+    dirty.is_some_and(|d| d < policy.syncfs_max_dirty_bytes)
+}
+
+/// `Dirty` + `Writeback` of a `/proc/meminfo` text, in bytes.
+pub fn dirty_bytes(meminfo: &str) -> Option<u64> {
+    let field = |name: &str| {
+        meminfo.lines().find_map(|l| {
+            let rest = l.strip_prefix(name)?.strip_prefix(':')?;
+            let kib = rest.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()?;
+            Some(kib * 1024)
+        })
+    };
+    Some(field("Dirty")? + field("Writeback")?)
 }
 
 /// Syncs the files of one round that live on one filesystem.

@@ -31,7 +31,7 @@ use tracing::{info, warn};
 use tributary_protocol::record_batch::{self, BatchHeader};
 
 use crate::cleaner::{self, KeyMap};
-use crate::group_commit;
+use crate::group_commit::{self, SyncPolicy};
 use crate::io::{sync_dir, SegmentFile};
 use crate::log_start;
 use crate::producer_state::{ProducerBatch, ProducerStateTable, SequenceCheck, SequenceError};
@@ -91,10 +91,10 @@ pub struct LogConfig {
     pub tail_cache_partition_bytes: u64,
     /// Bytes a shard's partitions may keep that way between them (`log.tail.cache.bytes`).
     pub tail_cache_budget_bytes: u64,
-    /// A shard's sync round covering at least this many files on one filesystem makes them
-    /// durable with one `syncfs` instead of an `fdatasync` each (`log.flush.syncfs.min.files`);
-    /// 0: always `fdatasync`. See [`crate::group_commit`].
-    pub syncfs_min_files: usize,
+    /// When the shard's sync rounds make their files durable with one `syncfs` instead of an
+    /// `fdatasync` each (`log.flush.syncfs.min.files`, `log.flush.syncfs.max.dirty.bytes`). See
+    /// [`crate::group_commit`].
+    pub sync_policy: SyncPolicy,
 }
 
 impl LogConfig {
@@ -115,7 +115,10 @@ impl LogConfig {
         read_ahead_budget_bytes: 64 << 20,
         tail_cache_partition_bytes: 1 << 20,
         tail_cache_budget_bytes: 64 << 20,
-        syncfs_min_files: 2,
+        sync_policy: SyncPolicy {
+            syncfs_min_files: 2,
+            syncfs_max_dirty_bytes: 16 << 20,
+        },
     };
 
     /// Whether every commit waits for its data to be `fdatasync`ed.
@@ -758,7 +761,7 @@ impl Partition {
     /// becomes visible in that mode.
     async fn flush_once(&self, kind: Flush) -> Result<(), PartitionError> {
         let sync = kind == Flush::Durable;
-        let syncfs_min_files = self.config.get().syncfs_min_files;
+        let sync_policy = self.config.get().sync_policy;
         // The chunks to write are frozen while the state is borrowed; appends that arrive during
         // the write go into new chunks for the next flush.
         let (mut sealed, active_file, active_writes, active_base, active_end, target) = {
@@ -787,7 +790,7 @@ impl Partition {
             file.truncate(tail.end())
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
-            group_commit::sync(file, syncfs_min_files)
+            group_commit::sync(file, sync_policy)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
             if let Some(index) = &tail.sealed_index {
@@ -799,7 +802,7 @@ impl Partition {
         drop(sealed);
         self.write_chunks(&active_file, active_writes).await?;
         if sync {
-            group_commit::sync(active_file.clone(), syncfs_min_files)
+            group_commit::sync(active_file.clone(), sync_policy)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
         }

@@ -10,12 +10,21 @@ use std::rc::Rc;
 use common::on_executor;
 use futures::future::join_all;
 use tributary_protocol::record_batch::build_batch;
-use tributary_storage::group_commit::{self, SyncStats};
+use tributary_storage::group_commit::{self, SyncPolicy, SyncStats};
 use tributary_storage::io::faults::{self, FileOp};
 use tributary_storage::io::SegmentFile;
 use tributary_storage::{LogConfig, Partition};
 
 const EIO: i32 = 5;
+
+/// Rounds of `min_files` use syncfs whatever the page cache holds (the tests of this binary run
+/// in parallel with builds and each other; the dirty-data bound has its own test).
+fn policy(min_files: usize) -> SyncPolicy {
+    SyncPolicy {
+        syncfs_min_files: min_files,
+        syncfs_max_dirty_bytes: u64::MAX,
+    }
+}
 
 /// `n` segment files in `dir`, each with one block written.
 async fn written_files(dir: &Path, n: usize) -> Vec<Rc<SegmentFile>> {
@@ -32,13 +41,8 @@ async fn written_files(dir: &Path, n: usize) -> Vec<Rc<SegmentFile>> {
     files
 }
 
-async fn sync_all(files: &[Rc<SegmentFile>], min_files: usize) -> Vec<std::io::Result<()>> {
-    join_all(
-        files
-            .iter()
-            .map(|f| group_commit::sync(f.clone(), min_files)),
-    )
-    .await
+async fn sync_all(files: &[Rc<SegmentFile>], policy: SyncPolicy) -> Vec<std::io::Result<()>> {
+    join_all(files.iter().map(|f| group_commit::sync(f.clone(), policy))).await
 }
 
 fn stats(rounds: u64, files: u64, syncfs: u64, fdatasyncs: u64) -> SyncStats {
@@ -47,6 +51,7 @@ fn stats(rounds: u64, files: u64, syncfs: u64, fdatasyncs: u64) -> SyncStats {
         files,
         syncfs,
         fdatasyncs,
+        syncfs_skipped_dirty: 0,
     }
 }
 
@@ -54,35 +59,85 @@ fn stats(rounds: u64, files: u64, syncfs: u64, fdatasyncs: u64) -> SyncStats {
 fn files_that_ask_together_share_one_round_and_one_syncfs() {
     on_executor(|path| async move {
         let files = written_files(&path.join("shared"), 8).await;
-        assert!(sync_all(&files, 2).await.iter().all(|r| r.is_ok()));
+        assert!(sync_all(&files, policy(2)).await.iter().all(|r| r.is_ok()));
         assert_eq!(group_commit::stats(), stats(1, 8, 1, 0));
         // Below the threshold: one round still, an fdatasync per file.
-        assert!(sync_all(&files, 9).await.iter().all(|r| r.is_ok()));
+        assert!(sync_all(&files, policy(9)).await.iter().all(|r| r.is_ok()));
         assert_eq!(group_commit::stats(), stats(2, 16, 1, 8));
         // One file alone is synced with its own fdatasync.
-        group_commit::sync(files[0].clone(), 2).await.unwrap();
+        group_commit::sync(files[0].clone(), policy(2))
+            .await
+            .unwrap();
         assert_eq!(group_commit::stats(), stats(3, 17, 1, 9));
         // Turned off: no rounds, an fdatasync per file at once.
-        assert!(sync_all(&files, 0).await.iter().all(|r| r.is_ok()));
+        assert!(sync_all(&files, policy(0)).await.iter().all(|r| r.is_ok()));
         assert_eq!(group_commit::stats(), stats(3, 25, 1, 17));
     });
+}
+
+#[test]
+fn too_much_dirty_page_cache_makes_a_round_sync_each_file() {
+    on_executor(|path| async move {
+        let files = written_files(&path.join("dirty"), 4).await;
+        let never = SyncPolicy {
+            syncfs_min_files: 2,
+            syncfs_max_dirty_bytes: 0,
+        };
+        assert!(sync_all(&files, never).await.iter().all(|r| r.is_ok()));
+        let s = group_commit::stats();
+        assert_eq!(
+            (s.rounds, s.syncfs, s.fdatasyncs, s.syncfs_skipped_dirty),
+            (1, 0, 4, 1)
+        );
+        // A bound no machine reaches: syncfs again.
+        assert!(sync_all(&files, policy(2)).await.iter().all(|r| r.is_ok()));
+        let s = group_commit::stats();
+        assert_eq!(
+            (s.rounds, s.syncfs, s.fdatasyncs, s.syncfs_skipped_dirty),
+            (2, 1, 4, 1)
+        );
+    });
+}
+
+#[test]
+fn dirty_bytes_reads_dirty_and_writeback_from_meminfo() {
+    let meminfo = "MemTotal:       24554488 kB\nDirty:               116 kB\nWriteback:            12 kB\nWritebackTmp:          0 kB\n";
+    assert_eq!(group_commit::dirty_bytes(meminfo), Some(128 * 1024));
+    assert_eq!(
+        group_commit::dirty_bytes("Dirty: 1 kB\n"),
+        None,
+        "no Writeback line"
+    );
+    assert_eq!(
+        group_commit::dirty_bytes("Dirty: x kB\nWriteback: 0 kB\n"),
+        None
+    );
+    let real = std::fs::read_to_string("/proc/meminfo").unwrap();
+    assert!(
+        group_commit::dirty_bytes(&real).is_some(),
+        "this machine's meminfo parses"
+    );
 }
 
 #[test]
 fn a_file_that_asks_during_a_round_is_synced_by_the_next() {
     on_executor(|path| async move {
         let files = written_files(&path.join("next"), 2).await;
-        let first = glommio::spawn_local(group_commit::sync(files[0].clone(), 2));
+        let first = glommio::spawn_local(group_commit::sync(files[0].clone(), policy(2)));
         // Wait until the first round has taken its file and is syncing it.
         while group_commit::stats().rounds == 0 {
             futures_lite::future::yield_now().await;
         }
-        group_commit::sync(files[1].clone(), 2).await.unwrap();
+        group_commit::sync(files[1].clone(), policy(2))
+            .await
+            .unwrap();
         first.await.unwrap();
         let s = group_commit::stats();
         assert_eq!((s.rounds, s.files), (2, 2), "{s:?}");
         // And the rounds stop when nobody waits: a later sync starts a new one.
-        group_commit::sync(files[1].clone(), 2).await.unwrap();
+        group_commit::sync(files[1].clone(), policy(2))
+            .await
+            .unwrap();
         assert_eq!(group_commit::stats().rounds, 3);
     });
 }
@@ -93,7 +148,7 @@ fn a_sync_error_in_a_shared_round_fails_only_its_file() {
         let files = written_files(&path.join("one-fails"), 3).await;
         let failing = files[1].path().display().to_string();
         faults::inject(&failing, FileOp::Sync, EIO, Some(1));
-        let results = sync_all(&files, 2).await;
+        let results = sync_all(&files, policy(2)).await;
         faults::clear(&failing);
         assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
         assert_eq!(results[1].as_ref().unwrap_err().raw_os_error(), Some(EIO));
@@ -108,7 +163,7 @@ fn a_failed_syncfs_falls_back_to_an_fdatasync_per_file() {
         let files = written_files(&dir, 3).await;
         let pattern = dir.display().to_string();
         faults::inject(&pattern, FileOp::SyncFs, EIO, Some(1));
-        let results = sync_all(&files, 2).await;
+        let results = sync_all(&files, policy(2)).await;
         faults::clear(&pattern);
         assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
         assert_eq!(group_commit::stats(), stats(1, 3, 1, 3));
@@ -117,7 +172,7 @@ fn a_failed_syncfs_falls_back_to_an_fdatasync_per_file() {
         faults::inject(&pattern, FileOp::SyncFs, EIO, Some(1));
         let second = files[2].path().display().to_string();
         faults::inject(&second, FileOp::Sync, EIO, Some(2));
-        let results = sync_all(&files, 2).await;
+        let results = sync_all(&files, policy(2)).await;
         faults::clear(&pattern);
         faults::clear(&second);
         // files[2]'s first error is taken before the syncfs, so it alone fails.
@@ -133,13 +188,13 @@ fn a_failed_syncfs_falls_back_to_an_fdatasync_per_file() {
 fn concurrent_commits_to_different_partitions_share_rounds_and_survive_a_crash() {
     on_executor(|path| async move {
         let dirs: Vec<_> = (0..8).map(|i| path.join(format!("shared-{i}"))).collect();
+        let config = LogConfig {
+            sync_policy: policy(2),
+            ..LogConfig::DEFAULT
+        };
         let mut parts = Vec::new();
         for d in &dirs {
-            parts.push(
-                Partition::open(d.clone(), LogConfig::DEFAULT)
-                    .await
-                    .unwrap(),
-            );
+            parts.push(Partition::open(d.clone(), config).await.unwrap());
         }
         let rounds = 50;
         for r in 0..rounds {
