@@ -65,6 +65,9 @@ struct Member {
 
 struct Rounds {
     running: bool,
+    /// Files waiting for the next round. Bounded without a limit of its own: a partition runs
+    /// one flush at a time and a flush waits on one file at a time, so this holds at most one
+    /// file per partition of the shard.
     pending: Vec<Member>,
     policy: SyncPolicy,
     /// The last dirty page-cache reading: when, and the bytes (None: unreadable).
