@@ -39,7 +39,7 @@ pub async fn prime_executor_io(data_dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// One segment file opened for direct I/O. Every operation passes [`faults::check`] first.
+/// One segment file opened for direct I/O. Every operation passes `faults::check` first.
 pub struct SegmentFile {
     file: DmaFile,
     path: PathBuf,
