@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use tributary_protocol::record_batch::{self, RecordView};
+use tributary_protocol::record_batch::{self, BatchHeader, RecordView};
 
 use crate::codec;
 
@@ -68,9 +68,6 @@ impl KeyMap {
     }
 }
 
-/// Whether the cleaner keeps a record at `offset`. Records without a key are kept (Kafka refuses
-/// them on compacted topics; they are never removed here). A tombstone (null value) that is its
-/// key's latest record goes once its batch's timestamp is before `tombstone_horizon`.
 /// The records of a batch, for the cleaner: decoded where they are, or — for a compressed
 /// batch — from its records section decompressed into `scratch` (at most `max` bytes). `Err`
 /// when they cannot be read (an unknown codec, damage, more than `max` bytes): such a batch is
@@ -81,6 +78,15 @@ pub fn batch_records<'a>(
     max: usize,
 ) -> Result<Vec<RecordView<'a>>, String> {
     let header = record_batch::parse_header(batch, 0).map_err(|e| e.to_string())?;
+    records_of(&header, batch, scratch, max)
+}
+
+fn records_of<'a>(
+    header: &BatchHeader,
+    batch: &'a [u8],
+    scratch: &'a mut Vec<u8>,
+    max: usize,
+) -> Result<Vec<RecordView<'a>>, String> {
     if header.compression() == 0 {
         return record_batch::records(batch).map_err(|e| e.to_string());
     }
@@ -97,44 +103,75 @@ pub fn batch_records<'a>(
     Ok(views)
 }
 
-/// What is left of a compressed batch once `keep` has judged its records.
-#[derive(Debug)]
+/// What the cleaner writes in place of a batch once `keep` has judged its records.
+#[derive(Debug, PartialEq, Eq)]
 pub enum Retained {
     /// Every record stays: the batch is kept as it is.
     All,
     /// No record stays: the batch goes.
     None,
-    /// A copy holding only the records that stay, recompressed with the batch's codec; base
-    /// offset, last offset delta, timestamps and producer fields unchanged (as Kafka's cleaner
-    /// rewrites a batch), length, record count and CRC new.
+    /// A copy holding only the records that stay — recompressed with the batch's codec if it
+    /// was compressed; base offset, last offset delta, timestamps and producer fields unchanged
+    /// (as Kafka's cleaner rewrites a batch), length, record count and CRC new.
     Some(Vec<u8>),
 }
 
-/// Judges the records of a compressed batch, decompressing at most `max` bytes.
-pub fn retain_compressed(
+/// Judges the records of `batch` (compressed ones decompressed, at most `max` bytes) and says
+/// what replaces it, with how many records it drops. `Err` when its records cannot be read:
+/// the batch is then kept whole.
+pub fn retain(
     batch: &[u8],
     max: usize,
     mut keep: impl FnMut(&RecordView<'_>) -> bool,
-) -> Result<Retained, String> {
+) -> Result<(Retained, u64), String> {
+    let header = record_batch::parse_header(batch, 0).map_err(|e| e.to_string())?;
+    if header.compression() != 0 {
+        return retain_compressed(&header, batch, max, keep);
+    }
+    let mut dropped = 0u64;
+    let rewritten = record_batch::retain_records(batch, |r| {
+        let k = keep(r);
+        dropped += u64::from(!k);
+        k
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(match rewritten {
+        None => (Retained::None, dropped),
+        Some(_) if dropped == 0 => (Retained::All, 0),
+        Some(b) => (Retained::Some(b), dropped),
+    })
+}
+
+/// [`retain`] for a compressed batch: a batch that keeps only some records is recompressed
+/// with those.
+fn retain_compressed(
+    header: &BatchHeader,
+    batch: &[u8],
+    max: usize,
+    mut keep: impl FnMut(&RecordView<'_>) -> bool,
+) -> Result<(Retained, u64), String> {
     let mut scratch = Vec::new();
-    let views = batch_records(batch, &mut scratch, max)?;
+    let views = records_of(header, batch, &mut scratch, max)?;
     let kept: Vec<&RecordView<'_>> = views.iter().filter(|r| keep(r)).collect();
-    if kept.len() == views.len() {
-        return Ok(Retained::All);
+    let dropped = (views.len() - kept.len()) as u64;
+    if dropped == 0 {
+        return Ok((Retained::All, 0));
     }
     if kept.is_empty() {
-        return Ok(Retained::None);
+        return Ok((Retained::None, dropped));
     }
-    let header = record_batch::parse_header(batch, 0).map_err(|e| e.to_string())?;
     let raw: Vec<u8> = kept.iter().flat_map(|r| r.raw.iter().copied()).collect();
     let body = &batch[record_batch::RECORD_BATCH_HEADER_BYTES..header.size()];
     let packed = codec::compress(header.compression(), &raw, body).map_err(|e| e.to_string())?;
     let mut out = batch[..record_batch::RECORD_BATCH_HEADER_BYTES].to_vec();
     out.extend_from_slice(&packed);
     record_batch::reseal(&mut out, kept.len() as i32);
-    Ok(Retained::Some(out))
+    Ok((Retained::Some(out), dropped))
 }
 
+/// Whether the cleaner keeps a record at `offset`. Records without a key are kept (Kafka refuses
+/// them on compacted topics; they are never removed here). A tombstone (null value) that is its
+/// key's latest record goes once its batch's timestamp is before `tombstone_horizon`.
 pub fn keep(
     map: &KeyMap,
     key: Option<&[u8]>,
@@ -173,6 +210,61 @@ mod tests {
         // c's latest is a tombstone: kept until its timestamp passes the horizon.
         assert!(keep(&m, Some(b"c"), true, 3, 1000, 1000));
         assert!(!keep(&m, Some(b"c"), true, 3, 999, 1000));
+    }
+
+    fn batch_of(values: &[&str]) -> Vec<u8> {
+        let recs: Vec<_> = values
+            .iter()
+            .map(|v| (Some(v.as_bytes()), Some(v.as_bytes())))
+            .collect();
+        record_batch::build_batch(&recs, 1_000, None).to_vec()
+    }
+
+    /// `batch` with its attributes saying `codec`, resealed (its records section unchanged).
+    fn claiming_codec(batch: &[u8], codec: i16) -> Vec<u8> {
+        let mut out = batch.to_vec();
+        let attributes = i16::from_be_bytes([out[21], out[22]]) | codec;
+        out[21..23].copy_from_slice(&attributes.to_be_bytes());
+        let count = record_batch::parse_header(&out, 0).unwrap().records_count;
+        record_batch::reseal(&mut out, count);
+        out
+    }
+
+    #[test]
+    fn retain_says_what_replaces_a_batch_and_how_many_records_go() {
+        let b = batch_of(&["a", "b", "c"]);
+        let (all, dropped) = retain(&b, 1 << 20, |_| true).unwrap();
+        assert_eq!((all, dropped), (Retained::All, 0));
+        let (none, dropped) = retain(&b, 1 << 20, |_| false).unwrap();
+        assert_eq!((none, dropped), (Retained::None, 3));
+        let (some, dropped) = retain(&b, 1 << 20, |r| r.key != Some(b"b")).unwrap();
+        assert_eq!(dropped, 1);
+        let Retained::Some(rewritten) = some else {
+            panic!("a rewritten batch: {some:?}");
+        };
+        let deltas: Vec<i32> = record_batch::records(&rewritten)
+            .unwrap()
+            .iter()
+            .map(|r| r.offset_delta)
+            .collect();
+        assert_eq!(deltas, [0, 2], "kept records keep their offsets");
+        record_batch::validate(&rewritten, 0).expect("a valid batch");
+    }
+
+    #[test]
+    fn retain_refuses_batches_whose_records_cannot_be_read() {
+        let b = batch_of(&["a", "b"]);
+        assert!(
+            retain(&b[..b.len() - 1], 1 << 20, |_| true).is_err(),
+            "truncated"
+        );
+        assert!(
+            retain(&claiming_codec(&b, 5), 1 << 20, |_| true).is_err(),
+            "unknown codec"
+        );
+        // Plain records claimed to be gzip: not gzip data.
+        assert!(retain(&claiming_codec(&b, 1), 1 << 20, |_| true).is_err());
+        assert!(batch_records(&claiming_codec(&b, 1), &mut Vec::new(), 1 << 20).is_err());
     }
 
     #[test]

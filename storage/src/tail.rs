@@ -80,28 +80,32 @@ impl Tail {
             && position + len as u64 <= self.end
     }
 
-    /// A copy of `len` bytes at `position`, which [`Tail::holds`] must cover.
+    /// A copy of `len` bytes at `position`, which [`Tail::holds`] must cover. Where chunks
+    /// overlap (a carried partial block) they hold the same bytes, so each byte is taken from the
+    /// first chunk that has it.
     pub fn copy(&self, position: u64, len: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(len);
-        let chunks: Vec<(u64, &[u8])> = self
+        let end = position + len as u64;
+        let mut at = position;
+        let chunks = self
             .frozen
             .iter()
-            .map(|(at, b)| (*at, b.bytes()))
-            .chain(self.open.as_ref().map(|(at, b)| (*at, b.bytes())))
-            .collect();
-        let mut at = position;
-        let end = position + len as u64;
-        while at < end {
-            // The newest chunk starting at or before `at`: later chunks win where they overlap
-            // (they hold the same bytes there, and possibly more).
-            let i = chunks.partition_point(|(s, _)| *s <= at) - 1;
-            let (s, bytes) = chunks[i];
-            let from = (at - s) as usize;
-            let to = ((end - s) as usize).min(bytes.len());
-            assert!(from < to, "tail chunks leave no holes");
-            out.extend_from_slice(&bytes[from..to]);
-            at = s + to as u64;
+            .map(|(s, b)| (*s, b.bytes()))
+            .chain(self.open.as_ref().map(|(s, b)| (*s, b.bytes())));
+        for (s, bytes) in chunks {
+            let chunk_end = s + bytes.len() as u64;
+            if at >= end {
+                break;
+            }
+            if chunk_end <= at {
+                continue;
+            }
+            assert!(s <= at, "tail chunks leave no holes");
+            let to = end.min(chunk_end);
+            out.extend_from_slice(&bytes[(at - s) as usize..(to - s) as usize]);
+            at = to;
         }
+        assert_eq!(at, end, "the tail holds the bytes asked for");
         out
     }
 

@@ -357,10 +357,10 @@ fn compressed(batch: &[u8], codec: i16) -> Vec<u8> {
     let attributes = i16::from_be_bytes([out[21], out[22]]) | codec;
     out[21..23].copy_from_slice(&attributes.to_be_bytes());
     out.extend_from_slice(&packed);
-    let length = (out.len() - 12) as i32;
-    out[8..12].copy_from_slice(&length.to_be_bytes());
-    let crc = crc32c::crc32c(&out[21..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    let count = tributary_protocol::record_batch::parse_header(batch, 0)
+        .unwrap()
+        .records_count;
+    tributary_protocol::record_batch::reseal(&mut out, count);
     out
 }
 

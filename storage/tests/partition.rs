@@ -3,6 +3,7 @@
 mod common;
 
 use common::{on_executor, sorted_segments};
+use tributary_protocol::fuzzing::SeededRng;
 use tributary_protocol::record_batch::{build_batch, validate_all};
 use tributary_storage::{LogConfig, Partition, PartitionError};
 
@@ -290,18 +291,6 @@ fn readers_at_the_tail_are_served_from_memory_within_the_budget() {
     });
 }
 
-/// A small deterministic generator (xorshift), so a failure replays.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 #[test]
 fn batches_of_any_size_straddling_append_buffers_read_back_exactly_from_memory_and_disk() {
     on_executor(move |path| async move {
@@ -315,14 +304,14 @@ fn batches_of_any_size_straddling_append_buffers_read_back_exactly_from_memory_a
             ..LogConfig::DEFAULT
         };
         let p = Partition::open(pdir.clone(), config).await.unwrap();
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = SeededRng::from_env("append buffers");
         let mut expected: Vec<(i64, Vec<u8>)> = Vec::new();
         for i in 0..600 {
             // Mostly small, some larger than an append buffer.
             let len = match rng.below(10) {
-                0 => 8192 + rng.below(12_000) as usize,
-                1..=3 => 1000 + rng.below(3000) as usize,
-                _ => 1 + rng.below(300) as usize,
+                0 => 8192 + rng.below(12_000),
+                1..=3 => 1000 + rng.below(3000),
+                _ => 1 + rng.below(300),
             };
             let value = vec![b'a' + (i % 26) as u8; len];
             let b = build_batch(&[(None, Some(&value))], 1_000 + i as i64, None).to_vec();
@@ -333,7 +322,7 @@ fn batches_of_any_size_straddling_append_buffers_read_back_exactly_from_memory_a
             if rng.below(4) == 0 {
                 p.sync_to(out.last_offset + 1).await.unwrap();
                 // A reader at a random committed offset gets exactly the batches from there.
-                let k = rng.below(expected.len() as u64) as usize;
+                let k = rng.below(expected.len());
                 let r = p.read(expected[k].0, 1 << 20).await.unwrap();
                 let got = validate_all(&r.records).unwrap();
                 for (n, (pos, h)) in got.iter().enumerate() {

@@ -139,40 +139,16 @@ impl Partition {
                                 horizon,
                             )
                         };
-                        let compressed = record_batch::parse_header(batch, 0)
-                            .is_ok_and(|h| h.compression() != 0);
-                        if compressed {
-                            // Decompressed, judged, and recompressed if only some records stay;
-                            // kept whole if it cannot be read.
-                            let count = record_batch::parse_header(batch, 0)
-                                .map_or(0, |h| h.records_count.max(0) as u64);
-                            let mut kept_records = 0u64;
-                            let retained = cleaner::retain_compressed(batch, max_inflated, |r| {
-                                let k = keep(r);
-                                kept_records += u64::from(k);
-                                k
-                            });
-                            match retained {
-                                Ok(cleaner::Retained::None) => removed += count,
-                                Ok(cleaner::Retained::Some(b)) => {
-                                    removed += count - kept_records;
-                                    out.push(&b, e).await.map_err(io)?;
-                                }
-                                Ok(cleaner::Retained::All) | Err(_) => {
-                                    out.push(batch, e).await.map_err(io)?
-                                }
+                        // Unreadable batches were reported by the first pass; kept whole.
+                        match cleaner::retain(batch, max_inflated, keep) {
+                            Ok((cleaner::Retained::All, _)) | Err(_) => {
+                                out.push(batch, e).await.map_err(io)?
                             }
-                            continue;
-                        }
-                        let kept = record_batch::retain_records(batch, |r| {
-                            let k = keep(r);
-                            removed += u64::from(!k);
-                            k
-                        });
-                        match kept {
-                            Ok(Some(b)) => out.push(&b, e).await.map_err(io)?,
-                            Ok(None) => {}
-                            Err(_) => out.push(batch, e).await.map_err(io)?,
+                            Ok((cleaner::Retained::None, dropped)) => removed += dropped,
+                            Ok((cleaner::Retained::Some(b), dropped)) => {
+                                removed += dropped;
+                                out.push(&b, e).await.map_err(io)?;
+                            }
                         }
                     }
                     glommio::yield_if_needed().await;
