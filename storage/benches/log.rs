@@ -10,14 +10,14 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion, Throughput};
-
-/// The allocator the broker runs with (see broker/src/main.rs).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use glommio::LocalExecutorBuilder;
 use tributary_protocol::record_batch::build_batch;
 use tributary_storage::io::prime_executor_io;
 use tributary_storage::{LogConfig, Partition};
+
+/// The allocator the broker runs with (see broker/src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Appends between `fdatasync`s: a group commit every MiB, as concurrent producers share one.
 const SYNC_EVERY_BYTES: usize = 1 << 20;
