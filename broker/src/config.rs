@@ -70,6 +70,12 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.cleaner.batch.inflated.max.bytes", default: "67108864", kind: ConfigKind::Long, doc: "Largest records section the cleaner decompresses to read a compressed batch's keys; a batch that inflates past it is kept whole, uncompacted." },
     BrokerKey { name: "log.flush.interval.messages", default: "1", kind: ConfigKind::Long, doc: "fdatasync a partition once this many messages are unsynced (topic override: flush.messages). 1, the default, acknowledges nothing before it is synced; Kafka's default leaves flushing to the OS." },
     BrokerKey { name: "log.flush.interval.ms", default: "9223372036854775807", kind: ConfigKind::Long, doc: "fdatasync written data at most this long after it was written, when log.flush.interval.messages is above 1 (topic override: flush.ms)." },
+    BrokerKey { name: "max.connections", default: "2147483647", kind: ConfigKind::Int, doc: "Most client connections the broker holds at once, over all shards; a connection accepted past it is closed at once." },
+    BrokerKey { name: "max.connections.per.ip", default: "2147483647", kind: ConfigKind::Int, doc: "Most connections from one IP address; a connection accepted past it is closed at once (overrides: max.connections.per.ip.overrides)." },
+    BrokerKey { name: "max.connections.per.ip.overrides", default: "", kind: ConfigKind::String, doc: "Per-host limits that replace max.connections.per.ip, as host:count pairs separated by commas, e.g. 10.0.0.7:2000,loadgen.local:50 (host names are resolved at start)." },
+    BrokerKey { name: "connections.max.idle.ms", default: "600000", kind: ConfigKind::Long, doc: "Close a connection that sent no request for this long and is owed no response." },
+    BrokerKey { name: "socket.request.receive.timeout.ms", default: "60000", kind: ConfigKind::Long, doc: "A request must arrive whole within this long of its first byte; a slower sender's connection is closed (a client trickling bytes would otherwise pin its buffer forever)." },
+    BrokerKey { name: "queued.max.request.bytes", default: "134217728", kind: ConfigKind::Long, doc: "Memory each shard may hold in requests being read or handled; a connection waits for room before it allocates a request's buffer and stops reading meanwhile (backpressure). At least socket.request.max.bytes; -1: no limit (Kafka's default)." },
     BrokerKey { name: "queued.max.requests", default: "500", kind: ConfigKind::Int, doc: "Depth of each shard's queue of requests forwarded from other shards." },
     BrokerKey { name: "shard.io.memory.bytes", default: "1048576", kind: ConfigKind::Long, doc: "Registered io_uring buffer memory per shard; locked memory, keep within RLIMIT_MEMLOCK." },
     BrokerKey { name: "shard.spin.before.park.us", default: "0", kind: ConfigKind::Long, doc: "Microseconds a shard spins before sleeping when idle: lower latency for more CPU." },
@@ -120,6 +126,14 @@ pub struct BrokerConfig {
     pub log_cleaner_batch_inflated_max_bytes: u64,
     pub log_flush_interval_ms: i64,
     pub queued_max_requests: usize,
+    pub max_connections: usize,
+    pub max_connections_per_ip: usize,
+    /// `max.connections.per.ip.overrides`, host names resolved.
+    pub max_connections_per_ip_overrides: Vec<(std::net::IpAddr, usize)>,
+    pub connections_max_idle_ms: u64,
+    pub socket_request_receive_timeout_ms: u64,
+    /// `queued.max.request.bytes`; `None` when -1 (no limit).
+    pub queued_max_request_bytes: Option<usize>,
     pub shard_io_memory_bytes: usize,
     pub shard_spin_before_park_us: u64,
     pub shutdown_drain_timeout_ms: u64,
@@ -168,6 +182,32 @@ fn parse_num<T: std::str::FromStr>(key: &str, v: &str, min: i64) -> Result<T> {
     }
     v.parse::<T>()
         .map_err(|_| anyhow!("config {key}: {v:?} is out of range"))
+}
+
+/// Parses `host:count,host:count` (Kafka's `max.connections.per.ip.overrides`), resolving host
+/// names; the count follows the last `:` so IPv6 addresses may be given bare.
+fn parse_ip_overrides(key: &str, v: &str) -> Result<Vec<(std::net::IpAddr, usize)>> {
+    let mut out = Vec::new();
+    for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (host, count) = entry
+            .rsplit_once(':')
+            .ok_or_else(|| anyhow!("config {key}: {entry:?} is not host:count"))?;
+        let count: usize = parse_num(key, count, 0)?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let ips: Vec<std::net::IpAddr> = match host.parse() {
+            Ok(ip) => vec![ip],
+            Err(_) => (host, 0)
+                .to_socket_addrs()
+                .with_context(|| format!("config {key}: cannot resolve host {host:?}"))?
+                .map(|a| a.ip())
+                .collect(),
+        };
+        if ips.is_empty() {
+            bail!("config {key}: host {host:?} resolves to no address");
+        }
+        out.extend(ips.into_iter().map(|ip| (ip, count)));
+    }
+    Ok(out)
 }
 
 /// A ratio between 0 and 1.
@@ -415,6 +455,34 @@ impl BrokerConfig {
                 0,
             )?,
             queued_max_requests: parse_num("queued.max.requests", &get("queued.max.requests"), 1)?,
+            max_connections: parse_num("max.connections", &get("max.connections"), 1)?,
+            max_connections_per_ip: parse_num(
+                "max.connections.per.ip",
+                &get("max.connections.per.ip"),
+                1,
+            )?,
+            max_connections_per_ip_overrides: parse_ip_overrides(
+                "max.connections.per.ip.overrides",
+                &get("max.connections.per.ip.overrides"),
+            )?,
+            connections_max_idle_ms: parse_num(
+                "connections.max.idle.ms",
+                &get("connections.max.idle.ms"),
+                1,
+            )?,
+            socket_request_receive_timeout_ms: parse_num(
+                "socket.request.receive.timeout.ms",
+                &get("socket.request.receive.timeout.ms"),
+                1,
+            )?,
+            queued_max_request_bytes: {
+                let n: i64 = parse_num(
+                    "queued.max.request.bytes",
+                    &get("queued.max.request.bytes"),
+                    -1,
+                )?;
+                (n >= 0).then(|| usize::try_from(n).unwrap_or(usize::MAX))
+            },
             shard_io_memory_bytes: parse_num(
                 "shard.io.memory.bytes",
                 &get("shard.io.memory.bytes"),
@@ -480,6 +548,14 @@ impl BrokerConfig {
         )?;
         if rf != 1 {
             bail!("config default.replication.factor: {rf} needs {rf} brokers; this is a single broker, use 1");
+        }
+        if let Some(budget) = cfg.queued_max_request_bytes {
+            if budget < cfg.socket_request_max_bytes {
+                bail!(
+                    "config queued.max.request.bytes: {budget} is below socket.request.max.bytes {}; a request of the largest allowed size could never be read. Raise it, or lower socket.request.max.bytes",
+                    cfg.socket_request_max_bytes
+                );
+            }
         }
         Ok(cfg)
     }

@@ -5,10 +5,13 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use event_listener::Event;
 use futures::io::{AsyncReadExt, AsyncWriteExt};
+use futures::FutureExt;
 use glommio::channels::local_channel;
 use glommio::net::TcpStream;
 use tracing::{debug, warn};
@@ -19,6 +22,7 @@ use tributary_protocol::Reader;
 
 use crate::handlers;
 use crate::handlers::PendingResponse;
+use crate::limits::{ConnectionSlot, RequestGrant};
 use crate::shard::Shard;
 
 /// Responses a connection may owe before it stops reading requests (backpressure).
@@ -30,18 +34,25 @@ pub const CONNECTION_INFLIGHT_MAX: usize = 64;
 /// path but the copies themselves (perf, 1 KiB messages at ~550 MB/s: memset 9 %, page faults
 /// and page clearing another 6 % of broker samples).
 const FRAME_REUSE_MIN_BYTES: usize = 64 * 1024;
-/// Recycled request buffers a connection keeps; each is at most `socket.request.max.bytes`.
-const CONNECTION_SPARE_FRAMES_MAX: usize = 4;
+/// Recycled request buffers a shard keeps for all its connections, by count and by bytes: they
+/// are a cache outside `queued.max.request.bytes`, so they must stay small whatever the number
+/// of connections.
+const SHARD_SPARE_FRAMES_MAX: usize = 16;
+const SHARD_SPARE_FRAME_BYTES_MAX: usize = 16 << 20;
 
 /// Large request bodies whose requests have finished, kept initialised for the next ones.
 #[derive(Default)]
-struct SpareFrames(RefCell<Vec<Vec<u8>>>);
+pub struct SpareFrames {
+    bufs: RefCell<Vec<Vec<u8>>>,
+    bytes: Cell<usize>,
+}
 
 impl SpareFrames {
     /// A buffer of exactly `len` initialised bytes.
     fn take(&self, len: usize) -> Vec<u8> {
         if len >= FRAME_REUSE_MIN_BYTES {
-            if let Some(mut buf) = self.0.borrow_mut().pop() {
+            if let Some(mut buf) = self.bufs.borrow_mut().pop() {
+                self.bytes.set(self.bytes.get() - buf.capacity());
                 // Only bytes beyond what the buffer held before are zero-filled.
                 buf.resize(len, 0);
                 return buf;
@@ -56,20 +67,73 @@ impl SpareFrames {
     }
 
     /// Keeps a claimed body for reuse if nothing else still refers to it (a request forwarded
-    /// to another shard may outlive its response by a moment; that one is let go).
+    /// to another shard may outlive its response by a moment; that one is let go) and the
+    /// shard's spares have room for it.
     fn give_back(&self, claimed: Option<Bytes>) {
-        let mut spare = self.0.borrow_mut();
         let Some(body) = claimed else { return };
-        if spare.len() >= CONNECTION_SPARE_FRAMES_MAX {
+        let mut spare = self.bufs.borrow_mut();
+        if spare.len() >= SHARD_SPARE_FRAMES_MAX {
             return;
         }
         if let Ok(buf) = body.try_into_mut() {
-            spare.push(Vec::from(buf));
+            let buf = Vec::from(buf);
+            if self.bytes.get() + buf.capacity() <= SHARD_SPARE_FRAME_BYTES_MAX {
+                self.bytes.set(self.bytes.get() + buf.capacity());
+                spare.push(buf);
+            }
         }
     }
 }
 
-pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
+/// Why reading a request stopped.
+enum ReadStop {
+    /// The peer closed the connection or the socket failed.
+    Closed,
+    /// The deadline passed first.
+    TimedOut,
+}
+
+/// Fills `buf` from `reader`, or stops at `deadline`. A read that has not completed when the
+/// deadline passes is dropped: glommio's plain streams read on readiness, so nothing is lost
+/// but what the caller then abandons with the connection.
+async fn read_by<R: futures::io::AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> Result<(), ReadStop> {
+    let mut got = 0;
+    while got < buf.len() {
+        // Most reads find their bytes already there; only a read that would wait arms a timer.
+        let read = match reader.read(&mut buf[got..]).now_or_never() {
+            Some(r) => Some(r),
+            None => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(ReadStop::TimedOut);
+                }
+                futures_lite::future::or(async { Some(reader.read(&mut buf[got..]).await) }, async {
+                    glommio::timer::sleep(deadline - now).await;
+                    None
+                })
+                .await
+            }
+        };
+        match read {
+            None => return Err(ReadStop::TimedOut),
+            Some(Ok(0)) | Some(Err(_)) => return Err(ReadStop::Closed),
+            Some(Ok(n)) => got += n,
+        }
+    }
+    Ok(())
+}
+
+/// What the writer task gets for each request: its response, the body to recycle, and the
+/// request-memory grant to return once the request is answered.
+type Queued = (PendingResponse, Option<Bytes>, RequestGrant);
+
+pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, slot: ConnectionSlot) {
+    // The connection's place under max.connections is given back when this returns.
+    let _slot = slot;
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
@@ -78,49 +142,71 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     let (mut reader, mut writer) = futures::io::AsyncReadExt::split(stream);
     // Responses are written strictly in request order by this task; the reader below may run
     // ahead by up to CONNECTION_INFLIGHT_MAX requests while produce requests wait to be durable.
-    let (tx, rx) =
-        local_channel::new_bounded::<(PendingResponse, Option<Bytes>)>(CONNECTION_INFLIGHT_MAX);
+    let (tx, rx) = local_channel::new_bounded::<Queued>(CONNECTION_INFLIGHT_MAX);
     let closed = Rc::new(Cell::new(false));
-    let spare = Rc::new(SpareFrames::default());
+    // Requests answered (their responses written or dropped), for muting and idleness.
+    let answered = Rc::new(Cell::new(0u64));
+    let answered_event = Rc::new(Event::new());
     let writer_task = {
         let shard = shard.clone();
         let closed = closed.clone();
         let peer = peer.clone();
-        let spare = spare.clone();
+        let answered = answered.clone();
+        let answered_event = answered_event.clone();
         glommio::spawn_local(async move {
-            while let Some((pending, claimed)) = rx.recv().await {
+            while let Some((pending, claimed, grant)) = rx.recv().await {
                 let outcome = pending.await;
                 shard.request_finished();
-                spare.give_back(claimed);
-                if closed.get() {
-                    continue;
-                }
-                match outcome {
-                    Ok(Some(frame)) => {
-                        for piece in frame.pieces() {
-                            if writer.write_all(piece).await.is_err() {
-                                closed.set(true);
-                                break;
+                shard.spare_frames.give_back(claimed);
+                drop(grant);
+                if !closed.get() {
+                    match outcome {
+                        Ok(Some(frame)) => {
+                            for piece in frame.pieces() {
+                                if writer.write_all(piece).await.is_err() {
+                                    closed.set(true);
+                                    break;
+                                }
                             }
                         }
-                    }
-                    Ok(None) => {}
-                    Err(reason) => {
-                        warn!(%peer, %reason, "closing connection");
-                        closed.set(true);
-                        let _ = writer.close().await;
+                        Ok(None) => {}
+                        Err(reason) => {
+                            warn!(%peer, %reason, "closing connection");
+                            closed.set(true);
+                            let _ = writer.close().await;
+                        }
                     }
                 }
+                answered.set(answered.get() + 1);
+                answered_event.notify(usize::MAX);
             }
         })
         .detach()
     };
-    loop {
+    let idle = Duration::from_millis(shard.config.connections_max_idle_ms);
+    let receive_timeout = Duration::from_millis(shard.config.socket_request_receive_timeout_ms);
+    let mut queued = 0u64;
+    'requests: loop {
         if closed.get() {
             break;
         }
+        // The first byte of the next request may take up to connections.max.idle.ms; a
+        // connection that is still owed responses is not idle.
         let mut prefix = [0u8; FRAME_PREFIX_BYTES];
-        if reader.read_exact(&mut prefix).await.is_err() {
+        loop {
+            match read_by(&mut reader, &mut prefix[..1], Instant::now() + idle).await {
+                Ok(()) => break,
+                Err(ReadStop::Closed) => break 'requests,
+                Err(ReadStop::TimedOut) if answered.get() < queued => continue,
+                Err(ReadStop::TimedOut) => {
+                    debug!(%peer, idle_ms = idle.as_millis() as u64, "closing idle connection (connections.max.idle.ms)");
+                    break 'requests;
+                }
+            }
+        }
+        let started = Instant::now();
+        if let Err(stop) = read_by(&mut reader, &mut prefix[1..], started + receive_timeout).await {
+            log_stop(&peer, stop, "a request's length");
             break;
         }
         let len = match request_frame_length(prefix, shard.config.socket_request_max_bytes) {
@@ -130,20 +216,39 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
                 break;
             }
         };
-        let mut body = spare.take(len);
-        if reader.read_exact(&mut body).await.is_err() {
-            debug!(%peer, "connection closed mid-frame");
+        // Nothing is allocated for the body until the shard's request memory has room for it;
+        // meanwhile this connection is not read (backpressure), and its receive deadline
+        // starts once the room is granted.
+        let grant = shard.request_memory.grant(len).await;
+        let mut body = shard.spare_frames.take(len);
+        if let Err(stop) = read_by(&mut reader, &mut body, Instant::now() + receive_timeout).await {
+            log_stop(&peer, stop, "a request");
             break;
         }
         shard.request_started();
         let body = Bytes::from(body);
-        let claimed = spare.claim(&body);
+        let claimed = shard.spare_frames.claim(&body);
+        // Kafka answers a connection's requests one at a time. Produce requests are the
+        // exception here (they are pipelined while they wait to be durable); any other request
+        // mutes the connection until its response is written, so a client that stops reading
+        // its responses holds one of them, not a queue of them.
+        let pipelined = peek_fixed(&Reader::new(body.clone())).is_ok_and(|(key, _, _)| key == api_key::PRODUCE);
         let pending = match handle_frame(&shard, body, &peer).await {
             Ok(p) => p,
             Err(reason) => Box::pin(futures::future::ready(Err(reason))),
         };
-        if tx.send((pending, claimed)).await.is_err() {
+        if tx.send((pending, claimed, grant)).await.is_err() {
             break;
+        }
+        queued += 1;
+        if !pipelined {
+            while answered.get() < queued {
+                let listener = answered_event.listen();
+                if answered.get() >= queued {
+                    break;
+                }
+                listener.await;
+            }
         }
         if shard.draining.get() {
             break;
@@ -151,6 +256,16 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     }
     drop(tx);
     let _ = writer_task.await;
+}
+
+fn log_stop(peer: &str, stop: ReadStop, what: &str) {
+    match stop {
+        ReadStop::Closed => debug!(%peer, "connection closed in the middle of {what}"),
+        ReadStop::TimedOut => warn!(
+            %peer,
+            "closing connection: {what} did not arrive within socket.request.receive.timeout.ms"
+        ),
+    }
 }
 
 /// Decodes one request and starts it. The returned future yields the response frame (`None`
@@ -205,7 +320,7 @@ mod tests {
         let handler_copy = body.clone();
         drop(body);
         spare.give_back(claimed);
-        assert!(spare.0.borrow().is_empty());
+        assert!(spare.bufs.borrow().is_empty());
 
         let claimed = spare.claim(&handler_copy);
         drop(handler_copy);
@@ -221,13 +336,13 @@ mod tests {
         let spare = SpareFrames::default();
         let small = Bytes::from(spare.take(100));
         assert!(spare.claim(&small).is_none());
-        for _ in 0..CONNECTION_SPARE_FRAMES_MAX + 3 {
+        for _ in 0..SHARD_SPARE_FRAMES_MAX + 3 {
             let body = Bytes::from(vec![1u8; FRAME_REUSE_MIN_BYTES]);
             let claimed = spare.claim(&body);
             drop(body);
             spare.give_back(claimed);
         }
-        assert_eq!(spare.0.borrow().len(), CONNECTION_SPARE_FRAMES_MAX);
+        assert_eq!(spare.bufs.borrow().len(), SHARD_SPARE_FRAMES_MAX);
         // A recycled buffer holds old bytes; the caller reads over exactly `len` of them.
         assert_eq!(
             spare.take(FRAME_REUSE_MIN_BYTES).len(),

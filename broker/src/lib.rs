@@ -9,6 +9,7 @@ pub mod connection;
 pub mod controller;
 pub mod group;
 pub mod handlers;
+pub mod limits;
 pub mod routing;
 pub mod server;
 pub mod shard;

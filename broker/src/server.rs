@@ -16,6 +16,7 @@ use crate::catalog::Catalog;
 use crate::config::BrokerConfig;
 use crate::connection::serve_connection;
 use crate::controller::Controller;
+use crate::limits::{ConnectionLimits, ConnectionQuotas};
 use crate::routing::ShardId;
 use crate::shard::{Shard, ShardRequest};
 
@@ -176,6 +177,7 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     let queue = config.queued_max_requests;
     let (senders, receivers): (Vec<_>, Vec<_>) =
         (0..shards).map(|_| async_channel::bounded(queue)).unzip();
+    let connections = ConnectionQuotas::new(ConnectionLimits::from_config(&config));
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::with_capacity(shards);
     for (i, rx) in receivers.into_iter().enumerate() {
@@ -184,13 +186,14 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         let peers = senders.clone();
         let catalog = catalog.clone();
         let ready = ready_tx.clone();
+        let connections = connections.clone();
         let builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{i}"))
             .io_memory(config.shard_io_memory_bytes)
             .spin_before_park(Duration::from_micros(config.shard_spin_before_park_us));
         let handle = builder
             .spawn(move || async move {
-                run_shard(ShardId(i), config, peers, rx, catalog, addr, ready).await;
+                run_shard(ShardId(i), config, peers, rx, catalog, addr, connections, ready).await;
             })
             .map_err(|e| anyhow!("cannot start the executor for shard {i} on CPU {cpu}: {e}"))?;
         threads.push(handle);
@@ -220,6 +223,7 @@ async fn run_shard(
     rx: async_channel::Receiver<ShardRequest>,
     catalog: Arc<Catalog>,
     addr: SocketAddr,
+    connections: Arc<ConnectionQuotas>,
     ready: std::sync::mpsc::Sender<Result<(), String>>,
 ) {
     if let Err(e) = tributary_storage::io::prime_executor_io(&config.data_dir).await {
@@ -247,6 +251,7 @@ async fn run_shard(
         peers,
         catalog.clone(),
         controller,
+        connections,
     ));
     shard.apply_catalog(catalog).await;
     shard.load_groups().await;
@@ -352,13 +357,32 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
         .await;
         match accepted {
             None => return,
-            Some(Ok(stream)) => {
-                glommio::spawn_local(serve_connection(shard.clone(), stream)).detach();
-            }
+            Some(Ok(stream)) => admit(&shard, stream),
             Some(Err(e)) => {
                 warn!(error = %e, "accept failed");
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
+        }
+    }
+}
+
+/// Starts serving `stream` if the connection limits allow it; otherwise closes it at once.
+fn admit(shard: &Rc<Shard>, stream: glommio::net::TcpStream) {
+    let Ok(peer) = stream.peer_addr() else {
+        return; // Already gone.
+    };
+    match shard.connections.admit(peer.ip()) {
+        Ok(slot) => {
+            glommio::spawn_local(serve_connection(shard.clone(), stream, slot)).detach();
+        }
+        Err(refused) => {
+            let n = shard.connections_refused.get() + 1;
+            shard.connections_refused.set(n);
+            // One line per power of two refusals keeps a connection storm from flooding the log.
+            if n.is_power_of_two() {
+                warn!(%peer, refused_so_far = n, "refusing connection: {refused}");
+            }
+            drop(stream);
         }
     }
 }

@@ -22,7 +22,9 @@ use tributary_storage::{LogConfig, Partition, PartitionError};
 
 use crate::catalog::{partition_dir, Catalog};
 use crate::config::BrokerConfig;
+use crate::connection::SpareFrames;
 use crate::controller::Controller;
+use crate::limits::{ConnectionQuotas, RequestMemory};
 use crate::group::{GroupConfig, GroupCoordinator, OFFSETS_TOPIC};
 use crate::handlers::groups::{GroupOp, GroupReply};
 use crate::routing::{shard_for, ShardId};
@@ -132,6 +134,14 @@ pub struct Shard {
     pub produce_requests: Cell<u64>,
     /// Batches appended to this shard's partitions.
     pub batches_appended: Cell<u64>,
+    /// Open connections of the whole broker, shared by every shard's accept loop.
+    pub connections: Arc<ConnectionQuotas>,
+    /// `queued.max.request.bytes`: memory this shard's connections may hold in requests.
+    pub request_memory: RequestMemory,
+    /// Large request buffers kept for reuse by this shard's connections.
+    pub spare_frames: SpareFrames,
+    /// Connections refused at accept by a connection limit.
+    pub connections_refused: Cell<u64>,
 }
 
 impl Shard {
@@ -141,8 +151,10 @@ impl Shard {
         peers: Vec<async_channel::Sender<ShardRequest>>,
         catalog: Arc<Catalog>,
         controller: Option<Controller>,
+        connections: Arc<ConnectionQuotas>,
     ) -> Self {
         let groups = GroupCoordinator::new(group_config(&config));
+        let request_memory = RequestMemory::new(config.queued_max_request_bytes);
         Self {
             id,
             groups,
@@ -158,6 +170,10 @@ impl Shard {
             inflight_event: Event::new(),
             produce_requests: Cell::new(0),
             batches_appended: Cell::new(0),
+            connections,
+            request_memory,
+            spare_frames: SpareFrames::default(),
+            connections_refused: Cell::new(0),
         }
     }
 

@@ -1,0 +1,240 @@
+//! Broker-wide connection limits (`max.connections`, `max.connections.per.ip` and its overrides)
+//! and each shard's request-memory budget (`queued.max.request.bytes`).
+//!
+//! Connection counts are the one piece of state every shard's accept loop shares: connections
+//! land on whichever shard the kernel picks (SO_REUSEPORT), so a per-IP count kept per shard
+//! would let a client open `shards` times its limit. The counts sit behind a `Mutex` taken once
+//! when a connection is accepted and once when it closes — never on the request path, as in
+//! Kafka's `ConnectionQuotas`. The memory budget is per shard and lives on its executor.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::config::BrokerConfig;
+
+/// Why a connection was refused at accept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    Broker { limit: usize },
+    PerIp { ip: IpAddr, limit: usize },
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Broker { limit } => write!(
+                f,
+                "the broker holds max.connections={limit} connections; raise max.connections or close idle clients"
+            ),
+            Refused::PerIp { ip, limit } => write!(
+                f,
+                "{ip} holds its limit of {limit} connections (max.connections.per.ip / max.connections.per.ip.overrides)"
+            ),
+        }
+    }
+}
+
+/// The limits, replaceable at runtime (dynamic broker configs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    pub max_connections: usize,
+    pub max_per_ip: usize,
+    pub per_ip_overrides: HashMap<IpAddr, usize>,
+}
+
+impl ConnectionLimits {
+    pub fn from_config(c: &BrokerConfig) -> Self {
+        Self {
+            max_connections: c.max_connections,
+            max_per_ip: c.max_connections_per_ip,
+            per_ip_overrides: c.max_connections_per_ip_overrides.iter().copied().collect(),
+        }
+    }
+
+    fn per_ip(&self, ip: &IpAddr) -> usize {
+        self.per_ip_overrides
+            .get(ip)
+            .copied()
+            .unwrap_or(self.max_per_ip)
+    }
+}
+
+struct Counts {
+    limits: ConnectionLimits,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+/// Open connections of the whole broker, shared by every shard's accept loop.
+pub struct ConnectionQuotas {
+    total: AtomicUsize,
+    counts: Mutex<Counts>,
+}
+
+impl ConnectionQuotas {
+    pub fn new(limits: ConnectionLimits) -> Arc<Self> {
+        Arc::new(Self {
+            total: AtomicUsize::new(0),
+            counts: Mutex::new(Counts {
+                limits,
+                per_ip: HashMap::new(),
+            }),
+        })
+    }
+
+    /// Counts a new connection from `ip`, or says which limit refuses it. The returned slot
+    /// gives the connection back when dropped.
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<ConnectionSlot, Refused> {
+        // A poisoned lock only means another shard panicked while counting; the counts are
+        // still whole numbers, so carry on with them.
+        let mut c = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let total = self.total.load(Ordering::Relaxed);
+        if total >= c.limits.max_connections {
+            return Err(Refused::Broker {
+                limit: c.limits.max_connections,
+            });
+        }
+        let limit = c.limits.per_ip(&ip);
+        let open = c.per_ip.get(&ip).copied().unwrap_or(0);
+        if open >= limit {
+            return Err(Refused::PerIp { ip, limit });
+        }
+        c.per_ip.insert(ip, open + 1);
+        self.total.store(total + 1, Ordering::Relaxed);
+        Ok(ConnectionSlot {
+            quotas: self.clone(),
+            ip,
+        })
+    }
+
+    fn release(&self, ip: IpAddr) {
+        let mut c = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        match c.per_ip.get_mut(&ip) {
+            Some(n) if *n > 1 => *n -= 1,
+            Some(_) => {
+                c.per_ip.remove(&ip);
+            }
+            None => unreachable!("released a connection of {ip} that was never admitted"),
+        }
+        self.total.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Open connections of the whole broker.
+    pub fn open(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// New limits apply to connections accepted from now on; open ones are kept, as in Kafka.
+    pub fn set_limits(&self, limits: ConnectionLimits) {
+        self.counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .limits = limits;
+    }
+}
+
+/// One admitted connection; dropping it frees its place.
+pub struct ConnectionSlot {
+    quotas: Arc<ConnectionQuotas>,
+    ip: IpAddr,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.quotas.release(self.ip);
+    }
+}
+
+/// A shard's budget of request bytes (`queued.max.request.bytes`): a connection takes a grant
+/// for a frame's length before it allocates the frame's buffer, and the grant is returned when
+/// the request has been answered. Waiters are served first come, first served, so one large
+/// request is not starved by a stream of small ones.
+pub struct RequestMemory {
+    semaphore: Option<Rc<glommio::sync::Semaphore>>,
+    capacity: usize,
+}
+
+/// Bytes of one request's grant; returned to the shard's budget when dropped.
+pub struct RequestGrant(#[allow(dead_code)] Option<glommio::sync::StaticPermit>);
+
+impl RequestMemory {
+    /// `None`: no limit.
+    pub fn new(capacity: Option<usize>) -> Self {
+        Self {
+            semaphore: capacity.map(|c| Rc::new(glommio::sync::Semaphore::new(c as u64))),
+            capacity: capacity.unwrap_or(usize::MAX),
+        }
+    }
+
+    /// Waits until `bytes` of the budget are free and takes them. `bytes` never exceeds the
+    /// budget: configuration refuses a budget below `socket.request.max.bytes`.
+    pub async fn grant(&self, bytes: usize) -> RequestGrant {
+        assert!(
+            bytes <= self.capacity,
+            "request of {bytes} bytes exceeds the budget"
+        );
+        match &self.semaphore {
+            None => RequestGrant(None),
+            // The semaphore is never closed, so acquiring cannot fail.
+            Some(s) => RequestGrant(s.acquire_static_permit(bytes as u64).await.ok()),
+        }
+    }
+
+    /// Bytes of the budget not granted now.
+    pub fn available(&self) -> usize {
+        self.semaphore
+            .as_ref()
+            .map_or(usize::MAX, |s| s.available() as usize)
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max: usize, per_ip: usize, overrides: &[(&str, usize)]) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: max,
+            max_per_ip: per_ip,
+            per_ip_overrides: overrides
+                .iter()
+                .map(|(ip, n)| (ip.parse().unwrap(), *n))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn per_ip_limit_refuses_the_excess_and_slots_free_their_place() {
+        let q = ConnectionQuotas::new(limits(100, 2, &[]));
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let s1 = q.admit(a).unwrap();
+        let _s2 = q.admit(a).unwrap();
+        assert_eq!(q.admit(a).err(), Some(Refused::PerIp { ip: a, limit: 2 }));
+        let _s3 = q.admit(b).unwrap();
+        assert_eq!(q.open(), 3);
+        drop(s1);
+        assert_eq!(q.open(), 2);
+        let _s4 = q.admit(a).unwrap();
+    }
+
+    #[test]
+    fn overrides_replace_the_per_ip_default_and_the_broker_limit_holds_over_all() {
+        let q = ConnectionQuotas::new(limits(3, 1, &[("127.0.0.1", 5)]));
+        let local: IpAddr = "127.0.0.1".parse().unwrap();
+        let other: IpAddr = "10.1.1.1".parse().unwrap();
+        let _o = q.admit(other).unwrap();
+        assert!(matches!(q.admit(other), Err(Refused::PerIp { limit: 1, .. })));
+        let _l1 = q.admit(local).unwrap();
+        let _l2 = q.admit(local).unwrap();
+        assert_eq!(q.admit(local).err(), Some(Refused::Broker { limit: 3 }));
+        q.set_limits(limits(10, 1, &[("127.0.0.1", 2)]));
+        assert!(matches!(q.admit(local), Err(Refused::PerIp { limit: 2, .. })));
+    }
+}
