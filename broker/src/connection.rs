@@ -111,10 +111,13 @@ async fn read_by<R: futures::io::AsyncRead + Unpin>(
                 if now >= deadline {
                     return Err(ReadStop::TimedOut);
                 }
-                futures_lite::future::or(async { Some(reader.read(&mut buf[got..]).await) }, async {
-                    glommio::timer::sleep(deadline - now).await;
-                    None
-                })
+                futures_lite::future::or(
+                    async { Some(reader.read(&mut buf[got..]).await) },
+                    async {
+                        glommio::timer::sleep(deadline - now).await;
+                        None
+                    },
+                )
                 .await
             }
         };
@@ -232,7 +235,8 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, slot: Connect
         // exception here (they are pipelined while they wait to be durable); any other request
         // mutes the connection until its response is written, so a client that stops reading
         // its responses holds one of them, not a queue of them.
-        let pipelined = peek_fixed(&Reader::new(body.clone())).is_ok_and(|(key, _, _)| key == api_key::PRODUCE);
+        let pipelined =
+            peek_fixed(&Reader::new(body.clone())).is_ok_and(|(key, _, _)| key == api_key::PRODUCE);
         let pending = match handle_frame(&shard, body, &peer).await {
             Ok(p) => p,
             Err(reason) => Box::pin(futures::future::ready(Err(reason))),

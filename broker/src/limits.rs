@@ -230,11 +230,17 @@ mod tests {
         let local: IpAddr = "127.0.0.1".parse().unwrap();
         let other: IpAddr = "10.1.1.1".parse().unwrap();
         let _o = q.admit(other).unwrap();
-        assert!(matches!(q.admit(other), Err(Refused::PerIp { limit: 1, .. })));
+        assert!(matches!(
+            q.admit(other),
+            Err(Refused::PerIp { limit: 1, .. })
+        ));
         let _l1 = q.admit(local).unwrap();
         let _l2 = q.admit(local).unwrap();
         assert_eq!(q.admit(local).err(), Some(Refused::Broker { limit: 3 }));
         q.set_limits(limits(10, 1, &[("127.0.0.1", 2)]));
-        assert!(matches!(q.admit(local), Err(Refused::PerIp { limit: 2, .. })));
+        assert!(matches!(
+            q.admit(local),
+            Err(Refused::PerIp { limit: 2, .. })
+        ));
     }
 }

@@ -193,7 +193,8 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
             .spin_before_park(Duration::from_micros(config.shard_spin_before_park_us));
         let handle = builder
             .spawn(move || async move {
-                run_shard(ShardId(i), config, peers, rx, catalog, addr, connections, ready).await;
+                let front = Front { addr, connections };
+                run_shard(ShardId(i), config, peers, rx, catalog, front, ready).await;
             })
             .map_err(|e| anyhow!("cannot start the executor for shard {i} on CPU {cpu}: {e}"))?;
         threads.push(handle);
@@ -216,16 +217,22 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     })
 }
 
+/// Where a shard listens, and the connection counts every shard's listener shares.
+struct Front {
+    addr: SocketAddr,
+    connections: Arc<ConnectionQuotas>,
+}
+
 async fn run_shard(
     id: ShardId,
     config: Arc<BrokerConfig>,
     peers: Vec<async_channel::Sender<ShardRequest>>,
     rx: async_channel::Receiver<ShardRequest>,
     catalog: Arc<Catalog>,
-    addr: SocketAddr,
-    connections: Arc<ConnectionQuotas>,
+    front: Front,
     ready: std::sync::mpsc::Sender<Result<(), String>>,
 ) {
+    let Front { addr, connections } = front;
     if let Err(e) = tributary_storage::io::prime_executor_io(&config.data_dir).await {
         let _ = ready.send(Err(format!(
             "shard {}: direct I/O on {} failed: {e}",

@@ -24,9 +24,9 @@ use crate::catalog::{partition_dir, Catalog};
 use crate::config::BrokerConfig;
 use crate::connection::SpareFrames;
 use crate::controller::Controller;
-use crate::limits::{ConnectionQuotas, RequestMemory};
 use crate::group::{GroupConfig, GroupCoordinator, OFFSETS_TOPIC};
 use crate::handlers::groups::{GroupOp, GroupReply};
+use crate::limits::{ConnectionQuotas, RequestMemory};
 use crate::routing::{shard_for, ShardId};
 
 #[derive(Debug, Clone, Copy)]

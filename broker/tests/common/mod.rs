@@ -73,6 +73,22 @@ impl RawConn {
         }
     }
 
+    /// A connection over a stream the test set up itself (bound to a source address, say).
+    pub fn connect_stream(stream: TcpStream) -> Self {
+        Self {
+            stream,
+            correlation: 0,
+        }
+    }
+
+    /// An encoder only, for building request frames off a connection; its next request has
+    /// correlation id `correlation`.
+    pub fn detached(correlation: i32) -> RequestEncoder {
+        RequestEncoder {
+            correlation: correlation - 1,
+        }
+    }
+
     pub fn send_raw(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("write");
     }
@@ -94,20 +110,7 @@ impl RawConn {
 
     pub fn encode_request<R: Encodable>(&mut self, key: ApiKey, version: i16, req: &R) -> BytesMut {
         self.correlation += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(key as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation)
-            .with_client_id(Some(StrBytes::from_static_str("raw-test")));
-        let mut body = BytesMut::new();
-        header
-            .encode(&mut body, key.request_header_version(version))
-            .unwrap();
-        req.encode(&mut body, version).unwrap();
-        let mut frame = BytesMut::new();
-        frame.put_i32(body.len() as i32);
-        frame.put_slice(&body);
-        frame
+        encode_request(self.correlation, key, version, req)
     }
 
     pub fn request<R: Encodable, S: Decodable>(&mut self, key: ApiKey, version: i16, req: &R) -> S {
@@ -121,6 +124,41 @@ impl RawConn {
         assert_eq!(resp.remaining(), 0, "trailing bytes in response");
         out
     }
+}
+
+/// Builds request frames without a connection.
+pub struct RequestEncoder {
+    correlation: i32,
+}
+
+impl RequestEncoder {
+    pub fn encode_request<R: Encodable>(&mut self, key: ApiKey, version: i16, req: &R) -> BytesMut {
+        self.correlation += 1;
+        encode_request(self.correlation, key, version, req)
+    }
+}
+
+/// One request frame: length prefix, request header (client id `raw-test`) and body.
+pub fn encode_request<R: Encodable>(
+    correlation: i32,
+    key: ApiKey,
+    version: i16,
+    req: &R,
+) -> BytesMut {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation)
+        .with_client_id(Some(StrBytes::from_static_str("raw-test")));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, key.request_header_version(version))
+        .unwrap();
+    req.encode(&mut body, version).unwrap();
+    let mut frame = BytesMut::new();
+    frame.put_i32(body.len() as i32);
+    frame.put_slice(&body);
+    frame
 }
 
 /// Produces with the sync rdkafka producer and waits for every delivery.
