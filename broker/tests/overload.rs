@@ -232,9 +232,8 @@ fn idle_and_trickling_connections_are_closed_and_busy_ones_kept() {
 /// A produce request with one batch per partition `0..partitions`, each `batch_bytes` long and
 /// unique to `(tag, partition)`. Returns the request frame and each batch's CRC.
 fn flood_request(
-    topic: &str,
-    partitions: i32,
-    batch_bytes: usize,
+    (topic, partitions, batch_bytes): (&str, i32, usize),
+    acks: i16,
     tag: &str,
     correlation: i32,
 ) -> (BytesMut, Vec<u32>) {
@@ -252,7 +251,7 @@ fn flood_request(
         );
     }
     let req = ProduceRequest::default()
-        .with_acks(-1)
+        .with_acks(acks)
         .with_timeout_ms(30_000)
         .with_topic_data(vec![TopicProduceData::default()
             .with_name(name(topic))
@@ -285,7 +284,7 @@ fn flood_client(
     while !stop.load(Ordering::Relaxed) {
         round += 1;
         let tag = format!("{id}-{round}-{}", std::process::id());
-        let (frame, crcs) = flood_request(topic, partitions, batch_bytes, &tag, round);
+        let (frame, crcs) = flood_request((topic, partitions, batch_bytes), -1, &tag, round);
         let t0 = Instant::now();
         if c.stream.write_all(&frame).is_err() {
             return;
@@ -504,6 +503,81 @@ fn produce_flood_holds_memory_to_its_budgets_and_loses_nothing_acknowledged() {
     );
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// acks=0 producers get no responses, so nothing they wait for slows them: the broker must. A
+/// flood of 60 MiB acks=0 requests is read only as fast as the shards' request budgets free up,
+/// so the broker's memory stays bounded, and it keeps serving acks=all producers.
+#[test]
+fn an_acks_zero_flood_is_held_to_the_request_budget() {
+    const BUDGET: u64 = 64 << 20;
+    const PARTITIONS: i32 = 60;
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let props: Vec<(&str, String)> = vec![
+        ("queued.max.request.bytes", BUDGET.to_string()),
+        ("socket.request.max.bytes", BUDGET.to_string()),
+        ("message.max.bytes", ((1 << 20) + 4096).to_string()),
+        ("log.tail.cache.bytes", (8u64 << 20).to_string()),
+        ("log.read.ahead.budget.bytes", (8u64 << 20).to_string()),
+        ("log.segment.bytes", (64u64 << 20).to_string()),
+    ];
+    let mut child = spawn_broker(dir.path(), addr, &props);
+    let shards = 2u64.min(std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
+    create_topic(addr, "fire", PARTITIONS);
+    std::thread::sleep(Duration::from_millis(300));
+    let baseline_kib = proc_kib(child.id(), "VmRSS");
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..8)
+        .map(|id| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                let mut round = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    round += 1;
+                    let tag = format!("{id}-{round}");
+                    let (frame, _) = flood_request(("fire", PARTITIONS, 1 << 20), 0, &tag, round);
+                    if s.write_all(&frame).is_err() {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(env_num("FLOOD_SECS", 6).min(10)));
+    // Meanwhile an acks=all producer is still answered.
+    let (frame, _) = flood_request(("fire", 1, 1000), -1, "probe", 1);
+    let mut probe = RawConn::connect(addr);
+    probe.send_raw(&frame);
+    let mut resp = probe
+        .read_frame()
+        .expect("the acks=all producer is answered");
+    let _ = ResponseHeader::decode(&mut resp, 0).unwrap();
+    let resp = ProduceResponse::decode(&mut resp, 8).unwrap();
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+    let peak_kib = proc_kib(child.id(), "VmHWM");
+    println!(
+        "acks=0 flood, 8 clients x 60 MiB requests: broker RSS {} MiB at start, peak {} MiB",
+        baseline_kib >> 10,
+        peak_kib >> 10
+    );
+    // The same allowance as the acks=all flood above.
+    let allowed_mib = (baseline_kib >> 10)
+        + shards * (2 * (BUDGET >> 20) + 16 + 8 + 8)
+        + 2 * PARTITIONS as u64
+        + 64;
+    assert!(
+        peak_kib >> 10 <= allowed_mib,
+        "peak RSS {} MiB exceeds the {allowed_mib} MiB the budgets allow",
+        peak_kib >> 10
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
 }
 
 /// A client that pipelines fetches and never reads a response is muted after its first: the
