@@ -617,6 +617,37 @@ mod tests {
     }
 
     #[test]
+    fn connection_limits_and_the_request_budget() {
+        let c = BrokerConfig::build(input(&[
+            (
+                "max.connections.per.ip.overrides",
+                "127.0.0.2:5, [::1]:7,localhost:3",
+            ),
+            ("queued.max.request.bytes", "-1"),
+        ]))
+        .unwrap();
+        let o = &c.max_connections_per_ip_overrides;
+        assert!(o.contains(&("127.0.0.2".parse().unwrap(), 5)), "{o:?}");
+        assert!(o.contains(&("::1".parse().unwrap(), 7)), "{o:?}");
+        assert!(o.iter().any(|(ip, n)| ip.is_loopback() && *n == 3), "{o:?}");
+        assert_eq!(c.queued_max_request_bytes, None);
+        let c = BrokerConfig::build(input(&[])).unwrap();
+        assert_eq!(c.queued_max_request_bytes, Some(134_217_728));
+        assert_eq!(c.connections_max_idle_ms, 600_000);
+        let e = BrokerConfig::build(input(&[("queued.max.request.bytes", "1048576")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("queued.max.request.bytes") && e.contains("socket.request.max.bytes"),
+            "{e}"
+        );
+        let e = BrokerConfig::build(input(&[("max.connections.per.ip.overrides", "10.0.0.1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max.connections.per.ip.overrides"), "{e}");
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let e = BrokerConfig::build(input(&[("num.partitons", "8")]))
             .unwrap_err()

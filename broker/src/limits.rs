@@ -168,13 +168,11 @@ impl RequestMemory {
         }
     }
 
-    /// Waits until `bytes` of the budget are free and takes them. `bytes` never exceeds the
-    /// budget: configuration refuses a budget below `socket.request.max.bytes`.
+    /// Waits until `bytes` of the budget are free and takes them. Configuration refuses a
+    /// budget below `socket.request.max.bytes`, so a frame always fits; were one ever larger,
+    /// it would take the whole budget rather than wait forever.
     pub async fn grant(&self, bytes: usize) -> RequestGrant {
-        assert!(
-            bytes <= self.capacity,
-            "request of {bytes} bytes exceeds the budget"
-        );
+        let bytes = bytes.min(self.capacity);
         match &self.semaphore {
             None => RequestGrant(None),
             // The semaphore is never closed, so acquiring cannot fail.
@@ -242,5 +240,47 @@ mod tests {
             q.admit(local),
             Err(Refused::PerIp { limit: 2, .. })
         ));
+    }
+
+    #[test]
+    fn request_memory_makes_the_next_request_wait_until_a_grant_is_returned() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let budget = Rc::new(RequestMemory::new(Some(100)));
+                let first = budget.grant(60).await;
+                assert_eq!(budget.available(), 40);
+                let waited = Rc::new(std::cell::Cell::new(false));
+                let second = glommio::spawn_local({
+                    let (budget, waited) = (budget.clone(), waited.clone());
+                    async move {
+                        let g = budget.grant(60).await;
+                        waited.set(true);
+                        g
+                    }
+                })
+                .detach();
+                glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+                assert!(!waited.get(), "60 + 60 bytes do not fit a budget of 100");
+                // A small request behind the waiting one waits its turn too.
+                assert!(budget
+                    .semaphore
+                    .as_ref()
+                    .unwrap()
+                    .try_acquire(10)
+                    .is_ok_and(|ok| !ok));
+                drop(first);
+                let second = second.await.unwrap();
+                assert!(waited.get());
+                assert_eq!(budget.available(), 40);
+                drop(second);
+                assert_eq!(budget.available(), 100);
+                // A frame larger than the budget takes all of it instead of waiting forever.
+                let all = budget.grant(1000).await;
+                assert_eq!(budget.available(), 0);
+                drop(all);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }
