@@ -112,6 +112,7 @@ fn records_must_match_the_batch_header() {
     let broker = start_broker(dir.path(), 2, &[]);
     let mut c = RawConn::connect(broker.addr);
     create_topic(&mut c, "v", &[]);
+    create_topic(&mut c, "fixed", &[]);
     let now = now_ms();
 
     // One record under a header claiming 2^31 - 1 (with a consistent last offset delta).
@@ -159,6 +160,18 @@ fn records_must_match_the_batch_header() {
         ErrorCode::INVALID_RECORD.0
     );
     assert_eq!(fetch(&mut c, "v", 0).0, 0);
+
+    // A header max timestamp the records do not have is replaced by theirs, as Kafka does: it
+    // would otherwise steer the time index and retention.
+    let mut far = batch(&[(None, Some(b"a")), (None, Some(b"b"))], now);
+    edit_and_reseal(&mut far, |b| {
+        b[35..43].copy_from_slice(&i64::MAX.to_be_bytes())
+    });
+    let resp = produce(&mut c, "fixed", far.freeze());
+    assert_eq!((resp.error_code, resp.base_offset), (0, 0));
+    let (_, stored) = fetch(&mut c, "fixed", 0);
+    let h = record_batch::validate(&stored, 0).expect("the rewritten batch's CRC is valid");
+    assert_eq!((h.base_timestamp, h.max_timestamp), (now, now + 1));
 
     // A valid batch is still accepted at offset 0.
     let ok = produce(&mut c, "v", batch(&[(None, Some(b"fine"))], now).freeze());

@@ -433,11 +433,20 @@ impl BatchHeader {
 /// `message.timestamp.type=LogAppendTime` (consumers then read every record's timestamp as the
 /// batch's max timestamp).
 pub fn set_log_append_time(batch: &mut [u8], append_time_ms: i64) {
+    set_max_timestamp(batch, true, append_time_ms);
+}
+
+/// Sets a valid batch's timestamp type (LogAppendTime when `log_append_time`, else CreateTime)
+/// and `max_timestamp`, and reseals its CRC: Kafka's `setMaxTimestamp`.
+pub fn set_max_timestamp(batch: &mut [u8], log_append_time: bool, max_timestamp: i64) {
     assert!(batch.len() >= RECORD_BATCH_HEADER_BYTES);
-    let attributes = be_i16(batch, ATTRIBUTES_POSITION) | TIMESTAMP_TYPE_LOG_APPEND_TIME;
+    let mut attributes = be_i16(batch, ATTRIBUTES_POSITION) & !TIMESTAMP_TYPE_LOG_APPEND_TIME;
+    if log_append_time {
+        attributes |= TIMESTAMP_TYPE_LOG_APPEND_TIME;
+    }
     batch[ATTRIBUTES_POSITION..ATTRIBUTES_POSITION + 2].copy_from_slice(&attributes.to_be_bytes());
     batch[MAX_TIMESTAMP_POSITION..MAX_TIMESTAMP_POSITION + 8]
-        .copy_from_slice(&append_time_ms.to_be_bytes());
+        .copy_from_slice(&max_timestamp.to_be_bytes());
     let crc = crc32c::crc32c(&batch[CRC_COVERAGE_START..]);
     batch[CRC_POSITION..CRC_POSITION + 4].copy_from_slice(&crc.to_be_bytes());
 }
@@ -503,6 +512,10 @@ mod record_tests {
         );
         let back = with_records(&c, 0, &section);
         assert_eq!(back, b.to_vec());
+        set_max_timestamp(&mut b, false, 1234);
+        let h3 = validate(&b, 0).unwrap();
+        assert!(!h3.is_log_append_time());
+        assert_eq!(h3.max_timestamp, 1234);
     }
 
     #[test]

@@ -27,6 +27,10 @@ pub enum RecordError {
         position: usize,
         detail: &'static str,
     },
+    /// Kafka itself does not refuse this: it ignores an uncompressed v2 batch's offset deltas
+    /// and rewrites a compressed batch whose inner offsets are off (a repair kept for old v1
+    /// clients). Every v2 client writes the index, and a wrong delta would show consumers other
+    /// offsets than the broker assigned, so it is refused here instead.
     #[error(
         "record {index} has offset delta {offset_delta}; a record's offset delta must be its index"
     )]

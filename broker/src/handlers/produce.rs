@@ -283,6 +283,7 @@ fn check_records(
     };
     let mut keyless = None;
     let mut bad_timestamp = None;
+    let mut max_timestamp = NO_TIMESTAMP;
     for (index, record) in records::records(plain, header.records_count).enumerate() {
         let record = record.map_err(|e| (ErrorCode::INVALID_RECORD, e.to_string()))?;
         if policy.compacted && record.key.is_none() && keyless.is_none() {
@@ -291,6 +292,8 @@ fn check_records(
         if bad_timestamp.is_none() {
             bad_timestamp = timestamp_error(header, &record, index, policy, now_ms);
         }
+        max_timestamp =
+            max_timestamp.max(header.base_timestamp.wrapping_add(record.timestamp_delta));
     }
     // As Kafka: a timestamp error anywhere makes the batch's error INVALID_TIMESTAMP.
     if let Some(msg) = bad_timestamp {
@@ -302,8 +305,19 @@ fn check_records(
             format!("Compacted topic cannot accept message without key (record {index})"),
         ));
     }
+    // The header's max timestamp feeds the time index, segment rolls and retention, so, as
+    // Kafka does, it is set from the records of a CreateTime batch rather than trusted (a
+    // LogAppendTime topic's batches are stamped at append instead).
+    let fix_max_timestamp = !policy.log_append_time
+        && !header.is_log_append_time()
+        && header.max_timestamp != max_timestamp;
     let target = match policy.compression {
         Some(target) if target != codec => target,
+        _ if fix_max_timestamp => {
+            let mut out = batch.to_vec();
+            record_batch::set_max_timestamp(&mut out, false, max_timestamp);
+            return Ok(Some(out));
+        }
         _ => return Ok(None),
     };
     let section = if target == 0 {
@@ -311,7 +325,10 @@ fn check_records(
     } else {
         codec::compress(target, plain, &codec::XERIAL_MAGIC).map_err(|e| codec_error(&e))?
     };
-    let out = record_batch::with_records(batch, target, &section);
+    let mut out = record_batch::with_records(batch, target, &section);
+    if fix_max_timestamp {
+        record_batch::set_max_timestamp(&mut out, false, max_timestamp);
+    }
     if out.len() > policy.max_message_bytes {
         return Err((
             ErrorCode::MESSAGE_TOO_LARGE,
