@@ -342,7 +342,15 @@ fn topic_compression_type_recompresses_batches() {
     let dir = tempfile::tempdir().unwrap();
     let broker = start_broker(dir.path(), 2, &[]);
     let mut c = RawConn::connect(broker.addr);
-    create_topic(&mut c, "gz", &[("compression.type", "gzip")]);
+    let targets = [
+        ("gz", "gzip", 1),
+        ("sn", "snappy", 2),
+        ("lz", "lz4", 3),
+        ("zs", "zstd", 4),
+    ];
+    for (topic, codec, _) in targets {
+        create_topic(&mut c, topic, &[("compression.type", codec)]);
+    }
     create_topic(&mut c, "plain", &[("compression.type", "uncompressed")]);
     let messages: Vec<(Option<String>, String)> = (0..50)
         .map(|i| {
@@ -352,20 +360,19 @@ fn topic_compression_type_recompresses_batches() {
             )
         })
         .collect();
-    // librdkafka sends uncompressed batches to gz and lz4 ones to plain.
-    common::rd_produce(
-        broker.addr,
-        "gz",
-        &[("compression.type", "none")],
-        &messages,
-    );
+    // librdkafka sends uncompressed batches to the codec topics and lz4 ones to plain.
+    let plain_producer = [("compression.type", "none")];
+    for (topic, _, _) in targets {
+        common::rd_produce(broker.addr, topic, &plain_producer, &messages);
+    }
     common::rd_produce(
         broker.addr,
         "plain",
         &[("compression.type", "lz4")],
         &messages,
     );
-    for (topic, codec) in [("gz", 1), ("plain", 0)] {
+    let expected = targets.iter().map(|&(topic, _, codec)| (topic, codec));
+    for (topic, codec) in expected.chain([("plain", 0)]) {
         let (hw, bytes) = fetch(&mut c, topic, 0);
         assert_eq!(hw, 50);
         let batches = record_batch::validate_all(&bytes).expect("stored batches are valid");

@@ -263,8 +263,8 @@ impl RecordPolicy {
 /// Kafka's `LogValidator` over the records of one valid batch (`batch` is exactly its bytes): the
 /// records' structure, offset deltas and count (a compressed batch is inflated, within
 /// `inflated_max_bytes`, to be read), keys on compacted topics and CreateTime timestamps within
-/// the topic's bounds of `now_ms`. When the topic's `compression.type` names a codec other than
-/// the batch's, returns the batch recompressed with it.
+/// the topic's bounds of `now_ms`. Returns the batch to append instead when it must change:
+/// recompressed for the topic's `compression.type`, or with its max timestamp corrected.
 fn check_records(
     batch: &[u8],
     header: &BatchHeader,
@@ -281,6 +281,33 @@ fn check_records(
             .map_err(|e| codec_error(&e))?;
         &inflated[..]
     };
+    let max_timestamp = walk_records(plain, header, policy, now_ms)?;
+    // The header's max timestamp feeds the time index, segment rolls and retention, so, as
+    // Kafka does, it is set from the records of a CreateTime batch rather than trusted (a
+    // LogAppendTime topic's batches are stamped at append instead).
+    let fix_max_timestamp = !policy.log_append_time
+        && !header.is_log_append_time()
+        && header.max_timestamp != max_timestamp;
+    let mut out = match policy.compression {
+        Some(target) if target != codec => recompress(batch, plain, target, policy)?,
+        _ if fix_max_timestamp => batch.to_vec(),
+        _ => return Ok(None),
+    };
+    if fix_max_timestamp {
+        record_batch::set_max_timestamp(&mut out, false, max_timestamp);
+    }
+    Ok(Some(out))
+}
+
+/// Reads every record of the records section `plain` and checks it; returns the records' max
+/// timestamp. As Kafka: a malformed record fails at once; otherwise a timestamp error anywhere
+/// makes the batch's error INVALID_TIMESTAMP, a missing key INVALID_RECORD.
+fn walk_records(
+    plain: &[u8],
+    header: &BatchHeader,
+    policy: &RecordPolicy,
+    now_ms: i64,
+) -> Result<i64, (ErrorCode, String)> {
     let mut keyless = None;
     let mut bad_timestamp = None;
     let mut max_timestamp = NO_TIMESTAMP;
@@ -295,7 +322,6 @@ fn check_records(
         max_timestamp =
             max_timestamp.max(header.base_timestamp.wrapping_add(record.timestamp_delta));
     }
-    // As Kafka: a timestamp error anywhere makes the batch's error INVALID_TIMESTAMP.
     if let Some(msg) = bad_timestamp {
         return Err((ErrorCode::INVALID_TIMESTAMP, msg));
     }
@@ -305,30 +331,25 @@ fn check_records(
             format!("Compacted topic cannot accept message without key (record {index})"),
         ));
     }
-    // The header's max timestamp feeds the time index, segment rolls and retention, so, as
-    // Kafka does, it is set from the records of a CreateTime batch rather than trusted (a
-    // LogAppendTime topic's batches are stamped at append instead).
-    let fix_max_timestamp = !policy.log_append_time
-        && !header.is_log_append_time()
-        && header.max_timestamp != max_timestamp;
-    let target = match policy.compression {
-        Some(target) if target != codec => target,
-        _ if fix_max_timestamp => {
-            let mut out = batch.to_vec();
-            record_batch::set_max_timestamp(&mut out, false, max_timestamp);
-            return Ok(Some(out));
-        }
-        _ => return Ok(None),
-    };
+    Ok(max_timestamp)
+}
+
+/// `batch` with its records (`plain`, uncompressed) compressed with `target` (0: none), as
+/// Kafka converts a batch to its topic's `compression.type`. The result must still fit
+/// `max.message.bytes`.
+fn recompress(
+    batch: &[u8],
+    plain: &[u8],
+    target: i16,
+    policy: &RecordPolicy,
+) -> Result<Vec<u8>, (ErrorCode, String)> {
     let section = if target == 0 {
         plain.to_vec()
     } else {
+        // Snappy in the xerial framing Kafka's own (Java) code writes.
         codec::compress(target, plain, &codec::XERIAL_MAGIC).map_err(|e| codec_error(&e))?
     };
-    let mut out = record_batch::with_records(batch, target, &section);
-    if fix_max_timestamp {
-        record_batch::set_max_timestamp(&mut out, false, max_timestamp);
-    }
+    let out = record_batch::with_records(batch, target, &section);
     if out.len() > policy.max_message_bytes {
         return Err((
             ErrorCode::MESSAGE_TOO_LARGE,
@@ -340,7 +361,7 @@ fn check_records(
             ),
         ));
     }
-    Ok(Some(out))
+    Ok(out)
 }
 
 /// Kafka's `validateTimestamp` for one record: on a CreateTime topic a record's timestamp (but
