@@ -34,6 +34,32 @@ impl TopicMeta {
             .unwrap_or(default)
     }
 
+    /// Whether `cleanup.policy` (default `delete`) includes `policy`.
+    pub fn cleanup_policy_includes(&self, policy: &str) -> bool {
+        self.configs
+            .get("cleanup.policy")
+            .map_or(policy == "delete", |p| {
+                p.split(',').any(|p| p.trim() == policy)
+            })
+    }
+
+    /// Whether the topic's `message.timestamp.type` is LogAppendTime; `broker_default` is
+    /// `log.message.timestamp.type`'s.
+    pub fn log_append_time(&self, broker_default: bool) -> bool {
+        self.configs
+            .get("message.timestamp.type")
+            .map_or(broker_default, |t| t == "LogAppendTime")
+    }
+
+    /// The topic's `compression.type` as a codec (`None`: the producer's); `broker_default` is
+    /// the broker's `compression.type`.
+    pub fn compression_type(&self, broker_default: Option<i16>) -> Option<i16> {
+        self.configs
+            .get("compression.type")
+            .and_then(|v| crate::config::parse_compression_type("compression.type", v).ok())
+            .unwrap_or(broker_default)
+    }
+
     pub fn uuid(&self) -> uuid::Uuid {
         uuid::Uuid::parse_str(&self.id).unwrap_or_default()
     }
@@ -145,8 +171,8 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
     TopicKey {
         name: "compression.type",
         kind: ConfigKind::String,
-        doc: "Batches are stored as the producer compressed them (producer).",
-        enforced: false,
+        doc: "Codec batches are stored with: producer keeps the producer's; uncompressed, gzip, snappy, lz4 or zstd recompresses.",
+        enforced: true,
     },
     TopicKey {
         name: "max.message.bytes",
@@ -157,7 +183,19 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
     TopicKey {
         name: "message.timestamp.type",
         kind: ConfigKind::String,
-        doc: "CreateTime: the producer's timestamps are kept.",
+        doc: "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches with the broker's append time.",
+        enforced: true,
+    },
+    TopicKey {
+        name: "message.timestamp.before.max.ms",
+        kind: ConfigKind::Long,
+        doc: "CreateTime records further behind the broker's clock are refused (INVALID_TIMESTAMP).",
+        enforced: true,
+    },
+    TopicKey {
+        name: "message.timestamp.after.max.ms",
+        kind: ConfigKind::Long,
+        doc: "CreateTime records further ahead of the broker's clock are refused (INVALID_TIMESTAMP).",
         enforced: true,
     },
     TopicKey {
@@ -222,13 +260,20 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
     },
 ];
 
+/// A broker key's effective value as text.
+fn broker_value(cfg: &BrokerConfig, key: &str) -> String {
+    cfg.values.get(key).map(|v| v.0.clone()).unwrap_or_default()
+}
+
 /// The broker default for a topic key.
 pub fn topic_default(cfg: &BrokerConfig, key: &str) -> String {
     match key {
         "cleanup.policy" => "delete".into(),
-        "compression.type" => "producer".into(),
+        "compression.type" => broker_value(cfg, "compression.type"),
         "max.message.bytes" => cfg.message_max_bytes.to_string(),
-        "message.timestamp.type" => "CreateTime".into(),
+        "message.timestamp.type" => broker_value(cfg, "log.message.timestamp.type"),
+        "message.timestamp.before.max.ms" => cfg.log_message_timestamp_before_max_ms.to_string(),
+        "message.timestamp.after.max.ms" => cfg.log_message_timestamp_after_max_ms.to_string(),
         "retention.ms" => cfg.log_retention_ms.to_string(),
         "retention.bytes" => cfg.log_retention_bytes.to_string(),
         "segment.bytes" => cfg.log_segment_bytes.to_string(),
@@ -280,19 +325,12 @@ pub fn validate_topic_config(key: &str, value: Option<&str>) -> Result<(), Strin
                 "cleanup.policy {value:?}: use delete, compact or compact,delete"
             )),
         },
-        "compression.type" => match value {
-            "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd" => Ok(()),
-            _ => Err(format!(
-                "compression.type {value:?}: use producer, uncompressed, gzip, snappy, lz4 or zstd"
-            )),
-        },
-        "message.timestamp.type" => match value {
-            "CreateTime" => Ok(()),
-            "LogAppendTime" => Err(
-                "message.timestamp.type LogAppendTime is not supported yet; use CreateTime".into(),
-            ),
-            _ => Err(format!("message.timestamp.type {value:?}: use CreateTime")),
-        },
+        "compression.type" => crate::config::parse_compression_type(key, value)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        "message.timestamp.type" => crate::config::parse_timestamp_type(key, value)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
         "max.message.bytes" => num(0),
         "segment.bytes" => num(1024),
         "min.insync.replicas" => num(1),
@@ -348,5 +386,40 @@ mod tests {
         assert!(validate_topic_config("segment.ms", Some("0")).is_err());
         assert!(validate_topic_config("flush.messages", Some("0")).is_err());
         assert!(validate_topic_config("retention.bytes", Some("-2")).is_err());
+        assert!(validate_topic_config("message.timestamp.type", Some("LogAppendTime")).is_ok());
+        assert!(validate_topic_config("message.timestamp.type", Some("Now")).is_err());
+        assert!(validate_topic_config("compression.type", Some("zstd")).is_ok());
+        assert!(validate_topic_config("compression.type", Some("brotli")).is_err());
+        for key in [
+            "message.timestamp.before.max.ms",
+            "message.timestamp.after.max.ms",
+        ] {
+            assert!(validate_topic_config(key, Some("0")).is_ok());
+            assert!(validate_topic_config(key, Some("-1")).is_err());
+        }
+    }
+
+    #[test]
+    fn record_policy_reads_topic_overrides_over_broker_defaults() {
+        let mut t = TopicMeta {
+            name: "t".into(),
+            id: String::new(),
+            partitions: 1,
+            configs: BTreeMap::new(),
+        };
+        assert!(!t.cleanup_policy_includes("compact"));
+        assert!(t.cleanup_policy_includes("delete"));
+        assert!(t.log_append_time(true));
+        assert_eq!(t.compression_type(Some(3)), Some(3));
+        for (k, v) in [
+            ("cleanup.policy", "delete,compact"),
+            ("message.timestamp.type", "CreateTime"),
+            ("compression.type", "producer"),
+        ] {
+            t.configs.insert(k.into(), v.into());
+        }
+        assert!(t.cleanup_policy_includes("compact"));
+        assert!(!t.log_append_time(true));
+        assert_eq!(t.compression_type(Some(3)), None);
     }
 }

@@ -67,7 +67,11 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.cleaner.min.cleanable.ratio", default: "0.5", kind: ConfigKind::Double, doc: "Clean a partition once this share of its closed log is new since its last cleaning (topic override: min.cleanable.dirty.ratio)." },
     BrokerKey { name: "log.cleaner.delete.retention.ms", default: "86400000", kind: ConfigKind::Long, doc: "How long a tombstone stays in a compacted topic (topic override: delete.retention.ms)." },
     BrokerKey { name: "log.cleaner.dedupe.buffer.size", default: "134217728", kind: ConfigKind::Long, doc: "Memory for the cleaner's key map per pass; a pass covers as many segments as it holds." },
-    BrokerKey { name: "log.cleaner.batch.inflated.max.bytes", default: "67108864", kind: ConfigKind::Long, doc: "Largest records section the cleaner decompresses to read a compressed batch's keys; a batch that inflates past it is kept whole, uncompacted." },
+    BrokerKey { name: "log.cleaner.batch.inflated.max.bytes", default: "67108864", kind: ConfigKind::Long, doc: "Largest records section a compressed batch may decompress to: a produced batch that inflates past it is refused (MESSAGE_TOO_LARGE), so the cleaner can read every batch; one written before is kept whole, uncompacted." },
+    BrokerKey { name: "compression.type", default: "producer", kind: ConfigKind::String, doc: "Codec batches are stored with: producer keeps the producer's; uncompressed, gzip, snappy, lz4 or zstd recompresses a batch that differs (topic override: compression.type)." },
+    BrokerKey { name: "log.message.timestamp.type", default: "CreateTime", kind: ConfigKind::String, doc: "CreateTime keeps the producer's timestamps; LogAppendTime stamps each batch with the broker's time as it is appended (topic override: message.timestamp.type)." },
+    BrokerKey { name: "log.message.timestamp.before.max.ms", default: "9223372036854775807", kind: ConfigKind::Long, doc: "A CreateTime record more than this far behind the broker's clock is refused with INVALID_TIMESTAMP (topic override: message.timestamp.before.max.ms)." },
+    BrokerKey { name: "log.message.timestamp.after.max.ms", default: "3600000", kind: ConfigKind::Long, doc: "A CreateTime record more than this far ahead of the broker's clock is refused with INVALID_TIMESTAMP (topic override: message.timestamp.after.max.ms)." },
     BrokerKey { name: "log.flush.interval.messages", default: "1", kind: ConfigKind::Long, doc: "fdatasync a partition once this many messages are unsynced (topic override: flush.messages). 1, the default, acknowledges nothing before it is synced; Kafka's default leaves flushing to the OS." },
     BrokerKey { name: "log.flush.interval.ms", default: "9223372036854775807", kind: ConfigKind::Long, doc: "fdatasync written data at most this long after it was written, when log.flush.interval.messages is above 1 (topic override: flush.ms)." },
     BrokerKey { name: "max.connections", default: "2147483647", kind: ConfigKind::Int, doc: "Most client connections the broker holds at once, over all shards; a connection accepted past it is closed at once." },
@@ -124,6 +128,11 @@ pub struct BrokerConfig {
     pub log_cleaner_delete_retention_ms: i64,
     pub log_cleaner_dedupe_buffer_size: u64,
     pub log_cleaner_batch_inflated_max_bytes: u64,
+    /// The codec batches are stored with; `None` keeps the producer's.
+    pub compression_type: Option<i16>,
+    pub log_message_timestamp_log_append_time: bool,
+    pub log_message_timestamp_before_max_ms: i64,
+    pub log_message_timestamp_after_max_ms: i64,
     pub log_flush_interval_ms: i64,
     pub queued_max_requests: usize,
     pub max_connections: usize,
@@ -215,6 +224,29 @@ pub fn parse_ratio(key: &str, v: &str) -> Result<f64> {
     match v.parse::<f64>() {
         Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
         _ => bail!("config {key}: {v:?} is not a ratio between 0 and 1"),
+    }
+}
+
+/// A `compression.type` value: `None` for `producer` (batches keep the producer's codec), else
+/// the codec id of Kafka's batch attributes (`uncompressed` is 0).
+pub fn parse_compression_type(key: &str, v: &str) -> Result<Option<i16>> {
+    Ok(match v {
+        "producer" => None,
+        "uncompressed" => Some(0),
+        "gzip" => Some(1),
+        "snappy" => Some(2),
+        "lz4" => Some(3),
+        "zstd" => Some(4),
+        _ => bail!("config {key}: {v:?}: use producer, uncompressed, gzip, snappy, lz4 or zstd"),
+    })
+}
+
+/// A `message.timestamp.type` value: true for `LogAppendTime`, false for `CreateTime`.
+pub fn parse_timestamp_type(key: &str, v: &str) -> Result<bool> {
+    match v {
+        "CreateTime" => Ok(false),
+        "LogAppendTime" => Ok(true),
+        _ => bail!("config {key}: {v:?}: use CreateTime or LogAppendTime"),
     }
 }
 
@@ -444,6 +476,21 @@ impl BrokerConfig {
                 &get("log.cleaner.batch.inflated.max.bytes"),
                 1 << 20,
             )?,
+            compression_type: parse_compression_type("compression.type", &get("compression.type"))?,
+            log_message_timestamp_log_append_time: parse_timestamp_type(
+                "log.message.timestamp.type",
+                &get("log.message.timestamp.type"),
+            )?,
+            log_message_timestamp_before_max_ms: parse_num(
+                "log.message.timestamp.before.max.ms",
+                &get("log.message.timestamp.before.max.ms"),
+                0,
+            )?,
+            log_message_timestamp_after_max_ms: parse_num(
+                "log.message.timestamp.after.max.ms",
+                &get("log.message.timestamp.after.max.ms"),
+                0,
+            )?,
             log_flush_interval_messages: parse_num(
                 "log.flush.interval.messages",
                 &get("log.flush.interval.messages"),
@@ -645,6 +692,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("max.connections.per.ip.overrides"), "{e}");
+    }
+
+    #[test]
+    fn record_policy_keys_parse_and_refuse_other_values() {
+        let c = BrokerConfig::build(input(&[])).unwrap();
+        assert_eq!(c.compression_type, None);
+        assert!(!c.log_message_timestamp_log_append_time);
+        assert_eq!(c.log_message_timestamp_before_max_ms, i64::MAX);
+        assert_eq!(c.log_message_timestamp_after_max_ms, 3_600_000);
+        let c = BrokerConfig::build(input(&[
+            ("compression.type", "zstd"),
+            ("log.message.timestamp.type", "LogAppendTime"),
+            ("log.message.timestamp.after.max.ms", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(c.compression_type, Some(4));
+        assert!(c.log_message_timestamp_log_append_time);
+        assert_eq!(c.log_message_timestamp_after_max_ms, 0);
+        for (key, bad) in [
+            ("compression.type", "brotli"),
+            ("log.message.timestamp.type", "Now"),
+            ("log.message.timestamp.before.max.ms", "-1"),
+        ] {
+            let e = BrokerConfig::build(input(&[(key, bad)])).unwrap_err();
+            assert!(format!("{e:#}").contains(key), "{e:#}");
+        }
     }
 
     #[test]

@@ -34,6 +34,19 @@ pub struct ProduceResult {
     pub error: ErrorCode,
     pub base_offset: i64,
     pub log_start_offset: i64,
+    /// The time the broker stamped on the batch (`message.timestamp.type=LogAppendTime`), or -1.
+    pub log_append_time_ms: i64,
+}
+
+impl ProduceResult {
+    pub fn failed(error: ErrorCode) -> Self {
+        ProduceResult {
+            error,
+            base_offset: -1,
+            log_start_offset: -1,
+            log_append_time_ms: -1,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -453,13 +466,24 @@ impl Shard {
         batch: Bytes,
         acks: i16,
     ) -> ProduceResult {
-        let fail = |error| ProduceResult {
-            error,
-            base_offset: -1,
-            log_start_offset: -1,
-        };
+        let fail = ProduceResult::failed;
         let Some(part) = self.partition(topic, partition) else {
             return fail(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+        };
+        // With LogAppendTime the broker's clock stamps the batch here, on the owning shard, just
+        // before the append: a copy of the batch with its timestamp type, max timestamp and CRC
+        // rewritten, as Kafka's LogValidator does in place.
+        let log_append_time =
+            self.catalog().topics.get(topic).is_some_and(|t| {
+                t.log_append_time(self.config.log_message_timestamp_log_append_time)
+            });
+        let (batch, log_append_time_ms) = if log_append_time {
+            let now = now_ms();
+            let mut stamped = batch.to_vec();
+            tributary_protocol::record_batch::set_log_append_time(&mut stamped, now);
+            (Bytes::from(stamped), now)
+        } else {
+            (batch, -1)
         };
         let outcome = match part.append(&batch).await {
             Ok(o) => o,
@@ -481,6 +505,7 @@ impl Shard {
             error: ErrorCode::NONE,
             base_offset: outcome.base_offset,
             log_start_offset: outcome.log_start_offset,
+            log_append_time_ms,
         }
     }
 
@@ -666,7 +691,7 @@ impl Shard {
     }
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)

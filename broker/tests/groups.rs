@@ -308,3 +308,70 @@ fn committed_offsets_validate_persist_and_delete() {
     assert_eq!((fc.error_code, fc.node_id.0), (0, 0));
     broker.shutdown().unwrap();
 }
+
+/// Kafka accepts a commit from a member of the current generation while its group prepares a
+/// rebalance: eager consumers commit what they processed from their revoke callback before
+/// rejoining. CompletingRebalance is the state that answers REBALANCE_IN_PROGRESS.
+#[test]
+fn members_commit_while_the_group_prepares_a_rebalance() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, PROPS);
+    let mut c = RawConn::connect(broker.addr);
+    create_topic(&mut c, "t");
+
+    let id = join(&mut c, "eager", "", 10_000).member_id.to_string();
+    let gen = join(&mut c, "eager", &id, 10_000).generation_id;
+    assert_eq!(gen, 1);
+    assert_eq!(sync(&mut c, "eager", &id, gen).error_code, 0);
+
+    // Neither a commit naming no member nor one naming a generation of a group that does not
+    // exist is a simple commit.
+    assert_eq!(
+        commit(&mut c, "eager", "", -1, "t", 1, ""),
+        25,
+        "UNKNOWN_MEMBER_ID"
+    );
+    assert_eq!(
+        commit(&mut c, "no-such-group", "m", 3, "t", 1, ""),
+        22,
+        "ILLEGAL_GENERATION"
+    );
+
+    // A second member's join puts the group in PreparingRebalance until the first rejoins.
+    let mut c2 = RawConn::connect(broker.addr);
+    let second_id = join(&mut c2, "eager", "", 10_000).member_id.to_string();
+    let second = std::thread::spawn({
+        let addr = broker.addr;
+        move || {
+            let mut c2 = RawConn::connect(addr);
+            join(&mut c2, "eager", &second_id, 10_000)
+        }
+    });
+    common::wait_until("the group to prepare a rebalance", || {
+        heartbeat(&mut c, "eager", &id, gen) == 27
+    });
+    assert_eq!(commit(&mut c, "eager", &id, gen, "t", 55, "revoked"), 0);
+    assert_eq!(fetch_offset(&mut c, "eager", "t"), (55, "revoked".into()));
+    assert_eq!(
+        commit(&mut c, "eager", &id, gen + 1, "t", 56, ""),
+        22,
+        "ILLEGAL_GENERATION"
+    );
+    assert_eq!(
+        commit(&mut c, "eager", "stranger", gen, "t", 56, ""),
+        25,
+        "UNKNOWN_MEMBER_ID"
+    );
+
+    // Rejoining completes the join: CompletingRebalance refuses commits until the sync.
+    let again = join(&mut c, "eager", &id, 10_000);
+    assert_eq!(again.generation_id, 2);
+    assert_eq!(second.join().unwrap().generation_id, 2);
+    assert_eq!(
+        commit(&mut c, "eager", &id, 2, "t", 57, ""),
+        27,
+        "REBALANCE_IN_PROGRESS"
+    );
+    assert_eq!(fetch_offset(&mut c, "eager", "t"), (55, "revoked".into()));
+    broker.shutdown().unwrap();
+}

@@ -13,6 +13,7 @@ pub mod fuzzing;
 pub mod group_records;
 pub mod header;
 pub mod record_batch;
+pub mod records;
 pub mod registry;
 pub mod requests;
 pub mod response;

@@ -1,6 +1,7 @@
 //! RecordBatch v2 (magic 2) as a view over bytes: its 61-byte header, CRC32C validation and the
 //! broker-owned fields (`base_offset`, `partition_leader_epoch`) that may be rewritten without
-//! touching the CRC. Records inside a batch are never decoded on the hot path.
+//! touching the CRC, and the rewrites that reseal it (LogAppendTime, a new records section).
+//! Records are read by `records` (the produce path's checks) and here off the hot path.
 //!
 //! ```text
 //! position  field                   width
@@ -350,32 +351,8 @@ pub struct RecordView<'a> {
     pub raw: &'a [u8],
 }
 
-fn get_varlong(buf: &[u8], at: &mut usize) -> Option<i64> {
-    let mut raw: u64 = 0;
-    for i in 0..10 {
-        let b = *buf.get(*at)?;
-        *at += 1;
-        raw |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Some((raw >> 1) as i64 ^ -((raw & 1) as i64));
-        }
-    }
-    None
-}
-
-fn get_slice<'a>(buf: &'a [u8], at: &mut usize) -> Option<Option<&'a [u8]>> {
-    let len = get_varlong(buf, at)?;
-    if len < 0 {
-        return Some(None);
-    }
-    let end = at.checked_add(usize::try_from(len).ok()?)?;
-    let s = buf.get(*at..end)?;
-    *at = end;
-    Some(Some(s))
-}
-
-/// Decodes the records of an uncompressed, validated batch. Used off the hot path only (internal
-/// topics, timestamp lookups); produced data is never decoded.
+/// Decodes the records of an uncompressed, validated batch, for internal topics, timestamp
+/// lookups and the cleaner (the produce path walks records with `records::records` instead).
 pub fn records(batch: &[u8]) -> Result<Vec<RecordView<'_>>, BatchError> {
     let header = validate(batch, 0)?;
     if header.compression() != 0 {
@@ -390,34 +367,18 @@ pub fn records(batch: &[u8]) -> Result<Vec<RecordView<'_>>, BatchError> {
 /// Decodes a records section: a batch's bytes after its header, or what a compressed batch's
 /// records decompress to.
 pub fn parse_records(body: &[u8]) -> Result<Vec<RecordView<'_>>, BatchError> {
-    let bad = |detail: &str| BatchError::Invalid {
-        position: 0,
-        detail: detail.into(),
-    };
-    let mut at = 0usize;
+    let mut position = 0usize;
     let mut out = Vec::new();
-    while at < body.len() {
-        let start = at;
-        let len = get_varlong(body, &mut at).ok_or_else(|| bad("record length"))?;
-        let end = at
-            .checked_add(usize::try_from(len).map_err(|_| bad("negative record length"))?)
-            .ok_or_else(|| bad("record length"))?;
-        let rec = body
-            .get(at..end)
-            .ok_or_else(|| bad("record past the batch end"))?;
-        let mut p = 1usize; // attributes
-        let timestamp_delta = get_varlong(rec, &mut p).ok_or_else(|| bad("timestamp delta"))?;
-        let offset_delta = get_varlong(rec, &mut p).ok_or_else(|| bad("offset delta"))?;
-        let key = get_slice(rec, &mut p).ok_or_else(|| bad("key"))?;
-        let value = get_slice(rec, &mut p).ok_or_else(|| bad("value"))?;
-        out.push(RecordView {
-            offset_delta: i32::try_from(offset_delta).map_err(|_| bad("offset delta"))?,
-            timestamp_delta,
-            key,
-            value,
-            raw: &body[start..end],
-        });
-        at = end;
+    while position < body.len() {
+        let index = i32::try_from(out.len()).unwrap_or(i32::MAX);
+        let (record, next) = crate::records::read_record(body, position, index).map_err(|e| {
+            BatchError::Invalid {
+                position,
+                detail: e.to_string(),
+            }
+        })?;
+        out.push(record);
+        position = next;
     }
     Ok(out)
 }
@@ -456,6 +417,56 @@ pub fn reseal(batch: &mut [u8], records_count: i32) {
     batch[CRC_POSITION..CRC_POSITION + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// The attributes bit that marks a batch's timestamps as the broker's append time.
+pub const TIMESTAMP_TYPE_LOG_APPEND_TIME: i16 = 0x08;
+const ATTRIBUTES_POSITION: usize = 21;
+const MAX_TIMESTAMP_POSITION: usize = 35;
+
+impl BatchHeader {
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & TIMESTAMP_TYPE_LOG_APPEND_TIME != 0
+    }
+}
+
+/// Marks a valid batch's timestamps as the broker's: the LogAppendTime attribute, `max_timestamp`
+/// set to `append_time_ms`, and a new CRC — what Kafka does to a batch appended to a topic with
+/// `message.timestamp.type=LogAppendTime` (consumers then read every record's timestamp as the
+/// batch's max timestamp).
+pub fn set_log_append_time(batch: &mut [u8], append_time_ms: i64) {
+    set_max_timestamp(batch, true, append_time_ms);
+}
+
+/// Sets a valid batch's timestamp type (LogAppendTime when `log_append_time`, else CreateTime)
+/// and `max_timestamp`, and reseals its CRC: Kafka's `setMaxTimestamp`.
+pub fn set_max_timestamp(batch: &mut [u8], log_append_time: bool, max_timestamp: i64) {
+    assert!(batch.len() >= RECORD_BATCH_HEADER_BYTES);
+    let mut attributes = be_i16(batch, ATTRIBUTES_POSITION) & !TIMESTAMP_TYPE_LOG_APPEND_TIME;
+    if log_append_time {
+        attributes |= TIMESTAMP_TYPE_LOG_APPEND_TIME;
+    }
+    batch[ATTRIBUTES_POSITION..ATTRIBUTES_POSITION + 2].copy_from_slice(&attributes.to_be_bytes());
+    batch[MAX_TIMESTAMP_POSITION..MAX_TIMESTAMP_POSITION + 8]
+        .copy_from_slice(&max_timestamp.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[CRC_COVERAGE_START..]);
+    batch[CRC_POSITION..CRC_POSITION + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// A batch with `header`'s fields (the 61 bytes of a valid batch) around a new records section
+/// compressed with `codec`: the compression attribute, length and CRC are new; the record count,
+/// offsets, timestamps and producer fields stay.
+pub fn with_records(header: &[u8], codec: i16, section: &[u8]) -> Vec<u8> {
+    assert!(header.len() >= RECORD_BATCH_HEADER_BYTES);
+    assert!((0..=4).contains(&codec), "codec {codec}");
+    let mut out = Vec::with_capacity(RECORD_BATCH_HEADER_BYTES + section.len());
+    out.extend_from_slice(&header[..RECORD_BATCH_HEADER_BYTES]);
+    out.extend_from_slice(section);
+    let attributes = (be_i16(&out, ATTRIBUTES_POSITION) & !0x07) | codec;
+    out[ATTRIBUTES_POSITION..ATTRIBUTES_POSITION + 2].copy_from_slice(&attributes.to_be_bytes());
+    let count = be_i32(&out, RECORD_BATCH_HEADER_BYTES - 4);
+    reseal(&mut out, count);
+    out
+}
+
 #[cfg(test)]
 mod record_tests {
     use super::*;
@@ -477,6 +488,34 @@ mod record_tests {
         assert_eq!(recs[1].value, None);
         assert_eq!(recs[2].offset_delta, 2);
         assert_eq!(recs[2].key, Some(&b""[..]));
+    }
+
+    #[test]
+    fn log_append_time_and_new_records_keep_the_batch_valid() {
+        let mut b = build_batch(&[(Some(b"k"), Some(b"v"))], 1000, Some((3, 0, 5)));
+        set_log_append_time(&mut b, 99_000);
+        let h = validate(&b, 0).unwrap();
+        assert!(h.is_log_append_time());
+        assert_eq!((h.base_timestamp, h.max_timestamp), (1000, 99_000));
+        assert_eq!(h.compression(), 0);
+        let section = b[RECORD_BATCH_HEADER_BYTES..].to_vec();
+        let mut inflated = section.clone();
+        inflated.extend_from_slice(b"not really compressed");
+        let c = with_records(&b, 3, &inflated);
+        let h2 = validate(&c, 0).unwrap();
+        assert_eq!(h2.compression(), 3);
+        assert!(h2.is_log_append_time());
+        assert_eq!(h2.size(), RECORD_BATCH_HEADER_BYTES + inflated.len());
+        assert_eq!(
+            (h2.records_count, h2.producer_id, h2.base_sequence),
+            (1, 3, 5)
+        );
+        let back = with_records(&c, 0, &section);
+        assert_eq!(back, b.to_vec());
+        set_max_timestamp(&mut b, false, 1234);
+        let h3 = validate(&b, 0).unwrap();
+        assert!(!h3.is_log_append_time());
+        assert_eq!(h3.max_timestamp, 1234);
     }
 
     #[test]

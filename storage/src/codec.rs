@@ -1,6 +1,7 @@
-//! Decompression (and recompression) of a compressed batch's records section, for the cleaner
-//! (produced data is never decompressed on the request path): gzip (codec 1), snappy (2: raw,
-//! or in the xerial framing the Java client writes), lz4 (3: the LZ4 frame format) and zstd (4).
+//! Decompression (and recompression) of a compressed batch's records section, for the produce
+//! path's record validation and `compression.type` conversion and for the cleaner: gzip (codec
+//! 1), snappy (2: raw, or in the xerial framing the Java client writes), lz4 (3: the LZ4 frame
+//! format) and zstd (4).
 //! Pure code; every decoder is bounded, so a batch that inflates past the limit is refused, not
 //! held.
 
@@ -17,7 +18,8 @@ pub enum CodecError {
 }
 
 /// The xerial snappy stream header: magic, then version and compatible version (i32 each).
-const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
+/// Passed as `like` to [`compress`], it asks for the xerial framing Kafka's Java code writes.
+pub const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
 const XERIAL_HEADER_BYTES: usize = 16;
 
 /// The records section `data` compressed with `codec` (the batch attributes' low 3 bits),

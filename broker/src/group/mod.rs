@@ -30,22 +30,6 @@ pub fn is_internal(topic: &str) -> bool {
     topic == OFFSETS_TOPIC
 }
 
-// Kafka error codes used only here.
-const COORDINATOR_NOT_AVAILABLE: ErrorCode = ErrorCode(15);
-const OFFSET_METADATA_TOO_LARGE: ErrorCode = ErrorCode(12);
-const ILLEGAL_GENERATION: ErrorCode = ErrorCode(22);
-const INCONSISTENT_GROUP_PROTOCOL: ErrorCode = ErrorCode(23);
-const UNKNOWN_MEMBER_ID: ErrorCode = ErrorCode(25);
-const INVALID_SESSION_TIMEOUT: ErrorCode = ErrorCode(26);
-const REBALANCE_IN_PROGRESS: ErrorCode = ErrorCode(27);
-const INVALID_GROUP_ID: ErrorCode = ErrorCode(24);
-const NON_EMPTY_GROUP: ErrorCode = ErrorCode(68);
-const GROUP_ID_NOT_FOUND: ErrorCode = ErrorCode(69);
-const MEMBER_ID_REQUIRED: ErrorCode = ErrorCode(79);
-const FENCED_INSTANCE_ID: ErrorCode = ErrorCode(82);
-const GROUP_MAX_SIZE_REACHED: ErrorCode = ErrorCode(81);
-const GROUP_SUBSCRIBED_TO_TOPIC: ErrorCode = ErrorCode(86);
-
 /// The partition of `__consumer_offsets` that holds `group`: Kafka's
 /// `abs(groupId.hashCode) % partitions`, so a group lands where it would on Kafka.
 pub fn partition_for_group(group: &str, partitions: i32) -> i32 {
@@ -130,11 +114,11 @@ impl GroupCoordinator {
         let batch = record_batch::build_batch(&kv, now_ms(), None);
         let out = log.append(&batch).await.map_err(|e| {
             warn!(error = %e, "writing to __consumer_offsets failed");
-            COORDINATOR_NOT_AVAILABLE
+            ErrorCode::COORDINATOR_NOT_AVAILABLE
         })?;
         log.sync_to(out.last_offset + 1).await.map_err(|e| {
             warn!(error = %e, "syncing __consumer_offsets failed");
-            COORDINATOR_NOT_AVAILABLE
+            ErrorCode::COORDINATOR_NOT_AVAILABLE
         })
     }
 
@@ -309,14 +293,14 @@ impl GroupCoordinator {
         let now = Instant::now();
         if req.group_id.is_empty() {
             return Err(Box::new(JoinResult::error(
-                INVALID_GROUP_ID,
+                ErrorCode::INVALID_GROUP_ID,
                 &req.member_id,
             )));
         }
         let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
         if session < limits.min_session_timeout || session > limits.max_session_timeout {
             return Err(Box::new(JoinResult::error(
-                INVALID_SESSION_TIMEOUT,
+                ErrorCode::INVALID_SESSION_TIMEOUT,
                 &req.member_id,
             )));
         }
@@ -326,7 +310,7 @@ impl GroupCoordinator {
             .or_insert_with(|| Group::new(&req.group_id, now));
         if !g.supports(&req.protocol_type, &req.protocols) {
             return Err(Box::new(JoinResult::error(
-                INCONSISTENT_GROUP_PROTOCOL,
+                ErrorCode::INCONSISTENT_GROUP_PROTOCOL,
                 &req.member_id,
             )));
         }
@@ -334,7 +318,10 @@ impl GroupCoordinator {
         if let Some(instance) = &req.group_instance_id {
             match g.static_members.get(instance).cloned() {
                 Some(existing) if !member_id.is_empty() && existing != member_id => {
-                    return Err(Box::new(JoinResult::error(FENCED_INSTANCE_ID, &member_id)));
+                    return Err(Box::new(JoinResult::error(
+                        ErrorCode::FENCED_INSTANCE_ID,
+                        &member_id,
+                    )));
                 }
                 Some(existing) if member_id.is_empty() => {
                     // A static member restarting: it takes over its old identity with a new
@@ -342,10 +329,11 @@ impl GroupCoordinator {
                     let new_id = format!("{instance}-{}", uuid::Uuid::new_v4());
                     if let Some(mut old) = g.members.remove(&existing) {
                         if let Some(tx) = old.pending_join.take() {
-                            let _ = tx.send(JoinResult::error(FENCED_INSTANCE_ID, &existing));
+                            let _ = tx
+                                .send(JoinResult::error(ErrorCode::FENCED_INSTANCE_ID, &existing));
                         }
                         if let Some(tx) = old.pending_sync.take() {
-                            let _ = tx.send(SyncResult::error(FENCED_INSTANCE_ID));
+                            let _ = tx.send(SyncResult::error(ErrorCode::FENCED_INSTANCE_ID));
                         }
                         old.member_id = new_id.clone();
                         old.deadline = now + session;
@@ -376,21 +364,30 @@ impl GroupCoordinator {
             if version >= 4 {
                 // KIP-394: the client must rejoin with the id it is given.
                 if g.members.len() + g.pending_member_ids.len() >= limits.max_size {
-                    return Err(Box::new(JoinResult::error(GROUP_MAX_SIZE_REACHED, "")));
+                    return Err(Box::new(JoinResult::error(
+                        ErrorCode::GROUP_MAX_SIZE_REACHED,
+                        "",
+                    )));
                 }
                 g.pending_member_ids.push((new_id.clone(), now + session));
-                return Err(Box::new(JoinResult::error(MEMBER_ID_REQUIRED, &new_id)));
+                return Err(Box::new(JoinResult::error(
+                    ErrorCode::MEMBER_ID_REQUIRED,
+                    &new_id,
+                )));
             }
             member_id = new_id;
         } else if !g.members.contains_key(&member_id)
             && !g.pending_member_ids.iter().any(|(id, _)| *id == member_id)
         {
-            return Err(Box::new(JoinResult::error(UNKNOWN_MEMBER_ID, &member_id)));
+            return Err(Box::new(JoinResult::error(
+                ErrorCode::UNKNOWN_MEMBER_ID,
+                &member_id,
+            )));
         }
         g.pending_member_ids.retain(|(id, _)| *id != member_id);
         if !g.members.contains_key(&member_id) && g.members.len() >= limits.max_size {
             return Err(Box::new(JoinResult::error(
-                GROUP_MAX_SIZE_REACHED,
+                ErrorCode::GROUP_MAX_SIZE_REACHED,
                 &member_id,
             )));
         }
@@ -450,15 +447,15 @@ impl GroupCoordinator {
         let now = Instant::now();
         let mut groups = self.groups.borrow_mut();
         let Some(g) = groups.get_mut(&req.group_id) else {
-            return Err(SyncResult::error(UNKNOWN_MEMBER_ID));
+            return Err(SyncResult::error(ErrorCode::UNKNOWN_MEMBER_ID));
         };
         check_instance(g, &req.member_id, req.group_instance_id.as_deref())
             .map_err(SyncResult::error)?;
         if !g.members.contains_key(&req.member_id) {
-            return Err(SyncResult::error(UNKNOWN_MEMBER_ID));
+            return Err(SyncResult::error(ErrorCode::UNKNOWN_MEMBER_ID));
         }
         if req.generation_id != g.generation {
-            return Err(SyncResult::error(ILLEGAL_GENERATION));
+            return Err(SyncResult::error(ErrorCode::ILLEGAL_GENERATION));
         }
         if req
             .protocol_type
@@ -469,11 +466,13 @@ impl GroupCoordinator {
                 .as_ref()
                 .is_some_and(|p| Some(p) != g.protocol_name.as_ref())
         {
-            return Err(SyncResult::error(INCONSISTENT_GROUP_PROTOCOL));
+            return Err(SyncResult::error(ErrorCode::INCONSISTENT_GROUP_PROTOCOL));
         }
         let (tx, rx) = oneshot::channel();
         match g.state {
-            GroupState::PreparingRebalance => Err(SyncResult::error(REBALANCE_IN_PROGRESS)),
+            GroupState::PreparingRebalance => {
+                Err(SyncResult::error(ErrorCode::REBALANCE_IN_PROGRESS))
+            }
             GroupState::Stable => {
                 let m = &g.members[&req.member_id];
                 let _ = tx.send(SyncResult {
@@ -495,7 +494,9 @@ impl GroupCoordinator {
                 }
                 Ok((rx, is_leader))
             }
-            GroupState::Empty | GroupState::Dead => Err(SyncResult::error(UNKNOWN_MEMBER_ID)),
+            GroupState::Empty | GroupState::Dead => {
+                Err(SyncResult::error(ErrorCode::UNKNOWN_MEMBER_ID))
+            }
         }
     }
 
@@ -513,22 +514,22 @@ impl GroupCoordinator {
         let now = Instant::now();
         let mut groups = self.groups.borrow_mut();
         let Some(g) = groups.get_mut(&req.group_id) else {
-            return UNKNOWN_MEMBER_ID;
+            return ErrorCode::UNKNOWN_MEMBER_ID;
         };
         if let Err(e) = check_instance(g, &req.member_id, req.group_instance_id.as_deref()) {
             return e;
         }
         let Some(m) = g.members.get_mut(&req.member_id) else {
-            return UNKNOWN_MEMBER_ID;
+            return ErrorCode::UNKNOWN_MEMBER_ID;
         };
         m.deadline = now + m.session_timeout;
         if req.generation_id != g.generation {
-            return ILLEGAL_GENERATION;
+            return ErrorCode::ILLEGAL_GENERATION;
         }
         match g.state {
-            GroupState::PreparingRebalance => REBALANCE_IN_PROGRESS,
+            GroupState::PreparingRebalance => ErrorCode::REBALANCE_IN_PROGRESS,
             GroupState::Stable | GroupState::CompletingRebalance => ErrorCode::NONE,
-            GroupState::Empty | GroupState::Dead => UNKNOWN_MEMBER_ID,
+            GroupState::Empty | GroupState::Dead => ErrorCode::UNKNOWN_MEMBER_ID,
         }
     }
 
@@ -539,10 +540,10 @@ impl GroupCoordinator {
         let mut groups = self.groups.borrow_mut();
         let Some(g) = groups.get_mut(&req.group_id) else {
             return (
-                UNKNOWN_MEMBER_ID,
+                ErrorCode::UNKNOWN_MEMBER_ID,
                 req.members
                     .into_iter()
-                    .map(|(m, i)| (m, i, UNKNOWN_MEMBER_ID))
+                    .map(|(m, i)| (m, i, ErrorCode::UNKNOWN_MEMBER_ID))
                     .collect(),
                 false,
             );
@@ -562,7 +563,7 @@ impl GroupCoordinator {
                 removed = true;
                 ErrorCode::NONE
             } else {
-                UNKNOWN_MEMBER_ID
+                ErrorCode::UNKNOWN_MEMBER_ID
             };
             results.push((member_id, instance, code));
         }
@@ -599,35 +600,16 @@ impl GroupCoordinator {
                 .map(|(t, ps)| (t.clone(), ps.iter().map(|p| (p.partition, code)).collect()))
                 .collect()
         };
-        let check = {
-            let groups = self.groups.borrow();
-            match groups.get(&req.group_id) {
-                None if req.generation_id < 0 => Ok(()),
-                None => Err(if req.member_id.is_empty() {
-                    ILLEGAL_GENERATION
-                } else {
-                    UNKNOWN_MEMBER_ID
-                }),
-                Some(g) if req.generation_id < 0 && g.state == GroupState::Empty => Ok(()),
-                Some(g)
-                    if g.state == GroupState::CompletingRebalance
-                        || g.state == GroupState::PreparingRebalance =>
-                {
-                    if g.members.contains_key(&req.member_id) {
-                        Err(REBALANCE_IN_PROGRESS)
-                    } else {
-                        Err(UNKNOWN_MEMBER_ID)
-                    }
-                }
-                Some(g) => {
-                    match check_instance(g, &req.member_id, req.group_instance_id.as_deref()) {
-                        Err(e) => Err(e),
-                        Ok(()) if !g.members.contains_key(&req.member_id) => Err(UNKNOWN_MEMBER_ID),
-                        Ok(()) if req.generation_id != g.generation => Err(ILLEGAL_GENERATION),
-                        Ok(()) => Ok(()),
-                    }
-                }
-            }
+        let check = match self.groups.borrow().get(&req.group_id) {
+            Some(g) => g.validate_offset_commit(
+                &req.member_id,
+                req.group_instance_id.as_deref(),
+                req.generation_id,
+            ),
+            // A simple commit creates the group, as in Kafka; one naming a generation of a
+            // group that does not exist is ILLEGAL_GENERATION below OffsetCommit v9.
+            None if req.generation_id < 0 => Ok(()),
+            None => Err(ErrorCode::ILLEGAL_GENERATION),
         };
         if let Err(code) = check {
             return all(code);
@@ -640,7 +622,7 @@ impl GroupCoordinator {
             for p in parts {
                 let metadata = p.metadata.clone().unwrap_or_default();
                 if metadata.len() > self.config.offset_metadata_max_bytes {
-                    rs.push((p.partition, OFFSET_METADATA_TOO_LARGE));
+                    rs.push((p.partition, ErrorCode::OFFSET_METADATA_TOO_LARGE));
                     continue;
                 }
                 let key = GroupKey::Offset {
@@ -731,7 +713,7 @@ impl GroupCoordinator {
         let (records, results) = {
             let groups = self.groups.borrow();
             let Some(g) = groups.get(&req.group_id) else {
-                return (GROUP_ID_NOT_FOUND, Vec::new());
+                return (ErrorCode::GROUP_ID_NOT_FOUND, Vec::new());
             };
             let subscribed = if g.members.is_empty() {
                 Vec::new()
@@ -747,7 +729,7 @@ impl GroupCoordinator {
                         .iter()
                         .map(|p| {
                             if subscribed.contains(t) {
-                                (*p, GROUP_SUBSCRIBED_TO_TOPIC)
+                                (*p, ErrorCode::GROUP_SUBSCRIBED_TO_TOPIC)
                             } else {
                                 if g.offsets.contains_key(&(t.clone(), *p)) {
                                     let key = GroupKey::Offset {
@@ -847,10 +829,10 @@ impl GroupCoordinator {
         let records = {
             let groups = self.groups.borrow();
             let Some(g) = groups.get(group_id) else {
-                return GROUP_ID_NOT_FOUND;
+                return ErrorCode::GROUP_ID_NOT_FOUND;
             };
             if g.state != GroupState::Empty {
-                return NON_EMPTY_GROUP;
+                return ErrorCode::NON_EMPTY_GROUP;
             }
             let mut records: Vec<(Bytes, Option<Bytes>)> = g
                 .offsets
@@ -954,7 +936,7 @@ fn check_instance(g: &Group, member_id: &str, instance: Option<&str>) -> Result<
     if let Some(instance) = instance {
         if let Some(holder) = g.static_members.get(instance) {
             if holder != member_id {
-                return Err(FENCED_INSTANCE_ID);
+                return Err(ErrorCode::FENCED_INSTANCE_ID);
             }
         }
     }
@@ -1037,7 +1019,7 @@ mod coordinator_tests {
         let first = c
             .join(join_req(""), 5, "new".into(), "h".into())
             .unwrap_err();
-        assert_eq!(first.error, MEMBER_ID_REQUIRED);
+        assert_eq!(first.error, ErrorCode::MEMBER_ID_REQUIRED);
         let mut rx = c
             .join(join_req(&first.member_id), 5, "new".into(), "h".into())
             .unwrap();
@@ -1135,10 +1117,10 @@ mod retention_and_fencing_tests {
             member_id: first.member_id.clone(),
             group_instance_id: Some("instance-1".into()),
         });
-        assert_eq!(hb, FENCED_INSTANCE_ID);
+        assert_eq!(hb, ErrorCode::FENCED_INSTANCE_ID);
         let stale = c
             .join(req(&first.member_id), 5, "c".into(), "h".into())
             .unwrap_err();
-        assert_eq!(stale.error, FENCED_INSTANCE_ID);
+        assert_eq!(stale.error, ErrorCode::FENCED_INSTANCE_ID);
     }
 }

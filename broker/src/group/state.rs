@@ -156,6 +156,57 @@ impl Group {
         }
     }
 
+    /// Whether an OffsetCommit from `member_id` (with its static `instance`, at `generation`)
+    /// may write this group's offsets — Kafka's classic-group `validateOffsetCommit`:
+    /// - generation < 0 on an Empty group is a "simple" commit (admin tools, consumers that
+    ///   assign partitions themselves) and is accepted;
+    /// - a request naming a generation, a member or an instance must come from a current member
+    ///   (UNKNOWN_MEMBER_ID, or FENCED_INSTANCE_ID when the instance is held by another member
+    ///   id) of the current generation (ILLEGAL_GENERATION);
+    /// - one naming none of them is accepted only while the group is Empty (UNKNOWN_MEMBER_ID);
+    /// - in CompletingRebalance the member has its new generation but no assignment yet:
+    ///   REBALANCE_IN_PROGRESS. PreparingRebalance is not refused: an eager consumer commits
+    ///   what it processed from its revoke callback, before it rejoins.
+    pub fn validate_offset_commit(
+        &self,
+        member_id: &str,
+        instance: Option<&str>,
+        generation: i32,
+    ) -> Result<(), ErrorCode> {
+        if self.state == GroupState::Dead {
+            return Err(ErrorCode::COORDINATOR_NOT_AVAILABLE);
+        }
+        if generation < 0 && self.state == GroupState::Empty {
+            return Ok(());
+        }
+        if generation >= 0 || !member_id.is_empty() || instance.is_some() {
+            self.validate_member(member_id, instance)?;
+            if generation != self.generation {
+                return Err(ErrorCode::ILLEGAL_GENERATION);
+            }
+        } else if self.state != GroupState::Empty {
+            return Err(ErrorCode::UNKNOWN_MEMBER_ID);
+        }
+        if self.state == GroupState::CompletingRebalance {
+            return Err(ErrorCode::REBALANCE_IN_PROGRESS);
+        }
+        Ok(())
+    }
+
+    /// Kafka's `validateMember`: a static instance must be held by `member_id`; otherwise the
+    /// member must exist.
+    fn validate_member(&self, member_id: &str, instance: Option<&str>) -> Result<(), ErrorCode> {
+        match instance {
+            Some(i) => match self.static_members.get(i) {
+                None => Err(ErrorCode::UNKNOWN_MEMBER_ID),
+                Some(holder) if holder != member_id => Err(ErrorCode::FENCED_INSTANCE_ID),
+                Some(_) => Ok(()),
+            },
+            None if self.members.contains_key(member_id) => Ok(()),
+            None => Err(ErrorCode::UNKNOWN_MEMBER_ID),
+        }
+    }
+
     fn set_state(&mut self, state: GroupState, now: Instant) {
         self.state = state;
         self.state_since = now;
@@ -215,7 +266,7 @@ impl Group {
         // Members waiting on a sync will never get it for this generation.
         for m in self.members.values_mut() {
             if let Some(tx) = m.pending_sync.take() {
-                let _ = tx.send(SyncResult::error(ErrorCode(27))); // REBALANCE_IN_PROGRESS
+                let _ = tx.send(SyncResult::error(ErrorCode::REBALANCE_IN_PROGRESS));
             }
         }
         if self.state != GroupState::PreparingRebalance {
@@ -344,10 +395,10 @@ impl Group {
     pub fn remove_member(&mut self, member_id: &str) {
         if let Some(mut m) = self.members.remove(member_id) {
             if let Some(tx) = m.pending_join.take() {
-                let _ = tx.send(JoinResult::error(ErrorCode(25), member_id)); // UNKNOWN_MEMBER_ID
+                let _ = tx.send(JoinResult::error(ErrorCode::UNKNOWN_MEMBER_ID, member_id));
             }
             if let Some(tx) = m.pending_sync.take() {
-                let _ = tx.send(SyncResult::error(ErrorCode(25)));
+                let _ = tx.send(SyncResult::error(ErrorCode::UNKNOWN_MEMBER_ID));
             }
             if let Some(instance) = &m.group_instance_id {
                 if self
@@ -524,6 +575,93 @@ mod tests {
         assert!(g.maybe_complete_join(now + Duration::from_secs(11)));
         assert!(!g.members.contains_key("b"));
         assert_eq!(g.members.len(), 1);
+    }
+
+    #[test]
+    fn offset_commits_are_validated_as_kafka_does() {
+        let now = Instant::now();
+        let mut g = Group::new("g", now);
+        g.protocol_type = Some("consumer".into());
+        // Empty: simple commits (generation -1, with or without a member id) are accepted;
+        // anything else must name a member.
+        assert_eq!(g.validate_offset_commit("", None, -1), Ok(()));
+        assert_eq!(g.validate_offset_commit("x", None, -1), Ok(()));
+        assert_eq!(
+            g.validate_offset_commit("x", None, 0),
+            Err(ErrorCode::UNKNOWN_MEMBER_ID)
+        );
+        let (a, _ra) = member("a", now, &["range"]);
+        g.members.insert("a".into(), a);
+        g.prepare_rebalance(now, &LIMITS);
+        assert!(g.maybe_complete_join(now));
+        assert_eq!(g.generation, 1);
+        // CompletingRebalance: the member knows its generation but has no assignment yet.
+        assert_eq!(
+            g.validate_offset_commit("a", None, 1),
+            Err(ErrorCode::REBALANCE_IN_PROGRESS)
+        );
+        g.complete_sync(&[], now);
+        assert_eq!(g.state, GroupState::Stable);
+        assert_eq!(g.validate_offset_commit("a", None, 1), Ok(()));
+        assert_eq!(
+            g.validate_offset_commit("a", None, 0),
+            Err(ErrorCode::ILLEGAL_GENERATION)
+        );
+        assert_eq!(
+            g.validate_offset_commit("b", None, 1),
+            Err(ErrorCode::UNKNOWN_MEMBER_ID)
+        );
+        // A commit naming nothing is refused while the group has members.
+        assert_eq!(
+            g.validate_offset_commit("", None, -1),
+            Err(ErrorCode::UNKNOWN_MEMBER_ID)
+        );
+        // PreparingRebalance: a member of the current generation still commits (eager
+        // consumers do, from their revoke callback); a stale generation does not.
+        g.prepare_rebalance(now, &LIMITS);
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        assert_eq!(g.validate_offset_commit("a", None, 1), Ok(()));
+        assert_eq!(
+            g.validate_offset_commit("a", None, 0),
+            Err(ErrorCode::ILLEGAL_GENERATION)
+        );
+        assert_eq!(
+            g.validate_offset_commit("zz", None, 1),
+            Err(ErrorCode::UNKNOWN_MEMBER_ID)
+        );
+        g.state = GroupState::Dead;
+        assert_eq!(
+            g.validate_offset_commit("a", None, 1),
+            Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+        );
+    }
+
+    #[test]
+    fn static_members_are_fenced_on_commit() {
+        let now = Instant::now();
+        let mut g = Group::new("g", now);
+        g.protocol_type = Some("consumer".into());
+        let (mut a, _ra) = member("a", now, &["range"]);
+        a.group_instance_id = Some("i1".into());
+        g.members.insert("a".into(), a);
+        g.static_members.insert("i1".into(), "a".into());
+        g.prepare_rebalance(now, &LIMITS);
+        assert!(g.maybe_complete_join(now));
+        g.complete_sync(&[], now);
+        assert_eq!(g.validate_offset_commit("a", Some("i1"), 1), Ok(()));
+        assert_eq!(
+            g.validate_offset_commit("old", Some("i1"), 1),
+            Err(ErrorCode::FENCED_INSTANCE_ID)
+        );
+        assert_eq!(
+            g.validate_offset_commit("a", Some("i2"), 1),
+            Err(ErrorCode::UNKNOWN_MEMBER_ID)
+        );
+        // Generation -1 with an instance id on a non-empty group is still checked.
+        assert_eq!(
+            g.validate_offset_commit("old", Some("i1"), -1),
+            Err(ErrorCode::FENCED_INSTANCE_ID)
+        );
     }
 
     #[test]

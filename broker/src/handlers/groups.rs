@@ -37,9 +37,6 @@ use crate::group::{DescribedGroup as Described, MemberResults, TopicResults};
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
 
-const COORDINATOR_NOT_AVAILABLE: ErrorCode = ErrorCode(15);
-const INVALID_GROUP_ID: ErrorCode = ErrorCode(24);
-
 /// A group operation, sent to the group's coordinator shard.
 pub enum GroupOp {
     Join {
@@ -92,16 +89,23 @@ pub async fn run(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
     match op {
         GroupOp::List => GroupReply::List(g.list()),
         _ if unavailable => match op {
-            GroupOp::Join { req, .. } => {
-                GroupReply::Join(JoinResult::error(COORDINATOR_NOT_AVAILABLE, &req.member_id))
+            GroupOp::Join { req, .. } => GroupReply::Join(JoinResult::error(
+                ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                &req.member_id,
+            )),
+            GroupOp::Sync(_) => {
+                GroupReply::Sync(SyncResult::error(ErrorCode::COORDINATOR_NOT_AVAILABLE))
             }
-            GroupOp::Sync(_) => GroupReply::Sync(SyncResult::error(COORDINATOR_NOT_AVAILABLE)),
-            GroupOp::Leave(_) => GroupReply::Leave(COORDINATOR_NOT_AVAILABLE, Vec::new()),
-            GroupOp::Fetch(_) => GroupReply::Fetch(COORDINATOR_NOT_AVAILABLE, Vec::new()),
+            GroupOp::Leave(_) => {
+                GroupReply::Leave(ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new())
+            }
+            GroupOp::Fetch(_) => {
+                GroupReply::Fetch(ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new())
+            }
             GroupOp::OffsetDelete(_) => {
-                GroupReply::OffsetDelete(COORDINATOR_NOT_AVAILABLE, Vec::new())
+                GroupReply::OffsetDelete(ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new())
             }
-            _ => GroupReply::Code(COORDINATOR_NOT_AVAILABLE),
+            _ => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
         },
         GroupOp::Join {
             req,
@@ -112,10 +116,9 @@ pub async fn run(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
             let member = req.member_id.clone();
             match g.join(req, version, client_id, client_host) {
                 Err(e) => GroupReply::Join(*e),
-                Ok(rx) => GroupReply::Join(
-                    rx.await
-                        .unwrap_or_else(|_| JoinResult::error(ErrorCode(27), &member)),
-                ),
+                Ok(rx) => GroupReply::Join(rx.await.unwrap_or_else(|_| {
+                    JoinResult::error(ErrorCode::REBALANCE_IN_PROGRESS, &member)
+                })),
             }
         }
         GroupOp::Sync(req) => {
@@ -129,8 +132,9 @@ pub async fn run(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
                         }
                     }
                     GroupReply::Sync(
-                        rx.await
-                            .unwrap_or_else(|_| SyncResult::error(ErrorCode(27))),
+                        rx.await.unwrap_or_else(|_| {
+                            SyncResult::error(ErrorCode::REBALANCE_IN_PROGRESS)
+                        }),
                     )
                 }
             }
@@ -148,20 +152,20 @@ pub async fn run(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
         }
         GroupOp::Commit(req) => match &log {
             Some(log) => GroupReply::Commit(g.commit(log, req).await),
-            None => GroupReply::Code(COORDINATOR_NOT_AVAILABLE),
+            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
         },
         GroupOp::Fetch(req) => GroupReply::Fetch(ErrorCode::NONE, g.fetch_offsets(&req)),
         GroupOp::Describe(id) => GroupReply::Describe(g.describe(&id)),
         GroupOp::Delete(id) => match &log {
             Some(log) => GroupReply::Code(g.delete_group(log, &id).await),
-            None => GroupReply::Code(COORDINATOR_NOT_AVAILABLE),
+            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
         },
         GroupOp::OffsetDelete(req) => match &log {
             Some(log) => {
                 let (code, topics) = g.delete_offsets(log, req).await;
                 GroupReply::OffsetDelete(code, topics)
             }
-            None => GroupReply::Code(COORDINATOR_NOT_AVAILABLE),
+            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
         },
     }
 }
@@ -196,7 +200,7 @@ pub async fn handle(
             };
             let res = match ask(shard, &group, op).await {
                 Some(GroupReply::Join(j)) => j,
-                _ => JoinResult::error(COORDINATOR_NOT_AVAILABLE, ""),
+                _ => JoinResult::error(ErrorCode::COORDINATOR_NOT_AVAILABLE, ""),
             };
             let mut resp = JoinGroupResponse::default()
                 .with_error_code(res.error.code())
@@ -232,7 +236,7 @@ pub async fn handle(
             let group = req.group_id.clone();
             let res = match ask(shard, &group, GroupOp::Sync(req)).await {
                 Some(GroupReply::Sync(s)) => s,
-                _ => SyncResult::error(COORDINATOR_NOT_AVAILABLE),
+                _ => SyncResult::error(ErrorCode::COORDINATOR_NOT_AVAILABLE),
             };
             let mut resp = SyncGroupResponse::default()
                 .with_error_code(res.error.code())
@@ -249,7 +253,7 @@ pub async fn handle(
             let group = req.group_id.clone();
             let code = match ask(shard, &group, GroupOp::Heartbeat(req)).await {
                 Some(GroupReply::Code(c)) => c,
-                _ => COORDINATOR_NOT_AVAILABLE,
+                _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
             };
             frame(
                 spec,
@@ -262,12 +266,12 @@ pub async fn handle(
             let group = req.group_id.clone();
             let (code, members) = match ask(shard, &group, GroupOp::Leave(req)).await {
                 Some(GroupReply::Leave(c, m)) => (c, m),
-                _ => (COORDINATOR_NOT_AVAILABLE, Vec::new()),
+                _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new()),
             };
             let mut resp = LeaveGroupResponse::default().with_error_code(code.code());
             if v >= 3 {
                 resp = resp
-                    .with_error_code(if code == COORDINATOR_NOT_AVAILABLE {
+                    .with_error_code(if code == ErrorCode::COORDINATOR_NOT_AVAILABLE {
                         code.code()
                     } else {
                         0
@@ -303,11 +307,14 @@ fn find_coordinator(
     let answer = |key: &str| -> (ErrorCode, Option<String>) {
         if req.key_type != 0 {
             (
-                COORDINATOR_NOT_AVAILABLE,
+                ErrorCode::COORDINATOR_NOT_AVAILABLE,
                 Some("transactions are not supported yet".into()),
             )
         } else if key.is_empty() {
-            (INVALID_GROUP_ID, Some("the group id is empty".into()))
+            (
+                ErrorCode::INVALID_GROUP_ID,
+                Some("the group id is empty".into()),
+            )
         } else {
             (ErrorCode::NONE, None)
         }
@@ -410,7 +417,7 @@ pub(super) mod admin {
                                 (
                                     t,
                                     ps.into_iter()
-                                        .map(|p| (p, COORDINATOR_NOT_AVAILABLE))
+                                        .map(|p| (p, ErrorCode::COORDINATOR_NOT_AVAILABLE))
                                         .collect(),
                                 )
                             })
@@ -447,7 +454,7 @@ pub(super) mod admin {
                     let id = g.group_id.clone();
                     let (code, topics) = match ask(shard, &id, GroupOp::Fetch(g)).await {
                         Some(GroupReply::Fetch(c, t)) => (c, t),
-                        _ => (COORDINATOR_NOT_AVAILABLE, Vec::new()),
+                        _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new()),
                     };
                     answers.push((id, code, topics));
                 }
@@ -608,7 +615,7 @@ pub(super) mod admin {
                 for id in ids {
                     let code = match ask(shard, &id, GroupOp::Delete(id.clone())).await {
                         Some(GroupReply::Code(c)) => c,
-                        _ => COORDINATOR_NOT_AVAILABLE,
+                        _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
                     };
                     results.push(
                         DeletableGroupResult::default()
@@ -628,7 +635,7 @@ pub(super) mod admin {
                 let (code, topics) = match ask(shard, &id, GroupOp::OffsetDelete(req)).await {
                     Some(GroupReply::OffsetDelete(c, t)) => (c, t),
                     Some(GroupReply::Code(c)) => (c, Vec::new()),
-                    _ => (COORDINATOR_NOT_AVAILABLE, Vec::new()),
+                    _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new()),
                 };
                 let topics = topics
                     .into_iter()

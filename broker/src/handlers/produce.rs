@@ -1,5 +1,8 @@
-//! Produce: validate each partition's batch here (size, CRC32C, magic, one batch per partition),
-//! then append on the owning shard and answer once the data is durable. acks=0 gets no response.
+//! Produce: validate each partition's batch here as Kafka's `LogValidator` does (size, CRC32C,
+//! magic, one batch per partition, then every record: structure, offset deltas and count, keys on
+//! compacted topics, CreateTime timestamps), recompress it when the topic's `compression.type`
+//! asks for another codec, then append on the owning shard and answer once the data is durable.
+//! acks=0 gets no response.
 
 use std::rc::Rc;
 
@@ -10,13 +13,15 @@ use kafka_protocol::messages::produce_response::{
     PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
 use tributary_protocol::header::RequestHeader;
-use tributary_protocol::record_batch::{self, BatchError};
+use tributary_protocol::record_batch::{self, BatchError, BatchHeader, RECORD_BATCH_HEADER_BYTES};
+use tributary_protocol::records;
 use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::produce;
 use tributary_protocol::{ErrorCode, Reader};
+use tributary_storage::codec::{self, CodecError};
 
 use super::{decode_all, frame, str_bytes, topic_name, PendingResponse};
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, TopicMeta};
 use crate::shard::{ProduceResult, Shard, ShardRequest};
 
 /// Validates the request and hands every partition's batch to its owning shard, in request
@@ -52,18 +57,14 @@ pub async fn start(
                 check_partition(shard, &catalog, &topic.name, p.index, p.records.as_ref())
             };
             let outcome = match check {
-                Err((error, msg)) => Err((
-                    ProduceResult {
-                        error,
-                        base_offset: -1,
-                        log_start_offset: -1,
-                    },
-                    msg,
-                )),
-                Ok(()) => {
+                Err((error, msg)) => Err((ProduceResult::failed(error), msg)),
+                Ok(rewritten) => {
                     let (reply, rx) = oneshot::channel();
                     let owner = shard.owner(&topic.name, p.index);
-                    let batch = p.records.clone().unwrap_or_default();
+                    let batch = match rewritten {
+                        Some(b) => Bytes::from(b),
+                        None => p.records.clone().unwrap_or_default(),
+                    };
                     shard
                         .dispatch(
                             owner,
@@ -89,11 +90,8 @@ pub async fn start(
             let res = match outcome {
                 Err((res, msg)) => (res, Some(msg)),
                 Ok(rx) => (
-                    rx.await.unwrap_or(ProduceResult {
-                        error: ErrorCode::UNKNOWN_SERVER_ERROR,
-                        base_offset: -1,
-                        log_start_offset: -1,
-                    }),
+                    rx.await
+                        .unwrap_or(ProduceResult::failed(ErrorCode::UNKNOWN_SERVER_ERROR)),
                     None,
                 ),
             };
@@ -108,7 +106,7 @@ pub async fn start(
                 .with_index(p)
                 .with_error_code(res.error.code())
                 .with_base_offset(res.base_offset)
-                .with_log_append_time_ms(-1);
+                .with_log_append_time_ms(res.log_append_time_ms);
             if v >= 5 {
                 part = part.with_log_start_offset(res.log_start_offset);
             }
@@ -132,14 +130,15 @@ pub async fn start(
     }))
 }
 
-/// The checks Kafka's `LogValidator` makes before an append, as error codes.
+/// The checks Kafka's `LogValidator` makes before an append, as error codes. `Ok(Some(batch))`
+/// is the batch to append in place of the client's (recompressed for the topic).
 fn check_partition(
     shard: &Shard,
     catalog: &Catalog,
     topic: &str,
     partition: i32,
     records: Option<&Bytes>,
-) -> Result<(), (ErrorCode, String)> {
+) -> Result<Option<Vec<u8>>, (ErrorCode, String)> {
     let Some(meta) = catalog.topics.get(topic) else {
         return Err((
             ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
@@ -205,5 +204,218 @@ fn check_partition(
             ),
         ));
     }
-    Ok(())
+    if header.has_producer_id() && header.base_sequence < 0 {
+        return Err((
+            ErrorCode::INVALID_RECORD,
+            format!(
+                "invalid sequence number {} in a batch of producer id {}",
+                header.base_sequence, header.producer_id
+            ),
+        ));
+    }
+    let policy = RecordPolicy::of(shard, meta, max);
+    check_records(
+        &records[..header.size()],
+        &header,
+        &policy,
+        crate::shard::now_ms(),
+    )
+}
+
+/// What a topic asks of the records appended to it: its configs over the broker's defaults.
+struct RecordPolicy {
+    /// `cleanup.policy` includes `compact`: every record needs a key.
+    compacted: bool,
+    /// `message.timestamp.type=LogAppendTime`: producers' timestamps are not checked.
+    log_append_time: bool,
+    timestamp_before_max_ms: i64,
+    timestamp_after_max_ms: i64,
+    /// `compression.type`'s codec; `None` keeps the producer's.
+    compression: Option<i16>,
+    /// Largest records section a compressed batch may inflate to
+    /// (`log.cleaner.batch.inflated.max.bytes`, so the cleaner can read every batch).
+    inflated_max_bytes: usize,
+    max_message_bytes: usize,
+}
+
+impl RecordPolicy {
+    fn of(shard: &Shard, meta: &TopicMeta, max_message_bytes: usize) -> Self {
+        let c = &shard.config;
+        RecordPolicy {
+            compacted: meta.cleanup_policy_includes("compact"),
+            log_append_time: meta.log_append_time(c.log_message_timestamp_log_append_time),
+            timestamp_before_max_ms: meta.config_or(
+                "message.timestamp.before.max.ms",
+                c.log_message_timestamp_before_max_ms,
+            ),
+            timestamp_after_max_ms: meta.config_or(
+                "message.timestamp.after.max.ms",
+                c.log_message_timestamp_after_max_ms,
+            ),
+            compression: meta.compression_type(c.compression_type),
+            inflated_max_bytes: usize::try_from(c.log_cleaner_batch_inflated_max_bytes)
+                .unwrap_or(usize::MAX),
+            max_message_bytes,
+        }
+    }
+}
+
+/// Kafka's `LogValidator` over the records of one valid batch (`batch` is exactly its bytes): the
+/// records' structure, offset deltas and count (a compressed batch is inflated, within
+/// `inflated_max_bytes`, to be read), keys on compacted topics and CreateTime timestamps within
+/// the topic's bounds of `now_ms`. Returns the batch to append instead when it must change:
+/// recompressed for the topic's `compression.type`, or with its max timestamp corrected.
+fn check_records(
+    batch: &[u8],
+    header: &BatchHeader,
+    policy: &RecordPolicy,
+    now_ms: i64,
+) -> Result<Option<Vec<u8>>, (ErrorCode, String)> {
+    let section = &batch[RECORD_BATCH_HEADER_BYTES..];
+    let codec = header.compression();
+    let inflated;
+    let plain = if codec == 0 {
+        section
+    } else {
+        inflated = codec::decompress(codec, section, policy.inflated_max_bytes)
+            .map_err(|e| codec_error(&e))?;
+        &inflated[..]
+    };
+    let max_timestamp = walk_records(plain, header, policy, now_ms)?;
+    // The header's max timestamp feeds the time index, segment rolls and retention, so, as
+    // Kafka does, it is set from the records of a CreateTime batch rather than trusted (a
+    // LogAppendTime topic's batches are stamped at append instead).
+    let fix_max_timestamp = !policy.log_append_time
+        && !header.is_log_append_time()
+        && header.max_timestamp != max_timestamp;
+    let mut out = match policy.compression {
+        Some(target) if target != codec => recompress(batch, plain, target, policy)?,
+        _ if fix_max_timestamp => batch.to_vec(),
+        _ => return Ok(None),
+    };
+    if fix_max_timestamp {
+        record_batch::set_max_timestamp(&mut out, false, max_timestamp);
+    }
+    Ok(Some(out))
+}
+
+/// Reads every record of the records section `plain` and checks it; returns the records' max
+/// timestamp. As Kafka: a malformed record fails at once; otherwise a timestamp error anywhere
+/// makes the batch's error INVALID_TIMESTAMP, a missing key INVALID_RECORD.
+fn walk_records(
+    plain: &[u8],
+    header: &BatchHeader,
+    policy: &RecordPolicy,
+    now_ms: i64,
+) -> Result<i64, (ErrorCode, String)> {
+    let mut keyless = None;
+    let mut bad_timestamp = None;
+    let mut max_timestamp = NO_TIMESTAMP;
+    for (index, record) in records::records(plain, header.records_count).enumerate() {
+        let record = record.map_err(|e| (ErrorCode::INVALID_RECORD, e.to_string()))?;
+        if policy.compacted && record.key.is_none() && keyless.is_none() {
+            keyless = Some(index);
+        }
+        if bad_timestamp.is_none() {
+            bad_timestamp = timestamp_error(header, &record, index, policy, now_ms);
+        }
+        max_timestamp =
+            max_timestamp.max(header.base_timestamp.wrapping_add(record.timestamp_delta));
+    }
+    if let Some(msg) = bad_timestamp {
+        return Err((ErrorCode::INVALID_TIMESTAMP, msg));
+    }
+    if let Some(index) = keyless {
+        return Err((
+            ErrorCode::INVALID_RECORD,
+            format!("Compacted topic cannot accept message without key (record {index})"),
+        ));
+    }
+    Ok(max_timestamp)
+}
+
+/// `batch` with its records (`plain`, uncompressed) compressed with `target` (0: none), as
+/// Kafka converts a batch to its topic's `compression.type`. The result must still fit
+/// `max.message.bytes`.
+fn recompress(
+    batch: &[u8],
+    plain: &[u8],
+    target: i16,
+    policy: &RecordPolicy,
+) -> Result<Vec<u8>, (ErrorCode, String)> {
+    let section = if target == 0 {
+        plain.to_vec()
+    } else {
+        // Snappy in the xerial framing Kafka's own (Java) code writes.
+        codec::compress(target, plain, &codec::XERIAL_MAGIC).map_err(|e| codec_error(&e))?
+    };
+    let out = record_batch::with_records(batch, target, &section);
+    if out.len() > policy.max_message_bytes {
+        return Err((
+            ErrorCode::MESSAGE_TOO_LARGE,
+            format!(
+                "record batch of {} bytes after conversion to compression.type codec {target} \
+                 exceeds max.message.bytes {}",
+                out.len(),
+                policy.max_message_bytes
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+/// Kafka's `validateTimestamp` for one record: on a CreateTime topic a record's timestamp (but
+/// NO_TIMESTAMP, -1) must lie within `[now - before.max, now + after.max]`; a producer may not
+/// mark its batch LogAppendTime.
+fn timestamp_error(
+    header: &BatchHeader,
+    record: &record_batch::RecordView<'_>,
+    index: usize,
+    policy: &RecordPolicy,
+    now_ms: i64,
+) -> Option<String> {
+    // In a LogAppendTime batch every record's timestamp is the batch's max timestamp.
+    let timestamp = if header.is_log_append_time() {
+        header.max_timestamp
+    } else {
+        header.base_timestamp.wrapping_add(record.timestamp_delta)
+    };
+    if !policy.log_append_time && timestamp != NO_TIMESTAMP {
+        let behind = i128::from(now_ms) - i128::from(timestamp);
+        if behind > i128::from(policy.timestamp_before_max_ms)
+            || -behind > i128::from(policy.timestamp_after_max_ms)
+        {
+            return Some(format!(
+                "Timestamp {timestamp} of record {index} is out of range. The timestamp should be \
+                 within [{}, {}]",
+                now_ms.saturating_sub(policy.timestamp_before_max_ms),
+                now_ms.saturating_add(policy.timestamp_after_max_ms)
+            ));
+        }
+    } else if header.is_log_append_time() {
+        return Some(format!(
+            "Invalid timestamp type in record {index}: producers should not set the timestamp \
+             type to LogAppendTime"
+        ));
+    }
+    None
+}
+
+/// Kafka's "no timestamp" value, which timestamp bounds do not apply to.
+const NO_TIMESTAMP: i64 = -1;
+
+fn codec_error(e: &CodecError) -> (ErrorCode, String) {
+    let code = match e {
+        CodecError::TooLarge { .. } => ErrorCode::MESSAGE_TOO_LARGE,
+        CodecError::Unknown(_) => ErrorCode::INVALID_RECORD,
+        CodecError::Corrupt { .. } => ErrorCode::CORRUPT_MESSAGE,
+    };
+    let detail = match e {
+        CodecError::TooLarge { max } => format!(
+            "the batch's records decompress to more than {max} bytes \
+             (log.cleaner.batch.inflated.max.bytes)"
+        ),
+        _ => format!("the batch's records: {e}"),
+    };
+    (code, detail)
 }

@@ -1,5 +1,5 @@
 //! Produce request (v3–v9), hand-written: each partition's records stay one `Bytes` slice of the
-//! request; batches are validated later, records never decoded.
+//! request; batches and their records are validated later, by the produce handler.
 
 use bytes::Bytes;
 
