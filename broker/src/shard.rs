@@ -410,7 +410,7 @@ impl Shard {
             }
             ShardRequest::AllocateProducerId { reply } => {
                 let out = match &self.controller {
-                    Some(c) => c.allocate_producer_id(&self.config.data_dir),
+                    Some(c) => c.allocate_producer_id(&self.config.data_dir).await,
                     None => Err("not the controller".into()),
                 };
                 let _ = reply.send(out);
