@@ -70,6 +70,8 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.cleaner.batch.inflated.max.bytes", default: "67108864", kind: ConfigKind::Long, doc: "Largest records section the cleaner decompresses to read a compressed batch's keys; a batch that inflates past it is kept whole, uncompacted." },
     BrokerKey { name: "log.flush.interval.messages", default: "1", kind: ConfigKind::Long, doc: "fdatasync a partition once this many messages are unsynced (topic override: flush.messages). 1, the default, acknowledges nothing before it is synced; Kafka's default leaves flushing to the OS." },
     BrokerKey { name: "log.flush.interval.ms", default: "9223372036854775807", kind: ConfigKind::Long, doc: "fdatasync written data at most this long after it was written, when log.flush.interval.messages is above 1 (topic override: flush.ms)." },
+    BrokerKey { name: "producer.id.expiration.ms", default: "86400000", kind: ConfigKind::Int, doc: "A partition forgets an idempotent producer whose last batch's timestamp is this many milliseconds old (checked on each retention pass, every log.retention.check.interval.ms, and on open). Its next batch is then accepted at any sequence, as Kafka does for a producer it holds no state for." },
+    BrokerKey { name: "producer.state.partition.max.producers", default: "10000", kind: ConfigKind::Int, doc: "Most idempotent producers a partition keeps state for (Kafka has no such bound); a new one evicts the least recently used, whose next batch is then accepted at any sequence." },
     BrokerKey { name: "queued.max.requests", default: "500", kind: ConfigKind::Int, doc: "Depth of each shard's queue of requests forwarded from other shards." },
     BrokerKey { name: "shard.io.memory.bytes", default: "1048576", kind: ConfigKind::Long, doc: "Registered io_uring buffer memory per shard; locked memory, keep within RLIMIT_MEMLOCK." },
     BrokerKey { name: "shard.spin.before.park.us", default: "0", kind: ConfigKind::Long, doc: "Microseconds a shard spins before sleeping when idle: lower latency for more CPU." },
@@ -119,6 +121,8 @@ pub struct BrokerConfig {
     pub log_cleaner_dedupe_buffer_size: u64,
     pub log_cleaner_batch_inflated_max_bytes: u64,
     pub log_flush_interval_ms: i64,
+    pub producer_id_expiration_ms: i64,
+    pub producer_state_partition_max_producers: usize,
     pub queued_max_requests: usize,
     pub shard_io_memory_bytes: usize,
     pub shard_spin_before_park_us: u64,
@@ -414,6 +418,17 @@ impl BrokerConfig {
                 &get("log.flush.interval.ms"),
                 0,
             )?,
+            producer_id_expiration_ms: parse_num::<i32>(
+                "producer.id.expiration.ms",
+                &get("producer.id.expiration.ms"),
+                1,
+            )?
+            .into(),
+            producer_state_partition_max_producers: parse_num(
+                "producer.state.partition.max.producers",
+                &get("producer.state.partition.max.producers"),
+                1,
+            )?,
             queued_max_requests: parse_num("queued.max.requests", &get("queued.max.requests"), 1)?,
             shard_io_memory_bytes: parse_num(
                 "shard.io.memory.bytes",
@@ -538,6 +553,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("log.flush.interval.messages"), "{e}");
+    }
+
+    #[test]
+    fn producer_state_limits_default_to_kafka_and_refuse_zero() {
+        let c = BrokerConfig::build(input(&[])).unwrap();
+        assert_eq!(c.producer_id_expiration_ms, 86_400_000);
+        assert_eq!(c.producer_state_partition_max_producers, 10_000);
+        for key in [
+            "producer.id.expiration.ms",
+            "producer.state.partition.max.producers",
+        ] {
+            let e = BrokerConfig::build(input(&[(key, "0")]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{e}");
+        }
+        // An INT in Kafka: past i32 is out of range.
+        assert!(
+            BrokerConfig::build(input(&[("producer.id.expiration.ms", "2147483648")])).is_err()
+        );
     }
 
     #[test]

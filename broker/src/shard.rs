@@ -214,6 +214,8 @@ impl Shard {
                 syncfs_min_files: c.log_flush_syncfs_min_files,
                 syncfs_max_dirty_bytes: c.log_flush_syncfs_max_dirty_bytes,
             },
+            producer_id_expiration_ms: c.producer_id_expiration_ms,
+            producer_state_max_producers: c.producer_state_partition_max_producers,
         }
     }
 
@@ -578,7 +580,8 @@ impl Shard {
         }
     }
 
-    /// Deletes what retention allows from every owned partition (`log.retention.check.interval.ms`).
+    /// Deletes what retention allows from every owned partition, and forgets its idle producers
+    /// (`producer.id.expiration.ms`), every `log.retention.check.interval.ms`.
     pub async fn enforce_retention(&self) {
         let parts: Vec<((String, i32), Rc<Partition>)> = self
             .partitions
@@ -591,6 +594,7 @@ impl Shard {
             if part.is_offline() {
                 continue;
             }
+            part.expire_producers(now_ms);
             if let Err(e) = part.enforce_retention(now_ms).await {
                 warn!(%topic, partition = p, error = %e, "retention failed");
             }

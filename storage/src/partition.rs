@@ -106,6 +106,12 @@ pub struct LogConfig {
     /// `fdatasync` each (`log.flush.syncfs.min.files`, `log.flush.syncfs.max.dirty.bytes`). See
     /// [`crate::group_commit`].
     pub sync_policy: SyncPolicy,
+    /// A producer whose last batch's timestamp is this long ago is forgotten
+    /// (`producer.id.expiration.ms`); see [`crate::producer_state`].
+    pub producer_id_expiration_ms: i64,
+    /// Idempotent producers a partition keeps state for; a new one evicts the least recently
+    /// used (`producer.state.partition.max.producers`).
+    pub producer_state_max_producers: usize,
 }
 
 impl LogConfig {
@@ -130,6 +136,8 @@ impl LogConfig {
             syncfs_min_files: 2,
             syncfs_max_dirty_bytes: 16 << 20,
         },
+        producer_id_expiration_ms: 24 * 3600 * 1000,
+        producer_state_max_producers: 10_000,
     };
 
     /// Whether every commit waits for its data to be `fdatasync`ed.
@@ -251,6 +259,13 @@ pub struct Partition {
     opened: OpenStats,
 }
 
+/// Milliseconds since the Unix epoch by the system clock (0 if it is before the epoch).
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 fn storage_err(dir: &Path, detail: impl std::fmt::Display) -> PartitionError {
     PartitionError::Storage {
         dir: dir.display().to_string(),
@@ -308,6 +323,7 @@ impl Partition {
         let mut producers = snapshot_at
             .and_then(|i| files[i].2.as_ref()?.producers.clone())
             .unwrap_or_default();
+        producers.set_max_producers(config.producer_state_max_producers);
         let mut segments: Vec<Segment> = Vec::new();
         let log_start_offset = bases[0];
         let mut next_offset = log_start_offset;
@@ -423,6 +439,13 @@ impl Partition {
         if below > 0 {
             io::sync_dir(&dir).await.map_err(|e| storage_err(&dir, e))?;
         }
+        // Producers idle past the expiration are dropped now, by the same rule the shard's
+        // periodic pass applies, so one that expired before the restart stays gone even when the
+        // snapshot or the replayed segments still hold it.
+        let expired = producers.remove_expired(wall_clock_ms(), config.producer_id_expiration_ms);
+        if expired > 0 {
+            info!(dir = %dir.display(), expired, "expired idle producers on open");
+        }
         let active = segments.last().expect("at least one segment");
         let align = active.file.alignment();
         let start = align_down(active.size, align);
@@ -514,6 +537,30 @@ impl Partition {
 
     pub fn set_config(&self, config: LogConfig) {
         self.config.set(config);
+        self.state
+            .borrow_mut()
+            .producers
+            .set_max_producers(config.producer_state_max_producers);
+    }
+
+    /// Forgets the producers idle for `producer.id.expiration.ms` at `now_ms`; returns how many.
+    /// The shard calls it on its periodic retention pass.
+    pub fn expire_producers(&self, now_ms: i64) -> usize {
+        let expiration_ms = self.config.get().producer_id_expiration_ms;
+        let expired = self
+            .state
+            .borrow_mut()
+            .producers
+            .remove_expired(now_ms, expiration_ms);
+        if expired > 0 {
+            info!(dir = %self.dir.display(), expired, "expired idle producers");
+        }
+        expired
+    }
+
+    /// Idempotent producers this partition holds state for.
+    pub fn producer_count(&self) -> usize {
+        self.state.borrow().producers.len()
     }
 
     pub fn high_watermark(&self) -> i64 {
@@ -614,6 +661,7 @@ impl Partition {
                     base_offset,
                     last_offset,
                 },
+                header.max_timestamp,
             );
         }
         let outcome = AppendOutcome {

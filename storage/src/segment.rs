@@ -207,6 +207,7 @@ pub async fn recover_segment(
                             base_offset: entry.base_offset,
                             last_offset: entry.last_offset,
                         },
+                        header.max_timestamp,
                     );
                 }
             }
