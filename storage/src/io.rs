@@ -1,7 +1,9 @@
-//! The thin seam between the log and glommio's file API: segment files for direct I/O, syncing
-//! directories, priming an executor's io-polling probe, and the fault injection that tests use to
-//! make a file operation fail. Nothing outside this module names a glommio file type but
-//! [`ReadBuf`].
+//! The thin seam between the log and glommio's file API: segment files for direct I/O, the
+//! file-system calls io_uring has no form for (directory syncs and listings, removals, renames,
+//! small whole files), run on the executor's blocking thread by [`blocking`] so that no shard
+//! thread ever waits on the disk, priming an executor's io-polling probe, and the fault injection
+//! that tests use to make a file operation fail. Nothing outside this module names a glommio file
+//! type but [`ReadBuf`].
 
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
