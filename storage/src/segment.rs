@@ -113,11 +113,8 @@ pub fn index_path(dir: &Path, base_offset: i64) -> PathBuf {
 /// The base offsets of the segments in `dir`, in order. On the calling thread: a shard runs it
 /// through [`crate::io::blocking`].
 pub fn list_segments(dir: &Path) -> std::io::Result<Vec<i64>> {
-    crate::io::now::assert_off_shard();
     let mut bases = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let name = name.to_string_lossy();
+    for name in crate::io::now::read_dir_names(dir)? {
         if let Some(stem) = name.strip_suffix(".log") {
             if let Ok(base) = stem.parse::<i64>() {
                 bases.push(base);

@@ -324,10 +324,7 @@ fn finish_swap(dir: &Path, base: i64, end: i64) -> std::io::Result<()> {
 
 /// Finishes merges a crash interrupted after they were committed (see `merge_segments`).
 pub(super) fn complete_swaps(dir: &Path) -> std::io::Result<()> {
-    crate::io::now::assert_off_shard();
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let name = name.to_string_lossy();
+    for name in crate::io::now::read_dir_names(dir)? {
         let Some(stem) = name.strip_suffix(".swap") else {
             continue;
         };
@@ -350,9 +347,8 @@ pub(super) fn complete_swaps(dir: &Path) -> std::io::Result<()> {
 /// Removes what an interrupted cleaning pass or index write left behind: `*.cleaned` segment
 /// copies and `*.tmp` files. The segments they were for are intact.
 pub(super) fn remove_leftovers(dir: &Path) -> std::io::Result<()> {
-    crate::io::now::assert_off_shard();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
+    for name in crate::io::now::read_dir_names(dir)? {
+        let path = dir.join(name);
         if path
             .extension()
             .is_some_and(|x| x == "cleaned" || x == "tmp")
