@@ -78,25 +78,31 @@ struct Envelope {
     body: String,
 }
 
-/// Writes `value` to `dir/name` atomically and durably.
-pub fn write_atomic<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<()> {
+/// `value` as the checksummed JSON document [`read_checked`] reads.
+fn encode_checked<T: Serialize>(value: &T) -> Result<Vec<u8>> {
     let body = serde_json::to_string(value)?;
     let env = Envelope {
         crc32c: crc32c::crc32c(body.as_bytes()),
         body,
     };
-    let tmp = dir.join(format!("{name}.tmp"));
-    let dst = dir.join(name);
-    {
-        use std::io::Write;
-        let mut f =
-            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        f.write_all(serde_json::to_string(&env)?.as_bytes())?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, &dst).with_context(|| format!("renaming to {}", dst.display()))?;
-    tributary_storage::io::sync_dir(dir)?;
-    Ok(())
+    Ok(serde_json::to_vec(&env)?)
+}
+
+/// Writes `value` to `dir/name` atomically and durably, on the calling thread: for start-up,
+/// before the shards run. A shard uses [`write_atomic_async`].
+pub fn write_atomic<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<()> {
+    let bytes = encode_checked(value)?;
+    tributary_storage::io::now::write_file_atomic(dir, name, &bytes, true)
+        .with_context(|| format!("writing {}", dir.join(name).display()))
+}
+
+/// [`write_atomic`] on the executor's blocking thread, so the shard goes on while the disk
+/// syncs.
+pub async fn write_atomic_async<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<()> {
+    let bytes = encode_checked(value)?;
+    tributary_storage::io::write_file_atomic(dir, name, bytes, true)
+        .await
+        .with_context(|| format!("writing {}", dir.join(name).display()))
 }
 
 /// Reads a file written by [`write_atomic`]; `None` if it does not exist.
@@ -133,8 +139,14 @@ impl Catalog {
         Ok(c)
     }
 
+    /// Persists the catalog on the calling thread (start-up).
     pub fn save(&self, data_dir: &Path) -> Result<()> {
         write_atomic(data_dir, CATALOG_FILE, self)
+    }
+
+    /// Persists the catalog from a shard, through the blocking thread.
+    pub async fn save_async(&self, data_dir: &Path) -> Result<()> {
+        write_atomic_async(data_dir, CATALOG_FILE, self).await
     }
 }
 

@@ -80,6 +80,8 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "connections.max.idle.ms", default: "600000", kind: ConfigKind::Long, doc: "Close a connection that sent no request for this long and is owed no response." },
     BrokerKey { name: "socket.request.receive.timeout.ms", default: "60000", kind: ConfigKind::Long, doc: "A request must arrive whole within this long of its first byte; a slower sender's connection is closed (a client trickling bytes would otherwise pin its buffer forever)." },
     BrokerKey { name: "queued.max.request.bytes", default: "134217728", kind: ConfigKind::Long, doc: "Memory each shard may hold in requests being read or handled; a connection waits for room before it allocates a request's buffer and stops reading meanwhile (backpressure). At least socket.request.max.bytes; -1: no limit (Kafka's default)." },
+    BrokerKey { name: "producer.id.expiration.ms", default: "86400000", kind: ConfigKind::Int, doc: "A partition forgets an idempotent producer whose last batch's timestamp is this many milliseconds old (checked on each retention pass, every log.retention.check.interval.ms, and on open). Its next batch is then accepted at any sequence, as Kafka does for a producer it holds no state for." },
+    BrokerKey { name: "producer.state.partition.max.producers", default: "10000", kind: ConfigKind::Int, doc: "Most idempotent producers a partition keeps state for (Kafka has no such bound); a new one evicts the least recently used, whose next batch is then accepted at any sequence." },
     BrokerKey { name: "queued.max.requests", default: "500", kind: ConfigKind::Int, doc: "Depth of each shard's queue of requests forwarded from other shards." },
     BrokerKey { name: "shard.io.memory.bytes", default: "1048576", kind: ConfigKind::Long, doc: "Registered io_uring buffer memory per shard; locked memory, keep within RLIMIT_MEMLOCK." },
     BrokerKey { name: "shard.spin.before.park.us", default: "0", kind: ConfigKind::Long, doc: "Microseconds a shard spins before sleeping when idle: lower latency for more CPU." },
@@ -134,6 +136,8 @@ pub struct BrokerConfig {
     pub log_message_timestamp_before_max_ms: i64,
     pub log_message_timestamp_after_max_ms: i64,
     pub log_flush_interval_ms: i64,
+    pub producer_id_expiration_ms: i64,
+    pub producer_state_partition_max_producers: usize,
     pub queued_max_requests: usize,
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
@@ -501,6 +505,17 @@ impl BrokerConfig {
                 &get("log.flush.interval.ms"),
                 0,
             )?,
+            producer_id_expiration_ms: parse_num::<i32>(
+                "producer.id.expiration.ms",
+                &get("producer.id.expiration.ms"),
+                1,
+            )?
+            .into(),
+            producer_state_partition_max_producers: parse_num(
+                "producer.state.partition.max.producers",
+                &get("producer.state.partition.max.producers"),
+                1,
+            )?,
             queued_max_requests: parse_num("queued.max.requests", &get("queued.max.requests"), 1)?,
             max_connections: parse_num("max.connections", &get("max.connections"), 1)?,
             max_connections_per_ip: parse_num(
@@ -718,6 +733,26 @@ mod tests {
             let e = BrokerConfig::build(input(&[(key, bad)])).unwrap_err();
             assert!(format!("{e:#}").contains(key), "{e:#}");
         }
+    }
+
+    #[test]
+    fn producer_state_limits_default_to_kafka_and_refuse_zero() {
+        let c = BrokerConfig::build(input(&[])).unwrap();
+        assert_eq!(c.producer_id_expiration_ms, 86_400_000);
+        assert_eq!(c.producer_state_partition_max_producers, 10_000);
+        for key in [
+            "producer.id.expiration.ms",
+            "producer.state.partition.max.producers",
+        ] {
+            let e = BrokerConfig::build(input(&[(key, "0")]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{e}");
+        }
+        // An INT in Kafka: past i32 is out of range.
+        assert!(
+            BrokerConfig::build(input(&[("producer.id.expiration.ms", "2147483648")])).is_err()
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use tributary_protocol::topic::validate_topic_name;
 use tributary_protocol::ErrorCode;
 
 use crate::catalog::{
-    read_checked, validate_topic_config, write_atomic, Catalog, TopicMeta, PRODUCER_ID_FILE,
+    read_checked, validate_topic_config, write_atomic_async, Catalog, TopicMeta, PRODUCER_ID_FILE,
 };
 use crate::routing::ShardId;
 use crate::shard::{call, NewTopic, Shard, ShardRequest};
@@ -31,6 +31,9 @@ struct ProducerIdBlock {
 
 pub struct Controller {
     lock: Semaphore,
+    /// Held while a new producer-id block is persisted, so concurrent allocations wait for it
+    /// rather than each reserving a block.
+    producer_id_lock: Semaphore,
     next_producer_id: Cell<i64>,
     producer_id_block_end: Cell<i64>,
 }
@@ -41,16 +44,23 @@ impl Controller {
         let start = block.map_or(0, |b| b.block_end);
         Ok(Self {
             lock: Semaphore::new(1),
+            producer_id_lock: Semaphore::new(1),
             next_producer_id: Cell::new(start),
             producer_id_block_end: Cell::new(start),
         })
     }
 
-    pub fn allocate_producer_id(&self, data_dir: &Path) -> Result<i64, String> {
+    pub async fn allocate_producer_id(&self, data_dir: &Path) -> Result<i64, String> {
+        let _guard = self
+            .producer_id_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| format!("producer id allocation: {e}"))?;
         let id = self.next_producer_id.get();
         if id >= self.producer_id_block_end.get() {
             let block_end = id + PRODUCER_ID_BLOCK_SIZE;
-            write_atomic(data_dir, PRODUCER_ID_FILE, &ProducerIdBlock { block_end })
+            write_atomic_async(data_dir, PRODUCER_ID_FILE, &ProducerIdBlock { block_end })
+                .await
                 .map_err(|e| format!("persisting the producer id block: {e:#}"))?;
             self.producer_id_block_end.set(block_end);
         }
@@ -60,7 +70,8 @@ impl Controller {
 
     async fn publish(&self, shard: &Rc<Shard>, catalog: Catalog) -> Result<(), String> {
         catalog
-            .save(&shard.config.data_dir)
+            .save_async(&shard.config.data_dir)
+            .await
             .map_err(|e| format!("persisting the catalog: {e:#}"))?;
         let catalog = Arc::new(catalog);
         let calls = (0..shard.shards).map(|s| {

@@ -243,6 +243,8 @@ impl Shard {
                 syncfs_min_files: c.log_flush_syncfs_min_files,
                 syncfs_max_dirty_bytes: c.log_flush_syncfs_max_dirty_bytes,
             },
+            producer_id_expiration_ms: c.producer_id_expiration_ms,
+            producer_state_max_producers: c.producer_state_partition_max_producers,
         }
     }
 
@@ -439,7 +441,7 @@ impl Shard {
             }
             ShardRequest::AllocateProducerId { reply } => {
                 let out = match &self.controller {
-                    Some(c) => c.allocate_producer_id(&self.config.data_dir),
+                    Some(c) => c.allocate_producer_id(&self.config.data_dir).await,
                     None => Err("not the controller".into()),
                 };
                 let _ = reply.send(out);
@@ -619,7 +621,8 @@ impl Shard {
         }
     }
 
-    /// Deletes what retention allows from every owned partition (`log.retention.check.interval.ms`).
+    /// Deletes what retention allows from every owned partition, and forgets its idle producers
+    /// (`producer.id.expiration.ms`), every `log.retention.check.interval.ms`.
     pub async fn enforce_retention(&self) {
         let parts: Vec<((String, i32), Rc<Partition>)> = self
             .partitions
@@ -632,6 +635,7 @@ impl Shard {
             if part.is_offline() {
                 continue;
             }
+            part.expire_producers(now_ms);
             if let Err(e) = part.enforce_retention(now_ms).await {
                 warn!(%topic, partition = p, error = %e, "retention failed");
             }

@@ -59,6 +59,16 @@ fn batch(value: &str, producer: Option<(i64, i16, i32)>) -> Bytes {
     .freeze()
 }
 
+/// Like [`batch`], stamped now: an idempotent producer whose last batch is older than
+/// `producer.id.expiration.ms` (a day) is forgotten, as in Kafka.
+fn recent_batch(value: &str, producer: Option<(i64, i16, i32)>) -> Bytes {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    build_batch(&[(None, Some(value.as_bytes()))], now, producer).freeze()
+}
+
 fn assert_still_serving(addr: std::net::SocketAddr) {
     let mut c = RawConn::connect(addr);
     let resp: ApiVersionsResponse =
@@ -248,28 +258,28 @@ fn idempotent_produce_dedupes_retries_and_rejects_gaps_and_stale_epochs() {
     assert_ne!(init2.producer_id.0, pid, "producer ids are never reused");
 
     assert_eq!(
-        produce(&mut c, "idem", -1, batch("a", Some((pid, 1, 0)))),
+        produce(&mut c, "idem", -1, recent_batch("a", Some((pid, 1, 0)))),
         (0, 0)
     );
     assert_eq!(
-        produce(&mut c, "idem", -1, batch("b", Some((pid, 1, 1)))),
+        produce(&mut c, "idem", -1, recent_batch("b", Some((pid, 1, 1)))),
         (0, 1)
     );
     // A retry of seq 0 gets its original offset and is not stored again.
     assert_eq!(
-        produce(&mut c, "idem", -1, batch("a", Some((pid, 1, 0)))),
+        produce(&mut c, "idem", -1, recent_batch("a", Some((pid, 1, 0)))),
         (0, 0)
     );
     assert_eq!(
-        produce(&mut c, "idem", -1, batch("gap", Some((pid, 1, 5)))).0,
+        produce(&mut c, "idem", -1, recent_batch("gap", Some((pid, 1, 5)))).0,
         ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER.0
     );
     assert_eq!(
-        produce(&mut c, "idem", -1, batch("old", Some((pid, 0, 2)))).0,
+        produce(&mut c, "idem", -1, recent_batch("old", Some((pid, 0, 2)))).0,
         ErrorCode::INVALID_PRODUCER_EPOCH.0
     );
     assert_eq!(
-        produce(&mut c, "idem", -1, batch("c", Some((pid, 1, 2)))),
+        produce(&mut c, "idem", -1, recent_batch("c", Some((pid, 1, 2)))),
         (0, 2)
     );
     broker.shutdown().unwrap();
@@ -278,11 +288,11 @@ fn idempotent_produce_dedupes_retries_and_rejects_gaps_and_stale_epochs() {
     let broker = start_broker(dir.path(), 1, &[]);
     let mut c = RawConn::connect(broker.addr);
     assert_eq!(
-        produce(&mut c, "idem", -1, batch("b", Some((pid, 1, 1)))),
+        produce(&mut c, "idem", -1, recent_batch("b", Some((pid, 1, 1)))),
         (0, 1)
     );
     assert_eq!(
-        produce(&mut c, "idem", -1, batch("d", Some((pid, 1, 3)))),
+        produce(&mut c, "idem", -1, recent_batch("d", Some((pid, 1, 3)))),
         (0, 3)
     );
     let init3: InitProducerIdResponse = c.request(

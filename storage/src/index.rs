@@ -89,7 +89,9 @@ pub struct IndexFile {
 }
 
 const MAGIC: &[u8; 4] = b"TRIX";
-const VERSION: u8 = 1;
+/// 2: the producer snapshot carries each producer's last timestamp. An index file of another
+/// version is refused, and its segment scanned.
+const VERSION: u8 = 2;
 
 impl IndexFile {
     pub fn encode(&self) -> Vec<u8> {
@@ -295,6 +297,7 @@ mod tests {
                 base_offset: 10,
                 last_offset: 13,
             },
+            1_700_000_000_000,
         );
         let file = IndexFile {
             size: 100_000,

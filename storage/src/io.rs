@@ -1,7 +1,9 @@
-//! The thin seam between the log and glommio's file API: segment files for direct I/O, syncing
-//! directories, priming an executor's io-polling probe, and the fault injection that tests use to
-//! make a file operation fail. Nothing outside this module names a glommio file type but
-//! [`ReadBuf`].
+//! The thin seam between the log and glommio's file API: segment files for direct I/O, the
+//! file-system calls io_uring has no form for (directory syncs and listings, removals, renames,
+//! small whole files), run on the executor's blocking thread by [`blocking`] so that no shard
+//! thread ever waits on the disk, priming an executor's io-polling probe, and the fault injection
+//! that tests use to make a file operation fail. Nothing outside this module names a glommio file
+//! type but [`ReadBuf`].
 
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -20,11 +22,17 @@ const IO_PROBE_BYTES: usize = 4096;
 /// executor fails with EOPNOTSUPP. So each shard opens a non-empty file on the data filesystem
 /// before any segment.
 pub async fn prime_executor_io(data_dir: &Path) -> std::io::Result<()> {
+    now::mark_shard_thread();
     let path = data_dir.join(IO_PROBE_FILE);
-    let ok = std::fs::metadata(&path).map(|m| m.len() as usize >= IO_PROBE_BYTES);
-    if !matches!(ok, Ok(true)) {
-        std::fs::write(&path, vec![0u8; IO_PROBE_BYTES])?;
-    }
+    let probe = path.clone();
+    blocking(move || {
+        let ok = std::fs::metadata(&probe).map(|m| m.len() as usize >= IO_PROBE_BYTES);
+        if !matches!(ok, Ok(true)) {
+            std::fs::write(&probe, vec![0u8; IO_PROBE_BYTES])?;
+        }
+        Ok(())
+    })
+    .await?;
     let file = DmaFile::open(&path).await.map_err(std::io::Error::from)?;
     let read = file
         .read_at(0, IO_PROBE_BYTES)
@@ -439,17 +447,194 @@ pub mod faults {
 pub async fn syncfs(dir: &Path) -> std::io::Result<()> {
     faults::check(dir, faults::FileOp::SyncFs)?;
     let dir = dir.to_path_buf();
-    glommio::executor()
-        .spawn_blocking(move || {
-            let handle = std::fs::File::open(&dir)?;
-            rustix::fs::syncfs(&handle).map_err(std::io::Error::from)
-        })
-        .await
+    blocking(move || {
+        let handle = std::fs::File::open(&dir)?;
+        rustix::fs::syncfs(&handle).map_err(std::io::Error::from)
+    })
+    .await
+}
+
+/// Runs `f` on the executor's blocking thread and waits for it; the shard goes on meanwhile.
+/// For file-system calls with no io_uring form (directory listings and fsyncs, removals,
+/// renames, small whole-file reads and writes): made on a shard thread they would stall every
+/// partition and connection of the shard for as long as the disk takes. Must be called on an
+/// executor.
+pub async fn blocking<R, F>(f: F) -> std::io::Result<R>
+where
+    F: FnOnce() -> std::io::Result<R> + Send + 'static,
+    R: Send + 'static,
+{
+    glommio::executor().spawn_blocking(f).await
 }
 
 /// Makes a directory entry change (a created, renamed or removed file) durable.
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
+pub async fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    let dir = dir.to_path_buf();
+    blocking(move || now::sync_dir(&dir)).await
+}
+
+/// Removes a file; a missing file is an error (`NotFound`).
+pub async fn remove_file(path: &Path) -> std::io::Result<()> {
+    let path = path.to_path_buf();
+    blocking(move || std::fs::remove_file(&path)).await
+}
+
+/// Removes a file if it exists; returns whether it did.
+pub async fn remove_file_if_exists(path: &Path) -> std::io::Result<bool> {
+    let path = path.to_path_buf();
+    blocking(move || now::remove_file_if_exists(&path)).await
+}
+
+/// Renames a file, replacing `to` if it exists. Not durable until the directory is synced.
+pub async fn rename(from: &Path, to: &Path) -> std::io::Result<()> {
+    let (from, to) = (from.to_path_buf(), to.to_path_buf());
+    blocking(move || std::fs::rename(&from, &to)).await
+}
+
+/// Creates `dir` and its missing parents, and makes its entry durable in its parent; nothing
+/// is done if it exists.
+pub async fn create_dir_all(dir: &Path) -> std::io::Result<()> {
+    let dir = dir.to_path_buf();
+    blocking(move || now::create_dir_all(&dir)).await
+}
+
+/// Removes `dir` and everything in it, and makes the removal durable in its parent.
+pub async fn remove_dir_all(dir: &Path) -> std::io::Result<()> {
+    let dir = dir.to_path_buf();
+    blocking(move || {
+        std::fs::remove_dir_all(&dir)?;
+        match dir.parent() {
+            Some(parent) => now::sync_dir(parent),
+            None => Ok(()),
+        }
+    })
+    .await
+}
+
+/// The names of the entries of `dir` (not valid UTF-8: lossily converted), in no order.
+pub async fn read_dir_names(dir: &Path) -> std::io::Result<Vec<String>> {
+    let dir = dir.to_path_buf();
+    blocking(move || now::read_dir_names(&dir)).await
+}
+
+/// Whether something exists at `path`.
+pub async fn exists(path: &Path) -> std::io::Result<bool> {
+    let path = path.to_path_buf();
+    blocking(move || path.try_exists()).await
+}
+
+/// A whole (small) file; `None` if it does not exist.
+pub async fn read_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    let path = path.to_path_buf();
+    blocking(move || now::read_file(&path)).await
+}
+
+/// Replaces `dir/name` with `bytes` atomically: written to `name.tmp`, renamed over `name`. With
+/// `durable` the temporary file is synced before the rename and the directory after it, so the
+/// new content survives a power loss once this returns; without, a crash may leave the old
+/// content or a torn new one (readers must check).
+pub async fn write_file_atomic(
+    dir: &Path,
+    name: &str,
+    bytes: Vec<u8>,
+    durable: bool,
+) -> std::io::Result<()> {
+    let (dir, name) = (dir.to_path_buf(), name.to_string());
+    blocking(move || now::write_file_atomic(&dir, &name, &bytes, durable)).await
+}
+
+/// The same file-system operations, run on the calling thread: for the blocking thread (the
+/// async helpers above call these there), and for start-up, before any shard runs.
+///
+/// Debug builds check that none of them runs on a shard thread (one that primed its io with
+/// [`prime_executor_io`], as every shard does first).
+pub mod now {
+    use std::cell::Cell;
+    use std::io::Write;
+    use std::path::Path;
+
+    thread_local! {
+        static SHARD_THREAD: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub(super) fn mark_shard_thread() {
+        SHARD_THREAD.with(|s| s.set(true));
+    }
+
+    /// Panics in a debug build when called on a shard thread: a blocking file-system call
+    /// there stalls the whole shard.
+    pub fn assert_off_shard() {
+        debug_assert!(
+            !SHARD_THREAD.with(Cell::get),
+            "a blocking file-system call on a shard thread; run it through io::blocking"
+        );
+    }
+
+    pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+        assert_off_shard();
+        std::fs::File::open(dir)?.sync_all()
+    }
+
+    pub fn remove_file_if_exists(path: &Path) -> std::io::Result<bool> {
+        assert_off_shard();
+        match std::fs::remove_file(path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn create_dir_all(dir: &Path) -> std::io::Result<()> {
+        assert_off_shard();
+        if dir.try_exists()? {
+            return Ok(());
+        }
+        std::fs::create_dir_all(dir)?;
+        match dir.parent() {
+            Some(parent) => sync_dir(parent),
+            None => Ok(()),
+        }
+    }
+
+    pub fn read_dir_names(dir: &Path) -> std::io::Result<Vec<String>> {
+        assert_off_shard();
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+
+    pub fn read_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+        assert_off_shard();
+        match std::fs::read(path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn write_file_atomic(
+        dir: &Path,
+        name: &str,
+        bytes: &[u8],
+        durable: bool,
+    ) -> std::io::Result<()> {
+        assert_off_shard();
+        let tmp = dir.join(format!("{name}.tmp"));
+        {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(bytes)?;
+            if durable {
+                f.sync_all()?;
+            }
+        }
+        std::fs::rename(&tmp, dir.join(name))?;
+        if durable {
+            sync_dir(dir)?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

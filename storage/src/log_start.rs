@@ -8,48 +8,36 @@
 //! big-endian u32. It is replaced atomically: written to a temporary file, synced, renamed over
 //! the old one, and the directory synced.
 
-use std::io::Write;
 use std::path::Path;
 
 use tracing::warn;
 
-use crate::io::sync_dir;
-
 pub const FILE: &str = "log-start-offset";
 pub const CLEANER_FILE: &str = "cleaner-offset-checkpoint";
 
-pub fn write(dir: &Path, offset: i64) -> std::io::Result<()> {
-    write_named(dir, FILE, offset)
+pub async fn write(dir: &Path, offset: i64) -> std::io::Result<()> {
+    write_named(dir, FILE, offset).await
 }
 
 /// The checkpointed log start offset; `None` if there is none. A damaged checkpoint is reported
 /// and ignored: the log then starts at its first segment, which keeps data rather than losing it.
-pub fn read(dir: &Path) -> std::io::Result<Option<i64>> {
-    read_named(dir, FILE)
+pub async fn read(dir: &Path) -> std::io::Result<Option<i64>> {
+    read_named(dir, FILE).await
 }
 
-pub fn write_named(dir: &Path, name: &str, offset: i64) -> std::io::Result<()> {
+pub async fn write_named(dir: &Path, name: &str, offset: i64) -> std::io::Result<()> {
     let mut body = [0u8; 12];
     body[..8].copy_from_slice(&offset.to_be_bytes());
     let crc = crc32c::crc32c(&body[..8]);
     body[8..].copy_from_slice(&crc.to_be_bytes());
-    let tmp = dir.join(format!("{name}.tmp"));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&body)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, dir.join(name))?;
-    sync_dir(dir)
+    crate::io::write_file_atomic(dir, name, body.to_vec(), true).await
 }
 
 /// The checkpointed offset; `None` if there is none or it is damaged (reported).
-pub fn read_named(dir: &Path, name: &str) -> std::io::Result<Option<i64>> {
+pub async fn read_named(dir: &Path, name: &str) -> std::io::Result<Option<i64>> {
     let path = dir.join(name);
-    let body = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(body) = crate::io::read_file(&path).await? else {
+        return Ok(None);
     };
     match decode(&body) {
         Some(offset) => Ok(Some(offset)),
@@ -74,17 +62,24 @@ mod tests {
     #[test]
     fn round_trips_and_rejects_damage() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(read(dir.path()).unwrap(), None);
-        write(dir.path(), 1234).unwrap();
-        assert_eq!(read(dir.path()).unwrap(), Some(1234));
-        write(dir.path(), 99_999).unwrap();
-        assert_eq!(read(dir.path()).unwrap(), Some(99_999));
-        let path = dir.path().join(FILE);
-        let mut body = std::fs::read(&path).unwrap();
-        body[3] ^= 1;
-        std::fs::write(&path, &body).unwrap();
-        assert_eq!(read(dir.path()).unwrap(), None, "bit flip");
-        std::fs::write(&path, &body[..11]).unwrap();
-        assert_eq!(read(dir.path()).unwrap(), None, "short");
+        let d = dir.path().to_path_buf();
+        glommio::LocalExecutor::default().run(async move {
+            assert_eq!(read(&d).await.unwrap(), None);
+            write(&d, 1234).await.unwrap();
+            assert_eq!(read(&d).await.unwrap(), Some(1234));
+            write(&d, 99_999).await.unwrap();
+            assert_eq!(read(&d).await.unwrap(), Some(99_999));
+            assert!(
+                !d.join(format!("{FILE}.tmp")).exists(),
+                "renamed into place"
+            );
+            let path = d.join(FILE);
+            let mut body = std::fs::read(&path).unwrap();
+            body[3] ^= 1;
+            std::fs::write(&path, &body).unwrap();
+            assert_eq!(read(&d).await.unwrap(), None, "bit flip");
+            std::fs::write(&path, &body[..11]).unwrap();
+            assert_eq!(read(&d).await.unwrap(), None, "short");
+        });
     }
 }

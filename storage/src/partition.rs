@@ -36,13 +36,13 @@ use tributary_protocol::record_batch::{self, BatchHeader};
 
 use crate::cleaner::{self, KeyMap};
 use crate::group_commit::{self, SyncPolicy};
-use crate::io::{sync_dir, SegmentFile};
+use crate::io::{self, SegmentFile};
 use crate::log_start;
 use crate::producer_state::{ProducerBatch, ProducerStateTable, SequenceCheck, SequenceError};
 use crate::scan::{first_record_at, scan_chunk_with, BatchEntry, ScanEnd};
 use crate::segment::{
-    list_segments, read_index, recover_segment, remove_index, segment_path, write_index, Segment,
-    SegmentReader, SegmentWriter,
+    list_segments, read_index, recover_segment, remove_index, remove_index_now, segment_path,
+    write_index, Segment, SegmentReader, SegmentWriter,
 };
 use crate::tail::{align_down, Tail};
 
@@ -106,6 +106,12 @@ pub struct LogConfig {
     /// `fdatasync` each (`log.flush.syncfs.min.files`, `log.flush.syncfs.max.dirty.bytes`). See
     /// [`crate::group_commit`].
     pub sync_policy: SyncPolicy,
+    /// A producer whose last batch's timestamp is this long ago is forgotten
+    /// (`producer.id.expiration.ms`); see [`crate::producer_state`].
+    pub producer_id_expiration_ms: i64,
+    /// Idempotent producers a partition keeps state for; a new one evicts the least recently
+    /// used (`producer.state.partition.max.producers`).
+    pub producer_state_max_producers: usize,
 }
 
 impl LogConfig {
@@ -130,6 +136,8 @@ impl LogConfig {
             syncfs_min_files: 2,
             syncfs_max_dirty_bytes: 16 << 20,
         },
+        producer_id_expiration_ms: 24 * 3600 * 1000,
+        producer_state_max_producers: 10_000,
     };
 
     /// Whether every commit waits for its data to be `fdatasync`ed.
@@ -251,6 +259,13 @@ pub struct Partition {
     opened: OpenStats,
 }
 
+/// Milliseconds since the Unix epoch by the system clock (0 if it is before the epoch).
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 fn storage_err(dir: &Path, detail: impl std::fmt::Display) -> PartitionError {
     PartitionError::Storage {
         dir: dir.display().to_string(),
@@ -261,15 +276,19 @@ fn storage_err(dir: &Path, detail: impl std::fmt::Display) -> PartitionError {
 impl Partition {
     /// Opens the partition in `dir`, creating it if needed and recovering every segment.
     pub async fn open(dir: PathBuf, config: LogConfig) -> Result<Rc<Self>, PartitionError> {
-        if !dir.exists() {
-            std::fs::create_dir_all(&dir).map_err(|e| storage_err(&dir, e))?;
-            if let Some(parent) = dir.parent() {
-                sync_dir(parent).map_err(|e| storage_err(&dir, e))?;
-            }
-        }
-        complete_swaps(&dir).map_err(|e| storage_err(&dir, e))?;
-        remove_leftovers(&dir).map_err(|e| storage_err(&dir, e))?;
-        let mut bases = list_segments(&dir).map_err(|e| storage_err(&dir, e))?;
+        let clean_marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        // Listing, and finishing what a crash interrupted, in one trip to the blocking thread.
+        let (mut bases, clean) = {
+            let (d, marker) = (dir.clone(), clean_marker.clone());
+            io::blocking(move || {
+                io::now::create_dir_all(&d)?;
+                complete_swaps(&d)?;
+                remove_leftovers(&d)?;
+                Ok((list_segments(&d)?, marker.try_exists()?))
+            })
+            .await
+            .map_err(|e| storage_err(&dir, e))?
+        };
         if bases.is_empty() {
             bases.push(0);
             SegmentFile::open(&segment_path(&dir, 0), true)
@@ -278,13 +297,11 @@ impl Partition {
                 .close()
                 .await
                 .map_err(|e| storage_err(&dir, e))?;
-            sync_dir(&dir).map_err(|e| storage_err(&dir, e))?;
+            io::sync_dir(&dir).await.map_err(|e| storage_err(&dir, e))?;
         }
         // Closed segments come back from their index files; the active one is scanned unless
         // the last shutdown was clean. Producer state starts from the snapshot in the last
         // trusted index file and replays only the segments scanned after it.
-        let clean_marker = dir.join(CLEAN_SHUTDOWN_FILE);
-        let clean = clean_marker.exists();
         let interval = config.index_interval_bytes;
         let last = bases.len() - 1;
         let mut files = Vec::with_capacity(bases.len());
@@ -294,7 +311,7 @@ impl Partition {
                 .map_err(|e| storage_err(&dir, e))?;
             let size = file.file_size().await.map_err(|e| storage_err(&dir, e))?;
             let index = if i < last || clean {
-                read_index(&dir, base, size)
+                read_index(&dir, base, size).await
             } else {
                 None
             };
@@ -306,6 +323,7 @@ impl Partition {
         let mut producers = snapshot_at
             .and_then(|i| files[i].2.as_ref()?.producers.clone())
             .unwrap_or_default();
+        producers.set_max_producers(config.producer_state_max_producers);
         let mut segments: Vec<Segment> = Vec::new();
         let log_start_offset = bases[0];
         let mut next_offset = log_start_offset;
@@ -320,8 +338,12 @@ impl Partition {
             if i > 0 && base < next_offset {
                 warn!(path = %path.display(), next_offset, "removing a segment that overlaps the one before it");
                 drop(file);
-                std::fs::remove_file(&path).map_err(|e| storage_err(&dir, e))?;
-                remove_index(&dir, base).map_err(|e| storage_err(&dir, e))?;
+                io::remove_file(&path)
+                    .await
+                    .map_err(|e| storage_err(&dir, e))?;
+                remove_index(&dir, base)
+                    .await
+                    .map_err(|e| storage_err(&dir, e))?;
                 continue;
             }
             let (seg, torn) = match index {
@@ -341,7 +363,7 @@ impl Partition {
                     if i < last {
                         // Rebuilt: save it so the next open need not scan this segment again.
                         let f = seg.index_file(replay.then_some(&producers));
-                        if let Err(e) = write_index(&dir, base, &f, false) {
+                        if let Err(e) = write_index(&dir, base, &f, false).await {
                             warn!(path = %path.display(), error = %e, "writing a rebuilt index failed");
                         }
                     }
@@ -354,8 +376,10 @@ impl Partition {
                     // drop the empty segment so the log ends where its data does.
                     warn!(path = %path.display(), next_offset, "removing an empty segment after a torn one");
                     drop(seg);
-                    std::fs::remove_file(&path).map_err(|e| storage_err(&dir, e))?;
-                    sync_dir(&dir).map_err(|e| storage_err(&dir, e))?;
+                    io::remove_file(&path)
+                        .await
+                        .map_err(|e| storage_err(&dir, e))?;
+                    io::sync_dir(&dir).await.map_err(|e| storage_err(&dir, e))?;
                     continue;
                 }
                 // Data after a short segment was written after it, so it was never acknowledged
@@ -379,30 +403,48 @@ impl Partition {
         // The active segment's index file is only true until its next append: remove it, and
         // the marker that vouched for it, before anything is appended.
         let active_base = segments.last().expect("at least one segment").base_offset;
-        remove_index(&dir, active_base).map_err(|e| storage_err(&dir, e))?;
+        remove_index(&dir, active_base)
+            .await
+            .map_err(|e| storage_err(&dir, e))?;
         // Not synced: should the removals be lost, the index's exact size check still refuses it
         // once anything has been appended (see `read_index`).
         if clean {
-            std::fs::remove_file(&clean_marker).map_err(|e| storage_err(&dir, e))?;
+            io::remove_file(&clean_marker)
+                .await
+                .map_err(|e| storage_err(&dir, e))?;
         }
         // The checkpointed log start may be past the first segments: they were due for deletion
         // when the broker stopped. It never passes the end of what recovery found.
-        let checkpoint = log_start::read(&dir).map_err(|e| storage_err(&dir, e))?;
+        let checkpoint = log_start::read(&dir)
+            .await
+            .map_err(|e| storage_err(&dir, e))?;
         let log_start_offset = checkpoint
             .map_or(log_start_offset, |c| c.max(log_start_offset))
             .min(next_offset);
         // Where the last cleaning pass ended; only when to clean depends on it.
         let cleaned_through = log_start::read_named(&dir, log_start::CLEANER_FILE)
+            .await
             .map_err(|e| storage_err(&dir, e))?
             .map_or(log_start_offset, |c| c.clamp(log_start_offset, next_offset));
         let below = segments_below(&segments, log_start_offset);
         for seg in segments.drain(..below) {
             warn!(path = %seg.file.path().display(), log_start_offset, "removing a segment below the log start offset");
-            std::fs::remove_file(seg.file.path()).map_err(|e| storage_err(&dir, e))?;
-            remove_index(&dir, seg.base_offset).map_err(|e| storage_err(&dir, e))?;
+            io::remove_file(seg.file.path())
+                .await
+                .map_err(|e| storage_err(&dir, e))?;
+            remove_index(&dir, seg.base_offset)
+                .await
+                .map_err(|e| storage_err(&dir, e))?;
         }
         if below > 0 {
-            sync_dir(&dir).map_err(|e| storage_err(&dir, e))?;
+            io::sync_dir(&dir).await.map_err(|e| storage_err(&dir, e))?;
+        }
+        // Producers idle past the expiration are dropped now, by the same rule the shard's
+        // periodic pass applies, so one that expired before the restart stays gone even when the
+        // snapshot or the replayed segments still hold it.
+        let expired = producers.remove_expired(wall_clock_ms(), config.producer_id_expiration_ms);
+        if expired > 0 {
+            info!(dir = %dir.display(), expired, "expired idle producers on open");
         }
         let active = segments.last().expect("at least one segment");
         let align = active.file.alignment();
@@ -495,6 +537,30 @@ impl Partition {
 
     pub fn set_config(&self, config: LogConfig) {
         self.config.set(config);
+        self.state
+            .borrow_mut()
+            .producers
+            .set_max_producers(config.producer_state_max_producers);
+    }
+
+    /// Forgets the producers idle for `producer.id.expiration.ms` at `now_ms`; returns how many.
+    /// The shard calls it on its periodic retention pass.
+    pub fn expire_producers(&self, now_ms: i64) -> usize {
+        let expiration_ms = self.config.get().producer_id_expiration_ms;
+        let expired = self
+            .state
+            .borrow_mut()
+            .producers
+            .remove_expired(now_ms, expiration_ms);
+        if expired > 0 {
+            info!(dir = %self.dir.display(), expired, "expired idle producers");
+        }
+        expired
+    }
+
+    /// Idempotent producers this partition holds state for.
+    pub fn producer_count(&self) -> usize {
+        self.state.borrow().producers.len()
     }
 
     pub fn high_watermark(&self) -> i64 {
@@ -595,6 +661,7 @@ impl Partition {
                     base_offset,
                     last_offset,
                 },
+                header.max_timestamp,
             );
         }
         let outcome = AppendOutcome {
@@ -667,7 +734,9 @@ impl Partition {
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?,
         );
-        sync_dir(&self.dir).map_err(|e| storage_err(&self.dir, e))?;
+        io::sync_dir(&self.dir)
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
         let mut st = self.state.borrow_mut();
         let mut old = std::mem::replace(&mut st.active_tail, Tail::new(base, file.clone(), 0, &[]));
         // The producer state now is the state at the end of the closed segment.
@@ -805,7 +874,7 @@ impl Partition {
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
             if let Some(index) = &tail.sealed_index {
-                if let Err(e) = write_index(&self.dir, tail.segment_base, index, false) {
+                if let Err(e) = write_index(&self.dir, tail.segment_base, index, false).await {
                     warn!(dir = %self.dir.display(), error = %e, "writing a segment index failed; it will be rebuilt on open");
                 }
             }
@@ -898,10 +967,15 @@ impl Partition {
         file.fdatasync()
             .await
             .map_err(|e| storage_err(&self.dir, e))?;
-        let marked = write_index(&self.dir, base, &index, true).and_then(|()| {
-            std::fs::write(self.dir.join(CLEAN_SHUTDOWN_FILE), b"")?;
-            sync_dir(&self.dir)
-        });
+        let mut marked = write_index(&self.dir, base, &index, true).await;
+        if marked.is_ok() {
+            let dir = self.dir.clone();
+            marked = io::blocking(move || {
+                std::fs::write(dir.join(CLEAN_SHUTDOWN_FILE), b"")?;
+                io::now::sync_dir(&dir)
+            })
+            .await;
+        }
         if let Err(e) = marked {
             warn!(dir = %self.dir.display(), error = %e, "recording a clean shutdown failed; the next start scans the active segment");
         }
@@ -924,10 +998,9 @@ impl Partition {
         }
         let segments = self.state.borrow().segments.len();
         info!(dir = %self.dir.display(), segments, "deleting partition");
-        std::fs::remove_dir_all(&self.dir).map_err(|e| storage_err(&self.dir, e))?;
-        if let Some(parent) = self.dir.parent() {
-            sync_dir(parent).map_err(|e| storage_err(&self.dir, e))?;
-        }
+        io::remove_dir_all(&self.dir)
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
         self.advanced.notify(usize::MAX);
         Ok(())
     }

@@ -1,8 +1,19 @@
-//! Idempotent-producer state of one partition: for each producer id, its epoch and the sequence
-//! ranges of its last five batches (Kafka's `ProducerStateManager`, `NUM_BATCHES_TO_RETAIN = 5`).
-//! Pure: it decides, the partition log applies.
+//! Idempotent-producer state of one partition: for each producer id, its epoch, the timestamp of
+//! its last batch and the sequence ranges of its last five batches (Kafka's
+//! `ProducerStateManager`, `NUM_BATCHES_TO_RETAIN = 5`). Pure: it decides, the partition log
+//! applies; time is passed in.
+//!
+//! The table is bounded two ways. A producer idle for `producer.id.expiration.ms` — its last
+//! batch's timestamp that long before now — is forgotten, as Kafka's `removeExpiredProducers`
+//! does (Kafka keeps a producer with an open transaction; there are no transactions yet). And at
+//! most `producer.state.partition.max.producers` producers are kept: a new one evicts the least
+//! recently used (the one whose last batch is oldest in the log; Kafka has no such bound,
+//! Redpanda's is `max_concurrent_producer_ids`). A forgotten producer is unknown, and Kafka
+//! accepts an unknown producer's batch at any sequence (its state may have been removed by
+//! retention or DeleteRecords), so its next batch is appended and its history starts again —
+//! only a retry of a batch from before it was forgotten is no longer recognised.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 /// Batches remembered per producer, as in Kafka: a retried batch older than this is not
 /// recognised as a duplicate.
@@ -19,7 +30,16 @@ pub struct ProducerBatch {
 #[derive(Debug, Clone, Default)]
 struct ProducerEntry {
     epoch: i16,
+    /// Max timestamp of the producer's last batch: idle time is measured from it.
+    last_timestamp: i64,
     batches: VecDeque<ProducerBatch>,
+}
+
+impl ProducerEntry {
+    /// Where the producer was last used: its newest batch's last offset (-1 with none).
+    fn recency(&self) -> i64 {
+        self.batches.back().map_or(-1, |b| b.last_offset)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,9 +74,23 @@ fn next_seq(seq: i32) -> i32 {
     }
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ProducerStateTable {
     producers: HashMap<i64, ProducerEntry>,
+    /// (recency, producer id) of every producer: the first is the least recently used.
+    by_recency: BTreeSet<(i64, i64)>,
+    /// At most this many producers are kept (`producer.state.partition.max.producers`).
+    max_producers: usize,
+}
+
+impl Default for ProducerStateTable {
+    fn default() -> Self {
+        Self {
+            producers: HashMap::new(),
+            by_recency: BTreeSet::new(),
+            max_producers: usize::MAX,
+        }
+    }
 }
 
 impl ProducerStateTable {
@@ -68,6 +102,10 @@ impl ProducerStateTable {
         self.producers.is_empty()
     }
 
+    pub fn contains(&self, producer_id: i64) -> bool {
+        self.producers.contains_key(&producer_id)
+    }
+
     pub fn check(
         &self,
         producer_id: i64,
@@ -75,16 +113,20 @@ impl ProducerStateTable {
         first_seq: i32,
         last_seq: i32,
     ) -> Result<SequenceCheck, SequenceError> {
-        let known = self.producers.get(&producer_id);
-        if let Some(entry) = known.filter(|e| epoch < e.epoch) {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            // Unknown (new, expired or evicted): Kafka accepts any sequence from a producer it
+            // holds no state for.
+            return Ok(SequenceCheck::Append);
+        };
+        if epoch < entry.epoch {
             return Err(SequenceError::StaleEpoch {
                 producer_id,
                 current: entry.epoch,
                 got: epoch,
             });
         }
-        let Some(entry) = known.filter(|e| epoch == e.epoch) else {
-            // A new producer, or a new epoch of a known one: its sequence starts again at 0.
+        if epoch > entry.epoch {
+            // A new epoch of a known producer: its sequence starts again at 0.
             return if first_seq == 0 {
                 Ok(SequenceCheck::Append)
             } else {
@@ -94,7 +136,7 @@ impl ProducerStateTable {
                     got: first_seq,
                 })
             };
-        };
+        }
         if let Some(dup) = entry
             .batches
             .iter()
@@ -118,8 +160,8 @@ impl ProducerStateTable {
     }
 
     /// Appends the table to `out` (the producer snapshot in a segment's index file):
-    /// count u32, then per producer id i64 | epoch i16 | batches u8 | each batch
-    /// first_seq i32 | last_seq i32 | base_offset i64 | last_offset i64; big-endian, by id.
+    /// count u32, then per producer id i64 | epoch i16 | last_timestamp i64 | batches u8 | each
+    /// batch first_seq i32 | last_seq i32 | base_offset i64 | last_offset i64; big-endian, by id.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let mut ids: Vec<&i64> = self.producers.keys().collect();
         ids.sort_unstable();
@@ -128,6 +170,7 @@ impl ProducerStateTable {
             let e = &self.producers[id];
             out.extend_from_slice(&id.to_be_bytes());
             out.extend_from_slice(&e.epoch.to_be_bytes());
+            out.extend_from_slice(&e.last_timestamp.to_be_bytes());
             out.push(e.batches.len() as u8);
             for b in &e.batches {
                 out.extend_from_slice(&b.first_seq.to_be_bytes());
@@ -139,14 +182,16 @@ impl ProducerStateTable {
     }
 
     /// Reads what [`ProducerStateTable::encode`] wrote; `None` if it is malformed. Returns the
-    /// table and the bytes consumed.
+    /// table (without a producer bound: the partition sets it) and the bytes consumed.
     pub fn decode(bytes: &[u8]) -> Option<(Self, usize)> {
         let mut r = crate::index::ByteReader::new(bytes);
         let n = r.u32()? as usize;
-        let mut producers = HashMap::with_capacity(n.min(bytes.len() / 11));
+        let mut table = Self::default();
+        table.producers.reserve(n.min(bytes.len() / 19));
         for _ in 0..n {
             let id = r.i64()?;
             let epoch = r.i16()?;
+            let last_timestamp = r.i64()?;
             let count = r.u8()? as usize;
             if count > PRODUCER_BATCHES_RETAINED {
                 return None;
@@ -160,13 +205,37 @@ impl ProducerStateTable {
                     last_offset: r.i64()?,
                 });
             }
-            producers.insert(id, ProducerEntry { epoch, batches });
+            let entry = ProducerEntry {
+                epoch,
+                last_timestamp,
+                batches,
+            };
+            table.by_recency.insert((entry.recency(), id));
+            if table.producers.insert(id, entry).is_some() {
+                return None; // each id once
+            }
         }
-        Some((Self { producers }, r.consumed()))
+        Some((table, r.consumed()))
     }
 
-    /// Records an appended batch. A newer epoch starts the producer's history afresh.
-    pub fn record(&mut self, producer_id: i64, epoch: i16, batch: ProducerBatch) {
+    /// Records an appended batch whose max timestamp is `max_timestamp`. A newer epoch starts
+    /// the producer's history afresh. A producer not in a full table first evicts the least
+    /// recently used one.
+    pub fn record(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        batch: ProducerBatch,
+        max_timestamp: i64,
+    ) {
+        match self.producers.get(&producer_id) {
+            Some(entry) => {
+                self.by_recency.remove(&(entry.recency(), producer_id));
+            }
+            None => {
+                self.evict_down_to(self.max_producers.saturating_sub(1));
+            }
+        }
         let entry = self.producers.entry(producer_id).or_default();
         if epoch != entry.epoch {
             entry.epoch = epoch;
@@ -176,7 +245,47 @@ impl ProducerStateTable {
             entry.batches.pop_front();
         }
         entry.batches.push_back(batch);
+        entry.last_timestamp = max_timestamp;
         assert!(entry.batches.len() <= PRODUCER_BATCHES_RETAINED);
+        self.by_recency.insert((entry.recency(), producer_id));
+        assert_eq!(self.by_recency.len(), self.producers.len());
+        assert!(self.producers.len() <= self.max_producers.max(1));
+    }
+
+    /// Keeps at most `max` producers from now on (at least one), evicting the least recently
+    /// used beyond it; returns how many were evicted.
+    pub fn set_max_producers(&mut self, max: usize) -> usize {
+        self.max_producers = max.max(1);
+        self.evict_down_to(self.max_producers)
+    }
+
+    fn evict_down_to(&mut self, len: usize) -> usize {
+        let mut evicted = 0;
+        while self.producers.len() > len {
+            let Some((_, id)) = self.by_recency.pop_first() else {
+                break;
+            };
+            self.producers.remove(&id);
+            evicted += 1;
+        }
+        evicted
+    }
+
+    /// Forgets every producer whose last batch's timestamp is at least `expiration_ms` before
+    /// `now_ms` (`producer.id.expiration.ms`), as Kafka's `removeExpiredProducers`; returns how
+    /// many.
+    pub fn remove_expired(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        let before = self.producers.len();
+        let by_recency = &mut self.by_recency;
+        self.producers.retain(|id, e| {
+            let expired = now_ms.saturating_sub(e.last_timestamp) >= expiration_ms;
+            if expired {
+                by_recency.remove(&(e.recency(), *id));
+            }
+            !expired
+        });
+        assert_eq!(self.by_recency.len(), self.producers.len());
+        before - self.producers.len()
     }
 }
 
@@ -197,9 +306,9 @@ mod tests {
     fn in_order_duplicate_gap_and_fencing() {
         let mut t = ProducerStateTable::default();
         assert_eq!(t.check(7, 0, 0, 9), Ok(SequenceCheck::Append));
-        t.record(7, 0, batch(0, 9, 100));
+        t.record(7, 0, batch(0, 9, 100), 0);
         assert_eq!(t.check(7, 0, 10, 19), Ok(SequenceCheck::Append));
-        t.record(7, 0, batch(10, 19, 110));
+        t.record(7, 0, batch(10, 19, 110), 0);
         assert_eq!(
             t.check(7, 0, 0, 9),
             Ok(SequenceCheck::Duplicate {
@@ -220,19 +329,17 @@ mod tests {
             t.check(7, 1, 5, 5),
             Err(SequenceError::OutOfOrder { .. })
         ));
-        assert!(matches!(
-            t.check(8, 0, 3, 3),
-            Err(SequenceError::OutOfOrder { .. })
-        ));
+        // A producer with no state here may start at any sequence, as in Kafka.
+        assert_eq!(t.check(8, 0, 3, 3), Ok(SequenceCheck::Append));
     }
 
     #[test]
     fn snapshots_round_trip() {
         let mut t = ProducerStateTable::default();
         for i in 0..7 {
-            t.record(1, 0, batch(i, i, i64::from(i)));
+            t.record(1, 0, batch(i, i, i64::from(i)), 5_000);
         }
-        t.record(9, 3, batch(0, 4, 100));
+        t.record(9, 3, batch(0, 4, 100), 9_000);
         let mut bytes = Vec::new();
         t.encode(&mut bytes);
         let (back, used) = ProducerStateTable::decode(&bytes).unwrap();
@@ -247,6 +354,10 @@ mod tests {
         );
         assert_eq!(back.check(1, 0, 7, 7), Ok(SequenceCheck::Append));
         assert_eq!(back.check(9, 3, 5, 5), Ok(SequenceCheck::Append));
+        // Timestamps travel with the snapshot: expiry after decoding drops the same producers.
+        let mut back = back;
+        assert_eq!(back.remove_expired(8_000, 3_000), 1);
+        assert!(!back.contains(1) && back.contains(9));
         for cut in 0..bytes.len() {
             assert!(
                 ProducerStateTable::decode(&bytes[..cut]).is_none(),
@@ -259,7 +370,7 @@ mod tests {
     fn only_five_batches_are_remembered() {
         let mut t = ProducerStateTable::default();
         for i in 0..6 {
-            t.record(1, 0, batch(i, i, i64::from(i)));
+            t.record(1, 0, batch(i, i, i64::from(i)), 0);
         }
         assert_eq!(
             t.check(1, 0, 1, 1),
@@ -269,5 +380,77 @@ mod tests {
             })
         );
         assert!(t.check(1, 0, 0, 0).is_err());
+    }
+
+    #[test]
+    fn idle_producers_expire_by_their_last_batch_timestamp() {
+        let mut t = ProducerStateTable::default();
+        t.record(1, 0, batch(0, 0, 0), 1_000);
+        t.record(2, 0, batch(0, 0, 1), 4_000);
+        // Producer 1 appends again later: its last batch decides, not its first.
+        t.record(1, 0, batch(1, 1, 2), 2_000);
+        assert_eq!(t.remove_expired(11_999, 10_000), 0, "idle 9,999 ms");
+        assert_eq!(
+            t.remove_expired(12_000, 10_000),
+            1,
+            "idle exactly 10,000 ms"
+        );
+        assert!(!t.contains(1) && t.contains(2));
+        // Forgotten: its next batch is accepted at any sequence and starts a new history, and
+        // a retry of a batch from before is no longer recognised.
+        assert_eq!(t.check(1, 0, 2, 2), Ok(SequenceCheck::Append));
+        assert_eq!(t.check(1, 0, 1, 1), Ok(SequenceCheck::Append));
+        t.record(1, 0, batch(2, 2, 3), 20_000);
+        assert!(matches!(
+            t.check(1, 0, 7, 7),
+            Err(SequenceError::OutOfOrder { expected: 3, .. })
+        ));
+        assert_eq!(t.remove_expired(i64::MAX, 10_000), 2);
+        assert!(t.is_empty());
+        // Timestamps far in the past or future never overflow the idle time.
+        t.record(3, 0, batch(0, 0, 4), i64::MIN);
+        t.record(4, 0, batch(0, 0, 5), i64::MAX);
+        assert_eq!(t.remove_expired(0, 10_000), 1);
+        assert!(t.contains(4));
+    }
+
+    #[test]
+    fn a_full_table_evicts_the_least_recently_used_producer() {
+        let mut t = ProducerStateTable::default();
+        assert_eq!(t.set_max_producers(2), 0);
+        t.record(1, 0, batch(0, 0, 0), 0);
+        t.record(2, 0, batch(0, 0, 1), 0);
+        // Producer 1 is used again, so producer 2 is now the least recently used.
+        t.record(1, 0, batch(1, 1, 2), 0);
+        t.record(3, 0, batch(0, 0, 3), 0);
+        assert_eq!(t.len(), 2);
+        assert!(t.contains(1) && t.contains(3) && !t.contains(2));
+        // The evicted producer is unknown: its next batch is appended at any sequence.
+        assert_eq!(t.check(2, 0, 1, 1), Ok(SequenceCheck::Append));
+        // Known producers keep their checks.
+        assert!(matches!(
+            t.check(1, 0, 5, 5),
+            Err(SequenceError::OutOfOrder { expected: 2, .. })
+        ));
+        // Lowering the bound evicts at once, oldest first; 0 still keeps one.
+        assert_eq!(t.set_max_producers(1), 1);
+        assert!(t.contains(3) && !t.contains(1));
+        assert_eq!(t.set_max_producers(0), 0);
+        assert_eq!(t.len(), 1);
+        t.record(4, 0, batch(0, 0, 4), 0);
+        assert!(t.contains(4) && !t.contains(3));
+    }
+
+    #[test]
+    fn a_snapshot_naming_a_producer_twice_is_refused() {
+        let mut t = ProducerStateTable::default();
+        t.record(1, 0, batch(0, 0, 0), 0);
+        let mut one = Vec::new();
+        t.encode(&mut one);
+        let entry = &one[4..];
+        let mut twice = 2u32.to_be_bytes().to_vec();
+        twice.extend_from_slice(entry);
+        twice.extend_from_slice(entry);
+        assert!(ProducerStateTable::decode(&twice).is_none());
     }
 }

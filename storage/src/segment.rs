@@ -110,11 +110,11 @@ pub fn index_path(dir: &Path, base_offset: i64) -> PathBuf {
     dir.join(format!("{base_offset:020}.index"))
 }
 
+/// The base offsets of the segments in `dir`, in order. On the calling thread: a shard runs it
+/// through [`crate::io::blocking`].
 pub fn list_segments(dir: &Path) -> std::io::Result<Vec<i64>> {
     let mut bases = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let name = name.to_string_lossy();
+    for name in crate::io::now::read_dir_names(dir)? {
         if let Some(stem) = name.strip_suffix(".log") {
             if let Ok(base) = stem.parse::<i64>() {
                 bases.push(base);
@@ -126,19 +126,16 @@ pub fn list_segments(dir: &Path) -> std::io::Result<Vec<i64>> {
 }
 
 /// Writes the index file of a segment: a temporary file renamed into place. With `durable` the
-/// file is synced first (a clean-shutdown marker is about to rely on it); otherwise a torn
-/// index file fails its checksum and the segment is scanned instead.
-pub fn write_index(dir: &Path, base: i64, f: &IndexFile, durable: bool) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = dir.join(format!("{base:020}.index.tmp"));
-    {
-        let mut out = std::fs::File::create(&tmp)?;
-        out.write_all(&f.encode())?;
-        if durable {
-            out.sync_all()?;
-        }
-    }
-    std::fs::rename(&tmp, index_path(dir, base))
+/// file and the directory are synced (a clean-shutdown marker is about to rely on it); otherwise
+/// a torn index file fails its checksum and the segment is scanned instead.
+pub async fn write_index(
+    dir: &Path,
+    base: i64,
+    f: &IndexFile,
+    durable: bool,
+) -> std::io::Result<()> {
+    let name = format!("{base:020}.index");
+    crate::io::write_file_atomic(dir, &name, f.encode(), durable).await
 }
 
 /// The index file of a segment whose file is `file_size` bytes, if it is intact and describes
@@ -146,9 +143,9 @@ pub fn write_index(dir: &Path, base: i64, f: &IndexFile, durable: bool) -> std::
 /// logical size, and a segment's file only grows while it is written to, so an index that was
 /// true once and has gone stale (appends after a clean start, a roll whose index never made it
 /// to disk) always disagrees on the size, and the segment is scanned instead.
-pub fn read_index(dir: &Path, base: i64, file_size: u64) -> Option<IndexFile> {
+pub async fn read_index(dir: &Path, base: i64, file_size: u64) -> Option<IndexFile> {
     let path = index_path(dir, base);
-    let bytes = std::fs::read(&path).ok()?;
+    let bytes = crate::io::read_file(&path).await.ok()??;
     let f = IndexFile::decode(&bytes);
     let fits = |f: &IndexFile| {
         f.next_offset >= base && (f.size == 0 || f.next_offset > base) && f.size == file_size
@@ -162,11 +159,16 @@ pub fn read_index(dir: &Path, base: i64, file_size: u64) -> Option<IndexFile> {
     }
 }
 
-pub fn remove_index(dir: &Path, base: i64) -> std::io::Result<()> {
-    match std::fs::remove_file(index_path(dir, base)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
+/// Removes a segment's index file, if it has one.
+pub async fn remove_index(dir: &Path, base: i64) -> std::io::Result<()> {
+    crate::io::remove_file_if_exists(&index_path(dir, base))
+        .await
+        .map(drop)
+}
+
+/// [`remove_index`] on the calling thread, for work already running on the blocking thread.
+pub fn remove_index_now(dir: &Path, base: i64) -> std::io::Result<()> {
+    crate::io::now::remove_file_if_exists(&index_path(dir, base)).map(drop)
 }
 
 /// Scans a segment file batch by batch, building its index and, if given, replaying its
@@ -202,6 +204,7 @@ pub async fn recover_segment(
                             base_offset: entry.base_offset,
                             last_offset: entry.last_offset,
                         },
+                        header.max_timestamp,
                     );
                 }
             }

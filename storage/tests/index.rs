@@ -175,6 +175,12 @@ fn a_damaged_index_file_is_rebuilt_by_scanning() {
 
 #[test]
 fn producer_state_comes_back_from_the_snapshot_in_an_index_file() {
+    // These batches carry 1970 timestamps, which expire a producer at once; expiry is tested in
+    // partition.rs.
+    const CONFIG: LogConfig = LogConfig {
+        producer_id_expiration_ms: i64::MAX,
+        ..self::CONFIG
+    };
     on_executor(move |path| async move {
         let pdir = path.join("t-0");
         let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();

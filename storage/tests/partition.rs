@@ -125,6 +125,12 @@ fn torn_tail_and_garbage_are_truncated_keeping_every_synced_batch() {
 
 #[test]
 fn idempotent_producer_state_survives_reopen() {
+    // These batches carry 1970 timestamps, which expire a producer at once; expiry is tested
+    // below.
+    const CONFIG: LogConfig = LogConfig {
+        producer_id_expiration_ms: i64::MAX,
+        ..self::CONFIG
+    };
     on_executor(move |path| async move {
         let pdir = path.join("t-0");
         let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
@@ -147,6 +153,120 @@ fn idempotent_producer_state_survives_reopen() {
         assert_eq!(p.log_end_offset(), 4);
         let next = p.append(&batch(2, Some((42, 0, 4)))).await.unwrap();
         assert_eq!(next.base_offset, 4);
+    });
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A one-record batch with timestamp `ts` from `producer` (id, epoch, sequence).
+fn producer_batch(ts: i64, producer: (i64, i16, i32)) -> Vec<u8> {
+    build_batch(&[(None, Some(b"idempotent"))], ts, Some(producer)).to_vec()
+}
+
+#[test]
+fn an_idle_producer_expires_and_stays_gone_after_a_restart() {
+    const EXPIRATION_MS: i64 = 60_000;
+    const CONFIG: LogConfig = LogConfig {
+        producer_id_expiration_ms: EXPIRATION_MS,
+        ..self::CONFIG
+    };
+    on_executor(move |path| async move {
+        let pdir = path.join("t-0");
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        let now = now_ms();
+        // Producer 42's last batch is two expirations old; producer 43's is current.
+        let idle = |seq| producer_batch(now - 2 * EXPIRATION_MS, (42, 0, seq));
+        let busy = |seq| producer_batch(now, (43, 0, seq));
+        p.append(&idle(0)).await.unwrap();
+        p.append(&idle(1)).await.unwrap();
+        let busy_first = p.append(&busy(0)).await.unwrap();
+        // Roll past them, so older segments' index files hold snapshots naming both.
+        for i in 0..200 {
+            p.append(&batch(i, None)).await.unwrap();
+        }
+        p.sync_to(p.log_end_offset()).await.unwrap();
+        assert!(sorted_segments(&pdir).len() > 3);
+        assert_eq!(p.producer_count(), 2);
+        assert!(
+            p.append(&idle(1)).await.unwrap().duplicate,
+            "known: a retry"
+        );
+
+        // Idle for one millisecond less than the expiration: kept.
+        assert_eq!(p.expire_producers(now - EXPIRATION_MS - 1), 0);
+        assert_eq!(p.expire_producers(now), 1);
+        assert_eq!(p.producer_count(), 1);
+
+        // Neither a clean restart nor a crash brings producer 42 back from a snapshot or the
+        // replayed log.
+        p.close().await.unwrap();
+        drop(p);
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        assert!(p.open_stats().clean);
+        assert_eq!(p.producer_count(), 1);
+        drop(p);
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        assert!(!p.open_stats().clean);
+        assert_eq!(p.producer_count(), 1);
+
+        // Producer 43 still has its history; producer 42 is unknown, so its retry is appended
+        // as a new batch (Kafka accepts any sequence from a producer it holds no state for).
+        let again = p.append(&busy(0)).await.unwrap();
+        assert!(again.duplicate);
+        assert_eq!(again.base_offset, busy_first.base_offset);
+        let end = p.log_end_offset();
+        let retried = p.append(&idle(1)).await.unwrap();
+        assert!(!retried.duplicate);
+        assert_eq!(retried.base_offset, end);
+    });
+}
+
+#[test]
+fn a_partition_keeps_state_for_at_most_max_producers() {
+    const CONFIG: LogConfig = LogConfig {
+        producer_state_max_producers: 3,
+        ..self::CONFIG
+    };
+    on_executor(move |path| async move {
+        let pdir = path.join("t-0");
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        let now = now_ms();
+        let first = |id| producer_batch(now, (id, 0, 0));
+        for id in 1..=5 {
+            p.append(&first(id)).await.unwrap();
+            assert!(p.producer_count() <= 3);
+        }
+        assert_eq!(p.producer_count(), 3);
+        // Producers 1 and 2 were the least recently used: evicted, their retry is new data.
+        let end = p.log_end_offset();
+        let retried = p.append(&first(1)).await.unwrap();
+        assert!(!retried.duplicate);
+        assert_eq!(retried.base_offset, end);
+        // Producer 5 is still known.
+        assert!(p.append(&first(5)).await.unwrap().duplicate);
+        p.sync_to(p.log_end_offset()).await.unwrap();
+        drop(p);
+
+        // A crash replays the log under the same bound: producers 4, 5 and 1 remain.
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        assert_eq!(p.producer_count(), 3);
+        for id in [4, 5, 1] {
+            assert!(
+                p.append(&first(id)).await.unwrap().duplicate,
+                "producer {id}"
+            );
+        }
+        // A lower bound applies at once.
+        p.set_config(LogConfig {
+            producer_state_max_producers: 1,
+            ..CONFIG
+        });
+        assert_eq!(p.producer_count(), 1);
     });
 }
 

@@ -193,7 +193,7 @@ fn a_checkpoint_written_before_a_crash_deletes_the_rest_on_open() {
         let segments = sorted_segments(&pdir);
         let fourth = segment_base(&segments[3]);
         // The broker checkpointed a new start, then died before removing the files.
-        log_start::write(&pdir, fourth + 1).unwrap();
+        log_start::write(&pdir, fourth + 1).await.unwrap();
         let p = Partition::open(pdir.clone(), SMALL_SEGMENTS).await.unwrap();
         assert_eq!(p.log_start_offset(), fourth + 1);
         assert_eq!(sorted_segments(&pdir).len(), segments.len() - 3);
@@ -201,7 +201,7 @@ fn a_checkpoint_written_before_a_crash_deletes_the_rest_on_open() {
         // A checkpoint past the end of the log (the log lost its tail) is capped at the end.
         p.close().await.unwrap();
         drop(p);
-        log_start::write(&pdir, 10_000).unwrap();
+        log_start::write(&pdir, 10_000).await.unwrap();
         let p = Partition::open(pdir.clone(), SMALL_SEGMENTS).await.unwrap();
         assert_eq!(p.log_start_offset(), 200);
         assert_eq!(p.log_end_offset(), 200);

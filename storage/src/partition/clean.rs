@@ -156,16 +156,17 @@ impl Partition {
             }
             if removed == 0 && members.len() == 1 {
                 drop(out);
-                std::fs::remove_file(&tmp).map_err(io)?;
+                crate::io::remove_file(&tmp).await.map_err(io)?;
                 stats.bytes_after += sizes;
                 continue;
             }
             let mut cleaned = out.finish().await.map_err(io)?;
             stats.bytes_after += cleaned.size;
             if members.len() == 1 {
-                self.replace_segment(base, sizes, &tmp, &mut cleaned)?;
+                self.replace_segment(base, sizes, &tmp, &mut cleaned)
+                    .await?;
             } else {
-                self.merge_segments(members, &tmp, cleaned)?;
+                self.merge_segments(members, &tmp, cleaned).await?;
                 stats.merged += members.len() - 1;
             }
             stats.rewritten += members.len();
@@ -180,7 +181,7 @@ impl Partition {
                 .map_or(st.next_offset, |s| s.base_offset)
         };
         self.cleaned_through.set(through);
-        if let Err(e) = log_start::write_named(&self.dir, log_start::CLEANER_FILE, through) {
+        if let Err(e) = log_start::write_named(&self.dir, log_start::CLEANER_FILE, through).await {
             warn!(dir = %self.dir.display(), error = %e, "writing the cleaner checkpoint failed; the next start cleans the whole log again");
         }
         info!(dir = %self.dir.display(), ?stats, "cleaned");
@@ -190,7 +191,7 @@ impl Partition {
     /// Swaps a cleaned segment in for the one at `base` (whose size was `old_size`): the old
     /// index file goes, the new file is renamed over the old one, and the new index (keeping
     /// the old producer snapshot, which cleaning does not change) is written.
-    fn replace_segment(
+    async fn replace_segment(
         &self,
         base: i64,
         old_size: u64,
@@ -198,34 +199,37 @@ impl Partition {
         cleaned: &mut Segment,
     ) -> Result<(), PartitionError> {
         let io = |e: std::io::Error| storage_err(&self.dir, e);
-        let producers = read_index(&self.dir, base, old_size).and_then(|f| f.producers);
-        remove_index(&self.dir, base).map_err(io)?;
-        std::fs::rename(tmp, segment_path(&self.dir, base)).map_err(io)?;
-        sync_dir(&self.dir).map_err(io)?;
-        let mut st = self.state.borrow_mut();
-        let Some(seg) = st.segments.iter_mut().find(|s| s.base_offset == base) else {
-            return Ok(());
+        let producers = read_index(&self.dir, base, old_size)
+            .await
+            .and_then(|f| f.producers);
+        remove_index(&self.dir, base).await.map_err(io)?;
+        crate::io::rename(tmp, &segment_path(&self.dir, base))
+            .await
+            .map_err(io)?;
+        crate::io::sync_dir(&self.dir).await.map_err(io)?;
+        let index = {
+            let mut st = self.state.borrow_mut();
+            let Some(seg) = st.segments.iter_mut().find(|s| s.base_offset == base) else {
+                return Ok(());
+            };
+            // The segment keeps its offset range and timestamps; only its bytes shrank.
+            cleaned.next_offset = seg.next_offset;
+            cleaned.first_timestamp = seg.first_timestamp;
+            cleaned.max_timestamp = seg.max_timestamp;
+            let index = cleaned.index_file(producers.as_ref());
+            std::mem::swap(seg, cleaned);
+            index
         };
-        // The segment keeps its offset range and timestamps; only its bytes shrank.
-        cleaned.next_offset = seg.next_offset;
-        cleaned.first_timestamp = seg.first_timestamp;
-        cleaned.max_timestamp = seg.max_timestamp;
-        if let Err(e) = write_index(
-            &self.dir,
-            base,
-            &cleaned.index_file(producers.as_ref()),
-            false,
-        ) {
+        if let Err(e) = write_index(&self.dir, base, &index, false).await {
             warn!(dir = %self.dir.display(), error = %e, "writing a cleaned segment's index failed; it will be rebuilt on open");
         }
-        std::mem::swap(seg, cleaned);
         Ok(())
     }
 
     /// Swaps a cleaned copy of several neighbouring segments in for them. The copy is renamed to
     /// `<first>-<end>.swap` (and the directory synced) before any old file goes: from then on
     /// the swap is committed, and an open that finds the `.swap` finishes it (`finish_swap`).
-    fn merge_segments(
+    async fn merge_segments(
         &self,
         members: &[(i64, Rc<SegmentFile>, u64, i64)],
         tmp: &Path,
@@ -233,37 +237,43 @@ impl Partition {
     ) -> Result<(), PartitionError> {
         let io = |e: std::io::Error| storage_err(&self.dir, e);
         let (first, last) = (&members[0], &members[members.len() - 1]);
-        let end = last.3;
+        let (first_base, end) = (first.0, last.3);
         // The producer state at the end of the last member is the merged segment's.
-        let producers = read_index(&self.dir, last.0, last.2).and_then(|f| f.producers);
-        std::fs::rename(tmp, swap_path(&self.dir, first.0, end)).map_err(io)?;
-        sync_dir(&self.dir).map_err(io)?;
-        finish_swap(&self.dir, first.0, end).map_err(io)?;
-        let mut st = self.state.borrow_mut();
-        let Some(i) = st.segments.iter().position(|s| s.base_offset == first.0) else {
-            return Ok(());
+        let producers = read_index(&self.dir, last.0, last.2)
+            .await
+            .and_then(|f| f.producers);
+        crate::io::rename(tmp, &swap_path(&self.dir, first_base, end))
+            .await
+            .map_err(io)?;
+        crate::io::sync_dir(&self.dir).await.map_err(io)?;
+        let dir = self.dir.clone();
+        crate::io::blocking(move || finish_swap(&dir, first_base, end))
+            .await
+            .map_err(io)?;
+        let index = {
+            let mut st = self.state.borrow_mut();
+            let Some(i) = st.segments.iter().position(|s| s.base_offset == first_base) else {
+                return Ok(());
+            };
+            let j = i + members.len() - 1;
+            assert_eq!(
+                st.segments[j].base_offset, last.0,
+                "merged segments are neighbours"
+            );
+            merged.next_offset = st.segments[j].next_offset;
+            merged.first_timestamp = st.segments[i].first_timestamp;
+            merged.max_timestamp = st.segments[i..=j]
+                .iter()
+                .map(|s| s.max_timestamp)
+                .max()
+                .unwrap_or(merged.max_timestamp);
+            let index = merged.index_file(producers.as_ref());
+            st.segments.splice(i..=j, [merged]);
+            index
         };
-        let j = i + members.len() - 1;
-        assert_eq!(
-            st.segments[j].base_offset, last.0,
-            "merged segments are neighbours"
-        );
-        merged.next_offset = st.segments[j].next_offset;
-        merged.first_timestamp = st.segments[i].first_timestamp;
-        merged.max_timestamp = st.segments[i..=j]
-            .iter()
-            .map(|s| s.max_timestamp)
-            .max()
-            .unwrap_or(merged.max_timestamp);
-        if let Err(e) = write_index(
-            &self.dir,
-            first.0,
-            &merged.index_file(producers.as_ref()),
-            false,
-        ) {
+        if let Err(e) = write_index(&self.dir, first_base, &index, false).await {
             warn!(dir = %self.dir.display(), error = %e, "writing a merged segment's index failed; it will be rebuilt on open");
         }
-        st.segments.splice(i..=j, [merged]);
         Ok(())
     }
 }
@@ -298,23 +308,23 @@ fn swap_path(dir: &Path, base: i64, end: i64) -> PathBuf {
 }
 
 /// Completes a committed merge: removes every segment (and index file) from `base` up to `end`
-/// and renames the merged copy into `base`'s place. Safe to repeat after a crash part-way.
+/// and renames the merged copy into `base`'s place. Safe to repeat after a crash part-way. Runs
+/// on the blocking thread (`io::blocking`), as do the two functions below.
 fn finish_swap(dir: &Path, base: i64, end: i64) -> std::io::Result<()> {
+    crate::io::now::assert_off_shard();
     for b in list_segments(dir)? {
         if (base..end).contains(&b) {
-            remove_index(dir, b)?;
+            remove_index_now(dir, b)?;
             std::fs::remove_file(segment_path(dir, b))?;
         }
     }
     std::fs::rename(swap_path(dir, base, end), segment_path(dir, base))?;
-    sync_dir(dir)
+    crate::io::now::sync_dir(dir)
 }
 
 /// Finishes merges a crash interrupted after they were committed (see `merge_segments`).
 pub(super) fn complete_swaps(dir: &Path) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let name = name.to_string_lossy();
+    for name in crate::io::now::read_dir_names(dir)? {
         let Some(stem) = name.strip_suffix(".swap") else {
             continue;
         };
@@ -337,8 +347,8 @@ pub(super) fn complete_swaps(dir: &Path) -> std::io::Result<()> {
 /// Removes what an interrupted cleaning pass or index write left behind: `*.cleaned` segment
 /// copies and `*.tmp` files. The segments they were for are intact.
 pub(super) fn remove_leftovers(dir: &Path) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
+    for name in crate::io::now::read_dir_names(dir)? {
+        let path = dir.join(name);
         if path
             .extension()
             .is_some_and(|x| x == "cleaned" || x == "tmp")

@@ -80,21 +80,25 @@ impl Partition {
             st.log_start_offset = st.log_start_offset.max(new_start).max(first);
             (removed, st.log_start_offset)
         };
-        if let Err(e) = log_start::write(&self.dir, lso) {
+        if let Err(e) = log_start::write(&self.dir, lso).await {
             return Err(self.go_offline(format!("writing the log start checkpoint: {e}")));
         }
         for seg in &removed {
             // By name, not by the file's own path: a cleaned segment was written under another
             // name and renamed into place.
             let path = segment_path(&self.dir, seg.base_offset);
-            let gone =
-                std::fs::remove_file(&path).and_then(|()| remove_index(&self.dir, seg.base_offset));
+            let mut gone = io::remove_file(&path).await;
+            if gone.is_ok() {
+                gone = remove_index(&self.dir, seg.base_offset).await;
+            }
             if let Err(e) = gone {
                 return Err(self.go_offline(format!("removing {}: {e}", path.display())));
             }
         }
         if !removed.is_empty() {
-            sync_dir(&self.dir).map_err(|e| self.go_offline(e))?;
+            io::sync_dir(&self.dir)
+                .await
+                .map_err(|e| self.go_offline(e))?;
             info!(dir = %self.dir.display(), segments = removed.len(), log_start_offset = lso, "deleted segments");
         }
         for seg in removed {
