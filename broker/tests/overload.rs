@@ -32,6 +32,14 @@ fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }
 
+/// The tests of this file run one at a time: each loads the machine on purpose, and timing
+/// (idle and receive deadlines) and memory figures mean little while another floods it.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn env_num(key: &str, default: u64) -> u64 {
     std::env::var(key)
         .ok()
@@ -120,6 +128,7 @@ fn connect_from(source: &str, addr: SocketAddr) -> RawConn {
 
 #[test]
 fn connection_limits_close_the_excess_at_accept() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let broker = start_broker(
         dir.path(),
@@ -165,6 +174,7 @@ fn connection_limits_close_the_excess_at_accept() {
 
 #[test]
 fn idle_and_trickling_connections_are_closed_and_busy_ones_kept() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let broker = start_broker(
         dir.path(),
@@ -381,6 +391,7 @@ fn percentile(sorted: &[Duration], q: f64) -> Duration {
 /// stays within its request budget and caches, and every acknowledged batch survives.
 #[test]
 fn produce_flood_holds_memory_to_its_budgets_and_loses_nothing_acknowledged() {
+    let _serial = serial();
     const TOPIC: &str = "flood";
     const PARTITIONS: i32 = 60;
     const CLIENTS: usize = 16;
@@ -510,6 +521,7 @@ fn produce_flood_holds_memory_to_its_budgets_and_loses_nothing_acknowledged() {
 /// so the broker's memory stays bounded, and it keeps serving acks=all producers.
 #[test]
 fn an_acks_zero_flood_is_held_to_the_request_budget() {
+    let _serial = serial();
     const BUDGET: u64 = 64 << 20;
     const PARTITIONS: i32 = 60;
     let dir = tempfile::tempdir().unwrap();
@@ -584,6 +596,7 @@ fn an_acks_zero_flood_is_held_to_the_request_budget() {
 /// broker holds one response for it, not one per request, and serves everyone else.
 #[test]
 fn a_client_that_never_reads_is_muted() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let addr = free_addr();
     let mut child = spawn_broker(dir.path(), addr, &[("log.tail.cache.bytes", "0".into())]);
@@ -657,6 +670,7 @@ fn a_client_that_never_reads_is_muted() {
 /// connection is reported.
 #[test]
 fn thousands_of_connections_are_served() {
+    let _serial = serial();
     let n = env_num("OVERLOAD_CONNECTIONS", 5000) as usize;
     let _ = rlimit::increase_nofile_limit(u64::MAX);
     let dir = tempfile::tempdir().unwrap();
