@@ -82,6 +82,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "group.min.session.timeout.ms", default: "6000", kind: ConfigKind::Int, doc: "Smallest session timeout a group member may ask for." },
     BrokerKey { name: "group.max.session.timeout.ms", default: "1800000", kind: ConfigKind::Int, doc: "Largest session timeout a group member may ask for." },
     BrokerKey { name: "group.initial.rebalance.delay.ms", default: "3000", kind: ConfigKind::Int, doc: "How long the first rebalance of an empty group waits for more members." },
+    BrokerKey { name: "max.broker.partitions", default: "100000", kind: ConfigKind::Int, doc: "Most partitions this broker holds, all topics together (KIP-578's proposed key; Kafka has no limit). CreateTopics, CreatePartitions and auto-creation past it fail with POLICY_VIOLATION." },
     BrokerKey { name: "group.max.size", default: "1000", kind: ConfigKind::Int, doc: "Most members a consumer group may have (GROUP_MAX_SIZE_REACHED)." },
 ];
 
@@ -132,6 +133,7 @@ pub struct BrokerConfig {
     pub group_max_session_timeout_ms: u64,
     pub group_initial_rebalance_delay_ms: u64,
     pub group_max_size: usize,
+    pub max_broker_partitions: i64,
 }
 
 /// Parses a Kafka `.properties` file: `key=value` or `key: value` lines, `#`/`!` comments.
@@ -471,6 +473,12 @@ impl BrokerConfig {
                 0,
             )?,
             group_max_size: parse_num("group.max.size", &get("group.max.size"), 1)?,
+            max_broker_partitions: parse_num::<i32>(
+                "max.broker.partitions",
+                &get("max.broker.partitions"),
+                1,
+            )?
+            .into(),
             values,
         };
         let rf: i32 = parse_num(
@@ -482,6 +490,92 @@ impl BrokerConfig {
             bail!("config default.replication.factor: {rf} needs {rf} brokers; this is a single broker, use 1");
         }
         Ok(cfg)
+    }
+}
+
+/// Broker keys AlterConfigs may change while the broker runs (Kafka's "cluster-wide" dynamic
+/// update mode, restricted to the keys whose new value Tributary applies at once: each reaches the
+/// shards with the catalog snapshot and is read through `Shard::broker_config()`). Every other
+/// key is read-only. The values accepted are those of the topic key each is the default of.
+pub const DYNAMIC_BROKER_KEYS: &[&str] = &[
+    "log.segment.bytes",
+    "log.roll.ms",
+    "log.retention.ms",
+    "log.retention.bytes",
+    "log.index.interval.bytes",
+    "log.flush.interval.messages",
+    "log.flush.interval.ms",
+    "log.cleaner.delete.retention.ms",
+    "log.cleaner.min.cleanable.ratio",
+    "log.cleaner.dedupe.buffer.size",
+];
+
+pub fn is_dynamic(key: &str) -> bool {
+    DYNAMIC_BROKER_KEYS.contains(&key)
+}
+
+/// Checks a dynamic broker config value; the error names the key and the allowed values.
+pub fn validate_dynamic(key: &str, value: &str) -> Result<(), String> {
+    use crate::topic_config::{check_value, Bound, TOPIC_KEYS};
+    if !is_dynamic(key) {
+        return Err(match BROKER_KEYS.iter().any(|k| k.name == key) {
+            true => format!("{key} is read-only: it cannot be changed while the broker runs (set it with --config or --set and restart)"),
+            false => format!("unknown broker config {key:?}"),
+        });
+    }
+    if key == "log.cleaner.dedupe.buffer.size" {
+        return check_value(key, ConfigKind::Long, Bound::AtLeast(1 << 20), value);
+    }
+    match TOPIC_KEYS.iter().find(|t| t.broker_key == Some(key)) {
+        Some(t) => check_value(key, t.kind, t.bound, value),
+        None => Err(format!("{key} has no validator")),
+    }
+}
+
+impl BrokerConfig {
+    /// This (static) config with dynamic values applied in order: cluster defaults, then this
+    /// broker's own. Each value must have passed [`validate_dynamic`].
+    pub fn with_dynamic(
+        &self,
+        layers: &[&BTreeMap<String, String>],
+    ) -> std::result::Result<BrokerConfig, String> {
+        let mut c = self.clone();
+        for layer in layers {
+            for (k, v) in layer.iter() {
+                validate_dynamic(k, v)?;
+                let bad = |_| format!("config {k}: {v:?} is out of range");
+                let v = v.trim();
+                match k.as_str() {
+                    "log.segment.bytes" => c.log_segment_bytes = v.parse().map_err(bad)?,
+                    "log.roll.ms" => c.log_roll_ms = v.parse().map_err(bad)?,
+                    "log.retention.ms" => c.log_retention_ms = v.parse().map_err(bad)?,
+                    "log.retention.bytes" => c.log_retention_bytes = v.parse().map_err(bad)?,
+                    "log.index.interval.bytes" => {
+                        c.log_index_interval_bytes = v.parse().map_err(bad)?
+                    }
+                    "log.flush.interval.messages" => {
+                        c.log_flush_interval_messages = v.parse().map_err(bad)?
+                    }
+                    "log.flush.interval.ms" => c.log_flush_interval_ms = v.parse().map_err(bad)?,
+                    "log.cleaner.delete.retention.ms" => {
+                        c.log_cleaner_delete_retention_ms = v.parse().map_err(bad)?
+                    }
+                    "log.cleaner.min.cleanable.ratio" => {
+                        c.log_cleaner_min_cleanable_ratio = v
+                            .parse()
+                            .map_err(|_| format!("config {k}: {v:?} is not a ratio"))?
+                    }
+                    "log.cleaner.dedupe.buffer.size" => {
+                        c.log_cleaner_dedupe_buffer_size = v.parse().map_err(bad)?
+                    }
+                    other => return Err(format!("{other} is not a dynamic broker config")),
+                }
+                if let Some(key) = BROKER_KEYS.iter().find(|d| d.name == k) {
+                    c.values.insert(key.name, (v.to_string(), true));
+                }
+            }
+        }
+        Ok(c)
     }
 }
 
@@ -554,6 +648,50 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("message.max.bytes"), "{e}");
+    }
+
+    #[test]
+    fn dynamic_values_override_static_ones_broker_last() {
+        let c = BrokerConfig::build(input(&[("log.retention.hours", "1")])).unwrap();
+        let cluster: BTreeMap<String, String> = [
+            ("log.retention.ms".to_string(), "5000".to_string()),
+            ("log.segment.bytes".to_string(), "4096".to_string()),
+        ]
+        .into();
+        let broker: BTreeMap<String, String> =
+            [("log.retention.ms".to_string(), "7000".to_string())].into();
+        let d = c.with_dynamic(&[&cluster, &broker]).unwrap();
+        assert_eq!(d.log_retention_ms, 7000);
+        assert_eq!(d.log_segment_bytes, 4096);
+        assert_eq!(
+            c.log_retention_ms, 3_600_000,
+            "the static config is untouched"
+        );
+        assert_eq!(d.values["log.segment.bytes"], ("4096".to_string(), true));
+        let e = validate_dynamic("log.segment.bytes", "12").unwrap_err();
+        assert!(e.contains("log.segment.bytes") && e.contains("1024"), "{e}");
+        let e = validate_dynamic("node.id", "3").unwrap_err();
+        assert!(e.contains("read-only"), "{e}");
+        assert!(validate_dynamic("no.such.key", "3").is_err());
+        let bad: BTreeMap<String, String> =
+            [("num.partitions".to_string(), "3".to_string())].into();
+        assert!(c.with_dynamic(&[&bad]).is_err());
+    }
+
+    #[test]
+    fn max_broker_partitions_is_a_positive_int() {
+        assert_eq!(
+            BrokerConfig::build(input(&[]))
+                .unwrap()
+                .max_broker_partitions,
+            100_000
+        );
+        for bad in ["0", "2147483648", "many"] {
+            let e = BrokerConfig::build(input(&[("max.broker.partitions", bad)]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("max.broker.partitions"), "{e}");
+        }
     }
 
     #[test]

@@ -12,3 +12,4 @@ pub mod handlers;
 pub mod routing;
 pub mod server;
 pub mod shard;
+pub mod topic_config;

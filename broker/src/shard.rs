@@ -100,6 +100,17 @@ pub enum ShardRequest {
         change: crate::controller::ConfigChange,
         reply: oneshot::Sender<(ErrorCode, Option<String>)>,
     },
+    /// CreatePartitions, for the controller: one (error, message) per topic, in order.
+    CreatePartitions {
+        topics: Vec<crate::controller::PartitionGrowth>,
+        validate_only: bool,
+        reply: oneshot::Sender<Vec<(ErrorCode, Option<String>)>>,
+    },
+    /// AlterConfigs / IncrementalAlterConfigs on a broker resource, for the controller.
+    AlterBrokerConfigs {
+        change: crate::controller::BrokerConfigChange,
+        reply: oneshot::Sender<(ErrorCode, Option<String>)>,
+    },
     AllocateProducerId {
         reply: oneshot::Sender<Result<i64, String>>,
     },
@@ -117,7 +128,10 @@ pub enum ShardRequest {
 pub struct Shard {
     pub id: ShardId,
     pub shards: usize,
+    /// The static config, as started (`--config`, `--set`).
     pub config: Arc<BrokerConfig>,
+    /// The effective config: `config` with the catalog's dynamic broker configs applied.
+    broker_config: RefCell<Arc<BrokerConfig>>,
     peers: Vec<async_channel::Sender<ShardRequest>>,
     catalog: RefCell<Arc<Catalog>>,
     partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
@@ -143,11 +157,13 @@ impl Shard {
         controller: Option<Controller>,
     ) -> Self {
         let groups = GroupCoordinator::new(group_config(&config));
+        let broker_config = RefCell::new(effective_config(&config, &catalog));
         Self {
             id,
             groups,
             shards: peers.len(),
             config,
+            broker_config,
             peers,
             catalog: RefCell::new(catalog),
             partitions: RefCell::new(HashMap::new()),
@@ -165,6 +181,14 @@ impl Shard {
         self.catalog.borrow().clone()
     }
 
+    /// The effective broker config: the static config with the dynamic broker configs of the
+    /// current catalog snapshot applied (per-broker over cluster-wide over static). Code that
+    /// honours a dynamic key reads it here, per use, instead of from `config`; a change made by
+    /// AlterConfigs is visible on every shard before that request is answered.
+    pub fn broker_config(&self) -> Arc<BrokerConfig> {
+        self.broker_config.borrow().clone()
+    }
+
     pub fn owner(&self, topic: &str, partition: i32) -> ShardId {
         shard_for(topic, partition, self.shards)
     }
@@ -172,7 +196,7 @@ impl Shard {
     /// The log settings of `topic`: its overrides over the broker defaults. A topic whose
     /// cleanup policy does not include `delete` keeps its data whatever the retention settings.
     fn log_config(&self, catalog: &Catalog, topic: &str) -> LogConfig {
-        let c = &self.config;
+        let c = &*self.broker_config();
         let Some(t) = catalog.topics.get(topic) else {
             return LogConfig::DEFAULT;
         };
@@ -246,6 +270,10 @@ impl Shard {
     /// Opens the partitions of `catalog` this shard owns and deletes those of vanished topics.
     pub async fn apply_catalog(self: &Rc<Self>, catalog: Arc<Catalog>) {
         let old = self.catalog.replace(catalog.clone());
+        if old.broker_configs != catalog.broker_configs {
+            self.broker_config
+                .replace(effective_config(&self.config, &catalog));
+        }
         let mut gone: Vec<(String, i32)> = Vec::new();
         for ((topic, p), _) in self.partitions.borrow().iter() {
             let keep = catalog.topics.get(topic).is_some_and(|t| *p < t.partitions)
@@ -401,6 +429,33 @@ impl Shard {
             ShardRequest::AlterTopicConfigs { change, reply } => {
                 let out = match &self.controller {
                     Some(c) => c.alter_topic_configs(&self, change).await,
+                    None => (
+                        ErrorCode::UNKNOWN_SERVER_ERROR,
+                        Some("not the controller".into()),
+                    ),
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::CreatePartitions {
+                topics,
+                validate_only,
+                reply,
+            } => {
+                let out = match &self.controller {
+                    Some(c) => c.create_partitions(&self, topics, validate_only).await,
+                    None => vec![
+                        (
+                            ErrorCode::UNKNOWN_SERVER_ERROR,
+                            Some("not the controller".into())
+                        );
+                        topics.len()
+                    ],
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::AlterBrokerConfigs { change, reply } => {
+                let out = match &self.controller {
+                    Some(c) => c.alter_broker_configs(&self, change).await,
                     None => (
                         ErrorCode::UNKNOWN_SERVER_ERROR,
                         Some("not the controller".into()),
@@ -647,6 +702,22 @@ impl Shard {
     pub fn request_finished(&self) {
         self.inflight.set(self.inflight.get() - 1);
         self.inflight_event.notify(usize::MAX);
+    }
+}
+
+/// `config` with the dynamic broker configs of `catalog` applied. The controller validated them
+/// before storing them; a value that no longer applies (say, a key made read-only by an upgrade)
+/// is ignored with a warning rather than stopping the broker.
+fn effective_config(config: &Arc<BrokerConfig>, catalog: &Catalog) -> Arc<BrokerConfig> {
+    let d = &catalog.broker_configs;
+    let empty = Default::default();
+    let own = d.per_broker.get(&config.node_id).unwrap_or(&empty);
+    match config.with_dynamic(&[&d.cluster, own]) {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            warn!(error = %e, "ignoring the dynamic broker configs");
+            config.clone()
+        }
     }
 }
 

@@ -29,6 +29,7 @@ pub mod api_key {
     pub const DELETE_GROUPS: i16 = 42;
     pub const OFFSET_DELETE: i16 = 47;
     pub const ALTER_CONFIGS: i16 = 33;
+    pub const CREATE_PARTITIONS: i16 = 37;
     pub const INCREMENTAL_ALTER_CONFIGS: i16 = 44;
 }
 
@@ -87,6 +88,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     spec(api_key::DELETE_GROUPS, "DeleteGroups", 0, 2, 2),
     spec(api_key::OFFSET_DELETE, "OffsetDelete", 0, 0, i16::MAX),
     spec(api_key::ALTER_CONFIGS, "AlterConfigs", 0, 2, 2),
+    spec(api_key::CREATE_PARTITIONS, "CreatePartitions", 0, 3, 2),
     spec(
         api_key::INCREMENTAL_ALTER_CONFIGS,
         "IncrementalAlterConfigs",

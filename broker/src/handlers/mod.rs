@@ -3,6 +3,7 @@
 
 pub mod alter_configs;
 pub mod api_versions;
+pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_records;
 pub mod delete_topics;
@@ -67,6 +68,7 @@ async fn handle(
         api_key::FETCH => fetch::handle(shard, spec, header, r).await,
         api_key::LIST_OFFSETS => list_offsets::handle(shard, spec, header, r).await,
         api_key::CREATE_TOPICS => create_topics::handle(shard, spec, header, r).await,
+        api_key::CREATE_PARTITIONS => create_partitions::handle(shard, spec, header, r).await,
         api_key::DELETE_TOPICS => delete_topics::handle(shard, spec, header, r).await,
         api_key::DELETE_RECORDS => delete_records::handle(shard, spec, header, r).await,
         api_key::INIT_PRODUCER_ID => init_producer_id::handle(shard, spec, header, r).await,
