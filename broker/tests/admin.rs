@@ -492,3 +492,74 @@ fn max_broker_partitions_holds_for_create_topics_create_partitions_and_auto_crea
     assert!(all.topics().iter().all(|t| t.name() != "auto"));
     broker.shutdown().unwrap();
 }
+
+#[test]
+fn authorized_operations_are_answered_when_asked_and_int_min_otherwise() {
+    use kafka_protocol::messages::describe_cluster_request::DescribeClusterRequest;
+    use kafka_protocol::messages::describe_cluster_response::DescribeClusterResponse;
+    use kafka_protocol::messages::describe_groups_request::DescribeGroupsRequest;
+    use kafka_protocol::messages::describe_groups_response::DescribeGroupsResponse;
+    use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
+    use kafka_protocol::messages::metadata_response::MetadataResponse;
+    use kafka_protocol::messages::{GroupId, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    // Kafka's bit fields with no authorizer: every operation that applies to the resource type.
+    const TOPIC: i32 = 3576;
+    const CLUSTER: i32 = 8096;
+    const GROUP: i32 = 3400;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 1, &[("offsets.topic.num.partitions", "1")]);
+    rd_create_topics(
+        broker.addr,
+        &[NewTopic::new("ops", 1, TopicReplication::Fixed(1))],
+    );
+    let mut raw = RawConn::connect(broker.addr);
+    for v in 8..=12 {
+        for asked in [false, true] {
+            let req = MetadataRequest::default()
+                .with_topics(Some(vec![MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_static_str("ops"))))]))
+                .with_include_cluster_authorized_operations(asked && v <= 10)
+                .with_include_topic_authorized_operations(asked);
+            let resp: MetadataResponse = raw.request(ApiKey::Metadata, v, &req);
+            let t = &resp.topics[0];
+            assert_eq!(t.error_code, 0);
+            assert_eq!(
+                t.topic_authorized_operations,
+                if asked { TOPIC } else { i32::MIN },
+                "v{v}"
+            );
+            if v <= 10 {
+                let want = if asked { CLUSTER } else { i32::MIN };
+                assert_eq!(resp.cluster_authorized_operations, want, "v{v}");
+            }
+        }
+    }
+    for v in 0..=1 {
+        for asked in [false, true] {
+            let resp: DescribeClusterResponse = raw.request(
+                ApiKey::DescribeCluster,
+                v,
+                &DescribeClusterRequest::default()
+                    .with_include_cluster_authorized_operations(asked)
+                    .with_endpoint_type(1),
+            );
+            let want = if asked { CLUSTER } else { i32::MIN };
+            assert_eq!(resp.cluster_authorized_operations, want, "v{v}");
+        }
+    }
+    for v in 3..=5 {
+        for asked in [false, true] {
+            let resp: DescribeGroupsResponse = raw.request(
+                ApiKey::DescribeGroups,
+                v,
+                &DescribeGroupsRequest::default()
+                    .with_groups(vec![GroupId(StrBytes::from_static_str("nobody"))])
+                    .with_include_authorized_operations(asked),
+            );
+            let want = if asked { GROUP } else { i32::MIN };
+            assert_eq!(resp.groups[0].authorized_operations, want, "v{v}");
+        }
+    }
+    broker.shutdown().unwrap();
+}
