@@ -80,7 +80,7 @@ mod tests {
                     kafka_protocol::messages::TopicName(StrBytes::from_static_str("a")),
                 ))]))
                 .with_allow_auto_topic_creation(true)
-                .with_include_cluster_authorized_operations(v >= 8)
+                .with_include_cluster_authorized_operations((8..=10).contains(&v))
                 .with_include_topic_authorized_operations(v >= 8);
             let mut b = BytesMut::new();
             req.encode(&mut b, v).unwrap();
