@@ -67,7 +67,9 @@ pub fn handle(
                             None => Entry {
                                 name: k.name,
                                 value: topic_default(&effective, k.name),
-                                source: SOURCE_DEFAULT,
+                                source: k
+                                    .broker_key
+                                    .map_or(SOURCE_DEFAULT, |b| broker_source(shard, &catalog, b)),
                                 read_only: false,
                                 kind: k.kind,
                                 doc: k.doc,
@@ -133,6 +135,25 @@ pub fn handle(
         header,
         &DescribeConfigsResponse::default().with_results(results),
     )
+}
+
+/// Where the broker's value of `key` comes from, as a topic default reports it: Kafka gives a
+/// topic key without an override the source of the broker key that supplies its default.
+fn broker_source(shard: &Shard, catalog: &crate::catalog::Catalog, key: &str) -> i8 {
+    let dynamic = &catalog.broker_configs;
+    if dynamic
+        .per_broker
+        .get(&shard.config.node_id)
+        .is_some_and(|o| o.contains_key(key))
+    {
+        SOURCE_DYNAMIC_BROKER
+    } else if dynamic.cluster.contains_key(key) {
+        SOURCE_DYNAMIC_DEFAULT_BROKER
+    } else if shard.config.values.get(key).is_some_and(|(_, set)| *set) {
+        SOURCE_STATIC_BROKER
+    } else {
+        SOURCE_DEFAULT
+    }
 }
 
 /// The entries of a broker resource: for this broker (`Some`), every key with its effective
