@@ -77,6 +77,12 @@ pub enum ShardRequest {
         timestamp: i64,
         reply: oneshot::Sender<(ErrorCode, i64, i64)>,
     },
+    /// The log end offset of one partition (OffsetForLeaderEpoch).
+    LogEndOffset {
+        topic: String,
+        partition: i32,
+        reply: oneshot::Sender<(ErrorCode, i64)>,
+    },
     /// DeleteRecords for one partition: replies with the new log start offset.
     DeleteRecords {
         topic: String,
@@ -399,6 +405,18 @@ impl Shard {
                         Ok(low) => (ErrorCode::NONE, low),
                         Err(e) => (partition_error_code(&e), -1),
                     },
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::LogEndOffset {
+                topic,
+                partition,
+                reply,
+            } => {
+                let out = match self.partition(&topic, partition) {
+                    None => (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1),
+                    Some(p) if p.is_offline() => (ErrorCode::KAFKA_STORAGE_ERROR, -1),
+                    Some(p) => (ErrorCode::NONE, p.log_end_offset()),
                 };
                 let _ = reply.send(out);
             }

@@ -563,3 +563,85 @@ fn authorized_operations_are_answered_when_asked_and_int_min_otherwise() {
     }
     broker.shutdown().unwrap();
 }
+
+#[test]
+fn offset_for_leader_epoch_answers_epoch_zero_with_the_log_end() {
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderEpochRequest, OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    use kafka_protocol::messages::offset_for_leader_epoch_response::OffsetForLeaderEpochResponse;
+    use kafka_protocol::messages::{BrokerId, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, &[("offsets.topic.num.partitions", "1")]);
+    rd_create_topics(
+        broker.addr,
+        &[NewTopic::new("epochs", 2, TopicReplication::Fixed(1))],
+    );
+    let messages: Vec<_> = (0..10).map(|i| (None, format!("m{i}"))).collect();
+    rd_produce(
+        broker.addr,
+        "epochs",
+        &[("partitioner", "consistent")],
+        &messages,
+    );
+    // (partition, current_leader_epoch, leader_epoch) → (error, epoch, end offset)
+    let cases = [
+        ((0, -1, 0), (0, 0, -2)),
+        ((1, 0, 0), (0, 0, -2)),
+        ((0, 0, 1), (0, -1, -1)),
+        (
+            (0, 1, 0),
+            (RDKafkaErrorCode::UnknownLeaderEpoch as i16, -1, -1),
+        ),
+        (
+            (0, -3, 0),
+            (RDKafkaErrorCode::FencedLeaderEpoch as i16, -1, -1),
+        ),
+        (
+            (2, -1, 0),
+            (RDKafkaErrorCode::UnknownTopicOrPartition as i16, -1, -1),
+        ),
+    ];
+    let mut raw = RawConn::connect(broker.addr);
+    for v in 2..=4 {
+        let partitions = cases
+            .iter()
+            .map(|((p, current, epoch), _)| {
+                OffsetForLeaderPartition::default()
+                    .with_partition(*p)
+                    .with_current_leader_epoch(*current)
+                    .with_leader_epoch(*epoch)
+            })
+            .collect();
+        let mut req = OffsetForLeaderEpochRequest::default().with_topics(vec![
+            OffsetForLeaderTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("epochs")))
+                .with_partitions(partitions),
+            OffsetForLeaderTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("nope")))
+                .with_partitions(vec![OffsetForLeaderPartition::default()]),
+        ]);
+        if v >= 3 {
+            req = req.with_replica_id(BrokerId(-1));
+        }
+        let resp: OffsetForLeaderEpochResponse = raw.request(ApiKey::OffsetForLeaderEpoch, v, &req);
+        let got = &resp.topics[0].partitions;
+        let ends: i64 = got[..2].iter().map(|p| p.end_offset).sum();
+        assert_eq!(ends, 10, "epoch 0 ends at each log end: {got:?}");
+        for (((p, _, _), (code, epoch, end)), g) in cases.iter().zip(got) {
+            assert_eq!(g.partition, *p);
+            assert_eq!(g.error_code, *code, "v{v} {g:?}");
+            assert_eq!(g.leader_epoch, *epoch, "v{v} {g:?}");
+            if *end != -2 {
+                assert_eq!(g.end_offset, *end, "v{v} {g:?}");
+            }
+        }
+        let missing = &resp.topics[1].partitions[0];
+        assert_eq!(
+            missing.error_code,
+            RDKafkaErrorCode::UnknownTopicOrPartition as i16
+        );
+    }
+    broker.shutdown().unwrap();
+}

@@ -14,6 +14,7 @@ pub mod groups;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 
 use std::future::Future;
@@ -69,6 +70,9 @@ async fn handle(
         api_key::LIST_OFFSETS => list_offsets::handle(shard, spec, header, r).await,
         api_key::CREATE_TOPICS => create_topics::handle(shard, spec, header, r).await,
         api_key::CREATE_PARTITIONS => create_partitions::handle(shard, spec, header, r).await,
+        api_key::OFFSET_FOR_LEADER_EPOCH => {
+            offset_for_leader_epoch::handle(shard, spec, header, r).await
+        }
         api_key::DELETE_TOPICS => delete_topics::handle(shard, spec, header, r).await,
         api_key::DELETE_RECORDS => delete_records::handle(shard, spec, header, r).await,
         api_key::INIT_PRODUCER_ID => init_producer_id::handle(shard, spec, header, r).await,

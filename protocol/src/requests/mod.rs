@@ -14,6 +14,7 @@ pub mod groups;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 
 use crate::registry;
