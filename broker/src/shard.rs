@@ -83,6 +83,10 @@ pub enum ShardRequest {
         partition: i32,
         reply: oneshot::Sender<(ErrorCode, i64)>,
     },
+    /// Bytes of each owned partition's segment files (DescribeLogDirs).
+    PartitionSizes {
+        reply: oneshot::Sender<Vec<((String, i32), i64)>>,
+    },
     /// DeleteRecords for one partition: replies with the new log start offset.
     DeleteRecords {
         topic: String,
@@ -352,6 +356,33 @@ impl Shard {
             .cloned()
     }
 
+    /// Each owned partition with the bytes its segment files hold on disk. The directory
+    /// listing is a few metadata calls per partition, made on the executor thread: an admin
+    /// request, not the data path.
+    fn partition_sizes(&self) -> Vec<((String, i32), i64)> {
+        let parts: Vec<((String, i32), std::path::PathBuf)> = self
+            .partitions
+            .borrow()
+            .iter()
+            .map(|(k, p)| (k.clone(), p.dir().to_path_buf()))
+            .collect();
+        parts
+            .into_iter()
+            .map(|(key, dir)| {
+                let bytes: u64 = std::fs::read_dir(&dir)
+                    .map(|d| {
+                        d.flatten()
+                            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+                            .filter_map(|e| e.metadata().ok())
+                            .map(|m| m.len())
+                            .sum()
+                    })
+                    .unwrap_or(0);
+                (key, i64::try_from(bytes).unwrap_or(i64::MAX))
+            })
+            .collect()
+    }
+
     pub fn owned_partition_count(&self) -> usize {
         self.partitions.borrow().len()
     }
@@ -419,6 +450,9 @@ impl Shard {
                     Some(p) => (ErrorCode::NONE, p.log_end_offset()),
                 };
                 let _ = reply.send(out);
+            }
+            ShardRequest::PartitionSizes { reply } => {
+                let _ = reply.send(self.partition_sizes());
             }
             ShardRequest::ApplyCatalog { catalog, reply } => {
                 self.apply_catalog(catalog).await;

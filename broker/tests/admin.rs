@@ -645,3 +645,74 @@ fn offset_for_leader_epoch_answers_epoch_zero_with_the_log_end() {
     }
     broker.shutdown().unwrap();
 }
+
+#[test]
+fn describe_log_dirs_reports_partition_sizes_and_the_filesystem() {
+    use kafka_protocol::messages::describe_log_dirs_request::{
+        DescribableLogDirTopic, DescribeLogDirsRequest,
+    };
+    use kafka_protocol::messages::describe_log_dirs_response::DescribeLogDirsResponse;
+    use kafka_protocol::messages::TopicName;
+    use kafka_protocol::protocol::StrBytes;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, &[("offsets.topic.num.partitions", "1")]);
+    rd_create_topics(
+        broker.addr,
+        &[NewTopic::new("sizes", 2, TopicReplication::Fixed(1))],
+    );
+    let messages: Vec<_> = (0..200)
+        .map(|i| (Some(format!("k{i}")), "x".repeat(500)))
+        .collect();
+    rd_produce(broker.addr, "sizes", &[], &messages);
+    let mut raw = RawConn::connect(broker.addr);
+    for v in 1..=4 {
+        let all: DescribeLogDirsResponse = raw.request(
+            ApiKey::DescribeLogDirs,
+            v,
+            &DescribeLogDirsRequest::default().with_topics(None),
+        );
+        assert_eq!(all.results.len(), 1);
+        let d = &all.results[0];
+        assert_eq!(d.error_code, 0);
+        let canonical = std::fs::canonicalize(dir.path()).unwrap();
+        assert_eq!(d.log_dir.as_str(), canonical.to_str().unwrap());
+        let t = d
+            .topics
+            .iter()
+            .find(|t| t.name.0.as_str() == "sizes")
+            .expect("topic listed");
+        assert_eq!(t.partitions.len(), 2);
+        let total: i64 = t.partitions.iter().map(|p| p.partition_size).sum();
+        assert!(total >= 200 * 500, "{total} bytes hold 100 KB of values");
+        assert!(d
+            .topics
+            .iter()
+            .any(|t| t.name.0.as_str() == "__consumer_offsets"));
+        if v >= 4 {
+            assert!(d.total_bytes > 0 && d.usable_bytes >= 0, "{d:?}");
+            assert!(d.usable_bytes <= d.total_bytes);
+        }
+
+        let some: DescribeLogDirsResponse = raw.request(
+            ApiKey::DescribeLogDirs,
+            v,
+            &DescribeLogDirsRequest::default().with_topics(Some(vec![
+                DescribableLogDirTopic::default()
+                    .with_topic(TopicName(StrBytes::from_static_str("sizes")))
+                    .with_partitions(vec![1, 7]),
+                DescribableLogDirTopic::default()
+                    .with_topic(TopicName(StrBytes::from_static_str("absent")))
+                    .with_partitions(vec![0]),
+            ])),
+        );
+        let topics = &some.results[0].topics;
+        assert_eq!(topics.len(), 1, "{topics:?}");
+        let parts: Vec<i32> = topics[0]
+            .partitions
+            .iter()
+            .map(|p| p.partition_index)
+            .collect();
+        assert_eq!(parts, vec![1]);
+    }
+    broker.shutdown().unwrap();
+}

@@ -141,6 +141,8 @@ def test_admin_partitions_broker_configs_and_authorized_operations(broker):
     assert cluster["brokers"][0]["broker_id"] == 0
     assert {"CREATE", "ALTER_CONFIGS", "IDEMPOTENT_WRITE"} <= set(cluster["authorized_operations"])
     assert "grow" in admin.list_topics()
+    dirs = repr(admin.describe_log_dirs())
+    assert "grow" in dirs, dirs
     groups = admin.describe_groups(["nobody"], include_authorized_operations=True)
     assert {"READ", "DESCRIBE", "DELETE"} <= set(groups["nobody"]["authorized_operations"])
     admin.close()

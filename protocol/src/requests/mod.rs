@@ -9,6 +9,7 @@ pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
+pub mod describe_log_dirs;
 pub mod fetch;
 pub mod groups;
 pub mod init_producer_id;
