@@ -643,22 +643,35 @@ impl Shard {
         partition: i32,
         timestamp: i64,
     ) -> (ErrorCode, i64, i64) {
-        use tributary_protocol::requests::list_offsets::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+        use tributary_protocol::requests::list_offsets::{
+            EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP,
+            LATEST_TIMESTAMP, MAX_TIMESTAMP,
+        };
         let Some(part) = self.partition(topic, partition) else {
             return (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
         };
         if part.is_offline() {
             return (ErrorCode::KAFKA_STORAGE_ERROR, -1, -1);
         }
-        match timestamp {
-            EARLIEST_TIMESTAMP => (ErrorCode::NONE, part.log_start_offset(), -1),
-            LATEST_TIMESTAMP => (ErrorCode::NONE, part.high_watermark(), -1),
-            t if t < 0 => (ErrorCode::UNSUPPORTED_VERSION, -1, -1),
-            t => match part.offset_for_timestamp(t).await {
-                Ok(Some((offset, ts))) => (ErrorCode::NONE, offset, ts),
-                Ok(None) => (ErrorCode::NONE, -1, -1),
-                Err(e) => (partition_error_code(&e), -1, -1),
+        let lookup = match timestamp {
+            // Without tiered storage the local log is the whole log, and nothing is tiered.
+            EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {
+                return (ErrorCode::NONE, part.log_start_offset(), -1)
+            }
+            LATEST_TIMESTAMP => return (ErrorCode::NONE, part.high_watermark(), -1),
+            LATEST_TIERED_TIMESTAMP => return (ErrorCode::NONE, -1, -1),
+            // The first record carrying the log's largest timestamp.
+            MAX_TIMESTAMP => match part.max_timestamp() {
+                Some(max) => max,
+                None => return (ErrorCode::NONE, -1, -1),
             },
+            t if t < 0 => return (ErrorCode::UNSUPPORTED_VERSION, -1, -1),
+            t => t,
+        };
+        match part.offset_for_timestamp(lookup).await {
+            Ok(Some((offset, ts))) => (ErrorCode::NONE, offset, ts),
+            Ok(None) => (ErrorCode::NONE, -1, -1),
+            Err(e) => (partition_error_code(&e), -1, -1),
         }
     }
 

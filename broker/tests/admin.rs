@@ -716,3 +716,97 @@ fn describe_log_dirs_reports_partition_sizes_and_the_filesystem() {
     }
     broker.shutdown().unwrap();
 }
+
+#[test]
+fn list_offsets_finds_records_inside_compressed_batches_and_the_max_timestamp() {
+    use kafka_protocol::messages::list_offsets_request::{
+        ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+    };
+    use kafka_protocol::messages::list_offsets_response::ListOffsetsResponse;
+    use kafka_protocol::messages::TopicName;
+    use kafka_protocol::protocol::StrBytes;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 1, &[("offsets.topic.num.partitions", "1")]);
+    rd_create_topics(
+        broker.addr,
+        &[NewTopic::new("ts", 1, TopicReplication::Fixed(1))],
+    );
+    let base: i64 = 1_700_000_000_000;
+    // Record i has timestamp base + 10 i, but record 7, which has the largest.
+    let stamp = |i: i64| {
+        if i == 7 {
+            base + 100_000
+        } else {
+            base + 10 * i
+        }
+    };
+    let producer: BaseProducer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", broker.addr.to_string())
+        .set("compression.codec", "gzip")
+        .set("linger.ms", "500")
+        .create()
+        .unwrap();
+    let value = "v".repeat(200);
+    for i in 0..20 {
+        producer
+            .send(
+                BaseRecord::<(), str>::to("ts")
+                    .payload(&value)
+                    .partition(0)
+                    .timestamp(stamp(i)),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let log = std::fs::read(dir.path().join("ts-0").join("00000000000000000000.log")).unwrap();
+    assert_eq!(
+        i16::from_be_bytes([log[21], log[22]]) & 7,
+        1,
+        "the batch is gzip-compressed"
+    );
+
+    let mut raw = RawConn::connect(broker.addr);
+    let mut ask = |v: i16, timestamp: i64| {
+        let resp: ListOffsetsResponse = raw.request(
+            ApiKey::ListOffsets,
+            v,
+            &ListOffsetsRequest::default()
+                .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+                .with_topics(vec![ListOffsetsTopic::default()
+                    .with_name(TopicName(StrBytes::from_static_str("ts")))
+                    .with_partitions(vec![ListOffsetsPartition::default()
+                        .with_partition_index(0)
+                        .with_timestamp(timestamp)])]),
+        );
+        let p = &resp.topics[0].partitions[0];
+        assert_eq!(p.error_code, 0, "v{v} {timestamp}");
+        (p.offset, p.timestamp)
+    };
+    for v in 1..=10 {
+        assert_eq!(
+            ask(v, base + 35),
+            (4, base + 40),
+            "v{v}: the record, not the batch"
+        );
+        assert_eq!(ask(v, base + 190), (7, base + 100_000), "v{v}");
+        assert_eq!(ask(v, base + 100_001), (-1, -1), "v{v}");
+        assert_eq!(ask(v, -2).0, 0);
+        assert_eq!(ask(v, -1).0, 20);
+    }
+    for v in 7..=10 {
+        assert_eq!(ask(v, -3), (7, base + 100_000), "v{v}: MAX_TIMESTAMP");
+    }
+    for v in 8..=10 {
+        assert_eq!(
+            ask(v, -4).0,
+            0,
+            "v{v}: EARLIEST_LOCAL_TIMESTAMP is the log start"
+        );
+    }
+    for v in 9..=10 {
+        assert_eq!(ask(v, -5), (-1, -1), "v{v}: nothing is tiered");
+    }
+    broker.shutdown().unwrap();
+}
