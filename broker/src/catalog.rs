@@ -166,4 +166,32 @@ mod tests {
         let e = Catalog::load_or_create(dir.path()).unwrap_err().to_string();
         assert!(e.contains("checksum"), "{e}");
     }
+
+    #[test]
+    fn dynamic_broker_configs_persist_and_old_catalogs_load_without_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Catalog::load_or_create(dir.path()).unwrap();
+        c.broker_configs
+            .cluster
+            .insert("log.retention.ms".into(), "1000".into());
+        c.broker_configs
+            .per_broker
+            .entry(0)
+            .or_default()
+            .insert("log.segment.bytes".into(), "4096".into());
+        c.save(dir.path()).unwrap();
+        assert_eq!(Catalog::load_or_create(dir.path()).unwrap(), c);
+
+        // A catalog written before dynamic broker configs existed has no such field.
+        let old = r#"{"version":3,"cluster_id":"abc","topics":{}}"#;
+        write_atomic(
+            dir.path(),
+            CATALOG_FILE,
+            &serde_json::from_str::<serde_json::Value>(old).unwrap(),
+        )
+        .unwrap();
+        let c = Catalog::load_or_create(dir.path()).unwrap();
+        assert_eq!(c.version, 3);
+        assert_eq!(c.broker_configs, DynamicBrokerConfigs::default());
+    }
 }
