@@ -8,6 +8,8 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::topic_config::Bound;
+
 /// One broker-level key: its default, Kafka type name and documentation.
 pub struct BrokerKey {
     pub name: &'static str,
@@ -493,48 +495,143 @@ impl BrokerConfig {
     }
 }
 
-/// Broker keys AlterConfigs may change while the broker runs (Kafka's "cluster-wide" dynamic
-/// update mode, restricted to the keys whose new value Tributary applies at once: each reaches the
-/// shards with the catalog snapshot and is read through `Shard::broker_config()`). Every other
-/// key is read-only. The values accepted are those of the topic key each is the default of.
-pub const DYNAMIC_BROKER_KEYS: &[&str] = &[
-    "log.segment.bytes",
-    "log.roll.ms",
-    "log.retention.ms",
-    "log.retention.bytes",
-    "log.index.interval.bytes",
-    "log.flush.interval.messages",
-    "log.flush.interval.ms",
-    "log.cleaner.delete.retention.ms",
-    "log.cleaner.min.cleanable.ratio",
-    "log.cleaner.dedupe.buffer.size",
+/// A broker key AlterConfigs may change while the broker runs (Kafka's "cluster-wide" dynamic
+/// update mode), restricted to keys whose new value Tributary applies at once: each reaches the
+/// shards with the catalog snapshot and is read through `Shard::broker_config()`. Every other key
+/// is read-only. Making a key dynamic is one entry here, with code that reads the key from
+/// `Shard::broker_config()` per use.
+pub struct DynamicKey {
+    pub name: &'static str,
+    /// The values accepted; `None`: those of the topic key this one is the default of.
+    pub bound: Option<(ConfigKind, Bound)>,
+    /// Sets the typed field of the effective config from a value that passed `bound`.
+    pub apply: fn(&mut BrokerConfig, &str) -> std::result::Result<(), String>,
+}
+
+/// Parses a value that passed its bound into a typed field.
+fn set<T: std::str::FromStr>(field: &mut T, key: &str, v: &str) -> std::result::Result<(), String> {
+    *field = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("config {key}: {v:?} is out of range"))?;
+    Ok(())
+}
+
+pub const DYNAMIC_BROKER_KEYS: &[DynamicKey] = &[
+    DynamicKey {
+        name: "log.segment.bytes",
+        bound: None,
+        apply: |c, v| set(&mut c.log_segment_bytes, "log.segment.bytes", v),
+    },
+    DynamicKey {
+        name: "log.roll.ms",
+        bound: None,
+        apply: |c, v| set(&mut c.log_roll_ms, "log.roll.ms", v),
+    },
+    DynamicKey {
+        name: "log.retention.ms",
+        bound: None,
+        apply: |c, v| set(&mut c.log_retention_ms, "log.retention.ms", v),
+    },
+    DynamicKey {
+        name: "log.retention.bytes",
+        bound: None,
+        apply: |c, v| set(&mut c.log_retention_bytes, "log.retention.bytes", v),
+    },
+    DynamicKey {
+        name: "log.index.interval.bytes",
+        bound: None,
+        apply: |c, v| {
+            set(
+                &mut c.log_index_interval_bytes,
+                "log.index.interval.bytes",
+                v,
+            )
+        },
+    },
+    DynamicKey {
+        name: "log.flush.interval.messages",
+        bound: None,
+        apply: |c, v| {
+            set(
+                &mut c.log_flush_interval_messages,
+                "log.flush.interval.messages",
+                v,
+            )
+        },
+    },
+    DynamicKey {
+        name: "log.flush.interval.ms",
+        bound: None,
+        apply: |c, v| set(&mut c.log_flush_interval_ms, "log.flush.interval.ms", v),
+    },
+    DynamicKey {
+        name: "log.cleaner.delete.retention.ms",
+        bound: None,
+        apply: |c, v| {
+            set(
+                &mut c.log_cleaner_delete_retention_ms,
+                "log.cleaner.delete.retention.ms",
+                v,
+            )
+        },
+    },
+    DynamicKey {
+        name: "log.cleaner.min.cleanable.ratio",
+        bound: None,
+        apply: |c, v| {
+            set(
+                &mut c.log_cleaner_min_cleanable_ratio,
+                "log.cleaner.min.cleanable.ratio",
+                v,
+            )
+        },
+    },
+    DynamicKey {
+        name: "log.cleaner.dedupe.buffer.size",
+        bound: Some((ConfigKind::Long, Bound::AtLeast(1 << 20))),
+        apply: |c, v| {
+            set(
+                &mut c.log_cleaner_dedupe_buffer_size,
+                "log.cleaner.dedupe.buffer.size",
+                v,
+            )
+        },
+    },
 ];
 
+fn dynamic_key(key: &str) -> Option<&'static DynamicKey> {
+    DYNAMIC_BROKER_KEYS.iter().find(|d| d.name == key)
+}
+
 pub fn is_dynamic(key: &str) -> bool {
-    DYNAMIC_BROKER_KEYS.contains(&key)
+    dynamic_key(key).is_some()
 }
 
 /// Checks a dynamic broker config value; the error names the key and the allowed values.
-pub fn validate_dynamic(key: &str, value: &str) -> Result<(), String> {
-    use crate::topic_config::{check_value, Bound, TOPIC_KEYS};
-    if !is_dynamic(key) {
+pub fn validate_dynamic(key: &str, value: &str) -> std::result::Result<(), String> {
+    use crate::topic_config::{check_value, TOPIC_KEYS};
+    let Some(d) = dynamic_key(key) else {
         return Err(match BROKER_KEYS.iter().any(|k| k.name == key) {
             true => format!("{key} is read-only: it cannot be changed while the broker runs (set it with --config or --set and restart)"),
             false => format!("unknown broker config {key:?}"),
         });
-    }
-    if key == "log.cleaner.dedupe.buffer.size" {
-        return check_value(key, ConfigKind::Long, Bound::AtLeast(1 << 20), value);
-    }
-    match TOPIC_KEYS.iter().find(|t| t.broker_key == Some(key)) {
-        Some(t) => check_value(key, t.kind, t.bound, value),
-        None => Err(format!("{key} has no validator")),
+    };
+    let bound = d.bound.or_else(|| {
+        TOPIC_KEYS
+            .iter()
+            .find(|t| t.broker_key == Some(key))
+            .map(|t| (t.kind, t.bound))
+    });
+    match bound {
+        Some((kind, bound)) => check_value(key, kind, bound, value),
+        None => Err(format!("{key} has no bound: give its DynamicKey one")),
     }
 }
 
 impl BrokerConfig {
     /// This (static) config with dynamic values applied in order: cluster defaults, then this
-    /// broker's own. Each value must have passed [`validate_dynamic`].
+    /// broker's own. A value that fails [`validate_dynamic`] is an error.
     pub fn with_dynamic(
         &self,
         layers: &[&BTreeMap<String, String>],
@@ -543,35 +640,10 @@ impl BrokerConfig {
         for layer in layers {
             for (k, v) in layer.iter() {
                 validate_dynamic(k, v)?;
-                let bad = |_| format!("config {k}: {v:?} is out of range");
-                let v = v.trim();
-                match k.as_str() {
-                    "log.segment.bytes" => c.log_segment_bytes = v.parse().map_err(bad)?,
-                    "log.roll.ms" => c.log_roll_ms = v.parse().map_err(bad)?,
-                    "log.retention.ms" => c.log_retention_ms = v.parse().map_err(bad)?,
-                    "log.retention.bytes" => c.log_retention_bytes = v.parse().map_err(bad)?,
-                    "log.index.interval.bytes" => {
-                        c.log_index_interval_bytes = v.parse().map_err(bad)?
-                    }
-                    "log.flush.interval.messages" => {
-                        c.log_flush_interval_messages = v.parse().map_err(bad)?
-                    }
-                    "log.flush.interval.ms" => c.log_flush_interval_ms = v.parse().map_err(bad)?,
-                    "log.cleaner.delete.retention.ms" => {
-                        c.log_cleaner_delete_retention_ms = v.parse().map_err(bad)?
-                    }
-                    "log.cleaner.min.cleanable.ratio" => {
-                        c.log_cleaner_min_cleanable_ratio = v
-                            .parse()
-                            .map_err(|_| format!("config {k}: {v:?} is not a ratio"))?
-                    }
-                    "log.cleaner.dedupe.buffer.size" => {
-                        c.log_cleaner_dedupe_buffer_size = v.parse().map_err(bad)?
-                    }
-                    other => return Err(format!("{other} is not a dynamic broker config")),
-                }
-                if let Some(key) = BROKER_KEYS.iter().find(|d| d.name == k) {
-                    c.values.insert(key.name, (v.to_string(), true));
+                let d = dynamic_key(k).ok_or_else(|| format!("{k} is not dynamic"))?;
+                (d.apply)(&mut c, v)?;
+                if let Some(key) = BROKER_KEYS.iter().find(|b| b.name == k) {
+                    c.values.insert(key.name, (v.trim().to_string(), true));
                 }
             }
         }
