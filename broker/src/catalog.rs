@@ -11,8 +11,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BrokerConfig, ConfigKind};
-
 pub const CATALOG_FILE: &str = "catalog.json";
 pub const PRODUCER_ID_FILE: &str = "producer-ids.json";
 
@@ -70,6 +68,19 @@ pub struct Catalog {
     pub version: u64,
     pub cluster_id: String,
     pub topics: BTreeMap<String, TopicMeta>,
+    /// Broker configs changed at runtime through AlterConfigs (absent in catalogs written before
+    /// they existed).
+    #[serde(default)]
+    pub broker_configs: DynamicBrokerConfigs,
+}
+
+/// Dynamic broker configs, as Kafka keeps them: cluster-wide defaults (AlterConfigs on the
+/// broker resource with an empty name) and per-broker values (named by node id), the latter
+/// taking precedence. Both override the static `--config`/`--set` values.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DynamicBrokerConfigs {
+    pub cluster: BTreeMap<String, String>,
+    pub per_broker: BTreeMap<i32, BTreeMap<String, String>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -134,6 +145,7 @@ impl Catalog {
             version: 1,
             cluster_id: new_cluster_id(),
             topics: BTreeMap::new(),
+            broker_configs: DynamicBrokerConfigs::default(),
         };
         write_atomic(data_dir, CATALOG_FILE, &c)?;
         Ok(c)
@@ -162,197 +174,6 @@ fn new_cluster_id() -> String {
 /// Directory of one partition: `<data-dir>/<topic>-<partition>`, as Kafka lays it out.
 pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
     data_dir.join(format!("{topic}-{partition}"))
-}
-
-/// A topic-level config key: its broker-level default and how to check a value.
-pub struct TopicKey {
-    pub name: &'static str,
-    pub kind: ConfigKind,
-    pub doc: &'static str,
-    /// Takes effect in this version; the others are stored and described but not yet enforced.
-    pub enforced: bool,
-}
-
-pub const TOPIC_KEYS: &[TopicKey] = &[
-    TopicKey {
-        name: "cleanup.policy",
-        kind: ConfigKind::List,
-        doc: "delete, compact or compact,delete.",
-        enforced: true,
-    },
-    TopicKey {
-        name: "compression.type",
-        kind: ConfigKind::String,
-        doc: "Codec batches are stored with: producer keeps the producer's; uncompressed, gzip, snappy, lz4 or zstd recompresses.",
-        enforced: true,
-    },
-    TopicKey {
-        name: "max.message.bytes",
-        kind: ConfigKind::Int,
-        doc: "Largest record batch accepted for this topic.",
-        enforced: true,
-    },
-    TopicKey {
-        name: "message.timestamp.type",
-        kind: ConfigKind::String,
-        doc: "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches with the broker's append time.",
-        enforced: true,
-    },
-    TopicKey {
-        name: "message.timestamp.before.max.ms",
-        kind: ConfigKind::Long,
-        doc: "CreateTime records further behind the broker's clock are refused (INVALID_TIMESTAMP).",
-        enforced: true,
-    },
-    TopicKey {
-        name: "message.timestamp.after.max.ms",
-        kind: ConfigKind::Long,
-        doc: "CreateTime records further ahead of the broker's clock are refused (INVALID_TIMESTAMP).",
-        enforced: true,
-    },
-    TopicKey {
-        name: "retention.ms",
-        kind: ConfigKind::Long,
-        doc: "Age after which whole segments are deleted (-1: never).",
-        enforced: true,
-    },
-    TopicKey {
-        name: "retention.bytes",
-        kind: ConfigKind::Long,
-        doc: "Partition size above which the oldest segments are deleted (-1: never).",
-        enforced: true,
-    },
-    TopicKey {
-        name: "segment.bytes",
-        kind: ConfigKind::Int,
-        doc: "Size at which a partition rolls to a new segment.",
-        enforced: true,
-    },
-    TopicKey {
-        name: "segment.ms",
-        kind: ConfigKind::Long,
-        doc: "Roll a segment when its batches' timestamps span more than this many milliseconds.",
-        enforced: true,
-    },
-    TopicKey {
-        name: "index.interval.bytes",
-        kind: ConfigKind::Int,
-        doc: "Bytes of log between sparse index entries.",
-        enforced: true,
-    },
-    TopicKey {
-        name: "min.insync.replicas",
-        kind: ConfigKind::Int,
-        doc: "Replicas that must have a write for acks=all.",
-        enforced: false,
-    },
-    TopicKey {
-        name: "flush.messages",
-        kind: ConfigKind::Long,
-        doc: "fdatasync once this many messages are unsynced; 1 acknowledges nothing before it is synced.",
-        enforced: true,
-    },
-    TopicKey {
-        name: "flush.ms",
-        kind: ConfigKind::Long,
-        doc: "fdatasync written data at most this many milliseconds after it was written.",
-        enforced: true,
-    },
-    TopicKey {
-        name: "delete.retention.ms",
-        kind: ConfigKind::Long,
-        doc: "How long tombstones are kept in compacted topics.",
-        enforced: true,
-    },
-    TopicKey {
-        name: "min.cleanable.dirty.ratio",
-        kind: ConfigKind::Double,
-        doc: "Share of a compacted partition's closed log that must be new before it is cleaned.",
-        enforced: true,
-    },
-];
-
-/// A broker key's effective value as text.
-fn broker_value(cfg: &BrokerConfig, key: &str) -> String {
-    cfg.values.get(key).map(|v| v.0.clone()).unwrap_or_default()
-}
-
-/// The broker default for a topic key.
-pub fn topic_default(cfg: &BrokerConfig, key: &str) -> String {
-    match key {
-        "cleanup.policy" => "delete".into(),
-        "compression.type" => broker_value(cfg, "compression.type"),
-        "max.message.bytes" => cfg.message_max_bytes.to_string(),
-        "message.timestamp.type" => broker_value(cfg, "log.message.timestamp.type"),
-        "message.timestamp.before.max.ms" => cfg.log_message_timestamp_before_max_ms.to_string(),
-        "message.timestamp.after.max.ms" => cfg.log_message_timestamp_after_max_ms.to_string(),
-        "retention.ms" => cfg.log_retention_ms.to_string(),
-        "retention.bytes" => cfg.log_retention_bytes.to_string(),
-        "segment.bytes" => cfg.log_segment_bytes.to_string(),
-        "segment.ms" => cfg.log_roll_ms.to_string(),
-        "min.insync.replicas" => "1".into(),
-        "index.interval.bytes" => cfg.log_index_interval_bytes.to_string(),
-        "flush.messages" => cfg.log_flush_interval_messages.to_string(),
-        "flush.ms" => cfg.log_flush_interval_ms.to_string(),
-        "delete.retention.ms" => cfg.log_cleaner_delete_retention_ms.to_string(),
-        "min.cleanable.dirty.ratio" => cfg.log_cleaner_min_cleanable_ratio.to_string(),
-        _ => String::new(),
-    }
-}
-
-/// A legal value for `key`, used to check that a key may be deleted (that it exists).
-pub fn topic_default_static(key: &str) -> String {
-    match key {
-        "cleanup.policy" => "delete".into(),
-        "compression.type" => "producer".into(),
-        "message.timestamp.type" => "CreateTime".into(),
-        "segment.bytes" => "1073741824".into(),
-        _ => "1".into(),
-    }
-}
-
-/// Checks one topic config; the error text goes back to the client with INVALID_CONFIG.
-pub fn validate_topic_config(key: &str, value: Option<&str>) -> Result<(), String> {
-    let Some(def) = TOPIC_KEYS.iter().find(|k| k.name == key) else {
-        return Err(format!("unknown topic config {key:?}"));
-    };
-    let Some(value) = value else {
-        return Err(format!("topic config {key} has a null value"));
-    };
-    let num = |min: i64| -> Result<(), String> {
-        match value.parse::<i64>() {
-            Ok(n) if n >= min => Ok(()),
-            Ok(n) => Err(format!(
-                "topic config {key}: {n} is below the minimum {min}"
-            )),
-            Err(_) => Err(format!(
-                "topic config {key}: {value:?} is not a whole number"
-            )),
-        }
-    };
-    match def.name {
-        "cleanup.policy" => match value {
-            "delete" | "compact" | "compact,delete" | "delete,compact" => Ok(()),
-            _ => Err(format!(
-                "cleanup.policy {value:?}: use delete, compact or compact,delete"
-            )),
-        },
-        "compression.type" => crate::config::parse_compression_type(key, value)
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
-        "message.timestamp.type" => crate::config::parse_timestamp_type(key, value)
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
-        "max.message.bytes" => num(0),
-        "segment.bytes" => num(1024),
-        "min.insync.replicas" => num(1),
-        "retention.ms" | "retention.bytes" => num(-1),
-        "segment.ms" | "flush.messages" => num(1),
-        "min.cleanable.dirty.ratio" => crate::config::parse_ratio(key, value)
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
-        _ => num(0),
-    }
 }
 
 #[cfg(test)]
@@ -386,6 +207,7 @@ mod tests {
 
     #[test]
     fn topic_config_validation() {
+        use crate::topic_config::validate_topic_config;
         assert!(validate_topic_config("retention.ms", Some("-1")).is_ok());
         assert!(validate_topic_config("segment.bytes", Some("12")).is_err());
         assert!(validate_topic_config("cleanup.policy", Some("compact")).is_ok());
@@ -433,5 +255,33 @@ mod tests {
         assert!(t.cleanup_policy_includes("compact"));
         assert!(!t.log_append_time(true));
         assert_eq!(t.compression_type(Some(3)), None);
+    }
+
+    #[test]
+    fn dynamic_broker_configs_persist_and_old_catalogs_load_without_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Catalog::load_or_create(dir.path()).unwrap();
+        c.broker_configs
+            .cluster
+            .insert("log.retention.ms".into(), "1000".into());
+        c.broker_configs
+            .per_broker
+            .entry(0)
+            .or_default()
+            .insert("log.segment.bytes".into(), "4096".into());
+        c.save(dir.path()).unwrap();
+        assert_eq!(Catalog::load_or_create(dir.path()).unwrap(), c);
+
+        // A catalog written before dynamic broker configs existed has no such field.
+        let old = r#"{"version":3,"cluster_id":"abc","topics":{}}"#;
+        write_atomic(
+            dir.path(),
+            CATALOG_FILE,
+            &serde_json::from_str::<serde_json::Value>(old).unwrap(),
+        )
+        .unwrap();
+        let c = Catalog::load_or_create(dir.path()).unwrap();
+        assert_eq!(c.version, 3);
+        assert_eq!(c.broker_configs, DynamicBrokerConfigs::default());
     }
 }

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::topic_config::Bound;
+
 /// One broker-level key: its default, Kafka type name and documentation.
 pub struct BrokerKey {
     pub name: &'static str,
@@ -94,6 +96,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "group.min.session.timeout.ms", default: "6000", kind: ConfigKind::Int, doc: "Smallest session timeout a group member may ask for." },
     BrokerKey { name: "group.max.session.timeout.ms", default: "1800000", kind: ConfigKind::Int, doc: "Largest session timeout a group member may ask for." },
     BrokerKey { name: "group.initial.rebalance.delay.ms", default: "3000", kind: ConfigKind::Int, doc: "How long the first rebalance of an empty group waits for more members." },
+    BrokerKey { name: "max.broker.partitions", default: "100000", kind: ConfigKind::Int, doc: "Most partitions this broker holds, all topics together (KIP-578's proposed key; Kafka has no limit). CreateTopics, CreatePartitions and auto-creation past it fail with POLICY_VIOLATION." },
     BrokerKey { name: "group.max.size", default: "1000", kind: ConfigKind::Int, doc: "Most members a consumer group may have (GROUP_MAX_SIZE_REACHED)." },
 ];
 
@@ -159,6 +162,7 @@ pub struct BrokerConfig {
     pub group_max_session_timeout_ms: u64,
     pub group_initial_rebalance_delay_ms: u64,
     pub group_max_size: usize,
+    pub max_broker_partitions: i64,
 }
 
 /// Parses a Kafka `.properties` file: `key=value` or `key: value` lines, `#`/`!` comments.
@@ -601,6 +605,12 @@ impl BrokerConfig {
                 0,
             )?,
             group_max_size: parse_num("group.max.size", &get("group.max.size"), 1)?,
+            max_broker_partitions: parse_num::<i32>(
+                "max.broker.partitions",
+                &get("max.broker.partitions"),
+                1,
+            )?
+            .into(),
             values,
         };
         let rf: i32 = parse_num(
@@ -620,6 +630,162 @@ impl BrokerConfig {
             }
         }
         Ok(cfg)
+    }
+}
+
+/// A broker key AlterConfigs may change while the broker runs (Kafka's "cluster-wide" dynamic
+/// update mode), restricted to keys whose new value Tributary applies at once: each reaches the
+/// shards with the catalog snapshot and is read through `Shard::broker_config()`. Every other key
+/// is read-only. Making a key dynamic is one entry here, with code that reads the key from
+/// `Shard::broker_config()` per use.
+pub struct DynamicKey {
+    pub name: &'static str,
+    /// The values accepted; `None`: those of the topic key this one is the default of.
+    pub bound: Option<(ConfigKind, Bound)>,
+    /// Sets the typed field of the effective config from a value that passed `bound`.
+    pub apply: fn(&mut BrokerConfig, &str) -> std::result::Result<(), String>,
+}
+
+/// Parses a value that passed its bound into a typed field.
+fn set<T: std::str::FromStr>(field: &mut T, key: &str, v: &str) -> std::result::Result<(), String> {
+    *field = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("config {key}: {v:?} is out of range"))?;
+    Ok(())
+}
+
+pub const DYNAMIC_BROKER_KEYS: &[DynamicKey] = &[
+    DynamicKey {
+        name: "log.segment.bytes",
+        bound: None,
+        apply: |c, v| set(&mut c.log_segment_bytes, "log.segment.bytes", v),
+    },
+    DynamicKey {
+        name: "log.roll.ms",
+        bound: None,
+        apply: |c, v| set(&mut c.log_roll_ms, "log.roll.ms", v),
+    },
+    DynamicKey {
+        name: "log.retention.ms",
+        bound: None,
+        apply: |c, v| set(&mut c.log_retention_ms, "log.retention.ms", v),
+    },
+    DynamicKey {
+        name: "log.retention.bytes",
+        bound: None,
+        apply: |c, v| set(&mut c.log_retention_bytes, "log.retention.bytes", v),
+    },
+    DynamicKey {
+        name: "log.index.interval.bytes",
+        bound: None,
+        apply: |c, v| {
+            set(
+                &mut c.log_index_interval_bytes,
+                "log.index.interval.bytes",
+                v,
+            )
+        },
+    },
+    DynamicKey {
+        name: "log.flush.interval.messages",
+        bound: None,
+        apply: |c, v| {
+            set(
+                &mut c.log_flush_interval_messages,
+                "log.flush.interval.messages",
+                v,
+            )
+        },
+    },
+    DynamicKey {
+        name: "log.flush.interval.ms",
+        bound: None,
+        apply: |c, v| set(&mut c.log_flush_interval_ms, "log.flush.interval.ms", v),
+    },
+    DynamicKey {
+        name: "log.cleaner.delete.retention.ms",
+        bound: None,
+        apply: |c, v| {
+            set(
+                &mut c.log_cleaner_delete_retention_ms,
+                "log.cleaner.delete.retention.ms",
+                v,
+            )
+        },
+    },
+    DynamicKey {
+        name: "log.cleaner.min.cleanable.ratio",
+        bound: None,
+        apply: |c, v| {
+            set(
+                &mut c.log_cleaner_min_cleanable_ratio,
+                "log.cleaner.min.cleanable.ratio",
+                v,
+            )
+        },
+    },
+    DynamicKey {
+        name: "log.cleaner.dedupe.buffer.size",
+        bound: Some((ConfigKind::Long, Bound::AtLeast(1 << 20))),
+        apply: |c, v| {
+            set(
+                &mut c.log_cleaner_dedupe_buffer_size,
+                "log.cleaner.dedupe.buffer.size",
+                v,
+            )
+        },
+    },
+];
+
+fn dynamic_key(key: &str) -> Option<&'static DynamicKey> {
+    DYNAMIC_BROKER_KEYS.iter().find(|d| d.name == key)
+}
+
+pub fn is_dynamic(key: &str) -> bool {
+    dynamic_key(key).is_some()
+}
+
+/// Checks a dynamic broker config value; the error names the key and the allowed values.
+pub fn validate_dynamic(key: &str, value: &str) -> std::result::Result<(), String> {
+    use crate::topic_config::{check_value, TOPIC_KEYS};
+    let Some(d) = dynamic_key(key) else {
+        return Err(match BROKER_KEYS.iter().any(|k| k.name == key) {
+            true => format!("{key} is read-only: it cannot be changed while the broker runs (set it with --config or --set and restart)"),
+            false => format!("unknown broker config {key:?}"),
+        });
+    };
+    let bound = d.bound.or_else(|| {
+        TOPIC_KEYS
+            .iter()
+            .find(|t| t.broker_key == Some(key))
+            .map(|t| (t.kind, t.bound))
+    });
+    match bound {
+        Some((kind, bound)) => check_value(key, kind, bound, value),
+        None => Err(format!("{key} has no bound: give its DynamicKey one")),
+    }
+}
+
+impl BrokerConfig {
+    /// This (static) config with dynamic values applied in order: cluster defaults, then this
+    /// broker's own. A value that fails [`validate_dynamic`] is an error.
+    pub fn with_dynamic(
+        &self,
+        layers: &[&BTreeMap<String, String>],
+    ) -> std::result::Result<BrokerConfig, String> {
+        let mut c = self.clone();
+        for layer in layers {
+            for (k, v) in layer.iter() {
+                validate_dynamic(k, v)?;
+                let d = dynamic_key(k).ok_or_else(|| format!("{k} is not dynamic"))?;
+                (d.apply)(&mut c, v)?;
+                if let Some(key) = BROKER_KEYS.iter().find(|b| b.name == k) {
+                    c.values.insert(key.name, (v.trim().to_string(), true));
+                }
+            }
+        }
+        Ok(c)
     }
 }
 
@@ -769,6 +935,50 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("message.max.bytes"), "{e}");
+    }
+
+    #[test]
+    fn dynamic_values_override_static_ones_broker_last() {
+        let c = BrokerConfig::build(input(&[("log.retention.hours", "1")])).unwrap();
+        let cluster: BTreeMap<String, String> = [
+            ("log.retention.ms".to_string(), "5000".to_string()),
+            ("log.segment.bytes".to_string(), "4096".to_string()),
+        ]
+        .into();
+        let broker: BTreeMap<String, String> =
+            [("log.retention.ms".to_string(), "7000".to_string())].into();
+        let d = c.with_dynamic(&[&cluster, &broker]).unwrap();
+        assert_eq!(d.log_retention_ms, 7000);
+        assert_eq!(d.log_segment_bytes, 4096);
+        assert_eq!(
+            c.log_retention_ms, 3_600_000,
+            "the static config is untouched"
+        );
+        assert_eq!(d.values["log.segment.bytes"], ("4096".to_string(), true));
+        let e = validate_dynamic("log.segment.bytes", "12").unwrap_err();
+        assert!(e.contains("log.segment.bytes") && e.contains("1024"), "{e}");
+        let e = validate_dynamic("node.id", "3").unwrap_err();
+        assert!(e.contains("read-only"), "{e}");
+        assert!(validate_dynamic("no.such.key", "3").is_err());
+        let bad: BTreeMap<String, String> =
+            [("num.partitions".to_string(), "3".to_string())].into();
+        assert!(c.with_dynamic(&[&bad]).is_err());
+    }
+
+    #[test]
+    fn max_broker_partitions_is_a_positive_int() {
+        assert_eq!(
+            BrokerConfig::build(input(&[]))
+                .unwrap()
+                .max_broker_partitions,
+            100_000
+        );
+        for bad in ["0", "2147483648", "many"] {
+            let e = BrokerConfig::build(input(&[("max.broker.partitions", bad)]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("max.broker.partitions"), "{e}");
+        }
     }
 
     #[test]

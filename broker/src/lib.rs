@@ -13,3 +13,4 @@ pub mod limits;
 pub mod routing;
 pub mod server;
 pub mod shard;
+pub mod topic_config;

@@ -92,6 +92,16 @@ pub enum ShardRequest {
         timestamp: i64,
         reply: oneshot::Sender<(ErrorCode, i64, i64)>,
     },
+    /// The log end offset of one partition (OffsetForLeaderEpoch).
+    LogEndOffset {
+        topic: String,
+        partition: i32,
+        reply: oneshot::Sender<(ErrorCode, i64)>,
+    },
+    /// Bytes of each owned partition's segment files (DescribeLogDirs).
+    PartitionSizes {
+        reply: oneshot::Sender<Vec<((String, i32), i64)>>,
+    },
     /// DeleteRecords for one partition: replies with the new log start offset.
     DeleteRecords {
         topic: String,
@@ -115,6 +125,17 @@ pub enum ShardRequest {
         change: crate::controller::ConfigChange,
         reply: oneshot::Sender<(ErrorCode, Option<String>)>,
     },
+    /// CreatePartitions, for the controller: one (error, message) per topic, in order.
+    CreatePartitions {
+        topics: Vec<crate::controller::PartitionGrowth>,
+        validate_only: bool,
+        reply: oneshot::Sender<Vec<(ErrorCode, Option<String>)>>,
+    },
+    /// AlterConfigs / IncrementalAlterConfigs on a broker resource, for the controller.
+    AlterBrokerConfigs {
+        change: crate::controller::BrokerConfigChange,
+        reply: oneshot::Sender<(ErrorCode, Option<String>)>,
+    },
     AllocateProducerId {
         reply: oneshot::Sender<Result<i64, String>>,
     },
@@ -132,7 +153,10 @@ pub enum ShardRequest {
 pub struct Shard {
     pub id: ShardId,
     pub shards: usize,
+    /// The static config, as started (`--config`, `--set`).
     pub config: Arc<BrokerConfig>,
+    /// The effective config: `config` with the catalog's dynamic broker configs applied.
+    broker_config: RefCell<Arc<BrokerConfig>>,
     peers: Vec<async_channel::Sender<ShardRequest>>,
     catalog: RefCell<Arc<Catalog>>,
     partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
@@ -168,11 +192,13 @@ impl Shard {
     ) -> Self {
         let groups = GroupCoordinator::new(group_config(&config));
         let request_memory = RequestMemory::new(config.queued_max_request_bytes);
+        let broker_config = RefCell::new(effective_config(&config, &catalog));
         Self {
             id,
             groups,
             shards: peers.len(),
             config,
+            broker_config,
             peers,
             catalog: RefCell::new(catalog),
             partitions: RefCell::new(HashMap::new()),
@@ -194,6 +220,14 @@ impl Shard {
         self.catalog.borrow().clone()
     }
 
+    /// The effective broker config: the static config with the dynamic broker configs of the
+    /// current catalog snapshot applied (per-broker over cluster-wide over static). Code that
+    /// honours a dynamic key reads it here, per use, instead of from `config`; a change made by
+    /// AlterConfigs is visible on every shard before that request is answered.
+    pub fn broker_config(&self) -> Arc<BrokerConfig> {
+        self.broker_config.borrow().clone()
+    }
+
     pub fn owner(&self, topic: &str, partition: i32) -> ShardId {
         shard_for(topic, partition, self.shards)
     }
@@ -201,7 +235,7 @@ impl Shard {
     /// The log settings of `topic`: its overrides over the broker defaults. A topic whose
     /// cleanup policy does not include `delete` keeps its data whatever the retention settings.
     fn log_config(&self, catalog: &Catalog, topic: &str) -> LogConfig {
-        let c = &self.config;
+        let c = &*self.broker_config();
         let Some(t) = catalog.topics.get(topic) else {
             return LogConfig::DEFAULT;
         };
@@ -277,6 +311,10 @@ impl Shard {
     /// Opens the partitions of `catalog` this shard owns and deletes those of vanished topics.
     pub async fn apply_catalog(self: &Rc<Self>, catalog: Arc<Catalog>) {
         let old = self.catalog.replace(catalog.clone());
+        if old.broker_configs != catalog.broker_configs {
+            self.broker_config
+                .replace(effective_config(&self.config, &catalog));
+        }
         let mut gone: Vec<(String, i32)> = Vec::new();
         for ((topic, p), _) in self.partitions.borrow().iter() {
             let keep = catalog.topics.get(topic).is_some_and(|t| *p < t.partitions)
@@ -349,6 +387,36 @@ impl Shard {
             .cloned()
     }
 
+    /// Each owned partition with the bytes its segment files hold on disk. The listings run on
+    /// the executor's blocking thread, as every file-system call but segment I/O does.
+    async fn partition_sizes(&self) -> Vec<((String, i32), i64)> {
+        let parts: Vec<((String, i32), std::path::PathBuf)> = self
+            .partitions
+            .borrow()
+            .iter()
+            .map(|(k, p)| (k.clone(), p.dir().to_path_buf()))
+            .collect();
+        tributary_storage::io::blocking(move || {
+            Ok(parts
+                .into_iter()
+                .map(|(key, dir)| {
+                    let bytes: u64 = std::fs::read_dir(&dir)
+                        .map(|d| {
+                            d.flatten()
+                                .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+                                .filter_map(|e| e.metadata().ok())
+                                .map(|m| m.len())
+                                .sum()
+                        })
+                        .unwrap_or(0);
+                    (key, i64::try_from(bytes).unwrap_or(i64::MAX))
+                })
+                .collect())
+        })
+        .await
+        .unwrap_or_default()
+    }
+
     pub fn owned_partition_count(&self) -> usize {
         self.partitions.borrow().len()
     }
@@ -405,6 +473,21 @@ impl Shard {
                 };
                 let _ = reply.send(out);
             }
+            ShardRequest::LogEndOffset {
+                topic,
+                partition,
+                reply,
+            } => {
+                let out = match self.partition(&topic, partition) {
+                    None => (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1),
+                    Some(p) if p.is_offline() => (ErrorCode::KAFKA_STORAGE_ERROR, -1),
+                    Some(p) => (ErrorCode::NONE, p.log_end_offset()),
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::PartitionSizes { reply } => {
+                let _ = reply.send(self.partition_sizes().await);
+            }
             ShardRequest::ApplyCatalog { catalog, reply } => {
                 self.apply_catalog(catalog).await;
                 let _ = reply.send(());
@@ -432,6 +515,33 @@ impl Shard {
             ShardRequest::AlterTopicConfigs { change, reply } => {
                 let out = match &self.controller {
                     Some(c) => c.alter_topic_configs(&self, change).await,
+                    None => (
+                        ErrorCode::UNKNOWN_SERVER_ERROR,
+                        Some("not the controller".into()),
+                    ),
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::CreatePartitions {
+                topics,
+                validate_only,
+                reply,
+            } => {
+                let out = match &self.controller {
+                    Some(c) => c.create_partitions(&self, topics, validate_only).await,
+                    None => vec![
+                        (
+                            ErrorCode::UNKNOWN_SERVER_ERROR,
+                            Some("not the controller".into())
+                        );
+                        topics.len()
+                    ],
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::AlterBrokerConfigs { change, reply } => {
+                let out = match &self.controller {
+                    Some(c) => c.alter_broker_configs(&self, change).await,
                     None => (
                         ErrorCode::UNKNOWN_SERVER_ERROR,
                         Some("not the controller".into()),
@@ -579,22 +689,35 @@ impl Shard {
         partition: i32,
         timestamp: i64,
     ) -> (ErrorCode, i64, i64) {
-        use tributary_protocol::requests::list_offsets::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+        use tributary_protocol::requests::list_offsets::{
+            EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP,
+            LATEST_TIMESTAMP, MAX_TIMESTAMP,
+        };
         let Some(part) = self.partition(topic, partition) else {
             return (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1);
         };
         if part.is_offline() {
             return (ErrorCode::KAFKA_STORAGE_ERROR, -1, -1);
         }
-        match timestamp {
-            EARLIEST_TIMESTAMP => (ErrorCode::NONE, part.log_start_offset(), -1),
-            LATEST_TIMESTAMP => (ErrorCode::NONE, part.high_watermark(), -1),
-            t if t < 0 => (ErrorCode::UNSUPPORTED_VERSION, -1, -1),
-            t => match part.offset_for_timestamp(t).await {
-                Ok(Some((offset, ts))) => (ErrorCode::NONE, offset, ts),
-                Ok(None) => (ErrorCode::NONE, -1, -1),
-                Err(e) => (partition_error_code(&e), -1, -1),
+        let lookup = match timestamp {
+            // Without tiered storage the local log is the whole log, and nothing is tiered.
+            EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {
+                return (ErrorCode::NONE, part.log_start_offset(), -1)
+            }
+            LATEST_TIMESTAMP => return (ErrorCode::NONE, part.high_watermark(), -1),
+            LATEST_TIERED_TIMESTAMP => return (ErrorCode::NONE, -1, -1),
+            // The first record carrying the log's largest timestamp.
+            MAX_TIMESTAMP => match part.max_timestamp() {
+                Some(max) => max,
+                None => return (ErrorCode::NONE, -1, -1),
             },
+            t if t < 0 => return (ErrorCode::UNSUPPORTED_VERSION, -1, -1),
+            t => t,
+        };
+        match part.offset_for_timestamp(lookup).await {
+            Ok(Some((offset, ts))) => (ErrorCode::NONE, offset, ts),
+            Ok(None) => (ErrorCode::NONE, -1, -1),
+            Err(e) => (partition_error_code(&e), -1, -1),
         }
     }
 
@@ -692,6 +815,22 @@ impl Shard {
     pub fn request_finished(&self) {
         self.inflight.set(self.inflight.get() - 1);
         self.inflight_event.notify(usize::MAX);
+    }
+}
+
+/// `config` with the dynamic broker configs of `catalog` applied. The controller validated them
+/// before storing them; a value that no longer applies (say, a key made read-only by an upgrade)
+/// is ignored with a warning rather than stopping the broker.
+fn effective_config(config: &Arc<BrokerConfig>, catalog: &Catalog) -> Arc<BrokerConfig> {
+    let d = &catalog.broker_configs;
+    let empty = Default::default();
+    let own = d.per_broker.get(&config.node_id).unwrap_or(&empty);
+    match config.with_dynamic(&[&d.cluster, own]) {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            warn!(error = %e, "ignoring the dynamic broker configs");
+            config.clone()
+        }
     }
 }
 

@@ -111,3 +111,38 @@ def test_delete_records_moves_beginning_offsets(broker):
             got.extend(r.offset for r in records)
     assert got[:40] == list(range(60, 100))
     consumer.close()
+
+
+def test_admin_partitions_broker_configs_and_authorized_operations(broker):
+    from kafka.admin import NewPartitions
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.create_topics([NewTopic("grow", 2, 1)])
+    admin.create_partitions({"grow": NewPartitions(5)})
+    described = admin.describe_topics(["grow"])
+    assert len(described[0]["partitions"]) == 5
+    with pytest.raises(kafka.errors.InvalidPartitionsError):
+        admin.create_partitions({"grow": NewPartitions(3)})
+
+    # A dynamic broker config: changed, described with its source, kept across a restart.
+    admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "0",
+                                        configs={"log.retention.ms": "7200000"})])
+    admin.close()
+    broker.restart()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    text = repr(admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "0")]))
+    assert "log.retention.ms" in text and "7200000" in text
+    topic = repr(admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "grow")],
+                                        config_filter="all"))
+    assert "7200000" in topic, "the topic's retention.ms default follows the broker's"
+
+    # kafka-python asks for authorized operations; the answers must decode.
+    cluster = admin.describe_cluster()
+    assert cluster["brokers"][0]["broker_id"] == 0
+    assert {"CREATE", "ALTER_CONFIGS", "IDEMPOTENT_WRITE"} <= set(cluster["authorized_operations"])
+    assert "grow" in admin.list_topics()
+    dirs = repr(admin.describe_log_dirs())
+    assert "grow" in dirs, dirs
+    groups = admin.describe_groups(["nobody"], include_authorized_operations=True)
+    assert {"READ", "DESCRIBE", "DELETE"} <= set(groups["nobody"]["authorized_operations"])
+    admin.close()

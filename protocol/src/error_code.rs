@@ -38,6 +38,8 @@ impl ErrorCode {
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: Self = Self(45);
     pub const DUPLICATE_SEQUENCE_NUMBER: Self = Self(46);
     pub const INVALID_PRODUCER_EPOCH: Self = Self(47);
+    pub const FENCED_LEADER_EPOCH: Self = Self(74);
+    pub const UNKNOWN_LEADER_EPOCH: Self = Self(75);
     pub const UNKNOWN_TOPIC_ID: Self = Self(100);
     pub const KAFKA_STORAGE_ERROR: Self = Self(56);
     pub const UNKNOWN_PRODUCER_ID: Self = Self(59);

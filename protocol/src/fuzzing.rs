@@ -65,6 +65,9 @@ pub fn request(data: &[u8]) {
             api_key::ALTER_CONFIGS | api_key::INCREMENTAL_ALTER_CONFIGS => {
                 drop(alter_configs::decode(&mut r, key, v))
             }
+            api_key::CREATE_PARTITIONS => drop(create_partitions::decode(&mut r, v)),
+            api_key::DESCRIBE_LOG_DIRS => drop(describe_log_dirs::decode(&mut r, v)),
+            api_key::OFFSET_FOR_LEADER_EPOCH => drop(offset_for_leader_epoch::decode(&mut r, v)),
             _ => {}
         }
     }

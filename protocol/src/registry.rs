@@ -29,6 +29,9 @@ pub mod api_key {
     pub const DELETE_GROUPS: i16 = 42;
     pub const OFFSET_DELETE: i16 = 47;
     pub const ALTER_CONFIGS: i16 = 33;
+    pub const CREATE_PARTITIONS: i16 = 37;
+    pub const OFFSET_FOR_LEADER_EPOCH: i16 = 23;
+    pub const DESCRIBE_LOG_DIRS: i16 = 35;
     pub const INCREMENTAL_ALTER_CONFIGS: i16 = 44;
 }
 
@@ -66,7 +69,7 @@ impl ApiSpec {
 pub const SUPPORTED_APIS: &[ApiSpec] = &[
     spec(api_key::PRODUCE, "Produce", 3, 9, 9),
     spec(api_key::FETCH, "Fetch", 4, 12, 12),
-    spec(api_key::LIST_OFFSETS, "ListOffsets", 1, 6, 6),
+    spec(api_key::LIST_OFFSETS, "ListOffsets", 1, 10, 6),
     spec(api_key::METADATA, "Metadata", 0, 12, 9),
     spec(api_key::API_VERSIONS, "ApiVersions", 0, 3, 3),
     spec(api_key::CREATE_TOPICS, "CreateTopics", 2, 7, 5),
@@ -87,6 +90,15 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     spec(api_key::DELETE_GROUPS, "DeleteGroups", 0, 2, 2),
     spec(api_key::OFFSET_DELETE, "OffsetDelete", 0, 0, i16::MAX),
     spec(api_key::ALTER_CONFIGS, "AlterConfigs", 0, 2, 2),
+    spec(api_key::CREATE_PARTITIONS, "CreatePartitions", 0, 3, 2),
+    spec(api_key::DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 4, 2),
+    spec(
+        api_key::OFFSET_FOR_LEADER_EPOCH,
+        "OffsetForLeaderEpoch",
+        2,
+        4,
+        4,
+    ),
     spec(
         api_key::INCREMENTAL_ALTER_CONFIGS,
         "IncrementalAlterConfigs",

@@ -117,12 +117,19 @@ pub fn scan_chunk_with(buf: &[u8], position: u64, mut next_offset: i64, gaps: bo
     }
 }
 
-/// The first record of an uncompressed batch at or after `min_offset` whose timestamp is at or
-/// after `timestamp`: `(offset, timestamp)`. `None` for a compressed batch (its records are not
-/// decoded here) or when no record qualifies.
-pub fn first_record_at(batch: &[u8], timestamp: i64, min_offset: i64) -> Option<(i64, i64)> {
+/// The first record of a batch at or after `min_offset` whose timestamp is at or after
+/// `timestamp`: `(offset, timestamp)`. A compressed batch's records are decompressed (at most
+/// `inflated_max` bytes), as Kafka reads them for a timestamp lookup. `None` when no record
+/// qualifies or the records cannot be read.
+pub fn first_record_at(
+    batch: &[u8],
+    timestamp: i64,
+    min_offset: i64,
+    inflated_max: usize,
+) -> Option<(i64, i64)> {
     let header = record_batch::parse_header(batch, 0).ok()?;
-    let records = record_batch::records(batch).ok()?;
+    let mut scratch = Vec::new();
+    let records = crate::cleaner::batch_records(batch, &mut scratch, inflated_max).ok()?;
     records.iter().find_map(|r| {
         let offset = header.base_offset + i64::from(r.offset_delta);
         let ts = header.base_timestamp + r.timestamp_delta;
@@ -193,10 +200,32 @@ mod tests {
         let mut b = build_batch(&recs, 1000, None);
         assign_offset(&mut b, 40, 0);
         // Record i has timestamp 1000 + i.
-        assert_eq!(first_record_at(&b, 0, 0), Some((40, 1000)));
-        assert_eq!(first_record_at(&b, 1003, 0), Some((43, 1003)));
-        assert_eq!(first_record_at(&b, 1001, 44), Some((44, 1004)));
-        assert_eq!(first_record_at(&b, 1005, 0), None);
+        assert_eq!(first_record_at(&b, 0, 0, 1 << 20), Some((40, 1000)));
+        assert_eq!(first_record_at(&b, 1003, 0, 1 << 20), Some((43, 1003)));
+        assert_eq!(first_record_at(&b, 1001, 44, 1 << 20), Some((44, 1004)));
+        assert_eq!(first_record_at(&b, 1005, 0, 1 << 20), None);
+    }
+
+    #[test]
+    fn first_record_at_a_timestamp_inside_a_compressed_batch() {
+        let recs: Vec<_> = (0..5).map(|_| (None, Some(&b"value"[..]))).collect();
+        let plain = build_batch(&recs, 1000, None);
+        let body = &plain[record_batch::RECORD_BATCH_HEADER_BYTES..];
+        let gz = crate::codec::compress(1, body, body).unwrap();
+        let mut b = plain[..record_batch::RECORD_BATCH_HEADER_BYTES].to_vec();
+        b.extend_from_slice(&gz);
+        // Length (bytes 8..12) and attributes (bytes 21..23, codec 1) of the compressed batch.
+        let len = (b.len() - 12) as i32;
+        b[8..12].copy_from_slice(&len.to_be_bytes());
+        b[21..23].copy_from_slice(&1i16.to_be_bytes());
+        assign_offset(&mut b, 40, 0);
+        assert_eq!(first_record_at(&b, 1003, 0, 1 << 20), Some((43, 1003)));
+        assert_eq!(first_record_at(&b, 1001, 44, 1 << 20), Some((44, 1004)));
+        assert_eq!(
+            first_record_at(&b, 1003, 0, 8),
+            None,
+            "inflates past the limit"
+        );
     }
 
     #[test]

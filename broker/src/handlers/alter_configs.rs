@@ -1,5 +1,5 @@
-//! AlterConfigs and IncrementalAlterConfigs: topic configs change at runtime through the
-//! controller; broker configs are fixed at start-up.
+//! AlterConfigs and IncrementalAlterConfigs: topic configs and the dynamic broker configs
+//! (`config::DYNAMIC_BROKER_KEYS`) change at runtime through the controller.
 
 use std::rc::Rc;
 
@@ -16,7 +16,7 @@ use tributary_protocol::requests::describe_configs::{RESOURCE_BROKER, RESOURCE_T
 use tributary_protocol::{ErrorCode, Reader};
 
 use super::{decode_all, frame, str_bytes, HandlerResult};
-use crate::controller::ConfigChange;
+use crate::controller::{BrokerConfigChange, ConfigChange};
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
 
@@ -31,9 +31,13 @@ pub async fn handle(
     let mut results = Vec::with_capacity(req.resources.len());
     for res in req.resources {
         let (code, msg) = match res.resource_type {
-            RESOURCE_TOPIC if crate::group::is_internal(&res.resource_name) => {
-                (ErrorCode::INVALID_REQUEST, Some(format!("configs of internal topic {} cannot be changed", res.resource_name)))
-            }
+            RESOURCE_TOPIC if crate::group::is_internal(&res.resource_name) => (
+                ErrorCode::INVALID_REQUEST,
+                Some(format!(
+                    "configs of internal topic {} cannot be changed",
+                    res.resource_name
+                )),
+            ),
             RESOURCE_TOPIC => {
                 let change = ConfigChange {
                     topic: res.resource_name.clone(),
@@ -41,15 +45,33 @@ pub async fn handle(
                     replace: !req.incremental,
                     validate_only: req.validate_only,
                 };
-                call(shard, ShardId(0), |reply| ShardRequest::AlterTopicConfigs { change, reply })
+                call(shard, ShardId(0), |reply| ShardRequest::AlterTopicConfigs {
+                    change,
+                    reply,
+                })
+                .await
+                .unwrap_or((ErrorCode::UNKNOWN_SERVER_ERROR, None))
+            }
+            RESOURCE_BROKER => match broker_resource(shard, &res.resource_name) {
+                Err(msg) => (ErrorCode::INVALID_REQUEST, Some(msg)),
+                Ok(broker) => {
+                    let change = BrokerConfigChange {
+                        broker,
+                        configs: res.configs,
+                        replace: !req.incremental,
+                        validate_only: req.validate_only,
+                    };
+                    call(shard, ShardId(0), |reply| {
+                        ShardRequest::AlterBrokerConfigs { change, reply }
+                    })
                     .await
                     .unwrap_or((ErrorCode::UNKNOWN_SERVER_ERROR, None))
-            }
-            RESOURCE_BROKER => (
+                }
+            },
+            other => (
                 ErrorCode::INVALID_REQUEST,
-                Some("broker configs are read-only while running; set them with --config or --set and restart".into()),
+                Some(format!("resource type {other} is not supported")),
             ),
-            other => (ErrorCode::INVALID_REQUEST, Some(format!("resource type {other} is not supported"))),
         };
         results.push((res.resource_type, res.resource_name, code, msg));
     }
@@ -85,5 +107,20 @@ pub async fn handle(
             header,
             &AlterConfigsResponse::default().with_responses(responses),
         )
+    }
+}
+
+/// The broker a BROKER resource names: `None` for the cluster-wide defaults (an empty name),
+/// this broker's id, or an error for any other name.
+pub(crate) fn broker_resource(shard: &Shard, name: &str) -> Result<Option<i32>, String> {
+    if name.is_empty() {
+        return Ok(None);
+    }
+    match name.parse::<i32>() {
+        Ok(id) if id == shard.config.node_id => Ok(Some(id)),
+        _ => Err(format!(
+            "broker {name:?} is not this broker (node.id {})",
+            shard.config.node_id
+        )),
     }
 }

@@ -28,6 +28,7 @@ pub async fn handle(
     let v = header.api_version;
     let req = decode_all(r, |r| create_topics::decode(r, v))?;
     let catalog = shard.catalog();
+    let max_partitions = shard.broker_config().max_broker_partitions;
     let mut outcomes: Vec<(String, i32, TopicCheck)> = Vec::new();
     let mut to_create: Vec<(usize, NewTopic)> = Vec::new();
     for t in &req.topics {
@@ -64,7 +65,7 @@ pub async fn handle(
                 )),
             ))
         } else {
-            check_new_topic(&catalog, &new)
+            check_new_topic(&catalog, &new, max_partitions)
         };
         if let Some((k, _)) = t.configs.iter().find(|(_, v)| v.is_none()) {
             check = check.and(Err((

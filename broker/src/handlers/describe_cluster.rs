@@ -33,5 +33,9 @@ pub fn handle(
     if v >= 1 {
         resp = resp.with_endpoint_type(req.endpoint_type);
     }
+    resp = resp.with_cluster_authorized_operations(super::authorized_operations::when(
+        req.include_cluster_authorized_operations,
+        super::authorized_operations::CLUSTER,
+    ));
     frame(spec, header, &resp)
 }

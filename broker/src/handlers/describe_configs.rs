@@ -1,5 +1,6 @@
 //! DescribeConfigs for the broker (resource type 4, named by node id) and for topics (type 2):
-//! every key with its effective value and where it came from.
+//! every key with its effective value and where it came from. The broker resource with an empty
+//! name is the cluster-wide dynamic defaults, and lists only those, as in Kafka.
 
 use std::rc::Rc;
 
@@ -13,12 +14,14 @@ use tributary_protocol::requests::describe_configs::{self, RESOURCE_BROKER, RESO
 use tributary_protocol::{ErrorCode, Reader};
 
 use super::{decode_all, frame, str_bytes, HandlerResult};
-use crate::catalog::{topic_default, TOPIC_KEYS};
-use crate::config::{ConfigKind, BROKER_KEYS};
+use crate::config::{is_dynamic, ConfigKind, BROKER_KEYS};
 use crate::shard::Shard;
+use crate::topic_config::{topic_default, TOPIC_KEYS};
 
 /// Kafka's `ConfigSource` codes.
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+const SOURCE_DYNAMIC_BROKER: i8 = 2;
+const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
 
@@ -40,6 +43,7 @@ pub fn handle(
     let v = header.api_version;
     let req = decode_all(r, |r| describe_configs::decode(r, v))?;
     let catalog = shard.catalog();
+    let effective = shard.broker_config();
     let results = req
         .resources
         .iter()
@@ -62,8 +66,10 @@ pub fn handle(
                             },
                             None => Entry {
                                 name: k.name,
-                                value: topic_default(&shard.config, k.name),
-                                source: SOURCE_DEFAULT,
+                                value: topic_default(&effective, k.name),
+                                source: k
+                                    .broker_key
+                                    .map_or(SOURCE_DEFAULT, |b| broker_source(shard, &catalog, b)),
                                 read_only: false,
                                 kind: k.kind,
                                 doc: k.doc,
@@ -75,34 +81,9 @@ pub fn handle(
                         format!("topic {:?} does not exist", res.resource_name),
                     )),
                 },
-                RESOURCE_BROKER
-                    if res.resource_name.is_empty()
-                        || res.resource_name == shard.config.node_id.to_string() =>
-                {
-                    Ok(BROKER_KEYS
-                        .iter()
-                        .map(|k| {
-                            let (value, set) =
-                                shard.config.values.get(k.name).cloned().unwrap_or_default();
-                            Entry {
-                                name: k.name,
-                                value,
-                                source: if set {
-                                    SOURCE_STATIC_BROKER
-                                } else {
-                                    SOURCE_DEFAULT
-                                },
-                                read_only: true,
-                                kind: k.kind,
-                                doc: k.doc,
-                            }
-                        })
-                        .collect())
-                }
-                RESOURCE_BROKER => Err((
-                    ErrorCode::INVALID_REQUEST,
-                    format!("broker {:?} is not this broker", res.resource_name),
-                )),
+                RESOURCE_BROKER => super::alter_configs::broker_resource(shard, &res.resource_name)
+                    .map(|broker| broker_entries(shard, &catalog, broker))
+                    .map_err(|e| (ErrorCode::INVALID_REQUEST, e)),
                 other => Err((
                     ErrorCode::INVALID_REQUEST,
                     format!("resource type {other} is not supported"),
@@ -154,4 +135,62 @@ pub fn handle(
         header,
         &DescribeConfigsResponse::default().with_results(results),
     )
+}
+
+/// Where the broker's value of `key` comes from, as a topic default reports it: Kafka gives a
+/// topic key without an override the source of the broker key that supplies its default.
+fn broker_source(shard: &Shard, catalog: &crate::catalog::Catalog, key: &str) -> i8 {
+    let dynamic = &catalog.broker_configs;
+    if dynamic
+        .per_broker
+        .get(&shard.config.node_id)
+        .is_some_and(|o| o.contains_key(key))
+    {
+        SOURCE_DYNAMIC_BROKER
+    } else if dynamic.cluster.contains_key(key) {
+        SOURCE_DYNAMIC_DEFAULT_BROKER
+    } else if shard.config.values.get(key).is_some_and(|(_, set)| *set) {
+        SOURCE_STATIC_BROKER
+    } else {
+        SOURCE_DEFAULT
+    }
+}
+
+/// The entries of a broker resource: for this broker (`Some`), every key with its effective
+/// value and source; for the cluster defaults (`None`), the dynamic defaults only.
+fn broker_entries(
+    shard: &Shard,
+    catalog: &crate::catalog::Catalog,
+    broker: Option<i32>,
+) -> Vec<Entry> {
+    let dynamic = &catalog.broker_configs;
+    let own = broker.and_then(|b| dynamic.per_broker.get(&b));
+    BROKER_KEYS
+        .iter()
+        .filter_map(|k| {
+            let (value, source) = if let Some(v) = own.and_then(|o| o.get(k.name)) {
+                (v.clone(), SOURCE_DYNAMIC_BROKER)
+            } else if let Some(v) = dynamic.cluster.get(k.name) {
+                (v.clone(), SOURCE_DYNAMIC_DEFAULT_BROKER)
+            } else if broker.is_none() {
+                return None;
+            } else {
+                let (value, set) = shard.config.values.get(k.name).cloned().unwrap_or_default();
+                let source = if set {
+                    SOURCE_STATIC_BROKER
+                } else {
+                    SOURCE_DEFAULT
+                };
+                (value, source)
+            };
+            Some(Entry {
+                name: k.name,
+                value,
+                source,
+                read_only: !is_dynamic(k.name),
+                kind: k.kind,
+                doc: k.doc,
+            })
+        })
+        .collect()
 }

@@ -562,7 +562,13 @@ pub(super) mod admin {
                 )
             }
             api_key::DESCRIBE_GROUPS => {
-                let ids = decode_all(r, |r| decode_group_ids(r, api_key::DESCRIBE_GROUPS, v))?;
+                let (ids, include_ops) = decode_all(r, |r| {
+                    decode_group_ids_and_ops(r, api_key::DESCRIBE_GROUPS, v)
+                })?;
+                let ops = crate::handlers::authorized_operations::when(
+                    include_ops,
+                    crate::handlers::authorized_operations::GROUP,
+                );
                 let mut groups = Vec::with_capacity(ids.len());
                 for id in ids {
                     let d = match ask(shard, &id, GroupOp::Describe(id.clone())).await {
@@ -581,6 +587,7 @@ pub(super) mod admin {
                             .with_group_state(str_bytes(d.state))
                             .with_protocol_type(str_bytes(&d.protocol_type))
                             .with_protocol_data(str_bytes(&d.protocol))
+                            .with_authorized_operations(ops)
                             .with_members(
                                 d.members
                                     .into_iter()

@@ -1,5 +1,6 @@
-//! ListOffsets: earliest (log start), latest (high watermark) or the first batch at or after a
-//! timestamp, answered by each partition's owner.
+//! ListOffsets: earliest (log start), latest (high watermark), the record with the largest
+//! timestamp, or the first record at or after a timestamp (inside compressed batches too),
+//! answered by each partition's owner.
 
 use std::rc::Rc;
 

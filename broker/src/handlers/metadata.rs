@@ -13,6 +13,7 @@ use tributary_protocol::requests::metadata;
 use tributary_protocol::topic::validate_topic_name;
 use tributary_protocol::{ErrorCode, Reader};
 
+use super::authorized_operations::{self as ops, when};
 use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::catalog::Catalog;
 use crate::routing::ShardId;
@@ -56,7 +57,15 @@ pub async fn handle(
     };
     let topics = names
         .iter()
-        .map(|n| describe_topic(shard, &catalog, n.as_deref(), v))
+        .map(|n| {
+            let t = describe_topic(shard, &catalog, n.as_deref(), v);
+            if v >= 8 {
+                let asked = req.include_topic_authorized_operations && t.error_code == 0;
+                t.with_topic_authorized_operations(when(asked, ops::TOPIC))
+            } else {
+                t
+            }
+        })
         .collect();
     let cfg = &shard.config;
     let mut resp = MetadataResponse::default()
@@ -70,6 +79,12 @@ pub async fn handle(
     }
     if v >= 1 {
         resp = resp.with_controller_id(BrokerId(cfg.node_id));
+    }
+    if (8..=10).contains(&v) {
+        resp = resp.with_cluster_authorized_operations(when(
+            req.include_cluster_authorized_operations,
+            ops::CLUSTER,
+        ));
     }
     frame(spec, header, &resp)
 }

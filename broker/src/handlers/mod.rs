@@ -3,16 +3,19 @@
 
 pub mod alter_configs;
 pub mod api_versions;
+pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
+pub mod describe_log_dirs;
 pub mod fetch;
 pub mod groups;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 
 use std::future::Future;
@@ -67,6 +70,11 @@ async fn handle(
         api_key::FETCH => fetch::handle(shard, spec, header, r).await,
         api_key::LIST_OFFSETS => list_offsets::handle(shard, spec, header, r).await,
         api_key::CREATE_TOPICS => create_topics::handle(shard, spec, header, r).await,
+        api_key::CREATE_PARTITIONS => create_partitions::handle(shard, spec, header, r).await,
+        api_key::DESCRIBE_LOG_DIRS => describe_log_dirs::handle(shard, spec, header, r).await,
+        api_key::OFFSET_FOR_LEADER_EPOCH => {
+            offset_for_leader_epoch::handle(shard, spec, header, r).await
+        }
         api_key::DELETE_TOPICS => delete_topics::handle(shard, spec, header, r).await,
         api_key::DELETE_RECORDS => delete_records::handle(shard, spec, header, r).await,
         api_key::INIT_PRODUCER_ID => init_producer_id::handle(shard, spec, header, r).await,
@@ -107,6 +115,50 @@ pub(crate) fn frame<M: Encodable>(
     )
     .map_err(|e| e.to_string())?;
     Ok(Some(out.into()))
+}
+
+/// Authorized operations as Kafka answers them when no authorizer runs: every operation that
+/// applies to the resource type (`AclEntry.supportedOperations`), as a bit field over
+/// `AclOperation` codes — READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8,
+/// CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12.
+pub(crate) mod authorized_operations {
+    const fn bits(codes: &[u8]) -> i32 {
+        let mut out = 0;
+        let mut i = 0;
+        while i < codes.len() {
+            out |= 1 << codes[i];
+            i += 1;
+        }
+        out
+    }
+
+    /// READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS.
+    pub const TOPIC: i32 = bits(&[3, 4, 5, 6, 7, 8, 10, 11]);
+    /// CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE.
+    pub const CLUSTER: i32 = bits(&[5, 7, 8, 9, 10, 11, 12]);
+    /// READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS (Kafka 4's group configs).
+    pub const GROUP: i32 = bits(&[3, 6, 8, 10, 11]);
+    /// The value when the client did not ask.
+    pub const NOT_REQUESTED: i32 = i32::MIN;
+
+    /// `ops` when the client asked for them, else [`NOT_REQUESTED`].
+    pub fn when(asked: bool, ops: i32) -> i32 {
+        if asked {
+            ops
+        } else {
+            NOT_REQUESTED
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn bit_fields_match_kafkas() {
+            assert_eq!(super::TOPIC, 3576);
+            assert_eq!(super::CLUSTER, 8096);
+            assert_eq!(super::GROUP, 3400);
+        }
+    }
 }
 
 pub(crate) fn topic_name(name: &str) -> TopicName {

@@ -333,13 +333,21 @@ pub fn decode_list_groups(r: &mut Reader, v: i16) -> Result<Vec<String>, DecodeE
 
 /// DescribeGroups and DeleteGroups both carry a list of group ids.
 pub fn decode_group_ids(r: &mut Reader, api: i16, v: i16) -> Result<Vec<String>, DecodeError> {
+    decode_group_ids_and_ops(r, api, v).map(|(groups, _)| groups)
+}
+
+/// The group ids, and whether a DescribeGroups (v3+) asks for authorized operations.
+pub fn decode_group_ids_and_ops(
+    r: &mut Reader,
+    api: i16,
+    v: i16,
+) -> Result<(Vec<String>, bool), DecodeError> {
     let flex = flexible(api, v);
     let groups = strings(r, "groups", flex)?;
-    if api == api_key::DESCRIBE_GROUPS && v >= 3 {
-        r.bool("include_authorized_operations")?;
-    }
+    let include_authorized_operations =
+        api == api_key::DESCRIBE_GROUPS && v >= 3 && r.bool("include_authorized_operations")?;
     r.tagged_fields(flex)?;
-    Ok(groups)
+    Ok((groups, include_authorized_operations))
 }
 
 #[derive(Debug, Clone)]
@@ -528,6 +536,17 @@ mod tests {
             let got = decode_find_coordinator(&mut Reader::new(bytes.clone()), v).unwrap();
             assert_eq!(got.keys[0], "g");
             crate::requests::assert_prefixes_fail(&bytes, |r| decode_find_coordinator(r, v));
+        }
+        for v in versions(api_key::DESCRIBE_GROUPS).filter(|v| *v >= 3) {
+            let bytes = enc(
+                &kp::DescribeGroupsRequest::default()
+                    .with_groups(vec![GroupId(s("g"))])
+                    .with_include_authorized_operations(true),
+                v,
+            );
+            let got =
+                decode_group_ids_and_ops(&mut Reader::new(bytes), api_key::DESCRIBE_GROUPS, v);
+            assert_eq!(got.unwrap(), (vec!["g".to_string()], true));
         }
         for v in versions(api_key::DESCRIBE_GROUPS) {
             let bytes = enc(

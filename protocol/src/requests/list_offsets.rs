@@ -1,4 +1,4 @@
-//! ListOffsets request (v1–v6).
+//! ListOffsets request (v1–v10).
 
 use super::flexible;
 use crate::registry::api_key;
@@ -7,6 +7,12 @@ use crate::wire::{DecodeError, Reader};
 /// Kafka's special timestamps.
 pub const LATEST_TIMESTAMP: i64 = -1;
 pub const EARLIEST_TIMESTAMP: i64 = -2;
+/// v7+ (KIP-734): the record with the largest timestamp.
+pub const MAX_TIMESTAMP: i64 = -3;
+/// v8+ (KIP-405): the first offset in local storage — the log start without tiered storage.
+pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+/// v9+ (KIP-1005): the last offset in tiered storage — none without it.
+pub const LATEST_TIERED_TIMESTAMP: i64 = -5;
 
 #[derive(Debug, Clone)]
 pub struct ListOffsetsRequest {
@@ -55,6 +61,9 @@ pub fn decode(r: &mut Reader, version: i16) -> Result<ListOffsetsRequest, Decode
         r.tagged_fields(flex)?;
         topics.push(ListOffsetsTopic { name, partitions });
     }
+    if version >= 10 {
+        r.i32("timeout_ms")?;
+    }
     r.tagged_fields(flex)?;
     Ok(ListOffsetsRequest {
         isolation_level,
@@ -71,7 +80,7 @@ mod tests {
 
     #[test]
     fn decodes_what_an_independent_encoder_writes() {
-        for v in 1..=6 {
+        for v in 1..=10 {
             let req =
                 kp::ListOffsetsRequest::default().with_topics(vec![kp::ListOffsetsTopic::default(
                 )

@@ -9,6 +9,10 @@ pub struct MetadataRequest {
     /// `None` asks for every topic.
     pub topics: Option<Vec<MetadataTopic>>,
     pub allow_auto_topic_creation: bool,
+    /// v8–v10: answer with the cluster's authorized operations.
+    pub include_cluster_authorized_operations: bool,
+    /// v8+: answer with each topic's authorized operations.
+    pub include_topic_authorized_operations: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -48,16 +52,16 @@ pub fn decode(r: &mut Reader, version: i16) -> Result<MetadataRequest, DecodeErr
     } else {
         true
     };
-    if (8..=10).contains(&version) {
-        r.bool("include_cluster_authorized_operations")?;
-    }
-    if version >= 8 {
-        r.bool("include_topic_authorized_operations")?;
-    }
+    let include_cluster_authorized_operations =
+        (8..=10).contains(&version) && r.bool("include_cluster_authorized_operations")?;
+    let include_topic_authorized_operations =
+        version >= 8 && r.bool("include_topic_authorized_operations")?;
     r.tagged_fields(flex)?;
     Ok(MetadataRequest {
         topics,
         allow_auto_topic_creation,
+        include_cluster_authorized_operations,
+        include_topic_authorized_operations,
     })
 }
 
@@ -75,12 +79,19 @@ mod tests {
                 .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
                     kafka_protocol::messages::TopicName(StrBytes::from_static_str("a")),
                 ))]))
-                .with_allow_auto_topic_creation(true);
+                .with_allow_auto_topic_creation(true)
+                .with_include_cluster_authorized_operations((8..=10).contains(&v))
+                .with_include_topic_authorized_operations(v >= 8);
             let mut b = BytesMut::new();
             req.encode(&mut b, v).unwrap();
             let bytes = b.freeze();
             let got = decode(&mut Reader::new(bytes.clone()), v).unwrap();
             assert_eq!(got.topics.unwrap()[0].name.as_deref(), Some("a"));
+            assert_eq!(
+                got.include_cluster_authorized_operations,
+                (8..=10).contains(&v)
+            );
+            assert_eq!(got.include_topic_authorized_operations, v >= 8);
             crate::requests::assert_prefixes_fail(&bytes, |r| decode(r, v));
         }
     }

@@ -235,10 +235,22 @@ impl Partition {
         }
     }
 
+    /// The largest record timestamp of the segments holding data at or after the log start
+    /// (ListOffsets MAX_TIMESTAMP looks up the first record that has it); `None` for an empty log.
+    pub fn max_timestamp(&self) -> Option<i64> {
+        let st = self.state.borrow();
+        st.segments
+            .iter()
+            .filter(|s| s.next_offset > st.log_start_offset && s.next_offset > s.base_offset)
+            .map(|s| s.max_timestamp)
+            .max()
+    }
+
     /// The first offset whose record has a timestamp at or after `timestamp`, with that
     /// timestamp; `None` if no record below the high watermark qualifies. The first segment whose
-    /// newest timestamp reaches `timestamp` is searched through its time index; in a compressed
-    /// batch the answer is the batch's first offset and max timestamp.
+    /// newest timestamp reaches `timestamp` is searched through its time index; a compressed
+    /// batch is decompressed (up to `cleaner_batch_inflated_max_bytes`) to find the record, and
+    /// one that cannot be answers with its first offset and max timestamp.
     pub async fn offset_for_timestamp(
         &self,
         timestamp: i64,
@@ -276,7 +288,9 @@ impl Partition {
                     .find(|e| e.last_offset >= lso && e.max_timestamp >= timestamp);
                 if let Some(e) = hit {
                     // Kafka answers with the first record, not the first batch, at the timestamp.
-                    let record = first_record_at(chunk.bytes_of(e), timestamp, lso);
+                    let inflated_max = self.config.get().cleaner_batch_inflated_max_bytes;
+                    let inflated_max = usize::try_from(inflated_max).unwrap_or(usize::MAX);
+                    let record = first_record_at(chunk.bytes_of(e), timestamp, lso, inflated_max);
                     return Ok(Some(
                         record.unwrap_or((e.base_offset.max(lso), e.max_timestamp)),
                     ));

@@ -1,0 +1,163 @@
+//! CreatePartitions: the request's shape is checked here (duplicates, internal topics, replica
+//! assignments that do not fit a single broker); counts and limits are checked, and partitions
+//! added, by the controller against its catalog.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::create_partitions_response::{
+    CreatePartitionsResponse, CreatePartitionsTopicResult,
+};
+use tributary_protocol::header::RequestHeader;
+use tributary_protocol::registry::ApiSpec;
+use tributary_protocol::requests::create_partitions::{self, CreatePartitionsTopic};
+use tributary_protocol::{ErrorCode, Reader};
+
+use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use crate::controller::PartitionGrowth;
+use crate::routing::ShardId;
+use crate::shard::{call, Shard, ShardRequest};
+
+type Outcome = (ErrorCode, Option<String>);
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+) -> HandlerResult {
+    let v = header.api_version;
+    let req = decode_all(r, |r| create_partitions::decode(r, v))?;
+    let node_id = shard.config.node_id;
+    let mut outcomes: Vec<Option<Outcome>> = req
+        .topics
+        .iter()
+        .map(|t| check_shape(t, &req.topics, node_id).err())
+        .collect();
+    let (idx, growths): (Vec<usize>, Vec<PartitionGrowth>) = req
+        .topics
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| outcomes[*i].is_none())
+        .map(|(i, t)| {
+            let g = PartitionGrowth {
+                topic: t.name.clone(),
+                count: t.count,
+                assignments: t.assignments.as_ref().map(Vec::len),
+            };
+            (i, g)
+        })
+        .unzip();
+    if !growths.is_empty() {
+        let n = growths.len();
+        let results = call(shard, ShardId(0), |reply| ShardRequest::CreatePartitions {
+            topics: growths,
+            validate_only: req.validate_only,
+            reply,
+        })
+        .await
+        .unwrap_or_else(|| vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); n]);
+        for (i, out) in idx.into_iter().zip(results) {
+            outcomes[i] = Some(out);
+        }
+    }
+    let results = req
+        .topics
+        .iter()
+        .zip(outcomes)
+        .map(|(t, out)| {
+            let (code, msg) = out.unwrap_or((ErrorCode::UNKNOWN_SERVER_ERROR, None));
+            CreatePartitionsTopicResult::default()
+                .with_name(topic_name(&t.name))
+                .with_error_code(code.code())
+                .with_error_message(msg.as_deref().map(str_bytes))
+        })
+        .collect();
+    frame(
+        spec,
+        header,
+        &CreatePartitionsResponse::default().with_results(results),
+    )
+}
+
+/// The checks that need no catalog: a topic named twice, an internal topic, and replica
+/// assignments, which on a single broker must each be exactly `[node_id]`.
+fn check_shape(
+    t: &CreatePartitionsTopic,
+    all: &[CreatePartitionsTopic],
+    node_id: i32,
+) -> Result<(), Outcome> {
+    if all.iter().filter(|o| o.name == t.name).count() > 1 {
+        return Err((
+            ErrorCode::INVALID_REQUEST,
+            Some(format!("duplicate topic {:?} in the request", t.name)),
+        ));
+    }
+    if crate::group::is_internal(&t.name) {
+        return Err((
+            ErrorCode::INVALID_REQUEST,
+            Some(format!(
+                "the partition count of internal topic {} is fixed: groups are placed by hashing over it",
+                t.name
+            )),
+        ));
+    }
+    for replicas in t.assignments.iter().flatten() {
+        let err = |why: String| Err((ErrorCode::INVALID_REPLICA_ASSIGNMENT, Some(why)));
+        match replicas.as_slice() {
+            [] => return err("a replica assignment is empty".into()),
+            [b] if *b == node_id => {}
+            [b] => {
+                return err(format!(
+                    "the replica assignment names broker {b}, but the only broker is {node_id}"
+                ))
+            }
+            many => {
+                return err(format!(
+                    "a replica assignment has {} replicas, but the topic has replication factor 1 on this single broker",
+                    many.len()
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic(name: &str, assignments: Option<Vec<Vec<i32>>>) -> CreatePartitionsTopic {
+        CreatePartitionsTopic {
+            name: name.into(),
+            count: 3,
+            assignments,
+        }
+    }
+
+    #[test]
+    fn shape_checks() {
+        let a = topic("a", None);
+        assert!(check_shape(&a, std::slice::from_ref(&a), 0).is_ok());
+        let dup = [a.clone(), a.clone()];
+        assert_eq!(
+            check_shape(&a, &dup, 0).unwrap_err().0,
+            ErrorCode::INVALID_REQUEST
+        );
+        let off = topic("__consumer_offsets", None);
+        assert_eq!(
+            check_shape(&off, std::slice::from_ref(&off), 0)
+                .unwrap_err()
+                .0,
+            ErrorCode::INVALID_REQUEST
+        );
+        for bad in [vec![vec![]], vec![vec![1]], vec![vec![0, 0]]] {
+            let t = topic("a", Some(bad));
+            assert_eq!(
+                check_shape(&t, std::slice::from_ref(&t), 0).unwrap_err().0,
+                ErrorCode::INVALID_REPLICA_ASSIGNMENT
+            );
+        }
+        let ok = topic("a", Some(vec![vec![0], vec![0]]));
+        assert!(check_shape(&ok, std::slice::from_ref(&ok), 0).is_ok());
+    }
+}
