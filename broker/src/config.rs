@@ -83,6 +83,8 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "group.max.session.timeout.ms", default: "1800000", kind: ConfigKind::Int, doc: "Largest session timeout a group member may ask for." },
     BrokerKey { name: "group.initial.rebalance.delay.ms", default: "3000", kind: ConfigKind::Int, doc: "How long the first rebalance of an empty group waits for more members." },
     BrokerKey { name: "group.max.size", default: "1000", kind: ConfigKind::Int, doc: "Most members a consumer group may have (GROUP_MAX_SIZE_REACHED)." },
+    BrokerKey { name: "fetch.max.bytes", default: "57671680", kind: ConfigKind::Int, doc: "Most record bytes one Fetch response carries, whatever the client asks for (the first non-empty partition may exceed it, KIP-74); nothing is read past it." },
+    BrokerKey { name: "max.incremental.fetch.session.cache.slots", default: "1000", kind: ConfigKind::Int, doc: "Fetch sessions (KIP-227) the broker keeps, shared out evenly between the shards; when full, a new session is refused (the fetch is answered without one) unless one has been unused for 2 minutes. 0: no sessions." },
 ];
 
 #[derive(Debug, Clone)]
@@ -132,6 +134,8 @@ pub struct BrokerConfig {
     pub group_max_session_timeout_ms: u64,
     pub group_initial_rebalance_delay_ms: u64,
     pub group_max_size: usize,
+    pub fetch_max_bytes: usize,
+    pub max_incremental_fetch_session_cache_slots: usize,
 }
 
 /// Parses a Kafka `.properties` file: `key=value` or `key: value` lines, `#`/`!` comments.
@@ -471,6 +475,12 @@ impl BrokerConfig {
                 0,
             )?,
             group_max_size: parse_num("group.max.size", &get("group.max.size"), 1)?,
+            fetch_max_bytes: parse_num("fetch.max.bytes", &get("fetch.max.bytes"), 1024)?,
+            max_incremental_fetch_session_cache_slots: parse_num(
+                "max.incremental.fetch.session.cache.slots",
+                &get("max.incremental.fetch.session.cache.slots"),
+                0,
+            )?,
             values,
         };
         let rf: i32 = parse_num(

@@ -34,6 +34,8 @@ impl ErrorCode {
     pub const UNKNOWN_TOPIC_ID: Self = Self(100);
     pub const KAFKA_STORAGE_ERROR: Self = Self(56);
     pub const UNKNOWN_PRODUCER_ID: Self = Self(59);
+    pub const FETCH_SESSION_ID_NOT_FOUND: Self = Self(70);
+    pub const INVALID_FETCH_SESSION_EPOCH: Self = Self(71);
     pub const POLICY_VIOLATION: Self = Self(44);
     pub const INVALID_RECORD: Self = Self(87);
     pub const UNKNOWN_SERVER_ERROR: Self = Self(-1);
