@@ -230,6 +230,20 @@ fn the_broker_budget_is_read_in_request_order_and_nothing_past_it() {
     let resp: FetchResponse = c.request(ApiKey::Fetch, FETCH_VERSION, &req);
     assert_eq!(answered(&resp)[0].1, 4, "{:?}", answered(&resp));
     assert!(answered(&resp)[1..].iter().all(|(_, n)| *n == 0));
+    // Small partition limits within the budget: every partition is read (the reads overlap),
+    // each returning what its limit holds.
+    let small = (0..partitions)
+        .map(|p| partition(p, 0).with_partition_max_bytes(3000))
+        .collect();
+    let resp: FetchResponse = c.request(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        &fetch("wide", small).with_max_wait_ms(0),
+    );
+    assert_eq!(
+        answered(&resp),
+        (0..partitions).map(|p| (p, 1)).collect::<Vec<_>>()
+    );
     broker.shutdown().unwrap();
 }
 

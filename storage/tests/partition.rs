@@ -405,11 +405,11 @@ fn visible_bytes_count_what_the_high_watermark_uncovered_and_hard_limits_hold() 
         assert_eq!(p.visible_bytes(), 0);
         let sizes: Vec<usize> = (0..40).map(|i| batch(i, None).len()).collect();
         let mut appended = 0;
-        for i in 0..40 {
+        for (i, size) in sizes.iter().enumerate() {
             let out = p.append(&batch(i, None)).await.unwrap();
-            appended += sizes[i];
+            appended += size;
             // Appended is not visible: the count moves with the high watermark only.
-            assert_eq!(p.visible_bytes() as usize, appended - sizes[i]);
+            assert_eq!(p.visible_bytes() as usize, appended - size);
             p.sync_to(out.last_offset + 1).await.unwrap();
             assert_eq!(p.visible_bytes() as usize, appended);
         }

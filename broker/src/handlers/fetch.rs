@@ -10,6 +10,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::stream::{FuturesUnordered, StreamExt};
 use tributary_protocol::frame::FrameBuilder;
 use tributary_protocol::header::{begin_response, RequestHeader};
 use tributary_protocol::registry::ApiSpec;
@@ -195,56 +196,82 @@ async fn read_and_wait(
 
 struct ReadAll {
     results: Vec<FetchResult>,
-    /// A partition with data got none of it: the response's byte budget ran out.
+    /// A partition with data got none of it: the response's byte budget ran out, and waiting
+    /// would not let the response carry more.
     full: bool,
 }
 
-/// Reads the partitions in request order, each within what is left of `max_bytes`, as Kafka's
-/// `readFromLog`: until one returns records, a partition may return its first batch whatever
-/// its size (KIP-74); after that no read returns more than the budget left. Once the budget is
-/// spent, the remaining partitions are answered from their watermarks, concurrently, without
-/// reading: nothing is read that would not be sent.
+/// Reads of one fetch under way at once.
+const FETCH_READS_INFLIGHT_MAX: usize = 16;
+
+/// Reads the partitions in request order within `max_bytes`, as Kafka's `readFromLog`: until
+/// one returns records a partition may return its first batch whatever its size (KIP-74);
+/// after that no read returns more than the budget left, and once it is spent the remaining
+/// partitions are answered from their watermarks without reading. Nothing is read that would
+/// not be sent.
+///
+/// Reads overlap (up to [`FETCH_READS_INFLIGHT_MAX`]) while the budget not yet granted covers a
+/// partition's whole `partition_max_bytes`: each read is granted its bytes before it starts and
+/// gives back what it did not use. When it does not, reads wait for those under way and go one
+/// at a time, each granted what is left.
 async fn read_all(
     shard: &Rc<Shard>,
     items: &[FetchItem],
     known: &[bool],
     max_bytes: usize,
 ) -> ReadAll {
-    let mut remaining = max_bytes;
+    let mut results: Vec<Option<FetchResult>> = vec![None; items.len()];
+    let mut used = 0usize; // record bytes returned by finished reads
+    let mut granted = 0usize; // bytes granted to reads under way
     let mut returned_any = false;
     let mut full = false;
-    let mut results = Vec::with_capacity(items.len());
-    let mut past_budget = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        if !known[i] {
-            results.push(unknown());
-            continue;
+    let mut next = 0;
+    let mut inflight = FuturesUnordered::new();
+    loop {
+        while next < items.len() && inflight.len() < FETCH_READS_INFLIGHT_MAX {
+            let i = next;
+            let item = &items[i];
+            if !known[i] {
+                results[i] = Some(unknown());
+                next += 1;
+                continue;
+            }
+            let part_max = item.partition_max_bytes.max(0) as usize;
+            let left = max_bytes.saturating_sub(used);
+            let grant = if returned_any && left == 0 {
+                0 // watermarks only
+            } else if inflight.is_empty() {
+                part_max.min(left)
+            } else if left.saturating_sub(granted) >= part_max {
+                part_max
+            } else {
+                break; // wait for the reads under way to give back what they did not use
+            };
+            granted += grant;
+            let hard_limit = returned_any;
+            inflight.push(async move {
+                let r = read_one(shard, item, grant, hard_limit).await;
+                (i, grant, hard_limit, r)
+            });
+            next += 1;
         }
-        if returned_any && remaining == 0 {
-            past_budget.push(i);
-            results.push(unknown()); // replaced below
-            continue;
-        }
-        let limit = (item.partition_max_bytes.max(0) as usize).min(remaining);
-        let r = read_one(shard, item, limit, returned_any).await;
+        let Some((i, grant, hard_limit, r)) = inflight.next().await else {
+            break;
+        };
+        granted -= grant;
         if !r.records.is_empty() {
             returned_any = true;
-            remaining = remaining.saturating_sub(r.records.len());
-        } else if returned_any && r.has_data_at(item.fetch_offset) {
+            used += r.records.len();
+        } else if hard_limit && r.has_data_at(items[i].fetch_offset) {
+            // Its first batch did not fit in what was left.
             full = true;
         }
-        results.push(r);
+        results[i] = Some(r);
     }
-    let answers = futures::future::join_all(
-        past_budget
-            .iter()
-            .map(|&i| read_one(shard, &items[i], 0, true)),
-    )
-    .await;
-    for (i, r) in past_budget.into_iter().zip(answers) {
-        full |= r.has_data_at(items[i].fetch_offset);
-        results[i] = r;
-    }
+    let results = results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(unknown))
+        .collect();
     ReadAll { results, full }
 }
 
