@@ -63,64 +63,8 @@ pub async fn handle(
         &req.forgotten,
     );
     let results = read_and_wait(shard, context.items(), max_bytes, min_bytes, deadline).await;
-    let answered: Vec<(FetchItem, Answered)> = context
-        .items()
-        .iter()
-        .zip(&results)
-        .map(|(item, r)| {
-            let a = Answered {
-                error: r.error,
-                high_watermark: r.high_watermark,
-                log_start_offset: r.log_start_offset,
-                has_records: !r.records.is_empty(),
-            };
-            (item.clone(), a)
-        })
-        .collect();
-    let (error, session_id, include) = match &context {
-        Context::Error(code) => (*code, INVALID_SESSION_ID, vec![]),
-        Context::Sessionless(items) => {
-            (ErrorCode::NONE, INVALID_SESSION_ID, vec![true; items.len()])
-        }
-        Context::Full(items) => {
-            let id =
-                shard
-                    .fetch_sessions
-                    .borrow_mut()
-                    .create(Instant::now(), new_session_id, answered);
-            (ErrorCode::NONE, id, vec![true; items.len()])
-        }
-        Context::Incremental { id, epoch, .. } => {
-            let finished = shard
-                .fetch_sessions
-                .borrow_mut()
-                .finish_incremental(*id, *epoch, &answered);
-            match finished {
-                Ok(include) => (ErrorCode::NONE, *id, include),
-                Err(code) if code == ErrorCode::INVALID_FETCH_SESSION_EPOCH => (code, *id, vec![]),
-                Err(code) => (code, INVALID_SESSION_ID, vec![]),
-            }
-        }
-    };
-    let mut topics: Vec<FetchTopicResponse> = Vec::new();
-    let chosen = context.items().iter().zip(results).zip(include);
-    for ((item, res), _) in chosen.filter(|(_, included)| *included) {
-        let part = FetchPartitionResponse {
-            partition: item.partition,
-            error: res.error,
-            high_watermark: res.high_watermark,
-            last_stable_offset: res.high_watermark,
-            log_start_offset: res.log_start_offset,
-            records: res.records,
-        };
-        match topics.last_mut().filter(|t| t.name == item.topic) {
-            Some(t) => t.partitions.push(part),
-            None => topics.push(FetchTopicResponse {
-                name: item.topic.clone(),
-                partitions: vec![part],
-            }),
-        }
-    }
+    let (error, session_id, include) = finish_session(shard, &context, &results);
+    let topics = response_topics(context.items(), results, &include);
     // Record bytes are not copied into the response: they are pieces of the frame, written to
     // the socket from the buffers the reads returned.
     let mut out = FrameBuilder::new();
@@ -138,6 +82,77 @@ pub async fn handle(
         &topics,
     );
     Ok(Some(out.finish()))
+}
+
+/// Records in the session what this fetch answered (a full fetch may create one): returns the
+/// response's error and session id, and which partitions it includes.
+fn finish_session(
+    shard: &Shard,
+    context: &Context,
+    results: &[FetchResult],
+) -> (ErrorCode, i32, Vec<bool>) {
+    let answered: Vec<(FetchItem, Answered)> = context
+        .items()
+        .iter()
+        .zip(results)
+        .map(|(item, r)| {
+            let a = Answered {
+                error: r.error,
+                high_watermark: r.high_watermark,
+                log_start_offset: r.log_start_offset,
+                has_records: !r.records.is_empty(),
+            };
+            (item.clone(), a)
+        })
+        .collect();
+    let mut sessions = shard.fetch_sessions.borrow_mut();
+    match context {
+        Context::Error(code) => (*code, INVALID_SESSION_ID, vec![]),
+        Context::Sessionless(items) => {
+            (ErrorCode::NONE, INVALID_SESSION_ID, vec![true; items.len()])
+        }
+        Context::Full(items) => {
+            let id = sessions.create(Instant::now(), new_session_id, answered);
+            (ErrorCode::NONE, id, vec![true; items.len()])
+        }
+        Context::Incremental { id, epoch, .. } => {
+            match sessions.finish_incremental(*id, *epoch, &answered) {
+                Ok(include) => (ErrorCode::NONE, *id, include),
+                // Another fetch used the session meanwhile: Kafka names the session.
+                Err(code) if code == ErrorCode::INVALID_FETCH_SESSION_EPOCH => (code, *id, vec![]),
+                Err(code) => (code, INVALID_SESSION_ID, vec![]),
+            }
+        }
+    }
+}
+
+/// The included partitions, grouped into topics as they come (a topic that recurs after
+/// another is a new entry, as in Kafka's responses).
+fn response_topics(
+    items: &[FetchItem],
+    results: Vec<FetchResult>,
+    include: &[bool],
+) -> Vec<FetchTopicResponse> {
+    let mut topics: Vec<FetchTopicResponse> = Vec::new();
+    let chosen = items.iter().zip(results).zip(include);
+    for ((item, res), _) in chosen.filter(|(_, included)| **included) {
+        let part = FetchPartitionResponse {
+            partition: item.partition,
+            error: res.error,
+            high_watermark: res.high_watermark,
+            last_stable_offset: res.high_watermark,
+            log_start_offset: res.log_start_offset,
+            records: res.records,
+        };
+        match topics.last_mut().filter(|t| t.name == item.topic) {
+            Some(t) => t.partitions.push(part),
+            None => topics.push(FetchTopicResponse {
+                name: item.topic.clone(),
+                partitions: vec![part],
+            }),
+        }
+    }
+    topics
 }
 
 /// A random positive session id (uniqueness is checked by the cache).

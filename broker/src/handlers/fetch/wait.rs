@@ -17,6 +17,7 @@ use futures::channel::oneshot;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use tributary_protocol::record_batch;
+use tributary_storage::Partition;
 
 use crate::routing::ShardId;
 use crate::shard::{FetchResult, Shard, ShardRequest};
@@ -219,22 +220,7 @@ pub async fn watch_owned(
         .iter()
         .map(|w| shard.partition(&w.topic, w.partition))
         .collect();
-    let state = |i: usize| match &parts[i] {
-        Some(p) => WatchUpdate {
-            index: items[i].index,
-            visible_bytes: p.visible_bytes(),
-            high_watermark: p.high_watermark(),
-            log_start_offset: p.log_start_offset(),
-            gone: p.is_offline(),
-        },
-        None => WatchUpdate {
-            index: items[i].index,
-            visible_bytes: 0,
-            high_watermark: -1,
-            log_start_offset: -1,
-            gone: true,
-        },
-    };
+    let state = |i: usize| partition_state(parts[i].as_deref(), items[i].index);
     // Listeners are registered before the state they guard is read.
     let mut fired = FuturesUnordered::new();
     for (i, p) in parts.iter().enumerate() {
@@ -299,6 +285,26 @@ pub async fn watch_owned(
                 pending.insert(i, now);
             }
         }
+    }
+}
+
+/// A watched partition's state now; a partition this shard no longer has is gone.
+fn partition_state(part: Option<&Partition>, index: usize) -> WatchUpdate {
+    match part {
+        Some(p) => WatchUpdate {
+            index,
+            visible_bytes: p.visible_bytes(),
+            high_watermark: p.high_watermark(),
+            log_start_offset: p.log_start_offset(),
+            gone: p.is_offline(),
+        },
+        None => WatchUpdate {
+            index,
+            visible_bytes: 0,
+            high_watermark: -1,
+            log_start_offset: -1,
+            gone: true,
+        },
     }
 }
 
