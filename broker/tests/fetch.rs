@@ -433,3 +433,93 @@ fn a_session_is_found_on_its_own_shard_and_a_full_fetch_recovers_elsewhere() {
     assert!(not_found > 0, "no connection reached the other shard");
     broker.shutdown().unwrap();
 }
+
+/// Sends a fetch for partition 0 of `topic` at `offset` wanting 1 MB within 20 s, from a
+/// thread; returns the partition's error code and how long the answer took.
+fn long_fetch(
+    addr: SocketAddr,
+    topic: &'static str,
+    offset: i64,
+) -> std::thread::JoinHandle<(i16, Duration)> {
+    std::thread::spawn(move || {
+        let mut c = RawConn::connect(addr);
+        let req = fetch(topic, vec![partition(0, offset)])
+            .with_min_bytes(1_000_000)
+            .with_max_wait_ms(20_000);
+        let t0 = Instant::now();
+        let frame = c.encode_request(ApiKey::Fetch, FETCH_VERSION, &req);
+        c.send_raw(&frame);
+        let Some(mut resp) = c.read_frame() else {
+            return (-100, t0.elapsed());
+        };
+        use kafka_protocol::protocol::Decodable;
+        ResponseHeader::decode(
+            &mut resp,
+            ApiKey::Fetch.response_header_version(FETCH_VERSION),
+        )
+        .unwrap();
+        let resp = FetchResponse::decode(&mut resp, FETCH_VERSION).unwrap();
+        (resp.responses[0].partitions[0].error_code, t0.elapsed())
+    })
+}
+
+#[test]
+fn a_wait_ends_when_the_log_start_passes_the_offset_the_topic_goes_or_the_broker_stops() {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, &[]);
+    let mut c = RawConn::connect(broker.addr);
+    for topic in ["trim", "doomed", "stopping"] {
+        create_topic(&mut c, topic, 1);
+        for _ in 0..10 {
+            produce(&mut c, topic, 0, &[b"x"]);
+        }
+    }
+    // Offset 5 has data, far less than min_bytes: the fetch waits.
+    let waiting = long_fetch(broker.addr, "trim", 5);
+    std::thread::sleep(Duration::from_millis(300));
+    let req = DeleteRecordsRequest::default()
+        .with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(name("trim"))
+            .with_partitions(vec![DeleteRecordsPartition::default()
+                .with_partition_index(0)
+                .with_offset(8)])])
+        .with_timeout_ms(1000);
+    let resp: DeleteRecordsResponse = c.request(ApiKey::DeleteRecords, 2, &req);
+    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+    let (error, took) = waiting.join().unwrap();
+    assert_eq!(
+        error, 1,
+        "OFFSET_OUT_OF_RANGE once the log starts at 8 ({took:?})"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+
+    let waiting = long_fetch(broker.addr, "doomed", 5);
+    std::thread::sleep(Duration::from_millis(300));
+    let req = DeleteTopicsRequest::default()
+        .with_topic_names(vec![name("doomed")])
+        .with_timeout_ms(5000);
+    let resp: DeleteTopicsResponse = c.request(ApiKey::DeleteTopics, 4, &req);
+    assert_eq!(resp.responses[0].error_code, 0);
+    let (error, took) = waiting.join().unwrap();
+    assert_eq!(
+        error, 3,
+        "UNKNOWN_TOPIC_OR_PARTITION once the topic is gone"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+
+    let waiting = long_fetch(broker.addr, "stopping", 5);
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    broker.shutdown().unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(8),
+        "shutdown took {:?}",
+        t0.elapsed()
+    );
+    let (error, took) = waiting.join().unwrap();
+    assert_eq!(error, 0, "answered with what it had");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}

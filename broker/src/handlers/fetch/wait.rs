@@ -91,7 +91,7 @@ fn records_end(records: &[u8]) -> Option<i64> {
     let mut position = 0;
     let mut end = None;
     while position < records.len() {
-        let Ok(h) = record_batch::parse_header(records, position) else {
+        let Ok(h) = record_batch::parse_header(&records[position..], position) else {
             break;
         };
         end = Some(h.last_offset() + 1);
@@ -370,6 +370,21 @@ mod tests {
         let b = Baseline::new(0, 4096, &at_end);
         assert!(!b.more);
         assert_eq!(b.available(0), batch.len());
+        // Two batches, offsets 0-1 and 2: the end is after the last one.
+        let mut two = tributary_protocol::record_batch::build_batch(
+            &[(None, Some(b"a")), (None, Some(b"b"))],
+            1,
+            None,
+        );
+        let mut second =
+            tributary_protocol::record_batch::build_batch(&[(None, Some(b"c"))], 1, None);
+        tributary_protocol::record_batch::assign_offset(&mut second, 2, 0);
+        two.extend_from_slice(&second);
+        let two = two.freeze();
+        assert_eq!(records_end(&two), Some(3));
+        assert!(!Baseline::new(0, 4096, &read(two.clone(), 3, 0)).more);
+        assert!(Baseline::new(0, 4096, &read(two, 4, 0)).more);
+        assert_eq!(records_end(&[]), None);
     }
 
     #[test]
