@@ -580,4 +580,19 @@ mod tests {
         assert_eq!(parse_cpu_list("0,2-4").unwrap(), vec![0, 2, 3, 4]);
         assert!(parse_cpu_list("4-2").is_err());
     }
+
+    #[test]
+    fn fetch_limits_default_as_kafka_and_are_bounded() {
+        let c = BrokerConfig::build(input(&[])).unwrap();
+        assert_eq!(c.fetch_max_bytes, 57_671_680);
+        assert_eq!(c.max_incremental_fetch_session_cache_slots, 1000);
+        // Kafka's lower bound for fetch.max.bytes is 1024.
+        let e = BrokerConfig::build(input(&[("fetch.max.bytes", "1000")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fetch.max.bytes"), "{e}");
+        let c = BrokerConfig::build(input(&[("max.incremental.fetch.session.cache.slots", "0")]))
+            .unwrap();
+        assert_eq!(c.max_incremental_fetch_session_cache_slots, 0);
+    }
 }
