@@ -92,9 +92,8 @@ pub enum ShardRequest {
         cancel: oneshot::Receiver<()>,
         deadline: Instant,
     },
-    FetchStats {
-        reply: oneshot::Sender<FetchStats>,
-    },
+    /// This shard's fetch counters.
+    FetchStats { reply: oneshot::Sender<FetchStats> },
     ListOffset {
         topic: String,
         partition: i32,
@@ -128,13 +127,9 @@ pub enum ShardRequest {
         reply: oneshot::Sender<Result<i64, String>>,
     },
     /// Stop accepting, finish in-flight requests.
-    Drain {
-        reply: oneshot::Sender<()>,
-    },
+    Drain { reply: oneshot::Sender<()> },
     /// Flush and close every owned partition, then stop the executor.
-    Stop {
-        reply: oneshot::Sender<()>,
-    },
+    Stop { reply: oneshot::Sender<()> },
     /// A consumer-group operation for the coordinator of that group.
     Group {
         op: Box<GroupOp>,
