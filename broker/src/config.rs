@@ -98,6 +98,8 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "group.initial.rebalance.delay.ms", default: "3000", kind: ConfigKind::Int, doc: "How long the first rebalance of an empty group waits for more members." },
     BrokerKey { name: "max.broker.partitions", default: "100000", kind: ConfigKind::Int, doc: "Most partitions this broker holds, all topics together (KIP-578's proposed key; Kafka has no limit). CreateTopics, CreatePartitions and auto-creation past it fail with POLICY_VIOLATION." },
     BrokerKey { name: "group.max.size", default: "1000", kind: ConfigKind::Int, doc: "Most members a consumer group may have (GROUP_MAX_SIZE_REACHED)." },
+    BrokerKey { name: "fetch.max.bytes", default: "57671680", kind: ConfigKind::Int, doc: "Most record bytes one Fetch response carries, whatever the client asks for (the first non-empty partition may exceed it, KIP-74); nothing is read past it." },
+    BrokerKey { name: "max.incremental.fetch.session.cache.slots", default: "1000", kind: ConfigKind::Int, doc: "Fetch sessions (KIP-227) the broker keeps, shared out evenly between the shards; when full, a new session is refused (the fetch is answered without one) unless one has been unused for 2 minutes. 0: no sessions." },
 ];
 
 #[derive(Debug, Clone)]
@@ -163,6 +165,8 @@ pub struct BrokerConfig {
     pub group_initial_rebalance_delay_ms: u64,
     pub group_max_size: usize,
     pub max_broker_partitions: i64,
+    pub fetch_max_bytes: usize,
+    pub max_incremental_fetch_session_cache_slots: usize,
 }
 
 /// Parses a Kafka `.properties` file: `key=value` or `key: value` lines, `#`/`!` comments.
@@ -611,6 +615,12 @@ impl BrokerConfig {
                 1,
             )?
             .into(),
+            fetch_max_bytes: parse_num("fetch.max.bytes", &get("fetch.max.bytes"), 1024)?,
+            max_incremental_fetch_session_cache_slots: parse_num(
+                "max.incremental.fetch.session.cache.slots",
+                &get("max.incremental.fetch.session.cache.slots"),
+                0,
+            )?,
             values,
         };
         let rf: i32 = parse_num(
@@ -994,5 +1004,20 @@ mod tests {
         assert!(parse_properties("garbage").is_err());
         assert_eq!(parse_cpu_list("0,2-4").unwrap(), vec![0, 2, 3, 4]);
         assert!(parse_cpu_list("4-2").is_err());
+    }
+
+    #[test]
+    fn fetch_limits_default_as_kafka_and_are_bounded() {
+        let c = BrokerConfig::build(input(&[])).unwrap();
+        assert_eq!(c.fetch_max_bytes, 57_671_680);
+        assert_eq!(c.max_incremental_fetch_session_cache_slots, 1000);
+        // Kafka's lower bound for fetch.max.bytes is 1024.
+        let e = BrokerConfig::build(input(&[("fetch.max.bytes", "1000")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fetch.max.bytes"), "{e}");
+        let c = BrokerConfig::build(input(&[("max.incremental.fetch.session.cache.slots", "0")]))
+            .unwrap();
+        assert_eq!(c.max_incremental_fetch_session_cache_slots, 0);
     }
 }

@@ -395,6 +395,28 @@ fn admit(shard: &Rc<Shard>, stream: glommio::net::TcpStream) {
 }
 
 impl BrokerHandle {
+    /// What the shards' fetches have read so far, summed over the shards.
+    pub fn fetch_stats(&self) -> crate::shard::FetchStats {
+        futures::executor::block_on(async {
+            let mut total = crate::shard::FetchStats::default();
+            for p in &self.peers {
+                let (tx, rx) = oneshot::channel();
+                if p.send(ShardRequest::FetchStats { reply: tx })
+                    .await
+                    .is_err()
+                {
+                    continue;
+                }
+                if let Ok(s) = rx.await {
+                    total.reads += s.reads;
+                    total.read_bytes += s.read_bytes;
+                    total.sessions += s.sessions;
+                }
+            }
+            total
+        })
+    }
+
     /// Stops accepting, lets in-flight requests finish, flushes and closes every log.
     pub fn shutdown(self) -> Result<()> {
         info!("shutting down");

@@ -55,6 +55,21 @@ pub struct FetchResult {
     pub records: Bytes,
     pub high_watermark: i64,
     pub log_start_offset: i64,
+    /// The partition's count of bytes made visible, as of the high watermark above: a waiting
+    /// fetch measures new data against it (`Partition::visible_bytes`).
+    pub visible_bytes: u64,
+}
+
+/// What this shard's fetches have read, for tests and operators.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FetchStats {
+    /// Partition reads (each goes to the log; answers from the high watermark alone are not
+    /// counted).
+    pub reads: u64,
+    /// Record bytes those reads returned.
+    pub read_bytes: u64,
+    /// Fetch sessions held.
+    pub sessions: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -73,19 +88,27 @@ pub enum ShardRequest {
         acks: i16,
         reply: oneshot::Sender<ProduceResult>,
     },
+    /// Reads up to `max_bytes` at `offset`. With `hard_limit` a first batch larger than
+    /// `max_bytes` is not returned (nor read), and `max_bytes` 0 reads nothing: the reply
+    /// carries the partition's watermarks only.
     Fetch {
         topic: String,
         partition: i32,
         offset: i64,
         max_bytes: usize,
+        hard_limit: bool,
         reply: oneshot::Sender<FetchResult>,
     },
-    /// Replies once any listed partition's high watermark passes its offset, or at the deadline.
+    /// A waiting fetch's watch on this shard's partitions: sends their state as it changes, until
+    /// `cancel` is dropped, the deadline passes or the shard drains.
     Watch {
-        items: Vec<(String, i32, i64)>,
+        items: Vec<crate::handlers::fetch::wait::WatchItem>,
+        updates: async_channel::Sender<Vec<crate::handlers::fetch::wait::WatchUpdate>>,
+        cancel: oneshot::Receiver<()>,
         deadline: Instant,
-        reply: oneshot::Sender<()>,
     },
+    /// This shard's fetch counters.
+    FetchStats { reply: oneshot::Sender<FetchStats> },
     ListOffset {
         topic: String,
         partition: i32,
@@ -179,6 +202,11 @@ pub struct Shard {
     pub spare_frames: SpareFrames,
     /// Connections refused at accept by a connection limit.
     pub connections_refused: Cell<u64>,
+    /// Partition reads made for fetches, and the record bytes they returned.
+    pub fetch_reads: Cell<u64>,
+    pub fetch_read_bytes: Cell<u64>,
+    /// Fetch sessions of consumers connected to this shard.
+    pub fetch_sessions: RefCell<crate::handlers::fetch::session::SessionCache>,
 }
 
 impl Shard {
@@ -193,6 +221,10 @@ impl Shard {
         let groups = GroupCoordinator::new(group_config(&config));
         let request_memory = RequestMemory::new(config.queued_max_request_bytes);
         let broker_config = RefCell::new(effective_config(&config, &catalog));
+        // Kafka's cache size is per broker; each shard holds its share.
+        let session_slots = config
+            .max_incremental_fetch_session_cache_slots
+            .div_ceil(peers.len().max(1));
         Self {
             id,
             groups,
@@ -213,6 +245,11 @@ impl Shard {
             request_memory,
             spare_frames: SpareFrames::default(),
             connections_refused: Cell::new(0),
+            fetch_reads: Cell::new(0),
+            fetch_read_bytes: Cell::new(0),
+            fetch_sessions: RefCell::new(crate::handlers::fetch::session::SessionCache::new(
+                session_slots,
+            )),
         }
     }
 
@@ -438,17 +475,29 @@ impl Shard {
                 partition,
                 offset,
                 max_bytes,
+                hard_limit,
                 reply,
             } => {
-                let _ = reply.send(self.fetch_local(&topic, partition, offset, max_bytes).await);
+                let out = self
+                    .fetch_local(&topic, partition, offset, max_bytes, hard_limit)
+                    .await;
+                let _ = reply.send(out);
             }
             ShardRequest::Watch {
                 items,
+                updates,
+                cancel,
                 deadline,
-                reply,
             } => {
-                self.watch_local(&items, deadline).await;
-                let _ = reply.send(());
+                crate::handlers::fetch::wait::watch_owned(&self, items, updates, cancel, deadline)
+                    .await;
+            }
+            ShardRequest::FetchStats { reply } => {
+                let _ = reply.send(FetchStats {
+                    reads: self.fetch_reads.get(),
+                    read_bytes: self.fetch_read_bytes.get(),
+                    sessions: self.fetch_sessions.borrow().len(),
+                });
             }
             ShardRequest::ListOffset {
                 topic,
@@ -627,6 +676,7 @@ impl Shard {
         partition: i32,
         offset: i64,
         max_bytes: usize,
+        hard_limit: bool,
     ) -> FetchResult {
         let Some(part) = self.partition(topic, partition) else {
             return FetchResult {
@@ -634,52 +684,49 @@ impl Shard {
                 records: Bytes::new(),
                 high_watermark: -1,
                 log_start_offset: -1,
+                visible_bytes: 0,
             };
         };
-        match part.read(offset, max_bytes).await {
-            Ok(r) => FetchResult {
-                error: ErrorCode::NONE,
-                records: r.records,
-                high_watermark: r.high_watermark,
-                log_start_offset: r.log_start_offset,
-            },
-            Err(e) => FetchResult {
-                error: partition_error_code(&e),
-                records: Bytes::new(),
-                high_watermark: part.high_watermark(),
-                log_start_offset: part.log_start_offset(),
-            },
+        // Taken before the read starts: the read sees the same high watermark, as nothing runs
+        // between this and the read's first await.
+        let visible_bytes = part.visible_bytes();
+        let watermarks = |error| FetchResult {
+            error,
+            records: Bytes::new(),
+            high_watermark: part.high_watermark(),
+            log_start_offset: part.log_start_offset(),
+            visible_bytes,
+        };
+        if hard_limit && max_bytes == 0 {
+            // No bytes left in the response: answer from the watermarks, read nothing.
+            let error = if part.is_offline() {
+                ErrorCode::KAFKA_STORAGE_ERROR
+            } else if offset < part.log_start_offset() || offset > part.high_watermark() {
+                ErrorCode::OFFSET_OUT_OF_RANGE
+            } else {
+                ErrorCode::NONE
+            };
+            return watermarks(error);
         }
-    }
-
-    async fn watch_local(&self, items: &[(String, i32, i64)], deadline: Instant) {
-        let parts: Vec<(Rc<Partition>, i64)> = items
-            .iter()
-            .filter_map(|(t, p, o)| self.partition(t, *p).map(|part| (part, *o)))
-            .collect();
-        loop {
-            let listeners: Vec<_> = parts.iter().map(|(p, _)| p.listen_advance()).collect();
-            if parts.is_empty()
-                || parts
-                    .iter()
-                    .any(|(p, o)| p.high_watermark() > *o || p.is_offline())
-            {
-                return;
+        self.fetch_reads.set(self.fetch_reads.get() + 1);
+        let read = if hard_limit {
+            part.read_within(offset, max_bytes).await
+        } else {
+            part.read(offset, max_bytes).await
+        };
+        match read {
+            Ok(r) => {
+                self.fetch_read_bytes
+                    .set(self.fetch_read_bytes.get() + r.records.len() as u64);
+                FetchResult {
+                    error: ErrorCode::NONE,
+                    records: r.records,
+                    high_watermark: r.high_watermark,
+                    log_start_offset: r.log_start_offset,
+                    visible_bytes,
+                }
             }
-            let now = Instant::now();
-            if now >= deadline || self.draining.get() {
-                return;
-            }
-            let any = futures::future::select_all(listeners);
-            let drained = self.drain_event.listen();
-            let timer = glommio::timer::sleep(deadline - now);
-            futures_lite::future::or(
-                async {
-                    any.await;
-                },
-                futures_lite::future::or(drained, timer),
-            )
-            .await;
+            Err(e) => watermarks(partition_error_code(&e)),
         }
     }
 

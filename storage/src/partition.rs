@@ -226,6 +226,11 @@ struct LogState {
     /// Readers never go past it.
     visible_end: (i64, u64),
     log_start_offset: i64,
+    /// Bytes appended since the partition was opened, and how many of them were below the high
+    /// watermark when it last moved: a waiting fetch counts new data by the difference, without
+    /// reading it.
+    appended_bytes: u64,
+    visible_bytes: u64,
     active_tail: Tail,
     /// Tails of segments rolled away from but not yet flushed.
     sealed_tails: Vec<Tail>,
@@ -483,6 +488,8 @@ impl Partition {
                 durable_offset: next_offset,
                 visible_end,
                 log_start_offset,
+                appended_bytes: 0,
+                visible_bytes: 0,
                 active_tail,
                 sealed_tails: Vec::new(),
                 producers,
@@ -584,6 +591,12 @@ impl Partition {
         self.state.borrow().log_start_offset
     }
 
+    /// Bytes made visible (below the high watermark) since the partition was opened. A waiting
+    /// fetch takes the difference between two values as the new data it could read.
+    pub fn visible_bytes(&self) -> u64 {
+        self.state.borrow().visible_bytes
+    }
+
     pub fn is_offline(&self) -> bool {
         self.state.borrow().failed.is_some()
     }
@@ -651,6 +664,7 @@ impl Partition {
         active.on_batch(&entry, config.index_interval_bytes);
         assert_eq!(st.active_tail.end(), active.size);
         st.next_offset = last_offset + 1;
+        st.appended_bytes += batch.len() as u64;
         if header.has_producer_id() {
             st.producers.record(
                 header.producer_id,
@@ -844,7 +858,7 @@ impl Partition {
         let sync_policy = self.config.get().sync_policy;
         // The chunks to write are frozen while the state is borrowed; appends that arrive during
         // the write go into new chunks for the next flush.
-        let (mut sealed, active_file, active_writes, active_base, active_end, target) = {
+        let (mut sealed, active_file, active_writes, active_base, active_end, target, appended) = {
             let mut st = self.state.borrow_mut();
             let sealed = std::mem::take(&mut st.sealed_tails);
             let t = &mut st.active_tail;
@@ -861,6 +875,7 @@ impl Partition {
                 t.segment_base,
                 end,
                 st.next_offset,
+                st.appended_bytes,
             )
         };
         for tail in &mut sealed {
@@ -896,6 +911,7 @@ impl Partition {
         if visible && target > st.high_watermark {
             st.high_watermark = target;
             st.visible_end = (active_base, active_end);
+            st.visible_bytes = appended;
         }
         let tail = &mut st.active_tail;
         if tail.segment_base == active_base {
@@ -942,6 +958,8 @@ impl Partition {
             .borrow_mut()
             .failed
             .get_or_insert_with(|| detail.clone());
+        // Waiting fetches end: the partition answers with an error now.
+        self.advanced.notify(usize::MAX);
         storage_err(&self.dir, detail)
     }
 

@@ -517,3 +517,49 @@ fn read_buffers_travel_to_other_threads_without_a_copy_and_are_released_at_home(
         assert_eq!(tributary_storage::io::release_returned_buffers(), 0);
     });
 }
+
+#[test]
+fn visible_bytes_count_what_the_high_watermark_uncovered_and_hard_limits_hold() {
+    on_executor(move |path| async move {
+        let p = Partition::open(path.join("v-0"), CONFIG).await.unwrap();
+        assert_eq!(p.visible_bytes(), 0);
+        let sizes: Vec<usize> = (0..40).map(|i| batch(i, None).len()).collect();
+        let mut appended = 0;
+        for (i, size) in sizes.iter().enumerate() {
+            let out = p.append(&batch(i, None)).await.unwrap();
+            appended += size;
+            // Appended is not visible: the count moves with the high watermark only.
+            assert_eq!(p.visible_bytes() as usize, appended - size);
+            p.sync_to(out.last_offset + 1).await.unwrap();
+            assert_eq!(p.visible_bytes() as usize, appended);
+        }
+        // Across segment rolls (4 KiB segments), the count is the bytes a read from the start
+        // returns.
+        let mut read = 0;
+        let mut offset = 0;
+        while offset < p.high_watermark() {
+            let r = p.read(offset, 1 << 20).await.unwrap();
+            read += r.records.len();
+            offset = validate_all(&r.records)
+                .unwrap()
+                .last()
+                .unwrap()
+                .1
+                .last_offset()
+                + 1;
+        }
+        assert_eq!(read as u64, p.visible_bytes());
+        // A hard limit below the first batch returns nothing; `read` returns that batch anyway.
+        let first = sizes[0];
+        assert!(p
+            .read_within(0, first - 1)
+            .await
+            .unwrap()
+            .records
+            .is_empty());
+        assert_eq!(p.read(0, first - 1).await.unwrap().records.len(), first);
+        let two = p.read_within(0, first + sizes[1]).await.unwrap();
+        assert_eq!(two.records.len(), first + sizes[1]);
+        assert!(p.read_within(0, 0).await.unwrap().records.is_empty());
+    });
+}

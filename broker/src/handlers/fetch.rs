@@ -1,10 +1,16 @@
-//! Fetch: read each partition on its owning shard, and when fewer than `min_bytes` came back,
-//! wait on the owners for any high watermark to move — up to `max_wait_ms` — then read again.
+//! Fetch: decide which partitions the request covers (its fetch session, `session`), read them
+//! on their owning shards in request order within the response's byte budget, and when fewer
+//! than `min_bytes` came back, wait as Kafka's DelayedFetch does (`wait`) — up to `max_wait_ms` —
+//! then read once more.
+
+pub mod session;
+pub mod wait;
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::stream::{FuturesUnordered, StreamExt};
 use tributary_protocol::frame::FrameBuilder;
 use tributary_protocol::header::{begin_response, RequestHeader};
 use tributary_protocol::registry::ApiSpec;
@@ -12,8 +18,9 @@ use tributary_protocol::requests::fetch::{self, FetchPartitionResponse, FetchTop
 use tributary_protocol::{ErrorCode, Reader};
 
 use super::{decode_all, HandlerResult};
-use crate::routing::ShardId;
 use crate::shard::{call, FetchResult, Shard, ShardRequest};
+use session::{Answered, Context, FetchItem, INVALID_SESSION_ID};
+use wait::{Baseline, Tally};
 
 /// Longest long-poll a client may ask for; a larger `max_wait_ms` is capped to this.
 pub const FETCH_MAX_WAIT_MS_CAP: u64 = 60_000;
@@ -28,57 +35,36 @@ pub async fn handle(
     let req = decode_all(r, |r| fetch::decode(r, v))?;
     let wait = Duration::from_millis((req.max_wait_ms.max(0) as u64).min(FETCH_MAX_WAIT_MS_CAP));
     let deadline = Instant::now() + wait;
-    let max_bytes = if req.max_bytes <= 0 {
-        i32::MAX as usize
-    } else {
-        req.max_bytes as usize
-    };
-    let items: Vec<(String, i32, i64, usize)> = req
+    // As Kafka: the broker's fetch.max.bytes caps what the client asks for, and min_bytes
+    // cannot ask for more than that.
+    let max_bytes = match req.max_bytes {
+        n if n <= 0 => usize::MAX,
+        n => n as usize,
+    }
+    .min(shard.config.fetch_max_bytes);
+    let min_bytes = (req.min_bytes.max(0) as usize).min(max_bytes);
+    let requested: Vec<FetchItem> = req
         .topics
         .iter()
         .flat_map(|t| {
-            t.partitions.iter().map(|p| {
-                (
-                    t.name.clone(),
-                    p.partition,
-                    p.fetch_offset,
-                    p.partition_max_bytes.max(0) as usize,
-                )
+            t.partitions.iter().map(|p| FetchItem {
+                topic: t.name.clone(),
+                partition: p.partition,
+                fetch_offset: p.fetch_offset,
+                partition_max_bytes: p.partition_max_bytes,
             })
         })
         .collect();
-    let catalog = shard.catalog();
-    let results = loop {
-        let results = read_all(shard, &catalog, &items, max_bytes).await;
-        let bytes: usize = results.iter().map(|r| r.records.len()).sum();
-        let errors = results.iter().any(|r| r.error.is_error());
-        if bytes >= req.min_bytes.max(0) as usize
-            || errors
-            || Instant::now() >= deadline
-            || shard.draining.get()
-        {
-            break results;
-        }
-        wait_for_data(shard, &items, deadline).await;
-    };
-    let mut topics: Vec<FetchTopicResponse> = Vec::new();
-    for ((topic, partition, _, _), res) in items.iter().zip(results) {
-        let part = FetchPartitionResponse {
-            partition: *partition,
-            error: res.error,
-            high_watermark: res.high_watermark,
-            last_stable_offset: res.high_watermark,
-            log_start_offset: res.log_start_offset,
-            records: res.records,
-        };
-        match topics.last_mut().filter(|t| &t.name == topic) {
-            Some(t) => t.partitions.push(part),
-            None => topics.push(FetchTopicResponse {
-                name: topic.clone(),
-                partitions: vec![part],
-            }),
-        }
-    }
+    let context = shard.fetch_sessions.borrow_mut().begin(
+        Instant::now(),
+        req.session_id,
+        req.session_epoch,
+        requested,
+        &req.forgotten,
+    );
+    let results = read_and_wait(shard, context.items(), max_bytes, min_bytes, deadline).await;
+    let (error, session_id, include) = finish_session(shard, &context, &results);
+    let topics = response_topics(context.items(), results, &include);
     // Record bytes are not copied into the response: they are pieces of the frame, written to
     // the socket from the buffers the reads returned.
     let mut out = FrameBuilder::new();
@@ -90,61 +76,245 @@ pub async fn handle(
     fetch::encode_response(
         &mut out,
         v,
-        ErrorCode::NONE,
+        error,
+        session_id,
         req.isolation_level == 1,
         &topics,
     );
     Ok(Some(out.finish()))
 }
 
-/// Reads every partition concurrently, then trims to the response's `max_bytes`: partitions are
-/// kept in request order while they fit, and the first non-empty one always (KIP-74).
-async fn read_all(
-    shard: &Rc<Shard>,
-    catalog: &crate::catalog::Catalog,
-    items: &[(String, i32, i64, usize)],
-    max_bytes: usize,
-) -> Vec<FetchResult> {
-    let reads = items.iter().map(|(topic, partition, offset, part_max)| {
-        let known = catalog
-            .topics
-            .get(topic)
-            .is_some_and(|t| *partition >= 0 && *partition < t.partitions);
-        let (topic, partition, offset, limit) = (
-            topic.clone(),
-            *partition,
-            *offset,
-            (*part_max).min(max_bytes),
-        );
-        async move {
-            if !known {
-                return unknown();
+/// Records in the session what this fetch answered (a full fetch may create one): returns the
+/// response's error and session id, and which partitions it includes.
+fn finish_session(
+    shard: &Shard,
+    context: &Context,
+    results: &[FetchResult],
+) -> (ErrorCode, i32, Vec<bool>) {
+    let answered: Vec<(FetchItem, Answered)> = context
+        .items()
+        .iter()
+        .zip(results)
+        .map(|(item, r)| {
+            let a = Answered {
+                error: r.error,
+                high_watermark: r.high_watermark,
+                log_start_offset: r.log_start_offset,
+                has_records: !r.records.is_empty(),
+            };
+            (item.clone(), a)
+        })
+        .collect();
+    let mut sessions = shard.fetch_sessions.borrow_mut();
+    match context {
+        Context::Error(code) => (*code, INVALID_SESSION_ID, vec![]),
+        Context::Sessionless(items) => {
+            (ErrorCode::NONE, INVALID_SESSION_ID, vec![true; items.len()])
+        }
+        Context::Full(items) => {
+            let id = sessions.create(Instant::now(), new_session_id, answered);
+            (ErrorCode::NONE, id, vec![true; items.len()])
+        }
+        Context::Incremental { id, epoch, .. } => {
+            match sessions.finish_incremental(*id, *epoch, &answered) {
+                Ok(include) => (ErrorCode::NONE, *id, include),
+                // Another fetch used the session meanwhile: Kafka names the session.
+                Err(code) if code == ErrorCode::INVALID_FETCH_SESSION_EPOCH => (code, *id, vec![]),
+                Err(code) => (code, INVALID_SESSION_ID, vec![]),
             }
-            let owner = shard.owner(&topic, partition);
-            call(shard, owner, move |reply| ShardRequest::Fetch {
-                topic,
-                partition,
-                offset,
-                max_bytes: limit,
-                reply,
-            })
-            .await
-            .unwrap_or_else(unknown)
-        }
-    });
-    let mut results = futures::future::join_all(reads).await;
-    let mut total = 0usize;
-    for r in &mut results {
-        if r.records.is_empty() {
-            continue;
-        }
-        if total > 0 && total + r.records.len() > max_bytes {
-            r.records = Bytes::new();
-        } else {
-            total += r.records.len();
         }
     }
-    results
+}
+
+/// The included partitions, grouped into topics as they come (a topic that recurs after
+/// another is a new entry, as in Kafka's responses).
+fn response_topics(
+    items: &[FetchItem],
+    results: Vec<FetchResult>,
+    include: &[bool],
+) -> Vec<FetchTopicResponse> {
+    let mut topics: Vec<FetchTopicResponse> = Vec::new();
+    let chosen = items.iter().zip(results).zip(include);
+    for ((item, res), _) in chosen.filter(|(_, included)| **included) {
+        let part = FetchPartitionResponse {
+            partition: item.partition,
+            error: res.error,
+            high_watermark: res.high_watermark,
+            last_stable_offset: res.high_watermark,
+            log_start_offset: res.log_start_offset,
+            records: res.records,
+        };
+        match topics.last_mut().filter(|t| t.name == item.topic) {
+            Some(t) => t.partitions.push(part),
+            None => topics.push(FetchTopicResponse {
+                name: item.topic.clone(),
+                partitions: vec![part],
+            }),
+        }
+    }
+    topics
+}
+
+/// A random positive session id (uniqueness is checked by the cache).
+fn new_session_id() -> i32 {
+    (uuid::Uuid::new_v4().as_u128() as u32 & 0x7fff_ffff) as i32
+}
+
+/// Reads `items`; if that is not yet `min_bytes` and nothing ends the wait, waits for enough new
+/// data (counted, not read) or the deadline, and reads once more.
+async fn read_and_wait(
+    shard: &Rc<Shard>,
+    items: &[FetchItem],
+    max_bytes: usize,
+    min_bytes: usize,
+    deadline: Instant,
+) -> Vec<FetchResult> {
+    let catalog = shard.catalog();
+    let known: Vec<bool> = items
+        .iter()
+        .map(|i| {
+            catalog
+                .topics
+                .get(&i.topic)
+                .is_some_and(|t| i.partition >= 0 && i.partition < t.partitions)
+        })
+        .collect();
+    let first = read_all(shard, items, &known, max_bytes).await;
+    let bytes: usize = first.results.iter().map(|r| r.records.len()).sum();
+    let errors = first.results.iter().any(|r| r.error.is_error());
+    if bytes >= min_bytes
+        || errors
+        || first.full
+        || items.is_empty()
+        || Instant::now() >= deadline
+        || shard.draining.get()
+    {
+        return first.results;
+    }
+    let baselines = items
+        .iter()
+        .zip(&first.results)
+        .map(|(i, r)| Baseline::new(i.fetch_offset, i.partition_max_bytes.max(0) as usize, r))
+        .collect();
+    let tally = Tally::new(baselines, min_bytes);
+    if tally.satisfied() {
+        return first.results;
+    }
+    let watched: Vec<(String, i32, bool)> = items
+        .iter()
+        .zip(&known)
+        .map(|(i, k)| (i.topic.clone(), i.partition, *k))
+        .collect();
+    wait::wait(shard, &watched, tally, deadline).await;
+    read_all(shard, items, &known, max_bytes).await.results
+}
+
+struct ReadAll {
+    results: Vec<FetchResult>,
+    /// A partition with data got none of it: the response's byte budget ran out, and waiting
+    /// would not let the response carry more.
+    full: bool,
+}
+
+/// Reads of one fetch under way at once.
+const FETCH_READS_INFLIGHT_MAX: usize = 16;
+
+/// Reads the partitions in request order within `max_bytes`, as Kafka's `readFromLog`: until
+/// one returns records a partition may return its first batch whatever its size (KIP-74);
+/// after that no read returns more than the budget left, and once it is spent the remaining
+/// partitions are answered from their watermarks without reading. Nothing is read that would
+/// not be sent.
+///
+/// Reads overlap (up to [`FETCH_READS_INFLIGHT_MAX`]) while the budget not yet granted covers a
+/// partition's whole `partition_max_bytes`: each read is granted its bytes before it starts and
+/// gives back what it did not use. When it does not, reads wait for those under way and go one
+/// at a time, each granted what is left.
+async fn read_all(
+    shard: &Rc<Shard>,
+    items: &[FetchItem],
+    known: &[bool],
+    max_bytes: usize,
+) -> ReadAll {
+    let mut results: Vec<Option<FetchResult>> = vec![None; items.len()];
+    let mut used = 0usize; // record bytes returned by finished reads
+    let mut granted = 0usize; // bytes granted to reads under way
+    let mut returned_any = false;
+    let mut full = false;
+    let mut next = 0;
+    let mut inflight = FuturesUnordered::new();
+    loop {
+        while next < items.len() && inflight.len() < FETCH_READS_INFLIGHT_MAX {
+            let i = next;
+            let item = &items[i];
+            if !known[i] {
+                results[i] = Some(unknown());
+                next += 1;
+                continue;
+            }
+            let part_max = item.partition_max_bytes.max(0) as usize;
+            let left = max_bytes.saturating_sub(used);
+            let grant = if returned_any && left == 0 {
+                0 // watermarks only
+            } else if inflight.is_empty() {
+                part_max.min(left)
+            } else if left.saturating_sub(granted) >= part_max {
+                part_max
+            } else {
+                break; // wait for the reads under way to give back what they did not use
+            };
+            granted += grant;
+            let hard_limit = returned_any;
+            inflight.push(async move {
+                let r = read_one(shard, item, grant, hard_limit).await;
+                (i, grant, hard_limit, r)
+            });
+            next += 1;
+        }
+        let Some((i, grant, hard_limit, r)) = inflight.next().await else {
+            break;
+        };
+        granted -= grant;
+        if !r.records.is_empty() {
+            returned_any = true;
+            used += r.records.len();
+        } else if hard_limit && r.has_data_at(items[i].fetch_offset) {
+            // Its first batch did not fit in what was left.
+            full = true;
+        }
+        results[i] = Some(r);
+    }
+    let results = results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(unknown))
+        .collect();
+    ReadAll { results, full }
+}
+
+async fn read_one(
+    shard: &Rc<Shard>,
+    item: &FetchItem,
+    max_bytes: usize,
+    hard_limit: bool,
+) -> FetchResult {
+    let (topic, partition, offset) = (item.topic.clone(), item.partition, item.fetch_offset);
+    let owner = shard.owner(&topic, partition);
+    call(shard, owner, move |reply| ShardRequest::Fetch {
+        topic,
+        partition,
+        offset,
+        max_bytes,
+        hard_limit,
+        reply,
+    })
+    .await
+    .unwrap_or_else(unknown)
+}
+
+impl FetchResult {
+    /// The partition had data at `offset` that this result did not return.
+    fn has_data_at(&self, offset: i64) -> bool {
+        !self.error.is_error() && self.records.is_empty() && offset < self.high_watermark
+    }
 }
 
 fn unknown() -> FetchResult {
@@ -153,33 +323,6 @@ fn unknown() -> FetchResult {
         records: Bytes::new(),
         high_watermark: -1,
         log_start_offset: -1,
+        visible_bytes: 0,
     }
-}
-
-/// Returns when any owner reports a high watermark past a fetched offset, or at `deadline`.
-async fn wait_for_data(shard: &Rc<Shard>, items: &[(String, i32, i64, usize)], deadline: Instant) {
-    let mut by_shard: Vec<Vec<(String, i32, i64)>> = vec![Vec::new(); shard.shards];
-    for (t, p, o, _) in items {
-        by_shard[shard.owner(t, *p).0].push((t.clone(), *p, *o));
-    }
-    let watches: Vec<_> = by_shard
-        .into_iter()
-        .enumerate()
-        .filter(|(_, w)| !w.is_empty())
-        .map(|(s, items)| {
-            Box::pin(call(shard, ShardId(s), move |reply| ShardRequest::Watch {
-                items,
-                deadline,
-                reply,
-            }))
-        })
-        .collect();
-    if watches.is_empty() {
-        let now = Instant::now();
-        if deadline > now {
-            glommio::timer::sleep(deadline - now).await;
-        }
-        return;
-    }
-    futures::future::select_all(watches).await;
 }

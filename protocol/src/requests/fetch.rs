@@ -24,6 +24,8 @@ pub struct FetchRequest {
     pub session_id: i32,
     pub session_epoch: i32,
     pub topics: Vec<FetchTopic>,
+    /// Partitions an incremental fetch removes from its session (v7+).
+    pub forgotten: Vec<(String, i32)>,
 }
 
 #[derive(Debug, Clone)]
@@ -80,15 +82,14 @@ pub fn decode(r: &mut Reader, version: i16) -> Result<FetchRequest, DecodeError>
         r.tagged_fields(flex)?;
         topics.push(FetchTopic { name, partitions });
     }
+    let mut forgotten = Vec::new();
     if version >= 7 {
-        // Forgotten topics only matter to fetch sessions, which this broker never creates
-        // (it answers session_id 0), so they are read and dropped.
         let n = r.array_len_required("forgotten_topics_data", flex, 2)?;
         for _ in 0..n {
-            r.string("forgotten topic", flex)?;
+            let topic = r.string("forgotten topic", flex)?;
             let np = r.array_len_required("forgotten partitions", flex, 4)?;
             for _ in 0..np {
-                r.i32("forgotten partition")?;
+                forgotten.push((topic.clone(), r.i32("forgotten partition")?));
             }
             r.tagged_fields(flex)?;
         }
@@ -106,6 +107,7 @@ pub fn decode(r: &mut Reader, version: i16) -> Result<FetchRequest, DecodeError>
         session_id,
         session_epoch,
         topics,
+        forgotten,
     })
 }
 
@@ -127,11 +129,12 @@ pub struct FetchTopicResponse {
 }
 
 /// Writes a Fetch response body. Record bytes are appended as they are; with `read_committed`
-/// an empty aborted-transactions list is sent, otherwise null.
+/// an empty aborted-transactions list is sent, otherwise null. `session_id` is sent from v7.
 pub fn encode_response(
     out: &mut FrameBuilder,
     version: i16,
     error: ErrorCode,
+    session_id: i32,
     read_committed: bool,
     topics: &[FetchTopicResponse],
 ) {
@@ -139,7 +142,7 @@ pub fn encode_response(
     out.put_i32(0); // throttle_time_ms
     if version >= 7 {
         out.put_i16(error.code());
-        out.put_i32(0); // session_id: no fetch sessions
+        out.put_i32(session_id);
     }
     put_array_len(out, topics.len(), flex);
     for topic in topics {
@@ -192,6 +195,18 @@ mod tests {
                     .with_partition(3)
                     .with_fetch_offset(42)
                     .with_partition_max_bytes(1_048_576)])]);
+        let req = if version >= 7 {
+            use kafka_protocol::messages::fetch_request::ForgottenTopic;
+            req.with_session_id(12)
+                .with_session_epoch(3)
+                .with_forgotten_topics_data(vec![ForgottenTopic::default()
+                    .with_topic(kafka_protocol::messages::TopicName(
+                        StrBytes::from_static_str("old"),
+                    ))
+                    .with_partitions(vec![1, 4])])
+        } else {
+            req
+        };
         let mut b = bytes::BytesMut::new();
         req.encode(&mut b, version).unwrap();
         b.freeze()
@@ -205,6 +220,10 @@ mod tests {
             assert_eq!(req.max_wait_ms, 500);
             assert_eq!(req.topics[0].name, "orders");
             assert_eq!(req.topics[0].partitions[0].fetch_offset, 42);
+            if v >= 7 {
+                assert_eq!((req.session_id, req.session_epoch), (12, 3));
+                assert_eq!(req.forgotten, vec![("old".into(), 1), ("old".into(), 4)]);
+            }
             crate::requests::assert_prefixes_fail(&bytes, |r| decode(r, v));
         }
     }
@@ -231,12 +250,15 @@ mod tests {
             for rc in [false, true] {
                 let mut out = FrameBuilder::new();
                 out.put_i32(0); // the length prefix
-                encode_response(&mut out, v, ErrorCode::NONE, rc, &topics);
+                encode_response(&mut out, v, ErrorCode::NONE, 77, rc, &topics);
                 let frame = out.finish();
                 assert_eq!(frame.pieces().len(), 3, "v{v}");
                 let mut bytes = Bytes::from(frame.to_vec()).slice(4..);
                 let resp = FetchResponse::decode(&mut bytes, v).unwrap();
                 assert_eq!(bytes.len(), 0, "v{v}");
+                if v >= 7 {
+                    assert_eq!(resp.session_id, 77);
+                }
                 let ps = &resp.responses[0].partitions;
                 assert_eq!(ps[0].high_watermark, 10);
                 assert_eq!(ps[0].records.as_ref(), Some(&short));

@@ -11,6 +11,26 @@ impl Partition {
     /// (length, CRC32C, offsets), so a batch damaged on disk after it was written is never
     /// served: a read gets the batches before it, or CORRUPT_MESSAGE if it starts there.
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutcome, PartitionError> {
+        self.read_batches(offset, max_bytes, true).await
+    }
+
+    /// [`Partition::read`] under a hard limit: when the first batch is larger than `max_bytes`
+    /// nothing is returned, and no more than about `max_bytes` is read for it. A Fetch response
+    /// lets only its first non-empty partition exceed the response's byte budget (KIP-74).
+    pub async fn read_within(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<ReadOutcome, PartitionError> {
+        self.read_batches(offset, max_bytes, false).await
+    }
+
+    async fn read_batches(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        first_whole: bool,
+    ) -> Result<ReadOutcome, PartitionError> {
         self.check_online()?;
         let config = self.config.get();
         let (slack, gaps) = (config.index_interval_bytes, config.compact);
@@ -49,7 +69,7 @@ impl Partition {
                 }
             }
             match self
-                .read_in_segment(&plan, offset, max_bytes, slack, gaps)
+                .read_in_segment(&plan, offset, max_bytes, slack, gaps, first_whole)
                 .await?
             {
                 Some(records) => return Ok(ReadOutcome { records, ..empty }),
@@ -69,6 +89,7 @@ impl Partition {
         max_bytes: usize,
         slack: u64,
         gaps: bool,
+        first_whole: bool,
     ) -> Result<Option<Bytes>, PartitionError> {
         let (limit, mut position, mut expect) = (plan.limit, plan.position, plan.expect);
         let mut len = (max_bytes as u64 + slack).min(limit - position);
@@ -81,6 +102,9 @@ impl Partition {
                 .position(|(e, _)| e.last_offset >= offset);
             if let Some(first) = first {
                 let wanted = &scan.batches[first..];
+                if !first_whole && wanted[0].0.size as usize > max_bytes {
+                    return Ok(Some(Bytes::new()));
+                }
                 let from = (wanted[0].0.position - position) as usize;
                 let mut to = from + wanted[0].0.size as usize;
                 for (e, _) in &wanted[1..] {
@@ -124,6 +148,11 @@ impl Partition {
                 } => {
                     if at + needed as u64 > limit {
                         return Err(corrupt(at, "batch runs past the end of the log".into()));
+                    }
+                    // A batch larger than the limit: under a hard limit it is not read at all
+                    // (it may precede the wanted one, which is then not served this time either).
+                    if !first_whole && needed > max_bytes {
+                        return Ok(Some(Bytes::new()));
                     }
                     expect = scan
                         .batches

@@ -1,0 +1,525 @@
+//! Fetch over the wire: waits that count new bytes instead of re-reading (Kafka's DelayedFetch),
+//! the broker's `fetch.max.bytes` budget read in request order, and fetch sessions (KIP-227)
+//! driven with raw requests as the Java client and kafka-python send them.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{start_broker, RawConn};
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
+use kafka_protocol::messages::fetch_request::{
+    FetchPartition, FetchRequest, FetchTopic, ForgottenTopic,
+};
+use kafka_protocol::messages::produce_request::{
+    PartitionProduceData, ProduceRequest, TopicProduceData,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use tributary_protocol::record_batch::{build_batch, validate_all};
+
+const FETCH_VERSION: i16 = 11;
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn create_topic(c: &mut RawConn, topic: &str, partitions: i32) {
+    let req = CreateTopicsRequest::default()
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(name(topic))
+            .with_num_partitions(partitions)
+            .with_replication_factor(1)])
+        .with_timeout_ms(5000);
+    let resp: CreateTopicsResponse = c.request(ApiKey::CreateTopics, 5, &req);
+    assert_eq!(resp.topics[0].error_code, 0);
+}
+
+/// Appends one batch of `values` to `topic`/`partition`; returns its base offset.
+fn produce(c: &mut RawConn, topic: &str, partition: i32, values: &[&[u8]]) -> i64 {
+    let records: Vec<_> = values.iter().map(|v| (None, Some(*v))).collect();
+    let batch = build_batch(&records, 1_700_000_000_000, None).freeze();
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(batch))])]);
+    let resp: ProduceResponse = c.request(ApiKey::Produce, 8, &req);
+    let p = &resp.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, 0);
+    p.base_offset
+}
+
+fn partition(p: i32, offset: i64) -> FetchPartition {
+    FetchPartition::default()
+        .with_partition(p)
+        .with_fetch_offset(offset)
+        .with_partition_max_bytes(1 << 20)
+}
+
+fn fetch(topic: &str, parts: Vec<FetchPartition>) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(100)
+        .with_min_bytes(1)
+        .with_max_bytes(50 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(name(topic))
+            .with_partitions(parts)])
+}
+
+/// Records in a response partition's bytes.
+fn record_count(records: &Option<Bytes>) -> usize {
+    let Some(r) = records else { return 0 };
+    validate_all(r)
+        .expect("whole, valid batches")
+        .iter()
+        .map(|(_, h)| h.records_count as usize)
+        .sum()
+}
+
+/// (partition, records) of each partition in the response, in response order.
+fn answered(resp: &FetchResponse) -> Vec<(i32, usize)> {
+    resp.responses
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| (p.partition_index, record_count(&p.records)))
+        .collect()
+}
+
+/// Appends `n` single-record batches to partition 0 of `topic`, `every` apart, from a thread.
+fn trickle(
+    addr: SocketAddr,
+    topic: &'static str,
+    n: usize,
+    size: usize,
+    every: Duration,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut c = RawConn::connect(addr);
+        let value = vec![b'x'; size];
+        for _ in 0..n {
+            std::thread::sleep(every);
+            produce(&mut c, topic, 0, &[&value]);
+        }
+    })
+}
+
+#[test]
+fn a_waiting_fetch_counts_new_bytes_instead_of_reading_them_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, &[]);
+    let mut c = RawConn::connect(broker.addr);
+    create_topic(&mut c, "trickle", 1);
+    let reads_before = broker.fetch_stats().reads;
+    // 20 small appends over about 2 s against a fetch that wants 1 MB within 3 s.
+    let producer = trickle(broker.addr, "trickle", 20, 100, Duration::from_millis(100));
+    let t0 = Instant::now();
+    let req = fetch("trickle", vec![partition(0, 0)])
+        .with_min_bytes(1_000_000)
+        .with_max_wait_ms(3000);
+    let resp: FetchResponse = c.request(ApiKey::Fetch, FETCH_VERSION, &req);
+    let waited = t0.elapsed();
+    producer.join().unwrap();
+    assert!(
+        waited >= Duration::from_millis(2800),
+        "answered after {waited:?}, before max_wait"
+    );
+    assert_eq!(
+        answered(&resp),
+        vec![(0, 20)],
+        "every append is in the answer"
+    );
+    // One read before the wait and one at its end; every high watermark move re-read the
+    // partition before.
+    let reads = broker.fetch_stats().reads - reads_before;
+    assert!(reads <= 3, "{reads} partition reads for one waiting fetch");
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn a_waiting_fetch_answers_once_min_bytes_have_arrived() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, &[]);
+    let mut c = RawConn::connect(broker.addr);
+    create_topic(&mut c, "arrive", 1);
+    let reads_before = broker.fetch_stats().reads;
+    // Ten 1000-byte records 150 ms apart; 5000 bytes are there after the fifth (~0.75 s).
+    let producer = trickle(broker.addr, "arrive", 10, 1000, Duration::from_millis(150));
+    let t0 = Instant::now();
+    let req = fetch("arrive", vec![partition(0, 0)])
+        .with_min_bytes(5000)
+        .with_max_wait_ms(20_000);
+    let resp: FetchResponse = c.request(ApiKey::Fetch, FETCH_VERSION, &req);
+    let waited = t0.elapsed();
+    producer.join().unwrap();
+    let got = answered(&resp)[0].1;
+    assert!(
+        waited < Duration::from_secs(5),
+        "answered after {waited:?}, not when the bytes arrived"
+    );
+    assert!((5..=10).contains(&got), "{got} records");
+    let bytes = resp.responses[0].partitions[0]
+        .records
+        .as_ref()
+        .map_or(0, |r| r.len());
+    assert!(bytes >= 5000, "{bytes} bytes");
+    assert!(broker.fetch_stats().reads - reads_before <= 3);
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn the_broker_budget_is_read_in_request_order_and_nothing_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = 64 * 1024;
+    let broker = start_broker(dir.path(), 2, &[("fetch.max.bytes", "65536")]);
+    let mut c = RawConn::connect(broker.addr);
+    let partitions = 16;
+    create_topic(&mut c, "wide", partitions);
+    // 16 partitions of 16 batches of about 2 KB: 512 KB in all, eight times the budget.
+    let value = vec![b'v'; 2000];
+    for p in 0..partitions {
+        for _ in 0..16 {
+            produce(&mut c, "wide", p, &[&value]);
+        }
+    }
+    let before = broker.fetch_stats();
+    let req = fetch("wide", (0..partitions).map(|p| partition(p, 0)).collect()).with_max_wait_ms(0);
+    let resp: FetchResponse = c.request(ApiKey::Fetch, FETCH_VERSION, &req);
+    let after = broker.fetch_stats();
+    let got = answered(&resp);
+    assert_eq!(
+        got.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        (0..partitions).collect::<Vec<_>>(),
+        "partitions answered in request order"
+    );
+    // The budget is filled from the front: whole partitions, then one cut short, then none.
+    let counts: Vec<usize> = got.iter().map(|(_, n)| *n).collect();
+    let filled = counts.iter().take_while(|n| **n == 16).count();
+    assert!(filled >= 1, "{counts:?}");
+    assert!(
+        counts[filled + 1..].iter().all(|n| *n == 0),
+        "only a prefix of the partitions has data: {counts:?}"
+    );
+    let sent: usize = resp
+        .responses
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+        .sum();
+    assert!(sent <= budget, "{sent} bytes sent");
+    assert!(
+        sent > budget - 2 * 2100,
+        "{sent} bytes sent: the budget was not used"
+    );
+    let read = after.read_bytes - before.read_bytes;
+    assert!(
+        read as usize <= budget,
+        "{read} bytes read for a {budget}-byte response"
+    );
+    // A client asking for less gets less: the smaller of the two limits holds.
+    let req = fetch("wide", (0..partitions).map(|p| partition(p, 0)).collect())
+        .with_max_wait_ms(0)
+        .with_max_bytes(10_000);
+    let resp: FetchResponse = c.request(ApiKey::Fetch, FETCH_VERSION, &req);
+    assert_eq!(answered(&resp)[0].1, 4, "{:?}", answered(&resp));
+    assert!(answered(&resp)[1..].iter().all(|(_, n)| *n == 0));
+    // Small partition limits within the budget: every partition is read (the reads overlap),
+    // each returning what its limit holds.
+    let small = (0..partitions)
+        .map(|p| partition(p, 0).with_partition_max_bytes(3000))
+        .collect();
+    let resp: FetchResponse = c.request(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        &fetch("wide", small).with_max_wait_ms(0),
+    );
+    assert_eq!(
+        answered(&resp),
+        (0..partitions).map(|p| (p, 1)).collect::<Vec<_>>()
+    );
+    broker.shutdown().unwrap();
+}
+
+fn session_fetch(topic: &str, id: i32, epoch: i32, parts: Vec<FetchPartition>) -> FetchRequest {
+    fetch(topic, parts)
+        .with_session_id(id)
+        .with_session_epoch(epoch)
+        .with_max_wait_ms(50)
+}
+
+#[test]
+fn fetch_sessions_answer_only_what_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 1, &[]);
+    let mut c = RawConn::connect(broker.addr);
+    create_topic(&mut c, "s", 3);
+    produce(&mut c, "s", 0, &[b"a"]);
+
+    // A full fetch with epoch 0 creates a session and answers every partition.
+    let req = session_fetch("s", 0, 0, (0..3).map(|p| partition(p, 0)).collect());
+    let resp: FetchResponse = c.request(ApiKey::Fetch, FETCH_VERSION, &req);
+    assert_eq!(resp.error_code, 0);
+    let id = resp.session_id;
+    assert!(id > 0, "a session was created");
+    assert_eq!(answered(&resp), vec![(0, 1), (1, 0), (2, 0)]);
+    assert_eq!(broker.fetch_stats().sessions, 1);
+
+    // Epoch 1 moves partition 0 past what it read: nothing changed, nothing is answered.
+    let resp: FetchResponse = c.request(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        &session_fetch("s", id, 1, vec![partition(0, 1)]),
+    );
+    assert_eq!((resp.error_code, resp.session_id), (0, id));
+    assert_eq!(answered(&resp), vec![]);
+
+    // New data on partition 2 only: only partition 2 is answered.
+    produce(&mut c, "s", 2, &[b"b"]);
+    let resp: FetchResponse = c.request(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        &session_fetch("s", id, 2, vec![]),
+    );
+    assert_eq!(answered(&resp), vec![(2, 1)]);
+    assert_eq!(resp.responses[0].partitions[0].high_watermark, 1);
+
+    // Forget partition 1 and move partition 2 on; data on 0 and 1 then shows only 0.
+    let forget = ForgottenTopic::default()
+        .with_topic(name("s"))
+        .with_partitions(vec![1]);
+    let req =
+        session_fetch("s", id, 3, vec![partition(2, 1)]).with_forgotten_topics_data(vec![forget]);
+    let resp: FetchResponse = c.request(ApiKey::Fetch, FETCH_VERSION, &req);
+    assert_eq!(answered(&resp), vec![]);
+    produce(&mut c, "s", 0, &[b"c"]);
+    produce(&mut c, "s", 1, &[b"d"]);
+    let resp: FetchResponse = c.request(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        &session_fetch("s", id, 4, vec![]),
+    );
+    assert_eq!(answered(&resp), vec![(0, 1)]);
+
+    // An unknown session id and a wrong epoch are session errors with no partitions.
+    let resp: FetchResponse = c.request(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        &session_fetch("s", id.wrapping_add(1).max(1), 5, vec![]),
+    );
+    assert_eq!((resp.error_code, resp.session_id), (70, 0));
+    assert!(resp.responses.is_empty());
+    let resp: FetchResponse = c.request(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        &session_fetch("s", id, 9, vec![]),
+    );
+    assert_eq!(resp.error_code, 71);
+    assert!(resp.responses.is_empty());
+    // The wrong epoch left the session as it was: epoch 5 still works.
+    let resp: FetchResponse = c.request(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        &session_fetch("s", id, 5, vec![]),
+    );
+    assert_eq!((resp.error_code, resp.session_id), (0, id));
+
+    // Epoch -1 closes the session; the fetch is answered in full, without one.
+    let resp: FetchResponse = c.request(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        &session_fetch("s", id, -1, vec![partition(0, 0)]),
+    );
+    assert_eq!((resp.error_code, resp.session_id), (0, 0));
+    assert_eq!(answered(&resp), vec![(0, 2)]);
+    assert_eq!(broker.fetch_stats().sessions, 0);
+    let resp: FetchResponse = c.request(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        &session_fetch("s", id, 6, vec![]),
+    );
+    assert_eq!(resp.error_code, 70);
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn the_session_cache_is_bounded_and_sessionless_fetches_hold_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(
+        dir.path(),
+        1,
+        &[("max.incremental.fetch.session.cache.slots", "1")],
+    );
+    let mut c = RawConn::connect(broker.addr);
+    create_topic(&mut c, "b", 1);
+    // librdkafka's fetches: session 0, epoch -1. No session.
+    let resp: FetchResponse = c.request(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        &fetch("b", vec![partition(0, 0)]),
+    );
+    assert_eq!((resp.error_code, resp.session_id), (0, 0));
+    assert_eq!(broker.fetch_stats().sessions, 0);
+    let first: FetchResponse = c.request(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        &session_fetch("b", 0, 0, vec![partition(0, 0)]),
+    );
+    assert!(first.session_id > 0);
+    // The one slot is taken (and not stale): the next consumer is answered without a session.
+    let mut other = RawConn::connect(broker.addr);
+    let second: FetchResponse = other.request(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        &session_fetch("b", 0, 0, vec![partition(0, 0)]),
+    );
+    assert_eq!((second.error_code, second.session_id), (0, 0));
+    assert_eq!(answered(&second), vec![(0, 0)]);
+    assert_eq!(broker.fetch_stats().sessions, 1);
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn a_session_is_found_on_its_own_shard_and_a_full_fetch_recovers_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, &[]);
+    let mut c = RawConn::connect(broker.addr);
+    create_topic(&mut c, "r", 1);
+    produce(&mut c, "r", 0, &[b"a"]);
+    let resp: FetchResponse = c.request(
+        ApiKey::Fetch,
+        FETCH_VERSION,
+        &session_fetch("r", 0, 0, vec![partition(0, 0)]),
+    );
+    let id = resp.session_id;
+    assert!(id > 0);
+    let mut epoch = 1;
+    let mut not_found = 0;
+    // Reconnections land on either shard (SO_REUSEPORT). On the session's shard the session
+    // goes on; on the other it is not found, and a full fetch — what the Java client and
+    // kafka-python send next — starts a session there.
+    for _ in 0..16 {
+        let mut again = RawConn::connect(broker.addr);
+        let resp: FetchResponse = again.request(
+            ApiKey::Fetch,
+            FETCH_VERSION,
+            &session_fetch("r", id, epoch, vec![]),
+        );
+        match resp.error_code {
+            0 => {
+                assert_eq!(resp.session_id, id);
+                epoch += 1;
+            }
+            70 => {
+                not_found += 1;
+                let full: FetchResponse = again.request(
+                    ApiKey::Fetch,
+                    FETCH_VERSION,
+                    &session_fetch("r", 0, 0, vec![partition(0, 0)]),
+                );
+                assert_eq!(full.error_code, 0);
+                assert!(full.session_id > 0);
+                assert_eq!(answered(&full), vec![(0, 1)]);
+            }
+            e => panic!("error {e}"),
+        }
+    }
+    assert!(not_found > 0, "no connection reached the other shard");
+    broker.shutdown().unwrap();
+}
+
+/// Sends a fetch for partition 0 of `topic` at `offset` wanting 1 MB within 20 s, from a
+/// thread; returns the partition's error code and how long the answer took.
+fn long_fetch(
+    addr: SocketAddr,
+    topic: &'static str,
+    offset: i64,
+) -> std::thread::JoinHandle<(i16, Duration)> {
+    std::thread::spawn(move || {
+        let mut c = RawConn::connect(addr);
+        let req = fetch(topic, vec![partition(0, offset)])
+            .with_min_bytes(1_000_000)
+            .with_max_wait_ms(20_000);
+        let t0 = Instant::now();
+        let frame = c.encode_request(ApiKey::Fetch, FETCH_VERSION, &req);
+        c.send_raw(&frame);
+        let Some(mut resp) = c.read_frame() else {
+            return (-100, t0.elapsed());
+        };
+        use kafka_protocol::protocol::Decodable;
+        ResponseHeader::decode(
+            &mut resp,
+            ApiKey::Fetch.response_header_version(FETCH_VERSION),
+        )
+        .unwrap();
+        let resp = FetchResponse::decode(&mut resp, FETCH_VERSION).unwrap();
+        (resp.responses[0].partitions[0].error_code, t0.elapsed())
+    })
+}
+
+#[test]
+fn a_wait_ends_when_the_log_start_passes_the_offset_the_topic_goes_or_the_broker_stops() {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, &[]);
+    let mut c = RawConn::connect(broker.addr);
+    for topic in ["trim", "doomed", "stopping"] {
+        create_topic(&mut c, topic, 1);
+        for _ in 0..10 {
+            produce(&mut c, topic, 0, &[b"x"]);
+        }
+    }
+    // Offset 5 has data, far less than min_bytes: the fetch waits.
+    let waiting = long_fetch(broker.addr, "trim", 5);
+    std::thread::sleep(Duration::from_millis(300));
+    let req = DeleteRecordsRequest::default()
+        .with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(name("trim"))
+            .with_partitions(vec![DeleteRecordsPartition::default()
+                .with_partition_index(0)
+                .with_offset(8)])])
+        .with_timeout_ms(1000);
+    let resp: DeleteRecordsResponse = c.request(ApiKey::DeleteRecords, 2, &req);
+    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+    let (error, took) = waiting.join().unwrap();
+    assert_eq!(
+        error, 1,
+        "OFFSET_OUT_OF_RANGE once the log starts at 8 ({took:?})"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+
+    let waiting = long_fetch(broker.addr, "doomed", 5);
+    std::thread::sleep(Duration::from_millis(300));
+    let req = DeleteTopicsRequest::default()
+        .with_topic_names(vec![name("doomed")])
+        .with_timeout_ms(5000);
+    let resp: DeleteTopicsResponse = c.request(ApiKey::DeleteTopics, 4, &req);
+    assert_eq!(resp.responses[0].error_code, 0);
+    let (error, took) = waiting.join().unwrap();
+    assert_eq!(
+        error, 3,
+        "UNKNOWN_TOPIC_OR_PARTITION once the topic is gone"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+
+    let waiting = long_fetch(broker.addr, "stopping", 5);
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    broker.shutdown().unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(8),
+        "shutdown took {:?}",
+        t0.elapsed()
+    );
+    let (error, took) = waiting.join().unwrap();
+    assert_eq!(error, 0, "answered with what it had");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
