@@ -665,7 +665,109 @@ fn set<T: std::str::FromStr>(field: &mut T, key: &str, v: &str) -> std::result::
     Ok(())
 }
 
+/// `max.connections.per.ip.overrides` changed at runtime: IP addresses only, since resolving a
+/// host name would block the shard that applies it.
+fn parse_ip_overrides_dynamic(
+    v: &str,
+) -> std::result::Result<Vec<(std::net::IpAddr, usize)>, String> {
+    let mut out = Vec::new();
+    for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (host, count) = entry
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{entry:?} is not ip:count"))?;
+        let ip = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .map_err(|_| format!("{host:?} is not an IP address (host names are resolved only at start, from --config or --set)"))?;
+        let count = count
+            .trim()
+            .parse()
+            .map_err(|_| format!("{count:?} is not a connection count"))?;
+        out.push((ip, count));
+    }
+    Ok(out)
+}
+
 pub const DYNAMIC_BROKER_KEYS: &[DynamicKey] = &[
+    DynamicKey {
+        name: "max.connections",
+        bound: Some((ConfigKind::Int, Bound::AtLeast(1))),
+        apply: |c, v| set(&mut c.max_connections, "max.connections", v),
+    },
+    DynamicKey {
+        name: "max.connections.per.ip",
+        bound: Some((ConfigKind::Int, Bound::AtLeast(1))),
+        apply: |c, v| set(&mut c.max_connections_per_ip, "max.connections.per.ip", v),
+    },
+    DynamicKey {
+        name: "max.connections.per.ip.overrides",
+        bound: Some((
+            ConfigKind::String,
+            Bound::Parsed(|v| parse_ip_overrides_dynamic(v).map(|_| ())),
+        )),
+        apply: |c, v| {
+            c.max_connections_per_ip_overrides = parse_ip_overrides_dynamic(v)?;
+            Ok(())
+        },
+    },
+    DynamicKey {
+        name: "message.max.bytes",
+        bound: None,
+        apply: |c, v| set(&mut c.message_max_bytes, "message.max.bytes", v),
+    },
+    DynamicKey {
+        name: "compression.type",
+        bound: None,
+        apply: |c, v| {
+            c.compression_type =
+                parse_compression_type("compression.type", v.trim()).map_err(|e| e.to_string())?;
+            Ok(())
+        },
+    },
+    DynamicKey {
+        name: "log.message.timestamp.type",
+        bound: None,
+        apply: |c, v| {
+            c.log_message_timestamp_log_append_time =
+                parse_timestamp_type("log.message.timestamp.type", v.trim())
+                    .map_err(|e| e.to_string())?;
+            Ok(())
+        },
+    },
+    DynamicKey {
+        name: "log.message.timestamp.before.max.ms",
+        bound: None,
+        apply: |c, v| {
+            set(
+                &mut c.log_message_timestamp_before_max_ms,
+                "log.message.timestamp.before.max.ms",
+                v,
+            )
+        },
+    },
+    DynamicKey {
+        name: "log.message.timestamp.after.max.ms",
+        bound: None,
+        apply: |c, v| {
+            set(
+                &mut c.log_message_timestamp_after_max_ms,
+                "log.message.timestamp.after.max.ms",
+                v,
+            )
+        },
+    },
+    DynamicKey {
+        name: "producer.id.expiration.ms",
+        bound: Some((ConfigKind::Int, Bound::AtLeast(1))),
+        apply: |c, v| {
+            set(
+                &mut c.producer_id_expiration_ms,
+                "producer.id.expiration.ms",
+                v,
+            )
+        },
+    },
     DynamicKey {
         name: "log.segment.bytes",
         bound: None,

@@ -26,7 +26,7 @@ use crate::connection::SpareFrames;
 use crate::controller::Controller;
 use crate::group::{GroupConfig, GroupCoordinator, OFFSETS_TOPIC};
 use crate::handlers::groups::{GroupOp, GroupReply};
-use crate::limits::{ConnectionQuotas, RequestMemory};
+use crate::limits::{ConnectionLimits, ConnectionQuotas, RequestMemory};
 use crate::routing::{shard_for, ShardId};
 
 #[derive(Debug, Clone, Copy)]
@@ -221,6 +221,8 @@ impl Shard {
         let groups = GroupCoordinator::new(group_config(&config));
         let request_memory = RequestMemory::new(config.queued_max_request_bytes);
         let broker_config = RefCell::new(effective_config(&config, &catalog));
+        // Dynamic connection limits stored with the catalog apply from the first accept.
+        connections.set_limits(ConnectionLimits::from_config(&broker_config.borrow()));
         // Kafka's cache size is per broker; each shard holds its share.
         let session_slots = config
             .max_incremental_fetch_session_cache_slots
@@ -349,8 +351,11 @@ impl Shard {
     pub async fn apply_catalog(self: &Rc<Self>, catalog: Arc<Catalog>) {
         let old = self.catalog.replace(catalog.clone());
         if old.broker_configs != catalog.broker_configs {
-            self.broker_config
-                .replace(effective_config(&self.config, &catalog));
+            let effective = effective_config(&self.config, &catalog);
+            // The counts are shared by every shard; each applies the same limits.
+            self.connections
+                .set_limits(ConnectionLimits::from_config(&effective));
+            self.broker_config.replace(effective);
         }
         let mut gone: Vec<(String, i32)> = Vec::new();
         for ((topic, p), _) in self.partitions.borrow().iter() {
@@ -634,10 +639,9 @@ impl Shard {
         // With LogAppendTime the broker's clock stamps the batch here, on the owning shard, just
         // before the append: a copy of the batch with its timestamp type, max timestamp and CRC
         // rewritten, as Kafka's LogValidator does in place.
-        let log_append_time =
-            self.catalog().topics.get(topic).is_some_and(|t| {
-                t.log_append_time(self.config.log_message_timestamp_log_append_time)
-            });
+        let log_append_time = self.catalog().topics.get(topic).is_some_and(|t| {
+            t.log_append_time(self.broker_config().log_message_timestamp_log_append_time)
+        });
         let (batch, log_append_time_ms) = if log_append_time {
             let now = now_ms();
             let mut stamped = batch.to_vec();

@@ -16,6 +16,8 @@ pub enum Bound {
     OneOf(&'static [&'static str]),
     /// A comma-separated list of items from the set, at least one.
     ListOf(&'static [&'static str]),
+    /// Checked by a function of its own; its error says what is allowed.
+    Parsed(fn(&str) -> Result<(), String>),
 }
 
 /// A topic-level config key.
@@ -238,6 +240,7 @@ pub fn check_value(key: &str, kind: ConfigKind, bound: Bound, value: &str) -> Re
                 Err(_) => invalid("not a whole number".into()),
             }
         }
+        Bound::Parsed(check) => check(value).or_else(invalid),
         Bound::Ratio => match value.trim().parse::<f64>() {
             Ok(r) if (0.0..=1.0).contains(&r) => Ok(()),
             _ => invalid("value must be a number between 0 and 1".into()),

@@ -172,6 +172,92 @@ fn connection_limits_close_the_excess_at_accept() {
     broker.shutdown().unwrap();
 }
 
+/// AlterConfigs v1 on this broker (node 0), raw: its error code and message. AlterConfigs
+/// replaces the broker's whole dynamic set.
+fn alter_broker(addr: SocketAddr, configs: &[(&str, &str)]) -> (i16, String) {
+    use kafka_protocol::messages::alter_configs_request::{
+        AlterConfigsRequest, AlterConfigsResource, AlterableConfig,
+    };
+    let mut raw = RawConn::connect(addr);
+    let resp: AlterConfigsResponse = raw.request(
+        ApiKey::AlterConfigs,
+        1,
+        &AlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(StrBytes::from_static_str("0"))
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        AlterableConfig::default()
+                            .with_name(StrBytes::from_string(k.to_string()))
+                            .with_value(Some(StrBytes::from_string(v.to_string())))
+                    })
+                    .collect(),
+            )]),
+    );
+    let r = &resp.responses[0];
+    let msg = r
+        .error_message
+        .as_deref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    (r.error_code, msg)
+}
+
+#[test]
+fn connection_limits_and_message_max_bytes_change_while_the_broker_runs() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, &[]);
+    let addr = broker.addr;
+    create_topic(addr, "sized", 1);
+    let limits = |overrides: &str| {
+        alter_broker(
+            addr,
+            &[
+                ("max.connections.per.ip", "2"),
+                ("max.connections.per.ip.overrides", overrides),
+                ("message.max.bytes", "2000"),
+            ],
+        )
+    };
+    assert_eq!(limits(""), (0, String::new()));
+    let mut kept: Vec<RawConn> = (0..2).map(|_| connect_from("127.0.0.3", addr)).collect();
+    for c in &mut kept {
+        assert!(answers(c));
+    }
+    assert!(
+        !answers(&mut connect_from("127.0.0.3", addr)),
+        "a dynamic per-IP limit of 2 holds"
+    );
+
+    // Resolving a host name would block a shard: only IP addresses may change at runtime.
+    let (code, msg) = limits("localhost:9");
+    assert_ne!(code, 0);
+    assert!(msg.contains("max.connections.per.ip.overrides"), "{msg}");
+    assert_eq!(limits("127.0.0.3:3"), (0, String::new()));
+    let mut third = connect_from("127.0.0.3", addr);
+    assert!(
+        answers(&mut third),
+        "the override raises 127.0.0.3's limit to 3"
+    );
+    assert!(!answers(&mut connect_from("127.0.0.3", addr)));
+
+    // message.max.bytes: a 3000-byte batch is now too large.
+    let (frame, _) = flood_request(("sized", 1, 3000), -1, "big", 1);
+    let mut c = RawConn::connect(addr);
+    c.send_raw(&frame);
+    let mut resp = c.read_frame().expect("a produce response");
+    let _ = ResponseHeader::decode(&mut resp, 0).unwrap();
+    let resp = ProduceResponse::decode(&mut resp, 8).unwrap();
+    assert_eq!(
+        resp.responses[0].partition_responses[0].error_code, 10,
+        "MESSAGE_TOO_LARGE"
+    );
+    broker.shutdown().unwrap();
+}
+
 #[test]
 fn idle_and_trickling_connections_are_closed_and_busy_ones_kept() {
     let _serial = serial();

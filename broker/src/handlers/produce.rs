@@ -163,7 +163,7 @@ fn check_partition(
             "the produce request carries no records".into(),
         ));
     };
-    let max = meta.config_or("max.message.bytes", shard.config.message_max_bytes);
+    let max = meta.config_or("max.message.bytes", shard.broker_config().message_max_bytes);
     if records.len() > max {
         return Err((
             ErrorCode::MESSAGE_TOO_LARGE,
@@ -240,7 +240,7 @@ struct RecordPolicy {
 
 impl RecordPolicy {
     fn of(shard: &Shard, meta: &TopicMeta, max_message_bytes: usize) -> Self {
-        let c = &shard.config;
+        let c = &*shard.broker_config();
         RecordPolicy {
             compacted: meta.cleanup_policy_includes("compact"),
             log_append_time: meta.log_append_time(c.log_message_timestamp_log_append_time),
