@@ -168,12 +168,16 @@ def test_alter_configs_take_effect(broker):
     # The new limit applies to the next produce at once.
     producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "message.max.bytes": 1_000_000})
     errors = []
-    producer.produce("alter", value=b"y" * 3000, on_delivery=lambda e, m: errors.append(e))
+    # The topic is compacted now, so records need keys (Kafka refuses key-less ones: INVALID_RECORD).
+    producer.produce("alter", key=b"k", value=b"y" * 3000, on_delivery=lambda e, m: errors.append(e))
     producer.flush(30)  # separate batches: the limit applies to whole batches
-    producer.produce("alter", value=b"y" * 100, on_delivery=lambda e, m: errors.append(e))
+    producer.produce("alter", key=b"k", value=b"y" * 100, on_delivery=lambda e, m: errors.append(e))
     producer.flush(30)
     assert errors[0] is not None and errors[0].name() == "MSG_SIZE_TOO_LARGE"
     assert errors[1] is None
+    producer.produce("alter", value=b"no key", on_delivery=lambda e, m: errors.append(e))
+    producer.flush(30)
+    assert errors[2] is not None and errors[2].name() == "INVALID_RECORD", errors[2]
     bad = ConfigResource("topic", "alter", incremental_configs=[
         ConfigEntry("segment.bytes", "12", incremental_operation=AlterConfigOpType.SET),
     ])

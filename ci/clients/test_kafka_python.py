@@ -132,6 +132,11 @@ def test_admin_partitions_broker_configs_and_authorized_operations(broker):
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     text = repr(admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "0")]))
     assert "log.retention.ms" in text and "7200000" in text
+    if kafka.__version__.startswith("2."):
+        # kafka-python 2.0.2's admin client has no config_filter, describe_cluster, log dirs
+        # or authorized operations; the rest is for 3.x.
+        admin.close()
+        return
     topic = repr(admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "grow")],
                                         config_filter="all"))
     assert "7200000" in topic, "the topic's retention.ms default follows the broker's"
