@@ -4,7 +4,7 @@
 //! budgets and every acknowledged batch stays intact.
 //!
 //! CI runs them briefly. The full soak (a minute of flood, more kill rounds, 5,000 connections):
-//! `FLOOD_SECS=60 FLOOD_KILL_ROUNDS=20 cargo test --release -p tributary-broker --test overload -- --nocapture`.
+//! `FLOOD_SECS=60 FLOOD_KILL_ROUNDS=10 cargo test --release -p tributary-broker --test overload -- --nocapture`.
 
 mod common;
 
