@@ -390,6 +390,11 @@ fn render_shards(out: &mut String, shards: &[MetricsSnapshot]) {
             s.shard, s.sync.syncfs_skipped_dirty
         );
     }
+    render_request_memory(out, shards);
+}
+
+/// Each shard's `queued.max.request.bytes` in use and its size; nothing without a limit.
+fn render_request_memory(out: &mut String, shards: &[MetricsSnapshot]) {
     let limited: Vec<(usize, usize, usize)> = shards
         .iter()
         .filter_map(|s| s.request_memory.map(|(cap, used)| (s.shard, cap, used)))

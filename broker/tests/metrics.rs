@@ -212,7 +212,7 @@ fn scrape_shows_the_traffic_sent() {
             "kafka_log_log_highwatermark",
             &[t, ("partition", &p)],
         );
-        // A partition that holds records holds at least their values' bytes.
+        // Every partition of the topic has its gauges, whichever shard owns it.
         assert!(size.is_some() && hw.is_some(), "partition {p}");
     }
     assert!(sum(&samples, "kafka_log_log_size", t) >= (RECORDS * VALUE_BYTES) as f64);
@@ -222,7 +222,7 @@ fn scrape_shows_the_traffic_sent() {
         &[],
     );
     assert!(open.is_some_and(|n| n >= 1.0), "{open:?}");
-    let rounds: f64 = (0..2)
+    let read_bytes: f64 = (0..2)
         .map(|s| {
             value(
                 &samples,
@@ -233,8 +233,8 @@ fn scrape_shows_the_traffic_sent() {
         })
         .sum();
     assert!(
-        rounds >= bytes_out,
-        "fetch read bytes {rounds} < bytes out {bytes_out}"
+        read_bytes >= bytes_out,
+        "fetch read bytes {read_bytes} < bytes out {bytes_out}"
     );
     let synced: f64 = samples
         .iter()
