@@ -87,6 +87,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "queued.max.requests", default: "500", kind: ConfigKind::Int, doc: "Depth of each shard's queue of requests forwarded from other shards." },
     BrokerKey { name: "shard.io.memory.bytes", default: "1048576", kind: ConfigKind::Long, doc: "Registered io_uring buffer memory per shard; locked memory, keep within RLIMIT_MEMLOCK." },
     BrokerKey { name: "shard.spin.before.park.us", default: "0", kind: ConfigKind::Long, doc: "Microseconds a shard spins before sleeping when idle: lower latency for more CPU." },
+    BrokerKey { name: "metrics.listen", default: "127.0.0.1:9644", kind: ConfigKind::String, doc: "HOST:PORT of the Prometheus metrics endpoint (/metrics, /health), served by shard 0; empty: no endpoint." },
     BrokerKey { name: "shutdown.drain.timeout.ms", default: "10000", kind: ConfigKind::Long, doc: "How long shutdown waits for in-flight requests to finish before closing logs." },
     BrokerKey { name: "offsets.topic.num.partitions", default: "50", kind: ConfigKind::Int, doc: "Partitions of __consumer_offsets; fixed once the topic exists." },
     BrokerKey { name: "offsets.topic.segment.bytes", default: "104857600", kind: ConfigKind::Int, doc: "Segment size of __consumer_offsets." },
@@ -154,6 +155,8 @@ pub struct BrokerConfig {
     pub queued_max_request_bytes: Option<usize>,
     pub shard_io_memory_bytes: usize,
     pub shard_spin_before_park_us: u64,
+    /// `metrics.listen`; `None` when empty (no metrics endpoint).
+    pub metrics_listen: Option<SocketAddr>,
     pub shutdown_drain_timeout_ms: u64,
     pub offsets_topic_num_partitions: i32,
     pub offsets_topic_segment_bytes: u64,
@@ -563,6 +566,15 @@ impl BrokerConfig {
                 &get("shard.spin.before.park.us"),
                 0,
             )?,
+            metrics_listen: {
+                let v = get("metrics.listen");
+                let v = v.trim();
+                if v.is_empty() {
+                    None
+                } else {
+                    Some(resolve(v, "metrics.listen")?)
+                }
+            },
             shutdown_drain_timeout_ms: parse_num(
                 "shutdown.drain.timeout.ms",
                 &get("shutdown.drain.timeout.ms"),

@@ -130,9 +130,15 @@ async fn read_by<R: futures::io::AsyncRead + Unpin>(
     Ok(())
 }
 
-/// What the writer task gets for each request: its response, the body to recycle, and the
-/// request-memory grant to return once the request is answered.
-type Queued = (PendingResponse, Option<Bytes>, RequestGrant);
+/// What the writer task gets for each request: its response, the body to recycle, the
+/// request-memory grant to return once the request is answered, and the request's API
+/// (registry index) with the time its last byte was read, for its latency metric.
+type Queued = (
+    PendingResponse,
+    Option<Bytes>,
+    RequestGrant,
+    Option<(usize, Instant)>,
+);
 
 pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, slot: ConnectionSlot) {
     // The connection's place under max.connections is given back when this returns.
@@ -157,7 +163,7 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, slot: Connect
         let answered = answered.clone();
         let answered_event = answered_event.clone();
         glommio::spawn_local(async move {
-            while let Some((pending, claimed, grant)) = rx.recv().await {
+            while let Some((pending, claimed, grant, timing)) = rx.recv().await {
                 let outcome = pending.await;
                 shard.request_finished();
                 shard.spare_frames.give_back(claimed);
@@ -179,6 +185,9 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, slot: Connect
                             let _ = writer.close().await;
                         }
                     }
+                }
+                if let (Some((api, received)), false) = (timing, closed.get()) {
+                    shard.metrics.observe_request(api, received.elapsed());
                 }
                 answered.set(answered.get() + 1);
                 answered_event.notify(usize::MAX);
@@ -228,6 +237,7 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, slot: Connect
             log_stop(&peer, stop, "a request");
             break;
         }
+        let received = Instant::now();
         shard.request_started();
         let body = Bytes::from(body);
         let claimed = shard.spare_frames.claim(&body);
@@ -235,13 +245,18 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, slot: Connect
         // exception here (they are pipelined while they wait to be durable); any other request
         // mutes the connection until its response is written, so a client that stops reading
         // its responses holds one of them, not a queue of them.
-        let pipelined =
-            peek_fixed(&Reader::new(body.clone())).is_ok_and(|(key, _, _)| key == api_key::PRODUCE);
+        let key = peek_fixed(&Reader::new(body.clone()))
+            .ok()
+            .map(|(key, _, _)| key);
+        let pipelined = key == Some(api_key::PRODUCE);
+        let timing = key
+            .and_then(crate::metrics::api_index)
+            .map(|api| (api, received));
         let pending = match handle_frame(&shard, body, &peer).await {
             Ok(p) => p,
             Err(reason) => Box::pin(futures::future::ready(Err(reason))),
         };
-        if tx.send((pending, claimed, grant)).await.is_err() {
+        if tx.send((pending, claimed, grant, timing)).await.is_err() {
             break;
         }
         queued += 1;

@@ -10,6 +10,7 @@ pub mod controller;
 pub mod group;
 pub mod handlers;
 pub mod limits;
+pub mod metrics;
 pub mod routing;
 pub mod server;
 pub mod shard;

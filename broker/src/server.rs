@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,17 +26,18 @@ const LISTEN_PROBE_GRACE: std::time::Duration = std::time::Duration::from_secs(3
 
 pub struct BrokerHandle {
     pub addr: SocketAddr,
+    /// Where the metrics endpoint listens (`metrics.listen`, port 0 resolved); `None` when off.
+    pub metrics_addr: Option<SocketAddr>,
     _data_dir_lock: std::fs::File,
     peers: Vec<async_channel::Sender<ShardRequest>>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
 }
 
-/// Reserves the listen port (resolving port 0) with a bound, non-listening SO_REUSEPORT socket,
-/// so every shard can then bind the same concrete port.
-fn reserve_port(addr: SocketAddr) -> Result<(socket2::Socket, SocketAddr)> {
-    // SO_REUSEPORT would let a second broker share a port already in use, so first check that
-    // nothing accepts connections there. (A plain bind is no test: connections of a killed
-    // broker linger on the port and refuse it.)
+/// Fails if something keeps accepting connections on `addr` (a fixed port): the shards' and the
+/// metrics endpoint's listeners set SO_REUSEPORT, which would let a second broker share a port
+/// already in use. (A plain bind is no test: connections of a killed broker linger on the port
+/// and refuse it.)
+fn refuse_if_listening(addr: SocketAddr, key: &str) -> Result<()> {
     if addr.port() != 0 {
         let probe = if addr.ip().is_unspecified() {
             SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port())
@@ -50,12 +52,19 @@ fn reserve_port(addr: SocketAddr) -> Result<(socket2::Socket, SocketAddr)> {
         {
             if std::time::Instant::now() >= deadline {
                 return Err(anyhow!(
-                    "cannot listen on {addr}: something already accepts connections there; is another broker running? (use --listen)"
+                    "cannot listen on {addr}: something already accepts connections there; is another broker running? (use {key})"
                 ));
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
+    Ok(())
+}
+
+/// Reserves the listen port (resolving port 0) with a bound, non-listening SO_REUSEPORT socket,
+/// so every shard can then bind the same concrete port.
+fn reserve_port(addr: SocketAddr) -> Result<(socket2::Socket, SocketAddr)> {
+    refuse_if_listening(addr, "--listen")?;
     let domain = if addr.is_ipv6() {
         socket2::Domain::IPV6
     } else {
@@ -169,6 +178,11 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     ensure_offsets_topic(&mut catalog, &mut config)?;
     let catalog = Arc::new(catalog);
     let (reservation, addr) = reserve_port(config.listen)?;
+    if let Some(m) = config.metrics_listen {
+        refuse_if_listening(m, "metrics.listen")?;
+    }
+    let metrics_ready = Arc::new(AtomicBool::new(false));
+    let (metrics_bound_tx, metrics_bound_rx) = std::sync::mpsc::channel::<SocketAddr>();
     if config.advertised_port == 0 {
         config.advertised_port = addr.port();
     }
@@ -187,13 +201,26 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         let catalog = catalog.clone();
         let ready = ready_tx.clone();
         let connections = connections.clone();
+        // Shard 0 serves the metrics endpoint.
+        let metrics = config
+            .metrics_listen
+            .filter(|_| i == 0)
+            .map(|listen| MetricsFront {
+                listen,
+                bound: metrics_bound_tx.clone(),
+                ready: metrics_ready.clone(),
+            });
         let builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{i}"))
             .io_memory(config.shard_io_memory_bytes)
             .spin_before_park(Duration::from_micros(config.shard_spin_before_park_us));
         let handle = builder
             .spawn(move || async move {
-                let front = Front { addr, connections };
+                let front = Front {
+                    addr,
+                    connections,
+                    metrics,
+                };
                 run_shard(ShardId(i), config, peers, rx, catalog, front, ready).await;
             })
             .map_err(|e| anyhow!("cannot start the executor for shard {i} on CPU {cpu}: {e}"))?;
@@ -208,9 +235,15 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         }
     }
     drop(reservation);
+    metrics_ready.store(true, Ordering::Release);
+    let metrics_addr = metrics_bound_rx.try_recv().ok();
+    if let Some(m) = metrics_addr {
+        info!(addr = %m, "metrics endpoint is listening");
+    }
     info!(%addr, shards, cpus = ?config.cpus, data_dir = %config.data_dir.display(), "tributary is listening");
     Ok(BrokerHandle {
         addr,
+        metrics_addr,
         _data_dir_lock: lock,
         peers: senders,
         threads,
@@ -221,6 +254,16 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
 struct Front {
     addr: SocketAddr,
     connections: Arc<ConnectionQuotas>,
+    /// Shard 0's: where to serve metrics.
+    metrics: Option<MetricsFront>,
+}
+
+/// The metrics endpoint's address, where to report the address it bound, and whether every
+/// shard is ready (for `/health`).
+struct MetricsFront {
+    listen: SocketAddr,
+    bound: std::sync::mpsc::Sender<SocketAddr>,
+    ready: Arc<AtomicBool>,
 }
 
 async fn run_shard(
@@ -232,7 +275,11 @@ async fn run_shard(
     front: Front,
     ready: std::sync::mpsc::Sender<Result<(), String>>,
 ) {
-    let Front { addr, connections } = front;
+    let Front {
+        addr,
+        connections,
+        metrics,
+    } = front;
     if let Err(e) = tributary_storage::io::prime_executor_io(&config.data_dir).await {
         let _ = ready.send(Err(format!(
             "shard {}: direct I/O on {} failed: {e}",
@@ -269,6 +316,13 @@ async fn run_shard(
             return;
         }
     };
+    let metrics_server = match metrics.map(|m| bind_metrics(&shard, m)).transpose() {
+        Ok(server) => server,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
     info!(
         shard = id.0,
         partitions = shard.owned_partition_count(),
@@ -300,11 +354,37 @@ async fn run_shard(
         glommio::spawn_local(shard.clone().handle(req)).detach();
     }
     accept.cancel();
+    if let Some(m) = metrics_server {
+        m.cancel();
+    }
     ticker.cancel();
     retention.cancel();
     if let Some(c) = cleaner {
         c.cancel();
     }
+}
+
+/// Binds the metrics endpoint on this shard, reports its address and starts serving it.
+fn bind_metrics(
+    shard: &Rc<Shard>,
+    m: MetricsFront,
+) -> Result<glommio::task::JoinHandle<()>, String> {
+    let listener = TcpListener::bind(m.listen).map_err(|e| {
+        format!(
+            "cannot listen for metrics on {} (metrics.listen): {e}",
+            m.listen
+        )
+    })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("metrics listener on {}: {e}", m.listen))?;
+    let _ = m.bound.send(bound);
+    Ok(glommio::spawn_local(crate::metrics::http::serve(
+        shard.clone(),
+        listener,
+        m.ready,
+    ))
+    .detach())
 }
 
 /// How often group timers (session expiry, rebalance deadlines) are checked.

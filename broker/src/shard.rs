@@ -109,6 +109,10 @@ pub enum ShardRequest {
     },
     /// This shard's fetch counters.
     FetchStats { reply: oneshot::Sender<FetchStats> },
+    /// This shard's metrics, for a scrape of the metrics endpoint.
+    Metrics {
+        reply: oneshot::Sender<crate::metrics::MetricsSnapshot>,
+    },
     ListOffset {
         topic: String,
         partition: i32,
@@ -207,6 +211,8 @@ pub struct Shard {
     pub fetch_read_bytes: Cell<u64>,
     /// Fetch sessions of consumers connected to this shard.
     pub fetch_sessions: RefCell<crate::handlers::fetch::session::SessionCache>,
+    /// Request latencies and per-topic traffic (`metrics.rs`).
+    pub metrics: crate::metrics::ShardMetrics,
 }
 
 impl Shard {
@@ -252,6 +258,7 @@ impl Shard {
             fetch_sessions: RefCell::new(crate::handlers::fetch::session::SessionCache::new(
                 session_slots,
             )),
+            metrics: crate::metrics::ShardMetrics::default(),
         }
     }
 
@@ -459,6 +466,44 @@ impl Shard {
         .unwrap_or_default()
     }
 
+    /// This shard's counters and the gauges of its partitions, for a metrics scrape.
+    fn metrics_snapshot(&self) -> crate::metrics::MetricsSnapshot {
+        let catalog = self.catalog();
+        let (requests, topics) = self.metrics.snapshot(|t| catalog.topics.contains_key(t));
+        let mut partitions: Vec<crate::metrics::PartitionGauges> = self
+            .partitions
+            .borrow()
+            .iter()
+            .map(|((topic, partition), p)| crate::metrics::PartitionGauges {
+                topic: topic.clone(),
+                partition: *partition,
+                high_watermark: p.high_watermark(),
+                log_end_offset: p.log_end_offset(),
+                log_start_offset: p.log_start_offset(),
+                size_bytes: p.size_bytes(),
+            })
+            .collect();
+        partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        let memory = &self.request_memory;
+        let limited = self.config.queued_max_request_bytes.is_some();
+        crate::metrics::MetricsSnapshot {
+            shard: self.id.0,
+            requests,
+            topics,
+            partitions,
+            sync: tributary_storage::group_commit::stats(),
+            fetch_reads: self.fetch_reads.get(),
+            fetch_read_bytes: self.fetch_read_bytes.get(),
+            connections_refused: self.connections_refused.get(),
+            produce_requests: self.produce_requests.get(),
+            batches_appended: self.batches_appended.get(),
+            request_memory: limited.then(|| {
+                let capacity = memory.capacity();
+                (capacity, capacity.saturating_sub(memory.available()))
+            }),
+        }
+    }
+
     pub fn owned_partition_count(&self) -> usize {
         self.partitions.borrow().len()
     }
@@ -503,6 +548,9 @@ impl Shard {
                     read_bytes: self.fetch_read_bytes.get(),
                     sessions: self.fetch_sessions.borrow().len(),
                 });
+            }
+            ShardRequest::Metrics { reply } => {
+                let _ = reply.send(self.metrics_snapshot());
             }
             ShardRequest::ListOffset {
                 topic,
@@ -655,6 +703,11 @@ impl Shard {
             Err(e) => return fail(partition_error_code(&e)),
         };
         self.batches_appended.set(self.batches_appended.get() + 1);
+        if !outcome.duplicate {
+            let records = outcome.last_offset - outcome.base_offset + 1;
+            let records = u64::try_from(records).unwrap_or(0);
+            self.metrics.produced(topic, batch.len(), records);
+        }
         if acks == 0 {
             let part = part.clone();
             glommio::spawn_local(async move {
@@ -722,6 +775,7 @@ impl Shard {
             Ok(r) => {
                 self.fetch_read_bytes
                     .set(self.fetch_read_bytes.get() + r.records.len() as u64);
+                self.metrics.fetched(topic, r.records.len());
                 FetchResult {
                     error: ErrorCode::NONE,
                     records: r.records,

@@ -47,6 +47,9 @@ fn start(dir: &Path, log: &Path) -> (Child, SocketAddr) {
         .arg(dir)
         .arg("--listen")
         .arg(addr.to_string())
+        // Brokers of parallel tests must not share the default metrics port.
+        .arg("--set")
+        .arg("metrics.listen=127.0.0.1:0")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()

@@ -65,7 +65,10 @@ fn spawn_broker(dir: &Path, addr: SocketAddr, props: &[(&str, String)]) -> Child
     cmd.arg("--data-dir")
         .arg(dir.join("data"))
         .arg("--listen")
-        .arg(addr.to_string());
+        .arg(addr.to_string())
+        // Brokers of parallel tests must not share the default metrics port.
+        .arg("--set")
+        .arg("metrics.listen=127.0.0.1:0");
     for (k, v) in props {
         cmd.arg("--set").arg(format!("{k}={v}"));
     }

@@ -524,6 +524,13 @@ impl Partition {
         self.tail_cache_hits.get()
     }
 
+    /// Bytes of valid batches in this partition's segments (their logical sizes; the files may
+    /// be longer by block padding). Kafka's `Log` `Size` metric.
+    pub fn size_bytes(&self) -> u64 {
+        let st = self.state.borrow();
+        st.segments.iter().map(|s| s.size).sum()
+    }
+
     /// Heap bytes of the in-memory indexes of this partition's segments.
     pub fn index_heap_bytes(&self) -> usize {
         let st = self.state.borrow();

@@ -1,0 +1,486 @@
+//! Metrics: each shard's counters and latency histograms, the `Send` snapshot a shard answers a
+//! scrape with, and the Prometheus text rendering (exposition format 0.0.4) of all shards'
+//! snapshots. The HTTP endpoint that serves them is `metrics/http.rs`.
+//!
+//! Counters live on the shard in `Cell`/`RefCell`s: no locks, no atomics, and no borrow is held
+//! across an `.await`. A scrape asks every shard for a snapshot over the shard channels
+//! (`ShardRequest::Metrics`) and sums them here. Labels come only from what the broker already
+//! bounds: API names from the registry, topics and partitions that exist.
+//!
+//! Names follow Kafka's JMX metrics as the Prometheus JMX exporter's standard rules map them
+//! (`kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec,topic=t` →
+//! `kafka_server_brokertopicmetrics_bytesin_total{topic="t"}`); what Kafka has no metric for is
+//! named `tributary_*`, units last.
+
+pub mod http;
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use tributary_protocol::registry::SUPPORTED_APIS;
+use tributary_storage::group_commit::SyncStats;
+
+/// Upper bounds of the request latency buckets, in seconds (100 µs to 10 s); one more bucket,
+/// `+Inf`, takes the rest.
+pub const LATENCY_BUCKETS_SECONDS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// A latency histogram: per-bucket (not cumulative) counts, the last one `+Inf`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Histogram {
+    pub buckets: [u64; LATENCY_BUCKETS_SECONDS.len() + 1],
+    pub sum_ns: u64,
+    pub count: u64,
+}
+
+impl Histogram {
+    pub fn observe(&mut self, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        let i = LATENCY_BUCKETS_SECONDS
+            .iter()
+            .position(|&b| seconds <= b)
+            .unwrap_or(LATENCY_BUCKETS_SECONDS.len());
+        self.buckets[i] += 1;
+        self.sum_ns = self
+            .sum_ns
+            .saturating_add(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
+        self.count += 1;
+    }
+
+    fn add(&mut self, other: &Histogram) {
+        for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
+            *a += b;
+        }
+        self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
+        self.count += other.count;
+    }
+}
+
+/// Traffic of one topic on one shard.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TopicCounters {
+    /// Record-batch bytes appended (duplicates of batches already in the log not counted).
+    pub bytes_in: u64,
+    /// Records appended.
+    pub messages_in: u64,
+    /// Record bytes read for fetches.
+    pub bytes_out: u64,
+}
+
+/// The index of an API key in the registry: the slot its request metrics are kept in.
+pub fn api_index(key: i16) -> Option<usize> {
+    SUPPORTED_APIS.iter().position(|s| s.key == key)
+}
+
+/// One shard's counters. Only that shard's thread touches them.
+pub struct ShardMetrics {
+    /// Latency of each registry API's requests answered by this shard's connections, indexed
+    /// as `SUPPORTED_APIS`.
+    requests: RefCell<Vec<Histogram>>,
+    /// Traffic of the partitions this shard owns, by topic.
+    topics: RefCell<HashMap<String, TopicCounters>>,
+}
+
+impl Default for ShardMetrics {
+    fn default() -> Self {
+        Self {
+            requests: RefCell::new(vec![Histogram::default(); SUPPORTED_APIS.len()]),
+            topics: RefCell::new(HashMap::new()),
+        }
+    }
+}
+
+impl ShardMetrics {
+    /// A request of the API at registry index `api` was answered `elapsed` after it was read.
+    pub fn observe_request(&self, api: usize, elapsed: Duration) {
+        if let Some(h) = self.requests.borrow_mut().get_mut(api) {
+            h.observe(elapsed);
+        }
+    }
+
+    /// A batch of `records` records, `bytes` long, was appended to a partition of `topic`.
+    pub fn produced(&self, topic: &str, bytes: usize, records: u64) {
+        self.with_topic(topic, |c| {
+            c.bytes_in += bytes as u64;
+            c.messages_in += records;
+        });
+    }
+
+    /// A fetch read `bytes` record bytes from a partition of `topic`.
+    pub fn fetched(&self, topic: &str, bytes: usize) {
+        self.with_topic(topic, |c| c.bytes_out += bytes as u64);
+    }
+
+    fn with_topic(&self, topic: &str, f: impl FnOnce(&mut TopicCounters)) {
+        let mut topics = self.topics.borrow_mut();
+        match topics.get_mut(topic) {
+            Some(c) => f(c),
+            None => f(topics.entry(topic.to_string()).or_default()),
+        }
+    }
+
+    /// The request histograms and the counters of the topics `exists` keeps; the counters of
+    /// deleted topics are dropped here, so the topic labels stay those of existing topics.
+    pub fn snapshot(
+        &self,
+        exists: impl Fn(&str) -> bool,
+    ) -> (Vec<Histogram>, Vec<(String, TopicCounters)>) {
+        let mut topics = self.topics.borrow_mut();
+        topics.retain(|t, _| exists(t));
+        let topics = topics.iter().map(|(t, c)| (t.clone(), *c)).collect();
+        (self.requests.borrow().clone(), topics)
+    }
+}
+
+/// The gauges of one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionGauges {
+    pub topic: String,
+    pub partition: i32,
+    pub high_watermark: i64,
+    pub log_end_offset: i64,
+    pub log_start_offset: i64,
+    pub size_bytes: u64,
+}
+
+/// What one shard answers a scrape with.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsSnapshot {
+    pub shard: usize,
+    pub requests: Vec<Histogram>,
+    pub topics: Vec<(String, TopicCounters)>,
+    pub partitions: Vec<PartitionGauges>,
+    pub sync: SyncStats,
+    pub fetch_reads: u64,
+    pub fetch_read_bytes: u64,
+    pub connections_refused: u64,
+    pub produce_requests: u64,
+    pub batches_appended: u64,
+    /// `queued.max.request.bytes` of this shard and how much of it is granted now; `None`
+    /// without a limit.
+    pub request_memory: Option<(usize, usize)>,
+}
+
+/// A metric family rendered from one value of each `T`: its name, its help text, and how to
+/// read the value.
+type Series<T, V> = (&'static str, &'static str, fn(&T) -> V);
+
+/// Writes a metric's `# HELP` and `# TYPE` lines.
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// A label value as the text format wants it: backslash, quote and newline escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The Prometheus text exposition (format 0.0.4) of every shard's snapshot, with the
+/// broker-wide `connections_open`.
+pub fn render(shards: &[MetricsSnapshot], connections_open: usize) -> String {
+    let mut out = String::new();
+    render_requests(&mut out, shards);
+    render_topics(&mut out, shards);
+    render_partitions(&mut out, shards);
+    header(
+        &mut out,
+        "kafka_server_socket_server_metrics_connection_count",
+        "gauge",
+        "Client connections open on the broker.",
+    );
+    let _ = writeln!(
+        out,
+        "kafka_server_socket_server_metrics_connection_count {connections_open}"
+    );
+    render_shards(&mut out, shards);
+    out
+}
+
+fn render_requests(out: &mut String, shards: &[MetricsSnapshot]) {
+    let mut total = vec![Histogram::default(); SUPPORTED_APIS.len()];
+    for s in shards {
+        for (t, h) in total.iter_mut().zip(s.requests.iter()) {
+            t.add(h);
+        }
+    }
+    let requests = "kafka_network_requestmetrics_requests_total";
+    header(out, requests, "counter", "Requests answered, by API.");
+    for (spec, h) in SUPPORTED_APIS.iter().zip(total.iter()) {
+        let _ = writeln!(out, "{requests}{{request=\"{}\"}} {}", spec.name, h.count);
+    }
+    let latency = "kafka_network_requestmetrics_totaltime_seconds";
+    header(
+        out,
+        latency,
+        "histogram",
+        "Time from a request's last byte read to its response written, by API.",
+    );
+    for (spec, h) in SUPPORTED_APIS.iter().zip(total.iter()) {
+        if h.count == 0 {
+            continue;
+        }
+        let mut cumulative = 0;
+        for (i, n) in h.buckets.iter().enumerate() {
+            cumulative += n;
+            let le = LATENCY_BUCKETS_SECONDS
+                .get(i)
+                .map_or_else(|| "+Inf".to_string(), |b| b.to_string());
+            let _ = writeln!(
+                out,
+                "{latency}_bucket{{request=\"{}\",le=\"{le}\"}} {cumulative}",
+                spec.name
+            );
+        }
+        let sum = h.sum_ns as f64 / 1e9;
+        let _ = writeln!(out, "{latency}_sum{{request=\"{}\"}} {sum}", spec.name);
+        let _ = writeln!(
+            out,
+            "{latency}_count{{request=\"{}\"}} {}",
+            spec.name, h.count
+        );
+    }
+}
+
+fn render_topics(out: &mut String, shards: &[MetricsSnapshot]) {
+    let mut topics: BTreeMap<&str, TopicCounters> = BTreeMap::new();
+    for s in shards {
+        for (t, c) in &s.topics {
+            let sum = topics.entry(t).or_default();
+            sum.bytes_in += c.bytes_in;
+            sum.messages_in += c.messages_in;
+            sum.bytes_out += c.bytes_out;
+        }
+    }
+    let series: [Series<TopicCounters, u64>; 3] = [
+        (
+            "kafka_server_brokertopicmetrics_bytesin_total",
+            "Record-batch bytes appended by produce requests, by topic.",
+            |c| c.bytes_in,
+        ),
+        (
+            "kafka_server_brokertopicmetrics_messagesin_total",
+            "Records appended by produce requests, by topic.",
+            |c| c.messages_in,
+        ),
+        (
+            "kafka_server_brokertopicmetrics_bytesout_total",
+            "Record bytes read for fetch requests, by topic.",
+            |c| c.bytes_out,
+        ),
+    ];
+    for (name, help, value) in series {
+        header(out, name, "counter", help);
+        for (t, c) in &topics {
+            let _ = writeln!(out, "{name}{{topic=\"{}\"}} {}", escape(t), value(c));
+        }
+    }
+}
+
+fn render_partitions(out: &mut String, shards: &[MetricsSnapshot]) {
+    let mut parts: Vec<&PartitionGauges> = shards.iter().flat_map(|s| &s.partitions).collect();
+    parts.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    let series: [Series<PartitionGauges, i64>; 4] = [
+        (
+            "kafka_log_log_highwatermark",
+            "High watermark: the offset after the last record visible to consumers.",
+            |p| p.high_watermark,
+        ),
+        (
+            "kafka_log_log_logendoffset",
+            "Offset the next appended record gets.",
+            |p| p.log_end_offset,
+        ),
+        (
+            "kafka_log_log_logstartoffset",
+            "First offset still in the log.",
+            |p| p.log_start_offset,
+        ),
+        (
+            "kafka_log_log_size",
+            "Bytes of record batches in the partition's segments.",
+            |p| i64::try_from(p.size_bytes).unwrap_or(i64::MAX),
+        ),
+    ];
+    for (name, help, value) in series {
+        header(out, name, "gauge", help);
+        for p in &parts {
+            let _ = writeln!(
+                out,
+                "{name}{{topic=\"{}\",partition=\"{}\"}} {}",
+                escape(&p.topic),
+                p.partition,
+                value(p)
+            );
+        }
+    }
+}
+
+fn render_shards(out: &mut String, shards: &[MetricsSnapshot]) {
+    let counters: [Series<MetricsSnapshot, u64>; 9] = [
+        (
+            "tributary_connections_refused_total",
+            "Connections closed at accept by max.connections or max.connections.per.ip.",
+            |s| s.connections_refused,
+        ),
+        (
+            "tributary_produce_requests_total",
+            "Produce requests received by the shard's connections.",
+            |s| s.produce_requests,
+        ),
+        (
+            "tributary_batches_appended_total",
+            "Record batches appended to the shard's partitions.",
+            |s| s.batches_appended,
+        ),
+        (
+            "tributary_fetch_reads_total",
+            "Partition reads made for fetches.",
+            |s| s.fetch_reads,
+        ),
+        (
+            "tributary_fetch_read_bytes_total",
+            "Record bytes those reads returned.",
+            |s| s.fetch_read_bytes,
+        ),
+        (
+            "tributary_group_commit_rounds_total",
+            "Group-commit sync rounds run.",
+            |s| s.sync.rounds,
+        ),
+        (
+            "tributary_group_commit_files_synced_total",
+            "Segment files made durable by sync rounds or direct syncs.",
+            |s| s.sync.files,
+        ),
+        (
+            "tributary_group_commit_syncfs_total",
+            "syncfs calls.",
+            |s| s.sync.syncfs,
+        ),
+        (
+            "tributary_group_commit_fdatasync_total",
+            "fdatasync calls.",
+            |s| s.sync.fdatasyncs,
+        ),
+    ];
+    for (name, help, value) in counters {
+        header(out, name, "counter", &format!("{help} By shard."));
+        for s in shards {
+            let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", s.shard, value(s));
+        }
+    }
+    let skipped = "tributary_group_commit_syncfs_skipped_dirty_total";
+    header(
+        out,
+        skipped,
+        "counter",
+        "Rounds that synced each file because the page cache held too much dirty data. By shard.",
+    );
+    for s in shards {
+        let _ = writeln!(
+            out,
+            "{skipped}{{shard=\"{}\"}} {}",
+            s.shard, s.sync.syncfs_skipped_dirty
+        );
+    }
+    render_request_memory(out, shards);
+}
+
+/// Each shard's `queued.max.request.bytes` in use and its size; nothing without a limit.
+fn render_request_memory(out: &mut String, shards: &[MetricsSnapshot]) {
+    let limited: Vec<(usize, usize, usize)> = shards
+        .iter()
+        .filter_map(|s| s.request_memory.map(|(cap, used)| (s.shard, cap, used)))
+        .collect();
+    if limited.is_empty() {
+        return;
+    }
+    let used = "tributary_request_memory_used_bytes";
+    header(
+        out,
+        used,
+        "gauge",
+        "Bytes of queued.max.request.bytes granted to requests being read or handled. By shard.",
+    );
+    for (shard, _, u) in &limited {
+        let _ = writeln!(out, "{used}{{shard=\"{shard}\"}} {u}");
+    }
+    let cap = "tributary_request_memory_capacity_bytes";
+    header(out, cap, "gauge", "queued.max.request.bytes of each shard.");
+    for (shard, c, _) in &limited {
+        let _ = writeln!(out, "{cap}{{shard=\"{shard}\"}} {c}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_take_their_upper_bound_inclusive() {
+        let mut h = Histogram::default();
+        h.observe(Duration::from_micros(100));
+        h.observe(Duration::from_micros(101));
+        h.observe(Duration::from_secs(11));
+        assert_eq!(h.buckets[0], 1);
+        assert_eq!(h.buckets[1], 1);
+        assert_eq!(h.buckets[LATENCY_BUCKETS_SECONDS.len()], 1);
+        assert_eq!(h.count, 3);
+        assert_eq!(h.sum_ns, 11_000_201_000);
+    }
+
+    #[test]
+    fn render_sums_shards_and_drops_deleted_topics() {
+        let a = ShardMetrics::default();
+        let b = ShardMetrics::default();
+        a.produced("t", 100, 2);
+        b.produced("t", 50, 1);
+        b.produced("gone", 7, 1);
+        a.fetched("t", 30);
+        let produce = api_index(tributary_protocol::registry::api_key::PRODUCE).unwrap();
+        a.observe_request(produce, Duration::from_millis(3));
+        let snap = |id, m: &ShardMetrics| {
+            let (requests, topics) = m.snapshot(|t| t != "gone");
+            MetricsSnapshot {
+                shard: id,
+                requests,
+                topics,
+                request_memory: Some((1000, 10)),
+                ..Default::default()
+            }
+        };
+        let text = render(&[snap(0, &a), snap(1, &b)], 3);
+        assert!(text.contains("kafka_server_brokertopicmetrics_bytesin_total{topic=\"t\"} 150\n"));
+        assert!(text.contains("kafka_server_brokertopicmetrics_messagesin_total{topic=\"t\"} 3\n"));
+        assert!(text.contains("kafka_server_brokertopicmetrics_bytesout_total{topic=\"t\"} 30\n"));
+        assert!(!text.contains("gone"));
+        assert!(
+            text.contains("kafka_network_requestmetrics_requests_total{request=\"Produce\"} 1\n")
+        );
+        assert!(text.contains(
+            "kafka_network_requestmetrics_totaltime_seconds_bucket{request=\"Produce\",le=\"0.0025\"} 0\n"
+        ));
+        assert!(text.contains(
+            "kafka_network_requestmetrics_totaltime_seconds_bucket{request=\"Produce\",le=\"0.005\"} 1\n"
+        ));
+        assert!(text.contains("kafka_server_socket_server_metrics_connection_count 3\n"));
+        assert!(text.contains("tributary_request_memory_used_bytes{shard=\"1\"} 10\n"));
+        // Every sample line is `name{labels} value` or `name value`, after its TYPE line.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let value = line.rsplit(' ').next().unwrap();
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}
