@@ -31,7 +31,9 @@ class Broker:
         return f"127.0.0.1:{self.port}"
 
     def start(self):
-        args = [BIN, "--data-dir", self.data_dir, "--listen", self.bootstrap, *self.extra]
+        # A free metrics port: a broker a developer runs on the default 9644 must not stop the suite.
+        args = [BIN, "--data-dir", self.data_dir, "--listen", self.bootstrap,
+                "--set", "metrics.listen=127.0.0.1:0", *self.extra]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 30
         while time.time() < deadline:
