@@ -206,34 +206,6 @@ mod tests {
     }
 
     #[test]
-    fn topic_config_validation() {
-        use crate::topic_config::validate_topic_config;
-        assert!(validate_topic_config("retention.ms", Some("-1")).is_ok());
-        assert!(validate_topic_config("segment.bytes", Some("12")).is_err());
-        assert!(validate_topic_config("cleanup.policy", Some("compact")).is_ok());
-        assert!(validate_topic_config("cleanup.policy", Some("shred")).is_err());
-        assert!(validate_topic_config("no.such.key", Some("1")).is_err());
-        assert!(validate_topic_config("min.cleanable.dirty.ratio", Some("0.3")).is_ok());
-        for bad in ["1.5", "-0.1", "half"] {
-            assert!(validate_topic_config("min.cleanable.dirty.ratio", Some(bad)).is_err());
-        }
-        assert!(validate_topic_config("segment.ms", Some("0")).is_err());
-        assert!(validate_topic_config("flush.messages", Some("0")).is_err());
-        assert!(validate_topic_config("retention.bytes", Some("-2")).is_err());
-        assert!(validate_topic_config("message.timestamp.type", Some("LogAppendTime")).is_ok());
-        assert!(validate_topic_config("message.timestamp.type", Some("Now")).is_err());
-        assert!(validate_topic_config("compression.type", Some("zstd")).is_ok());
-        assert!(validate_topic_config("compression.type", Some("brotli")).is_err());
-        for key in [
-            "message.timestamp.before.max.ms",
-            "message.timestamp.after.max.ms",
-        ] {
-            assert!(validate_topic_config(key, Some("0")).is_ok());
-            assert!(validate_topic_config(key, Some("-1")).is_err());
-        }
-    }
-
-    #[test]
     fn record_policy_reads_topic_overrides_over_broker_defaults() {
         let mut t = TopicMeta {
             name: "t".into(),

@@ -432,21 +432,32 @@ where
 }
 
 async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    while let Some(stream) = accept_until_drained(&shard, &listener, "kafka").await {
+        admit(&shard, stream);
+    }
+}
+
+/// The next connection on `listener`, or `None` once the shard drains. A failed accept (out of
+/// file descriptors, say) is logged and retried after a short pause.
+pub(crate) async fn accept_until_drained(
+    shard: &Shard,
+    listener: &TcpListener,
+    what: &str,
+) -> Option<glommio::net::TcpStream> {
     loop {
         let drained = shard.drain_event.listen();
         if shard.draining.get() {
-            return;
+            return None;
         }
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             drained.await;
             None
         })
-        .await;
+        .await?;
         match accepted {
-            None => return,
-            Some(Ok(stream)) => admit(&shard, stream),
-            Some(Err(e)) => {
-                warn!(error = %e, "accept failed");
+            Ok(stream) => return Some(stream),
+            Err(e) => {
+                warn!(error = %e, listener = what, "accept failed");
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
         }

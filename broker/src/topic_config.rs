@@ -292,6 +292,13 @@ mod tests {
         assert!(validate_topic_config("message.timestamp.type", Some("CreateTime")).is_ok());
         assert!(validate_topic_config("message.timestamp.type", Some("LogAppendTime")).is_ok());
         assert!(validate_topic_config("message.timestamp.type", Some("Now")).is_err());
+        for key in [
+            "message.timestamp.before.max.ms",
+            "message.timestamp.after.max.ms",
+        ] {
+            assert!(validate_topic_config(key, Some("0")).is_ok());
+            assert!(validate_topic_config(key, Some("-1")).is_err());
+        }
     }
 
     #[test]

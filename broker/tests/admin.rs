@@ -7,7 +7,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{rd_consume, rd_create_topics, rd_produce, start_broker, RawConn};
+use common::{raw_alter, rd_consume, rd_create_topics, rd_produce, start_broker, RawConn};
 use kafka_protocol::messages::ApiKey;
 use rdkafka::admin::{
     AdminClient, AdminOptions, AlterConfig, ConfigSource, NewPartitions, NewTopic,
@@ -184,40 +184,6 @@ fn alter(
         Ok(_) => Ok(()),
         Err((_, code)) => Err(code),
     }
-}
-
-/// AlterConfigs v1 on one resource, raw: its error code and message.
-fn raw_alter(addr: SocketAddr, kind: i8, name: &str, configs: &[(&str, &str)]) -> (i16, String) {
-    use kafka_protocol::messages::alter_configs_request::{
-        AlterConfigsRequest, AlterConfigsResource, AlterableConfig,
-    };
-    use kafka_protocol::messages::alter_configs_response::AlterConfigsResponse;
-    use kafka_protocol::protocol::StrBytes;
-    let mut raw = RawConn::connect(addr);
-    let resp: AlterConfigsResponse = raw.request(
-        ApiKey::AlterConfigs,
-        1,
-        &AlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
-            .with_resource_type(kind)
-            .with_resource_name(StrBytes::from_string(name.into()))
-            .with_configs(
-                configs
-                    .iter()
-                    .map(|(k, v)| {
-                        AlterableConfig::default()
-                            .with_name(StrBytes::from_string(k.to_string()))
-                            .with_value(Some(StrBytes::from_string(v.to_string())))
-                    })
-                    .collect(),
-            )]),
-    );
-    let r = &resp.responses[0];
-    let msg = r
-        .error_message
-        .as_deref()
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    (r.error_code, msg)
 }
 
 fn segment_files(dir: &std::path::Path, topic: &str) -> usize {

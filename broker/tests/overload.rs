@@ -175,37 +175,9 @@ fn connection_limits_close_the_excess_at_accept() {
     broker.shutdown().unwrap();
 }
 
-/// AlterConfigs v1 on this broker (node 0), raw: its error code and message. AlterConfigs
-/// replaces the broker's whole dynamic set.
+/// AlterConfigs v1 on this broker (node 0): replaces the broker's whole dynamic set.
 fn alter_broker(addr: SocketAddr, configs: &[(&str, &str)]) -> (i16, String) {
-    use kafka_protocol::messages::alter_configs_request::{
-        AlterConfigsRequest, AlterConfigsResource, AlterableConfig,
-    };
-    let mut raw = RawConn::connect(addr);
-    let resp: AlterConfigsResponse = raw.request(
-        ApiKey::AlterConfigs,
-        1,
-        &AlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
-            .with_resource_type(4)
-            .with_resource_name(StrBytes::from_static_str("0"))
-            .with_configs(
-                configs
-                    .iter()
-                    .map(|(k, v)| {
-                        AlterableConfig::default()
-                            .with_name(StrBytes::from_string(k.to_string()))
-                            .with_value(Some(StrBytes::from_string(v.to_string())))
-                    })
-                    .collect(),
-            )]),
-    );
-    let r = &resp.responses[0];
-    let msg = r
-        .error_message
-        .as_deref()
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    (r.error_code, msg)
+    common::raw_alter(addr, 4, "0", configs)
 }
 
 #[test]

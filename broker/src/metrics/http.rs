@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
@@ -30,25 +30,8 @@ pub const METRICS_EXCHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// has started.
 pub async fn serve(shard: Rc<Shard>, listener: TcpListener, ready: Arc<AtomicBool>) {
     let open = Rc::new(Cell::new(0usize));
-    loop {
-        let drained = shard.drain_event.listen();
-        if shard.draining.get() {
-            return;
-        }
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            drained.await;
-            None
-        })
-        .await;
-        let stream = match accepted {
-            None => return,
-            Some(Ok(s)) => s,
-            Some(Err(e)) => {
-                warn!(error = %e, "metrics: accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
+    while let Some(stream) = crate::server::accept_until_drained(&shard, &listener, "metrics").await
+    {
         if open.get() >= METRICS_CONNECTIONS_MAX {
             debug!("metrics: too many scrape connections; closing one");
             continue;

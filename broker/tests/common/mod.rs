@@ -243,3 +243,42 @@ pub fn rd_consume(
     }
     out
 }
+
+/// AlterConfigs v1 on one resource, raw: its error code and message.
+pub fn raw_alter(
+    addr: SocketAddr,
+    kind: i8,
+    name: &str,
+    configs: &[(&str, &str)],
+) -> (i16, String) {
+    use kafka_protocol::messages::alter_configs_request::{
+        AlterConfigsRequest, AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::alter_configs_response::AlterConfigsResponse;
+    use kafka_protocol::protocol::StrBytes;
+    let mut raw = RawConn::connect(addr);
+    let resp: AlterConfigsResponse = raw.request(
+        ApiKey::AlterConfigs,
+        1,
+        &AlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+            .with_resource_type(kind)
+            .with_resource_name(StrBytes::from_string(name.into()))
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        AlterableConfig::default()
+                            .with_name(StrBytes::from_string(k.to_string()))
+                            .with_value(Some(StrBytes::from_string(v.to_string())))
+                    })
+                    .collect(),
+            )]),
+    );
+    let r = &resp.responses[0];
+    let msg = r
+        .error_message
+        .as_deref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    (r.error_code, msg)
+}
