@@ -160,6 +160,10 @@ pub struct MetricsSnapshot {
     pub connections_refused: u64,
     pub produce_requests: u64,
     pub batches_appended: u64,
+    /// Log chunk reads of the shard's partitions by where their bytes came from.
+    pub tail_cache_hits: u64,
+    pub read_ahead_hits: u64,
+    pub disk_chunk_reads: u64,
     /// `queued.max.request.bytes` of this shard and how much of it is granted now; `None`
     /// without a limit.
     pub request_memory: Option<(usize, usize)>,
@@ -323,7 +327,7 @@ fn render_partitions(out: &mut String, shards: &[MetricsSnapshot]) {
 }
 
 fn render_shards(out: &mut String, shards: &[MetricsSnapshot]) {
-    let counters: [Series<MetricsSnapshot, u64>; 9] = [
+    let counters: [Series<MetricsSnapshot, u64>; 12] = [
         (
             "tributary_connections_refused_total",
             "Connections closed at accept by max.connections or max.connections.per.ip.",
@@ -348,6 +352,21 @@ fn render_shards(out: &mut String, shards: &[MetricsSnapshot]) {
             "tributary_fetch_read_bytes_total",
             "Record bytes those reads returned.",
             |s| s.fetch_read_bytes,
+        ),
+        (
+            "tributary_log_tail_cache_hits_total",
+            "Log reads served from the active segment's tail kept in memory (log.tail.cache.bytes).",
+            |s| s.tail_cache_hits,
+        ),
+        (
+            "tributary_log_read_ahead_hits_total",
+            "Log reads served from a chunk read ahead for an in-order reader (log.read.ahead.budget.bytes).",
+            |s| s.read_ahead_hits,
+        ),
+        (
+            "tributary_log_disk_reads_total",
+            "Log reads that went to the disk: neither the tail cache nor a read-ahead held them.",
+            |s| s.disk_chunk_reads,
         ),
         (
             "tributary_group_commit_rounds_total",

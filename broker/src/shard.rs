@@ -484,6 +484,12 @@ impl Shard {
             })
             .collect();
         partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        let (mut tail_cache_hits, mut read_ahead_hits, mut disk_chunk_reads) = (0, 0, 0);
+        for p in self.partitions.borrow().values() {
+            tail_cache_hits += p.tail_cache_hits();
+            read_ahead_hits += p.read_ahead_hits();
+            disk_chunk_reads += p.disk_chunk_reads();
+        }
         let memory = &self.request_memory;
         let limited = self.config.queued_max_request_bytes.is_some();
         crate::metrics::MetricsSnapshot {
@@ -497,6 +503,9 @@ impl Shard {
             connections_refused: self.connections_refused.get(),
             produce_requests: self.produce_requests.get(),
             batches_appended: self.batches_appended.get(),
+            tail_cache_hits,
+            read_ahead_hits,
+            disk_chunk_reads,
             request_memory: limited.then(|| {
                 let capacity = memory.capacity();
                 (capacity, capacity.saturating_sub(memory.available()))

@@ -236,6 +236,24 @@ fn scrape_shows_the_traffic_sent() {
         read_bytes >= bytes_out,
         "fetch read bytes {read_bytes} < bytes out {bytes_out}"
     );
+    // Freshly produced data is read back from the tail kept in memory (log.tail.cache.bytes
+    // is on by default), and every fetch that returned records made at least one log read.
+    let shard_sum = |name: &str| -> f64 {
+        samples
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|s| s.2)
+            .sum()
+    };
+    let tail_hits = shard_sum("tributary_log_tail_cache_hits_total");
+    let log_reads = tail_hits
+        + shard_sum("tributary_log_read_ahead_hits_total")
+        + shard_sum("tributary_log_disk_reads_total");
+    assert!(
+        tail_hits > 0.0,
+        "consuming what was just produced hits the tail cache"
+    );
+    assert!(log_reads >= 1.0 && read_bytes > 0.0);
     let synced: f64 = samples
         .iter()
         .filter(|(n, _, _)| n == "tributary_group_commit_files_synced_total")

@@ -261,6 +261,8 @@ pub struct Partition {
     read_ahead_hits: Cell<u64>,
     /// Reads served from the tail kept in memory.
     tail_cache_hits: Cell<u64>,
+    /// Chunk reads that went to the disk (neither the tail nor a read-ahead held them).
+    disk_chunk_reads: Cell<u64>,
     opened: OpenStats,
 }
 
@@ -506,6 +508,7 @@ impl Partition {
             prefetch: RefCell::new(None),
             read_ahead_hits: Cell::new(0),
             tail_cache_hits: Cell::new(0),
+            disk_chunk_reads: Cell::new(0),
             opened,
         }))
     }
@@ -522,6 +525,11 @@ impl Partition {
     /// How many reads were served from the tail kept in memory.
     pub fn tail_cache_hits(&self) -> u64 {
         self.tail_cache_hits.get()
+    }
+
+    /// How many reads went to the disk: neither the tail nor a read-ahead held their bytes.
+    pub fn disk_chunk_reads(&self) -> u64 {
+        self.disk_chunk_reads.get()
     }
 
     /// Bytes of valid batches in this partition's segments (their logical sizes; the files may

@@ -242,6 +242,7 @@ impl Partition {
                 listener.await;
             }
         }
+        self.disk_chunk_reads.set(self.disk_chunk_reads.get() + 1);
         Ok(ChunkBytes::Disk(
             self.read_exact(file, position, len).await?,
         ))
