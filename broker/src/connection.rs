@@ -245,14 +245,18 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, slot: Connect
         // exception here (they are pipelined while they wait to be durable); any other request
         // mutes the connection until its response is written, so a client that stops reading
         // its responses holds one of them, not a queue of them.
-        let key = peek_fixed(&Reader::new(body.clone()))
-            .ok()
-            .map(|(key, _, _)| key);
+        let r = Reader::new(body);
+        let fixed = peek_fixed(&r);
+        let key = fixed.as_ref().ok().map(|&(key, _, _)| key);
         let pipelined = key == Some(api_key::PRODUCE);
         let timing = key
             .and_then(crate::metrics::api_index)
             .map(|api| (api, received));
-        let pending = match handle_frame(&shard, body, &peer).await {
+        let started = match fixed {
+            Ok(fixed) => handle_frame(&shard, fixed, r, &peer).await,
+            Err(e) => Err(e.to_string()),
+        };
+        let pending = match started {
             Ok(p) => p,
             Err(reason) => Box::pin(futures::future::ready(Err(reason))),
         };
@@ -289,13 +293,13 @@ fn log_stop(peer: &str, stop: ReadStop, what: &str) {
 
 /// Decodes one request and starts it. The returned future yields the response frame (`None`
 /// when none is due, as for acks=0); `Err` closes the connection.
-pub async fn handle_frame(
+/// `fixed` is the request's api key, version and correlation id, peeked from `r`.
+async fn handle_frame(
     shard: &Rc<Shard>,
-    body: Bytes,
+    (key, version, correlation_id): (i16, i16, i32),
+    mut r: Reader,
     peer: &str,
 ) -> Result<PendingResponse, String> {
-    let mut r = Reader::new(body);
-    let (key, version, correlation_id) = peek_fixed(&r).map_err(|e| e.to_string())?;
     let Some(spec) = registry::lookup(key) else {
         return Err(format!(
             "unknown API key {key} (correlation id {correlation_id})"

@@ -174,6 +174,33 @@ fn a_waiting_fetch_answers_once_min_bytes_have_arrived() {
     broker.shutdown().unwrap();
 }
 
+/// Overlapping reads with small partition limits each find one batch larger than their grant:
+/// only the first non-empty partition may send it (KIP-74), so the response stays near the
+/// budget instead of holding one oversized batch per partition.
+#[test]
+fn batches_larger_than_their_partition_limit_are_sent_for_one_partition_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, &[("fetch.max.bytes", "65536")]);
+    let mut c = RawConn::connect(broker.addr);
+    let partitions = 16;
+    create_topic(&mut c, "big", partitions);
+    let value = vec![b'b'; 40_000];
+    for p in 0..partitions {
+        produce(&mut c, "big", p, &[&value]);
+    }
+    let parts = (0..partitions)
+        .map(|p| partition(p, 0).with_partition_max_bytes(4096))
+        .collect();
+    let req = fetch("big", parts).with_max_wait_ms(0);
+    let resp: FetchResponse = c.request(ApiKey::Fetch, FETCH_VERSION, &req);
+    let with_data: Vec<i32> = answered(&resp)
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(p, _)| *p)
+        .collect();
+    assert_eq!(with_data.len(), 1, "partitions with records: {with_data:?}");
+}
+
 #[test]
 fn the_broker_budget_is_read_in_request_order_and_nothing_past_it() {
     let dir = tempfile::tempdir().unwrap();

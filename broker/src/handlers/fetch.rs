@@ -236,6 +236,8 @@ async fn read_all(
     max_bytes: usize,
 ) -> ReadAll {
     let mut results: Vec<Option<FetchResult>> = vec![None; items.len()];
+    // What each finished read was granted, and whether it was held to that (a hard limit).
+    let mut grants: Vec<(usize, bool)> = vec![(0, true); items.len()];
     let mut used = 0usize; // record bytes returned by finished reads
     let mut granted = 0usize; // bytes granted to reads under way
     let mut returned_any = false;
@@ -274,6 +276,7 @@ async fn read_all(
             break;
         };
         granted -= grant;
+        grants[i] = (grant, hard_limit);
         if !r.records.is_empty() {
             returned_any = true;
             used += r.records.len();
@@ -282,6 +285,20 @@ async fn read_all(
             full = true;
         }
         results[i] = Some(r);
+    }
+    // Reads that overlapped the first one were started before any had returned records, so
+    // each may have returned a first batch larger than its grant. As KIP-74 allows, only the
+    // first non-empty partition in request order keeps one; the others' are not sent.
+    let mut first = true;
+    for (r, &(grant, hard_limit)) in results.iter_mut().zip(&grants) {
+        let Some(r) = r.as_mut().filter(|r| !r.records.is_empty()) else {
+            continue;
+        };
+        if !first && !hard_limit && r.records.len() > grant {
+            r.records = Bytes::new();
+            full = true;
+        }
+        first = false;
     }
     let results = results
         .into_iter()

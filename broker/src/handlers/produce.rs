@@ -22,6 +22,7 @@ use tributary_storage::codec::{self, CodecError};
 
 use super::{decode_all, frame, str_bytes, topic_name, PendingResponse};
 use crate::catalog::{Catalog, TopicMeta};
+use crate::config::BrokerConfig;
 use crate::shard::{ProduceResult, Shard, ShardRequest};
 
 /// Validates the request and hands every partition's batch to its owning shard, in request
@@ -163,7 +164,9 @@ fn check_partition(
             "the produce request carries no records".into(),
         ));
     };
-    let max = meta.config_or("max.message.bytes", shard.broker_config().message_max_bytes);
+    // One snapshot of the dynamic broker config serves every check of this batch.
+    let config = shard.broker_config();
+    let max = meta.config_or("max.message.bytes", config.message_max_bytes);
     if records.len() > max {
         return Err((
             ErrorCode::MESSAGE_TOO_LARGE,
@@ -213,7 +216,7 @@ fn check_partition(
             ),
         ));
     }
-    let policy = RecordPolicy::of(shard, meta, max);
+    let policy = RecordPolicy::of(&config, meta, max);
     check_records(
         &records[..header.size()],
         &header,
@@ -239,8 +242,7 @@ struct RecordPolicy {
 }
 
 impl RecordPolicy {
-    fn of(shard: &Shard, meta: &TopicMeta, max_message_bytes: usize) -> Self {
-        let c = &*shard.broker_config();
+    fn of(c: &BrokerConfig, meta: &TopicMeta, max_message_bytes: usize) -> Self {
         RecordPolicy {
             compacted: meta.cleanup_policy_includes("compact"),
             log_append_time: meta.log_append_time(c.log_message_timestamp_log_append_time),
