@@ -327,7 +327,7 @@ fn render_partitions(out: &mut String, shards: &[MetricsSnapshot]) {
 }
 
 fn render_shards(out: &mut String, shards: &[MetricsSnapshot]) {
-    let counters: [Series<MetricsSnapshot, u64>; 12] = [
+    let counters: [Series<MetricsSnapshot, u64>; 13] = [
         (
             "tributary_connections_refused_total",
             "Connections closed at accept by max.connections or max.connections.per.ip.",
@@ -388,26 +388,17 @@ fn render_shards(out: &mut String, shards: &[MetricsSnapshot]) {
             "fdatasync calls.",
             |s| s.sync.fdatasyncs,
         ),
+        (
+            "tributary_group_commit_syncfs_skipped_dirty_total",
+            "Rounds that synced each file because the page cache held too much dirty data.",
+            |s| s.sync.syncfs_skipped_dirty,
+        ),
     ];
     for (name, help, value) in counters {
         header(out, name, "counter", &format!("{help} By shard."));
         for s in shards {
             let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", s.shard, value(s));
         }
-    }
-    let skipped = "tributary_group_commit_syncfs_skipped_dirty_total";
-    header(
-        out,
-        skipped,
-        "counter",
-        "Rounds that synced each file because the page cache held too much dirty data. By shard.",
-    );
-    for s in shards {
-        let _ = writeln!(
-            out,
-            "{skipped}{{shard=\"{}\"}} {}",
-            s.shard, s.sync.syncfs_skipped_dirty
-        );
     }
     render_request_memory(out, shards);
 }

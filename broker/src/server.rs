@@ -191,7 +191,10 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     let queue = config.queued_max_requests;
     let (senders, receivers): (Vec<_>, Vec<_>) =
         (0..shards).map(|_| async_channel::bounded(queue)).unzip();
-    let connections = ConnectionQuotas::new(ConnectionLimits::from_config(&config));
+    // Dynamic connection limits stored with the catalog apply from the first accept.
+    let connections = ConnectionQuotas::new(ConnectionLimits::from_config(
+        &crate::shard::effective_config(&config, &catalog),
+    ));
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::with_capacity(shards);
     for (i, rx) in receivers.into_iter().enumerate() {

@@ -227,8 +227,6 @@ impl Shard {
         let groups = GroupCoordinator::new(group_config(&config));
         let request_memory = RequestMemory::new(config.queued_max_request_bytes);
         let broker_config = RefCell::new(effective_config(&config, &catalog));
-        // Dynamic connection limits stored with the catalog apply from the first accept.
-        connections.set_limits(ConnectionLimits::from_config(&broker_config.borrow()));
         // Kafka's cache size is per broker; each shard holds its share.
         let session_slots = config
             .max_incremental_fetch_session_cache_slots
@@ -359,9 +357,11 @@ impl Shard {
         let old = self.catalog.replace(catalog.clone());
         if old.broker_configs != catalog.broker_configs {
             let effective = effective_config(&self.config, &catalog);
-            // The counts are shared by every shard; each applies the same limits.
-            self.connections
-                .set_limits(ConnectionLimits::from_config(&effective));
+            // The counts are shared by every shard: the controller's shard sets their limits.
+            if self.controller.is_some() {
+                self.connections
+                    .set_limits(ConnectionLimits::from_config(&effective));
+            }
             self.broker_config.replace(effective);
         }
         let mut gone: Vec<(String, i32)> = Vec::new();
@@ -935,7 +935,7 @@ impl Shard {
 /// `config` with the dynamic broker configs of `catalog` applied. The controller validated them
 /// before storing them; a value that no longer applies (say, a key made read-only by an upgrade)
 /// is ignored with a warning rather than stopping the broker.
-fn effective_config(config: &Arc<BrokerConfig>, catalog: &Catalog) -> Arc<BrokerConfig> {
+pub(crate) fn effective_config(config: &Arc<BrokerConfig>, catalog: &Catalog) -> Arc<BrokerConfig> {
     let d = &catalog.broker_configs;
     let empty = Default::default();
     let own = d.per_broker.get(&config.node_id).unwrap_or(&empty);

@@ -145,12 +145,14 @@ async fn exchange(shard: &Rc<Shard>, mut stream: TcpStream, ready: &AtomicBool) 
 
 /// Every shard's snapshot, rendered. A shard that does not answer (it is stopping) is left out.
 async fn scrape(shard: &Rc<Shard>) -> String {
-    let mut snapshots = Vec::with_capacity(shard.shards);
-    for i in 0..shard.shards {
-        if let Some(s) = call(shard, ShardId(i), |reply| ShardRequest::Metrics { reply }).await {
-            snapshots.push(s);
-        }
-    }
+    // Asked at once, so a scrape waits for the slowest shard's queue, not the sum of them.
+    let asks =
+        (0..shard.shards).map(|i| call(shard, ShardId(i), |reply| ShardRequest::Metrics { reply }));
+    let snapshots: Vec<_> = futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
     super::render(&snapshots, shard.connections.open())
 }
 

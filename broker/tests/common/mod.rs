@@ -83,14 +83,6 @@ impl RawConn {
         }
     }
 
-    /// An encoder only, for building request frames off a connection; its next request has
-    /// correlation id `correlation`.
-    pub fn detached(correlation: i32) -> RequestEncoder {
-        RequestEncoder {
-            correlation: correlation - 1,
-        }
-    }
-
     pub fn send_raw(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("write");
     }
@@ -125,18 +117,6 @@ impl RawConn {
         let out = S::decode(&mut resp, version).expect("response decodes");
         assert_eq!(resp.remaining(), 0, "trailing bytes in response");
         out
-    }
-}
-
-/// Builds request frames without a connection.
-pub struct RequestEncoder {
-    correlation: i32,
-}
-
-impl RequestEncoder {
-    pub fn encode_request<R: Encodable>(&mut self, key: ApiKey, version: i16, req: &R) -> BytesMut {
-        self.correlation += 1;
-        encode_request(self.correlation, key, version, req)
     }
 }
 
