@@ -491,13 +491,6 @@ pub async fn rename(from: &Path, to: &Path) -> std::io::Result<()> {
     blocking(move || std::fs::rename(&from, &to)).await
 }
 
-/// Creates `dir` and its missing parents, and makes its entry durable in its parent; nothing
-/// is done if it exists.
-pub async fn create_dir_all(dir: &Path) -> std::io::Result<()> {
-    let dir = dir.to_path_buf();
-    blocking(move || now::create_dir_all(&dir)).await
-}
-
 /// Removes `dir` and everything in it, and makes the removal durable in its parent.
 pub async fn remove_dir_all(dir: &Path) -> std::io::Result<()> {
     let dir = dir.to_path_buf();
@@ -509,18 +502,6 @@ pub async fn remove_dir_all(dir: &Path) -> std::io::Result<()> {
         }
     })
     .await
-}
-
-/// The names of the entries of `dir` (not valid UTF-8: lossily converted), in no order.
-pub async fn read_dir_names(dir: &Path) -> std::io::Result<Vec<String>> {
-    let dir = dir.to_path_buf();
-    blocking(move || now::read_dir_names(&dir)).await
-}
-
-/// Whether something exists at `path`.
-pub async fn exists(path: &Path) -> std::io::Result<bool> {
-    let path = path.to_path_buf();
-    blocking(move || path.try_exists()).await
 }
 
 /// A whole (small) file; `None` if it does not exist.
