@@ -1,0 +1,161 @@
+//! The state the driver and the transport tasks share, none of it generic over the state machine:
+//! the driver's inbox, the shutdown signal, when each peer was last heard from, and the count of
+//! live connection tasks that shutdown waits for. Everything here is single-threaded (`Cell`,
+//! `RefCell` borrowed only between awaits).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Instant;
+
+use event_listener::Event;
+use glommio::TaskQueueHandle;
+use raft::eraftpb::Message;
+use raft::SnapshotStatus;
+
+/// The driver's inbox capacity. Senders wait when it is full, which pushes back on the peer
+/// connection that delivers faster than raft steps.
+pub const INBOX_MAX: usize = 4096;
+
+/// What the driver is told.
+pub enum Input {
+    /// A message from a peer, already checked to come from the voter it claims.
+    Message(Message),
+    /// A proposal from this node; `seq` finds its waiter in the pending table.
+    Propose { seq: u64, data: Vec<u8> },
+    /// A send to this peer (raft id) failed.
+    Unreachable(u64),
+    /// How a snapshot send to this peer (raft id) ended.
+    SnapshotStatus(u64, SnapshotStatus),
+}
+
+pub struct Core {
+    pub node_id: i32,
+    pub raft_id: u64,
+    pub voters: Vec<(i32, SocketAddr)>,
+    pub inbox: async_channel::Sender<Input>,
+    pub task_queue: TaskQueueHandle,
+    closed: Cell<bool>,
+    shutdown: Event,
+    /// Raft id → when its last message arrived.
+    last_heard: RefCell<HashMap<u64, Instant>>,
+    live_tasks: Cell<usize>,
+    tasks_done: Event,
+}
+
+impl Core {
+    pub fn new(
+        node_id: i32,
+        voters: Vec<(i32, SocketAddr)>,
+        inbox: async_channel::Sender<Input>,
+        task_queue: TaskQueueHandle,
+    ) -> Core {
+        Core {
+            node_id,
+            raft_id: crate::config::raft_id(node_id),
+            voters,
+            inbox,
+            task_queue,
+            closed: Cell::new(false),
+            shutdown: Event::new(),
+            last_heard: RefCell::new(HashMap::new()),
+            live_tasks: Cell::new(0),
+            tasks_done: Event::new(),
+        }
+    }
+
+    pub fn is_voter(&self, node_id: i32) -> bool {
+        self.voters.iter().any(|(id, _)| *id == node_id)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.get()
+    }
+
+    /// Tells every task to stop.
+    pub fn close(&self) {
+        self.closed.set(true);
+        self.shutdown.notify(usize::MAX);
+    }
+
+    /// Resolves once [`close`](Self::close) has been called.
+    pub async fn closed(&self) {
+        loop {
+            if self.closed.get() {
+                return;
+            }
+            let listener = self.shutdown.listen();
+            if self.closed.get() {
+                return;
+            }
+            listener.await;
+        }
+    }
+
+    /// Runs `work` until it ends or the quorum closes, whichever is first.
+    pub async fn until_closed<F: Future<Output = ()>>(&self, work: F) {
+        futures_lite::future::or(work, self.closed()).await
+    }
+
+    pub fn heard_from(&self, raft_id: u64) {
+        self.last_heard.borrow_mut().insert(raft_id, Instant::now());
+    }
+
+    pub fn last_heard(&self, raft_id: u64) -> Option<Instant> {
+        self.last_heard.borrow().get(&raft_id).copied()
+    }
+
+    /// Spawns a task counted until it ends, on the quorum's task queue.
+    pub fn spawn_counted<F: Future<Output = ()> + 'static>(self: &Rc<Self>, work: F) {
+        let guard = TaskGuard::new(self.clone());
+        let task = glommio::spawn_local_into(
+            async move {
+                let _guard = guard;
+                work.await;
+            },
+            self.task_queue,
+        );
+        match task {
+            Ok(task) => {
+                task.detach();
+            }
+            Err(e) => tracing::error!(error = %e, "cannot spawn a quorum task"),
+        }
+    }
+
+    /// Resolves once every counted task has ended.
+    pub async fn tasks_ended(&self) {
+        loop {
+            if self.live_tasks.get() == 0 {
+                return;
+            }
+            let listener = self.tasks_done.listen();
+            if self.live_tasks.get() == 0 {
+                return;
+            }
+            listener.await;
+        }
+    }
+}
+
+/// Counts a live task; dropping it (the task ended or was cancelled) uncounts it.
+struct TaskGuard(Rc<Core>);
+
+impl TaskGuard {
+    fn new(core: Rc<Core>) -> TaskGuard {
+        core.live_tasks.set(core.live_tasks.get() + 1);
+        TaskGuard(core)
+    }
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        let live = self.0.live_tasks.get() - 1;
+        self.0.live_tasks.set(live);
+        if live == 0 {
+            self.0.tasks_done.notify(usize::MAX);
+        }
+    }
+}

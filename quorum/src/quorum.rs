@@ -1,0 +1,471 @@
+//! `Quorum`, the handle the broker holds: opening (recovery, listener, tasks), proposing and
+//! waiting for the outcome, reading the state machine and raft's view of leadership, and
+//! shutdown. It also owns the state shared with the driver: the state machine, the pending
+//! proposals table, the applied index and the published role. No borrow of any of it is held
+//! across an await.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context as _;
+use event_listener::Event;
+use futures::channel::oneshot;
+use glommio::{Latency, Shares};
+use raft::eraftpb::{Entry, HardState};
+use raft::RawNode;
+
+use crate::config::{raft_id, QuorumConfig};
+use crate::core::{Core, Input, INBOX_MAX};
+use crate::driver::{decode_context, is_command, voters_conf_state, Driver};
+use crate::mem_log::MemLog;
+use crate::storage::{DiskLog, Recovered};
+use crate::transport::{self, PeerQueue};
+use crate::{ProposeError, StateMachine};
+
+/// The largest command [`Quorum::propose`] accepts. Metadata records are small; the bound keeps
+/// one proposal far below the transport's frame limit.
+pub const COMMAND_BYTES_MAX: usize = 1 << 20;
+/// How much sooner the quorum's tasks are scheduled than the data path's (glommio preempts
+/// other task queues to meet it), so heavy data-path load does not delay heartbeats.
+const TASK_QUEUE_LATENCY: Duration = Duration::from_millis(10);
+
+/// See [`Quorum::shutdown`].
+const LISTENER_RELEASE_WAIT: Duration = Duration::from_millis(1);
+
+type Waiter<O> = oneshot::Sender<Result<(u64, O), ProposeError>>;
+
+pub(crate) struct Shared<S: StateMachine> {
+    pub core: Rc<Core>,
+    pub sm: RefCell<S>,
+    pending: RefCell<HashMap<u64, Waiter<S::Outcome>>>,
+    next_seq: Cell<u64>,
+    pub incarnation: u64,
+    applied: Cell<u64>,
+    pub leader: Cell<Option<i32>>,
+    pub is_leader: Cell<bool>,
+    pub term: Cell<u64>,
+    /// Fires when the applied index, the role, the leader or the term changes, and at close.
+    pub changed: Event,
+    /// Set when storage failed and the driver stopped.
+    pub failure: RefCell<Option<String>>,
+}
+
+impl<S: StateMachine> Shared<S> {
+    /// Applies one committed entry and answers its proposer if that is this process.
+    pub fn apply_entry(&self, entry: &Entry) {
+        if !is_command(entry) {
+            if entry.get_entry_type() != raft::eraftpb::EntryType::EntryNormal {
+                tracing::warn!(index = entry.index, "ignoring a conf-change entry");
+            }
+            return;
+        }
+        let outcome = self.sm.borrow_mut().apply(entry.index, &entry.data);
+        if let Some((node, incarnation, seq)) = decode_context(&entry.context) {
+            if node == self.core.node_id && incarnation == self.incarnation {
+                self.resolve(seq, Ok((entry.index, outcome)));
+            }
+        }
+    }
+
+    pub fn resolve(&self, seq: u64, result: Result<(u64, S::Outcome), ProposeError>) {
+        let waiter = self.pending.borrow_mut().remove(&seq);
+        if let Some(waiter) = waiter {
+            // The proposer may have timed out and gone; then nobody needs the answer.
+            let _ = waiter.send(result);
+        }
+    }
+
+    pub fn fail_pending(&self, error: ProposeError) {
+        let waiters: Vec<_> = self.pending.borrow_mut().drain().collect();
+        for (_, waiter) in waiters {
+            let _ = waiter.send(Err(error.clone()));
+        }
+    }
+
+    pub fn set_applied(&self, index: u64) {
+        if index != self.applied.get() {
+            self.applied.set(index);
+            self.changed.notify(usize::MAX);
+        }
+    }
+
+    fn closed_error(&self) -> ProposeError {
+        match &*self.failure.borrow() {
+            Some(text) => ProposeError::Io(text.clone()),
+            None => ProposeError::Shutdown,
+        }
+    }
+}
+
+/// A node of the metadata quorum. See the crate documentation.
+pub struct Quorum<S: StateMachine> {
+    shared: Rc<Shared<S>>,
+    local_addr: Option<SocketAddr>,
+    proposal_timeout: Duration,
+}
+
+/// What recovery hands the driver.
+struct Restored {
+    log: MemLog,
+    applied: u64,
+    last_index: u64,
+}
+
+/// Rebuilds the state machine and the in-memory log from what was read from disk: restores the
+/// snapshot, then applies every entry up to the persisted commit index.
+fn restore<S: StateMachine>(
+    cfg: &QuorumConfig,
+    recovered: Recovered,
+    sm: &mut S,
+) -> anyhow::Result<Restored> {
+    let voters = cfg.voter_raft_ids();
+    let (mut hs, stored) = recovered
+        .hard_state
+        .unwrap_or_else(|| (HardState::default(), voters_conf_state(voters.clone())));
+    let mut stored_voters = stored.voters.clone();
+    stored_voters.sort_unstable();
+    anyhow::ensure!(
+        stored_voters == voters,
+        "the metadata log in {} belongs to a quorum with voters {:?} (raft ids), but \
+         controller.quorum.voters gives {:?}; membership changes are not supported, so restore \
+         the old voter list or start from an empty directory",
+        cfg.dir.display(),
+        stored_voters,
+        voters
+    );
+    let snapshot = recovered.snapshot.unwrap_or_default();
+    let snapshot_index = snapshot.get_metadata().index;
+    if snapshot_index > 0 {
+        sm.restore(&snapshot.data)
+            .context("restoring the state machine from the snapshot")?;
+    }
+    let entries = recovered.entries;
+    let last_index = entries.last().map_or(snapshot_index, |e| e.index);
+    if hs.commit > last_index {
+        tracing::warn!(
+            commit = hs.commit,
+            last_index,
+            "quorum hard state commits past the log's end; lowering it"
+        );
+    }
+    hs.commit = hs.commit.clamp(snapshot_index, last_index);
+    let mut applied_commands = 0usize;
+    for entry in entries.iter().take_while(|e| e.index <= hs.commit) {
+        if is_command(entry) {
+            sm.apply(entry.index, &entry.data);
+            applied_commands += 1;
+        }
+    }
+    tracing::info!(
+        node = cfg.node_id,
+        snapshot_index,
+        commit = hs.commit,
+        last_index,
+        applied_commands,
+        "quorum state recovered"
+    );
+    let applied = hs.commit;
+    let log = MemLog::new(hs, voters_conf_state(voters), snapshot, entries);
+    Ok(Restored {
+        log,
+        applied,
+        last_index,
+    })
+}
+
+impl<S: StateMachine> Quorum<S> {
+    /// Opens the log in `cfg.dir` (restores the snapshot into `sm`, then applies every entry up
+    /// to the persisted commit index), binds the peer listener, and spawns the driver and
+    /// transport tasks on the current glommio executor, in a task queue of their own. With one
+    /// voter it campaigns at once and returns once it is leader and has applied its whole log.
+    pub async fn open(cfg: QuorumConfig, mut sm: S) -> anyhow::Result<Rc<Self>> {
+        cfg.validate()?;
+        let (disk, recovered) = DiskLog::open(&cfg.dir)
+            .await
+            .with_context(|| format!("opening the quorum log in {}", cfg.dir.display()))?;
+        let restored = restore(&cfg, recovered, &mut sm)?;
+        let raft_cfg = cfg.raft_config(restored.applied)?;
+        let logger = crate::logger::raft_logger(cfg.node_id);
+        let mut raw = RawNode::new(&raft_cfg, restored.log, &logger).context("starting raft")?;
+        let listener = match cfg.listen {
+            Some(addr) => Some(
+                transport::bind(addr)
+                    .with_context(|| format!("binding the quorum listener on {addr}"))?,
+            ),
+            None => None,
+        };
+        let local_addr = match &listener {
+            Some(l) => Some(l.local_addr().map_err(std::io::Error::from)?),
+            None => None,
+        };
+        let task_queue = glommio::executor().create_task_queue(
+            Shares::default(),
+            Latency::Matters(TASK_QUEUE_LATENCY),
+            "quorum",
+        );
+        let (inbox_tx, inbox_rx) = async_channel::bounded(INBOX_MAX);
+        let core = Rc::new(Core::new(
+            cfg.node_id,
+            cfg.voters.clone(),
+            inbox_tx,
+            task_queue,
+        ));
+        let shared = Rc::new(Shared {
+            core: core.clone(),
+            sm: RefCell::new(sm),
+            pending: RefCell::new(HashMap::new()),
+            next_seq: Cell::new(0),
+            incarnation: incarnation(),
+            applied: Cell::new(restored.applied),
+            leader: Cell::new(None),
+            is_leader: Cell::new(false),
+            term: Cell::new(0),
+            changed: Event::new(),
+            failure: RefCell::new(None),
+        });
+        let peers: HashMap<u64, PeerQueue> = cfg
+            .voters
+            .iter()
+            .filter(|(id, _)| *id != cfg.node_id)
+            .map(|(id, addr)| (raft_id(*id), PeerQueue::start(&core, *id, *addr)))
+            .collect();
+        if let Some(listener) = listener {
+            let accept_core = core.clone();
+            core.spawn_counted(async move {
+                let work = transport::accept_loop(listener, accept_core.clone());
+                accept_core.until_closed(work).await;
+            });
+        }
+        let single = cfg.voters.len() == 1;
+        if single {
+            raw.campaign().context("campaigning as the only voter")?;
+        }
+        let driver = Driver::new(
+            shared.clone(),
+            raw,
+            disk,
+            peers,
+            inbox_rx,
+            cfg.heartbeat_interval,
+            cfg.snapshot_every_entries,
+        );
+        core.spawn_counted(driver.run());
+        let quorum = Rc::new(Quorum {
+            shared,
+            local_addr,
+            proposal_timeout: cfg.proposal_timeout,
+        });
+        if single {
+            let limit = cfg.election_timeout.max(cfg.proposal_timeout);
+            let ready = quorum.wait_until(limit, |q| {
+                q.is_leader() && q.applied_index() >= restored.last_index
+            });
+            if !ready.await {
+                tracing::warn!(
+                    node = cfg.node_id,
+                    "single-voter quorum not leader with its log applied after {limit:?}"
+                );
+            }
+        }
+        Ok(quorum)
+    }
+
+    /// Waits until `done(self)` holds or the quorum closes (false) or `limit` passes (false).
+    async fn wait_until(&self, limit: Duration, done: impl Fn(&Self) -> bool) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.shared.core.is_closed() {
+                return false;
+            }
+            let listener = self.shared.changed.listen();
+            if done(self) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            futures_lite::future::or(listener, glommio::timer::sleep(left)).await;
+        }
+    }
+
+    /// Proposes a command; resolves once its entry is committed and applied on this node, with
+    /// its raft index and what `apply` returned for it. Works on followers too (raft forwards the
+    /// proposal to the leader). A proposal that is lost (a leader change) fails with `Timeout`
+    /// after the proposal timeout — it may still be applied later.
+    pub async fn propose(&self, command: Vec<u8>) -> Result<(u64, S::Outcome), ProposeError> {
+        let shared = &self.shared;
+        if shared.core.is_closed() {
+            return Err(shared.closed_error());
+        }
+        if command.len() > COMMAND_BYTES_MAX {
+            return Err(ProposeError::TooLarge {
+                len: command.len(),
+                max: COMMAND_BYTES_MAX,
+            });
+        }
+        if shared.leader.get().is_none() {
+            return Err(ProposeError::NoLeader);
+        }
+        let seq = shared.next_seq.get();
+        shared.next_seq.set(seq + 1);
+        let (tx, rx) = oneshot::channel();
+        shared.pending.borrow_mut().insert(seq, tx);
+        let _forget = ForgetOnDrop {
+            shared: shared.as_ref(),
+            seq,
+        };
+        let work = async {
+            let input = Input::Propose { seq, data: command };
+            if shared.core.inbox.send(input).await.is_err() {
+                return Err(shared.closed_error());
+            }
+            match rx.await {
+                Ok(result) => result,
+                Err(_) => Err(shared.closed_error()),
+            }
+        };
+        let limit = self.proposal_timeout;
+        futures_lite::future::or(work, async move {
+            glommio::timer::sleep(limit).await;
+            Err(ProposeError::Timeout)
+        })
+        .await
+    }
+
+    /// Runs `f` on the state machine. The borrow lasts for the call only; `f` must not await.
+    pub fn with_state<R>(&self, f: impl FnOnce(&S) -> R) -> R {
+        f(&self.shared.sm.borrow())
+    }
+
+    /// The raft index of the last entry applied to the state machine.
+    pub fn applied_index(&self) -> u64 {
+        self.shared.applied.get()
+    }
+
+    /// Resolves when `applied_index() >= index`, or when the quorum closes.
+    pub async fn wait_applied(&self, index: u64) {
+        loop {
+            if self.applied_index() >= index || self.shared.core.is_closed() {
+                return;
+            }
+            let listener = self.shared.changed.listen();
+            if self.applied_index() >= index || self.shared.core.is_closed() {
+                return;
+            }
+            listener.await;
+        }
+    }
+
+    /// Resolves once `applied_index()` differs from `seen` (or the quorum closes), returning
+    /// the new applied index. The broker keeps the value it last saw and loops:
+    /// `seen = quorum.changed(seen).await` and republishes its image each time. Nothing is missed:
+    /// an apply between two calls makes the next call return at once.
+    pub async fn changed(&self, seen: u64) -> u64 {
+        loop {
+            let now = self.applied_index();
+            if now != seen || self.shared.core.is_closed() {
+                return now;
+            }
+            let listener = self.shared.changed.listen();
+            let now = self.applied_index();
+            if now != seen || self.shared.core.is_closed() {
+                return now;
+            }
+            listener.await;
+        }
+    }
+
+    /// The node id of the current leader, if known.
+    pub fn leader(&self) -> Option<i32> {
+        self.shared.leader.get()
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.shared.is_leader.get()
+    }
+
+    pub fn term(&self) -> u64 {
+        self.shared.term.get()
+    }
+
+    /// On the leader: for each other voter, how long since a message from it arrived (`None`:
+    /// never, in this process). Empty on followers.
+    pub fn peer_silence(&self) -> Vec<(i32, Option<Duration>)> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        let core = &self.shared.core;
+        core.voters
+            .iter()
+            .filter(|(id, _)| *id != core.node_id)
+            .map(|(id, _)| {
+                let heard = core.last_heard(raft_id(*id));
+                (*id, heard.map(|at| at.elapsed()))
+            })
+            .collect()
+    }
+
+    /// The bound peer listener address (useful with port 0); `None` without a listener.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local_addr
+    }
+
+    /// Stops the driver and transport tasks, closes the listener and peer connections, and
+    /// waits for them to end. Pending proposals fail with `Shutdown`. Idempotent.
+    pub async fn shutdown(&self) {
+        let shared = &self.shared;
+        shared.core.close();
+        shared.changed.notify(usize::MAX);
+        shared.core.tasks_ended().await;
+        shared.fail_pending(shared.closed_error());
+        // The kernel keeps a listening socket open while io_uring holds an accept on it; the
+        // accept's cancellation goes out on the reactor's next poll, which a short timer forces,
+        // so the port is released when this returns.
+        glommio::timer::sleep(LISTENER_RELEASE_WAIT).await;
+    }
+}
+
+impl<S: StateMachine> Drop for Quorum<S> {
+    fn drop(&mut self) {
+        // Without a shutdown call the tasks still stop, on their next turn.
+        self.shared.core.close();
+    }
+}
+
+/// Removes a proposal's waiter when `propose` returns or is cancelled, so timed-out proposals
+/// do not pile up in the table.
+struct ForgetOnDrop<'a, S: StateMachine> {
+    shared: &'a Shared<S>,
+    seq: u64,
+}
+
+impl<S: StateMachine> Drop for ForgetOnDrop<'_, S> {
+    fn drop(&mut self) {
+        self.shared.pending.borrow_mut().remove(&self.seq);
+    }
+}
+
+/// A number that tells this process's proposals from an earlier run's: nanoseconds since the
+/// epoch at open, made strictly increasing within the process so two opens never share one.
+fn incarnation() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(last + 1);
+        match LAST.compare_exchange(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(seen) => last = seen,
+        }
+    }
+}

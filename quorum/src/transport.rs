@@ -1,0 +1,427 @@
+//! Raft messages between voters over TCP: the frame and handshake formats, the listener that
+//! accepts peers' connections and hands their messages to the driver, and one sender task per
+//! peer that owns the outgoing connection, reconnecting with capped backoff. It never blocks the
+//! driver: the driver drops messages into a bounded per-peer queue and moves on (raft
+//! retransmits what is lost). It knows raft messages only as bytes plus their `from`/`to`.
+//!
+//! ```text
+//! frame:      [len u32BE][payload (len bytes)]
+//! handshake:  payload = [magic "TRBQ"][version u16BE][from node id i32BE][to node id i32BE]
+//! message:    payload = protobuf eraftpb.Message
+//! ```
+//! The dialer sends a handshake first; the acceptor checks it and answers with its own, or
+//! closes the connection. Then only the dialer sends, message frames only.
+//!
+//! Trust boundary: raft-rs 0.7 decodes with protobuf 2.x, which can overflow its stack on
+//! crafted input (RUSTSEC-2024-0437). So no protobuf decoder sees a byte before the fixed-size
+//! handshake (decoded here by hand) names a configured voter, and every frame's length is
+//! checked against [`FRAME_BYTES_MAX`] before its buffer is allocated. The handshake identifies,
+//! it does not authenticate: the controller listener belongs on a network only the voters reach.
+
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use protobuf::Message as _;
+use raft::eraftpb::{Message, MessageType};
+use raft::SnapshotStatus;
+
+use crate::config::raft_id;
+use crate::core::{Core, Input};
+
+/// The largest frame accepted or sent. A snapshot travels in one message, so this also bounds
+/// the state machine's snapshot size.
+pub const FRAME_BYTES_MAX: usize = 64 << 20;
+/// Messages waiting for one peer's connection; more are dropped.
+pub const PEER_QUEUE_MAX: usize = 1024;
+/// Messages written to a peer in one socket write, at most.
+const WRITE_BATCH_MAX: usize = 256;
+pub const HANDSHAKE_MAGIC: [u8; 4] = *b"TRBQ";
+pub const HANDSHAKE_VERSION: u16 = 1;
+pub const HANDSHAKE_BYTES: usize = 4 + 2 + 4 + 4;
+/// Time a connection has to complete its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// A write stuck this long (the peer stopped reading) drops the connection.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Pause after a failed accept (e.g. out of file descriptors) before trying again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// Who is on the other end of a connection, and whom they meant to reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handshake {
+    pub from: i32,
+    pub to: i32,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum HandshakeError {
+    #[error("handshake is {0} bytes, expected {HANDSHAKE_BYTES}")]
+    Length(usize),
+    #[error("bad magic {0:?}")]
+    Magic([u8; 4]),
+    #[error("unsupported version {0}")]
+    Version(u16),
+}
+
+impl Handshake {
+    /// The handshake as a whole frame.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4 + HANDSHAKE_BYTES);
+        out.extend_from_slice(&(HANDSHAKE_BYTES as u32).to_be_bytes());
+        out.extend_from_slice(&HANDSHAKE_MAGIC);
+        out.extend_from_slice(&HANDSHAKE_VERSION.to_be_bytes());
+        out.extend_from_slice(&self.from.to_be_bytes());
+        out.extend_from_slice(&self.to.to_be_bytes());
+        out
+    }
+
+    /// Decodes a handshake frame's payload.
+    pub fn decode(payload: &[u8]) -> Result<Handshake, HandshakeError> {
+        if payload.len() != HANDSHAKE_BYTES {
+            return Err(HandshakeError::Length(payload.len()));
+        }
+        let magic = [payload[0], payload[1], payload[2], payload[3]];
+        if magic != HANDSHAKE_MAGIC {
+            return Err(HandshakeError::Magic(magic));
+        }
+        let version = u16::from_be_bytes([payload[4], payload[5]]);
+        if version != HANDSHAKE_VERSION {
+            return Err(HandshakeError::Version(version));
+        }
+        let from = i32::from_be_bytes([payload[6], payload[7], payload[8], payload[9]]);
+        let to = i32::from_be_bytes([payload[10], payload[11], payload[12], payload[13]]);
+        Ok(Handshake { from, to })
+    }
+}
+
+/// Appends `msg` as a frame; an encoding over [`FRAME_BYTES_MAX`] is refused.
+pub fn encode_message(msg: &Message, out: &mut Vec<u8>) -> io::Result<()> {
+    let body = msg.write_to_bytes().map_err(io::Error::other)?;
+    if body.len() > FRAME_BYTES_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a {:?} of {} bytes exceeds the {FRAME_BYTES_MAX}-byte frame limit",
+                msg.get_msg_type(),
+                body.len()
+            ),
+        ));
+    }
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    Ok(())
+}
+
+/// Reads one frame whose payload may be at most `max` bytes; the length is checked before the
+/// buffer is allocated.
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).await?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes exceeds the limit of {max}"),
+        ));
+    }
+    let mut payload = vec![0u8; len];
+    r.read_exact(&mut payload).await?;
+    Ok(payload)
+}
+
+async fn with_timeout<T>(
+    limit: Duration,
+    work: impl std::future::Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    futures_lite::future::or(work, async move {
+        glommio::timer::sleep(limit).await;
+        Err(io::Error::new(io::ErrorKind::TimedOut, "timed out"))
+    })
+    .await
+}
+
+/// Binds the peer listener.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::bind(addr).map_err(io::Error::from)
+}
+
+/// Accepts peer connections until the quorum closes; each is served by its own task.
+pub async fn accept_loop(listener: TcpListener, core: Rc<Core>) {
+    loop {
+        match listener.accept().await {
+            Ok(stream) => {
+                let conn_core = core.clone();
+                core.spawn_counted(async move {
+                    let work = serve_inbound(stream, conn_core.clone());
+                    conn_core.until_closed(work).await;
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "quorum listener accept failed");
+                glommio::timer::sleep(ACCEPT_RETRY).await;
+            }
+        }
+    }
+}
+
+/// Checks a dialer's handshake against this node's voters; the refusal reason otherwise.
+pub fn admit(core: &Core, hs: Handshake) -> Result<(), String> {
+    if !core.is_voter(hs.from) {
+        return Err(format!("node {} is not a configured voter", hs.from));
+    }
+    if hs.from == core.node_id {
+        return Err(format!("node {} claims to be this node", hs.from));
+    }
+    if hs.to != core.node_id {
+        return Err(format!(
+            "it meant to reach node {}, this is node {}",
+            hs.to, core.node_id
+        ));
+    }
+    Ok(())
+}
+
+async fn serve_inbound(mut stream: TcpStream, core: Rc<Core>) {
+    let peer = stream.peer_addr().ok();
+    let handshake = with_timeout(HANDSHAKE_TIMEOUT, read_frame(&mut stream, HANDSHAKE_BYTES)).await;
+    let hs = match handshake.and_then(|p| Handshake::decode(&p).map_err(io::Error::other)) {
+        Ok(hs) => hs,
+        Err(e) => {
+            tracing::warn!(?peer, error = %e, "refusing quorum connection: bad handshake");
+            return;
+        }
+    };
+    if let Err(reason) = admit(&core, hs) {
+        tracing::warn!(?peer, %reason, "refusing quorum connection");
+        return;
+    }
+    let reply = Handshake {
+        from: core.node_id,
+        to: hs.from,
+    };
+    if let Err(e) = with_timeout(HANDSHAKE_TIMEOUT, stream.write_all(&reply.encode())).await {
+        tracing::debug!(?peer, error = %e, "quorum handshake reply failed");
+        return;
+    }
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(error = %e, "cannot set TCP_NODELAY on a quorum connection");
+    }
+    let from = raft_id(hs.from);
+    tracing::debug!(node = hs.from, ?peer, "quorum peer connected");
+    let reason = receive_messages(&mut stream, &core, from).await;
+    tracing::debug!(node = hs.from, ?peer, %reason, "quorum peer connection closed");
+}
+
+/// Delivers an admitted peer's messages to the driver; returns why it stopped.
+async fn receive_messages(stream: &mut TcpStream, core: &Core, from: u64) -> String {
+    loop {
+        let frame = match read_frame(stream, FRAME_BYTES_MAX).await {
+            Ok(frame) => frame,
+            Err(e) => return e.to_string(),
+        };
+        // Only a configured voter's bytes reach protobuf (see the module doc).
+        let msg = match Message::parse_from_bytes(&frame) {
+            Ok(msg) => msg,
+            Err(e) => {
+                tracing::warn!(from, error = %e, "undecodable quorum message; closing");
+                return "undecodable message".to_string();
+            }
+        };
+        if msg.from != from || msg.to != core.raft_id {
+            tracing::warn!(
+                from,
+                msg_from = msg.from,
+                msg_to = msg.to,
+                "quorum message not from/to the handshake's nodes; closing"
+            );
+            return "misaddressed message".to_string();
+        }
+        core.heard_from(from);
+        if core.inbox.send(Input::Message(msg)).await.is_err() {
+            return "driver gone".to_string();
+        }
+    }
+}
+
+/// The driver's end of a peer's queue.
+pub struct PeerQueue {
+    pub tx: async_channel::Sender<Message>,
+}
+
+impl PeerQueue {
+    /// Starts the sender task for `node` at `addr`.
+    pub fn start(core: &Rc<Core>, node: i32, addr: SocketAddr) -> PeerQueue {
+        let (tx, rx) = async_channel::bounded(PEER_QUEUE_MAX);
+        let task_core = core.clone();
+        core.spawn_counted(async move {
+            let work = run_peer(task_core.clone(), node, addr, rx);
+            task_core.until_closed(work).await;
+        });
+        PeerQueue { tx }
+    }
+}
+
+async fn run_peer(
+    core: Rc<Core>,
+    node: i32,
+    addr: SocketAddr,
+    rx: async_channel::Receiver<Message>,
+) {
+    let peer = raft_id(node);
+    let mut conn: Option<TcpStream> = None;
+    let mut backoff = BACKOFF_MIN;
+    while let Ok(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < WRITE_BATCH_MAX {
+            match rx.try_recv() {
+                Ok(m) => batch.push(m),
+                Err(_) => break,
+            }
+        }
+        let stream = match conn.as_mut() {
+            Some(stream) => stream,
+            None => match dial(&core, node, addr).await {
+                Ok(stream) => {
+                    backoff = BACKOFF_MIN;
+                    conn.insert(stream)
+                }
+                Err(e) => {
+                    tracing::debug!(node, %addr, error = %e, "cannot reach quorum peer");
+                    failed(&core, peer, &batch).await;
+                    glommio::timer::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    // What queued meanwhile is stale; raft sends afresh.
+                    let stale: Vec<Message> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+                    failed(&core, peer, &stale).await;
+                    continue;
+                }
+            },
+        };
+        let mut buf = Vec::new();
+        let mut sent = Vec::new();
+        for msg in batch {
+            match encode_message(&msg, &mut buf) {
+                Ok(()) => sent.push(msg),
+                Err(e) => {
+                    tracing::error!(node, error = %e, "quorum message cannot be sent");
+                    failed(&core, peer, &[msg]).await;
+                }
+            }
+        }
+        match with_timeout(WRITE_TIMEOUT, stream.write_all(&buf)).await {
+            Ok(()) => {
+                for msg in sent.iter().filter(|m| is_snapshot(m)) {
+                    report(&core, Input::SnapshotStatus(msg.to, SnapshotStatus::Finish)).await;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(node, %addr, error = %e, "quorum peer connection lost");
+                conn = None;
+                failed(&core, peer, &sent).await;
+            }
+        }
+    }
+}
+
+fn is_snapshot(msg: &Message) -> bool {
+    msg.get_msg_type() == MessageType::MsgSnapshot
+}
+
+/// Tells the driver that `msgs` to `peer` were not sent.
+async fn failed(core: &Core, peer: u64, msgs: &[Message]) {
+    report(core, Input::Unreachable(peer)).await;
+    for _ in msgs.iter().filter(|m| is_snapshot(m)) {
+        report(core, Input::SnapshotStatus(peer, SnapshotStatus::Failure)).await;
+    }
+}
+
+async fn report(core: &Core, input: Input) {
+    // The driver drains its inbox on every turn, so this wait is short; it fails only once the
+    // quorum is gone.
+    let _ = core.inbox.send(input).await;
+}
+
+/// Connects to `node` and completes the handshake.
+async fn dial(core: &Core, node: i32, addr: SocketAddr) -> io::Result<TcpStream> {
+    let mut stream = TcpStream::connect_timeout(addr, CONNECT_TIMEOUT)
+        .await
+        .map_err(io::Error::from)?;
+    stream.set_nodelay(true).map_err(io::Error::from)?;
+    let hello = Handshake {
+        from: core.node_id,
+        to: node,
+    };
+    let reply = with_timeout(HANDSHAKE_TIMEOUT, async {
+        stream.write_all(&hello.encode()).await?;
+        read_frame(&mut stream, HANDSHAKE_BYTES).await
+    })
+    .await?;
+    let reply = Handshake::decode(&reply).map_err(io::Error::other)?;
+    let expected = Handshake {
+        from: node,
+        to: core.node_id,
+    };
+    if reply != expected {
+        return Err(io::Error::other(format!(
+            "peer at {addr} answered as {reply:?}, expected {expected:?}"
+        )));
+    }
+    Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handshake_round_trips_and_every_prefix_fails() {
+        let hs = Handshake { from: 3, to: 0 };
+        let frame = hs.encode();
+        assert_eq!(frame.len(), 4 + HANDSHAKE_BYTES);
+        let payload = &frame[4..];
+        assert_eq!(Handshake::decode(payload), Ok(hs));
+        for cut in 0..payload.len() {
+            assert_eq!(
+                Handshake::decode(&payload[..cut]),
+                Err(HandshakeError::Length(cut))
+            );
+        }
+        let mut bad = payload.to_vec();
+        bad[0] = b'X';
+        assert!(matches!(
+            Handshake::decode(&bad),
+            Err(HandshakeError::Magic(_))
+        ));
+        let mut bad = payload.to_vec();
+        bad[5] = 9;
+        assert_eq!(Handshake::decode(&bad), Err(HandshakeError::Version(9)));
+    }
+
+    #[test]
+    fn frames_check_length_before_allocating() {
+        let mut msg = Message::default();
+        msg.set_msg_type(MessageType::MsgHeartbeat);
+        msg.from = 1;
+        msg.to = 2;
+        msg.term = 5;
+        let mut buf = Vec::new();
+        encode_message(&msg, &mut buf).unwrap();
+        let got = futures_lite::future::block_on(read_frame(&mut &buf[..], FRAME_BYTES_MAX));
+        assert_eq!(Message::parse_from_bytes(&got.unwrap()).unwrap(), msg);
+
+        let huge = (u32::MAX).to_be_bytes();
+        let err = futures_lite::future::block_on(read_frame(&mut &huge[..], FRAME_BYTES_MAX));
+        assert_eq!(err.unwrap_err().kind(), io::ErrorKind::InvalidData);
+
+        for cut in 0..buf.len() {
+            let r = futures_lite::future::block_on(read_frame(&mut &buf[..cut], FRAME_BYTES_MAX));
+            assert!(r.is_err(), "prefix {cut}");
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Three voters on one executor over loopback TCP: election, proposals from a follower,
+//! fail-over when the leader stops, and a stopped node catching up — by entries, and by a
+//! snapshot when the leader has compacted past it.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{agreed_leader, config, eventually, free_addr, names, run, Names, Node, ELECTION};
+use tributary_quorum::{Quorum, QuorumConfig};
+
+struct Cluster {
+    voters: Vec<(i32, SocketAddr)>,
+    dirs: Vec<PathBuf>,
+    _tmp: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let tmp = tempfile::tempdir().unwrap();
+        let voters: Vec<(i32, SocketAddr)> = (0..3).map(|id| (id, free_addr())).collect();
+        let dirs = (0..3)
+            .map(|id| tmp.path().join(format!("node-{id}")))
+            .collect();
+        Cluster {
+            voters,
+            dirs,
+            _tmp: tmp,
+        }
+    }
+
+    fn config(&self, id: i32) -> QuorumConfig {
+        let i = id as usize;
+        config(id, &self.voters, Some(self.voters[i].1), &self.dirs[i])
+    }
+}
+
+async fn open(cfg: QuorumConfig) -> Node {
+    Quorum::open(cfg, Names::default()).await.unwrap()
+}
+
+#[test]
+fn three_voters_elect_replicate_fail_over_and_catch_up() {
+    let cluster = Cluster::new();
+    run(Duration::from_secs(90), move || async move {
+        let mut nodes: Vec<Option<Node>> = Vec::new();
+        for id in 0..3 {
+            nodes.push(Some(open(cluster.config(id)).await));
+        }
+        let all: Vec<&Node> = nodes.iter().flatten().collect();
+        let leader = agreed_leader(&all, ELECTION * 20).await;
+        let follower = (0..3).find(|id| *id != leader).unwrap();
+        let fnode = nodes[follower as usize].clone().unwrap();
+        assert!(
+            fnode.peer_silence().is_empty(),
+            "followers report no silences"
+        );
+
+        // A proposal made on a follower is applied on all three with the same outcome.
+        let (index, outcome) = fnode.propose(b"from-follower".to_vec()).await.unwrap();
+        assert_eq!(outcome, 1);
+        for n in nodes.iter().flatten() {
+            n.wait_applied(index).await;
+            assert_eq!(names(n), ["from-follower"]);
+        }
+        let lnode = nodes[leader as usize].clone().unwrap();
+        let (_, outcome) = lnode.propose(b"from-leader".to_vec()).await.unwrap();
+        assert_eq!(outcome, 2);
+        let silences = lnode.peer_silence();
+        assert_eq!(silences.len(), 2);
+        for (id, silence) in &silences {
+            let silence = silence.expect("each follower has been heard");
+            assert!(silence < ELECTION * 5, "node {id} silent for {silence:?}");
+        }
+
+        // Stop the leader: another is elected within a few election timeouts.
+        let old = nodes[leader as usize].take().unwrap();
+        old.shutdown().await;
+        drop(old);
+        let rest: Vec<&Node> = nodes.iter().flatten().collect();
+        let new_leader = agreed_leader(&rest, ELECTION * 15).await;
+        assert_ne!(new_leader, leader);
+        let mut last = 0;
+        for (i, n) in rest.iter().enumerate() {
+            let (index, outcome) = n.propose(format!("after-{i}").into_bytes()).await.unwrap();
+            assert_eq!(outcome, 3 + i);
+            last = index;
+        }
+        for n in &rest {
+            n.wait_applied(last).await;
+        }
+        let expected = names(rest[0]);
+        assert_eq!(names(rest[1]), expected);
+        assert_eq!(expected.len(), 4);
+
+        // The stopped node reopens from its directory and catches up.
+        let back = open(cluster.config(leader)).await;
+        let target = rest[0].applied_index();
+        eventually(ELECTION * 25, "the reopened node catches up", || {
+            back.applied_index() >= target
+        })
+        .await;
+        assert_eq!(names(&back), expected);
+        nodes[leader as usize] = Some(back);
+        let all: Vec<&Node> = nodes.iter().flatten().collect();
+        let final_leader = agreed_leader(&all, ELECTION * 20).await;
+        let (_, outcome) = nodes[final_leader as usize]
+            .as_ref()
+            .unwrap()
+            .propose(b"last".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(outcome, 5);
+        for n in nodes.iter().flatten() {
+            n.shutdown().await;
+        }
+    });
+}
+
+#[test]
+fn a_voter_behind_the_compacted_log_catches_up_by_snapshot() {
+    let cluster = Cluster::new();
+    run(Duration::from_secs(90), move || async move {
+        let small = |id: i32| {
+            let mut cfg = cluster.config(id);
+            cfg.snapshot_every_entries = 5;
+            cfg
+        };
+        let mut nodes: Vec<Option<Node>> = Vec::new();
+        for id in 0..3 {
+            nodes.push(Some(open(small(id)).await));
+        }
+        let all: Vec<&Node> = nodes.iter().flatten().collect();
+        let leader = agreed_leader(&all, ELECTION * 20).await;
+        let lagger = (0..3).find(|id| *id != leader).unwrap();
+        let (index, _) = all[0].propose(b"before".to_vec()).await.unwrap();
+        for n in &all {
+            n.wait_applied(index).await;
+        }
+        let stopped = nodes[lagger as usize].take().unwrap();
+        stopped.shutdown().await;
+        drop(stopped);
+
+        let lnode = nodes[leader as usize].clone().unwrap();
+        for i in 0..30 {
+            lnode
+                .propose(format!("while-down-{i}").into_bytes())
+                .await
+                .unwrap();
+        }
+        let expected = names(&lnode);
+        assert_eq!(expected.len(), 31);
+
+        // Reopened with compaction effectively off, so a snapshot file can only come from the
+        // leader.
+        let mut cfg = cluster.config(lagger);
+        cfg.snapshot_every_entries = 1_000_000;
+        let snapshot_path = cfg.dir.join("raft.snapshot");
+        assert!(
+            tributary_storage::io::read_file(&snapshot_path)
+                .await
+                .unwrap()
+                .is_none(),
+            "the lagger took no snapshot of its own before stopping"
+        );
+        let back = open(cfg).await;
+        let target = lnode.applied_index();
+        eventually(ELECTION * 25, "the lagging node catches up", || {
+            back.applied_index() >= target
+        })
+        .await;
+        assert_eq!(names(&back), expected);
+        let snapshot = tributary_storage::io::read_file(&snapshot_path)
+            .await
+            .unwrap()
+            .expect("the leader's snapshot was installed");
+        let snapshot = tributary_quorum::storage::decode_snapshot(&snapshot).unwrap();
+        assert!(snapshot.get_metadata().index > index);
+
+        // And it survives its own restart from that snapshot.
+        back.shutdown().await;
+        drop(back);
+        let mut cfg = cluster.config(lagger);
+        cfg.snapshot_every_entries = 1_000_000;
+        let back = open(cfg).await;
+        assert!(
+            names(&back).len() >= 5,
+            "restored from the installed snapshot"
+        );
+        eventually(ELECTION * 25, "the restarted node catches up again", || {
+            back.applied_index() >= target
+        })
+        .await;
+        assert_eq!(names(&back), expected);
+        back.shutdown().await;
+        for n in nodes.iter().flatten() {
+            n.shutdown().await;
+        }
+    });
+}
