@@ -1,10 +1,10 @@
 //! The driver: the one task that owns the `RawNode` (as its own state, so no borrow is ever held
 //! across an await). It waits on the tick timer, its inbox (peer messages, proposals, transport
 //! reports) and shutdown; steps raft; and handles each `Ready` in raft-rs's order — send
-//! `messages()`, install the snapshot, make entries and hard state durable, only then send
-//! `persisted_messages()`, apply `committed_entries()`, `advance()`, handle the `LightReady`,
-//! `advance_apply()`. It also takes snapshots and compacts. It must not block: all disk work is
-//! awaited through `DiskLog` on the blocking thread.
+//! `messages()`, install the snapshot, make entries (and a changed term or vote) durable, only
+//! then send `persisted_messages()`, apply `committed_entries()`, `advance()`, handle the
+//! `LightReady`, `advance_apply()`. It also takes snapshots and compacts. It must not block: all
+//! disk work is awaited through `DiskLog` on the blocking thread.
 //!
 //! A storage failure is fatal: raft cannot go on once it cannot trust its disk. The driver then
 //! fails every pending proposal with `Io`, closes the quorum and exits.
@@ -69,6 +69,8 @@ pub struct Driver<S: StateMachine> {
     inbox: async_channel::Receiver<Input>,
     heartbeat: Duration,
     snapshot_every_entries: u64,
+    /// The term and vote in the hard-state file.
+    written_term_vote: (u64, u64),
     /// The commit index moved since the hard-state file was last written.
     commit_dirty: bool,
     hard_state_written: Instant,
@@ -84,6 +86,8 @@ impl<S: StateMachine> Driver<S> {
         heartbeat: Duration,
         snapshot_every_entries: u64,
     ) -> Driver<S> {
+        let hs = raw.store().hard_state();
+        let written_term_vote = (hs.term, hs.vote);
         Driver {
             shared,
             raw,
@@ -92,6 +96,7 @@ impl<S: StateMachine> Driver<S> {
             inbox,
             heartbeat,
             snapshot_every_entries,
+            written_term_vote,
             commit_dirty: false,
             hard_state_written: Instant::now(),
         }
@@ -206,7 +211,14 @@ impl<S: StateMachine> Driver<S> {
         }
         if let Some(hs) = rd.hs() {
             self.raw.mut_store().set_hard_state(hs.clone());
-            self.write_hard_state().await?;
+            // Term and vote must be durable before any vote or acknowledgement goes out; the
+            // commit index need not be (Raft relearns it), so a commit-only change waits for
+            // the next periodic write instead of costing two more fsyncs per commit.
+            if (hs.term, hs.vote) != self.written_term_vote {
+                self.write_hard_state().await?;
+            } else {
+                self.commit_dirty = true;
+            }
         }
         self.send(rd.take_persisted_messages());
         self.apply(rd.take_committed_entries());
@@ -284,6 +296,7 @@ impl<S: StateMachine> Driver<S> {
             .write_hard_state(store.hard_state(), store.conf_state())
             .await
             .context("writing the quorum hard state")?;
+        self.written_term_vote = (store.hard_state().term, store.hard_state().vote);
         self.commit_dirty = false;
         self.hard_state_written = Instant::now();
         Ok(())

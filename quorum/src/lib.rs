@@ -18,11 +18,14 @@
 //! appears here. Node ids are Kafka `node.id`s; raft ids (node id + 1, since raft-rs reserves 0)
 //! never leave the crate. Membership is static: every node starts with all configured voters.
 //!
-//! **Durability rule.** Entries and hard state are on disk (`fdatasync` on the executor's
+//! **Durability rule.** Entries, term and vote are on disk (`fdatasync` on the executor's
 //! blocking thread) before raft's `persisted_messages()` are sent — votes and append
-//! acknowledgements — and before `advance()`. Received snapshots are on disk before they are
-//! restored into the state machine. A proposal resolves only once its entry is committed and
-//! applied on the proposing node. No file-system call runs on the executor thread.
+//! acknowledgements — and before `advance()`. The commit index is written with them when they
+//! change, otherwise at most once per heartbeat interval and at shutdown: Raft does not need it
+//! durable, it only lets a restart apply more before `open` returns. Received snapshots are on
+//! disk before they are restored into the state machine. A proposal resolves only once its
+//! entry is committed and applied on the proposing node. No file-system call runs on the
+//! executor thread.
 
 #![forbid(unsafe_code)]
 
@@ -42,7 +45,8 @@ pub use config::{
 pub use quorum::{Quorum, COMMAND_BYTES_MAX};
 pub use transport::{FRAME_BYTES_MAX, HANDSHAKE_MAGIC, HANDSHAKE_VERSION};
 
-/// The replicated state the quorum's log builds, supplied by the caller.
+/// The replicated state the quorum's log builds, supplied by the caller. Its methods run on
+/// the quorum's driver task and must not call back into the [`Quorum`] holding it.
 pub trait StateMachine: 'static {
     type Outcome: Clone + 'static;
     /// Applies one committed command, deterministically (same result on every node). `index`

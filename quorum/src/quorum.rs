@@ -23,7 +23,7 @@ use crate::core::{Core, Input, INBOX_MAX};
 use crate::driver::{decode_context, is_command, voters_conf_state, Driver};
 use crate::mem_log::MemLog;
 use crate::storage::{DiskLog, Recovered};
-use crate::transport::{self, PeerQueue};
+use crate::transport;
 use crate::{ProposeError, StateMachine};
 
 /// The largest command [`Quorum::propose`] accepts. Metadata records are small; the bound keeps
@@ -55,6 +55,22 @@ pub(crate) struct Shared<S: StateMachine> {
 }
 
 impl<S: StateMachine> Shared<S> {
+    fn new(core: Rc<Core>, sm: S, applied: u64) -> Shared<S> {
+        Shared {
+            core,
+            sm: RefCell::new(sm),
+            pending: RefCell::new(HashMap::new()),
+            next_seq: Cell::new(0),
+            incarnation: incarnation(),
+            applied: Cell::new(applied),
+            leader: Cell::new(None),
+            is_leader: Cell::new(false),
+            term: Cell::new(0),
+            changed: Event::new(),
+            failure: RefCell::new(None),
+        }
+    }
+
     /// Applies one committed entry and answers its proposer if that is this process.
     pub fn apply_entry(&self, entry: &Entry) {
         if !is_command(entry) {
@@ -191,16 +207,19 @@ impl<S: StateMachine> Quorum<S> {
         let raft_cfg = cfg.raft_config(restored.applied)?;
         let logger = crate::logger::raft_logger(cfg.node_id);
         let mut raw = RawNode::new(&raft_cfg, restored.log, &logger).context("starting raft")?;
-        let listener = match cfg.listen {
-            Some(addr) => Some(
-                transport::bind(addr)
-                    .with_context(|| format!("binding the quorum listener on {addr}"))?,
-            ),
-            None => None,
-        };
-        let local_addr = match &listener {
-            Some(l) => Some(l.local_addr().map_err(std::io::Error::from)?),
-            None => None,
+        let single = cfg.voters.len() == 1;
+        if single {
+            raw.campaign().context("campaigning as the only voter")?;
+        }
+        // Every step that can fail comes before the first task is spawned, so a failed open
+        // leaves no task behind.
+        let (listener, local_addr) = match cfg.listen {
+            Some(addr) => {
+                let (listener, bound) = transport::bind(addr)
+                    .with_context(|| format!("binding the quorum listener on {addr}"))?;
+                (Some(listener), Some(bound))
+            }
+            None => (None, None),
         };
         let task_queue = glommio::executor().create_task_queue(
             Shares::default(),
@@ -214,36 +233,8 @@ impl<S: StateMachine> Quorum<S> {
             inbox_tx,
             task_queue,
         ));
-        let shared = Rc::new(Shared {
-            core: core.clone(),
-            sm: RefCell::new(sm),
-            pending: RefCell::new(HashMap::new()),
-            next_seq: Cell::new(0),
-            incarnation: incarnation(),
-            applied: Cell::new(restored.applied),
-            leader: Cell::new(None),
-            is_leader: Cell::new(false),
-            term: Cell::new(0),
-            changed: Event::new(),
-            failure: RefCell::new(None),
-        });
-        let peers: HashMap<u64, PeerQueue> = cfg
-            .voters
-            .iter()
-            .filter(|(id, _)| *id != cfg.node_id)
-            .map(|(id, addr)| (raft_id(*id), PeerQueue::start(&core, *id, *addr)))
-            .collect();
-        if let Some(listener) = listener {
-            let accept_core = core.clone();
-            core.spawn_counted(async move {
-                let work = transport::accept_loop(listener, accept_core.clone());
-                accept_core.until_closed(work).await;
-            });
-        }
-        let single = cfg.voters.len() == 1;
-        if single {
-            raw.campaign().context("campaigning as the only voter")?;
-        }
+        let shared = Rc::new(Shared::new(core.clone(), sm, restored.applied));
+        let peers = transport::start(&core, listener);
         let driver = Driver::new(
             shared.clone(),
             raw,

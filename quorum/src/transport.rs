@@ -18,6 +18,8 @@
 //! checked against [`FRAME_BYTES_MAX`] before its buffer is allocated. The handshake identifies,
 //! it does not authenticate: the controller listener belongs on a network only the voters reach.
 
+use std::cell::Cell;
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -49,6 +51,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Inbound connections open at once. Voters need one each; the rest of the room lets a
+/// restarted voter connect before its old connection is noticed dead, and keeps anyone else who
+/// reaches the port from holding more than this many sockets in handshake.
+const INBOUND_CONNECTIONS_MAX: usize = 64;
 /// Pause after a failed accept (e.g. out of file descriptors) before trying again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
@@ -146,18 +152,49 @@ async fn with_timeout<T>(
     .await
 }
 
-/// Binds the peer listener.
-pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    TcpListener::bind(addr).map_err(io::Error::from)
+/// Binds the peer listener; returns it with the address it bound (the port chosen for port 0).
+pub fn bind(addr: SocketAddr) -> io::Result<(TcpListener, SocketAddr)> {
+    let listener = TcpListener::bind(addr).map_err(io::Error::from)?;
+    let bound = listener.local_addr().map_err(io::Error::from)?;
+    Ok((listener, bound))
+}
+
+/// Starts the transport's tasks: a sender per other voter, and the accept loop if there is a
+/// listener. Returns the driver's ends of the peer queues, by raft id.
+pub fn start(core: &Rc<Core>, listener: Option<TcpListener>) -> HashMap<u64, PeerQueue> {
+    let peers = core
+        .voters
+        .iter()
+        .filter(|(id, _)| *id != core.node_id)
+        .map(|(id, addr)| (raft_id(*id), PeerQueue::start(core, *id, *addr)))
+        .collect();
+    if let Some(listener) = listener {
+        let accept_core = core.clone();
+        core.spawn_counted(async move {
+            let work = accept_loop(listener, accept_core.clone());
+            accept_core.until_closed(work).await;
+        });
+    }
+    peers
 }
 
 /// Accepts peer connections until the quorum closes; each is served by its own task.
-pub async fn accept_loop(listener: TcpListener, core: Rc<Core>) {
+async fn accept_loop(listener: TcpListener, core: Rc<Core>) {
+    let open = Rc::new(Cell::new(0usize));
     loop {
         match listener.accept().await {
             Ok(stream) => {
+                if open.get() >= INBOUND_CONNECTIONS_MAX {
+                    tracing::warn!(
+                        peer = ?stream.peer_addr().ok(),
+                        "refusing quorum connection: {INBOUND_CONNECTIONS_MAX} already open"
+                    );
+                    continue;
+                }
+                let slot = Slot::take(&open);
                 let conn_core = core.clone();
                 core.spawn_counted(async move {
+                    let _slot = slot;
                     let work = serve_inbound(stream, conn_core.clone());
                     conn_core.until_closed(work).await;
                 });
@@ -167,6 +204,22 @@ pub async fn accept_loop(listener: TcpListener, core: Rc<Core>) {
                 glommio::timer::sleep(ACCEPT_RETRY).await;
             }
         }
+    }
+}
+
+/// One open inbound connection, counted until dropped.
+struct Slot(Rc<Cell<usize>>);
+
+impl Slot {
+    fn take(open: &Rc<Cell<usize>>) -> Slot {
+        open.set(open.get() + 1);
+        Slot(open.clone())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
     }
 }
 
@@ -256,7 +309,7 @@ pub struct PeerQueue {
 
 impl PeerQueue {
     /// Starts the sender task for `node` at `addr`.
-    pub fn start(core: &Rc<Core>, node: i32, addr: SocketAddr) -> PeerQueue {
+    fn start(core: &Rc<Core>, node: i32, addr: SocketAddr) -> PeerQueue {
         let (tx, rx) = async_channel::bounded(PEER_QUEUE_MAX);
         let task_core = core.clone();
         core.spawn_counted(async move {

@@ -173,3 +173,39 @@ fn open_refuses_a_changed_voter_list() {
         assert!(err.to_string().contains("membership"), "{err:#}");
     });
 }
+
+#[test]
+fn a_storage_failure_stops_the_quorum_with_io_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    run(Duration::from_secs(30), move || async move {
+        let q: Node = Quorum::open(single(&dir), Names::default()).await.unwrap();
+        q.propose(b"fine".to_vec()).await.unwrap();
+        // A directory where the hard-state file goes makes its next replacement fail.
+        let state = dir.join("raft.state");
+        tributary_storage::io::blocking(move || {
+            std::fs::remove_file(&state)?;
+            std::fs::create_dir(&state)
+        })
+        .await
+        .unwrap();
+        let started = Instant::now();
+        let text = loop {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "no failure seen"
+            );
+            match q.propose(b"more".to_vec()).await {
+                Ok(_) => glommio::timer::sleep(Duration::from_millis(5)).await,
+                Err(ProposeError::Io(text)) => break text,
+                Err(other) => panic!("expected an Io error, got {other}"),
+            }
+        };
+        assert!(text.contains("hard state"), "{text}");
+        assert!(matches!(
+            q.propose(b"again".to_vec()).await,
+            Err(ProposeError::Io(_))
+        ));
+        q.shutdown().await;
+    });
+}

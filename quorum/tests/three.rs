@@ -6,10 +6,10 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{agreed_leader, config, eventually, free_addr, names, run, Names, Node, ELECTION};
-use tributary_quorum::{Quorum, QuorumConfig};
+use tributary_quorum::{ProposeError, Quorum, QuorumConfig};
 
 struct Cluster {
     voters: Vec<(i32, SocketAddr)>,
@@ -198,5 +198,41 @@ fn a_voter_behind_the_compacted_log_catches_up_by_snapshot() {
         for n in nodes.iter().flatten() {
             n.shutdown().await;
         }
+    });
+}
+
+#[test]
+fn proposals_without_a_leader_fail_at_once_and_lost_ones_time_out() {
+    let cluster = Cluster::new();
+    run(Duration::from_secs(60), move || async move {
+        // Alone of three, node 0 never learns a leader.
+        let alone = open(cluster.config(0)).await;
+        let started = Instant::now();
+        assert_eq!(
+            alone.propose(b"x".to_vec()).await,
+            Err(ProposeError::NoLeader)
+        );
+        assert!(started.elapsed() < Duration::from_millis(100), "at once");
+
+        let mut nodes = vec![alone];
+        for id in 1..3 {
+            nodes.push(open(cluster.config(id)).await);
+        }
+        let all: Vec<&Node> = nodes.iter().collect();
+        let leader = agreed_leader(&all, ELECTION * 20).await as usize;
+        // Both followers stop: the leader appends the entry but it can never commit.
+        for (i, n) in nodes.iter().enumerate() {
+            if i != leader {
+                n.shutdown().await;
+            }
+        }
+        let started = Instant::now();
+        let result = nodes[leader].propose(b"lost".to_vec()).await;
+        assert_eq!(result, Err(ProposeError::Timeout));
+        assert!(
+            started.elapsed() >= Duration::from_secs(3),
+            "after the proposal timeout"
+        );
+        nodes[leader].shutdown().await;
     });
 }
