@@ -18,6 +18,10 @@ pub const DEFAULT_SNAPSHOT_EVERY_ENTRIES: u64 = 10_000;
 const APPEND_BYTES_MAX: u64 = 1 << 20;
 /// Append messages in flight per follower (raft-rs `max_inflight_msgs`).
 const INFLIGHT_APPENDS_MAX: usize = 256;
+/// Bytes of proposed but uncommitted entries a leader holds (raft-rs `max_uncommitted_size`);
+/// past it, proposals are dropped (`ProposeError::NoLeader`) instead of growing memory while no
+/// majority answers.
+const UNCOMMITTED_BYTES_MAX: u64 = 64 << 20;
 
 #[derive(Debug, Clone)]
 pub struct QuorumConfig {
@@ -123,6 +127,7 @@ impl QuorumConfig {
             applied,
             max_size_per_msg: APPEND_BYTES_MAX,
             max_inflight_msgs: INFLIGHT_APPENDS_MAX,
+            max_uncommitted_size: UNCOMMITTED_BYTES_MAX,
             check_quorum: true,
             pre_vote: true,
             ..Default::default()

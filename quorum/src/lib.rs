@@ -62,7 +62,10 @@ pub trait StateMachine: 'static {
 /// Why a proposal did not resolve with an outcome.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProposeError {
-    #[error("no quorum leader is known; retry once a leader is elected")]
+    #[error(
+        "no quorum leader is known, or the leader cannot reach a majority; retry once a leader \
+         is elected"
+    )]
     NoLeader,
     #[error(
         "the proposal was not applied within the proposal timeout; it may still be applied, \

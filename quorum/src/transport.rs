@@ -388,6 +388,9 @@ fn is_snapshot(msg: &Message) -> bool {
 
 /// Tells the driver that `msgs` to `peer` were not sent.
 async fn failed(core: &Core, peer: u64, msgs: &[Message]) {
+    if msgs.is_empty() {
+        return;
+    }
     report(core, Input::Unreachable(peer)).await;
     for _ in msgs.iter().filter(|m| is_snapshot(m)) {
         report(core, Input::SnapshotStatus(peer, SnapshotStatus::Failure)).await;
