@@ -93,6 +93,26 @@ fn three_voters_elect_replicate_fail_over_and_catch_up() {
         }
         let expected = names(rest[0]);
         assert_eq!(names(rest[1]), expected);
+
+        // The new leader sees the stopped node fall silent while the live one keeps talking.
+        glommio::timer::sleep(ELECTION * 2).await;
+        let new_leader_node = rest.iter().find(|n| n.is_leader()).expect("a leader");
+        let silences = new_leader_node.peer_silence();
+        let of = |id: i32| {
+            silences
+                .iter()
+                .find(|(n, _)| *n == id)
+                .and_then(|(_, s)| *s)
+        };
+        let stopped = of(leader).expect("the stopped node was heard before it stopped");
+        assert!(
+            stopped >= ELECTION * 2,
+            "stopped node silent only {stopped:?}"
+        );
+        let current = new_leader_node.leader().expect("it knows itself");
+        let live = 3 - leader - current;
+        let live = of(live).expect("the live follower is heard");
+        assert!(live < ELECTION, "live follower silent for {live:?}");
         assert_eq!(expected.len(), 4);
 
         // The stopped node reopens from its directory and catches up.
