@@ -35,6 +35,9 @@ mod driver;
 mod logger;
 mod mem_log;
 mod quorum;
+// Public for the integration tests (and a future log-dump tool), which read the files
+// directly; not part of the API the broker codes against.
+#[doc(hidden)]
 pub mod storage;
 mod transport;
 
