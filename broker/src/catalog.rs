@@ -20,6 +20,47 @@ pub struct TopicMeta {
     pub id: String,
     pub partitions: i32,
     pub configs: BTreeMap<String, String>,
+    /// Each partition's replicas, leader and epochs, `partitions` long (empty in catalogs written
+    /// before the metadata log; the import fills it).
+    #[serde(default)]
+    pub assignment: Vec<PartitionRegistration>,
+}
+
+/// One partition's place in the cluster, as KRaft's `PartitionRecord` holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRegistration {
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// The broker serving the partition; -1 when none may (its replicas are fenced).
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+impl PartitionRegistration {
+    /// A new partition led by the first of `replicas`, at epoch 0.
+    pub fn new(replicas: Vec<i32>) -> Self {
+        Self {
+            leader: replicas.first().copied().unwrap_or(-1),
+            isr: replicas.clone(),
+            replicas,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        }
+    }
+}
+
+/// A registered broker, as KRaft's `RegisterBrokerRecord` and fencing records leave it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRegistration {
+    pub id: i32,
+    /// Random per process start: a new one means the broker restarted.
+    pub incarnation: String,
+    /// The metadata log index of the registration that started this incarnation.
+    pub epoch: i64,
+    pub host: String,
+    pub port: u16,
+    pub fenced: bool,
 }
 
 impl TopicMeta {
@@ -72,6 +113,57 @@ pub struct Catalog {
     /// they existed).
     #[serde(default)]
     pub broker_configs: DynamicBrokerConfigs,
+    /// Registered brokers by node id.
+    #[serde(default)]
+    pub brokers: BTreeMap<i32, BrokerRegistration>,
+    /// The first producer id no broker has reserved.
+    #[serde(default)]
+    pub next_producer_id: i64,
+}
+
+impl Catalog {
+    /// The image before the metadata log's first entry.
+    pub fn empty() -> Self {
+        Self {
+            version: 0,
+            cluster_id: String::new(),
+            topics: BTreeMap::new(),
+            broker_configs: DynamicBrokerConfigs::default(),
+            brokers: BTreeMap::new(),
+            next_producer_id: 0,
+        }
+    }
+
+    /// `partition` of `topic`, if both exist.
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionRegistration> {
+        let t = self.topics.get(topic)?;
+        usize::try_from(partition)
+            .ok()
+            .and_then(|p| t.assignment.get(p))
+    }
+
+    /// Whether `node` serves `partition` of `topic`: the error a client gets when it does not —
+    /// UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE (no live replica) or
+    /// NOT_LEADER_OR_FOLLOWER (another broker leads it).
+    pub fn check_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+        node: i32,
+    ) -> Result<(), tributary_protocol::ErrorCode> {
+        use tributary_protocol::ErrorCode as E;
+        match self.partition(topic, partition) {
+            None => Err(E::UNKNOWN_TOPIC_OR_PARTITION),
+            Some(p) if p.leader == node => Ok(()),
+            Some(p) if p.leader < 0 => Err(E::LEADER_NOT_AVAILABLE),
+            Some(_) => Err(E::NOT_LEADER_OR_FOLLOWER),
+        }
+    }
+
+    /// Unfenced brokers, by id.
+    pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values().filter(|b| !b.fenced)
+    }
 }
 
 /// Dynamic broker configs, as Kafka keeps them: cluster-wide defaults (AlterConfigs on the
@@ -99,20 +191,11 @@ fn encode_checked<T: Serialize>(value: &T) -> Result<Vec<u8>> {
     Ok(serde_json::to_vec(&env)?)
 }
 
-/// Writes `value` to `dir/name` atomically and durably, on the calling thread: for start-up,
-/// before the shards run. A shard uses [`write_atomic_async`].
+/// Writes `value` to `dir/name` atomically and durably, on the calling thread (tests write
+/// single-node catalogs from before the metadata log with it).
 pub fn write_atomic<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<()> {
     let bytes = encode_checked(value)?;
     tributary_storage::io::now::write_file_atomic(dir, name, &bytes, true)
-        .with_context(|| format!("writing {}", dir.join(name).display()))
-}
-
-/// [`write_atomic`] on the executor's blocking thread, so the shard goes on while the disk
-/// syncs.
-pub async fn write_atomic_async<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<()> {
-    let bytes = encode_checked(value)?;
-    tributary_storage::io::write_file_atomic(dir, name, bytes, true)
-        .await
         .with_context(|| format!("writing {}", dir.join(name).display()))
 }
 
@@ -136,34 +219,8 @@ pub fn read_checked<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<
     Ok(Some(serde_json::from_str(&env.body)?))
 }
 
-impl Catalog {
-    pub fn load_or_create(data_dir: &Path) -> Result<Self> {
-        if let Some(c) = read_checked::<Catalog>(&data_dir.join(CATALOG_FILE))? {
-            return Ok(c);
-        }
-        let c = Catalog {
-            version: 1,
-            cluster_id: new_cluster_id(),
-            topics: BTreeMap::new(),
-            broker_configs: DynamicBrokerConfigs::default(),
-        };
-        write_atomic(data_dir, CATALOG_FILE, &c)?;
-        Ok(c)
-    }
-
-    /// Persists the catalog on the calling thread (start-up).
-    pub fn save(&self, data_dir: &Path) -> Result<()> {
-        write_atomic(data_dir, CATALOG_FILE, self)
-    }
-
-    /// Persists the catalog from a shard, through the blocking thread.
-    pub async fn save_async(&self, data_dir: &Path) -> Result<()> {
-        write_atomic_async(data_dir, CATALOG_FILE, self).await
-    }
-}
-
 /// Kafka cluster ids are a random UUID in URL-safe base64 without padding (22 characters).
-fn new_cluster_id() -> String {
+pub fn new_cluster_id() -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let v = uuid::Uuid::new_v4().as_u128();
     (0..22)
@@ -180,10 +237,16 @@ pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
 mod tests {
     use super::*;
 
+    fn legacy() -> Catalog {
+        let mut c = Catalog::empty();
+        c.cluster_id = new_cluster_id();
+        c
+    }
+
     #[test]
     fn catalog_round_trips_and_detects_corruption() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = Catalog::load_or_create(dir.path()).unwrap();
+        let mut c = legacy();
         assert_eq!(c.cluster_id.len(), 22);
         c.topics.insert(
             "t".into(),
@@ -192,16 +255,17 @@ mod tests {
                 id: uuid::Uuid::new_v4().to_string(),
                 partitions: 3,
                 configs: BTreeMap::new(),
+                assignment: Vec::new(),
             },
         );
-        c.save(dir.path()).unwrap();
-        assert_eq!(Catalog::load_or_create(dir.path()).unwrap(), c);
+        write_atomic(dir.path(), CATALOG_FILE, &c).unwrap();
         let path = dir.path().join(CATALOG_FILE);
+        assert_eq!(read_checked::<Catalog>(&path).unwrap(), Some(c));
         let text = std::fs::read_to_string(&path)
             .unwrap()
             .replace("\\\"partitions\\\":3", "\\\"partitions\\\":4");
         std::fs::write(&path, text).unwrap();
-        let e = Catalog::load_or_create(dir.path()).unwrap_err().to_string();
+        let e = read_checked::<Catalog>(&path).unwrap_err().to_string();
         assert!(e.contains("checksum"), "{e}");
     }
 
@@ -212,6 +276,7 @@ mod tests {
             id: String::new(),
             partitions: 1,
             configs: BTreeMap::new(),
+            assignment: Vec::new(),
         };
         assert!(!t.cleanup_policy_includes("compact"));
         assert!(t.cleanup_policy_includes("delete"));
@@ -230,30 +295,22 @@ mod tests {
     }
 
     #[test]
-    fn dynamic_broker_configs_persist_and_old_catalogs_load_without_them() {
+    fn old_catalogs_load_without_the_fields_added_since() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = Catalog::load_or_create(dir.path()).unwrap();
-        c.broker_configs
-            .cluster
-            .insert("log.retention.ms".into(), "1000".into());
-        c.broker_configs
-            .per_broker
-            .entry(0)
-            .or_default()
-            .insert("log.segment.bytes".into(), "4096".into());
-        c.save(dir.path()).unwrap();
-        assert_eq!(Catalog::load_or_create(dir.path()).unwrap(), c);
-
-        // A catalog written before dynamic broker configs existed has no such field.
-        let old = r#"{"version":3,"cluster_id":"abc","topics":{}}"#;
+        // A catalog written before dynamic broker configs, brokers and assignments existed.
+        let old = r#"{"version":3,"cluster_id":"abc","topics":{"t":{"name":"t","id":"x","partitions":2,"configs":{}}}}"#;
         write_atomic(
             dir.path(),
             CATALOG_FILE,
             &serde_json::from_str::<serde_json::Value>(old).unwrap(),
         )
         .unwrap();
-        let c = Catalog::load_or_create(dir.path()).unwrap();
+        let c: Catalog = read_checked(&dir.path().join(CATALOG_FILE))
+            .unwrap()
+            .unwrap();
         assert_eq!(c.version, 3);
         assert_eq!(c.broker_configs, DynamicBrokerConfigs::default());
+        assert!(c.brokers.is_empty());
+        assert!(c.topics["t"].assignment.is_empty());
     }
 }

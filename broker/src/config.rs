@@ -44,6 +44,14 @@ impl ConfigKind {
 
 pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "node.id", default: "0", kind: ConfigKind::Int, doc: "The id of this broker." },
+    BrokerKey { name: "process.roles", default: "broker,controller", kind: ConfigKind::List, doc: "The node's roles; every Tributary node is broker,controller (a voter of the metadata quorum that also serves clients)." },
+    BrokerKey { name: "controller.quorum.voters", default: "", kind: ConfigKind::List, doc: "The metadata quorum, as id@host:port entries (the voters' CONTROLLER listeners), e.g. 1@10.0.0.1:9093,2@10.0.0.2:9093,3@10.0.0.3:9093. Empty: this node is the one voter of its own quorum." },
+    BrokerKey { name: "listeners", default: "", kind: ConfigKind::List, doc: "NAME://host:port entries: one PLAINTEXT listener for clients and, with several voters, the one named in controller.listener.names for the quorum. Empty: clients on --listen, no quorum listener." },
+    BrokerKey { name: "advertised.listeners", default: "", kind: ConfigKind::List, doc: "NAME://host:port clients are told to connect to (Metadata, FindCoordinator). Empty: --advertised-listener, else the client listener." },
+    BrokerKey { name: "controller.listener.names", default: "CONTROLLER", kind: ConfigKind::List, doc: "Names of the listeners (in listeners) the metadata quorum uses; only quorum peers may connect there." },
+    BrokerKey { name: "controller.quorum.election.timeout.ms", default: "1000", kind: ConfigKind::Int, doc: "How long a quorum voter waits without hearing from a leader before it starts an election; the quorum's heartbeats run at a tenth of it." },
+    BrokerKey { name: "broker.session.timeout.ms", default: "9000", kind: ConfigKind::Int, doc: "A broker the active controller has not heard from for this long is fenced: its partitions lose their leader until it returns." },
+    BrokerKey { name: "broker.heartbeat.interval.ms", default: "2000", kind: ConfigKind::Int, doc: "How often the active controller checks the brokers' liveness (the quorum's own traffic is their heartbeat)." },
     BrokerKey { name: "auto.create.topics.enable", default: "true", kind: ConfigKind::Bool, doc: "Create a topic when a client asks for its metadata and it does not exist." },
     BrokerKey { name: "num.partitions", default: "1", kind: ConfigKind::Int, doc: "Partitions of auto-created topics and of CreateTopics requests that ask for the default." },
     BrokerKey { name: "default.replication.factor", default: "1", kind: ConfigKind::Int, doc: "Replication factor of auto-created topics; a single broker only supports 1." },
@@ -113,6 +121,8 @@ pub struct BrokerConfig {
     /// Every broker key with its effective value, and whether it was set explicitly.
     pub values: BTreeMap<&'static str, (String, bool)>,
     pub node_id: i32,
+    /// The node's place in the cluster: the quorum's voters and timeouts.
+    pub cluster: crate::cluster::config::ClusterConfig,
     pub auto_create_topics: bool,
     pub num_partitions: i32,
     pub message_max_bytes: usize,
@@ -369,8 +379,15 @@ impl BrokerConfig {
                 h * 3_600_000
             }
         };
-        let listen = resolve(&input.listen, "--listen")?;
-        let (advertised_host, advertised_port) = match &input.advertised_listener {
+        let node_id: i32 = parse_num("node.id", &get("node.id"), 0)?;
+        let (cluster, client) = crate::cluster::config::parse(
+            &get,
+            node_id,
+            &input.listen,
+            input.advertised_listener.as_deref(),
+        )?;
+        let listen = resolve(&client.listen, "--listen")?;
+        let (advertised_host, advertised_port) = match &client.advertised {
             Some(a) => {
                 let (h, p) = a
                     .rsplit_once(':')
@@ -410,7 +427,8 @@ impl BrokerConfig {
             advertised_host,
             advertised_port,
             cpus,
-            node_id: parse_num("node.id", &get("node.id"), 0)?,
+            node_id,
+            cluster,
             auto_create_topics: parse_bool(
                 "auto.create.topics.enable",
                 &get("auto.create.topics.enable"),

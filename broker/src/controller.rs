@@ -1,90 +1,112 @@
-//! The controller role, held by shard 0: the only writer of the catalog and the producer-id
-//! allocator. Catalog changes are serialized, persisted before they are announced, and applied by
-//! every shard before the request that made them is answered — so a client that created a topic
-//! can produce to it on any connection at once.
+//! The controller role on this node, held by shard 0: every catalog change and producer-id
+//! reservation is checked here against the current image, then proposed to the metadata quorum
+//! as one command; the request is answered with the command's outcome once every shard of this
+//! node applied it — so a client that created a topic can produce to it on any connection at once.
 
 use std::cell::Cell;
-use std::path::Path;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use glommio::sync::Semaphore;
-use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 use tributary_protocol::topic::validate_topic_name;
 use tributary_protocol::ErrorCode;
 
-use crate::catalog::{read_checked, write_atomic_async, Catalog, TopicMeta, PRODUCER_ID_FILE};
-use crate::routing::ShardId;
-use crate::shard::{call, NewTopic, Shard, ShardRequest};
+use crate::catalog::{Catalog, PartitionRegistration, TopicMeta};
+use crate::cluster::command::{MetadataCommand, Outcome};
+use crate::cluster::node::MetadataNode;
+use crate::cluster::placement;
+use crate::shard::{NewTopic, Shard};
 use crate::topic_config::{topic_key, validate_topic_config};
 
-/// Producer ids are reserved in blocks; the end of the reserved block is persisted before any id
-/// from it is handed out, so ids are never reused across restarts.
+/// Producer ids are reserved from the quorum in blocks, as KRaft's `AllocateProducerIds` does;
+/// a reserved id is never handed out twice, across restarts and brokers.
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 
-#[derive(Serialize, Deserialize)]
-struct ProducerIdBlock {
-    block_end: i64,
-}
-
 pub struct Controller {
+    pub node: Rc<MetadataNode>,
     lock: Semaphore,
-    /// Held while a new producer-id block is persisted, so concurrent allocations wait for it
+    /// Held while a new producer-id block is reserved, so concurrent allocations wait for it
     /// rather than each reserving a block.
     producer_id_lock: Semaphore,
     next_producer_id: Cell<i64>,
     producer_id_block_end: Cell<i64>,
 }
 
+/// A random placement starting point (Kafka draws them at random too, so that topics created
+/// one by one do not all start on the same broker).
+fn random() -> usize {
+    (uuid::Uuid::new_v4().as_u128() & 0xffff) as usize
+}
+
+/// Every item of a command refused for the same reason.
+fn refuse_all<T: Clone>(n: usize, r: T) -> Vec<T> {
+    vec![r; n]
+}
+
 impl Controller {
-    pub fn load(data_dir: &Path) -> anyhow::Result<Self> {
-        let block: Option<ProducerIdBlock> = read_checked(&data_dir.join(PRODUCER_ID_FILE))?;
-        let start = block.map_or(0, |b| b.block_end);
-        Ok(Self {
+    pub fn new(node: Rc<MetadataNode>) -> Self {
+        Self {
+            node,
             lock: Semaphore::new(1),
             producer_id_lock: Semaphore::new(1),
-            next_producer_id: Cell::new(start),
-            producer_id_block_end: Cell::new(start),
-        })
+            next_producer_id: Cell::new(0),
+            producer_id_block_end: Cell::new(0),
+        }
     }
 
-    pub async fn allocate_producer_id(&self, data_dir: &Path) -> Result<i64, String> {
+    pub async fn allocate_producer_id(&self) -> Result<i64, String> {
         let _guard = self
             .producer_id_lock
             .acquire_permit(1)
             .await
             .map_err(|e| format!("producer id allocation: {e}"))?;
-        let id = self.next_producer_id.get();
+        let mut id = self.next_producer_id.get();
         if id >= self.producer_id_block_end.get() {
-            let block_end = id + PRODUCER_ID_BLOCK_SIZE;
-            write_atomic_async(data_dir, PRODUCER_ID_FILE, &ProducerIdBlock { block_end })
-                .await
-                .map_err(|e| format!("persisting the producer id block: {e:#}"))?;
-            self.producer_id_block_end.set(block_end);
+            let cmd = MetadataCommand::AllocateProducerIds {
+                broker: self.node_id(),
+                count: PRODUCER_ID_BLOCK_SIZE,
+            };
+            match self.node.propose(&cmd).await {
+                Ok(Outcome::ProducerIds { start }) => {
+                    id = start;
+                    self.producer_id_block_end
+                        .set(start + PRODUCER_ID_BLOCK_SIZE);
+                }
+                Ok(other) => return Err(format!("reserving producer ids: {other:?}")),
+                Err((_, e)) => return Err(format!("reserving producer ids: {e}")),
+            }
         }
         self.next_producer_id.set(id + 1);
         Ok(id)
     }
 
-    async fn publish(&self, shard: &Rc<Shard>, catalog: Catalog) -> Result<(), String> {
-        catalog
-            .save_async(&shard.config.data_dir)
-            .await
-            .map_err(|e| format!("persisting the catalog: {e:#}"))?;
-        let catalog = Arc::new(catalog);
-        let calls = (0..shard.shards).map(|s| {
-            let catalog = catalog.clone();
-            call(shard, ShardId(s), move |reply| ShardRequest::ApplyCatalog {
-                catalog,
-                reply,
-            })
-        });
-        futures::future::join_all(calls).await;
-        Ok(())
+    fn node_id(&self) -> i32 {
+        self.node.node_id()
     }
 
-    /// Validates and creates topics; one (error, message) per input, in order.
+    /// Proposes a command answered item by item; a refusal of the whole command becomes every
+    /// item's error.
+    async fn propose_items(
+        &self,
+        cmd: MetadataCommand,
+        n: usize,
+    ) -> Vec<Result<(), (ErrorCode, String)>> {
+        match self.node.propose(&cmd).await {
+            Ok(Outcome::Items(items)) if items.len() == n => items,
+            Ok(Outcome::Done) => vec![Ok(()); n],
+            Ok(Outcome::Refused(code, why)) => refuse_all(n, Err((code, why))),
+            Ok(other) => refuse_all(
+                n,
+                Err((
+                    ErrorCode::UNKNOWN_SERVER_ERROR,
+                    format!("unexpected outcome {other:?}"),
+                )),
+            ),
+            Err(e) => refuse_all(n, Err(e)),
+        }
+    }
+
+    /// Validates, places and creates topics; one (error, message) per input, in order.
     pub async fn create_topics(
         &self,
         shard: &Rc<Shard>,
@@ -93,64 +115,86 @@ impl Controller {
         let Ok(_guard) = self.lock.acquire_permit(1).await else {
             return vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); topics.len()];
         };
-        let mut catalog = (*shard.catalog()).clone();
-        let mut results = Vec::with_capacity(topics.len());
-        let mut created = 0;
+        let catalog = self.node.image();
         let max = shard.broker_config().max_broker_partitions;
-        for t in topics {
-            match check_new_topic(&catalog, &t, max) {
+        let brokers: Vec<i32> = catalog.live_brokers().map(|b| b.id).collect();
+        let mut results: Vec<(ErrorCode, Option<String>)> = Vec::with_capacity(topics.len());
+        let mut proposed: Vec<(usize, TopicMeta)> = Vec::new();
+        let mut adding = 0i64;
+        for (i, t) in topics.into_iter().enumerate() {
+            let checked =
+                check_new_topic(&catalog, &t, max.saturating_sub(adding)).and_then(|()| {
+                    let (start, shift) = (random(), random());
+                    placement::assign(&brokers, 0, t.partitions, 1, start, shift)
+                        .map_err(|(c, m)| (c, Some(m)))
+                });
+            match checked {
                 Err(e) => results.push(e),
-                Ok(()) => {
-                    catalog.topics.insert(
-                        t.name.clone(),
+                Ok(replicas) => {
+                    adding += i64::from(t.partitions);
+                    info!(topic = %t.name, partitions = t.partitions, "creating topic");
+                    proposed.push((
+                        i,
                         TopicMeta {
                             name: t.name.clone(),
                             id: uuid::Uuid::new_v4().to_string(),
                             partitions: t.partitions,
                             configs: t.configs.into_iter().collect(),
+                            assignment: replicas
+                                .into_iter()
+                                .map(PartitionRegistration::new)
+                                .collect(),
                         },
-                    );
-                    info!(topic = %t.name, partitions = t.partitions, "creating topic");
-                    created += 1;
+                    ));
                     results.push((ErrorCode::NONE, None));
                 }
             }
         }
-        if created > 0 {
-            catalog.version += 1;
-            if let Err(e) = self.publish(shard, catalog).await {
-                warn!(error = %e, "topic creation failed");
-                for r in results.iter_mut().filter(|r| r.0 == ErrorCode::NONE) {
-                    *r = (ErrorCode::UNKNOWN_SERVER_ERROR, Some(e.clone()));
-                }
+        if proposed.is_empty() {
+            return results;
+        }
+        let at: Vec<usize> = proposed.iter().map(|(i, _)| *i).collect();
+        let cmd = MetadataCommand::CreateTopics {
+            topics: proposed.into_iter().map(|(_, t)| t).collect(),
+        };
+        for (i, r) in at.iter().zip(self.propose_items(cmd, at.len()).await) {
+            if let Err((code, why)) = r {
+                warn!(error = %why, "topic creation failed");
+                results[*i] = (code, Some(why));
             }
         }
         results
     }
 
-    pub async fn delete_topics(&self, shard: &Rc<Shard>, names: Vec<String>) -> Vec<ErrorCode> {
+    pub async fn delete_topics(&self, _shard: &Rc<Shard>, names: Vec<String>) -> Vec<ErrorCode> {
         let Ok(_guard) = self.lock.acquire_permit(1).await else {
             return vec![ErrorCode::UNKNOWN_SERVER_ERROR; names.len()];
         };
-        let mut catalog = (*shard.catalog()).clone();
+        let catalog = self.node.image();
         let mut results = Vec::with_capacity(names.len());
-        for name in &names {
+        let mut proposed: Vec<(usize, String)> = Vec::new();
+        for (i, name) in names.iter().enumerate() {
             if crate::group::is_internal(name) {
                 results.push(ErrorCode::INVALID_TOPIC_EXCEPTION);
-            } else if catalog.topics.remove(name).is_some() {
+            } else if catalog.topics.contains_key(name) {
                 info!(topic = %name, "deleting topic");
+                proposed.push((i, name.clone()));
                 results.push(ErrorCode::NONE);
             } else {
                 results.push(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
             }
         }
-        if results.contains(&ErrorCode::NONE) {
-            catalog.version += 1;
-            if let Err(e) = self.publish(shard, catalog).await {
-                warn!(error = %e, "topic deletion failed");
-                for r in results.iter_mut().filter(|r| **r == ErrorCode::NONE) {
-                    *r = ErrorCode::UNKNOWN_SERVER_ERROR;
-                }
+        if proposed.is_empty() {
+            return results;
+        }
+        let at: Vec<usize> = proposed.iter().map(|(i, _)| *i).collect();
+        let cmd = MetadataCommand::DeleteTopics {
+            names: proposed.into_iter().map(|(_, n)| n).collect(),
+        };
+        for (i, r) in at.iter().zip(self.propose_items(cmd, at.len()).await) {
+            if let Err((code, why)) = r {
+                warn!(error = %why, "topic deletion failed");
+                results[*i] = code;
             }
         }
         results
@@ -170,14 +214,14 @@ pub struct ConfigChange {
 impl Controller {
     pub async fn alter_topic_configs(
         &self,
-        shard: &Rc<Shard>,
+        _shard: &Rc<Shard>,
         change: ConfigChange,
     ) -> (ErrorCode, Option<String>) {
         let Ok(_guard) = self.lock.acquire_permit(1).await else {
             return (ErrorCode::UNKNOWN_SERVER_ERROR, None);
         };
-        let mut catalog = (*shard.catalog()).clone();
-        let Some(topic) = catalog.topics.get_mut(&change.topic) else {
+        let catalog = self.node.image();
+        let Some(topic) = catalog.topics.get(&change.topic) else {
             return (
                 ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
                 Some(format!("topic {:?} does not exist", change.topic)),
@@ -197,12 +241,11 @@ impl Controller {
             return (ErrorCode::NONE, None);
         }
         info!(topic = %change.topic, ?configs, "altering topic configs");
-        topic.configs = configs;
-        catalog.version += 1;
-        match self.publish(shard, catalog).await {
-            Ok(()) => (ErrorCode::NONE, None),
-            Err(e) => (ErrorCode::UNKNOWN_SERVER_ERROR, Some(e)),
-        }
+        let cmd = MetadataCommand::SetTopicConfigs {
+            topic: change.topic,
+            configs,
+        };
+        self.answer(cmd).await
     }
 }
 
@@ -323,8 +366,9 @@ pub struct PartitionGrowth {
     pub topic: String,
     /// The new total partition count.
     pub count: i32,
-    /// How many replica assignments the client gave, when it gave any.
-    pub assignments: Option<usize>,
+    /// The replica lists the client gave for the new partitions, when it gave any (each one
+    /// live broker, checked by the handler).
+    pub assignments: Option<Vec<Vec<i32>>>,
 }
 
 impl Controller {
@@ -340,31 +384,66 @@ impl Controller {
             return vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); topics.len()];
         };
         let max = shard.broker_config().max_broker_partitions;
-        let mut catalog = (*shard.catalog()).clone();
+        let mut catalog = (*self.node.image()).clone();
+        let brokers: Vec<i32> = catalog.live_brokers().map(|b| b.id).collect();
         let mut results = Vec::with_capacity(topics.len());
-        for g in &topics {
-            match check_growth(&catalog, g, max) {
+        let mut proposed: Vec<(usize, MetadataCommand)> = Vec::new();
+        for (i, g) in topics.iter().enumerate() {
+            let placed = check_growth(&catalog, g, max).and_then(|()| {
+                let from = catalog.topics.get(&g.topic).map_or(0, |t| t.partitions);
+                if let Some(given) = &g.assignments {
+                    return Ok((from, given.clone()));
+                }
+                placement::assign(&brokers, from, g.count - from, 1, random(), 0)
+                    .map(|r| (from, r))
+                    .map_err(|(c, m)| (c, Some(m)))
+            });
+            match placed {
                 Err(e) => results.push(e),
-                Ok(()) => {
+                Ok((from, replicas)) => {
+                    info!(topic = %g.topic, from, to = g.count, validate_only, "adding partitions");
+                    let added: Vec<PartitionRegistration> = replicas
+                        .into_iter()
+                        .map(PartitionRegistration::new)
+                        .collect();
                     if let Some(t) = catalog.topics.get_mut(&g.topic) {
-                        info!(topic = %g.topic, from = t.partitions, to = g.count, validate_only, "adding partitions");
                         t.partitions = g.count;
+                        t.assignment.extend(added.iter().cloned());
                     }
+                    proposed.push((
+                        i,
+                        MetadataCommand::CreatePartitions {
+                            topic: g.topic.clone(),
+                            added,
+                        },
+                    ));
                     results.push((ErrorCode::NONE, None));
                 }
             }
         }
-        if validate_only || !results.iter().any(|r| r.0 == ErrorCode::NONE) {
+        if validate_only {
             return results;
         }
-        catalog.version += 1;
-        if let Err(e) = self.publish(shard, catalog).await {
-            warn!(error = %e, "adding partitions failed");
-            for r in results.iter_mut().filter(|r| r.0 == ErrorCode::NONE) {
-                *r = (ErrorCode::UNKNOWN_SERVER_ERROR, Some(e.clone()));
+        for (i, cmd) in proposed {
+            let (code, why) = self.answer(cmd).await;
+            if code.is_error() {
+                warn!(error = ?why, "adding partitions failed");
+                results[i] = (code, why);
             }
         }
         results
+    }
+
+    /// Proposes a command answered as a whole.
+    async fn answer(&self, cmd: MetadataCommand) -> (ErrorCode, Option<String>) {
+        match self.node.propose(&cmd).await {
+            Ok(Outcome::Done) => (ErrorCode::NONE, None),
+            Ok(Outcome::Refused(code, why)) | Err((code, why)) => (code, Some(why)),
+            Ok(other) => (
+                ErrorCode::UNKNOWN_SERVER_ERROR,
+                Some(format!("unexpected outcome {other:?}")),
+            ),
+        }
     }
 }
 
@@ -399,7 +478,7 @@ fn check_growth(
         ));
     }
     let adding = i64::from(g.count) - i64::from(t.partitions);
-    if let Some(n) = g.assignments {
+    if let Some(n) = g.assignments.as_ref().map(Vec::len) {
         if i64::try_from(n).ok() != Some(adding) {
             return Err((
                 ErrorCode::INVALID_REPLICA_ASSIGNMENT,
@@ -428,13 +507,13 @@ impl Controller {
     /// keys and values get INVALID_REQUEST, as Kafka answers a broker resource.
     pub async fn alter_broker_configs(
         &self,
-        shard: &Rc<Shard>,
+        _shard: &Rc<Shard>,
         change: BrokerConfigChange,
     ) -> (ErrorCode, Option<String>) {
         let Ok(_guard) = self.lock.acquire_permit(1).await else {
             return (ErrorCode::UNKNOWN_SERVER_ERROR, None);
         };
-        let mut catalog = (*shard.catalog()).clone();
+        let catalog = self.node.image();
         let resource = change.broker.map_or_else(String::new, |b| b.to_string());
         let current = match change.broker {
             None => catalog.broker_configs.cluster.clone(),
@@ -464,20 +543,11 @@ impl Controller {
             return (ErrorCode::NONE, None);
         }
         info!(broker = %resource, ?configs, "altering dynamic broker configs");
-        match change.broker {
-            None => catalog.broker_configs.cluster = configs,
-            Some(b) if configs.is_empty() => {
-                catalog.broker_configs.per_broker.remove(&b);
-            }
-            Some(b) => {
-                catalog.broker_configs.per_broker.insert(b, configs);
-            }
-        }
-        catalog.version += 1;
-        match self.publish(shard, catalog).await {
-            Ok(()) => (ErrorCode::NONE, None),
-            Err(e) => (ErrorCode::UNKNOWN_SERVER_ERROR, Some(e)),
-        }
+        self.answer(MetadataCommand::SetBrokerConfigs {
+            broker: change.broker,
+            configs,
+        })
+        .await
     }
 }
 

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod catalog;
+pub mod cluster;
 pub mod config;
 pub mod connection;
 pub mod controller;

@@ -207,6 +207,67 @@ pub fn render(shards: &[MetricsSnapshot], connections_open: usize) -> String {
     out
 }
 
+/// What the metadata quorum looks like from this node.
+pub struct QuorumView {
+    pub leader: Option<i32>,
+    pub term: u64,
+    pub applied_index: u64,
+    pub is_leader: bool,
+}
+
+/// The cluster's state as this node's metadata image and quorum see it, by the names Kafka's
+/// KRaft metrics get from the JMX exporter.
+pub fn render_cluster(out: &mut String, q: &QuorumView, image: &crate::catalog::Catalog) {
+    let fenced = image.brokers.values().filter(|b| b.fenced).count();
+    let offline = image
+        .topics
+        .values()
+        .flat_map(|t| &t.assignment)
+        .filter(|p| p.leader < 0)
+        .count();
+    let gauges: [(&str, &str, i64); 7] = [
+        (
+            "kafka_server_raft_metrics_current_leader",
+            "Node id of the metadata quorum's leader; -1 when none is known.",
+            q.leader.map_or(-1, i64::from),
+        ),
+        (
+            "kafka_server_raft_metrics_current_epoch",
+            "The metadata quorum's current term (Kafka's epoch).",
+            q.term as i64,
+        ),
+        (
+            "kafka_server_raft_metrics_high_watermark",
+            "The last metadata log entry applied on this node.",
+            q.applied_index as i64,
+        ),
+        (
+            "kafka_controller_kafkacontroller_activecontrollercount",
+            "1 on the node that is the active controller (the quorum's leader).",
+            i64::from(q.is_leader),
+        ),
+        (
+            "kafka_controller_kafkacontroller_activebrokercount",
+            "Registered brokers that are not fenced.",
+            (image.brokers.len() - fenced) as i64,
+        ),
+        (
+            "kafka_controller_kafkacontroller_fencedbrokercount",
+            "Registered brokers that are fenced.",
+            fenced as i64,
+        ),
+        (
+            "kafka_controller_kafkacontroller_offlinepartitionscount",
+            "Partitions without a leader.",
+            offline as i64,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        header(out, name, "gauge", help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+}
+
 fn render_requests(out: &mut String, shards: &[MetricsSnapshot]) {
     let mut total = vec![Histogram::default(); SUPPORTED_APIS.len()];
     for s in shards {

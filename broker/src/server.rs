@@ -14,6 +14,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 use tracing::{info, warn};
 
 use crate::catalog::Catalog;
+use crate::cluster::node::MetadataNode;
 use crate::config::BrokerConfig;
 use crate::connection::serve_connection;
 use crate::controller::Controller;
@@ -81,50 +82,6 @@ fn reserve_port(addr: SocketAddr) -> Result<(socket2::Socket, SocketAddr)> {
     Ok((sock, local))
 }
 
-/// Creates `__consumer_offsets` on first start; afterwards its partition count is whatever it was
-/// created with, whatever `offsets.topic.num.partitions` now says.
-fn ensure_offsets_topic(catalog: &mut Catalog, config: &mut BrokerConfig) -> Result<()> {
-    use crate::catalog::TopicMeta;
-    use crate::group::OFFSETS_TOPIC;
-    match catalog.topics.get(OFFSETS_TOPIC) {
-        Some(t) => {
-            if t.partitions != config.offsets_topic_num_partitions {
-                warn!(
-                    existing = t.partitions,
-                    configured = config.offsets_topic_num_partitions,
-                    "{OFFSETS_TOPIC} keeps its partition count"
-                );
-            }
-            config.offsets_topic_num_partitions = t.partitions;
-        }
-        None => {
-            let configs = [
-                ("cleanup.policy".to_string(), "compact".to_string()),
-                (
-                    "segment.bytes".to_string(),
-                    config.offsets_topic_segment_bytes.to_string(),
-                ),
-            ];
-            catalog.topics.insert(
-                OFFSETS_TOPIC.to_string(),
-                TopicMeta {
-                    name: OFFSETS_TOPIC.to_string(),
-                    id: uuid::Uuid::new_v4().to_string(),
-                    partitions: config.offsets_topic_num_partitions,
-                    configs: configs.into_iter().collect(),
-                },
-            );
-            catalog.version += 1;
-            catalog.save(&config.data_dir)?;
-            info!(
-                partitions = config.offsets_topic_num_partitions,
-                "created {OFFSETS_TOPIC}"
-            );
-        }
-    }
-    Ok(())
-}
-
 /// File descriptors kept free beyond the segment files for connections, index and metadata files.
 const FD_HEADROOM: u64 = 4096;
 
@@ -173,10 +130,8 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         ));
     }
     ensure_fd_limit(&config.data_dir)?;
-    let mut catalog = Catalog::load_or_create(&config.data_dir)?;
+    let legacy = crate::cluster::node::read_legacy(&config.data_dir, config.node_id)?;
     let mut config = config;
-    ensure_offsets_topic(&mut catalog, &mut config)?;
-    let catalog = Arc::new(catalog);
     let (reservation, addr) = reserve_port(config.listen)?;
     if let Some(m) = config.metrics_listen {
         refuse_if_listening(m, "metrics.listen")?;
@@ -191,17 +146,28 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     let queue = config.queued_max_requests;
     let (senders, receivers): (Vec<_>, Vec<_>) =
         (0..shards).map(|_| async_channel::bounded(queue)).unzip();
-    // Dynamic connection limits stored with the catalog apply from the first accept.
-    let connections = ConnectionQuotas::new(ConnectionLimits::from_config(
-        &crate::shard::effective_config(&config, &catalog),
-    ));
+    // Dynamic connection limits in the metadata image apply once shard 0 applies it, before
+    // any shard accepts.
+    let connections = ConnectionQuotas::new(ConnectionLimits::from_config(&config));
+    // Shard 0 opens the metadata quorum and hands every other shard the first image.
+    let (image_txs, image_rxs): (Vec<_>, Vec<_>) = (0..shards)
+        .map(|_| async_channel::bounded::<Arc<Catalog>>(1))
+        .unzip();
+    let mut legacy = Some(legacy);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::with_capacity(shards);
-    for (i, rx) in receivers.into_iter().enumerate() {
+    for (i, (rx, image_rx)) in receivers.into_iter().zip(image_rxs).enumerate() {
         let cpu = config.cpus[i];
         let config = config.clone();
         let peers = senders.clone();
-        let catalog = catalog.clone();
+        let metadata = if i == 0 {
+            Metadata::Open {
+                legacy: legacy.take().flatten(),
+                shards: image_txs.clone(),
+            }
+        } else {
+            Metadata::From(image_rx)
+        };
         let ready = ready_tx.clone();
         let connections = connections.clone();
         // Shard 0 serves the metrics endpoint.
@@ -224,12 +190,13 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
                     connections,
                     metrics,
                 };
-                run_shard(ShardId(i), config, peers, rx, catalog, front, ready).await;
+                run_shard(ShardId(i), config, peers, rx, metadata, front, ready).await;
             })
             .map_err(|e| anyhow!("cannot start the executor for shard {i} on CPU {cpu}: {e}"))?;
         threads.push(handle);
     }
     drop(ready_tx);
+    drop(image_txs);
     for _ in 0..shards {
         match ready_rx.recv() {
             Ok(Ok(())) => {}
@@ -269,12 +236,24 @@ struct MetricsFront {
     ready: Arc<AtomicBool>,
 }
 
+/// Where a shard gets the metadata image it starts with.
+enum Metadata {
+    /// Shard 0: open the metadata quorum (importing a single-node catalog, if given) and hand
+    /// the image to every shard.
+    Open {
+        legacy: Option<Catalog>,
+        shards: Vec<async_channel::Sender<Arc<Catalog>>>,
+    },
+    /// Every other shard: wait for shard 0's.
+    From(async_channel::Receiver<Arc<Catalog>>),
+}
+
 async fn run_shard(
     id: ShardId,
     config: Arc<BrokerConfig>,
     peers: Vec<async_channel::Sender<ShardRequest>>,
     rx: async_channel::Receiver<ShardRequest>,
-    catalog: Arc<Catalog>,
+    metadata: Metadata,
     front: Front,
     ready: std::sync::mpsc::Sender<Result<(), String>>,
 ) {
@@ -291,17 +270,27 @@ async fn run_shard(
         )));
         return;
     }
-    let controller = if id.0 == 0 {
-        match Controller::load(&config.data_dir) {
-            Ok(c) => Some(c),
+    let (catalog, node) = match metadata {
+        Metadata::Open { legacy, shards } => match MetadataNode::start(&config, legacy).await {
+            Ok(node) => {
+                let image = node.image();
+                for tx in shards {
+                    let _ = tx.send(image.clone()).await;
+                }
+                (image, Some(node))
+            }
             Err(e) => {
                 let _ = ready.send(Err(format!("{e:#}")));
                 return;
             }
-        }
-    } else {
-        None
+        },
+        // Closed without an image: shard 0 failed to start and said why.
+        Metadata::From(image) => match image.recv().await {
+            Ok(image) => (image, None),
+            Err(_) => return,
+        },
     };
+    let controller = node.clone().map(Controller::new);
     let shard = Rc::new(Shard::new(
         id,
         config.clone(),
@@ -332,6 +321,12 @@ async fn run_shard(
         "shard ready"
     );
     let _ = ready.send(Ok(()));
+    let metadata_tasks = node.as_ref().map(|node| {
+        [
+            glommio::spawn_local(node.clone().publish_loop(shard.clone())).detach(),
+            glommio::spawn_local(node.clone().controller_loop(config.clone())).detach(),
+        ]
+    });
     let accept = glommio::spawn_local(accept_loop(shard.clone(), listener)).detach();
     let ticker = glommio::spawn_local(group_ticker(shard.clone())).detach();
     let retention = glommio::spawn_local(every(
@@ -350,6 +345,12 @@ async fn run_shard(
     });
     while let Ok(req) = rx.recv().await {
         if let ShardRequest::Stop { reply } = req {
+            if let Some(tasks) = &metadata_tasks {
+                tasks.iter().for_each(|t| t.cancel());
+            }
+            if let Some(node) = &node {
+                node.quorum.shutdown().await;
+            }
             shard.close_partitions().await;
             let _ = reply.send(());
             break;

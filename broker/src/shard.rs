@@ -354,7 +354,13 @@ impl Shard {
 
     /// Opens the partitions of `catalog` this shard owns and deletes those of vanished topics.
     pub async fn apply_catalog(self: &Rc<Self>, catalog: Arc<Catalog>) {
+        if catalog.version < self.catalog().version {
+            return;
+        }
         let old = self.catalog.replace(catalog.clone());
+        if let Some(t) = catalog.topics.get(OFFSETS_TOPIC) {
+            self.groups.set_offsets_partitions(t.partitions);
+        }
         if old.broker_configs != catalog.broker_configs {
             let effective = effective_config(&self.config, &catalog);
             // The counts are shared by every shard: the controller's shard sets their limits.
@@ -366,7 +372,9 @@ impl Shard {
         }
         let mut gone: Vec<(String, i32)> = Vec::new();
         for ((topic, p), _) in self.partitions.borrow().iter() {
-            let keep = catalog.topics.get(topic).is_some_and(|t| *p < t.partitions)
+            let keep = catalog
+                .partition(topic, *p)
+                .is_some_and(|r| r.replicas.contains(&self.config.node_id))
                 && old.topics.get(topic).map(|t| &t.id) == catalog.topics.get(topic).map(|t| &t.id);
             if !keep {
                 gone.push((topic.clone(), *p));
@@ -382,8 +390,11 @@ impl Shard {
         }
         for topic in catalog.topics.values() {
             let config = self.log_config(&catalog, &topic.name);
-            for p in 0..topic.partitions {
-                if self.owner(&topic.name, p) != self.id {
+            for (p, placed) in (0..topic.partitions).zip(&topic.assignment) {
+                // Partitions of other brokers are not this node's to hold.
+                if self.owner(&topic.name, p) != self.id
+                    || !placed.replicas.contains(&self.config.node_id)
+                {
                     continue;
                 }
                 let key = (topic.name.clone(), p);
@@ -662,7 +673,7 @@ impl Shard {
             }
             ShardRequest::AllocateProducerId { reply } => {
                 let out = match &self.controller {
-                    Some(c) => c.allocate_producer_id(&self.config.data_dir).await,
+                    Some(c) => c.allocate_producer_id().await,
                     None => Err("not the controller".into()),
                 };
                 let _ = reply.send(out);

@@ -31,10 +31,17 @@ class Broker:
         return f"127.0.0.1:{self.port}"
 
     def start(self):
+        self.spawn()
+        return self.wait_listening()
+
+    def spawn(self):
         # A free metrics port: a broker a developer runs on the default 9644 must not stop the suite.
         args = [BIN, "--data-dir", self.data_dir, "--listen", self.bootstrap,
                 "--set", "metrics.listen=127.0.0.1:0", *self.extra]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_listening(self):
+        """A cluster node listens once a quorum elected a leader and it registered."""
         deadline = time.time() + 30
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -67,3 +74,46 @@ def broker(tmp_path):
     yield b
     if b.proc is not None:
         assert b.stop() == 0, "broker must exit 0 on SIGTERM"
+
+
+class Cluster:
+    """Three `tributary` processes, one cluster: every node a voter of the metadata quorum."""
+
+    def __init__(self, root, n=3):
+        ports = [(free_port(), free_port()) for _ in range(n)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+        self.nodes = []
+        for i, (p, c) in enumerate(ports):
+            b = Broker(root / f"node-{i + 1}", extra=[
+                "--cores", "1",
+                "--set", f"node.id={i + 1}",
+                "--set", f"controller.quorum.voters={voters}",
+                "--set", f"listeners=PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}",
+                "--set", "controller.quorum.election.timeout.ms=500",
+                "--set", "broker.session.timeout.ms=2000",
+                "--set", "broker.heartbeat.interval.ms=250",
+                "--set", "group.initial.rebalance.delay.ms=300",
+                "--set", "offsets.topic.num.partitions=6",
+            ])
+            b.port = p
+            self.nodes.append(b)
+
+    def start(self):
+        for b in self.nodes:
+            b.spawn()
+        for b in self.nodes:
+            b.wait_listening()
+        return self
+
+    @property
+    def bootstrap(self):
+        return ",".join(b.bootstrap for b in self.nodes)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path).start()
+    yield c
+    for b in c.nodes:
+        if b.proc is not None:
+            assert b.stop() == 0, "a cluster node must exit 0 on SIGTERM"

@@ -16,6 +16,7 @@ impl ErrorCode {
     pub const MESSAGE_TOO_LARGE: Self = Self(10);
     pub const OFFSET_METADATA_TOO_LARGE: Self = Self(12);
     pub const COORDINATOR_NOT_AVAILABLE: Self = Self(15);
+    pub const NOT_COORDINATOR: Self = Self(16);
     pub const INVALID_TOPIC_EXCEPTION: Self = Self(17);
     pub const RECORD_LIST_TOO_LARGE: Self = Self(18);
     pub const INVALID_REQUIRED_ACKS: Self = Self(21);

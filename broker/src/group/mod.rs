@@ -81,19 +81,27 @@ pub type TopicResults<T> = Vec<(String, Vec<(i32, T)>)>;
 
 pub struct GroupCoordinator {
     config: GroupConfig,
+    /// `__consumer_offsets`' partition count once the topic exists (it keeps the count it was
+    /// created with, whatever `offsets.topic.num.partitions` says later).
+    offsets_partitions: std::cell::Cell<i32>,
     groups: RefCell<HashMap<String, Group>>,
 }
 
 impl GroupCoordinator {
     pub fn new(config: GroupConfig) -> Self {
         Self {
+            offsets_partitions: std::cell::Cell::new(config.offsets_partitions),
             config,
             groups: RefCell::new(HashMap::new()),
         }
     }
 
     pub fn group_partition(&self, group: &str) -> i32 {
-        partition_for_group(group, self.config.offsets_partitions)
+        partition_for_group(group, self.offsets_partitions.get())
+    }
+
+    pub fn set_offsets_partitions(&self, n: i32) {
+        self.offsets_partitions.set(n);
     }
 
     // ---------------------------------------------------------------- persistence

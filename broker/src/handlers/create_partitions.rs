@@ -27,7 +27,7 @@ pub async fn handle(
 ) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| create_partitions::decode(r, v))?;
-    let node_id = shard.config.node_id;
+    let live: Vec<i32> = shard.catalog().live_brokers().map(|b| b.id).collect();
     // Counted once: a request may name very many topics, and a search per topic would be
     // quadratic in a count the client chose.
     let mut named: std::collections::HashMap<&str, usize> =
@@ -38,7 +38,7 @@ pub async fn handle(
     let mut outcomes: Vec<Option<Outcome>> = req
         .topics
         .iter()
-        .map(|t| check_shape(t, named[t.name.as_str()] > 1, node_id).err())
+        .map(|t| check_shape(t, named[t.name.as_str()] > 1, &live).err())
         .collect();
     let (idx, growths): (Vec<usize>, Vec<PartitionGrowth>) = req
         .topics
@@ -49,7 +49,7 @@ pub async fn handle(
             let g = PartitionGrowth {
                 topic: t.name.clone(),
                 count: t.count,
-                assignments: t.assignments.as_ref().map(Vec::len),
+                assignments: t.assignments.clone(),
             };
             (i, g)
         })
@@ -86,9 +86,10 @@ pub async fn handle(
     )
 }
 
-/// The checks that need no catalog: a topic named twice, an internal topic, and replica
-/// assignments, which on a single broker must each be exactly `[node_id]`.
-fn check_shape(t: &CreatePartitionsTopic, named_twice: bool, node_id: i32) -> Result<(), Outcome> {
+/// The checks that need no placement: a topic named twice, an internal topic, and replica
+/// assignments, which must each name one live broker (partitions are not replicated yet). The
+/// controller places the new partitions itself.
+fn check_shape(t: &CreatePartitionsTopic, named_twice: bool, live: &[i32]) -> Result<(), Outcome> {
     if named_twice {
         return Err((
             ErrorCode::INVALID_REQUEST,
@@ -108,15 +109,15 @@ fn check_shape(t: &CreatePartitionsTopic, named_twice: bool, node_id: i32) -> Re
         let err = |why: String| Err((ErrorCode::INVALID_REPLICA_ASSIGNMENT, Some(why)));
         match replicas.as_slice() {
             [] => return err("a replica assignment is empty".into()),
-            [b] if *b == node_id => {}
+            [b] if live.contains(b) => {}
             [b] => {
                 return err(format!(
-                    "the replica assignment names broker {b}, but the only broker is {node_id}"
+                    "the replica assignment names broker {b}, which is not a live broker (live: {live:?})"
                 ))
             }
             many => {
                 return err(format!(
-                    "a replica assignment has {} replicas, but the topic has replication factor 1 on this single broker",
+                    "a replica assignment has {} replicas, but partitions are not replicated yet (replication factor 1)",
                     many.len()
                 ))
             }
@@ -140,24 +141,24 @@ mod tests {
     #[test]
     fn shape_checks() {
         let a = topic("a", None);
-        assert!(check_shape(&a, false, 0).is_ok());
+        assert!(check_shape(&a, false, &[0]).is_ok());
         assert_eq!(
-            check_shape(&a, true, 0).unwrap_err().0,
+            check_shape(&a, true, &[0]).unwrap_err().0,
             ErrorCode::INVALID_REQUEST
         );
         let off = topic("__consumer_offsets", None);
         assert_eq!(
-            check_shape(&off, false, 0).unwrap_err().0,
+            check_shape(&off, false, &[0]).unwrap_err().0,
             ErrorCode::INVALID_REQUEST
         );
         for bad in [vec![vec![]], vec![vec![1]], vec![vec![0, 0]]] {
             let t = topic("a", Some(bad));
             assert_eq!(
-                check_shape(&t, false, 0).unwrap_err().0,
+                check_shape(&t, false, &[0]).unwrap_err().0,
                 ErrorCode::INVALID_REPLICA_ASSIGNMENT
             );
         }
         let ok = topic("a", Some(vec![vec![0], vec![0]]));
-        assert!(check_shape(&ok, false, 0).is_ok());
+        assert!(check_shape(&ok, false, &[0]).is_ok());
     }
 }

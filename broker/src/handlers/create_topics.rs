@@ -60,7 +60,7 @@ pub async fn handle(
             Err((
                 ErrorCode::INVALID_REPLICATION_FACTOR,
                 Some(format!(
-                    "replication factor {} is larger than the 1 available broker",
+                    "replication factor {}: Tributary does not replicate partitions yet (each partition lives on one broker); use 1",
                     t.replication_factor
                 )),
             ))

@@ -26,14 +26,11 @@ pub async fn handle(
     let mut topics = Vec::with_capacity(req.topics.len());
     for (name, partitions) in &req.topics {
         let deletes = partitions.iter().map(|&(partition, offset)| {
-            let known = catalog
-                .topics
-                .get(name)
-                .is_some_and(|m| partition >= 0 && partition < m.partitions);
+            let access = catalog.check_leader(name, partition, shard.config.node_id);
             let topic = name.clone();
             async move {
-                let (error, low) = if !known {
-                    (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1)
+                let (error, low) = if let Err(code) = access {
+                    (code, -1)
                 } else if offset < delete_records::HIGH_WATERMARK {
                     (ErrorCode::OFFSET_OUT_OF_RANGE, -1)
                 } else {

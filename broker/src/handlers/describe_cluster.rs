@@ -23,13 +23,20 @@ pub fn handle(
     let v = header.api_version;
     let req = decode_all(r, |r| describe_cluster::decode(r, v))?;
     let cfg = &shard.config;
+    let catalog = shard.catalog();
+    let brokers = catalog
+        .live_brokers()
+        .map(|b| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(b.id))
+                .with_host(str_bytes(&b.host))
+                .with_port(i32::from(b.port))
+        })
+        .collect();
     let mut resp = DescribeClusterResponse::default()
-        .with_cluster_id(str_bytes(&shard.catalog().cluster_id))
+        .with_cluster_id(str_bytes(&catalog.cluster_id))
         .with_controller_id(BrokerId(cfg.node_id))
-        .with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(BrokerId(cfg.node_id))
-            .with_host(str_bytes(&cfg.advertised_host))
-            .with_port(i32::from(cfg.advertised_port))]);
+        .with_brokers(brokers);
     if v >= 1 {
         resp = resp.with_endpoint_type(req.endpoint_type);
     }

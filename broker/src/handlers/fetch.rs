@@ -170,14 +170,15 @@ async fn read_and_wait(
     deadline: Instant,
 ) -> Vec<FetchResult> {
     let catalog = shard.catalog();
-    let known: Vec<bool> = items
+    let node = shard.config.node_id;
+    let known: Vec<ErrorCode> = items
         .iter()
-        .map(|i| {
-            catalog
-                .topics
-                .get(&i.topic)
-                .is_some_and(|t| i.partition >= 0 && i.partition < t.partitions)
-        })
+        .map(
+            |i| match catalog.check_leader(&i.topic, i.partition, node) {
+                Ok(()) => ErrorCode::NONE,
+                Err(code) => code,
+            },
+        )
         .collect();
     let first = read_all(shard, items, &known, max_bytes).await;
     let bytes: usize = first.results.iter().map(|r| r.records.len()).sum();
@@ -203,7 +204,7 @@ async fn read_and_wait(
     let watched: Vec<(String, i32, bool)> = items
         .iter()
         .zip(&known)
-        .map(|(i, k)| (i.topic.clone(), i.partition, *k))
+        .map(|(i, k)| (i.topic.clone(), i.partition, !k.is_error()))
         .collect();
     wait::wait(shard, &watched, tally, deadline).await;
     read_all(shard, items, &known, max_bytes).await.results
@@ -232,7 +233,7 @@ const FETCH_READS_INFLIGHT_MAX: usize = 16;
 async fn read_all(
     shard: &Rc<Shard>,
     items: &[FetchItem],
-    known: &[bool],
+    known: &[ErrorCode],
     max_bytes: usize,
 ) -> ReadAll {
     let mut results: Vec<Option<FetchResult>> = vec![None; items.len()];
@@ -248,8 +249,8 @@ async fn read_all(
         while next < items.len() && inflight.len() < FETCH_READS_INFLIGHT_MAX {
             let i = next;
             let item = &items[i];
-            if !known[i] {
-                results[i] = Some(unknown());
+            if known[i].is_error() {
+                results[i] = Some(refused(known[i]));
                 next += 1;
                 continue;
             }
@@ -335,8 +336,13 @@ impl FetchResult {
 }
 
 fn unknown() -> FetchResult {
+    refused(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+}
+
+/// A partition this broker does not serve: unknown, or led by another broker or none.
+fn refused(error: ErrorCode) -> FetchResult {
     FetchResult {
-        error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+        error,
         records: Bytes::new(),
         high_watermark: -1,
         log_start_offset: -1,

@@ -33,6 +33,7 @@ use tributary_protocol::{ErrorCode, Reader};
 
 use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::group::state::{JoinResult, SyncResult};
+use crate::group::OFFSETS_TOPIC;
 use crate::group::{DescribedGroup as Described, MemberResults, TopicResults};
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
@@ -84,28 +85,31 @@ pub async fn run(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
             GroupOp::List => None,
         }
     };
-    let log = group_of(&op).and_then(|id| shard.group_log(&id));
+    let group = group_of(&op);
+    let log = group.as_ref().and_then(|id| shard.group_log(id));
     let unavailable = log.is_none();
+    // Another broker leads the group's partition: the client asks FindCoordinator again.
+    let moved = group.as_ref().is_some_and(|id| {
+        let p = shard.groups.group_partition(id);
+        shard
+            .catalog()
+            .partition(OFFSETS_TOPIC, p)
+            .is_some_and(|r| r.leader >= 0 && r.leader != shard.config.node_id)
+    });
+    let gone = if moved {
+        ErrorCode::NOT_COORDINATOR
+    } else {
+        ErrorCode::COORDINATOR_NOT_AVAILABLE
+    };
     match op {
         GroupOp::List => GroupReply::List(g.list()),
         _ if unavailable => match op {
-            GroupOp::Join { req, .. } => GroupReply::Join(JoinResult::error(
-                ErrorCode::COORDINATOR_NOT_AVAILABLE,
-                &req.member_id,
-            )),
-            GroupOp::Sync(_) => {
-                GroupReply::Sync(SyncResult::error(ErrorCode::COORDINATOR_NOT_AVAILABLE))
-            }
-            GroupOp::Leave(_) => {
-                GroupReply::Leave(ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new())
-            }
-            GroupOp::Fetch(_) => {
-                GroupReply::Fetch(ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new())
-            }
-            GroupOp::OffsetDelete(_) => {
-                GroupReply::OffsetDelete(ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new())
-            }
-            _ => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+            GroupOp::Join { req, .. } => GroupReply::Join(JoinResult::error(gone, &req.member_id)),
+            GroupOp::Sync(_) => GroupReply::Sync(SyncResult::error(gone)),
+            GroupOp::Leave(_) => GroupReply::Leave(gone, Vec::new()),
+            GroupOp::Fetch(_) => GroupReply::Fetch(gone, Vec::new()),
+            GroupOp::OffsetDelete(_) => GroupReply::OffsetDelete(gone, Vec::new()),
+            _ => GroupReply::Code(gone),
         },
         GroupOp::Join {
             req,
@@ -302,7 +306,6 @@ fn find_coordinator(
 ) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| decode_find_coordinator(r, v))?;
-    let cfg = &shard.config;
     // Groups only; transaction coordinators arrive with transactions.
     let answer = |key: &str| -> (ErrorCode, Option<String>) {
         if req.key_type != 0 {
@@ -319,26 +322,46 @@ fn find_coordinator(
             (ErrorCode::NONE, None)
         }
     };
-    let node = BrokerId(cfg.node_id);
-    let host = str_bytes(&cfg.advertised_host);
-    let port = i32::from(cfg.advertised_port);
+    // The coordinator is the leader of the group's `__consumer_offsets` partition.
+    let catalog = shard.catalog();
+    let coordinator = |key: &str| -> Result<
+        (BrokerId, kafka_protocol::protocol::StrBytes, i32),
+        (ErrorCode, Option<String>),
+    > {
+        let (code, msg) = answer(key);
+        if code.is_error() {
+            return Err((code, msg));
+        }
+        let p = shard.groups.group_partition(key);
+        catalog
+            .partition(OFFSETS_TOPIC, p)
+            .and_then(|r| catalog.brokers.get(&r.leader))
+            .filter(|b| !b.fenced)
+            .map(|b| (BrokerId(b.id), str_bytes(&b.host), i32::from(b.port)))
+            .ok_or((
+                ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                Some(format!(
+                    "{OFFSETS_TOPIC} partition {p} has no live leader yet"
+                )),
+            ))
+    };
     if v >= 4 {
         let coordinators = req
             .keys
             .iter()
-            .map(|k| {
-                let (code, msg) = answer(k);
-                Coordinator::default()
+            .map(|k| match coordinator(k) {
+                Ok((node, host, port)) => Coordinator::default()
                     .with_key(str_bytes(k))
-                    .with_node_id(if code.is_error() { BrokerId(-1) } else { node })
-                    .with_host(if code.is_error() {
-                        str_bytes("")
-                    } else {
-                        host.clone()
-                    })
-                    .with_port(if code.is_error() { -1 } else { port })
+                    .with_node_id(node)
+                    .with_host(host)
+                    .with_port(port),
+                Err((code, msg)) => Coordinator::default()
+                    .with_key(str_bytes(k))
+                    .with_node_id(BrokerId(-1))
+                    .with_host(str_bytes(""))
+                    .with_port(-1)
                     .with_error_code(code.code())
-                    .with_error_message(msg.as_deref().map(str_bytes))
+                    .with_error_message(msg.as_deref().map(str_bytes)),
             })
             .collect();
         return frame(
@@ -347,15 +370,25 @@ fn find_coordinator(
             &FindCoordinatorResponse::default().with_coordinators(coordinators),
         );
     }
-    let (code, msg) = answer(req.keys.first().map_or("", |k| k.as_str()));
-    let mut resp = FindCoordinatorResponse::default().with_error_code(code.code());
-    if !code.is_error() {
-        resp = resp.with_node_id(node).with_host(host).with_port(port);
-    } else {
-        resp = resp.with_node_id(BrokerId(-1)).with_port(-1);
-    }
-    if v >= 1 {
-        resp = resp.with_error_message(msg.as_deref().map(str_bytes));
+    let mut resp = match coordinator(req.keys.first().map_or("", |k| k.as_str())) {
+        Ok((node, host, port)) => FindCoordinatorResponse::default()
+            .with_node_id(node)
+            .with_host(host)
+            .with_port(port),
+        Err((code, msg)) => {
+            let r = FindCoordinatorResponse::default()
+                .with_error_code(code.code())
+                .with_node_id(BrokerId(-1))
+                .with_port(-1);
+            if v >= 1 {
+                r.with_error_message(msg.as_deref().map(str_bytes))
+            } else {
+                r
+            }
+        }
+    };
+    if v >= 1 && resp.error_code == 0 {
+        resp = resp.with_error_message(None);
     }
     frame(spec, header, &resp)
 }

@@ -27,13 +27,15 @@ pub async fn handle(
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         let lookups = t.partitions.iter().map(|p| {
-            let known = catalog
-                .topics
-                .get(&t.name)
-                .is_some_and(|m| p.partition >= 0 && p.partition < m.partitions);
+            let access = catalog.check_leader(&t.name, p.partition, shard.config.node_id);
+            let epoch = catalog
+                .partition(&t.name, p.partition)
+                .map_or(0, |r| r.leader_epoch);
             let (topic, partition, timestamp) = (t.name.clone(), p.partition, p.timestamp);
             async move {
-                let (error, offset, ts) = if known {
+                let (error, offset, ts) = if let Err(code) = access {
+                    (code, -1, -1)
+                } else {
                     let owner = shard.owner(&topic, partition);
                     call(shard, owner, move |reply| ShardRequest::ListOffset {
                         topic,
@@ -43,8 +45,6 @@ pub async fn handle(
                     })
                     .await
                     .unwrap_or((ErrorCode::UNKNOWN_SERVER_ERROR, -1, -1))
-                } else {
-                    (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
                 };
                 let mut part = ListOffsetsPartitionResponse::default()
                     .with_partition_index(partition)
@@ -52,7 +52,7 @@ pub async fn handle(
                     .with_timestamp(ts)
                     .with_offset(offset);
                 if v >= 4 && !error.is_error() {
-                    part = part.with_leader_epoch(0);
+                    part = part.with_leader_epoch(epoch);
                 }
                 part
             }

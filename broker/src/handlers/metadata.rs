@@ -68,16 +68,24 @@ pub async fn handle(
         })
         .collect();
     let cfg = &shard.config;
+    let brokers = catalog
+        .live_brokers()
+        .map(|b| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.id))
+                .with_host(str_bytes(&b.host))
+                .with_port(i32::from(b.port))
+        })
+        .collect();
     let mut resp = MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(BrokerId(cfg.node_id))
-            .with_host(str_bytes(&cfg.advertised_host))
-            .with_port(i32::from(cfg.advertised_port))])
+        .with_brokers(brokers)
         .with_topics(topics);
     if v >= 2 {
         resp = resp.with_cluster_id(Some(str_bytes(&catalog.cluster_id)));
     }
     if v >= 1 {
+        // As KRaft brokers answer: clients cannot reach the controllers, and any broker takes
+        // admin requests (this one proposes them to the quorum itself).
         resp = resp.with_controller_id(BrokerId(cfg.node_id));
     }
     if (8..=10).contains(&v) {
@@ -90,12 +98,11 @@ pub async fn handle(
 }
 
 fn describe_topic(
-    shard: &Shard,
+    _shard: &Shard,
     catalog: &Catalog,
     name: Option<&str>,
     v: i16,
 ) -> MetadataResponseTopic {
-    let node = BrokerId(shard.config.node_id);
     let mut t = MetadataResponseTopic::default();
     let Some(name) = name else {
         return t
@@ -115,15 +122,32 @@ fn describe_topic(
     if v >= 10 {
         t = t.with_topic_id(meta.uuid());
     }
+    let ids = |ids: &[i32]| ids.iter().map(|&b| BrokerId(b)).collect::<Vec<_>>();
     let partitions = (0..meta.partitions)
-        .map(|p| {
+        .zip(&meta.assignment)
+        .map(|(p, r)| {
+            let code = if r.leader < 0 {
+                ErrorCode::LEADER_NOT_AVAILABLE
+            } else {
+                ErrorCode::NONE
+            };
+            let offline: Vec<i32> = r
+                .replicas
+                .iter()
+                .copied()
+                .filter(|b| catalog.brokers.get(b).is_none_or(|b| b.fenced))
+                .collect();
             let mut part = MetadataResponsePartition::default()
+                .with_error_code(code.code())
                 .with_partition_index(p)
-                .with_leader_id(node)
-                .with_replica_nodes(vec![node])
-                .with_isr_nodes(vec![node]);
+                .with_leader_id(BrokerId(r.leader))
+                .with_replica_nodes(ids(&r.replicas))
+                .with_isr_nodes(ids(&r.isr));
+            if v >= 5 {
+                part = part.with_offline_replicas(ids(&offline));
+            }
             if v >= 7 {
-                part = part.with_leader_epoch(0);
+                part = part.with_leader_epoch(r.leader_epoch);
             }
             part
         })

@@ -60,15 +60,11 @@ pub async fn handle(
     let catalog = shard.catalog();
     let mut topics = Vec::with_capacity(req.topics.len());
     for (name, queries) in &req.topics {
-        let count = catalog.topics.get(name).map(|t| t.partitions);
         let mut partitions = Vec::with_capacity(queries.len());
         for q in queries {
-            let (code, epoch, end) = if !count.is_some_and(|n| (0..n).contains(&q.partition)) {
-                (
-                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                    UNDEFINED,
-                    UNDEFINED_OFFSET,
-                )
+            let access = catalog.check_leader(name, q.partition, shard.config.node_id);
+            let (code, epoch, end) = if let Err(code) = access {
+                (code, UNDEFINED, UNDEFINED_OFFSET)
             } else {
                 match decide(q) {
                     Decision::Answer(c, e, o) => (c, e, o),

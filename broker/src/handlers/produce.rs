@@ -152,11 +152,19 @@ fn check_partition(
             format!("cannot append to internal topic {topic}"),
         ));
     }
-    if partition < 0 || partition >= meta.partitions {
-        return Err((
-            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-            format!("topic {topic:?} has no partition {partition}"),
-        ));
+    if let Err(code) = catalog.check_leader(topic, partition, shard.config.node_id) {
+        let why = match catalog.partition(topic, partition) {
+            None => format!("topic {topic:?} has no partition {partition}"),
+            Some(p) if p.leader < 0 => format!(
+                "partition {topic}-{partition} has no leader: its replicas {:?} are fenced",
+                p.replicas
+            ),
+            Some(p) => format!(
+                "broker {} leads {topic}-{partition}, not this one",
+                p.leader
+            ),
+        };
+        return Err((code, why));
     }
     let Some(records) = records.filter(|r| !r.is_empty()) else {
         return Err((

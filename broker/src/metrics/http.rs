@@ -153,7 +153,18 @@ async fn scrape(shard: &Rc<Shard>) -> String {
         .into_iter()
         .flatten()
         .collect();
-    super::render(&snapshots, shard.connections.open())
+    let mut out = super::render(&snapshots, shard.connections.open());
+    if let Some(c) = &shard.controller {
+        let q = &c.node.quorum;
+        let quorum = super::QuorumView {
+            leader: q.leader(),
+            term: q.term(),
+            applied_index: q.applied_index(),
+            is_leader: q.is_leader(),
+        };
+        super::render_cluster(&mut out, &quorum, &c.node.image());
+    }
+    out
 }
 
 #[cfg(test)]

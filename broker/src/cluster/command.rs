@@ -1,0 +1,543 @@
+//! The metadata log's commands and how each changes the image (`Catalog`): a pure function, run
+//! by every node on every committed entry in log order, so every node holds the same image.
+//!
+//! A proposer checks a change against its image first (config values, limits, names) and sends
+//! only what it decided: topic ids and replica placement are in the command. What can change
+//! between the check and the commit — another node creating the same topic, say — is decided
+//! here, from the image alone, and the proposer is told through the outcome. Nothing here may
+//! read a clock, a config or the disk. The names follow KRaft's records (`RegisterBrokerRecord`,
+//! `FenceBrokerRecord`, `TopicRecord`, `PartitionRecord`, `ConfigRecord`, `ProducerIdsRecord`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use tributary_protocol::ErrorCode;
+
+use crate::catalog::{BrokerRegistration, Catalog, PartitionRegistration, TopicMeta};
+
+/// Leader of a partition with no live replica (Kafka's `NO_LEADER`).
+pub const NO_LEADER: i32 = -1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum MetadataCommand {
+    /// Names the cluster; the first one committed wins and later ones change nothing.
+    InitCluster {
+        cluster_id: String,
+    },
+    /// Seeds an empty image with a single-node catalog written before the metadata log existed.
+    ImportCatalog {
+        catalog: Box<Catalog>,
+    },
+    /// A broker (re)starting: its endpoint, unfenced, and the partitions it leads back online.
+    RegisterBroker {
+        id: i32,
+        incarnation: String,
+        host: String,
+        port: u16,
+    },
+    /// The controller lost touch with the broker: it leads nothing until it is heard again.
+    FenceBroker {
+        id: i32,
+    },
+    UnfenceBroker {
+        id: i32,
+    },
+    CreateTopics {
+        topics: Vec<TopicMeta>,
+    },
+    DeleteTopics {
+        names: Vec<String>,
+    },
+    /// Adds partitions to a topic, placed by the proposer.
+    CreatePartitions {
+        topic: String,
+        added: Vec<PartitionRegistration>,
+    },
+    /// Replaces a topic's config overrides.
+    SetTopicConfigs {
+        topic: String,
+        configs: BTreeMap<String, String>,
+    },
+    /// Replaces the dynamic broker configs of one broker (`Some(id)`) or the cluster (`None`).
+    SetBrokerConfigs {
+        broker: Option<i32>,
+        configs: BTreeMap<String, String>,
+    },
+    /// Reserves `count` producer ids for `broker`; the outcome is the first.
+    AllocateProducerIds {
+        broker: i32,
+        count: i64,
+    },
+}
+
+/// What applying a command decided, for the node that proposed it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Done,
+    /// One result per item of the command (topics created or deleted), in order.
+    Items(Vec<Result<(), (ErrorCode, String)>>),
+    ProducerIds {
+        start: i64,
+    },
+    Refused(ErrorCode, String),
+    /// The entry could not be decoded: written by a newer Tributary, or damaged.
+    Undecodable(String),
+}
+
+impl MetadataCommand {
+    pub fn encode(&self) -> Vec<u8> {
+        // Serializing plain data into a Vec cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// Applies the entry at raft `index` to `image`.
+pub fn apply(image: &mut Catalog, index: u64, bytes: &[u8]) -> Outcome {
+    image.version = index;
+    let cmd: MetadataCommand = match serde_json::from_slice(bytes) {
+        Ok(c) => c,
+        Err(e) => return Outcome::Undecodable(format!("metadata entry {index}: {e}")),
+    };
+    apply_command(image, index, cmd)
+}
+
+fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outcome {
+    use MetadataCommand as C;
+    match cmd {
+        C::InitCluster { cluster_id } => {
+            if image.cluster_id.is_empty() {
+                image.cluster_id = cluster_id;
+            }
+            Outcome::Done
+        }
+        C::ImportCatalog { catalog } => {
+            if !image.topics.is_empty() || image.next_producer_id != 0 {
+                return Outcome::Refused(
+                    ErrorCode::INVALID_REQUEST,
+                    "the metadata image is not empty; a catalog is imported only into a new one"
+                        .into(),
+                );
+            }
+            let version = image.version;
+            let brokers = std::mem::take(&mut image.brokers);
+            *image = *catalog;
+            image.version = version;
+            image.brokers.extend(brokers);
+            Outcome::Done
+        }
+        C::RegisterBroker {
+            id,
+            incarnation,
+            host,
+            port,
+        } => {
+            let epoch = match image.brokers.get(&id) {
+                Some(b) if b.incarnation == incarnation => b.epoch,
+                _ => index as i64,
+            };
+            image.brokers.insert(
+                id,
+                BrokerRegistration {
+                    id,
+                    incarnation,
+                    epoch,
+                    host,
+                    port,
+                    fenced: false,
+                },
+            );
+            elect_where_leaderless(image, id);
+            Outcome::Done
+        }
+        C::FenceBroker { id } => {
+            let Some(b) = image.brokers.get_mut(&id) else {
+                return Outcome::Refused(
+                    ErrorCode::INVALID_REQUEST,
+                    format!("broker {id} is not registered"),
+                );
+            };
+            if !b.fenced {
+                b.fenced = true;
+                for t in image.topics.values_mut() {
+                    for p in &mut t.assignment {
+                        if p.leader == id {
+                            // With every replica but the leader out of sync (replication is not
+                            // built), no other replica may lead: unclean election stays off.
+                            p.leader = NO_LEADER;
+                            p.leader_epoch += 1;
+                            p.partition_epoch += 1;
+                        }
+                    }
+                }
+            }
+            Outcome::Done
+        }
+        C::UnfenceBroker { id } => {
+            let Some(b) = image.brokers.get_mut(&id) else {
+                return Outcome::Refused(
+                    ErrorCode::INVALID_REQUEST,
+                    format!("broker {id} is not registered"),
+                );
+            };
+            b.fenced = false;
+            elect_where_leaderless(image, id);
+            Outcome::Done
+        }
+        C::CreateTopics { topics } => {
+            Outcome::Items(topics.into_iter().map(|t| create_topic(image, t)).collect())
+        }
+        C::DeleteTopics { names } => Outcome::Items(
+            names
+                .iter()
+                .map(|n| match image.topics.remove(n) {
+                    Some(_) => Ok(()),
+                    None => Err((
+                        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                        format!("topic {n:?} does not exist"),
+                    )),
+                })
+                .collect(),
+        ),
+        C::CreatePartitions { topic, added } => {
+            let Some(t) = image.topics.get_mut(&topic) else {
+                return Outcome::Refused(
+                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("topic {topic:?} does not exist"),
+                );
+            };
+            t.assignment.extend(added);
+            t.partitions = t.assignment.len() as i32;
+            Outcome::Done
+        }
+        C::SetTopicConfigs { topic, configs } => match image.topics.get_mut(&topic) {
+            Some(t) => {
+                t.configs = configs;
+                Outcome::Done
+            }
+            None => Outcome::Refused(
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                format!("topic {topic:?} does not exist"),
+            ),
+        },
+        C::SetBrokerConfigs { broker, configs } => {
+            let d = &mut image.broker_configs;
+            match broker {
+                None => d.cluster = configs,
+                Some(b) if configs.is_empty() => {
+                    d.per_broker.remove(&b);
+                }
+                Some(b) => {
+                    d.per_broker.insert(b, configs);
+                }
+            }
+            Outcome::Done
+        }
+        C::AllocateProducerIds { broker: _, count } => {
+            let start = image.next_producer_id;
+            image.next_producer_id = start.saturating_add(count.max(1));
+            Outcome::ProducerIds { start }
+        }
+    }
+}
+
+fn create_topic(image: &mut Catalog, t: TopicMeta) -> Result<(), (ErrorCode, String)> {
+    if image.topics.contains_key(&t.name) {
+        return Err((
+            ErrorCode::TOPIC_ALREADY_EXISTS,
+            format!("topic {:?} already exists", t.name),
+        ));
+    }
+    if t.assignment.len() != t.partitions as usize {
+        return Err((
+            ErrorCode::INVALID_REPLICA_ASSIGNMENT,
+            format!(
+                "topic {:?}: {} partition(s) but {} assignment(s)",
+                t.name,
+                t.partitions,
+                t.assignment.len()
+            ),
+        ));
+    }
+    image.topics.insert(t.name.clone(), t);
+    Ok(())
+}
+
+/// Gives a leader back to the partitions whose only in-sync replica is `broker`, now live, with
+/// the next leader epoch.
+fn elect_where_leaderless(image: &mut Catalog, broker: i32) {
+    for t in image.topics.values_mut() {
+        for p in &mut t.assignment {
+            if p.leader == NO_LEADER && p.isr.first() == Some(&broker) {
+                p.leader = broker;
+                p.leader_epoch += 1;
+                p.partition_epoch += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic(name: &str, replicas: &[i32]) -> TopicMeta {
+        TopicMeta {
+            name: name.into(),
+            id: format!("id-{name}"),
+            partitions: replicas.len() as i32,
+            configs: BTreeMap::new(),
+            assignment: replicas
+                .iter()
+                .map(|&b| PartitionRegistration::new(vec![b]))
+                .collect(),
+        }
+    }
+
+    fn run(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outcome {
+        apply(image, index, &cmd.encode())
+    }
+
+    fn register(id: i32, incarnation: &str) -> MetadataCommand {
+        MetadataCommand::RegisterBroker {
+            id,
+            incarnation: incarnation.into(),
+            host: "127.0.0.1".into(),
+            port: 9092 + id as u16,
+        }
+    }
+
+    #[test]
+    fn every_command_round_trips_and_the_image_records_its_index() {
+        let mut image = Catalog::empty();
+        assert_eq!(
+            run(
+                &mut image,
+                1,
+                MetadataCommand::InitCluster {
+                    cluster_id: "a".into()
+                }
+            ),
+            Outcome::Done
+        );
+        run(
+            &mut image,
+            2,
+            MetadataCommand::InitCluster {
+                cluster_id: "b".into(),
+            },
+        );
+        assert_eq!(image.cluster_id, "a", "the first cluster id wins");
+        assert_eq!(image.version, 2);
+        assert!(matches!(
+            apply(&mut image, 3, b"{not json"),
+            Outcome::Undecodable(_)
+        ));
+    }
+
+    #[test]
+    fn creating_a_topic_twice_is_decided_by_log_order() {
+        let mut image = Catalog::empty();
+        let cmd = MetadataCommand::CreateTopics {
+            topics: vec![topic("t", &[1, 2])],
+        };
+        assert_eq!(
+            run(&mut image, 1, cmd.clone()),
+            Outcome::Items(vec![Ok(())])
+        );
+        let Outcome::Items(second) = run(&mut image, 2, cmd) else {
+            panic!("items expected")
+        };
+        assert_eq!(
+            second[0].as_ref().unwrap_err().0,
+            ErrorCode::TOPIC_ALREADY_EXISTS
+        );
+        let mut bad = topic("u", &[1]);
+        bad.partitions = 2;
+        let Outcome::Items(r) = run(
+            &mut image,
+            3,
+            MetadataCommand::CreateTopics { topics: vec![bad] },
+        ) else {
+            panic!("items expected")
+        };
+        assert_eq!(
+            r[0].as_ref().unwrap_err().0,
+            ErrorCode::INVALID_REPLICA_ASSIGNMENT
+        );
+    }
+
+    #[test]
+    fn fencing_takes_leadership_away_and_unfencing_gives_it_back_with_a_new_epoch() {
+        let mut image = Catalog::empty();
+        run(&mut image, 1, register(1, "x"));
+        run(&mut image, 2, register(2, "y"));
+        run(
+            &mut image,
+            3,
+            MetadataCommand::CreateTopics {
+                topics: vec![topic("t", &[1, 2, 1])],
+            },
+        );
+        assert_eq!(image.brokers[&1].epoch, 1);
+        run(&mut image, 4, MetadataCommand::FenceBroker { id: 1 });
+        let t = &image.topics["t"];
+        assert_eq!(
+            t.assignment
+                .iter()
+                .map(|p| (p.leader, p.leader_epoch))
+                .collect::<Vec<_>>(),
+            vec![(NO_LEADER, 1), (2, 0), (NO_LEADER, 1)]
+        );
+        // Fencing twice changes nothing more.
+        run(&mut image, 5, MetadataCommand::FenceBroker { id: 1 });
+        assert_eq!(image.topics["t"].assignment[0].leader_epoch, 1);
+        run(&mut image, 6, MetadataCommand::UnfenceBroker { id: 1 });
+        let t = &image.topics["t"];
+        assert_eq!(
+            t.assignment
+                .iter()
+                .map(|p| (p.leader, p.leader_epoch))
+                .collect::<Vec<_>>(),
+            vec![(1, 2), (2, 0), (1, 2)]
+        );
+        assert!(!image.brokers[&1].fenced);
+        // A restart (a new incarnation) gets a new broker epoch; the same one keeps it.
+        run(&mut image, 7, register(1, "x"));
+        assert_eq!(image.brokers[&1].epoch, 1);
+        run(&mut image, 8, register(1, "z"));
+        assert_eq!(image.brokers[&1].epoch, 8);
+        assert!(matches!(
+            run(&mut image, 9, MetadataCommand::FenceBroker { id: 7 }),
+            Outcome::Refused(..)
+        ));
+    }
+
+    #[test]
+    fn producer_id_blocks_never_overlap_and_survive_import_only_into_an_empty_image() {
+        let mut image = Catalog::empty();
+        let mut old = Catalog::empty();
+        old.cluster_id = "old".into();
+        old.next_producer_id = 3000;
+        old.topics.insert("t".into(), topic("t", &[0]));
+        assert_eq!(
+            run(
+                &mut image,
+                1,
+                MetadataCommand::ImportCatalog {
+                    catalog: Box::new(old.clone())
+                }
+            ),
+            Outcome::Done
+        );
+        assert_eq!(image.cluster_id, "old");
+        assert_eq!(image.version, 1);
+        assert!(matches!(
+            run(
+                &mut image,
+                2,
+                MetadataCommand::ImportCatalog {
+                    catalog: Box::new(old)
+                }
+            ),
+            Outcome::Refused(..)
+        ));
+        let a = run(
+            &mut image,
+            3,
+            MetadataCommand::AllocateProducerIds {
+                broker: 0,
+                count: 1000,
+            },
+        );
+        let b = run(
+            &mut image,
+            4,
+            MetadataCommand::AllocateProducerIds {
+                broker: 1,
+                count: 1000,
+            },
+        );
+        assert_eq!(a, Outcome::ProducerIds { start: 3000 });
+        assert_eq!(b, Outcome::ProducerIds { start: 4000 });
+    }
+
+    #[test]
+    fn partitions_configs_and_deletes_apply_to_existing_topics_only() {
+        let mut image = Catalog::empty();
+        run(
+            &mut image,
+            1,
+            MetadataCommand::CreateTopics {
+                topics: vec![topic("t", &[0])],
+            },
+        );
+        run(
+            &mut image,
+            2,
+            MetadataCommand::CreatePartitions {
+                topic: "t".into(),
+                added: vec![PartitionRegistration::new(vec![1])],
+            },
+        );
+        assert_eq!(image.topics["t"].partitions, 2);
+        let configs: BTreeMap<String, String> =
+            [("retention.ms".to_string(), "5".to_string())].into();
+        run(
+            &mut image,
+            3,
+            MetadataCommand::SetTopicConfigs {
+                topic: "t".into(),
+                configs: configs.clone(),
+            },
+        );
+        assert_eq!(image.topics["t"].configs, configs);
+        run(
+            &mut image,
+            4,
+            MetadataCommand::SetBrokerConfigs {
+                broker: Some(1),
+                configs: configs.clone(),
+            },
+        );
+        assert_eq!(image.broker_configs.per_broker[&1], configs);
+        run(
+            &mut image,
+            5,
+            MetadataCommand::SetBrokerConfigs {
+                broker: Some(1),
+                configs: BTreeMap::new(),
+            },
+        );
+        assert!(image.broker_configs.per_broker.is_empty());
+        let Outcome::Items(r) = run(
+            &mut image,
+            6,
+            MetadataCommand::DeleteTopics {
+                names: vec!["t".into(), "u".into()],
+            },
+        ) else {
+            panic!("items expected")
+        };
+        assert_eq!(r[0], Ok(()));
+        assert_eq!(
+            r[1].as_ref().unwrap_err().0,
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+        );
+        for cmd in [
+            MetadataCommand::SetTopicConfigs {
+                topic: "t".into(),
+                configs: BTreeMap::new(),
+            },
+            MetadataCommand::CreatePartitions {
+                topic: "t".into(),
+                added: vec![],
+            },
+        ] {
+            assert!(matches!(
+                run(&mut image, 7, cmd),
+                Outcome::Refused(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, _)
+            ));
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! The KRaft keys that make a node part of a cluster — `process.roles`,
+//! `controller.quorum.voters`, `listeners`, `advertised.listeners`, `controller.listener.names`
+//! and the quorum's timeouts — parsed and checked the way Kafka checks them, with its messages.
+//!
+//! With none of them set the node is `broker,controller` and the one voter of its own quorum,
+//! listening for clients on `--listen`: the single-node broker of the README's first command.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+/// One entry of `controller.quorum.voters`: `id@host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Voter {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+    pub addr: SocketAddr,
+}
+
+/// One entry of `listeners` / `advertised.listeners`: `NAME://host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+/// The node's place in the cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub node_id: i32,
+    /// The controller quorum's voters; one voter (this node) when `controller.quorum.voters` is
+    /// unset.
+    pub voters: Vec<Voter>,
+    /// Where the quorum accepts its peers (the listener named in `controller.listener.names`);
+    /// `None` on a single-voter node, which has no peers.
+    pub controller_listen: Option<SocketAddr>,
+    pub election_timeout_ms: u64,
+    pub broker_session_timeout_ms: u64,
+    pub broker_heartbeat_interval_ms: u64,
+}
+
+impl ClusterConfig {
+    /// Whether this node is the only voter: no peers, no fencing, nothing travels.
+    pub fn single_voter(&self) -> bool {
+        self.voters.len() == 1
+    }
+}
+
+/// The client listener and what clients are told, from `listeners` / `advertised.listeners` or,
+/// when those are unset, from `--listen` / `--advertised-listener`.
+#[derive(Debug, Clone)]
+pub struct ClientListener {
+    pub listen: String,
+    pub advertised: Option<String>,
+}
+
+/// Parses the cluster keys. `get` returns a key's value ("" when unset).
+pub fn parse(
+    get: &dyn Fn(&str) -> String,
+    node_id: i32,
+    cli_listen: &str,
+    cli_advertised: Option<&str>,
+) -> Result<(ClusterConfig, ClientListener)> {
+    check_roles(&get("process.roles"))?;
+    let voters = parse_voters(&get("controller.quorum.voters"))?;
+    let listeners = parse_listeners("listeners", &get("listeners"))?;
+    let controller_names: Vec<String> = list(&get("controller.listener.names"));
+    let election_timeout_ms = positive("controller.quorum.election.timeout.ms", &get)?;
+    let broker_session_timeout_ms = positive("broker.session.timeout.ms", &get)?;
+    let broker_heartbeat_interval_ms = positive("broker.heartbeat.interval.ms", &get)?;
+    if broker_heartbeat_interval_ms >= broker_session_timeout_ms {
+        bail!(
+            "config broker.heartbeat.interval.ms ({broker_heartbeat_interval_ms}) must be below broker.session.timeout.ms ({broker_session_timeout_ms}), or every broker would be fenced between two heartbeats"
+        );
+    }
+
+    let voters = if voters.is_empty() {
+        vec![Voter {
+            id: node_id,
+            host: String::new(),
+            port: 0,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        }]
+    } else {
+        voters
+    };
+    if !voters.iter().any(|v| v.id == node_id) {
+        let ids: Vec<String> = voters.iter().map(|v| v.id.to_string()).collect();
+        bail!(
+            "If process.roles contains the 'controller' role, the node id {node_id} must be included in the set of voters controller.quorum.voters={{{}}}; set node.id to one of them",
+            ids.join(", ")
+        );
+    }
+
+    let is_controller = |l: &Listener| controller_names.contains(&l.name);
+    let controller_listen = match listeners.iter().find(|l| is_controller(l)) {
+        Some(l) => Some(resolve(&format!("{}:{}", l.host, l.port), "listeners")?),
+        None if voters.len() > 1 => bail!(
+            "controller.listener.names must contain at least one value appearing in the 'listeners' configuration when running the KRaft controller role with several voters (controller.quorum.voters); add e.g. CONTROLLER://host:port to listeners and controller.listener.names=CONTROLLER"
+        ),
+        None => None,
+    };
+    let client: Vec<&Listener> = listeners.iter().filter(|l| !is_controller(l)).collect();
+    let listen = match client.as_slice() {
+        [] if listeners.is_empty() => cli_listen.to_string(),
+        [] => bail!(
+            "config listeners={}: no listener for clients (every one is named in controller.listener.names); add PLAINTEXT://host:port",
+            get("listeners")
+        ),
+        [l] if l.name == "PLAINTEXT" => format!("{}:{}", l.host, l.port),
+        [l] => bail!(
+            "config listeners: listener {} is not supported; Tributary serves clients on one PLAINTEXT listener (TLS and SASL listeners are not built yet)",
+            l.name
+        ),
+        _ => bail!(
+            "config listeners={}: more than one client listener; Tributary serves clients on one PLAINTEXT listener",
+            get("listeners")
+        ),
+    };
+    let advertised = parse_listeners("advertised.listeners", &get("advertised.listeners"))?;
+    let advertised = match advertised.iter().find(|l| !is_controller(l)) {
+        Some(l) if l.name != "PLAINTEXT" => bail!(
+            "config advertised.listeners: {} is not a listener clients are served on; use PLAINTEXT://host:port",
+            l.name
+        ),
+        Some(l) => Some(format!("{}:{}", l.host, l.port)),
+        None => cli_advertised.map(str::to_string),
+    };
+    Ok((
+        ClusterConfig {
+            node_id,
+            voters,
+            controller_listen,
+            election_timeout_ms,
+            broker_session_timeout_ms,
+            broker_heartbeat_interval_ms,
+        },
+        ClientListener { listen, advertised },
+    ))
+}
+
+fn list(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn positive(key: &str, get: &dyn Fn(&str) -> String) -> Result<u64> {
+    let v = get(key);
+    let n: u64 = v
+        .parse()
+        .map_err(|_| anyhow!("config {key}: {v:?} is not a whole number of milliseconds"))?;
+    if n == 0 {
+        bail!("config {key}: must be at least 1");
+    }
+    Ok(n)
+}
+
+/// Tributary runs every node as both: broker-only and controller-only nodes need the metadata
+/// to travel to nodes outside the quorum, which is not built yet.
+fn check_roles(v: &str) -> Result<()> {
+    let roles = list(v);
+    for r in &roles {
+        if r != "broker" && r != "controller" {
+            bail!("config process.roles: unknown role {r:?}; the roles are broker and controller");
+        }
+    }
+    let has = |r: &str| roles.iter().any(|x| x == r);
+    if !(has("broker") && has("controller")) {
+        bail!(
+            "config process.roles={v}: Tributary runs every node as broker,controller for now (broker-only and controller-only nodes are not built yet); set process.roles=broker,controller"
+        );
+    }
+    Ok(())
+}
+
+/// `1@host:port,2@host:port`: ids unique and non-negative, addresses resolved.
+pub fn parse_voters(v: &str) -> Result<Vec<Voter>> {
+    let mut voters: Vec<Voter> = Vec::new();
+    for entry in list(v) {
+        let bad = || {
+            anyhow!(
+                "config controller.quorum.voters: {entry:?} is not id@host:port (e.g. 1@10.0.0.1:9093)"
+            )
+        };
+        let (id, addr) = entry.split_once('@').ok_or_else(bad)?;
+        let id: i32 = id.trim().parse().map_err(|_| bad())?;
+        if id < 0 {
+            bail!("config controller.quorum.voters: voter id {id} is negative");
+        }
+        let (host, port) = split_host_port(addr).ok_or_else(bad)?;
+        if voters.iter().any(|x| x.id == id) {
+            bail!("config controller.quorum.voters: voter id {id} appears twice");
+        }
+        let addr = resolve(addr, "controller.quorum.voters")?;
+        voters.push(Voter {
+            id,
+            host,
+            port,
+            addr,
+        });
+    }
+    Ok(voters)
+}
+
+/// `NAME://host:port,…`; names unique.
+pub fn parse_listeners(key: &str, v: &str) -> Result<Vec<Listener>> {
+    let mut out: Vec<Listener> = Vec::new();
+    for entry in list(v) {
+        let bad = || {
+            anyhow!(
+                "config {key}: {entry:?} is not NAME://host:port (e.g. PLAINTEXT://127.0.0.1:9092)"
+            )
+        };
+        let (name, addr) = entry.split_once("://").ok_or_else(bad)?;
+        let (host, port) = split_host_port(addr).ok_or_else(bad)?;
+        let name = name.trim().to_string();
+        if name.is_empty() {
+            return Err(bad());
+        }
+        if out.iter().any(|l| l.name == name) {
+            bail!("config {key}: listener name {name} appears twice; each listener needs its own name");
+        }
+        out.push(Listener { name, host, port });
+    }
+    Ok(out)
+}
+
+fn split_host_port(addr: &str) -> Option<(String, u16)> {
+    let (host, port) = addr.trim().rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host.to_string(), port.parse().ok()?))
+}
+
+fn resolve(addr: &str, what: &str) -> Result<SocketAddr> {
+    let addr = if addr.starts_with(':') {
+        format!("0.0.0.0{addr}")
+    } else {
+        addr.to_string()
+    };
+    addr.to_socket_addrs()
+        .with_context(|| format!("config {what}: cannot resolve {addr:?}"))?
+        .next()
+        .ok_or_else(|| anyhow!("config {what}: {addr:?} resolves to no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn run(pairs: &[(&str, &str)]) -> Result<(ClusterConfig, ClientListener)> {
+        let mut m: BTreeMap<&str, String> = [
+            ("process.roles", "broker,controller"),
+            ("controller.quorum.voters", ""),
+            ("listeners", ""),
+            ("advertised.listeners", ""),
+            ("controller.listener.names", "CONTROLLER"),
+            ("controller.quorum.election.timeout.ms", "1000"),
+            ("broker.session.timeout.ms", "9000"),
+            ("broker.heartbeat.interval.ms", "2000"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+        for (k, v) in pairs {
+            m.insert(k, v.to_string());
+        }
+        let node: i32 = pairs
+            .iter()
+            .find(|(k, _)| *k == "node.id")
+            .map_or(0, |(_, v)| v.parse().unwrap());
+        parse(&|k| m[k].clone(), node, "127.0.0.1:9092", None)
+    }
+
+    #[test]
+    fn no_keys_is_a_single_voter_on_the_cli_listener() {
+        let (c, l) = run(&[]).unwrap();
+        assert!(c.single_voter());
+        assert_eq!(c.voters[0].id, 0);
+        assert_eq!(c.controller_listen, None);
+        assert_eq!(l.listen, "127.0.0.1:9092");
+        assert_eq!(l.advertised, None);
+    }
+
+    #[test]
+    fn three_voters_with_named_listeners() {
+        let (c, l) = run(&[
+            ("node.id", "2"),
+            (
+                "controller.quorum.voters",
+                "1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097",
+            ),
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9094,CONTROLLER://127.0.0.1:9095",
+            ),
+            ("advertised.listeners", "PLAINTEXT://localhost:9094"),
+        ])
+        .unwrap();
+        assert_eq!(c.voters.len(), 3);
+        assert_eq!(c.node_id, 2);
+        assert_eq!(c.controller_listen, Some("127.0.0.1:9095".parse().unwrap()));
+        assert_eq!(l.listen, "127.0.0.1:9094");
+        assert_eq!(l.advertised.as_deref(), Some("localhost:9094"));
+    }
+
+    #[test]
+    fn bad_cluster_keys_are_refused_with_what_to_do() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (&[("process.roles", "broker")], "broker,controller"),
+            (&[("process.roles", "broker,zookeeper")], "unknown role"),
+            (
+                &[("controller.quorum.voters", "1@127.0.0.1:9093")],
+                "must be included in the set of voters",
+            ),
+            (
+                &[("controller.quorum.voters", "0@127.0.0.1:1,0@127.0.0.1:2")],
+                "appears twice",
+            ),
+            (
+                &[("controller.quorum.voters", "x@127.0.0.1:1")],
+                "id@host:port",
+            ),
+            (
+                &[("controller.quorum.voters", "0@127.0.0.1")],
+                "id@host:port",
+            ),
+            (
+                &[("controller.quorum.voters", "0@127.0.0.1:1,1@127.0.0.1:2")],
+                "controller.listener.names",
+            ),
+            (
+                &[(
+                    "listeners",
+                    "PLAINTEXT://127.0.0.1:1,PLAINTEXT://127.0.0.1:2",
+                )],
+                "appears twice",
+            ),
+            (&[("listeners", "SSL://127.0.0.1:1")], "not supported"),
+            (&[("listeners", "127.0.0.1:1")], "NAME://host:port"),
+            (&[("broker.heartbeat.interval.ms", "9000")], "must be below"),
+            (
+                &[("controller.quorum.election.timeout.ms", "0")],
+                "at least 1",
+            ),
+        ];
+        for (pairs, want) in cases {
+            let e = format!("{:#}", run(pairs).unwrap_err());
+            assert!(e.contains(want), "{pairs:?}: {e}");
+        }
+    }
+}

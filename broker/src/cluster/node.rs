@@ -1,0 +1,359 @@
+//! This node's voter of the metadata quorum, run on shard 0: it opens the quorum, brings the
+//! image up to date (naming the cluster, importing a single-node catalog, registering this
+//! broker), publishes every applied image to every shard, and — while this node is the active
+//! controller — fences brokers it stops hearing from and unfences them when they return.
+//!
+//! A change is answered only once every shard of the proposing node holds an image with it, so
+//! a client that created a topic can use it on any connection of this broker at once. Other
+//! brokers learn it when their own voter applies the entry, a moment later.
+
+use std::cell::Cell;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use event_listener::Event;
+use tracing::{info, warn};
+use tributary_protocol::ErrorCode;
+use tributary_quorum::{ProposeError, Quorum, QuorumConfig};
+
+use super::command::{MetadataCommand, Outcome};
+use super::MetadataState;
+use crate::catalog::{read_checked, Catalog, PartitionRegistration, TopicMeta, CATALOG_FILE};
+use crate::config::BrokerConfig;
+use crate::group::OFFSETS_TOPIC;
+use crate::routing::ShardId;
+use crate::shard::{call, Shard, ShardRequest};
+
+/// The metadata log's directory in the data directory, named as Kafka names it.
+pub const METADATA_DIR: &str = "__cluster_metadata-0";
+
+/// The producer-id file of single-node brokers from before the metadata log.
+pub const LEGACY_PRODUCER_ID_FILE: &str = "producer-ids.json";
+
+/// How often start-up says what it is waiting for.
+const STARTUP_PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+pub struct MetadataNode {
+    pub quorum: Rc<Quorum<MetadataState>>,
+    node_id: i32,
+    /// The newest image every shard of this node holds.
+    published: Cell<u64>,
+    published_event: Event,
+}
+
+/// A change the quorum could not make: the error code and message for the client.
+pub type Refusal = (ErrorCode, String);
+
+impl MetadataNode {
+    /// Opens the quorum and brings this node into the cluster; returns once this broker is
+    /// registered in an image this node has applied.
+    /// `legacy` is the single-node catalog to import ([`read_legacy`]), if the data directory
+    /// holds one.
+    pub async fn start(config: &BrokerConfig, legacy: Option<Catalog>) -> Result<Rc<Self>> {
+        let c = &config.cluster;
+        let election = Duration::from_millis(c.election_timeout_ms);
+        let qc = QuorumConfig {
+            node_id: c.node_id,
+            voters: c.voters.iter().map(|v| (v.id, v.addr)).collect(),
+            listen: c.controller_listen,
+            dir: config.data_dir.join(METADATA_DIR),
+            election_timeout: election,
+            heartbeat_interval: election / 10,
+            proposal_timeout: Duration::from_secs(5).max(election * 3),
+            snapshot_every_entries: 10_000,
+        };
+        let state = MetadataState {
+            image: Arc::new(Catalog::empty()),
+        };
+        let quorum = Quorum::open(qc, state)
+            .await
+            .context("opening the metadata log")?;
+        let node = Rc::new(Self {
+            quorum,
+            node_id: c.node_id,
+            published: Cell::new(0),
+            published_event: Event::new(),
+        });
+        node.bootstrap(config, legacy).await?;
+        Ok(node)
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.node_id
+    }
+
+    pub fn image(&self) -> Arc<Catalog> {
+        self.quorum.with_state(|s| s.image.clone())
+    }
+
+    /// Proposes until committed or refused, saying every few seconds what it waits for: for
+    /// start-up, when nothing can be served without the quorum anyway.
+    async fn propose_at_start(
+        &self,
+        config: &BrokerConfig,
+        cmd: &MetadataCommand,
+    ) -> Result<Outcome> {
+        let mut said = Instant::now();
+        loop {
+            match self.quorum.propose(cmd.encode()).await {
+                Ok((_, out)) => return Ok(out),
+                Err(ProposeError::NoLeader | ProposeError::Timeout) => {
+                    if said.elapsed() >= STARTUP_PROGRESS_EVERY {
+                        info!(
+                            voters = config.values.get("controller.quorum.voters").map_or("", |v| v.0.as_str()),
+                            "waiting for the metadata quorum to elect a leader (a majority of controller.quorum.voters must be running)"
+                        );
+                        said = Instant::now();
+                    }
+                    glommio::timer::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => bail!("metadata quorum: {e}"),
+            }
+        }
+    }
+
+    async fn bootstrap(
+        &self,
+        config: &BrokerConfig,
+        legacy_catalog: Option<Catalog>,
+    ) -> Result<()> {
+        let c = &config.cluster;
+        let legacy = config.data_dir.join(CATALOG_FILE);
+        if legacy_catalog.is_some() && !c.single_voter() {
+            bail!(
+                "{} holds a single-node catalog; a node of a several-voter quorum cannot import it. Start this data directory as a single node (no controller.quorum.voters), or give the node an empty --data-dir",
+                legacy.display()
+            );
+        }
+        if let Some(catalog) = legacy_catalog {
+            if self.image().topics.is_empty() {
+                let topics = catalog.topics.len();
+                let out = self
+                    .propose_at_start(
+                        config,
+                        &MetadataCommand::ImportCatalog {
+                            catalog: Box::new(catalog),
+                        },
+                    )
+                    .await?;
+                if let Outcome::Refused(_, why) = out {
+                    bail!("importing {}: {why}", legacy.display());
+                }
+                info!(
+                    topics,
+                    "imported the single-node catalog into the metadata log"
+                );
+            }
+            let done = config.data_dir.join(format!("{CATALOG_FILE}.imported"));
+            tributary_storage::io::rename(&legacy, &done)
+                .await
+                .with_context(|| format!("renaming {}", legacy.display()))?;
+            tributary_storage::io::sync_dir(&config.data_dir).await?;
+        }
+        if self.image().cluster_id.is_empty() {
+            self.propose_at_start(
+                config,
+                &MetadataCommand::InitCluster {
+                    cluster_id: crate::catalog::new_cluster_id(),
+                },
+            )
+            .await?;
+        }
+        self.propose_at_start(
+            config,
+            &MetadataCommand::RegisterBroker {
+                id: self.node_id,
+                incarnation: uuid::Uuid::new_v4().to_string(),
+                host: config.advertised_host.clone(),
+                port: config.advertised_port,
+            },
+        )
+        .await?;
+        if c.single_voter() {
+            if let Some(cmd) = offsets_topic_command(config, &self.image()) {
+                self.propose_at_start(config, &cmd).await?;
+            }
+        }
+        info!(
+            node = self.node_id,
+            leader = ?self.quorum.leader(),
+            applied = self.quorum.applied_index(),
+            "registered with the metadata quorum"
+        );
+        Ok(())
+    }
+
+    /// Proposes `cmd` and returns its outcome once every shard of this node holds the image
+    /// that includes it.
+    pub async fn propose(&self, cmd: &MetadataCommand) -> Result<Outcome, Refusal> {
+        let (index, out) = self.quorum.propose(cmd.encode()).await.map_err(|e| {
+            let code = match e {
+                ProposeError::NoLeader | ProposeError::Timeout => ErrorCode::REQUEST_TIMED_OUT,
+                _ => ErrorCode::UNKNOWN_SERVER_ERROR,
+            };
+            (code, format!("metadata quorum: {e}"))
+        })?;
+        self.wait_published(index).await;
+        match out {
+            Outcome::Undecodable(e) => Err((ErrorCode::UNKNOWN_SERVER_ERROR, e)),
+            out => Ok(out),
+        }
+    }
+
+    async fn wait_published(&self, index: u64) {
+        loop {
+            if self.published.get() >= index {
+                return;
+            }
+            let l = self.published_event.listen();
+            if self.published.get() >= index {
+                return;
+            }
+            l.await;
+        }
+    }
+
+    /// Sends every newly applied image to every shard, in order. Runs on shard 0 for the
+    /// broker's life.
+    pub async fn publish_loop(self: Rc<Self>, shard: Rc<Shard>) {
+        self.published.set(shard.catalog().version);
+        let mut seen = self.quorum.applied_index();
+        loop {
+            let image = self.image();
+            if image.version > self.published.get() {
+                let calls = (0..shard.shards).map(|s| {
+                    let catalog = image.clone();
+                    call(&shard, ShardId(s), move |reply| {
+                        ShardRequest::ApplyCatalog { catalog, reply }
+                    })
+                });
+                futures::future::join_all(calls).await;
+                self.published.set(image.version);
+                self.published_event.notify(usize::MAX);
+                continue;
+            }
+            let now = self.quorum.changed(seen).await;
+            if now == seen {
+                return; // the quorum closed
+            }
+            seen = now;
+        }
+    }
+
+    /// The active controller's duties, checked every `broker.heartbeat.interval.ms`: fence
+    /// brokers silent for `broker.session.timeout.ms`, unfence those heard again, and create
+    /// `__consumer_offsets` once every voter has registered.
+    pub async fn controller_loop(self: Rc<Self>, config: Arc<BrokerConfig>) {
+        let c = &config.cluster;
+        let session = Duration::from_millis(c.broker_session_timeout_ms);
+        let interval = Duration::from_millis(c.broker_heartbeat_interval_ms);
+        let mut leader_since: Option<Instant> = None;
+        loop {
+            glommio::timer::sleep(interval).await;
+            if !self.quorum.is_leader() {
+                leader_since = None;
+                continue;
+            }
+            // A new active controller gives every broker a fresh session, as Kafka's does: it
+            // has not heard from anyone yet.
+            let since = *leader_since.get_or_insert_with(Instant::now);
+            let image = self.image();
+            for (id, silence) in self.quorum.peer_silence() {
+                let silence = silence.unwrap_or_else(|| since.elapsed());
+                let Some(b) = image.brokers.get(&id) else {
+                    continue;
+                };
+                let cmd = if !b.fenced && silence > session {
+                    warn!(
+                        broker = id,
+                        silent_ms = silence.as_millis() as u64,
+                        "fencing a broker the controller has not heard from"
+                    );
+                    MetadataCommand::FenceBroker { id }
+                } else if b.fenced && silence < interval.max(session / 4) {
+                    info!(broker = id, "unfencing a broker that is back");
+                    MetadataCommand::UnfenceBroker { id }
+                } else {
+                    continue;
+                };
+                if let Err((_, e)) = self.propose(&cmd).await {
+                    warn!(broker = id, error = %e, "changing a broker's fencing failed");
+                }
+            }
+            if image.brokers.get(&self.node_id).is_some_and(|b| b.fenced) {
+                let _ = self
+                    .propose(&MetadataCommand::UnfenceBroker { id: self.node_id })
+                    .await;
+            }
+            let registered = c
+                .voters
+                .iter()
+                .all(|v| image.brokers.get(&v.id).is_some_and(|b| !b.fenced));
+            if registered {
+                if let Some(cmd) = offsets_topic_command(&config, &image) {
+                    if let Err((_, e)) = self.propose(&cmd).await {
+                        warn!(error = %e, "creating {OFFSETS_TOPIC} failed");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The command creating `__consumer_offsets` over the live brokers, unless it exists.
+fn offsets_topic_command(config: &BrokerConfig, image: &Catalog) -> Option<MetadataCommand> {
+    if image.topics.contains_key(OFFSETS_TOPIC) {
+        return None;
+    }
+    let brokers: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
+    let partitions = config.offsets_topic_num_partitions;
+    let assignment = super::placement::assign(&brokers, 0, partitions, 1, 0, 0).ok()?;
+    let configs = [
+        ("cleanup.policy".to_string(), "compact".to_string()),
+        (
+            "segment.bytes".to_string(),
+            config.offsets_topic_segment_bytes.to_string(),
+        ),
+    ];
+    info!(partitions, "creating {OFFSETS_TOPIC}");
+    Some(MetadataCommand::CreateTopics {
+        topics: vec![TopicMeta {
+            name: OFFSETS_TOPIC.to_string(),
+            id: uuid::Uuid::new_v4().to_string(),
+            partitions,
+            configs: configs.into_iter().collect(),
+            assignment: assignment
+                .into_iter()
+                .map(PartitionRegistration::new)
+                .collect(),
+        }],
+    })
+}
+
+/// A single-node catalog from before the metadata log, made whole for import: every
+/// partition on `node` at epoch 0, and the producer ids it reserved. Read at start-up, before
+/// any shard runs.
+pub fn read_legacy(data_dir: &Path, node: i32) -> Result<Option<Catalog>> {
+    #[derive(serde::Deserialize)]
+    struct ProducerIdBlock {
+        block_end: i64,
+    }
+    let Some(mut catalog) = read_checked::<Catalog>(&data_dir.join(CATALOG_FILE))? else {
+        return Ok(None);
+    };
+    let block: Option<ProducerIdBlock> = read_checked(&data_dir.join(LEGACY_PRODUCER_ID_FILE))?;
+    catalog.next_producer_id = catalog
+        .next_producer_id
+        .max(block.map_or(0, |b| b.block_end));
+    for t in catalog.topics.values_mut() {
+        if t.assignment.len() != t.partitions as usize {
+            t.assignment = (0..t.partitions)
+                .map(|_| PartitionRegistration::new(vec![node]))
+                .collect();
+        }
+    }
+    Ok(Some(catalog))
+}

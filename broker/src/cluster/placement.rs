@@ -1,0 +1,98 @@
+//! Where new partitions go: Kafka's rack-unaware replica assignment
+//! (`StripedReplicaPlacer` without racks), a pure function of the live brokers and two random
+//! starting points the caller draws. The first replica of partition `p` is the broker at
+//! `start + p`; the others follow at a shift that grows with every full round of brokers, so
+//! leaders and followers both spread evenly.
+
+use tributary_protocol::ErrorCode;
+
+/// Replica lists for `count` new partitions numbered from `first_partition`, over `brokers`
+/// (live broker ids, any order). `start` and `shift` are the caller's random draws.
+pub fn assign(
+    brokers: &[i32],
+    first_partition: i32,
+    count: i32,
+    replication_factor: usize,
+    start: usize,
+    shift: usize,
+) -> Result<Vec<Vec<i32>>, (ErrorCode, String)> {
+    let mut brokers = brokers.to_vec();
+    brokers.sort_unstable();
+    let n = brokers.len();
+    if replication_factor == 0 {
+        return Err((
+            ErrorCode::INVALID_REPLICATION_FACTOR,
+            "replication factor must be larger than 0".into(),
+        ));
+    }
+    if replication_factor > n {
+        return Err((
+            ErrorCode::INVALID_REPLICATION_FACTOR,
+            format!(
+                "unable to replicate the partition {replication_factor} time(s): the number of live brokers is {n}"
+            ),
+        ));
+    }
+    let start = start % n;
+    let mut shift = shift % n;
+    let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    for i in 0..count.max(0) as usize {
+        let p = first_partition as usize + i;
+        if p > 0 && p.is_multiple_of(n) {
+            shift += 1;
+        }
+        let first = (p + start) % n;
+        let mut replicas = vec![brokers[first]];
+        for j in 0..replication_factor - 1 {
+            let k = (first + 1 + (shift + j) % (n - 1)) % n;
+            replicas.push(brokers[k]);
+        }
+        out.push(replicas);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaders_spread_evenly_and_replicas_are_distinct() {
+        for n in 1..=5usize {
+            let brokers: Vec<i32> = (1..=n as i32).collect();
+            for rf in 1..=n {
+                for start in 0..n {
+                    let a = assign(&brokers, 0, 10 * n as i32, rf, start, start + 1).unwrap();
+                    let mut leaders = vec![0; n];
+                    for r in &a {
+                        assert_eq!(r.len(), rf);
+                        let mut d = r.clone();
+                        d.sort_unstable();
+                        d.dedup();
+                        assert_eq!(d.len(), rf, "{r:?} repeats a broker");
+                        leaders[(r[0] - 1) as usize] += 1;
+                    }
+                    assert!(leaders.iter().all(|&c| c == 10), "{leaders:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn too_few_brokers_is_invalid_replication_factor() {
+        let e = assign(&[1, 2], 0, 3, 3, 0, 0).unwrap_err();
+        assert_eq!(e.0, ErrorCode::INVALID_REPLICATION_FACTOR);
+        assert!(e.1.contains("live brokers is 2"), "{}", e.1);
+        assert_eq!(
+            assign(&[], 0, 1, 1, 0, 0).unwrap_err().0,
+            ErrorCode::INVALID_REPLICATION_FACTOR
+        );
+    }
+
+    #[test]
+    fn added_partitions_continue_the_round() {
+        let all = assign(&[1, 2, 3], 0, 6, 1, 1, 0).unwrap();
+        let tail = assign(&[3, 1, 2], 4, 2, 1, 1, 0).unwrap();
+        assert_eq!(&all[4..], &tail[..]);
+    }
+}

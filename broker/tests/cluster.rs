@@ -1,0 +1,538 @@
+//! Several `tributary` processes on loopback as one cluster: a three-voter metadata quorum,
+//! brokers registered and fenced through it, partitions spread over the brokers, and clients
+//! that only know one address finding the rest. Also the single node's move onto the metadata
+//! log: a data directory from before it keeps its topics and producer ids.
+//!
+//! Partitions are not replicated yet: a fenced broker's partitions have no leader until it
+//! returns, as Kafka does with replication factor 1 and unclean election off.
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{NewTopic, TopicReplication};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::metadata::Metadata;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+use common::{rd_create_topics, wait_until};
+
+/// Short timeouts, so fencing and elections happen within a test's patience.
+const SESSION_TIMEOUT_MS: u64 = 2000;
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+struct Node {
+    id: i32,
+    dir: PathBuf,
+    client: SocketAddr,
+    controller: SocketAddr,
+    child: Option<Child>,
+}
+
+struct Cluster {
+    _root: tempfile::TempDir,
+    nodes: Vec<Node>,
+    voters: String,
+}
+
+impl Cluster {
+    /// `n` nodes, none started.
+    fn new(n: i32) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let nodes: Vec<Node> = (1..=n)
+            .map(|id| Node {
+                id,
+                dir: root.path().join(format!("node-{id}")),
+                client: free_addr(),
+                controller: free_addr(),
+                child: None,
+            })
+            .collect();
+        let voters = nodes
+            .iter()
+            .map(|n| format!("{}@{}", n.id, n.controller))
+            .collect::<Vec<_>>()
+            .join(",");
+        Self {
+            _root: root,
+            nodes,
+            voters,
+        }
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let voters = self.voters.clone();
+        let node = &mut self.nodes[i];
+        std::fs::create_dir_all(&node.dir).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(node.dir.with_extension("log"))
+            .unwrap();
+        let set = [
+            format!("node.id={}", node.id),
+            format!("controller.quorum.voters={voters}"),
+            format!(
+                "listeners=PLAINTEXT://{},CONTROLLER://{}",
+                node.client, node.controller
+            ),
+            "controller.quorum.election.timeout.ms=500".into(),
+            format!("broker.session.timeout.ms={SESSION_TIMEOUT_MS}"),
+            "broker.heartbeat.interval.ms=250".into(),
+            "metrics.listen=127.0.0.1:0".into(),
+            "group.initial.rebalance.delay.ms=0".into(),
+            "offsets.topic.num.partitions=6".into(),
+        ];
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tributary"));
+        cmd.arg("--data-dir").arg(&node.dir).arg("--cores").arg("1");
+        for s in &set {
+            cmd.arg("--set").arg(s);
+        }
+        node.child = Some(
+            cmd.stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("broker binary starts"),
+        );
+    }
+
+    /// Starts every node and waits until each serves clients (it does once registered).
+    fn start_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.spawn(i);
+        }
+        for i in 0..self.nodes.len() {
+            self.wait_listening(i);
+        }
+    }
+
+    fn wait_listening(&self, i: usize) {
+        let addr = self.nodes[i].client;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "node {} did not listen on {addr}; its log: {}",
+                self.nodes[i].id,
+                self.log(i)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.nodes[i].dir.with_extension("log")).unwrap_or_default()
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn bootstrap(&self, i: usize) -> String {
+        self.nodes[i].client.to_string()
+    }
+
+    fn all_bootstrap(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| n.client.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+        // A failed test shows what each node said last.
+        if std::thread::panicking() {
+            for i in 0..self.nodes.len() {
+                let log = self.log(i);
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+                eprintln!(
+                    "--- node {} log (last 40 lines) ---\n{tail}",
+                    self.nodes[i].id
+                );
+            }
+        }
+    }
+}
+
+fn metadata(bootstrap: &str, topic: Option<&str>) -> Metadata {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .unwrap();
+    c.fetch_metadata(topic, Duration::from_secs(10))
+        .expect("Metadata")
+}
+
+fn broker_ids(m: &Metadata) -> Vec<i32> {
+    let mut ids: Vec<i32> = m.brokers().iter().map(|b| b.id()).collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Each partition's leader, in partition order.
+fn leaders(bootstrap: &str, topic: &str) -> Vec<i32> {
+    let m = metadata(bootstrap, Some(topic));
+    let t = &m.topics()[0];
+    let mut ps: Vec<(i32, i32)> = t
+        .partitions()
+        .iter()
+        .map(|p| (p.id(), p.leader()))
+        .collect();
+    ps.sort_unstable();
+    ps.into_iter().map(|(_, l)| l).collect()
+}
+
+/// Produces `n` keyed messages (to partition `i % partitions`) and waits for every ack.
+fn produce(bootstrap: &str, topic: &str, partitions: &[i32], n: usize, tag: &str) {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("message.timeout.ms", "30000")
+        .create()
+        .unwrap();
+    for i in 0..n {
+        let v = format!("{tag}-{i}");
+        let part = partitions[i % partitions.len()];
+        let mut rec = Some(
+            BaseRecord::<(), String>::to(topic)
+                .payload(&v)
+                .partition(part),
+        );
+        while let Some(r) = rec.take() {
+            if let Err((_, back)) = p.send(r) {
+                p.poll(Duration::from_millis(10));
+                rec = Some(back);
+            }
+        }
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(60))
+        .expect("every message acknowledged");
+}
+
+/// Consumes `topic` with a consumer group until `count` messages arrived; their payloads.
+fn consume_group(bootstrap: &str, topic: &str, group: &str, count: usize) -> Vec<String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    c.subscribe(&[topic]).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while out.len() < count && Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+        }
+    }
+    c.commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
+        .expect("offsets committed through the group's coordinator");
+    out
+}
+
+fn partition_dirs(dir: &Path, topic: &str) -> Vec<i32> {
+    let mut out: Vec<i32> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix(&format!("{topic}-"))?.parse().ok()
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+#[test]
+fn three_nodes_serve_one_cluster_with_partitions_spread_over_them() {
+    let mut cluster = Cluster::new(3);
+    cluster.start_all();
+    let first = cluster.bootstrap(0);
+    wait_until("every broker in Metadata", || {
+        broker_ids(&metadata(&first, None)) == vec![1, 2, 3]
+    });
+    rd_create_topics(
+        cluster.nodes[0].client,
+        &[NewTopic::new("spread", 6, TopicReplication::Fixed(1))],
+    );
+    // Every broker knows the topic soon after; its leaders are spread evenly.
+    let mut led = Vec::new();
+    for i in 0..3 {
+        let b = cluster.bootstrap(i);
+        wait_until("the topic on every broker", || {
+            leaders(&b, "spread").len() == 6
+        });
+        led = leaders(&b, "spread");
+    }
+    for id in 1..=3 {
+        assert_eq!(
+            led.iter().filter(|&&l| l == id).count(),
+            2,
+            "leaders {led:?}"
+        );
+    }
+    // Each node holds its own partitions' files, and only those.
+    for n in &cluster.nodes {
+        let mine: Vec<i32> = (0..6).filter(|&p| led[p as usize] == n.id).collect();
+        assert_eq!(partition_dirs(&n.dir, "spread"), mine, "node {}", n.id);
+    }
+    // A client that knows one broker writes to all six partitions; a group reads them back
+    // through whichever broker coordinates it.
+    produce(&first, "spread", &[0, 1, 2, 3, 4, 5], 600, "m");
+    let mut got = consume_group(&cluster.bootstrap(1), "spread", "readers", 600);
+    got.sort();
+    let mut want: Vec<String> = (0..600).map(|i| format!("m-{i}")).collect();
+    want.sort();
+    assert_eq!(got, want);
+    // A broker that does not lead a partition refuses it and says so.
+    let other = (0..6).find(|&p| led[p] != 1).unwrap() as i32;
+    let resp = raw_list_offsets(cluster.nodes[0].client, "spread", other);
+    assert_eq!(
+        resp, 6,
+        "NOT_LEADER_OR_FOLLOWER from a broker that does not lead it"
+    );
+}
+
+/// ListOffsets v1 (latest) for one partition, raw: its error code.
+fn raw_list_offsets(addr: SocketAddr, topic: &str, partition: i32) -> i16 {
+    use kafka_protocol::messages::list_offsets_request::{
+        ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+    };
+    use kafka_protocol::messages::{ApiKey, BrokerId, ListOffsetsResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let mut conn = common::RawConn::connect(addr);
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(partition)
+                .with_timestamp(-1)])]);
+    let resp: ListOffsetsResponse = conn.request(ApiKey::ListOffsets, 1, &req);
+    resp.topics[0].partitions[0].error_code
+}
+
+#[test]
+fn a_killed_broker_is_fenced_and_comes_back_with_its_data() {
+    let mut cluster = Cluster::new(3);
+    cluster.start_all();
+    let all = cluster.all_bootstrap();
+    wait_until("every broker in Metadata", || {
+        broker_ids(&metadata(&all, None)) == vec![1, 2, 3]
+    });
+    rd_create_topics(
+        cluster.nodes[0].client,
+        &[NewTopic::new("fence", 3, TopicReplication::Fixed(1))],
+    );
+    let first = cluster.bootstrap(0);
+    wait_until("the topic", || leaders(&first, "fence").len() == 3);
+    let led = leaders(&first, "fence");
+    produce(&all, "fence", &[0, 1, 2], 300, "before");
+
+    // Kill the broker leading partition 0 (any of the three).
+    let victim = led[0];
+    let vi = (victim - 1) as usize;
+    let survivor = cluster.bootstrap(if vi == 0 { 1 } else { 0 });
+    let killed = Instant::now();
+    cluster.kill(vi);
+    wait_until("the killed broker fenced", || {
+        !broker_ids(&metadata(&survivor, None)).contains(&victim)
+    });
+    let took = killed.elapsed();
+    assert!(
+        took >= Duration::from_millis(SESSION_TIMEOUT_MS / 2),
+        "fenced after {took:?}: before its session could time out"
+    );
+    let now = leaders(&survivor, "fence");
+    for (p, l) in now.iter().enumerate() {
+        if led[p] == victim {
+            assert_eq!(*l, -1, "partition {p} of the fenced broker has no leader");
+        } else {
+            assert_eq!(*l, led[p], "partition {p} keeps its leader");
+        }
+    }
+    // The others keep serving their partitions.
+    let alive: Vec<i32> = (0..3).filter(|&p| led[p as usize] != victim).collect();
+    produce(&survivor, "fence", &alive, 100, "during");
+
+    // Restarted, it registers again and leads its partitions with what they held.
+    cluster.spawn(vi);
+    cluster.wait_listening(vi);
+    wait_until("the broker back in Metadata", || {
+        broker_ids(&metadata(&survivor, None)) == vec![1, 2, 3]
+    });
+    wait_until("its partitions led again", || {
+        leaders(&survivor, "fence") == led
+    });
+    let m = metadata(&survivor, Some("fence"));
+    produce(&all, "fence", &[0, 1, 2], 30, "after");
+    let got = consume_group(&all, "fence", "checker", 430);
+    assert_eq!(
+        got.len(),
+        430,
+        "every acknowledged message, metadata {:?}",
+        m.topics()[0]
+            .partitions()
+            .iter()
+            .map(|p| (p.id(), p.leader()))
+            .collect::<Vec<_>>()
+    );
+    for i in 0..300 {
+        assert!(got.contains(&format!("before-{i}")), "before-{i} lost");
+    }
+}
+
+#[test]
+fn the_quorum_keeps_working_whichever_voter_is_lost() {
+    let mut cluster = Cluster::new(3);
+    cluster.start_all();
+    // Each voter in turn is killed, so the quorum's leader is among them at some point; the
+    // other two must elect one (if needed) and take metadata changes.
+    for round in 0..3usize {
+        cluster.kill(round);
+        let other = cluster.nodes[(round + 1) % 3].client;
+        let lost = cluster.nodes[round].id;
+        // New partitions go to live brokers: wait until the lost one is fenced.
+        wait_until("the lost voter fenced", || {
+            !broker_ids(&metadata(&other.to_string(), None)).contains(&lost)
+        });
+        let topic = format!("after-losing-{}", round + 1);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+                ClientConfig::new()
+                    .set("bootstrap.servers", other.to_string())
+                    .create()
+                    .unwrap();
+            let t = NewTopic::new(&topic, 2, TopicReplication::Fixed(1));
+            let res = futures::executor::block_on(
+                admin.create_topics([&t], &rdkafka::admin::AdminOptions::new()),
+            )
+            .expect("CreateTopics answered");
+            match &res[0] {
+                Ok(_) => break,
+                Err((_, e)) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "round {round}: CreateTopics still failing: {e:?}"
+                    );
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+        produce(&other.to_string(), &topic, &[0, 1], 20, "written");
+        cluster.spawn(round);
+        cluster.wait_listening(round);
+        let back = cluster.bootstrap(round);
+        wait_until("the restarted voter knows the new topic", || {
+            leaders(&back, &topic).len() == 2
+        });
+    }
+    // All three agree on the topics.
+    let names = |i: usize| {
+        let mut n: Vec<String> = metadata(&cluster.bootstrap(i), None)
+            .topics()
+            .iter()
+            .map(|t| t.name().to_string())
+            .collect();
+        n.sort();
+        n
+    };
+    wait_until("the same topics everywhere", || {
+        names(0) == names(1) && names(1) == names(2)
+    });
+}
+
+#[test]
+fn a_single_node_catalog_is_imported_into_the_metadata_log() {
+    let dir = tempfile::tempdir().unwrap();
+    // A data directory as single-node brokers wrote it: a checksummed catalog and the end of
+    // the reserved producer-id block.
+    let id = uuid::Uuid::new_v4().to_string();
+    let catalog = serde_json::json!({
+        "version": 4,
+        "cluster_id": "oldClusterIdAAAAAAAAAA",
+        "topics": {"kept": {"name": "kept", "id": id, "partitions": 2, "configs": {"retention.ms": "12345"}}},
+        "broker_configs": {"cluster": {}, "per_broker": {}}
+    });
+    write_legacy(dir.path(), "catalog.json", &catalog);
+    write_legacy(
+        dir.path(),
+        "producer-ids.json",
+        &serde_json::json!({"block_end": 7000}),
+    );
+    for round in 0..2 {
+        let broker = common::start_broker(dir.path(), 1, &[]);
+        let m = metadata(&broker.addr.to_string(), Some("kept"));
+        let t = &m.topics()[0];
+        assert_eq!(t.partitions().len(), 2, "round {round}");
+        assert!(t
+            .partitions()
+            .iter()
+            .all(|p| p.leader() == 0 && p.error().is_none()));
+        let cluster = raw_cluster_id(broker.addr);
+        assert_eq!(cluster, "oldClusterIdAAAAAAAAAA");
+        let pid = raw_init_producer_id(broker.addr);
+        assert!(
+            pid >= 7000,
+            "producer id {pid} reuses an id reserved before the import"
+        );
+        broker.shutdown().unwrap();
+    }
+    assert!(!dir.path().join("catalog.json").exists());
+    assert!(dir.path().join("catalog.json.imported").exists());
+}
+
+fn write_legacy(dir: &Path, name: &str, value: &serde_json::Value) {
+    let body = value.to_string();
+    let env = serde_json::json!({"crc32c": crc32c::crc32c(body.as_bytes()), "body": body});
+    std::fs::write(dir.join(name), env.to_string()).unwrap();
+}
+
+fn raw_cluster_id(addr: SocketAddr) -> String {
+    use kafka_protocol::messages::{ApiKey, DescribeClusterRequest, DescribeClusterResponse};
+    let mut conn = common::RawConn::connect(addr);
+    let resp: DescribeClusterResponse = conn.request(
+        ApiKey::DescribeCluster,
+        0,
+        &DescribeClusterRequest::default(),
+    );
+    resp.cluster_id.to_string()
+}
+
+fn raw_init_producer_id(addr: SocketAddr) -> i64 {
+    use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse};
+    let mut conn = common::RawConn::connect(addr);
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60000)
+        .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+        .with_producer_epoch(-1);
+    let resp: InitProducerIdResponse = conn.request(ApiKey::InitProducerId, 1, &req);
+    assert_eq!(resp.error_code, 0, "{resp:?}");
+    resp.producer_id.0
+}

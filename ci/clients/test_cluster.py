@@ -1,0 +1,93 @@
+"""A three-node cluster (every node a voter of the metadata quorum and a broker) driven by real
+clients that are given one address and must find the rest: kafka-python, confluent-kafka, kcat."""
+
+import json
+import subprocess
+import time
+
+import confluent_kafka
+from confluent_kafka.admin import AdminClient, NewTopic as CNewTopic
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+
+
+def wait_for(what, check, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def leaders(bootstrap, topic):
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    parts = md.topics[topic].partitions
+    return {p: parts[p].leader for p in parts}
+
+
+def test_kafka_python_producer_admin_and_group_across_brokers(cluster):
+    first, second, third = (b.bootstrap for b in cluster.nodes)
+    admin = KafkaAdminClient(bootstrap_servers=second)
+    admin.create_topics([NewTopic("kp-spread", 6, 1)])
+    admin.close()
+    wait_for("every partition led", lambda: len(leaders(first, "kp-spread")) == 6
+             and all(l > 0 for l in leaders(first, "kp-spread").values()))
+    assert set(leaders(first, "kp-spread").values()) == {1, 2, 3}
+    # 3.x is idempotent by default: InitProducerId reserves ids through the quorum.
+    producer = KafkaProducer(bootstrap_servers=first)
+    futures = [producer.send("kp-spread", json.dumps({"n": i}).encode(), partition=i % 6)
+               for i in range(600)]
+    producer.flush()
+    for f in futures:
+        f.get(timeout=10)
+    producer.close()
+    consumer = KafkaConsumer(
+        "kp-spread", bootstrap_servers=third, group_id="kp-readers",
+        auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=10000,
+    )
+    values = sorted(json.loads(m.value)["n"] for m in consumer)
+    consumer.commit()
+    consumer.close()
+    assert values == list(range(600))
+
+
+def test_confluent_group_keeps_reading_when_a_broker_stops(cluster):
+    bootstrap = cluster.nodes[0].bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([CNewTopic("ck-spread", 3, 1)]).values():
+        f.result(10)
+    wait_for("every partition led", lambda: sorted(leaders(bootstrap, "ck-spread").values()) == [1, 2, 3])
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(300):
+        p.produce("ck-spread", str(i).encode(), partition=i % 3)
+    assert p.flush(30) == 0
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "ck-readers",
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe(["ck-spread"])
+    got = []
+    deadline = time.time() + 60
+    while len(got) < 300 and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(int(m.value()))
+    c.commit(asynchronous=False)
+    c.close()
+    assert sorted(got) == list(range(300))
+    # A broker stopped cleanly leaves Metadata once fenced; the others keep their partitions.
+    led = leaders(bootstrap, "ck-spread")
+    stopped = cluster.nodes[2]
+    assert stopped.stop() == 0
+    wait_for("the stopped broker fenced", lambda: 3 not in
+             AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).brokers)
+    now = leaders(bootstrap, "ck-spread")
+    for part, leader in led.items():
+        assert now[part] == (-1 if leader == 3 else leader)
+
+
+def test_kcat_lists_every_broker(cluster):
+    out = subprocess.run(["kcat", "-b", cluster.nodes[1].bootstrap, "-L"], capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    assert "3 brokers:" in out, out
+    for b in cluster.nodes:
+        assert f"at {b.bootstrap}" in out, out
