@@ -273,7 +273,10 @@ impl MetadataNode {
                         "fencing a broker the controller has not heard from"
                     );
                     MetadataCommand::FenceBroker { id }
-                } else if b.fenced && silence < interval.max(session / 4) {
+                } else if b.fenced && silence < session / 2 {
+                    // Heard again well inside a session: back. The gap between half a session
+                    // and a whole one keeps a broker that answers slowly (a loaded machine)
+                    // from flapping in and out.
                     info!(broker = id, "unfencing a broker that is back");
                     MetadataCommand::UnfenceBroker { id }
                 } else {
