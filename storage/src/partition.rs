@@ -51,6 +51,7 @@ mod clean;
 mod read;
 mod replica;
 mod retention;
+mod truncate;
 
 use clean::{complete_swaps, remove_leftovers};
 use replica::{BatchEnd, ReplicaOpen};
@@ -1004,9 +1005,21 @@ impl Partition {
         let sync_policy = self.config.get().sync_policy;
         // The chunks to write are frozen while the state is borrowed; appends that arrive during
         // the write go into new chunks for the next flush.
-        let (mut sealed, active_file, active_writes, active_base, active_end, target, appended) = {
+        let (sealed, active_file, active_writes, active_base, active_end, target, appended) = {
             let mut st = self.state.borrow_mut();
-            let sealed = std::mem::take(&mut st.sealed_tails);
+            // Sealed tails stay in place, their bytes readable by replicas, until they are
+            // written and synced.
+            let sealed: Vec<SealedWrite> = st
+                .sealed_tails
+                .iter_mut()
+                .map(|t| SealedWrite {
+                    file: t.file.clone(),
+                    chunks: t.take_unwritten(false),
+                    end: t.end(),
+                    segment_base: t.segment_base,
+                    index: t.sealed_index.take(),
+                })
+                .collect();
             let t = &mut st.active_tail;
             let writes = t.take_unwritten(kind == Flush::FullChunks);
             let end = match (kind, writes.last()) {
@@ -1024,23 +1037,26 @@ impl Partition {
                 st.appended_bytes,
             )
         };
-        for tail in &mut sealed {
+        for tail in sealed {
             let file = tail.file.clone();
-            self.write_chunks(&file, tail.take_unwritten(false)).await?;
+            self.write_chunks(&file, tail.chunks).await?;
             // Trimmed before the sync, so the index written next matches the synced size.
-            file.truncate(tail.end())
+            file.truncate(tail.end)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
             group_commit::sync(file, sync_policy)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
-            if let Some(index) = &tail.sealed_index {
+            if let Some(index) = &tail.index {
                 if let Err(e) = write_index(&self.dir, tail.segment_base, index, false).await {
                     warn!(dir = %self.dir.display(), error = %e, "writing a segment index failed; it will be rebuilt on open");
                 }
             }
+            self.state
+                .borrow_mut()
+                .sealed_tails
+                .retain(|t| !Rc::ptr_eq(&t.file, &tail.file));
         }
-        drop(sealed);
         self.write_chunks(&active_file, active_writes).await?;
         if sync {
             group_commit::sync(active_file.clone(), sync_policy)
@@ -1170,6 +1186,15 @@ impl Partition {
         self.advanced.notify(usize::MAX);
         Ok(())
     }
+}
+
+/// A sealed tail's share of a flush: its unwritten chunks, where it ends, and its index file.
+struct SealedWrite {
+    file: Rc<SegmentFile>,
+    chunks: Vec<(u64, crate::io::FrozenBuf)>,
+    end: u64,
+    segment_base: i64,
+    index: Option<crate::index::IndexFile>,
 }
 
 /// What a flush writes, and whether it syncs.

@@ -187,6 +187,7 @@ pub(crate) fn batch_epoch(batch: &[u8]) -> i32 {
 pub(crate) fn follower_batches(
     records: &[u8],
     log_end_offset: i64,
+    gaps: bool,
 ) -> Result<Vec<(usize, BatchHeader)>, (usize, String)> {
     let mut out: Vec<(usize, BatchHeader)> = Vec::new();
     let mut position = 0usize;
@@ -198,11 +199,13 @@ pub(crate) fn follower_batches(
             Err(BatchError::Truncated { .. }) => break,
             Err(e) => return Err((position, e.to_string())),
         };
-        if header.base_offset < next {
+        // Offset gaps only where compaction can have made them: recovery and reads of a log
+        // without `compact` refuse them.
+        if header.base_offset < next || (!gaps && header.base_offset != next) {
             return Err((
                 position,
                 format!(
-                    "batch base_offset {} is below the next offset {next}",
+                    "batch base_offset {} where {next} is expected",
                     header.base_offset
                 ),
             ));
@@ -386,7 +389,8 @@ impl Partition {
         let _guard = self.lock(&self.append_lock).await?;
         self.check_online()?;
         let leo = self.log_end_offset();
-        let batches = follower_batches(records, leo).map_err(|(position, detail)| {
+        let gaps = self.config.get().compact;
+        let batches = follower_batches(records, leo, gaps).map_err(|(position, detail)| {
             PartitionError::Corrupt {
                 dir: self.dir.display().to_string(),
                 position: position as u64,
