@@ -12,6 +12,7 @@ pub mod codec;
 pub mod group_commit;
 pub mod index;
 pub mod io;
+pub mod leader_epoch;
 pub mod log_start;
 pub mod partition;
 pub mod producer_state;

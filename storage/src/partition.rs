@@ -37,6 +37,7 @@ use tributary_protocol::record_batch::{self, BatchHeader};
 use crate::cleaner::{self, KeyMap};
 use crate::group_commit::{self, SyncPolicy};
 use crate::io::{self, SegmentFile};
+use crate::leader_epoch::{self, LeaderEpochCache};
 use crate::log_start;
 use crate::producer_state::{ProducerBatch, ProducerStateTable, SequenceCheck, SequenceError};
 use crate::scan::{first_record_at, scan_chunk_with, BatchEntry, ScanEnd};
@@ -48,9 +49,12 @@ use crate::tail::{align_down, Tail};
 
 mod clean;
 mod read;
+mod replica;
 mod retention;
+mod truncate;
 
 use clean::{complete_swaps, remove_leftovers};
+use replica::{BatchEnd, ReplicaOpen};
 use retention::segments_below;
 
 /// Written after a clean close, once every segment has an up-to-date index file; its presence
@@ -236,6 +240,19 @@ struct LogState {
     sealed_tails: Vec<Tail>,
     producers: ProducerStateTable,
     failed: Option<String>,
+    /// Which leader epoch began at which offset (`leader-epoch-checkpoint`).
+    epochs: LeaderEpochCache,
+    /// The epoch [`Partition::append`] stamps into batches.
+    leader_epoch: i32,
+    /// Replicated mode: flushes move `durable_offset` only; the high watermark moves through
+    /// [`Partition::set_high_watermark`].
+    replicated: bool,
+    /// In replicated mode, where each batch between the high watermark and the log end ends,
+    /// oldest first, so the high watermark can move to any of them with `visible_end` and
+    /// `visible_bytes` exact.
+    pending_ends: std::collections::VecDeque<BatchEnd>,
+    /// The high watermark last written to the checkpoint file (replicated mode).
+    hw_checkpointed: i64,
 }
 
 pub struct Partition {
@@ -251,6 +268,8 @@ pub struct Partition {
     flushing: Cell<bool>,
     flushed: Event,
     advanced: Event,
+    /// Fired whenever the log end offset moves (appends, truncations): replica fetches wait on it.
+    appended: Event,
     /// A timed `fdatasync` (`flush.ms`) is pending.
     sync_timer_armed: Cell<bool>,
     /// A write-ahead of full blocks is spawned and has not started.
@@ -283,6 +302,24 @@ fn storage_err(dir: &Path, detail: impl std::fmt::Display) -> PartitionError {
 impl Partition {
     /// Opens the partition in `dir`, creating it if needed and recovering every segment.
     pub async fn open(dir: PathBuf, config: LogConfig) -> Result<Rc<Self>, PartitionError> {
+        Self::open_with(dir, config, false).await
+    }
+
+    /// Opens the partition in replicated mode (see [`Partition::set_replicated`]): the high
+    /// watermark starts at the checkpointed one, bounded by the log end, or at the log start
+    /// without a checkpoint, never at the log end.
+    pub async fn open_replicated(
+        dir: PathBuf,
+        config: LogConfig,
+    ) -> Result<Rc<Self>, PartitionError> {
+        Self::open_with(dir, config, true).await
+    }
+
+    async fn open_with(
+        dir: PathBuf,
+        config: LogConfig,
+        replicated: bool,
+    ) -> Result<Rc<Self>, PartitionError> {
         let clean_marker = dir.join(CLEAN_SHUTDOWN_FILE);
         // Listing, and finishing what a crash interrupted, in one trip to the blocking thread.
         let (mut bases, clean) = {
@@ -473,7 +510,33 @@ impl Partition {
             start,
             partial.as_deref().unwrap_or_default(),
         );
-        let visible_end = (active.base_offset, active.size);
+        let epochs = replica::load_epochs(
+            &dir,
+            &segments,
+            log_start_offset,
+            next_offset,
+            config.compact,
+        )
+        .await
+        .map_err(|e| storage_err(&dir, e))?;
+        let ReplicaOpen {
+            high_watermark,
+            visible_end,
+            pending_ends,
+            pending_bytes,
+        } = if replicated {
+            replica::open_high_watermark(
+                &dir,
+                &segments,
+                log_start_offset,
+                next_offset,
+                config.compact,
+            )
+            .await
+            .map_err(|e| storage_err(&dir, e))?
+        } else {
+            ReplicaOpen::at_end(active.base_offset, active.size, next_offset)
+        };
         let opened = OpenStats {
             segments: segments.len(),
             scanned,
@@ -486,16 +549,21 @@ impl Partition {
             state: RefCell::new(LogState {
                 segments,
                 next_offset,
-                high_watermark: next_offset,
+                high_watermark,
                 durable_offset: next_offset,
                 visible_end,
                 log_start_offset,
-                appended_bytes: 0,
+                appended_bytes: pending_bytes,
                 visible_bytes: 0,
                 active_tail,
                 sealed_tails: Vec::new(),
                 producers,
                 failed: None,
+                epochs,
+                leader_epoch: 0,
+                replicated,
+                pending_ends,
+                hw_checkpointed: high_watermark,
             }),
             append_lock: Semaphore::new(1),
             maintenance: Semaphore::new(1),
@@ -503,6 +571,7 @@ impl Partition {
             flushing: Cell::new(false),
             flushed: Event::new(),
             advanced: Event::new(),
+            appended: Event::new(),
             sync_timer_armed: Cell::new(false),
             write_ahead: Cell::new(false),
             prefetch: RefCell::new(None),
@@ -628,9 +697,22 @@ impl Partition {
         }
     }
 
-    /// Appends one validated batch, assigning its offsets. The batch is not durable until
-    /// [`Partition::sync_to`] returns for its last offset + 1.
+    /// Appends one validated batch, assigning its offsets and stamping the partition's current
+    /// leader epoch (0 unless [`Partition::set_leader_epoch`] changed it). The batch is not
+    /// durable until [`Partition::sync_to`] returns for its last offset + 1.
     pub async fn append(self: &Rc<Self>, batch: &[u8]) -> Result<AppendOutcome, PartitionError> {
+        let epoch = self.state.borrow().leader_epoch;
+        self.append_with_epoch(batch, epoch).await
+    }
+
+    /// [`Partition::append`] stamping `leader_epoch` into the batch's `partition_leader_epoch`
+    /// (outside the CRC), and recording in the epoch cache that `leader_epoch` begins at this
+    /// batch when it is newer than the latest epoch there.
+    pub async fn append_with_epoch(
+        self: &Rc<Self>,
+        batch: &[u8],
+        leader_epoch: i32,
+    ) -> Result<AppendOutcome, PartitionError> {
         let _guard = self.lock(&self.append_lock).await?;
         self.check_online()?;
         let header = record_batch::parse_header(batch, 0).map_err(|e| storage_err(&self.dir, e))?;
@@ -638,48 +720,84 @@ impl Partition {
         if let Some(dup) = self.check_sequence(&header)? {
             return Ok(dup);
         }
-        let config = self.config.get();
-        let needs_roll = {
-            let st = self.state.borrow();
-            let active = st.segments.last().expect("active segment");
-            let last_offset = st.next_offset + i64::from(header.last_offset_delta);
-            active.first_timestamp.is_some_and(|first| {
-                active.size + batch.len() as u64 > config.segment_bytes
-                    || header.max_timestamp.saturating_sub(first) > config.segment_ms
-                    // Offsets are stored relative to the base in 32 bits, as in Kafka.
-                    || last_offset - active.base_offset > i64::from(i32::MAX)
-            })
-        };
-        if needs_roll {
+        let base_offset = self.state.borrow().next_offset;
+        if self.needs_roll(&header, base_offset) {
             self.roll().await?;
         }
-        let mut guard = self.state.borrow_mut();
-        let st = &mut *guard;
-        let base_offset = st.next_offset;
-        let last_offset = base_offset + i64::from(header.last_offset_delta);
+        let new_epoch = self.assign_epoch(leader_epoch, base_offset);
+        if new_epoch {
+            self.persist_epochs(true).await?;
+        }
         // The batch goes straight into the aligned buffers a flush writes; only its header,
-        // whose base offset the broker assigns, is copied on the way.
+        // whose base offset and leader epoch the broker assigns, is copied on the way.
         let mut head = [0u8; record_batch::RECORD_BATCH_HEADER_BYTES];
         head.copy_from_slice(&batch[..record_batch::RECORD_BATCH_HEADER_BYTES]);
-        record_batch::assign_offset(&mut head, base_offset, 0);
-        let tail = &mut st.active_tail;
-        tail.push(
-            &[&head, &batch[head.len()..]],
-            config.write_ahead_bytes as usize,
-        );
+        record_batch::assign_offset(&mut head, base_offset, leader_epoch);
+        let header = BatchHeader {
+            base_offset,
+            partition_leader_epoch: leader_epoch,
+            ..header
+        };
+        self.push_batch(&header, &[&head, &batch[head.len()..]]);
+        let outcome = AppendOutcome {
+            base_offset,
+            last_offset: header.last_offset(),
+            duplicate: false,
+            log_start_offset: self.state.borrow().log_start_offset,
+        };
+        self.after_append();
+        Ok(outcome)
+    }
+
+    /// Whether the active segment must roll before a batch with `header` at `base_offset`.
+    fn needs_roll(&self, header: &BatchHeader, base_offset: i64) -> bool {
+        let config = self.config.get();
+        let st = self.state.borrow();
+        let active = st.segments.last().expect("active segment");
+        let last_offset = base_offset + i64::from(header.last_offset_delta);
+        active.first_timestamp.is_some_and(|first| {
+            active.size + header.size() as u64 > config.segment_bytes
+                || header.max_timestamp.saturating_sub(first) > config.segment_ms
+                // Offsets are stored relative to the base in 32 bits, as in Kafka.
+                || last_offset - active.base_offset > i64::from(i32::MAX)
+        })
+    }
+
+    /// Copies one batch (`parts`, whose header is `header` with its final offsets) into the
+    /// active tail and notes it in the segment, the producer state and, in replicated mode, the
+    /// pending batch ends.
+    fn push_batch(&self, header: &BatchHeader, parts: &[&[u8]]) {
+        let config = self.config.get();
+        let mut guard = self.state.borrow_mut();
+        let st = &mut *guard;
+        let base_offset = header.base_offset;
+        let last_offset = header.last_offset();
+        assert!(base_offset >= st.next_offset, "batches only go forward");
+        st.active_tail
+            .push(parts, config.write_ahead_bytes as usize);
         let active = st.segments.last_mut().expect("active segment");
         assert_eq!(active.base_offset, st.active_tail.segment_base);
         let entry = BatchEntry {
             base_offset,
             last_offset,
             position: active.size,
-            size: batch.len() as u32,
+            size: header.size() as u32,
             max_timestamp: header.max_timestamp,
         };
         active.on_batch(&entry, config.index_interval_bytes);
         assert_eq!(st.active_tail.end(), active.size);
+        let (segment_base, position) = (active.base_offset, active.size);
         st.next_offset = last_offset + 1;
-        st.appended_bytes += batch.len() as u64;
+        st.appended_bytes += u64::from(entry.size);
+        if st.replicated {
+            let end = BatchEnd {
+                end_offset: st.next_offset,
+                segment_base,
+                position,
+                appended_bytes: st.appended_bytes,
+            };
+            replica::push_end(&mut st.pending_ends, end);
+        }
         if header.has_producer_id() {
             st.producers.record(
                 header.producer_id,
@@ -693,14 +811,12 @@ impl Partition {
                 header.max_timestamp,
             );
         }
-        let outcome = AppendOutcome {
-            base_offset,
-            last_offset,
-            duplicate: false,
-            log_start_offset: st.log_start_offset,
-        };
-        let full_chunk = st.active_tail.has_full_chunk();
-        drop(guard);
+    }
+
+    /// After appends: wakes replica fetches, and writes a full append buffer ahead of the commit.
+    fn after_append(self: &Rc<Self>) {
+        self.appended.notify(usize::MAX);
+        let full_chunk = self.state.borrow().active_tail.has_full_chunk();
         if full_chunk && !self.write_ahead.replace(true) {
             // A full append buffer goes to disk at once, overlapping the appends still coming;
             // the next commit then writes only the rest before its fdatasync.
@@ -725,7 +841,6 @@ impl Partition {
             })
             .detach();
         }
-        Ok(outcome)
     }
 
     fn check_sequence(
@@ -757,6 +872,13 @@ impl Partition {
 
     async fn roll(&self) -> Result<(), PartitionError> {
         let base = self.state.borrow().next_offset;
+        self.roll_at(base).await
+    }
+
+    /// Rolls to a new segment whose base offset is `base`: the log end, or for a follower the
+    /// base offset of the next batch, which may be past it in a compacted log.
+    async fn roll_at(&self, base: i64) -> Result<(), PartitionError> {
+        assert!(base >= self.state.borrow().next_offset);
         let path = segment_path(&self.dir, base);
         let file = Rc::new(
             SegmentFile::open(&path, true)
@@ -793,7 +915,9 @@ impl Partition {
     /// after `flush.messages` unsynced messages or `flush.ms`.
     pub async fn commit(self: &Rc<Self>, offset: i64) -> Result<(), PartitionError> {
         let config = self.config.get();
-        if config.sync_every_commit() {
+        // In replicated mode only the durable end is the local commit: the high watermark waits
+        // for the followers, so a written flush could not be waited for through it.
+        if config.sync_every_commit() || self.is_replicated() {
             return self.sync_to(offset).await;
         }
         self.flush_until(offset, false).await?;
@@ -826,6 +950,14 @@ impl Partition {
             self.check_online()?;
             {
                 let st = self.state.borrow();
+                if offset > st.next_offset {
+                    // The log was truncated below `offset` while this waited: it never comes.
+                    return Err(PartitionError::OffsetOutOfRange {
+                        offset,
+                        log_start_offset: st.log_start_offset,
+                        high_watermark: st.high_watermark,
+                    });
+                }
                 let reached = if durable {
                     st.durable_offset
                 } else {
@@ -873,9 +1005,21 @@ impl Partition {
         let sync_policy = self.config.get().sync_policy;
         // The chunks to write are frozen while the state is borrowed; appends that arrive during
         // the write go into new chunks for the next flush.
-        let (mut sealed, active_file, active_writes, active_base, active_end, target, appended) = {
+        let (sealed, active_file, active_writes, active_base, active_end, target, appended) = {
             let mut st = self.state.borrow_mut();
-            let sealed = std::mem::take(&mut st.sealed_tails);
+            // Sealed tails stay in place, their bytes readable by replicas, until they are
+            // written and synced.
+            let sealed: Vec<SealedWrite> = st
+                .sealed_tails
+                .iter_mut()
+                .map(|t| SealedWrite {
+                    file: t.file.clone(),
+                    chunks: t.take_unwritten(false),
+                    end: t.end(),
+                    segment_base: t.segment_base,
+                    index: t.sealed_index.take(),
+                })
+                .collect();
             let t = &mut st.active_tail;
             let writes = t.take_unwritten(kind == Flush::FullChunks);
             let end = match (kind, writes.last()) {
@@ -893,23 +1037,26 @@ impl Partition {
                 st.appended_bytes,
             )
         };
-        for tail in &mut sealed {
+        for tail in sealed {
             let file = tail.file.clone();
-            self.write_chunks(&file, tail.take_unwritten(false)).await?;
+            self.write_chunks(&file, tail.chunks).await?;
             // Trimmed before the sync, so the index written next matches the synced size.
-            file.truncate(tail.end())
+            file.truncate(tail.end)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
             group_commit::sync(file, sync_policy)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
-            if let Some(index) = &tail.sealed_index {
+            if let Some(index) = &tail.index {
                 if let Err(e) = write_index(&self.dir, tail.segment_base, index, false).await {
                     warn!(dir = %self.dir.display(), error = %e, "writing a segment index failed; it will be rebuilt on open");
                 }
             }
+            self.state
+                .borrow_mut()
+                .sealed_tails
+                .retain(|t| !Rc::ptr_eq(&t.file, &tail.file));
         }
-        drop(sealed);
         self.write_chunks(&active_file, active_writes).await?;
         if sync {
             group_commit::sync(active_file.clone(), sync_policy)
@@ -923,7 +1070,8 @@ impl Partition {
         let config = self.config.get();
         // With flush.messages=1 only a synced flush makes data visible; a write-ahead never does.
         let visible = sync || (kind == Flush::Written && !config.sync_every_commit());
-        if visible && target > st.high_watermark {
+        // In replicated mode the high watermark moves only through `set_high_watermark`.
+        if visible && !st.replicated && target > st.high_watermark {
             st.high_watermark = target;
             st.visible_end = (active_base, active_end);
             st.visible_bytes = appended;
@@ -984,6 +1132,7 @@ impl Partition {
     pub async fn close(&self) -> Result<(), PartitionError> {
         let end = self.state.borrow().next_offset;
         self.sync_to(end).await?;
+        self.checkpoint_high_watermark().await?;
         let (file, size, base, index) = {
             let st = self.state.borrow();
             let active = st.segments.last().expect("active segment");
@@ -1037,6 +1186,15 @@ impl Partition {
         self.advanced.notify(usize::MAX);
         Ok(())
     }
+}
+
+/// A sealed tail's share of a flush: its unwritten chunks, where it ends, and its index file.
+struct SealedWrite {
+    file: Rc<SegmentFile>,
+    chunks: Vec<(u64, crate::io::FrozenBuf)>,
+    end: u64,
+    segment_base: i64,
+    index: Option<crate::index::IndexFile>,
 }
 
 /// What a flush writes, and whether it syncs.

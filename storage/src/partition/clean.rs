@@ -42,7 +42,7 @@ impl Partition {
             let st = self.state.borrow();
             st.segments
                 .windows(2)
-                .take_while(|w| w[1].base_offset <= st.durable_offset)
+                .take_while(|w| w[1].base_offset <= st.durable_offset.min(st.high_watermark))
                 .map(|w| {
                     (
                         w[0].base_offset,

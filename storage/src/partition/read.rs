@@ -11,7 +11,19 @@ impl Partition {
     /// (length, CRC32C, offsets), so a batch damaged on disk after it was written is never
     /// served: a read gets the batches before it, or CORRUPT_MESSAGE if it starts there.
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutcome, PartitionError> {
-        self.read_batches(offset, max_bytes, true).await
+        self.read_batches(offset, max_bytes, true, false).await
+    }
+
+    /// A follower's fetch: [`Partition::read`] up to the log end offset instead of the high
+    /// watermark, including batches appended but not yet written or synced (served from the
+    /// tail buffers). An offset past the log end is out of range. Replica reads neither use nor
+    /// start a read-ahead.
+    pub async fn read_replica(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<ReadOutcome, PartitionError> {
+        self.read_batches(offset, max_bytes, true, true).await
     }
 
     /// [`Partition::read`] under a hard limit: when the first batch is larger than `max_bytes`
@@ -22,7 +34,7 @@ impl Partition {
         offset: i64,
         max_bytes: usize,
     ) -> Result<ReadOutcome, PartitionError> {
-        self.read_batches(offset, max_bytes, false).await
+        self.read_batches(offset, max_bytes, false, false).await
     }
 
     async fn read_batches(
@@ -30,6 +42,7 @@ impl Partition {
         offset: i64,
         max_bytes: usize,
         first_whole: bool,
+        replica: bool,
     ) -> Result<ReadOutcome, PartitionError> {
         self.check_online()?;
         let config = self.config.get();
@@ -40,14 +53,20 @@ impl Partition {
                 let st = self.state.borrow();
                 let hw = st.high_watermark;
                 let lso = st.log_start_offset;
-                if offset < lso || offset > hw {
+                let (bound, end) = if replica {
+                    let active = st.segments.last().expect("active segment");
+                    (st.next_offset, (active.base_offset, active.size))
+                } else {
+                    (hw, st.visible_end)
+                };
+                if offset < lso || offset > bound {
                     return Err(PartitionError::OffsetOutOfRange {
                         offset,
                         log_start_offset: lso,
                         high_watermark: hw,
                     });
                 }
-                (hw, lso, plan_read(&st, offset, after))
+                (hw, lso, plan_read(&st, end, offset, after))
             };
             let empty = ReadOutcome {
                 records: Bytes::new(),
@@ -59,7 +78,7 @@ impl Partition {
             };
             // A reader continuing where its last read ended starts at the chunk read ahead for
             // it, not at the index entry before it.
-            if let Some(p) = self.prefetch.borrow().as_ref() {
+            if let Some(p) = self.prefetch.borrow().as_ref().filter(|_| !replica) {
                 if Rc::ptr_eq(&p.file, &plan.file)
                     && p.next_offset == offset
                     && (plan.position..plan.limit).contains(&p.position)
@@ -69,7 +88,14 @@ impl Partition {
                 }
             }
             match self
-                .read_in_segment(&plan, offset, max_bytes, slack, gaps, first_whole)
+                .read_in_segment(
+                    &plan,
+                    offset,
+                    max_bytes,
+                    (slack, gaps),
+                    first_whole,
+                    replica,
+                )
                 .await?
             {
                 Some(records) => return Ok(ReadOutcome { records, ..empty }),
@@ -87,14 +113,19 @@ impl Partition {
         plan: &ReadPlan,
         offset: i64,
         max_bytes: usize,
-        slack: u64,
-        gaps: bool,
+        (slack, gaps): (u64, bool),
         first_whole: bool,
+        replica: bool,
     ) -> Result<Option<Bytes>, PartitionError> {
         let (limit, mut position, mut expect) = (plan.limit, plan.position, plan.expect);
         let mut len = (max_bytes as u64 + slack).min(limit - position);
         loop {
-            let data = self.read_chunk(&plan.file, position, len as usize).await?;
+            let data = if replica {
+                self.read_chunk_replica(&plan.file, position, len as usize)
+                    .await?
+            } else {
+                self.read_chunk(&plan.file, position, len as usize).await?
+            };
             let scan = scan_chunk_with(&data, position, expect, gaps);
             let first = scan
                 .batches
@@ -119,7 +150,7 @@ impl Partition {
                     }
                 }
                 let end = position + to as u64;
-                if end < limit {
+                if end < limit && !replica {
                     let next = scan.batches[first..]
                         .iter()
                         .take_while(|(e, _)| e.position < end)
@@ -246,6 +277,56 @@ impl Partition {
         Ok(ChunkBytes::Disk(
             self.read_exact(file, position, len).await?,
         ))
+    }
+
+    /// `len` bytes at `position` for a replica read, which may reach past what is written: bytes
+    /// not yet written are copied from the tail (active or sealed) of that file, the rest read
+    /// from the disk.
+    async fn read_chunk_replica(
+        &self,
+        file: &Rc<SegmentFile>,
+        position: u64,
+        len: usize,
+    ) -> Result<ChunkBytes, PartitionError> {
+        let (disk_len, memory) = {
+            let st = self.state.borrow();
+            let tail = std::iter::once(&st.active_tail)
+                .chain(st.sealed_tails.iter())
+                .find(|t| Rc::ptr_eq(&t.file, file));
+            match tail {
+                Some(t) if t.holds(file, position, len) => {
+                    self.tail_cache_hits.set(self.tail_cache_hits.get() + 1);
+                    return Ok(ChunkBytes::Memory(t.copy(position, len)));
+                }
+                Some(t) if position + len as u64 > t.written_end => {
+                    // Everything before the tail's memory is written (a chunk is let go only
+                    // once written), so the disk holds `[position, start)`.
+                    let start = t.start();
+                    if start > t.written_end || position + len as u64 > t.end() {
+                        return Err(self.go_offline(format!(
+                            "a replica read at position {position} of {len} bytes is outside the log"
+                        )));
+                    }
+                    let at = start.max(position);
+                    let memory = t.copy(at, (position + len as u64 - at) as usize);
+                    ((at - position) as usize, Some(memory))
+                }
+                _ => (len, None),
+            }
+        };
+        let Some(memory) = memory else {
+            self.disk_chunk_reads.set(self.disk_chunk_reads.get() + 1);
+            return Ok(ChunkBytes::Disk(
+                self.read_exact(file, position, len).await?,
+            ));
+        };
+        let mut out = Vec::with_capacity(len);
+        if disk_len > 0 {
+            self.disk_chunk_reads.set(self.disk_chunk_reads.get() + 1);
+            out.extend_from_slice(&self.read_exact(file, position, disk_len).await?);
+        }
+        out.extend_from_slice(&memory);
+        Ok(ChunkBytes::Memory(out))
     }
 
     /// Reads exactly `len` bytes; a short read or an I/O error takes the partition offline.
@@ -384,7 +465,7 @@ struct ReadPlan {
 
 /// The first segment after base `after` that holds offsets at or after `offset` (skipping the
 /// missing offsets after a damaged closed segment), located through its index.
-fn plan_read(st: &LogState, offset: i64, after: i64) -> Option<ReadPlan> {
+fn plan_read(st: &LogState, end: (i64, u64), offset: i64, after: i64) -> Option<ReadPlan> {
     let from = st
         .segments
         .partition_point(|s| s.base_offset <= offset)
@@ -392,11 +473,17 @@ fn plan_read(st: &LogState, offset: i64, after: i64) -> Option<ReadPlan> {
     let seg = st.segments[from..]
         .iter()
         .find(|s| s.base_offset > after && s.next_offset > offset)?;
-    plan_segment(st, seg, offset)
+    plan_segment_to(st, end, seg, offset)
 }
 
 fn plan_segment(st: &LogState, seg: &Segment, offset: i64) -> Option<ReadPlan> {
-    let (visible_base, visible_pos) = st.visible_end;
+    plan_segment_to(st, st.visible_end, seg, offset)
+}
+
+/// [`plan_segment`] reading up to `end` (`(segment base, position)`): the visible end, or the
+/// log end for a replica.
+fn plan_segment_to(st: &LogState, end: (i64, u64), seg: &Segment, offset: i64) -> Option<ReadPlan> {
+    let (visible_base, visible_pos) = end;
     let (limit, whole_segment) = match seg.base_offset.cmp(&visible_base) {
         std::cmp::Ordering::Less => (seg.size, true),
         std::cmp::Ordering::Equal => (visible_pos.min(seg.size), false),
@@ -409,7 +496,7 @@ fn plan_segment(st: &LogState, seg: &Segment, offset: i64) -> Option<ReadPlan> {
             .segments
             .iter()
             .find(|s| s.base_offset > seg.base_offset)?;
-        return plan_segment(st, next, offset);
+        return plan_segment_to(st, end, next, offset);
     }
     (position < limit).then(|| ReadPlan {
         file: seg.file.clone(),

@@ -1,0 +1,324 @@
+//! Truncating a partition from the end, as a follower does when its log diverged from its
+//! leader's, and starting it over at another offset when its log is out of the leader's range.
+//!
+//! Both hold the maintenance lock, then the append lock, and mark a flush as running for their
+//! whole length, so no flush, write-ahead or sync round can write or count bytes of the old log
+//! after the cut. Segment files after the cut are removed newest first and the cut file is
+//! `fdatasync`ed before anything new can be appended, so a crash at any point leaves a prefix
+//! of the old log, never old batches stitched to new ones.
+
+use super::*;
+
+impl Partition {
+    /// Removes every batch at and after `offset`, which must be a batch boundary: the base of
+    /// a batch, or the log end. An offset at or past the log end changes nothing; one below
+    /// the log start, or inside a batch, is out of range. The high watermark and the durable
+    /// offset come down to the new end if they were past it; the epoch cache drops the epochs
+    /// that started there or later; producer state is rebuilt as an open would. Returns the new
+    /// log end offset (below `offset` when `offset` was in a compacted log's gap).
+    pub async fn truncate_to(self: &Rc<Self>, offset: i64) -> Result<i64, PartitionError> {
+        let _maintenance = self.lock(&self.maintenance).await?;
+        let _guard = self.lock(&self.append_lock).await?;
+        self.check_online()?;
+        let (leo, lso, hw) = {
+            let st = self.state.borrow();
+            (st.next_offset, st.log_start_offset, st.high_watermark)
+        };
+        if offset >= leo {
+            return Ok(leo);
+        }
+        if offset < lso {
+            return Err(PartitionError::OffsetOutOfRange {
+                offset,
+                log_start_offset: lso,
+                high_watermark: hw,
+            });
+        }
+        // Everything appended is written and synced first: no buffer or sealed tail is left to
+        // write old bytes over the cut later.
+        self.sync_to(leo).await?;
+        let result = self.exclusive(self.truncate_locked(offset)).await;
+        if result.is_ok() {
+            info!(dir = %self.dir.display(), offset, log_end_offset = self.log_end_offset(), "truncated the log");
+        }
+        result
+    }
+
+    /// A follower whose fetch offset is out of its leader's range: removes every segment and
+    /// starts an empty log at `offset`, which becomes the log start offset. The epoch cache and
+    /// producer state are emptied.
+    pub async fn truncate_fully_and_start_at(
+        self: &Rc<Self>,
+        offset: i64,
+    ) -> Result<(), PartitionError> {
+        assert!(offset >= 0, "a log starts at a non-negative offset");
+        let _maintenance = self.lock(&self.maintenance).await?;
+        let _guard = self.lock(&self.append_lock).await?;
+        self.check_online()?;
+        let result = self.exclusive(self.start_over_locked(offset)).await;
+        if result.is_ok() {
+            info!(dir = %self.dir.display(), offset, "removed the log; it starts over");
+        }
+        result
+    }
+
+    /// Runs `work` with no flush running and none able to start: it holds the flush slot.
+    async fn exclusive<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, PartitionError>>,
+    ) -> Result<T, PartitionError> {
+        while self.flushing.get() {
+            let listener = self.flushed.listen();
+            if self.flushing.get() {
+                listener.await;
+            }
+        }
+        self.flushing.set(true);
+        let result = work.await;
+        if let Err(PartitionError::Storage { detail, .. }) = &result {
+            self.go_offline(format!("truncation failed: {detail}"));
+        }
+        self.flushing.set(false);
+        self.flushed.notify(usize::MAX);
+        self.appended.notify(usize::MAX);
+        self.advanced.notify(usize::MAX);
+        result
+    }
+
+    async fn truncate_locked(&self, offset: i64) -> Result<i64, PartitionError> {
+        let io = |e: std::io::Error| storage_err(&self.dir, e);
+        let gaps = self.config.get().compact;
+        // The segment holding `offset`, and where in it the cut goes.
+        let (i, file, size, position, expect) = {
+            let st = self.state.borrow();
+            let i = st
+                .segments
+                .partition_point(|s| s.base_offset <= offset)
+                .saturating_sub(1);
+            let seg = &st.segments[i];
+            let (position, expect) = seg.locate(offset);
+            (i, seg.file.clone(), seg.size, position, expect)
+        };
+        let mut cut = size;
+        let mut reader = SegmentReader::starting_at(file, position, expect, size, gaps);
+        'scan: while let Some(chunk) = reader.next().await.map_err(io)? {
+            for e in &chunk.batches {
+                if e.last_offset < offset {
+                    continue;
+                }
+                if e.base_offset < offset {
+                    let hw = self.high_watermark();
+                    return Err(PartitionError::OffsetOutOfRange {
+                        offset,
+                        log_start_offset: self.log_start_offset(),
+                        high_watermark: hw,
+                    });
+                }
+                cut = e.position;
+                break 'scan;
+            }
+        }
+        // A segment cut to nothing goes too (but the first), so the log never ends in an empty
+        // segment after a shorter one, which an open would drop.
+        let (keep, cut) = if cut == 0 && i > 0 {
+            let prev = &self.state.borrow().segments[i - 1];
+            (i - 1, prev.size)
+        } else {
+            (i, cut)
+        };
+        let removed: Vec<Segment> = self.state.borrow_mut().segments.drain(keep + 1..).collect();
+        for seg in removed.iter().rev() {
+            io::remove_file(&segment_path(&self.dir, seg.base_offset))
+                .await
+                .map_err(io)?;
+            remove_index(&self.dir, seg.base_offset).await.map_err(io)?;
+        }
+        if !removed.is_empty() {
+            io::sync_dir(&self.dir).await.map_err(io)?;
+        }
+        let (kept_file, kept_base) = {
+            let st = self.state.borrow();
+            let seg = &st.segments[keep];
+            (seg.file.clone(), seg.base_offset)
+        };
+        // The kept segment is the active one now: its index file would only be stale.
+        remove_index(&self.dir, kept_base).await.map_err(io)?;
+        kept_file.truncate(cut).await.map_err(io)?;
+        kept_file.fdatasync().await.map_err(io)?;
+        let mut producers = self.rebuild_producers(keep).await?;
+        let (seg, _) = recover_segment(
+            kept_file.clone(),
+            kept_base,
+            Some(&mut producers),
+            self.config.get().index_interval_bytes,
+            gaps,
+        )
+        .await
+        .map_err(io)?;
+        let tail = tail_of(&seg).await.map_err(io)?;
+        let leo = seg.next_offset;
+        let (hw_to_write, epochs_changed) = {
+            let mut guard = self.state.borrow_mut();
+            let st = &mut *guard;
+            st.segments.truncate(keep);
+            let (seg_base, seg_size) = (seg.base_offset, seg.size);
+            st.segments.push(seg);
+            st.next_offset = leo;
+            st.durable_offset = st.durable_offset.min(leo);
+            if st.high_watermark >= leo {
+                st.high_watermark = leo;
+                st.visible_end = (seg_base, seg_size);
+                st.visible_bytes = st.appended_bytes;
+            }
+            st.pending_ends.retain(|e| e.end_offset <= leo);
+            st.log_start_offset = st.log_start_offset.min(leo);
+            st.active_tail = tail;
+            st.sealed_tails.clear();
+            producers.set_max_producers(self.config.get().producer_state_max_producers);
+            st.producers = producers;
+            let changed = st.epochs.truncate_from_end(leo);
+            let hw = (st.replicated && st.hw_checkpointed > st.high_watermark)
+                .then_some(st.high_watermark);
+            (hw, changed)
+        };
+        self.cleaned_through
+            .set(self.cleaned_through.get().min(leo));
+        self.prefetch.borrow_mut().take();
+        close_removed(&self.dir, removed).await;
+        if epochs_changed {
+            self.persist_epochs(true).await?;
+        }
+        if let Some(hw) = hw_to_write {
+            // A checkpoint past the new end would show batches appended at these offsets later
+            // as committed after a restart.
+            log_start::write_named(&self.dir, replica::HW_CHECKPOINT_FILE, hw)
+                .await
+                .map_err(io)?;
+            self.state.borrow_mut().hw_checkpointed = hw;
+        }
+        Ok(leo)
+    }
+
+    /// Producer state at the end of segment `keep - 1`: from the newest snapshot in a closed
+    /// segment's index file before `keep`, then the segments after it replayed (segment `keep`
+    /// itself is replayed by the caller's rescan of it).
+    async fn rebuild_producers(&self, keep: usize) -> Result<ProducerStateTable, PartitionError> {
+        let io = |e: std::io::Error| storage_err(&self.dir, e);
+        let gaps = self.config.get().compact;
+        let closed: Vec<(i64, Rc<SegmentFile>, u64)> = {
+            let st = self.state.borrow();
+            st.segments[..keep]
+                .iter()
+                .map(|s| (s.base_offset, s.file.clone(), s.size))
+                .collect()
+        };
+        let mut producers = ProducerStateTable::default();
+        let mut replay_from = 0;
+        for (k, (base, _, size)) in closed.iter().enumerate().rev() {
+            if let Some(snapshot) = read_index(&self.dir, *base, *size)
+                .await
+                .and_then(|f| f.producers)
+            {
+                producers = snapshot;
+                replay_from = k + 1;
+                break;
+            }
+        }
+        for (base, file, size) in &closed[replay_from..] {
+            let mut reader = SegmentReader::new(file.clone(), *base, *size, gaps);
+            while let Some(chunk) = reader.next().await.map_err(io)? {
+                for e in &chunk.batches {
+                    let header = record_batch::parse_header(chunk.bytes_of(e), 0)
+                        .map_err(|e| storage_err(&self.dir, e))?;
+                    if header.has_producer_id() {
+                        producers.record(
+                            header.producer_id,
+                            header.producer_epoch,
+                            ProducerBatch {
+                                first_seq: header.base_sequence,
+                                last_seq: header.last_sequence(),
+                                base_offset: e.base_offset,
+                                last_offset: e.last_offset,
+                            },
+                            header.max_timestamp,
+                        );
+                    }
+                }
+            }
+        }
+        Ok(producers)
+    }
+
+    async fn start_over_locked(&self, offset: i64) -> Result<(), PartitionError> {
+        let io = |e: std::io::Error| storage_err(&self.dir, e);
+        let removed: Vec<Segment> = self.state.borrow_mut().segments.drain(..).collect();
+        for seg in removed.iter().rev() {
+            io::remove_file(&segment_path(&self.dir, seg.base_offset))
+                .await
+                .map_err(io)?;
+            remove_index(&self.dir, seg.base_offset).await.map_err(io)?;
+        }
+        let path = segment_path(&self.dir, offset);
+        let file = Rc::new(SegmentFile::open(&path, true).await.map_err(io)?);
+        io::sync_dir(&self.dir).await.map_err(io)?;
+        log_start::write(&self.dir, offset).await.map_err(io)?;
+        let replicated = {
+            let mut guard = self.state.borrow_mut();
+            let st = &mut *guard;
+            st.segments.push(Segment::empty(offset, file.clone()));
+            st.next_offset = offset;
+            st.durable_offset = offset;
+            st.high_watermark = offset;
+            st.visible_end = (offset, 0);
+            st.visible_bytes = st.appended_bytes;
+            st.log_start_offset = offset;
+            st.active_tail = Tail::new(offset, file, 0, &[]);
+            st.sealed_tails.clear();
+            st.pending_ends.clear();
+            let mut producers = ProducerStateTable::default();
+            producers.set_max_producers(self.config.get().producer_state_max_producers);
+            st.producers = producers;
+            st.epochs.clear();
+            st.replicated
+        };
+        self.cleaned_through.set(offset);
+        self.prefetch.borrow_mut().take();
+        close_removed(&self.dir, removed).await;
+        self.persist_epochs(true).await?;
+        if replicated {
+            log_start::write_named(&self.dir, replica::HW_CHECKPOINT_FILE, offset)
+                .await
+                .map_err(io)?;
+            self.state.borrow_mut().hw_checkpointed = offset;
+        }
+        Ok(())
+    }
+}
+
+/// The active tail of `seg` as an open builds it: the partial last block read back from disk.
+async fn tail_of(seg: &Segment) -> std::io::Result<Tail> {
+    let align = seg.file.alignment();
+    let start = align_down(seg.size, align);
+    let partial = if seg.size > start {
+        Some(seg.file.read_at(start, (seg.size - start) as usize).await?)
+    } else {
+        None
+    };
+    Ok(Tail::new(
+        seg.base_offset,
+        seg.file.clone(),
+        start,
+        partial.as_deref().unwrap_or_default(),
+    ))
+}
+
+/// Closes the files of removed segments no read holds any more.
+async fn close_removed(dir: &Path, removed: Vec<Segment>) {
+    for seg in removed {
+        if let Ok(file) = Rc::try_unwrap(seg.file) {
+            if let Err(e) = file.close().await {
+                warn!(dir = %dir.display(), error = %e, "closing a removed segment failed");
+            }
+        }
+    }
+}
