@@ -158,6 +158,11 @@ fn a_log_written_before_epochs_starts_at_epoch_zero_from_the_log_start() {
         }
         p.sync_to(400).await.unwrap();
         assert_eq!(p.delete_records(150).await.unwrap(), 150);
+        assert_eq!(
+            p.epoch_entries(),
+            entries(&[(0, 150)]),
+            "moved with the log start"
+        );
         p.close().await.unwrap();
         drop(p);
         remove(&pdir, EPOCH_FILE);
