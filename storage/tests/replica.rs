@@ -584,7 +584,7 @@ fn random_appends_truncations_and_restarts_match_a_model() {
             match rng.below(10) {
                 0..=4 => {
                     for _ in 0..1 + rng.below(15) {
-                        let epoch = 1 + (step / 10) as i32;
+                        let epoch = 1 + step / 10;
                         let out = p
                             .append_with_epoch(&batch(next_value, None), epoch)
                             .await
