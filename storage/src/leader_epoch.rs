@@ -58,10 +58,13 @@ impl LeaderEpochCache {
         self.entries.is_empty()
     }
 
-    /// Records that `epoch` began at `start_offset`. As Kafka: an epoch below the latest is
-    /// ignored; the same epoch again keeps its first start offset. Entries of a lower epoch at or
-    /// after `start_offset` are dropped (they were never followed by data). Returns whether the
-    /// cache changed.
+    /// Records that `epoch` began at `start_offset`. An epoch not above the latest is ignored,
+    /// so the same epoch again keeps its first start offset. Entries of a lower epoch at or
+    /// after `start_offset` are dropped (they were never followed by data), keeping start
+    /// offsets increasing as Kafka does. Kafka's cache also accepts an older epoch (dropping
+    /// every later entry) and moves the latest epoch's start down; neither happens in a log
+    /// whose epochs only grow, which both leader and follower appends here guarantee. Returns
+    /// whether the cache changed.
     pub fn assign(&mut self, epoch: i32, start_offset: i64) -> bool {
         if epoch < 0 || start_offset < 0 {
             return false;

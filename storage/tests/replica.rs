@@ -158,6 +158,11 @@ fn a_log_written_before_epochs_starts_at_epoch_zero_from_the_log_start() {
         }
         p.sync_to(400).await.unwrap();
         assert_eq!(p.delete_records(150).await.unwrap(), 150);
+        assert_eq!(
+            p.epoch_entries(),
+            entries(&[(0, 150)]),
+            "moved with the log start"
+        );
         p.close().await.unwrap();
         drop(p);
         remove(&pdir, EPOCH_FILE);
@@ -542,5 +547,124 @@ fn truncate_fully_starts_an_empty_log_at_the_offset() {
         assert_eq!(p.high_watermark(), 1000);
         assert_eq!(p.epoch_entries(), entries(&[(3, 1000)]));
         assert_eq!(replica_batches(&p).await.len(), 1);
+    });
+}
+
+/// `(base offset, value of its first record)` of every batch up to the log end.
+async fn replica_values(p: &Partition) -> Vec<(i64, String)> {
+    let mut out = Vec::new();
+    let mut offset = p.log_start_offset();
+    while offset < p.log_end_offset() {
+        let r = p.read_replica(offset, 700).await.expect("replica read");
+        let batches = validate_all(&r.records).expect("whole, valid batches");
+        assert!(!batches.is_empty());
+        for (at, h) in batches {
+            let bytes = &r.records[at..at + h.size()];
+            let records = tributary_protocol::record_batch::records(bytes).expect("records");
+            let value = records[0].value.as_ref().expect("value");
+            out.push((h.base_offset, String::from_utf8(value.to_vec()).unwrap()));
+            offset = h.last_offset() + 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn random_appends_truncations_and_restarts_match_a_model() {
+    let mut rng = SeededRng::from_env("random_appends_truncations_and_restarts");
+    on_executor(move |path| async move {
+        let pdir = path.join("t-0");
+        let mut p = Partition::open_replicated(pdir.clone(), CONFIG)
+            .await
+            .unwrap();
+        // The batches the log should hold: (base offset, value).
+        let mut model: Vec<(i64, String)> = Vec::new();
+        let mut next_value = 0usize;
+        for step in 0..80 {
+            match rng.below(10) {
+                0..=4 => {
+                    for _ in 0..1 + rng.below(15) {
+                        let epoch = 1 + step / 10;
+                        let out = p
+                            .append_with_epoch(&batch(next_value, None), epoch)
+                            .await
+                            .unwrap();
+                        model.push((out.base_offset, format!("value-{next_value:06}")));
+                        next_value += 1;
+                    }
+                    if rng.below(2) == 0 {
+                        p.sync_to(p.log_end_offset()).await.unwrap();
+                    }
+                }
+                5..=7 => {
+                    if model.is_empty() {
+                        continue;
+                    }
+                    let keep = rng.below(model.len() + 1);
+                    let at = model.get(keep).map_or(p.log_end_offset(), |b| b.0);
+                    assert_eq!(p.truncate_to(at).await.unwrap(), at, "step {step}");
+                    model.truncate(keep);
+                }
+                8 => {
+                    p.close().await.unwrap();
+                    drop(p);
+                    p = Partition::open_replicated(pdir.clone(), CONFIG)
+                        .await
+                        .unwrap();
+                }
+                _ => {
+                    // A crash after everything was synced.
+                    p.sync_to(p.log_end_offset()).await.unwrap();
+                    drop(p);
+                    p = Partition::open_replicated(pdir.clone(), CONFIG)
+                        .await
+                        .unwrap();
+                }
+            }
+            let end = model.last().map_or(0, |b| b.0 + 2);
+            assert_eq!(p.log_end_offset(), end, "step {step}");
+            assert_eq!(replica_values(&p).await, model, "step {step}");
+            if rng.below(2) == 0 {
+                let hw = p.set_high_watermark(p.durable_offset());
+                assert_eq!(
+                    hw,
+                    p.durable_offset(),
+                    "step {step}: every batch end is known"
+                );
+            }
+            let hw = p.high_watermark();
+            let visible: Vec<i64> = model.iter().map(|b| b.0).filter(|b| b + 2 <= hw).collect();
+            assert_eq!(visible_offsets(&p).await, visible, "step {step}");
+            // The epoch cache never names an offset past the log end.
+            assert!(p
+                .epoch_entries()
+                .iter()
+                .all(|e| e.start_offset < end.max(1)));
+        }
+    });
+}
+
+#[test]
+fn a_failed_truncation_takes_the_partition_offline_and_reopen_finds_a_prefix() {
+    use tributary_storage::io::faults::{self, FileOp};
+    on_executor(move |path| async move {
+        let pdir = path.join("truncfault-0");
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        for i in 0..100 {
+            p.append(&batch(i, None)).await.unwrap();
+        }
+        p.sync_to(200).await.unwrap();
+        let before = replica_batches(&p).await;
+        let pattern = pdir.display().to_string();
+        faults::inject(&pattern, FileOp::Sync, 5, None);
+        let err = p.truncate_to(60).await.unwrap_err();
+        assert!(matches!(err, PartitionError::Storage { .. }), "{err}");
+        assert!(p.is_offline());
+        faults::clear(&pattern);
+        drop(p);
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        let after = replica_batches(&p).await;
+        assert!(after.len() >= 30, "at least what the truncation kept");
+        assert_eq!(after[..], before[..after.len()], "a prefix of the old log");
     });
 }

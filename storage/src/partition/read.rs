@@ -338,12 +338,29 @@ impl Partition {
     ) -> Result<crate::io::ReadBuf, PartitionError> {
         match file.read_at(position, len).await {
             Ok(d) if d.len() == len => Ok(d),
+            Ok(_) if !self.log_holds(file, position + len as u64) => {
+                // The log was truncated under this read: the data asked for is gone, not damaged.
+                let st = self.state.borrow();
+                Err(PartitionError::OffsetOutOfRange {
+                    offset: st.next_offset,
+                    log_start_offset: st.log_start_offset,
+                    high_watermark: st.high_watermark,
+                })
+            }
             Ok(d) => Err(self.go_offline(format!(
                 "short read at position {position}: {} of {len} bytes",
                 d.len()
             ))),
             Err(e) => Err(self.go_offline(e)),
         }
+    }
+
+    /// Whether a segment of the log still has `file` at least `end` bytes long.
+    fn log_holds(&self, file: &SegmentFile, end: u64) -> bool {
+        let st = self.state.borrow();
+        st.segments
+            .iter()
+            .any(|s| s.file.path() == file.path() && s.size >= end)
     }
 
     /// The largest record timestamp of the segments holding data at or after the log start

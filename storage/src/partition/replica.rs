@@ -419,3 +419,71 @@ impl Partition {
         Ok(self.log_end_offset())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tributary_protocol::record_batch::build_batch;
+
+    fn end(end_offset: i64) -> BatchEnd {
+        BatchEnd {
+            end_offset,
+            segment_base: 0,
+            position: end_offset as u64 * 10,
+            appended_bytes: end_offset as u64 * 10,
+        }
+    }
+
+    #[test]
+    fn batch_ends_thin_out_when_full_keeping_the_newest() {
+        let mut ends = VecDeque::new();
+        for i in 1..=PENDING_BATCH_ENDS_MAX as i64 {
+            push_end(&mut ends, end(i));
+        }
+        assert_eq!(ends.len(), PENDING_BATCH_ENDS_MAX);
+        push_end(&mut ends, end(PENDING_BATCH_ENDS_MAX as i64 + 1));
+        assert_eq!(ends.len(), PENDING_BATCH_ENDS_MAX / 2 + 1);
+        assert_eq!(ends[0].end_offset, 2);
+        assert!(ends
+            .iter()
+            .zip(ends.iter().skip(1))
+            .all(|(a, b)| a.end_offset < b.end_offset));
+        assert_eq!(
+            ends.back().map(|e| e.end_offset),
+            Some(PENDING_BATCH_ENDS_MAX as i64 + 1)
+        );
+    }
+
+    fn at(base: i64, epoch: i32) -> Vec<u8> {
+        let mut b = build_batch(&[(None, Some(b"v")), (None, Some(b"w"))], 5, None).to_vec();
+        record_batch::assign_offset(&mut b, base, epoch);
+        b
+    }
+
+    #[test]
+    fn follower_batches_checks_offsets_epochs_and_crc_and_drops_a_partial_tail() {
+        let mut records = [at(10, 1), at(12, 1), at(14, 2)].concat();
+        let whole = records.len();
+        records.extend_from_slice(&at(16, 2)[..30]);
+        let got = follower_batches(&records, 10, false).unwrap();
+        let bases: Vec<i64> = got.iter().map(|(_, h)| h.base_offset).collect();
+        assert_eq!(bases, vec![10, 12, 14]);
+        assert_eq!(got[2].0 + got[2].1.size(), whole);
+        assert!(
+            follower_batches(&records, 11, false).is_err(),
+            "below the log end"
+        );
+        assert!(follower_batches(&records, 8, false).is_err(), "a gap");
+        assert_eq!(follower_batches(&records, 8, true).unwrap().len(), 3);
+        let back = [at(10, 2), at(12, 1)].concat();
+        assert!(
+            follower_batches(&back, 10, false).is_err(),
+            "epochs go back"
+        );
+        let mut bad = at(10, 1);
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert_eq!(follower_batches(&bad, 10, false).unwrap_err().0, 0);
+        assert!(follower_batches(&[], 10, false).unwrap().is_empty());
+    }
+}

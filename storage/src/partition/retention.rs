@@ -68,7 +68,7 @@ impl Partition {
         count: usize,
         new_start: i64,
     ) -> Result<(), PartitionError> {
-        let (removed, lso) = {
+        let (removed, lso, epochs_moved) = {
             let mut st = self.state.borrow_mut();
             let removed: Vec<Segment> = st.segments.drain(..count).collect();
             let first = st
@@ -78,7 +78,9 @@ impl Partition {
                 .base_offset;
             st.sealed_tails.retain(|t| t.segment_base >= first);
             st.log_start_offset = st.log_start_offset.max(new_start).max(first);
-            (removed, st.log_start_offset)
+            let lso = st.log_start_offset;
+            let epochs_moved = st.epochs.truncate_from_start(lso);
+            (removed, lso, epochs_moved)
         };
         if let Err(e) = log_start::write(&self.dir, lso).await {
             return Err(self.go_offline(format!("writing the log start checkpoint: {e}")));
@@ -108,6 +110,10 @@ impl Partition {
                     warn!(dir = %self.dir.display(), error = %e, "closing a deleted segment failed");
                 }
             }
+        }
+        // The epochs below the log start are gone; a stale file is corrected on open.
+        if epochs_moved {
+            self.persist_epochs(false).await?;
         }
         self.advanced.notify(usize::MAX);
         Ok(())

@@ -296,7 +296,7 @@ impl Partition {
 }
 
 /// The active tail of `seg` as an open builds it: the partial last block read back from disk.
-async fn tail_of(seg: &Segment) -> std::io::Result<Tail> {
+pub(super) async fn tail_of(seg: &Segment) -> std::io::Result<Tail> {
     let align = seg.file.alignment();
     let start = align_down(seg.size, align);
     let partial = if seg.size > start {
