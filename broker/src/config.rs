@@ -54,7 +54,9 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "broker.heartbeat.interval.ms", default: "2000", kind: ConfigKind::Int, doc: "How often the active controller checks the brokers' liveness (the quorum's own traffic is their heartbeat)." },
     BrokerKey { name: "auto.create.topics.enable", default: "true", kind: ConfigKind::Bool, doc: "Create a topic when a client asks for its metadata and it does not exist." },
     BrokerKey { name: "num.partitions", default: "1", kind: ConfigKind::Int, doc: "Partitions of auto-created topics and of CreateTopics requests that ask for the default." },
-    BrokerKey { name: "default.replication.factor", default: "1", kind: ConfigKind::Int, doc: "Replication factor of auto-created topics; a single broker only supports 1." },
+    BrokerKey { name: "default.replication.factor", default: "1", kind: ConfigKind::Int, doc: "Replication factor of auto-created topics and of CreateTopics requests that ask for the default; at most the live brokers." },
+    BrokerKey { name: "min.insync.replicas", default: "1", kind: ConfigKind::Int, doc: "In-sync replicas (the leader among them) that must hold a write for acks=all; fewer: NOT_ENOUGH_REPLICAS (topic override: min.insync.replicas)." },
+    BrokerKey { name: "replica.lag.time.max.ms", default: "30000", kind: ConfigKind::Long, doc: "A follower that has not caught up with its leader's log end for this long leaves the ISR; it rejoins once caught up." },
     BrokerKey { name: "message.max.bytes", default: "1048588", kind: ConfigKind::Int, doc: "Largest record batch the broker accepts, after compression (topic override: max.message.bytes)." },
     BrokerKey { name: "socket.request.max.bytes", default: "104857600", kind: ConfigKind::Int, doc: "Largest request frame; a larger length prefix closes the connection." },
     BrokerKey { name: "log.segment.bytes", default: "1073741824", kind: ConfigKind::Int, doc: "Size at which a partition rolls to a new segment file (topic override: segment.bytes)." },
@@ -124,6 +126,9 @@ pub struct BrokerConfig {
     /// The node's place in the cluster: the quorum's voters and timeouts.
     pub cluster: crate::cluster::config::ClusterConfig,
     pub auto_create_topics: bool,
+    pub default_replication_factor: i32,
+    pub min_insync_replicas: i32,
+    pub replica_lag_time_max_ms: u64,
     pub num_partitions: i32,
     pub message_max_bytes: usize,
     pub socket_request_max_bytes: usize,
@@ -429,6 +434,17 @@ impl BrokerConfig {
             cpus,
             node_id,
             cluster,
+            default_replication_factor: parse_num(
+                "default.replication.factor",
+                &get("default.replication.factor"),
+                1,
+            )?,
+            min_insync_replicas: parse_num("min.insync.replicas", &get("min.insync.replicas"), 1)?,
+            replica_lag_time_max_ms: parse_num(
+                "replica.lag.time.max.ms",
+                &get("replica.lag.time.max.ms"),
+                1,
+            )?,
             auto_create_topics: parse_bool(
                 "auto.create.topics.enable",
                 &get("auto.create.topics.enable"),
@@ -653,14 +669,6 @@ impl BrokerConfig {
             )?,
             values,
         };
-        let rf: i32 = parse_num(
-            "default.replication.factor",
-            &get("default.replication.factor"),
-            1,
-        )?;
-        if rf != 1 {
-            bail!("config default.replication.factor: {rf} needs {rf} brokers; this is a single broker, use 1");
-        }
         if let Some(budget) = cfg.queued_max_request_bytes {
             if budget < cfg.socket_request_max_bytes {
                 bail!(

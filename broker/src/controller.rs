@@ -125,7 +125,8 @@ impl Controller {
             let checked =
                 check_new_topic(&catalog, &t, max.saturating_sub(adding)).and_then(|()| {
                     let (start, shift) = (random(), random());
-                    placement::assign(&brokers, 0, t.partitions, 1, start, shift)
+                    let rf = usize::try_from(t.replication_factor).unwrap_or(0);
+                    placement::assign(&brokers, 0, t.partitions, rf, start, shift)
                         .map_err(|(c, m)| (c, Some(m)))
                 });
             match checked {
@@ -435,7 +436,7 @@ impl Controller {
     }
 
     /// Proposes a command answered as a whole.
-    async fn answer(&self, cmd: MetadataCommand) -> (ErrorCode, Option<String>) {
+    pub async fn answer(&self, cmd: MetadataCommand) -> (ErrorCode, Option<String>) {
         match self.node.propose(&cmd).await {
             Ok(Outcome::Done) => (ErrorCode::NONE, None),
             Ok(Outcome::Refused(code, why)) | Err((code, why)) => (code, Some(why)),

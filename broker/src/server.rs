@@ -335,6 +335,13 @@ async fn run_shard(
         |s| async move { s.enforce_retention().await },
     ))
     .detach();
+    // Leaders check their followers' lag twice per replica.lag.time.max.ms.
+    let isr_checker = glommio::spawn_local(every(
+        shard.clone(),
+        (config.replica_lag_time_max_ms / 2).max(1),
+        |s| async move { s.check_isr().await },
+    ))
+    .detach();
     let cleaner = config.log_cleaner_enable.then(|| {
         glommio::spawn_local(every(
             shard.clone(),
@@ -363,6 +370,7 @@ async fn run_shard(
     }
     ticker.cancel();
     retention.cancel();
+    isr_checker.cancel();
     if let Some(c) = cleaner {
         c.cancel();
     }

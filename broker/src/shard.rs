@@ -76,6 +76,7 @@ pub struct FetchStats {
 pub struct NewTopic {
     pub name: String,
     pub partitions: i32,
+    pub replication_factor: i32,
     pub configs: Vec<(String, String)>,
 }
 
@@ -86,6 +87,8 @@ pub enum ShardRequest {
         partition: i32,
         batch: Bytes,
         acks: i16,
+        /// How long an acks=all batch may wait for the ISR (the request's `timeout_ms`).
+        timeout_ms: i32,
         reply: oneshot::Sender<ProduceResult>,
     },
     /// Reads up to `max_bytes` at `offset`. With `hard_limit` a first batch larger than
@@ -166,6 +169,24 @@ pub enum ShardRequest {
     AllocateProducerId {
         reply: oneshot::Sender<Result<i64, String>>,
     },
+    /// A follower's fetch of one partition this shard leads.
+    ReplicaFetch {
+        item: crate::replica::leader::ReplicaFetchItem,
+        reply: oneshot::Sender<tributary_protocol::requests::fetch::FetchPartitionResponse>,
+    },
+    /// Answered once a led partition's log grows past `offset`, or at `deadline`.
+    ReplicaWait {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        deadline: Instant,
+        reply: oneshot::Sender<()>,
+    },
+    /// A metadata command from another shard (an ISR change), for the controller to propose.
+    ProposeMetadata {
+        command: Box<crate::cluster::command::MetadataCommand>,
+        reply: oneshot::Sender<(ErrorCode, Option<String>)>,
+    },
     /// Stop accepting, finish in-flight requests.
     Drain { reply: oneshot::Sender<()> },
     /// Flush and close every owned partition, then stop the executor.
@@ -211,6 +232,8 @@ pub struct Shard {
     pub fetch_read_bytes: Cell<u64>,
     /// Fetch sessions of consumers connected to this shard.
     pub fetch_sessions: RefCell<crate::handlers::fetch::session::SessionCache>,
+    /// Replication state of the partitions this shard owns.
+    pub replicas: crate::replica::leader::ShardReplicas,
     /// Request latencies and per-topic traffic (`metrics.rs`).
     pub metrics: crate::metrics::ShardMetrics,
 }
@@ -253,6 +276,7 @@ impl Shard {
             connections_refused: Cell::new(0),
             fetch_reads: Cell::new(0),
             fetch_read_bytes: Cell::new(0),
+            replicas: Default::default(),
             fetch_sessions: RefCell::new(crate::handlers::fetch::session::SessionCache::new(
                 session_slots,
             )),
@@ -404,7 +428,14 @@ impl Shard {
                     continue;
                 }
                 let dir = partition_dir(&self.config.data_dir, &topic.name, p);
-                match Partition::open(dir, config).await {
+                // A replicated partition's high watermark follows its ISR, not its flushes,
+                // from the moment it opens: it restarts from its checkpoint, not the log end.
+                let opened = if placed.replicas.len() > 1 {
+                    Partition::open_replicated(dir, config).await
+                } else {
+                    Partition::open(dir, config).await
+                };
+                match opened {
                     Ok(part) => {
                         self.partitions.borrow_mut().insert(key, part);
                     }
@@ -414,6 +445,7 @@ impl Shard {
                 }
             }
         }
+        self.apply_replica_roles(&catalog).await;
     }
 
     /// The `__consumer_offsets` partition holding `group`, if this shard owns it.
@@ -438,6 +470,15 @@ impl Shard {
         for log in logs {
             self.groups.load(&log).await;
         }
+    }
+
+    /// Every partition this shard holds.
+    pub(crate) fn owned_partitions(&self) -> Vec<((String, i32), Rc<Partition>)> {
+        self.partitions
+            .borrow()
+            .iter()
+            .map(|(k, p)| (k.clone(), p.clone()))
+            .collect()
     }
 
     pub(crate) fn partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
@@ -536,9 +577,14 @@ impl Shard {
                 partition,
                 batch,
                 acks,
+                timeout_ms,
                 reply,
             } => {
-                let _ = reply.send(self.produce_local(&topic, partition, batch, acks).await);
+                let timeout = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+                let out = self
+                    .produce_local(&topic, partition, batch, acks, timeout)
+                    .await;
+                let _ = reply.send(out);
             }
             ShardRequest::Fetch {
                 topic,
@@ -678,6 +724,30 @@ impl Shard {
                 };
                 let _ = reply.send(out);
             }
+            ShardRequest::ReplicaFetch { item, reply } => {
+                let _ = reply.send(self.replica_fetch_local(item).await);
+            }
+            ShardRequest::ReplicaWait {
+                topic,
+                partition,
+                offset,
+                deadline,
+                reply,
+            } => {
+                self.replica_wait_local(&topic, partition, offset, deadline)
+                    .await;
+                let _ = reply.send(());
+            }
+            ShardRequest::ProposeMetadata { command, reply } => {
+                let out = match &self.controller {
+                    Some(c) => c.answer(*command).await,
+                    None => (
+                        ErrorCode::UNKNOWN_SERVER_ERROR,
+                        Some("not the controller".into()),
+                    ),
+                };
+                let _ = reply.send(out);
+            }
             ShardRequest::Drain { reply } => {
                 self.drain().await;
                 let _ = reply.send(());
@@ -699,11 +769,19 @@ impl Shard {
         partition: i32,
         batch: Bytes,
         acks: i16,
+        timeout: Duration,
     ) -> ProduceResult {
         let fail = ProduceResult::failed;
         let Some(part) = self.partition(topic, partition) else {
             return fail(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
         };
+        // A replicated partition: this shard must lead it, and acks=all needs enough in sync.
+        let epoch = self.leader_epoch_of(topic, partition);
+        if acks == -1 {
+            if let Err(code) = self.check_min_isr(topic, partition) {
+                return fail(code);
+            }
+        }
         // With LogAppendTime the broker's clock stamps the batch here, on the owning shard, just
         // before the append: a copy of the batch with its timestamp type, max timestamp and CRC
         // rewritten, as Kafka's LogValidator does in place.
@@ -718,7 +796,11 @@ impl Shard {
         } else {
             (batch, -1)
         };
-        let outcome = match part.append(&batch).await {
+        let appended = match epoch {
+            Some(e) => part.append_with_epoch(&batch, e).await,
+            None => part.append(&batch).await,
+        };
+        let outcome = match appended {
             Ok(o) => o,
             Err(e) => return fail(partition_error_code(&e)),
         };
@@ -738,6 +820,26 @@ impl Shard {
             .detach();
         } else if let Err(e) = part.commit(outcome.last_offset + 1).await {
             return fail(partition_error_code(&e));
+        }
+        if epoch.is_some() {
+            if acks == -1 {
+                let end = outcome.last_offset + 1;
+                let waited = self
+                    .wait_replicated(&part, topic, partition, end, timeout)
+                    .await;
+                if let Err(code) = waited {
+                    // Kafka's answer when the ISR shrank below the minimum meanwhile.
+                    let code = match self.check_min_isr(topic, partition) {
+                        Err(_) if code == ErrorCode::REQUEST_TIMED_OUT => {
+                            ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                        }
+                        _ => code,
+                    };
+                    return fail(code);
+                }
+            } else {
+                self.advance_high_watermark(topic, partition);
+            }
         }
         ProduceResult {
             error: ErrorCode::NONE,

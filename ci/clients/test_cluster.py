@@ -91,3 +91,39 @@ def test_kcat_lists_every_broker(cluster):
     assert "3 brokers:" in out, out
     for b in cluster.nodes:
         assert f"at {b.bootstrap}" in out, out
+
+
+def test_replicated_topic_survives_its_leaders_death_without_loss_or_duplicates(cluster):
+    """RF=3, min.insync.replicas=2, kafka-python's idempotent producer with acks=all: the leader
+    is killed mid-stream; every acknowledged record is read back once, from the new leader."""
+    import signal
+    bootstrap = cluster.bootstrap
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic("kp-replicated", 1, 3, topic_configs={"min.insync.replicas": "2"})])
+    admin.close()
+
+    def isr():
+        md = AdminClient({"bootstrap.servers": bootstrap}).list_topics("kp-replicated", timeout=10)
+        p = md.topics["kp-replicated"].partitions[0]
+        return p.leader, sorted(p.isrs)
+
+    wait_for("every replica in sync", lambda: isr()[1] == [1, 2, 3])
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=20,
+                             request_timeout_ms=10000, retry_backoff_ms=200)
+    acked = []
+    for i in range(200):
+        producer.send("kp-replicated", str(i).encode()).get(timeout=30)
+        acked.append(i)
+    leader, _ = isr()
+    victim = cluster.nodes[leader - 1]
+    victim.stop(signal.SIGKILL)
+    survivors = ",".join(b.bootstrap for b in cluster.nodes if b is not victim)
+    for i in range(200, 400):
+        producer.send("kp-replicated", str(i).encode()).get(timeout=60)
+        acked.append(i)
+    producer.close()
+    consumer = KafkaConsumer("kp-replicated", bootstrap_servers=survivors, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=10000)
+    values = [int(m.value) for m in consumer]
+    consumer.close()
+    assert values == acked

@@ -39,7 +39,10 @@ impl ErrorCode {
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: Self = Self(45);
     pub const DUPLICATE_SEQUENCE_NUMBER: Self = Self(46);
     pub const INVALID_PRODUCER_EPOCH: Self = Self(47);
+    pub const NOT_ENOUGH_REPLICAS: Self = Self(19);
+    pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: Self = Self(20);
     pub const FENCED_LEADER_EPOCH: Self = Self(74);
+    pub const INVALID_UPDATE_VERSION: Self = Self(95);
     pub const UNKNOWN_LEADER_EPOCH: Self = Self(75);
     pub const UNKNOWN_TOPIC_ID: Self = Self(100);
     pub const KAFKA_STORAGE_ERROR: Self = Self(56);

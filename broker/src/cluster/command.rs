@@ -69,6 +69,16 @@ pub enum MetadataCommand {
         broker: i32,
         count: i64,
     },
+    /// A partition leader changes its in-sync replicas (Kafka's AlterPartition): refused unless
+    /// `leader_epoch` and `partition_epoch` are the partition's current ones, so a deposed leader
+    /// or a stale request changes nothing.
+    ChangeIsr {
+        topic: String,
+        partition: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<i32>,
+    },
 }
 
 /// What applying a command decided, for the node that proposed it.
@@ -159,15 +169,15 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             };
             if !b.fenced {
                 b.fenced = true;
+                let fenced: Vec<i32> = image
+                    .brokers
+                    .values()
+                    .filter(|b| b.fenced)
+                    .map(|b| b.id)
+                    .collect();
                 for t in image.topics.values_mut() {
                     for p in &mut t.assignment {
-                        if p.leader == id {
-                            // With every replica but the leader out of sync (replication is not
-                            // built), no other replica may lead: unclean election stays off.
-                            p.leader = NO_LEADER;
-                            p.leader_epoch += 1;
-                            p.partition_epoch += 1;
-                        }
+                        fence_in_partition(p, id, &fenced);
                     }
                 }
             }
@@ -233,6 +243,57 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             }
             Outcome::Done
         }
+        C::ChangeIsr {
+            topic,
+            partition,
+            leader_epoch,
+            partition_epoch,
+            isr,
+        } => {
+            let Some(p) = image.topics.get_mut(&topic).and_then(|t| {
+                usize::try_from(partition)
+                    .ok()
+                    .and_then(|i| t.assignment.get_mut(i))
+            }) else {
+                return Outcome::Refused(
+                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("{topic}-{partition} does not exist"),
+                );
+            };
+            if leader_epoch != p.leader_epoch {
+                return Outcome::Refused(
+                    ErrorCode::FENCED_LEADER_EPOCH,
+                    format!(
+                        "{topic}-{partition} is at leader epoch {}, not {leader_epoch}",
+                        p.leader_epoch
+                    ),
+                );
+            }
+            if partition_epoch != p.partition_epoch {
+                return Outcome::Refused(
+                    ErrorCode::INVALID_UPDATE_VERSION,
+                    format!(
+                        "{topic}-{partition} is at partition epoch {}, not {partition_epoch}",
+                        p.partition_epoch
+                    ),
+                );
+            }
+            if isr.is_empty()
+                || !isr.contains(&p.leader)
+                || isr.iter().any(|b| !p.replicas.contains(b))
+            {
+                return Outcome::Refused(
+                    ErrorCode::INVALID_REQUEST,
+                    format!(
+                        "ISR {isr:?} must hold the leader {} and only replicas {:?}",
+                        p.leader, p.replicas
+                    ),
+                );
+            }
+            p.isr = isr;
+            p.partition_epoch += 1;
+            Outcome::Done
+        }
         C::AllocateProducerIds { broker: _, count } => {
             let start = image.next_producer_id;
             image.next_producer_id = start.saturating_add(count.max(1));
@@ -263,12 +324,36 @@ fn create_topic(image: &mut Catalog, t: TopicMeta) -> Result<(), (ErrorCode, Str
     Ok(())
 }
 
-/// Gives a leader back to the partitions whose only in-sync replica is `broker`, now live, with
+/// A fenced broker leaves a partition's ISR (unless it is the last member: the ISR then names
+/// who holds every acknowledged record), and if it led the partition, the next live ISR member
+/// leads at the next leader epoch — or none does (unclean election stays off).
+fn fence_in_partition(p: &mut PartitionRegistration, id: i32, fenced: &[i32]) {
+    let mut changed = false;
+    if p.isr.len() > 1 && p.isr.contains(&id) {
+        p.isr.retain(|&b| b != id);
+        changed = true;
+    }
+    if p.leader == id {
+        p.leader = p
+            .isr
+            .iter()
+            .copied()
+            .find(|b| !fenced.contains(b))
+            .unwrap_or(NO_LEADER);
+        p.leader_epoch += 1;
+        changed = true;
+    }
+    if changed {
+        p.partition_epoch += 1;
+    }
+}
+
+/// Gives a leader back to the partitions without one whose ISR holds `broker`, now live, with
 /// the next leader epoch.
 fn elect_where_leaderless(image: &mut Catalog, broker: i32) {
     for t in image.topics.values_mut() {
         for p in &mut t.assignment {
-            if p.leader == NO_LEADER && p.isr.first() == Some(&broker) {
+            if p.leader == NO_LEADER && p.isr.contains(&broker) {
                 p.leader = broker;
                 p.leader_epoch += 1;
                 p.partition_epoch += 1;
@@ -411,6 +496,72 @@ mod tests {
             run(&mut image, 9, MetadataCommand::FenceBroker { id: 7 }),
             Outcome::Refused(..)
         ));
+    }
+
+    #[test]
+    fn fencing_a_replicated_partitions_leader_elects_from_the_isr() {
+        let mut image = Catalog::empty();
+        for (i, id) in [1, 2, 3].into_iter().enumerate() {
+            run(&mut image, i as u64 + 1, register(id, "x"));
+        }
+        let mut t = topic("r", &[1]);
+        t.assignment = vec![PartitionRegistration::new(vec![1, 2, 3])];
+        run(
+            &mut image,
+            4,
+            MetadataCommand::CreateTopics { topics: vec![t] },
+        );
+        run(&mut image, 5, MetadataCommand::FenceBroker { id: 1 });
+        let p = &image.topics["r"].assignment[0];
+        assert_eq!(
+            (p.leader, p.leader_epoch, p.isr.clone()),
+            (2, 1, vec![2, 3])
+        );
+        run(&mut image, 6, MetadataCommand::FenceBroker { id: 3 });
+        let p = &image.topics["r"].assignment[0];
+        assert_eq!((p.leader, p.leader_epoch, p.isr.clone()), (2, 1, vec![2]));
+        // The last ISR member stays in it when fenced: it alone holds everything acknowledged.
+        run(&mut image, 7, MetadataCommand::FenceBroker { id: 2 });
+        let p = &image.topics["r"].assignment[0];
+        assert_eq!(
+            (p.leader, p.leader_epoch, p.isr.clone()),
+            (NO_LEADER, 2, vec![2])
+        );
+        // An out-of-sync replica returning does not lead; the ISR member does.
+        run(&mut image, 8, MetadataCommand::UnfenceBroker { id: 1 });
+        assert_eq!(image.topics["r"].assignment[0].leader, NO_LEADER);
+        run(&mut image, 9, MetadataCommand::UnfenceBroker { id: 2 });
+        let p = image.topics["r"].assignment[0].clone();
+        assert_eq!((p.leader, p.leader_epoch), (2, 3));
+        // The leader grows the ISR back, at its current epochs only.
+        let change = |leader_epoch, partition_epoch, isr: Vec<i32>| MetadataCommand::ChangeIsr {
+            topic: "r".into(),
+            partition: 0,
+            leader_epoch,
+            partition_epoch,
+            isr,
+        };
+        assert!(matches!(
+            run(&mut image, 10, change(2, p.partition_epoch, vec![2, 1])),
+            Outcome::Refused(ErrorCode::FENCED_LEADER_EPOCH, _)
+        ));
+        assert!(matches!(
+            run(&mut image, 11, change(3, p.partition_epoch - 1, vec![2, 1])),
+            Outcome::Refused(ErrorCode::INVALID_UPDATE_VERSION, _)
+        ));
+        assert!(matches!(
+            run(&mut image, 12, change(3, p.partition_epoch, vec![1])),
+            Outcome::Refused(ErrorCode::INVALID_REQUEST, _)
+        ));
+        assert_eq!(
+            run(&mut image, 13, change(3, p.partition_epoch, vec![2, 1])),
+            Outcome::Done
+        );
+        let q = &image.topics["r"].assignment[0];
+        assert_eq!(
+            (q.isr.clone(), q.partition_epoch),
+            (vec![2, 1], p.partition_epoch + 1)
+        );
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub async fn handle(
     let req = decode_all(r, |r| create_topics::decode(r, v))?;
     let catalog = shard.catalog();
     let max_partitions = shard.broker_config().max_broker_partitions;
-    let mut outcomes: Vec<(String, i32, TopicCheck)> = Vec::new();
+    let mut outcomes: Vec<(String, i32, i32, TopicCheck)> = Vec::new();
     let mut to_create: Vec<(usize, NewTopic)> = Vec::new();
     for t in &req.topics {
         let partitions = if t.num_partitions == -1 {
@@ -37,16 +37,23 @@ pub async fn handle(
         } else {
             t.num_partitions
         };
+        let replication_factor = if t.replication_factor == -1 {
+            shard.config.default_replication_factor
+        } else {
+            i32::from(t.replication_factor)
+        };
+        let live = catalog.live_brokers().count() as i32;
         let new = NewTopic {
             name: t.name.clone(),
             partitions,
+            replication_factor,
             configs: t
                 .configs
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone().unwrap_or_default()))
                 .collect(),
         };
-        let mut check = if outcomes.iter().any(|(n, _, _)| n == &t.name) {
+        let mut check = if outcomes.iter().any(|(n, _, _, _)| n == &t.name) {
             Err((
                 ErrorCode::INVALID_REQUEST,
                 Some(format!("topic {:?} appears twice in the request", t.name)),
@@ -56,12 +63,16 @@ pub async fn handle(
                 ErrorCode::INVALID_REPLICA_ASSIGNMENT,
                 Some("manual replica assignment is not supported".into()),
             ))
-        } else if t.replication_factor != -1 && t.replication_factor != 1 {
+        } else if replication_factor < 1 {
+            Err((
+                ErrorCode::INVALID_REPLICATION_FACTOR,
+                Some("replication factor must be larger than 0".into()),
+            ))
+        } else if replication_factor > live {
             Err((
                 ErrorCode::INVALID_REPLICATION_FACTOR,
                 Some(format!(
-                    "replication factor {}: Tributary does not replicate partitions yet (each partition lives on one broker); use 1",
-                    t.replication_factor
+                    "unable to replicate the partition {replication_factor} time(s): the number of live brokers is {live}"
                 )),
             ))
         } else {
@@ -76,7 +87,7 @@ pub async fn handle(
         if check.is_ok() && !req.validate_only {
             to_create.push((outcomes.len(), new));
         }
-        outcomes.push((t.name.clone(), partitions, check));
+        outcomes.push((t.name.clone(), partitions, replication_factor, check));
     }
     if !to_create.is_empty() {
         let (idx, topics): (Vec<usize>, Vec<NewTopic>) = to_create.into_iter().unzip();
@@ -89,14 +100,14 @@ pub async fn handle(
         .unwrap_or_else(|| vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); n]);
         for (i, (code, msg)) in idx.into_iter().zip(results) {
             if code.is_error() {
-                outcomes[i].2 = Err((code, msg));
+                outcomes[i].3 = Err((code, msg));
             }
         }
     }
     let catalog = shard.catalog();
     let topics = outcomes
         .into_iter()
-        .map(|(name, partitions, result)| {
+        .map(|(name, partitions, replication_factor, result)| {
             let (code, msg) = match result {
                 Ok(()) => (ErrorCode::NONE, None),
                 Err(e) => e,
@@ -109,7 +120,7 @@ pub async fn handle(
                 let ok = !code.is_error();
                 t = t
                     .with_num_partitions(if ok { partitions } else { -1 })
-                    .with_replication_factor(if ok { 1 } else { -1 })
+                    .with_replication_factor(if ok { replication_factor as i16 } else { -1 })
                     .with_configs(None);
                 if ok {
                     t = t.with_configs(Some(Vec::new()));

@@ -3,6 +3,7 @@
 //! than `min_bytes` came back, wait as Kafka's DelayedFetch does (`wait`) — up to `max_wait_ms` —
 //! then read once more.
 
+pub mod replica;
 pub mod session;
 pub mod wait;
 
@@ -35,6 +36,17 @@ pub async fn handle(
     let req = decode_all(r, |r| fetch::decode(r, v))?;
     let wait = Duration::from_millis((req.max_wait_ms.max(0) as u64).min(FETCH_MAX_WAIT_MS_CAP));
     let deadline = Instant::now() + wait;
+    if req.replica_id >= 0 {
+        let topics = replica::fetch(shard, &req, deadline).await;
+        let mut out = FrameBuilder::new();
+        begin_response(
+            &mut out,
+            header.correlation_id,
+            spec.response_header_flexible(v),
+        );
+        fetch::encode_response(&mut out, v, ErrorCode::NONE, 0, false, &topics);
+        return Ok(Some(out.finish()));
+    }
     // As Kafka: the broker's fetch.max.bytes caps what the client asks for, and min_bytes
     // cannot ask for more than that.
     let max_bytes = match req.max_bytes {
@@ -143,6 +155,7 @@ fn response_topics(
             last_stable_offset: res.high_watermark,
             log_start_offset: res.log_start_offset,
             records: res.records,
+            diverging_epoch: None,
         };
         match topics.last_mut().filter(|t| t.name == item.topic) {
             Some(t) => t.partitions.push(part),

@@ -39,6 +39,7 @@ pub async fn handle(
             .map(|n| NewTopic {
                 name: n.clone(),
                 partitions: shard.config.num_partitions,
+                replication_factor: shard.config.default_replication_factor,
                 configs: Vec::new(),
             })
             .collect();

@@ -74,6 +74,7 @@ pub async fn start(
                                 partition: p.index,
                                 batch,
                                 acks,
+                                timeout_ms: req.timeout_ms,
                                 reply,
                             },
                         )

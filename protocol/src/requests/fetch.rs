@@ -39,6 +39,11 @@ pub struct FetchPartition {
     pub partition: i32,
     pub fetch_offset: i64,
     pub partition_max_bytes: i32,
+    /// The leader epoch the fetcher believes current (v9+; -1: unknown).
+    pub current_leader_epoch: i32,
+    /// The epoch of the last batch the fetcher holds (v12+; -1: none), for the leader's
+    /// divergence check (KIP-595's Fetch-based truncation).
+    pub last_fetched_epoch: i32,
 }
 
 pub fn decode(r: &mut Reader, version: i16) -> Result<FetchRequest, DecodeError> {
@@ -61,13 +66,17 @@ pub fn decode(r: &mut Reader, version: i16) -> Result<FetchRequest, DecodeError>
         let mut partitions = Vec::with_capacity(n_parts);
         for _ in 0..n_parts {
             let partition = r.i32("partition")?;
-            if version >= 9 {
-                r.i32("current_leader_epoch")?;
-            }
+            let current_leader_epoch = if version >= 9 {
+                r.i32("current_leader_epoch")?
+            } else {
+                -1
+            };
             let fetch_offset = r.i64("fetch_offset")?;
-            if version >= 12 {
-                r.i32("last_fetched_epoch")?;
-            }
+            let last_fetched_epoch = if version >= 12 {
+                r.i32("last_fetched_epoch")?
+            } else {
+                -1
+            };
             if version >= 5 {
                 r.i64("log_start_offset")?;
             }
@@ -77,6 +86,8 @@ pub fn decode(r: &mut Reader, version: i16) -> Result<FetchRequest, DecodeError>
                 partition,
                 fetch_offset,
                 partition_max_bytes,
+                current_leader_epoch,
+                last_fetched_epoch,
             });
         }
         r.tagged_fields(flex)?;
@@ -120,6 +131,9 @@ pub struct FetchPartitionResponse {
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
     pub records: Bytes,
+    /// The fetcher's log diverges from the leader's after this (epoch, end offset): truncate
+    /// there before fetching again (v12+, tagged field 0).
+    pub diverging_epoch: Option<(i32, i64)>,
 }
 
 #[derive(Debug, Clone)]
@@ -166,7 +180,18 @@ pub fn encode_response(
             }
             put_nullable_bytes_len(out, Some(p.records.len()), flex);
             out.put_records(&p.records);
-            put_empty_tagged_fields(out, flex);
+            match p.diverging_epoch.filter(|_| version >= 12) {
+                // One tagged field: tag 0, 13 bytes (epoch, end offset, no tagged fields).
+                Some((epoch, end_offset)) => {
+                    out.put_u8(1);
+                    out.put_u8(0);
+                    out.put_u8(13);
+                    out.put_i32(epoch);
+                    out.put_i64(end_offset);
+                    out.put_u8(0);
+                }
+                None => put_empty_tagged_fields(out, flex),
+            }
         }
         put_empty_tagged_fields(out, flex);
     }
@@ -193,7 +218,9 @@ mod tests {
                 ))
                 .with_partitions(vec![P::default()
                     .with_partition(3)
+                    .with_current_leader_epoch(if version >= 9 { 5 } else { -1 })
                     .with_fetch_offset(42)
+                    .with_last_fetched_epoch(if version >= 12 { 4 } else { -1 })
                     .with_partition_max_bytes(1_048_576)])]);
         let req = if version >= 7 {
             use kafka_protocol::messages::fetch_request::ForgottenTopic;
@@ -220,6 +247,10 @@ mod tests {
             assert_eq!(req.max_wait_ms, 500);
             assert_eq!(req.topics[0].name, "orders");
             assert_eq!(req.topics[0].partitions[0].fetch_offset, 42);
+            if v >= 12 {
+                assert_eq!(req.topics[0].partitions[0].current_leader_epoch, 5);
+                assert_eq!(req.topics[0].partitions[0].last_fetched_epoch, 4);
+            }
             if v >= 7 {
                 assert_eq!((req.session_id, req.session_epoch), (12, 3));
                 assert_eq!(req.forgotten, vec![("old".into(), 1), ("old".into(), 4)]);
@@ -241,10 +272,13 @@ mod tests {
             last_stable_offset: 10,
             log_start_offset: 0,
             records: records.clone(),
+            diverging_epoch: None,
         };
+        let mut diverging = part(5, &short);
+        diverging.diverging_epoch = Some((3, 1234));
         let topics = vec![FetchTopicResponse {
             name: "orders".into(),
-            partitions: vec![part(3, &short), part(4, &long), part(5, &short)],
+            partitions: vec![part(3, &short), part(4, &long), diverging],
         }];
         for v in 4..=12 {
             for rc in [false, true] {
@@ -264,6 +298,11 @@ mod tests {
                 assert_eq!(ps[0].records.as_ref(), Some(&short));
                 assert_eq!(ps[1].records.as_ref(), Some(&long));
                 assert_eq!(ps[2].records.as_ref(), Some(&short));
+                if v >= 12 {
+                    assert_eq!(ps[2].diverging_epoch.epoch, 3);
+                    assert_eq!(ps[2].diverging_epoch.end_offset, 1234);
+                    assert_eq!(ps[1].diverging_epoch.epoch, -1);
+                }
             }
         }
     }

@@ -1,0 +1,99 @@
+//! A follower's Fetch (`replica_id` set): each partition read on its owning shard up to the
+//! log end (not the high watermark), the follower's position recorded there, and — when
+//! nothing new came back — a wait until any partition's log grows or `max_wait_ms` passes.
+//! No fetch sessions and no byte budget across partitions beyond the request's own: a
+//! follower asks for at most `replica.fetch.response.max.bytes`.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use tributary_protocol::requests::fetch::{
+    FetchPartitionResponse, FetchRequest, FetchTopicResponse,
+};
+use tributary_protocol::ErrorCode;
+
+use crate::replica::leader::ReplicaFetchItem;
+use crate::shard::{call, Shard, ShardRequest};
+
+/// Most partitions one follower fetch may name; more is a malformed request.
+const REPLICA_FETCH_PARTITIONS_MAX: usize = 100_000;
+
+pub async fn fetch(
+    shard: &Rc<Shard>,
+    req: &FetchRequest,
+    deadline: Instant,
+) -> Vec<FetchTopicResponse> {
+    let mut out = read_all(shard, req).await;
+    let empty = out
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .all(|p| p.records.is_empty() && p.diverging_epoch.is_none() && !p.error.is_error());
+    if empty && Instant::now() < deadline {
+        let waits: Vec<_> = req
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(move |p| (t.name.clone(), *p)))
+            .take(REPLICA_FETCH_PARTITIONS_MAX)
+            .map(|(topic, p)| {
+                let owner = shard.owner(&topic, p.partition);
+                Box::pin(call(shard, owner, move |reply| ShardRequest::ReplicaWait {
+                    topic,
+                    partition: p.partition,
+                    offset: p.fetch_offset,
+                    deadline,
+                    reply,
+                }))
+            })
+            .collect();
+        if !waits.is_empty() {
+            futures::future::select_all(waits).await;
+            out = read_all(shard, req).await;
+        }
+    }
+    out
+}
+
+async fn read_all(shard: &Rc<Shard>, req: &FetchRequest) -> Vec<FetchTopicResponse> {
+    let max_total = usize::try_from(req.max_bytes).unwrap_or(0);
+    let mut topics = Vec::with_capacity(req.topics.len());
+    let mut used = 0usize;
+    for t in &req.topics {
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions.iter().take(REPLICA_FETCH_PARTITIONS_MAX) {
+            let max_bytes = usize::try_from(p.partition_max_bytes)
+                .unwrap_or(0)
+                .min(max_total.saturating_sub(used).max(1));
+            let item = ReplicaFetchItem {
+                topic: t.name.clone(),
+                partition: p.partition,
+                follower: req.replica_id,
+                fetch_offset: p.fetch_offset,
+                current_leader_epoch: p.current_leader_epoch,
+                last_fetched_epoch: p.last_fetched_epoch,
+                max_bytes,
+            };
+            let owner = shard.owner(&t.name, p.partition);
+            let resp = call(shard, owner, |reply| ShardRequest::ReplicaFetch {
+                item,
+                reply,
+            })
+            .await
+            .unwrap_or_else(|| FetchPartitionResponse {
+                partition: p.partition,
+                error: ErrorCode::UNKNOWN_SERVER_ERROR,
+                high_watermark: -1,
+                last_stable_offset: -1,
+                log_start_offset: -1,
+                records: bytes::Bytes::new(),
+                diverging_epoch: None,
+            });
+            used += resp.records.len();
+            partitions.push(resp);
+        }
+        topics.push(FetchTopicResponse {
+            name: t.name.clone(),
+            partitions,
+        });
+    }
+    topics
+}

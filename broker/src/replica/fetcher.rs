@@ -1,0 +1,340 @@
+//! A follower's fetch loop: one task per shard and leader broker, fetching every partition
+//! this shard follows from that leader over one connection, with Kafka's Fetch v12 as a
+//! follower sends it (`replica_id`, `current_leader_epoch`, `last_fetched_epoch`). What comes
+//! back is appended with its offsets and epochs, made durable, and only then is the next fetch
+//! sent — its offset is how the leader learns what this replica holds, so "in the ISR" means
+//! "has it on disk". Where the leader says the logs diverge, the replica truncates first.
+//!
+//! The task ends when the shard follows nothing from that leader any more.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tracing::{debug, info, warn};
+use tributary_protocol::ErrorCode;
+
+use crate::shard::Shard;
+
+/// Fetch version followers send: the first with `last_fetched_epoch` and divergence.
+const REPLICA_FETCH_VERSION: i16 = 12;
+/// How long a leader may hold a fetch with nothing new (Kafka's `replica.fetch.wait.max.ms`).
+const REPLICA_FETCH_WAIT_MS: i32 = 500;
+/// Bytes one partition's share of a fetch may carry (Kafka's `replica.fetch.max.bytes`).
+const REPLICA_FETCH_PARTITION_BYTES_MAX: i32 = 1 << 20;
+/// Bytes one fetch response may carry (Kafka's `replica.fetch.response.max.bytes`).
+const REPLICA_FETCH_RESPONSE_BYTES_MAX: i32 = 10 << 20;
+/// A response frame larger than this closes the connection: the leader was asked for at most
+/// the above, plus framing.
+const RESPONSE_FRAME_BYTES_MAX: usize = (REPLICA_FETCH_RESPONSE_BYTES_MAX as usize) * 2 + (1 << 20);
+/// Pause after an error before fetching again.
+const BACKOFF: Duration = Duration::from_millis(100);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A fetch answered later than this is given up (the connection is dropped and reopened).
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One followed partition in a fetch: where this replica's log ends and its last epoch.
+struct Item {
+    topic: String,
+    partition: i32,
+    leader_epoch: i32,
+    fetch_offset: i64,
+    /// The epoch of the last batch this replica holds; -1 when it holds none.
+    last_fetched_epoch: i32,
+}
+
+pub async fn run(shard: Rc<Shard>, leader: i32) {
+    info!(leader, shard = shard.id.0, "replica fetcher started");
+    let mut conn: Option<TcpStream> = None;
+    let mut correlation = 0i32;
+    loop {
+        if shard.draining.get() {
+            break;
+        }
+        let items = followed(&shard, leader);
+        if items.is_empty() {
+            break;
+        }
+        let Some(addr) = leader_addr(&shard, leader) else {
+            glommio::timer::sleep(BACKOFF).await;
+            continue;
+        };
+        if conn.is_none() {
+            match glommio::timer::timeout(CONNECT_TIMEOUT, async {
+                TcpStream::connect(addr).await.map_err(|e| {
+                    glommio::GlommioError::IoError(std::io::Error::other(e.to_string()))
+                })
+            })
+            .await
+            {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    conn = Some(s);
+                }
+                Err(e) => {
+                    debug!(leader, %addr, error = %e, "cannot reach the leader");
+                    glommio::timer::sleep(BACKOFF).await;
+                    continue;
+                }
+            }
+        }
+        let Some(stream) = conn.as_mut() else {
+            continue;
+        };
+        correlation = correlation.wrapping_add(1);
+        let request = encode_fetch(shard.config.node_id, correlation, &items);
+        let response = glommio::timer::timeout(RESPONSE_TIMEOUT, async {
+            exchange(stream, &request, correlation)
+                .await
+                .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e)))
+        })
+        .await;
+        match response {
+            Ok(resp) => {
+                if let Err(e) = apply(&shard, leader, &items, resp).await {
+                    warn!(leader, error = %e, "applying a replica fetch failed");
+                    glommio::timer::sleep(BACKOFF).await;
+                }
+            }
+            Err(e) => {
+                debug!(leader, error = %e, "replica fetch failed; reconnecting");
+                conn = None;
+                glommio::timer::sleep(BACKOFF).await;
+            }
+        }
+    }
+    shard.replicas.fetchers.borrow_mut().remove(&leader);
+    info!(leader, shard = shard.id.0, "replica fetcher stopped");
+    // A partition may have started following this leader while the task wound down.
+    if !followed(&shard, leader).is_empty() && !shard.draining.get() {
+        shard.replicas.fetchers.borrow_mut().insert(leader);
+        glommio::spawn_local(run(shard.clone(), leader)).detach();
+    }
+}
+
+fn followed(shard: &Shard, leader: i32) -> Vec<Item> {
+    let following = shard.replicas.following.borrow();
+    let mut items: Vec<Item> = following
+        .iter()
+        .filter(|(_, f)| f.leader == leader)
+        .filter_map(|((topic, p), f)| {
+            let part = shard.partition(topic, *p)?;
+            Some(Item {
+                topic: topic.clone(),
+                partition: *p,
+                leader_epoch: f.leader_epoch,
+                fetch_offset: part.log_end_offset(),
+                last_fetched_epoch: part.latest_epoch().unwrap_or(-1),
+            })
+        })
+        .collect();
+    items.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    items
+}
+
+fn leader_addr(shard: &Shard, leader: i32) -> Option<SocketAddr> {
+    let catalog = shard.catalog();
+    let b = catalog.brokers.get(&leader)?;
+    (b.host.as_str(), b.port).to_socket_addrs().ok()?.next()
+}
+
+fn encode_fetch(node: i32, correlation: i32, items: &[Item]) -> Bytes {
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for it in items {
+        let part = FetchPartition::default()
+            .with_partition(it.partition)
+            .with_current_leader_epoch(it.leader_epoch)
+            .with_fetch_offset(it.fetch_offset)
+            .with_last_fetched_epoch(it.last_fetched_epoch)
+            .with_partition_max_bytes(REPLICA_FETCH_PARTITION_BYTES_MAX);
+        match topics.last_mut().filter(|t| t.topic.0.as_str() == it.topic) {
+            Some(t) => t.partitions.push(part),
+            None => topics.push(
+                FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(it.topic.clone())))
+                    .with_partitions(vec![part]),
+            ),
+        }
+    }
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(node))
+        .with_max_wait_ms(REPLICA_FETCH_WAIT_MS)
+        .with_min_bytes(1)
+        .with_max_bytes(REPLICA_FETCH_RESPONSE_BYTES_MAX)
+        .with_isolation_level(0)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(topics);
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::Fetch as i16)
+        .with_request_api_version(REPLICA_FETCH_VERSION)
+        .with_correlation_id(correlation)
+        .with_client_id(Some(StrBytes::from_string(format!(
+            "tributary-replica-{node}"
+        ))));
+    let mut body = BytesMut::new();
+    // Encoding a message built from valid fields into memory does not fail.
+    let _ = header.encode(&mut body, 2);
+    let _ = req.encode(&mut body, REPLICA_FETCH_VERSION);
+    let mut frame = BytesMut::with_capacity(4 + body.len());
+    frame.put_i32(body.len() as i32);
+    frame.put_slice(&body);
+    frame.freeze()
+}
+
+async fn exchange(
+    stream: &mut TcpStream,
+    request: &[u8],
+    correlation: i32,
+) -> Result<FetchResponse, String> {
+    stream.write_all(request).await.map_err(|e| e.to_string())?;
+    let mut len = [0u8; 4];
+    stream
+        .read_exact(&mut len)
+        .await
+        .map_err(|e| e.to_string())?;
+    let len = i32::from_be_bytes(len);
+    let len = usize::try_from(len).map_err(|_| format!("negative response length {len}"))?;
+    if len > RESPONSE_FRAME_BYTES_MAX {
+        return Err(format!(
+            "response of {len} bytes exceeds {RESPONSE_FRAME_BYTES_MAX}"
+        ));
+    }
+    let mut buf = vec![0u8; len];
+    stream
+        .read_exact(&mut buf)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut bytes = Bytes::from(buf);
+    let header = ResponseHeader::decode(&mut bytes, 1).map_err(|e| e.to_string())?;
+    if header.correlation_id != correlation {
+        return Err(format!(
+            "response to request {} while {correlation} was awaited",
+            header.correlation_id
+        ));
+    }
+    let resp =
+        FetchResponse::decode(&mut bytes, REPLICA_FETCH_VERSION).map_err(|e| e.to_string())?;
+    if bytes.has_remaining() {
+        return Err(format!(
+            "{} bytes after the fetch response",
+            bytes.remaining()
+        ));
+    }
+    Ok(resp)
+}
+
+/// Appends, truncates and moves the high watermark as the leader's answer says.
+async fn apply(
+    shard: &Rc<Shard>,
+    leader: i32,
+    items: &[Item],
+    resp: FetchResponse,
+) -> Result<(), String> {
+    if resp.error_code != 0 {
+        return Err(format!("fetch error {}", resp.error_code));
+    }
+    let mut progressed = false;
+    for topic in &resp.responses {
+        let name = topic.topic.0.as_str();
+        for p in &topic.partitions {
+            let Some(item) = items
+                .iter()
+                .find(|i| i.topic == name && i.partition == p.partition_index)
+            else {
+                continue;
+            };
+            // Still following this leader at this epoch? (The image may have moved on.)
+            let current = shard
+                .replicas
+                .following
+                .borrow()
+                .get(&(item.topic.clone(), item.partition))
+                .copied();
+            if current.map(|f| (f.leader, f.leader_epoch)) != Some((leader, item.leader_epoch)) {
+                continue;
+            }
+            let Some(part) = shard.partition(name, p.partition_index) else {
+                continue;
+            };
+            let code = ErrorCode(p.error_code);
+            if code == ErrorCode::OFFSET_OUT_OF_RANGE {
+                if item.fetch_offset < p.log_start_offset {
+                    warn!(
+                        topic = name,
+                        partition = p.partition_index,
+                        from = item.fetch_offset,
+                        to = p.log_start_offset,
+                        "replica behind the leader's log start: starting over there"
+                    );
+                    part.truncate_fully_and_start_at(p.log_start_offset)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                } else {
+                    let to = p.high_watermark.max(part.log_start_offset());
+                    warn!(
+                        topic = name,
+                        partition = p.partition_index,
+                        from = item.fetch_offset,
+                        to,
+                        "replica ahead of the leader: truncating to its high watermark"
+                    );
+                    part.truncate_to(to).await.map_err(|e| e.to_string())?;
+                }
+                progressed = true;
+                continue;
+            }
+            if code.is_error() {
+                debug!(
+                    topic = name,
+                    partition = p.partition_index,
+                    error = code.0,
+                    "replica fetch refused"
+                );
+                continue;
+            }
+            if p.diverging_epoch.epoch >= 0 || p.diverging_epoch.end_offset >= 0 {
+                let end = p.diverging_epoch.end_offset;
+                let leo = part.log_end_offset();
+                if end < 0 {
+                    part.truncate_fully_and_start_at(p.log_start_offset.max(0))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                } else if end < leo {
+                    info!(
+                        topic = name,
+                        partition = p.partition_index,
+                        from = leo,
+                        to = end,
+                        "truncating a divergent tail"
+                    );
+                    part.truncate_to(end).await.map_err(|e| e.to_string())?;
+                }
+                progressed = true;
+                continue;
+            }
+            if let Some(records) = p.records.as_ref().filter(|r| !r.is_empty()) {
+                let end = part
+                    .append_as_follower(records)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                part.sync_to(end).await.map_err(|e| e.to_string())?;
+                progressed = true;
+            }
+            let hw = p.high_watermark.min(part.durable_offset());
+            part.set_high_watermark(hw);
+        }
+    }
+    if !progressed && resp.responses.is_empty() {
+        glommio::timer::sleep(BACKOFF).await;
+    }
+    Ok(())
+}

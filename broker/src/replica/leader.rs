@@ -1,0 +1,371 @@
+//! The leader's side of replication on the shard owning a partition: roles taken from each
+//! metadata image, followers' fetches answered (with the divergence check that tells a
+//! returning replica where to truncate), the high watermark moved over the ISR, acks=all
+//! answered once the ISR holds a batch, and ISR changes proposed to the metadata quorum.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tracing::{info, warn};
+use tributary_protocol::requests::fetch::FetchPartitionResponse;
+use tributary_protocol::ErrorCode;
+use tributary_storage::Partition;
+
+use super::LeaderState;
+use crate::catalog::Catalog;
+use crate::cluster::command::MetadataCommand;
+use crate::routing::ShardId;
+use crate::shard::{call, Shard, ShardRequest};
+
+/// A partition this shard follows: whom it fetches from, at which leader epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Follow {
+    pub leader: i32,
+    pub leader_epoch: i32,
+}
+
+/// One shard's replication state.
+#[derive(Default)]
+pub struct ShardReplicas {
+    pub leading: RefCell<HashMap<(String, i32), LeaderState>>,
+    pub following: RefCell<HashMap<(String, i32), Follow>>,
+    /// Leader brokers with a fetcher task running on this shard.
+    pub fetchers: RefCell<HashSet<i32>>,
+}
+
+/// One partition of a follower's fetch, for the shard that leads it.
+#[derive(Debug, Clone)]
+pub struct ReplicaFetchItem {
+    pub topic: String,
+    pub partition: i32,
+    pub follower: i32,
+    pub fetch_offset: i64,
+    pub current_leader_epoch: i32,
+    pub last_fetched_epoch: i32,
+    pub max_bytes: usize,
+}
+
+fn answer(partition: i32, error: ErrorCode) -> FetchPartitionResponse {
+    FetchPartitionResponse {
+        partition,
+        error,
+        high_watermark: -1,
+        last_stable_offset: -1,
+        log_start_offset: -1,
+        records: Bytes::new(),
+        diverging_epoch: None,
+    }
+}
+
+impl Shard {
+    /// Takes each owned replicated partition's role from `catalog`: leader (tracking its
+    /// followers from this epoch on) or follower (fetching from the leader).
+    pub async fn apply_replica_roles(self: &Rc<Self>, catalog: &Catalog) {
+        let me = self.config.node_id;
+        let now = Instant::now();
+        let mut start_fetchers: Vec<i32> = Vec::new();
+        let mut new_epochs: Vec<(Rc<Partition>, i32)> = Vec::new();
+        {
+            let mut leading = self.replicas.leading.borrow_mut();
+            let mut following = self.replicas.following.borrow_mut();
+            leading.retain(|(t, p), _| catalog.partition(t, *p).is_some_and(|r| r.leader == me));
+            following.retain(|(t, p), _| {
+                catalog
+                    .partition(t, *p)
+                    .is_some_and(|r| r.leader != me && r.leader >= 0 && r.replicas.contains(&me))
+            });
+            for ((topic, p), part) in self.owned_partitions() {
+                let Some(reg) = catalog.partition(&topic, p) else {
+                    continue;
+                };
+                if reg.replicas.len() < 2 {
+                    continue;
+                }
+                part.set_replicated(true);
+                let key = (topic.clone(), p);
+                if reg.leader == me {
+                    following.remove(&key);
+                    match leading.get_mut(&key) {
+                        Some(l) if l.leader_epoch == reg.leader_epoch => {
+                            l.partition_epoch = reg.partition_epoch;
+                            l.isr = reg.isr.clone();
+                            l.replicas = reg.replicas.clone();
+                            l.isr_change_pending = false;
+                        }
+                        _ => {
+                            info!(topic = %topic, partition = p, epoch = reg.leader_epoch, isr = ?reg.isr, "leading partition");
+                            new_epochs.push((part.clone(), reg.leader_epoch));
+                            leading.insert(
+                                key,
+                                LeaderState::new(
+                                    reg.leader_epoch,
+                                    reg.partition_epoch,
+                                    reg.replicas.clone(),
+                                    reg.isr.clone(),
+                                    part.log_end_offset(),
+                                    now,
+                                ),
+                            );
+                        }
+                    }
+                } else if reg.leader >= 0 {
+                    let follow = Follow {
+                        leader: reg.leader,
+                        leader_epoch: reg.leader_epoch,
+                    };
+                    if following.insert(key, follow) != Some(follow) {
+                        info!(topic = %topic, partition = p, leader = reg.leader, epoch = reg.leader_epoch, "following partition");
+                    }
+                    if !self.replicas.fetchers.borrow().contains(&reg.leader) {
+                        start_fetchers.push(reg.leader);
+                    }
+                }
+            }
+        }
+        // The new epoch begins at the log end, before anything is appended in it.
+        for (part, epoch) in new_epochs {
+            if let Err(e) = part.set_leader_epoch(epoch).await {
+                warn!(dir = %part.dir().display(), error = %e, "recording the new leader epoch failed");
+            }
+        }
+        let keys: Vec<(String, i32)> = self.replicas.leading.borrow().keys().cloned().collect();
+        for (t, p) in keys {
+            self.advance_high_watermark(&t, p);
+        }
+        start_fetchers.sort_unstable();
+        start_fetchers.dedup();
+        for leader in start_fetchers {
+            if self.replicas.fetchers.borrow_mut().insert(leader) {
+                glommio::spawn_local(super::fetcher::run(self.clone(), leader)).detach();
+            }
+        }
+    }
+
+    /// The leader epoch of a partition this shard leads with replicas, if it does.
+    pub fn leader_epoch_of(&self, topic: &str, partition: i32) -> Option<i32> {
+        self.replicas
+            .leading
+            .borrow()
+            .get(&(topic.to_string(), partition))
+            .map(|l| l.leader_epoch)
+    }
+
+    /// Moves a led partition's high watermark to what its ISR holds.
+    pub fn advance_high_watermark(&self, topic: &str, partition: i32) {
+        let Some(part) = self.partition(topic, partition) else {
+            return;
+        };
+        let hw = match self
+            .replicas
+            .leading
+            .borrow()
+            .get(&(topic.to_string(), partition))
+        {
+            Some(l) => l.high_watermark(self.config.node_id, part.durable_offset()),
+            None => return,
+        };
+        part.set_high_watermark(hw);
+    }
+
+    /// Before an acks=all append: refuses when the ISR is smaller than `min.insync.replicas`.
+    pub fn check_min_isr(&self, topic: &str, partition: i32) -> Result<(), ErrorCode> {
+        let isr = match self
+            .replicas
+            .leading
+            .borrow()
+            .get(&(topic.to_string(), partition))
+        {
+            Some(l) => l.isr.len(),
+            None => return Ok(()),
+        };
+        let min = self.catalog().topics.get(topic).map_or(1, |t| {
+            t.config_or(
+                "min.insync.replicas",
+                self.broker_config().min_insync_replicas,
+            )
+        });
+        if (isr as i32) < min {
+            return Err(ErrorCode::NOT_ENOUGH_REPLICAS);
+        }
+        Ok(())
+    }
+
+    /// After an acks=all append is durable here: waits until the ISR holds it (the high
+    /// watermark passes `end`), at most `timeout`.
+    pub async fn wait_replicated(
+        &self,
+        part: &Rc<Partition>,
+        topic: &str,
+        partition: i32,
+        end: i64,
+        timeout: Duration,
+    ) -> Result<(), ErrorCode> {
+        if self.leader_epoch_of(topic, partition).is_none() {
+            return Ok(());
+        }
+        self.advance_high_watermark(topic, partition);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let advanced = part.listen_advance();
+            if part.high_watermark() >= end {
+                return Ok(());
+            }
+            if self.leader_epoch_of(topic, partition).is_none() {
+                // Deposed while waiting: the new leader may not have it.
+                return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ErrorCode::REQUEST_TIMED_OUT);
+            }
+            futures_lite::future::or(
+                async {
+                    advanced.await;
+                },
+                async {
+                    glommio::timer::sleep(left.min(Duration::from_millis(100))).await;
+                },
+            )
+            .await;
+        }
+    }
+
+    /// A follower's fetch of one partition this shard owns.
+    pub async fn replica_fetch_local(&self, item: ReplicaFetchItem) -> FetchPartitionResponse {
+        let key = (item.topic.clone(), item.partition);
+        let Some(part) = self.partition(&item.topic, item.partition) else {
+            return answer(item.partition, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+        };
+        let Some(epoch) = self.leader_epoch_of(&item.topic, item.partition) else {
+            return answer(item.partition, ErrorCode::NOT_LEADER_OR_FOLLOWER);
+        };
+        if item.current_leader_epoch >= 0 && item.current_leader_epoch < epoch {
+            return answer(item.partition, ErrorCode::FENCED_LEADER_EPOCH);
+        }
+        if item.current_leader_epoch > epoch {
+            return answer(item.partition, ErrorCode::UNKNOWN_LEADER_EPOCH);
+        }
+        let mut out = answer(item.partition, ErrorCode::NONE);
+        out.log_start_offset = part.log_start_offset();
+        if item.last_fetched_epoch >= 0 {
+            let (e, end) = part.end_offset_for(item.last_fetched_epoch);
+            if e != item.last_fetched_epoch || end < item.fetch_offset {
+                out.diverging_epoch = Some((e, end));
+                out.high_watermark = part.high_watermark();
+                out.last_stable_offset = out.high_watermark;
+                return out;
+            }
+        }
+        let leo = part.log_end_offset();
+        if item.fetch_offset > leo || item.fetch_offset < part.log_start_offset() {
+            out.error = ErrorCode::OFFSET_OUT_OF_RANGE;
+            out.high_watermark = part.high_watermark();
+            return out;
+        }
+        if let Some(l) = self.replicas.leading.borrow_mut().get_mut(&key) {
+            l.record_fetch(item.follower, item.fetch_offset, leo, Instant::now());
+        }
+        self.advance_high_watermark(&item.topic, item.partition);
+        if item.fetch_offset < leo {
+            match part.read_replica(item.fetch_offset, item.max_bytes).await {
+                Ok(read) => out.records = read.records,
+                Err(e) => {
+                    out.error = crate::shard::partition_error_code(&e);
+                }
+            }
+        }
+        out.high_watermark = part.high_watermark();
+        out.last_stable_offset = out.high_watermark;
+        out
+    }
+
+    /// Waits until a led partition's log grows past `offset`, or `deadline`.
+    pub async fn replica_wait_local(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        deadline: Instant,
+    ) {
+        let Some(part) = self.partition(topic, partition) else {
+            return;
+        };
+        loop {
+            let grew = part.listen_append();
+            if part.log_end_offset() > offset {
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            futures_lite::future::or(
+                async {
+                    grew.await;
+                },
+                async {
+                    glommio::timer::sleep(left).await;
+                },
+            )
+            .await;
+        }
+    }
+
+    /// Proposes the ISR changes this shard's led partitions need; run every half
+    /// `replica.lag.time.max.ms`.
+    pub async fn check_isr(self: &Rc<Self>) {
+        // The high watermark checkpoints of replicated partitions, as Kafka writes them every
+        // few seconds: a restart starts from them instead of the log end.
+        for (_, part) in self.owned_partitions() {
+            if let Err(e) = part.checkpoint_high_watermark().await {
+                warn!(dir = %part.dir().display(), error = %e, "writing the high watermark checkpoint failed");
+            }
+        }
+        let me = self.config.node_id;
+        let lag_max = Duration::from_millis(self.config.replica_lag_time_max_ms);
+        let now = Instant::now();
+        let mut changes: Vec<MetadataCommand> = Vec::new();
+        for ((topic, p), l) in self.replicas.leading.borrow_mut().iter_mut() {
+            if l.isr_change_pending {
+                continue;
+            }
+            let hw = self
+                .partition(topic, *p)
+                .map_or(-1, |part| part.high_watermark());
+            if let Some(isr) = l.wanted_isr(me, hw, lag_max, now) {
+                info!(topic = %topic, partition = p, from = ?l.isr, to = ?isr, "changing the ISR");
+                l.isr_change_pending = true;
+                changes.push(MetadataCommand::ChangeIsr {
+                    topic: topic.clone(),
+                    partition: *p,
+                    leader_epoch: l.leader_epoch,
+                    partition_epoch: l.partition_epoch,
+                    isr,
+                });
+            }
+        }
+        for cmd in changes {
+            let MetadataCommand::ChangeIsr {
+                topic, partition, ..
+            } = &cmd
+            else {
+                continue;
+            };
+            let key = (topic.clone(), *partition);
+            let out = call(self, ShardId(0), |reply| ShardRequest::ProposeMetadata {
+                command: Box::new(cmd.clone()),
+                reply,
+            })
+            .await;
+            if !matches!(out, Some((ErrorCode::NONE, _))) {
+                warn!(topic = %key.0, partition = key.1, outcome = ?out, "ISR change not made");
+                if let Some(l) = self.replicas.leading.borrow_mut().get_mut(&key) {
+                    l.isr_change_pending = false;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Partition replication, Kafka's ISR protocol, on the shard that owns each partition:
+//!
+//! - `leader`: what a leader keeps of its followers — each one's log end offset (the offset of
+//!   its next fetch, which it sends only once what it fetched before is durable) and when it
+//!   was last caught up — the high watermark over the ISR, and the ISR changes it proposes to
+//!   the metadata quorum (shrink a follower behind for `replica.lag.time.max.ms`, grow it back
+//!   once caught up);
+//! - `fetcher`: a follower's fetch loop, one per shard and leader broker, appending what the
+//!   leader returns with its offsets and epochs and truncating where the leader says the logs
+//!   diverge.
+//!
+//! Decisions are pure functions here (time passed in); the tasks only move bytes. Partitions
+//! with one replica never touch any of it: their high watermark is their durable end, as
+//! before replication existed.
+
+pub mod fetcher;
+pub mod leader;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// A follower as its leader sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct FollowerState {
+    /// The offset of its last fetch: everything below is durable on it.
+    pub log_end_offset: i64,
+    /// The last moment it held everything the leader had then.
+    pub last_caught_up: Instant,
+    /// The leader's log end offset when it answered the follower's previous fetch, and when.
+    pub last_fetch_leader_end: i64,
+    pub last_fetch_at: Instant,
+}
+
+/// A partition this shard leads with more than one replica.
+#[derive(Debug, Clone)]
+pub struct LeaderState {
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// Where this leader's epoch began: a follower joins the ISR only once it holds this much
+    /// (Kafka's `leaderEpochStartOffset` check).
+    pub epoch_start_offset: i64,
+    pub followers: HashMap<i32, FollowerState>,
+    /// An ISR change is proposed and not yet applied.
+    pub isr_change_pending: bool,
+}
+
+impl LeaderState {
+    pub fn new(
+        leader_epoch: i32,
+        partition_epoch: i32,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+        epoch_start_offset: i64,
+        now: Instant,
+    ) -> Self {
+        // Every follower starts caught up: a new leader gives each a full lag window.
+        let followers = replicas
+            .iter()
+            .map(|&r| {
+                (
+                    r,
+                    FollowerState {
+                        log_end_offset: -1,
+                        last_caught_up: now,
+                        last_fetch_leader_end: i64::MAX,
+                        last_fetch_at: now,
+                    },
+                )
+            })
+            .collect();
+        Self {
+            leader_epoch,
+            partition_epoch,
+            replicas,
+            isr,
+            epoch_start_offset,
+            followers,
+            isr_change_pending: false,
+        }
+    }
+
+    /// Records a follower's fetch at `offset` when the leader's log ends at `leader_end`. As
+    /// Kafka's `updateFetchState`: a follower at the leader's end is caught up now; one that
+    /// reached where the leader ended at its previous fetch was caught up as of that fetch — so
+    /// a follower keeping pace with a steady stream of appends stays in sync.
+    pub fn record_fetch(&mut self, follower: i32, offset: i64, leader_end: i64, now: Instant) {
+        if let Some(f) = self.followers.get_mut(&follower) {
+            f.log_end_offset = offset;
+            if offset >= leader_end {
+                f.last_caught_up = now;
+            } else if offset >= f.last_fetch_leader_end {
+                f.last_caught_up = f.last_caught_up.max(f.last_fetch_at);
+            }
+            f.last_fetch_leader_end = leader_end;
+            f.last_fetch_at = now;
+        }
+    }
+
+    /// The high watermark: the leader's durable end, held to the log end offset of every other
+    /// ISR member. A follower that has not fetched yet in this epoch holds it where it is.
+    pub fn high_watermark(&self, me: i32, leader_durable: i64) -> i64 {
+        self.isr
+            .iter()
+            .filter(|&&r| r != me)
+            .map(|r| self.followers.get(r).map_or(-1, |f| f.log_end_offset))
+            .fold(leader_durable, i64::min)
+    }
+
+    /// The ISR this leader should propose, if it differs: members behind for longer than
+    /// `lag_max` leave; replicas that caught up with the high watermark (and this epoch's start)
+    /// join.
+    pub fn wanted_isr(
+        &self,
+        me: i32,
+        hw: i64,
+        lag_max: Duration,
+        now: Instant,
+    ) -> Option<Vec<i32>> {
+        let mut isr: Vec<i32> = self
+            .isr
+            .iter()
+            .copied()
+            .filter(|&r| {
+                r == me
+                    || self
+                        .followers
+                        .get(&r)
+                        .is_some_and(|f| now.duration_since(f.last_caught_up) <= lag_max)
+            })
+            .collect();
+        for &r in &self.replicas {
+            if isr.contains(&r) || r == me {
+                continue;
+            }
+            let Some(f) = self.followers.get(&r) else {
+                continue;
+            };
+            if f.log_end_offset >= hw.max(self.epoch_start_offset)
+                && now.duration_since(f.last_caught_up) <= lag_max
+            {
+                isr.push(r);
+            }
+        }
+        if !isr.contains(&me) {
+            isr.insert(0, me);
+        }
+        (isr != self.isr).then_some(isr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leader(isr: &[i32]) -> (LeaderState, Instant) {
+        let now = Instant::now();
+        (
+            LeaderState::new(1, 0, vec![1, 2, 3], isr.to_vec(), 100, now),
+            now,
+        )
+    }
+
+    #[test]
+    fn the_high_watermark_waits_for_every_isr_member() {
+        let (mut l, now) = leader(&[1, 2, 3]);
+        assert_eq!(l.high_watermark(1, 150), -1, "no follower fetched yet");
+        l.record_fetch(2, 140, 150, now);
+        l.record_fetch(3, 120, 150, now);
+        assert_eq!(l.high_watermark(1, 150), 120);
+        l.record_fetch(3, 150, 150, now);
+        assert_eq!(l.high_watermark(1, 150), 140);
+        // Never past what the leader itself made durable.
+        l.record_fetch(2, 160, 160, now);
+        assert_eq!(l.high_watermark(1, 150), 150);
+        // A member out of the ISR does not hold it back.
+        l.isr = vec![1, 2];
+        l.record_fetch(3, 0, 160, now);
+        assert_eq!(l.high_watermark(1, 160), 160);
+    }
+
+    #[test]
+    fn a_follower_keeping_pace_with_appends_counts_as_caught_up() {
+        let (mut l, start) = leader(&[1, 2]);
+        let lag = Duration::from_secs(10);
+        // Each fetch reaches where the leader ended at the previous one, never its end now.
+        let mut end = 100;
+        let mut t = start;
+        for _ in 0..30 {
+            t += Duration::from_secs(1);
+            l.record_fetch(2, end, end + 10, t);
+            end += 10;
+        }
+        assert_eq!(l.followers[&2].last_caught_up, t - Duration::from_secs(1));
+        assert_eq!(l.wanted_isr(1, end, lag, t), None, "it stays in sync");
+    }
+
+    #[test]
+    fn a_lagging_follower_leaves_the_isr_and_a_caught_up_one_joins() {
+        let (mut l, start) = leader(&[1, 2, 3]);
+        let lag = Duration::from_secs(10);
+        l.record_fetch(2, 150, 150, start);
+        l.record_fetch(3, 150, 150, start);
+        assert_eq!(l.wanted_isr(1, 150, lag, start + lag), None);
+        // 3 stops catching up; 2 keeps up.
+        let later = start + lag + Duration::from_secs(1);
+        l.record_fetch(2, 200, 200, later);
+        l.record_fetch(3, 160, 200, later);
+        assert_eq!(l.wanted_isr(1, 200, lag, later), Some(vec![1, 2]));
+        l.isr = vec![1, 2];
+        // It comes back: caught up to the high watermark and the epoch start.
+        let back = later + Duration::from_secs(1);
+        l.record_fetch(3, 200, 200, back);
+        assert_eq!(l.wanted_isr(1, 200, lag, back), Some(vec![1, 2, 3]));
+        // Not before it reaches the epoch's start, even at the high watermark.
+        l.epoch_start_offset = 300;
+        assert_eq!(l.wanted_isr(1, 200, lag, back), None);
+    }
+}

@@ -1,0 +1,251 @@
+//! A cluster of `tributary` processes on loopback for the multi-process tests, and the client
+//! helpers they share.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::metadata::Metadata;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+/// Short timeouts, so fencing and elections happen within a test's patience.
+pub const SESSION_TIMEOUT_MS: u64 = 2000;
+
+pub fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+pub struct Node {
+    pub id: i32,
+    pub dir: PathBuf,
+    pub client: SocketAddr,
+    pub controller: SocketAddr,
+    pub child: Option<Child>,
+}
+
+pub struct Cluster {
+    _root: tempfile::TempDir,
+    pub nodes: Vec<Node>,
+    voters: String,
+    /// Extra `--set` values every node starts with.
+    pub extra: Vec<String>,
+}
+
+impl Cluster {
+    /// `n` nodes, none started.
+    pub fn new(n: i32) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let nodes: Vec<Node> = (1..=n)
+            .map(|id| Node {
+                id,
+                dir: root.path().join(format!("node-{id}")),
+                client: free_addr(),
+                controller: free_addr(),
+                child: None,
+            })
+            .collect();
+        let voters = nodes
+            .iter()
+            .map(|n| format!("{}@{}", n.id, n.controller))
+            .collect::<Vec<_>>()
+            .join(",");
+        Self {
+            _root: root,
+            nodes,
+            voters,
+            extra: Vec::new(),
+        }
+    }
+
+    pub fn spawn(&mut self, i: usize) {
+        let voters = self.voters.clone();
+        let extra = self.extra.clone();
+        let node = &mut self.nodes[i];
+        std::fs::create_dir_all(&node.dir).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(node.dir.with_extension("log"))
+            .unwrap();
+        let set = [
+            format!("node.id={}", node.id),
+            format!("controller.quorum.voters={voters}"),
+            format!(
+                "listeners=PLAINTEXT://{},CONTROLLER://{}",
+                node.client, node.controller
+            ),
+            "controller.quorum.election.timeout.ms=500".into(),
+            format!("broker.session.timeout.ms={SESSION_TIMEOUT_MS}"),
+            "broker.heartbeat.interval.ms=250".into(),
+            "metrics.listen=127.0.0.1:0".into(),
+            "group.initial.rebalance.delay.ms=0".into(),
+            "offsets.topic.num.partitions=6".into(),
+        ];
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tributary"));
+        cmd.arg("--data-dir").arg(&node.dir).arg("--cores").arg("1");
+        for s in set.iter().chain(&extra) {
+            cmd.arg("--set").arg(s);
+        }
+        node.child = Some(
+            cmd.stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("broker binary starts"),
+        );
+    }
+
+    /// Starts every node and waits until each serves clients (it does once registered).
+    pub fn start_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.spawn(i);
+        }
+        for i in 0..self.nodes.len() {
+            self.wait_listening(i);
+        }
+    }
+
+    pub fn wait_listening(&self, i: usize) {
+        let addr = self.nodes[i].client;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "node {} did not listen on {addr}; its log: {}",
+                self.nodes[i].id,
+                self.log(i)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.nodes[i].dir.with_extension("log")).unwrap_or_default()
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn bootstrap(&self, i: usize) -> String {
+        self.nodes[i].client.to_string()
+    }
+
+    pub fn all_bootstrap(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| n.client.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+        // A failed test shows what each node said last.
+        if std::thread::panicking() {
+            for i in 0..self.nodes.len() {
+                let log = self.log(i);
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+                eprintln!(
+                    "--- node {} log (last 40 lines) ---\n{tail}",
+                    self.nodes[i].id
+                );
+            }
+        }
+    }
+}
+
+pub fn metadata(bootstrap: &str, topic: Option<&str>) -> Metadata {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .unwrap();
+    c.fetch_metadata(topic, Duration::from_secs(10))
+        .expect("Metadata")
+}
+
+pub fn broker_ids(m: &Metadata) -> Vec<i32> {
+    let mut ids: Vec<i32> = m.brokers().iter().map(|b| b.id()).collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Each partition's leader, in partition order.
+pub fn leaders(bootstrap: &str, topic: &str) -> Vec<i32> {
+    let m = metadata(bootstrap, Some(topic));
+    let t = &m.topics()[0];
+    let mut ps: Vec<(i32, i32)> = t
+        .partitions()
+        .iter()
+        .map(|p| (p.id(), p.leader()))
+        .collect();
+    ps.sort_unstable();
+    ps.into_iter().map(|(_, l)| l).collect()
+}
+
+/// Produces `n` keyed messages (to partition `i % partitions`) and waits for every ack.
+pub fn produce(bootstrap: &str, topic: &str, partitions: &[i32], n: usize, tag: &str) {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("message.timeout.ms", "30000")
+        .create()
+        .unwrap();
+    for i in 0..n {
+        let v = format!("{tag}-{i}");
+        let part = partitions[i % partitions.len()];
+        let mut rec = Some(
+            BaseRecord::<(), String>::to(topic)
+                .payload(&v)
+                .partition(part),
+        );
+        while let Some(r) = rec.take() {
+            if let Err((_, back)) = p.send(r) {
+                p.poll(Duration::from_millis(10));
+                rec = Some(back);
+            }
+        }
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(60))
+        .expect("every message acknowledged");
+}
+
+/// Consumes `topic` with a consumer group until `count` messages arrived; their payloads.
+pub fn consume_group(bootstrap: &str, topic: &str, group: &str, count: usize) -> Vec<String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    c.subscribe(&[topic]).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while out.len() < count && Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+        }
+    }
+    c.commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
+        .expect("offsets committed through the group's coordinator");
+    out
+}

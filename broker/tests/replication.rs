@@ -1,0 +1,162 @@
+//! Replicated partitions on a three-process cluster: acks=all writes reach every in-sync
+//! replica before they are acknowledged, a dead leader's partition moves to another in-sync
+//! replica without losing anything acknowledged, a returning replica catches up (truncating
+//! what it held beyond the new leader) and rejoins the ISR, and `min.insync.replicas` refuses
+//! acks=all writes the ISR cannot hold.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::admin::{NewTopic, TopicReplication};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use tributary_protocol::record_batch::build_batch;
+
+use common::cluster::{metadata, produce, Cluster};
+use common::{rd_create_topics, wait_until, RawConn};
+
+const TOPIC: &str = "replicated";
+
+/// (leader, isr) of partition 0, as `bootstrap` sees it.
+fn placement(bootstrap: &str) -> (i32, Vec<i32>) {
+    let m = metadata(bootstrap, Some(TOPIC));
+    let p = &m.topics()[0].partitions()[0];
+    let mut isr = p.isr().to_vec();
+    isr.sort_unstable();
+    (p.leader(), isr)
+}
+
+/// Every value of partition 0 from the beginning, in offset order, read from whichever broker
+/// leads it.
+fn read_all(bootstrap: &str, expect: usize) -> Vec<String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "unused")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(TOPIC, 0, Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while out.len() < expect && std::time::Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+        }
+    }
+    // Nothing more than expected either.
+    if let Some(Ok(m)) = c.poll(Duration::from_millis(500)) {
+        out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+    }
+    out
+}
+
+fn start(extra: &[&str], min_insync: &str) -> Cluster {
+    let mut cluster = Cluster::new(3);
+    cluster.extra = extra.iter().map(|s| s.to_string()).collect();
+    cluster.start_all();
+    let all = cluster.all_bootstrap();
+    wait_until("three brokers", || {
+        metadata(&all, None).brokers().len() == 3
+    });
+    rd_create_topics(
+        cluster.nodes[0].client,
+        &[NewTopic::new(TOPIC, 1, TopicReplication::Fixed(3))
+            .set("min.insync.replicas", min_insync)],
+    );
+    wait_until("every replica in sync", || {
+        placement(&all).1 == vec![1, 2, 3]
+    });
+    cluster
+}
+
+#[test]
+fn every_replica_leads_in_turn_and_nothing_acknowledged_is_lost() {
+    let mut cluster = start(&["replica.lag.time.max.ms=3000"], "2");
+    let all = cluster.all_bootstrap();
+    let mut ledger: Vec<String> = (0..300).map(|i| format!("a-{i}")).collect();
+    produce(&all, TOPIC, &[0], 300, "a");
+    let mut leaders_seen = Vec::new();
+    for round in 0..3 {
+        let (leader, _) = placement(&all);
+        assert!(leader > 0, "round {round}: no leader");
+        leaders_seen.push(leader);
+        let li = (leader - 1) as usize;
+        cluster.kill(li);
+        let others: String = cluster
+            .nodes
+            .iter()
+            .filter(|n| n.id != leader)
+            .map(|n| n.client.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        wait_until("another in-sync replica leads", || {
+            let (l, _) = placement(&others);
+            l > 0 && l != leader
+        });
+        // The new leader holds every acknowledged record, in order, and takes new ones.
+        let tag = format!("r{round}");
+        produce(&others, TOPIC, &[0], 100, &tag);
+        ledger.extend((0..100).map(|i| format!("{tag}-{i}")));
+        assert_eq!(read_all(&others, ledger.len()), ledger, "round {round}");
+        // The old leader returns, catches up and is in sync again.
+        cluster.spawn(li);
+        cluster.wait_listening(li);
+        wait_until("the returning replica back in the ISR", || {
+            placement(&all).1 == vec![1, 2, 3]
+        });
+    }
+    leaders_seen.sort_unstable();
+    leaders_seen.dedup();
+    assert_eq!(
+        leaders_seen.len(),
+        3,
+        "each replica led once: {leaders_seen:?}"
+    );
+    assert_eq!(read_all(&all, ledger.len()), ledger);
+}
+
+/// One acks=all produce of a single record to partition 0 of `TOPIC`, raw: its error code.
+fn raw_produce(addr: SocketAddr, acks: i16) -> i16 {
+    let batch = build_batch(&[(None, Some(b"v".as_slice()))], 1_700_000_000_000, None).freeze();
+    let req = ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(3000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(batch))])]);
+    let mut conn = RawConn::connect(addr);
+    let resp: ProduceResponse = conn.request(ApiKey::Produce, 8, &req);
+    resp.responses[0].partition_responses[0].error_code
+}
+
+#[test]
+fn too_few_in_sync_replicas_refuse_acks_all_but_not_acks_1() {
+    // All three must be in sync; losing one (the quorum keeps two) is one too many.
+    let mut cluster = start(&["replica.lag.time.max.ms=2000"], "3");
+    let all = cluster.all_bootstrap();
+    let (leader, _) = placement(&all);
+    let li = (leader - 1) as usize;
+    let leader_addr = cluster.nodes[li].client;
+    assert_eq!(raw_produce(leader_addr, -1), 0);
+    let follower = (li + 1) % 3;
+    let gone = cluster.nodes[follower].id;
+    cluster.kill(follower);
+    let me = leader_addr.to_string();
+    wait_until("the ISR without the dead follower", || {
+        !placement(&me).1.contains(&gone)
+    });
+    assert_eq!(raw_produce(leader_addr, -1), 19, "NOT_ENOUGH_REPLICAS");
+    assert_eq!(raw_produce(leader_addr, 1), 0, "acks=1 still works");
+}
