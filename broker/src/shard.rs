@@ -122,11 +122,13 @@ pub enum ShardRequest {
         timestamp: i64,
         reply: oneshot::Sender<(ErrorCode, i64, i64)>,
     },
-    /// The log end offset of one partition (OffsetForLeaderEpoch).
-    LogEndOffset {
+    /// Where `epoch` ends in one partition's epoch cache (OffsetForLeaderEpoch): (error,
+    /// epoch, end offset).
+    EpochEndOffset {
         topic: String,
         partition: i32,
-        reply: oneshot::Sender<(ErrorCode, i64)>,
+        epoch: i32,
+        reply: oneshot::Sender<(ErrorCode, i32, i64)>,
     },
     /// Bytes of each owned partition's segment files (DescribeLogDirs).
     PartitionSizes {
@@ -641,15 +643,25 @@ impl Shard {
                 };
                 let _ = reply.send(out);
             }
-            ShardRequest::LogEndOffset {
+            ShardRequest::EpochEndOffset {
                 topic,
                 partition,
+                epoch,
                 reply,
             } => {
                 let out = match self.partition(&topic, partition) {
-                    None => (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1),
-                    Some(p) if p.is_offline() => (ErrorCode::KAFKA_STORAGE_ERROR, -1),
-                    Some(p) => (ErrorCode::NONE, p.log_end_offset()),
+                    None => (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
+                    Some(p) if p.is_offline() => (ErrorCode::KAFKA_STORAGE_ERROR, -1, -1),
+                    // An empty log has no batch to start its epoch yet: the epoch it is led
+                    // in ends at its (empty) end, as a Kafka leader's cache says once it
+                    // takes the partition.
+                    Some(p) if p.latest_epoch().is_none() && epoch == p.leader_epoch() => {
+                        (ErrorCode::NONE, epoch, p.log_end_offset())
+                    }
+                    Some(p) => {
+                        let (e, end) = p.end_offset_for(epoch);
+                        (ErrorCode::NONE, e, end)
+                    }
                 };
                 let _ = reply.send(out);
             }

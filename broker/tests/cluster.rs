@@ -157,6 +157,16 @@ fn a_killed_broker_is_fenced_and_comes_back_with_its_data() {
     });
     let m = metadata(&survivor, Some("fence"));
     produce(&all, "fence", &[0, 1, 2], 30, "after");
+    // It leads at epoch 2 (fenced: 1, back: 2); epoch 0 ended where epoch 2 began, and
+    // clients naming the current epoch are not turned away (KIP-320).
+    let vaddr = cluster.nodes[vi].client;
+    assert_eq!(raw_epoch_end(vaddr, "fence", 0, 2, 2), (0, 2, 110));
+    assert_eq!(raw_epoch_end(vaddr, "fence", 0, 2, 0), (0, 0, 100));
+    assert_eq!(
+        raw_epoch_end(vaddr, "fence", 0, 1, 0).0,
+        74,
+        "FENCED_LEADER_EPOCH"
+    );
     let got = consume_group(&all, "fence", "checker", 430);
     assert_eq!(
         got.len(),
@@ -171,6 +181,33 @@ fn a_killed_broker_is_fenced_and_comes_back_with_its_data() {
     for i in 0..300 {
         assert!(got.contains(&format!("before-{i}")), "before-{i} lost");
     }
+}
+
+/// OffsetForLeaderEpoch v4 for one partition, raw: (error, epoch, end offset).
+fn raw_epoch_end(
+    addr: SocketAddr,
+    topic: &str,
+    partition: i32,
+    current: i32,
+    epoch: i32,
+) -> (i16, i32, i64) {
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderEpochRequest, OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    use kafka_protocol::messages::{ApiKey, BrokerId, OffsetForLeaderEpochResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let req = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![OffsetForLeaderTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.into())))
+            .with_partitions(vec![OffsetForLeaderPartition::default()
+                .with_partition(partition)
+                .with_current_leader_epoch(current)
+                .with_leader_epoch(epoch)])]);
+    let mut conn = common::RawConn::connect(addr);
+    let resp: OffsetForLeaderEpochResponse = conn.request(ApiKey::OffsetForLeaderEpoch, 4, &req);
+    let p = &resp.topics[0].partitions[0];
+    (p.error_code, p.leader_epoch, p.end_offset)
 }
 
 #[test]

@@ -1,7 +1,7 @@
-//! OffsetForLeaderEpoch: the end offset of a leader epoch. A single broker has led every
-//! partition since it was created, in epoch 0 (the leader epoch Metadata reports), so epoch 0
-//! ends at the log end offset and no later epoch exists yet. Consumers (librdkafka, the Java
-//! client) ask after a leader change or when validating a position (KIP-320).
+//! OffsetForLeaderEpoch: where a leader epoch ends, from the leader's epoch cache (Kafka's
+//! `LeaderEpochFileCache.endOffsetFor`): the latest epoch ends at the log end; an earlier one
+//! where the next began. Consumers (librdkafka, the Java client) ask after a leader change or
+//! when validating a position (KIP-320); followers learn the same from Fetch's divergence answer.
 
 use std::rc::Rc;
 
@@ -16,37 +16,33 @@ use tributary_protocol::{ErrorCode, Reader};
 use super::{decode_all, frame, topic_name, HandlerResult};
 use crate::shard::{call, Shard, ShardRequest};
 
-/// The leader epoch of every partition on this broker.
-pub const LEADER_EPOCH: i32 = 0;
-
 /// Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
 const UNDEFINED: i32 = -1;
 const UNDEFINED_OFFSET: i64 = -1;
 
-/// What the request alone decides for one partition: an answer, or "ask the owner for the log
-/// end offset".
+/// What the request and the partition's current epoch decide for one partition: an answer, or
+/// "ask the owner's epoch cache".
 #[derive(Debug, PartialEq, Eq)]
 enum Decision {
     Answer(ErrorCode, i32, i64),
-    EndOffset,
+    Lookup,
 }
 
-/// Kafka's order: the current-epoch check (fencing), then the epoch lookup.
-fn decide(q: &EpochQuery) -> Decision {
+/// Kafka's order: the current-epoch check (fencing) against the partition's leader epoch, then
+/// the epoch lookup.
+fn decide(q: &EpochQuery, current: i32) -> Decision {
     if q.current_leader_epoch != NO_EPOCH {
-        if q.current_leader_epoch < LEADER_EPOCH {
+        if q.current_leader_epoch < current {
             return Decision::Answer(ErrorCode::FENCED_LEADER_EPOCH, UNDEFINED, UNDEFINED_OFFSET);
         }
-        if q.current_leader_epoch > LEADER_EPOCH {
+        if q.current_leader_epoch > current {
             return Decision::Answer(ErrorCode::UNKNOWN_LEADER_EPOCH, UNDEFINED, UNDEFINED_OFFSET);
         }
     }
-    if q.leader_epoch == LEADER_EPOCH {
-        Decision::EndOffset
-    } else {
-        // A later epoch has not begun; an earlier (negative) one is undefined.
-        Decision::Answer(ErrorCode::NONE, UNDEFINED, UNDEFINED_OFFSET)
+    if q.leader_epoch < 0 {
+        return Decision::Answer(ErrorCode::NONE, UNDEFINED, UNDEFINED_OFFSET);
     }
+    Decision::Lookup
 }
 
 pub async fn handle(
@@ -63,25 +59,29 @@ pub async fn handle(
         let mut partitions = Vec::with_capacity(queries.len());
         for q in queries {
             let access = catalog.check_leader(name, q.partition, shard.config.node_id);
+            let current = catalog
+                .partition(name, q.partition)
+                .map_or(0, |r| r.leader_epoch);
             let (code, epoch, end) = if let Err(code) = access {
                 (code, UNDEFINED, UNDEFINED_OFFSET)
             } else {
-                match decide(q) {
+                match decide(q, current) {
                     Decision::Answer(c, e, o) => (c, e, o),
-                    Decision::EndOffset => {
+                    Decision::Lookup => {
                         let owner = shard.owner(name, q.partition);
-                        let (topic, partition) = (name.clone(), q.partition);
-                        match call(shard, owner, |reply| ShardRequest::LogEndOffset {
+                        let (topic, partition, epoch) = (name.clone(), q.partition, q.leader_epoch);
+                        call(shard, owner, |reply| ShardRequest::EpochEndOffset {
                             topic,
                             partition,
+                            epoch,
                             reply,
                         })
                         .await
-                        {
-                            Some((ErrorCode::NONE, end)) => (ErrorCode::NONE, LEADER_EPOCH, end),
-                            Some((c, _)) => (c, UNDEFINED, UNDEFINED_OFFSET),
-                            None => (ErrorCode::UNKNOWN_SERVER_ERROR, UNDEFINED, UNDEFINED_OFFSET),
-                        }
+                        .unwrap_or((
+                            ErrorCode::UNKNOWN_SERVER_ERROR,
+                            UNDEFINED,
+                            UNDEFINED_OFFSET,
+                        ))
                     }
                 }
             };
@@ -120,15 +120,14 @@ mod tests {
 
     #[test]
     fn decisions_follow_kafka() {
-        assert_eq!(decide(&q(NO_EPOCH, 0)), Decision::EndOffset);
-        assert_eq!(decide(&q(0, 0)), Decision::EndOffset);
+        assert_eq!(decide(&q(NO_EPOCH, 0), 0), Decision::Lookup);
+        assert_eq!(decide(&q(3, 1), 3), Decision::Lookup);
         let undefined = Decision::Answer(ErrorCode::NONE, UNDEFINED, UNDEFINED_OFFSET);
-        assert_eq!(decide(&q(0, 3)), undefined);
-        assert_eq!(decide(&q(NO_EPOCH, -1)), undefined);
+        assert_eq!(decide(&q(NO_EPOCH, -1), 0), undefined);
         let fenced = Decision::Answer(ErrorCode::FENCED_LEADER_EPOCH, UNDEFINED, UNDEFINED_OFFSET);
-        assert_eq!(decide(&q(-4, 0)), fenced);
+        assert_eq!(decide(&q(1, 0), 2), fenced);
         let unknown =
             Decision::Answer(ErrorCode::UNKNOWN_LEADER_EPOCH, UNDEFINED, UNDEFINED_OFFSET);
-        assert_eq!(decide(&q(2, 0)), unknown);
+        assert_eq!(decide(&q(2, 0), 0), unknown);
     }
 }

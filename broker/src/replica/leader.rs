@@ -82,6 +82,12 @@ impl Shard {
                     continue;
                 };
                 if reg.replicas.len() < 2 {
+                    // One replica: nothing to replicate, but its epoch cache follows the
+                    // image (a fenced and returning broker leads at a new epoch), so
+                    // OffsetForLeaderEpoch answers for the epoch clients see in Metadata.
+                    if reg.leader == me && part.leader_epoch() < reg.leader_epoch {
+                        new_epochs.push((part.clone(), reg.leader_epoch));
+                    }
                     continue;
                 }
                 part.set_replicated(true);
