@@ -100,6 +100,8 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "metrics.listen", default: "127.0.0.1:9644", kind: ConfigKind::String, doc: "HOST:PORT of the Prometheus metrics endpoint (/metrics, /health), served by shard 0; empty: no endpoint." },
     BrokerKey { name: "shutdown.drain.timeout.ms", default: "10000", kind: ConfigKind::Long, doc: "How long shutdown waits for in-flight requests to finish before closing logs." },
     BrokerKey { name: "offsets.topic.num.partitions", default: "50", kind: ConfigKind::Int, doc: "Partitions of __consumer_offsets; fixed once the topic exists." },
+    BrokerKey { name: "offsets.topic.replication.factor", default: "3", kind: ConfigKind::Int, doc: "Replicas of each __consumer_offsets partition, so group coordinators move with leadership; capped at the live brokers when the topic is created (Kafka waits for enough brokers instead)." },
+    BrokerKey { name: "offsets.commit.timeout.ms", default: "5000", kind: ConfigKind::Int, doc: "How long a group coordinator's write to a replicated offsets partition may wait for its ISR; past it the request gets COORDINATOR_NOT_AVAILABLE." },
     BrokerKey { name: "offsets.topic.segment.bytes", default: "104857600", kind: ConfigKind::Int, doc: "Segment size of __consumer_offsets." },
     BrokerKey { name: "offsets.retention.minutes", default: "10080", kind: ConfigKind::Int, doc: "How long committed offsets of an empty group are kept." },
     BrokerKey { name: "offsets.retention.check.interval.ms", default: "600000", kind: ConfigKind::Long, doc: "How often expired offsets are looked for." },
@@ -175,6 +177,8 @@ pub struct BrokerConfig {
     pub shutdown_drain_timeout_ms: u64,
     pub offsets_topic_num_partitions: i32,
     pub offsets_topic_segment_bytes: u64,
+    pub offsets_topic_replication_factor: usize,
+    pub offsets_commit_timeout_ms: u64,
     pub offsets_retention_minutes: u64,
     pub offsets_retention_check_interval_ms: u64,
     pub offset_metadata_max_bytes: usize,
@@ -617,6 +621,16 @@ impl BrokerConfig {
             offsets_topic_num_partitions: parse_num(
                 "offsets.topic.num.partitions",
                 &get("offsets.topic.num.partitions"),
+                1,
+            )?,
+            offsets_topic_replication_factor: parse_num(
+                "offsets.topic.replication.factor",
+                &get("offsets.topic.replication.factor"),
+                1,
+            )?,
+            offsets_commit_timeout_ms: parse_num(
+                "offsets.commit.timeout.ms",
+                &get("offsets.commit.timeout.ms"),
                 1,
             )?,
             offsets_topic_segment_bytes: parse_num(

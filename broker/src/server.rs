@@ -299,8 +299,10 @@ async fn run_shard(
         controller,
         connections,
     ));
+    shard.install_group_write_wait();
+    // Opens this shard's partitions, takes their replication roles and loads the groups of
+    // the offsets partitions this node leads.
     shard.apply_catalog(catalog).await;
-    shard.load_groups().await;
     let listener = match TcpListener::bind(addr) {
         Ok(l) => l,
         Err(e) => {

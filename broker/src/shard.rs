@@ -212,6 +212,9 @@ pub struct Shard {
     partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
     pub controller: Option<Controller>,
     pub groups: GroupCoordinator,
+    /// `__consumer_offsets` partitions whose groups this shard has loaded: those this node
+    /// leads. Group requests for the others are refused (NOT_COORDINATOR).
+    pub groups_loaded: RefCell<std::collections::HashSet<i32>>,
     pub draining: Cell<bool>,
     pub drain_event: Event,
     pub inflight: Cell<usize>,
@@ -279,6 +282,7 @@ impl Shard {
             fetch_reads: Cell::new(0),
             fetch_read_bytes: Cell::new(0),
             replicas: Default::default(),
+            groups_loaded: RefCell::new(std::collections::HashSet::new()),
             fetch_sessions: RefCell::new(crate::handlers::fetch::session::SessionCache::new(
                 session_slots,
             )),
@@ -452,26 +456,16 @@ impl Shard {
 
     /// The `__consumer_offsets` partition holding `group`, if this shard owns it.
     pub fn group_log(&self, group: &str) -> Option<Rc<Partition>> {
-        self.partition(OFFSETS_TOPIC, self.groups.group_partition(group))
+        let p = self.groups.group_partition(group);
+        if !self.groups_loaded.borrow().contains(&p) {
+            return None;
+        }
+        self.partition(OFFSETS_TOPIC, p)
     }
 
     /// The shard coordinating `group`.
     pub fn group_owner(&self, group: &str) -> ShardId {
         self.owner(OFFSETS_TOPIC, self.groups.group_partition(group))
-    }
-
-    /// Rebuilds group state from every owned `__consumer_offsets` partition.
-    pub async fn load_groups(&self) {
-        let logs: Vec<Rc<Partition>> = self
-            .partitions
-            .borrow()
-            .iter()
-            .filter(|((t, _), _)| t == OFFSETS_TOPIC)
-            .map(|(_, p)| p.clone())
-            .collect();
-        for log in logs {
-            self.groups.load(&log).await;
-        }
     }
 
     /// Every partition this shard holds.
@@ -787,8 +781,12 @@ impl Shard {
         let Some(part) = self.partition(topic, partition) else {
             return fail(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
         };
-        // A replicated partition: this shard must lead it, and acks=all needs enough in sync.
+        // A replicated partition: this shard must lead it (the handler checked an image that
+        // may have changed since), and acks=all needs enough in sync.
         let epoch = self.leader_epoch_of(topic, partition);
+        if epoch.is_none() && part.is_replicated() {
+            return fail(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+        }
         if acks == -1 {
             if let Err(code) = self.check_min_isr(topic, partition) {
                 return fail(code);

@@ -160,3 +160,62 @@ fn too_few_in_sync_replicas_refuse_acks_all_but_not_acks_1() {
     assert_eq!(raw_produce(leader_addr, -1), 19, "NOT_ENOUGH_REPLICAS");
     assert_eq!(raw_produce(leader_addr, 1), 0, "acks=1 still works");
 }
+
+/// The node coordinating `group`, as FindCoordinator v1 answers it.
+fn raw_find_coordinator(addr: SocketAddr, group: &str) -> i32 {
+    use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+    let req = FindCoordinatorRequest::default()
+        .with_key(StrBytes::from_string(group.into()))
+        .with_key_type(0);
+    let mut conn = RawConn::connect(addr);
+    let resp: FindCoordinatorResponse = conn.request(ApiKey::FindCoordinator, 1, &req);
+    assert_eq!(resp.error_code, 0, "{resp:?}");
+    resp.node_id.0
+}
+
+/// The offset `group` committed for partition 0 of `TOPIC`, read through `bootstrap`.
+fn committed(bootstrap: &str, group: &str) -> Option<i64> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .create()
+        .ok()?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(TOPIC, 0);
+    let got = c.committed_offsets(tpl, Duration::from_secs(5)).ok()?;
+    match got.find_partition(TOPIC, 0)?.offset() {
+        Offset::Offset(o) => Some(o),
+        _ => None,
+    }
+}
+
+#[test]
+fn committed_offsets_survive_their_coordinators_death() {
+    let mut cluster = start(&["replica.lag.time.max.ms=3000"], "2");
+    let all = cluster.all_bootstrap();
+    produce(&all, TOPIC, &[0], 100, "g");
+    let got = common::cluster::consume_group(&all, TOPIC, "survivors", 100);
+    assert_eq!(got.len(), 100);
+    wait_until("the commit readable", || {
+        committed(&all, "survivors") == Some(100)
+    });
+    let coordinator = raw_find_coordinator(cluster.nodes[0].client, "survivors");
+    let ci = (coordinator - 1) as usize;
+    cluster.kill(ci);
+    let others: String = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.id != coordinator)
+        .map(|n| n.client.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    // Another replica of the group's offsets partition leads it and holds the commit.
+    wait_until("the group coordinated elsewhere, its offsets kept", || {
+        committed(&others, "survivors") == Some(100)
+    });
+    let now = raw_find_coordinator(
+        others.split(',').next().unwrap().parse().unwrap(),
+        "survivors",
+    );
+    assert_ne!(now, coordinator);
+}

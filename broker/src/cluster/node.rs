@@ -313,7 +313,8 @@ fn offsets_topic_command(config: &BrokerConfig, image: &Catalog) -> Option<Metad
     }
     let brokers: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
     let partitions = config.offsets_topic_num_partitions;
-    let assignment = super::placement::assign(&brokers, 0, partitions, 1, 0, 0).ok()?;
+    let rf = config.offsets_topic_replication_factor.min(brokers.len());
+    let assignment = super::placement::assign(&brokers, 0, partitions, rf, 0, 0).ok()?;
     let configs = [
         ("cleanup.policy".to_string(), "compact".to_string()),
         (
@@ -321,7 +322,11 @@ fn offsets_topic_command(config: &BrokerConfig, image: &Catalog) -> Option<Metad
             config.offsets_topic_segment_bytes.to_string(),
         ),
     ];
-    info!(partitions, "creating {OFFSETS_TOPIC}");
+    info!(
+        partitions,
+        replication_factor = rf,
+        "creating {OFFSETS_TOPIC}"
+    );
     Some(MetadataCommand::CreateTopics {
         topics: vec![TopicMeta {
             name: OFFSETS_TOPIC.to_string(),

@@ -79,8 +79,18 @@ pub type MemberResults = Vec<(String, Option<String>, ErrorCode)>;
 /// Per-partition results of a commit, fetch or offset delete, grouped by topic.
 pub type TopicResults<T> = Vec<(String, Vec<(i32, T)>)>;
 
+/// Waits until a replicated `__consumer_offsets` write up to the offset is held by the ISR.
+pub type ReplicatedWrite = Box<
+    dyn Fn(
+        Rc<Partition>,
+        i64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ErrorCode>>>>,
+>;
+
 pub struct GroupCoordinator {
     config: GroupConfig,
+    /// Set by the shard: how a write to a replicated offsets partition waits for its ISR.
+    pub replicated_write: RefCell<Option<ReplicatedWrite>>,
     /// `__consumer_offsets`' partition count once the topic exists (it keeps the count it was
     /// created with, whatever `offsets.topic.num.partitions` says later).
     offsets_partitions: std::cell::Cell<i32>,
@@ -90,6 +100,7 @@ pub struct GroupCoordinator {
 impl GroupCoordinator {
     pub fn new(config: GroupConfig) -> Self {
         Self {
+            replicated_write: RefCell::new(None),
             offsets_partitions: std::cell::Cell::new(config.offsets_partitions),
             config,
             groups: RefCell::new(HashMap::new()),
@@ -124,10 +135,24 @@ impl GroupCoordinator {
             warn!(error = %e, "writing to __consumer_offsets failed");
             ErrorCode::COORDINATOR_NOT_AVAILABLE
         })?;
-        log.sync_to(out.last_offset + 1).await.map_err(|e| {
+        let end = out.last_offset + 1;
+        log.sync_to(end).await.map_err(|e| {
             warn!(error = %e, "syncing __consumer_offsets failed");
             ErrorCode::COORDINATOR_NOT_AVAILABLE
-        })
+        })?;
+        if log.is_replicated() {
+            // As Kafka's coordinator writes with acks=all: answered once the ISR holds it.
+            // The future is made under the borrow and awaited after it ends.
+            let wait = self
+                .replicated_write
+                .borrow()
+                .as_ref()
+                .map(|hook| hook(log.clone(), end));
+            if let Some(wait) = wait {
+                wait.await?;
+            }
+        }
+        Ok(())
     }
 
     fn group_record(g: &Group) -> (Bytes, Option<Bytes>) {
@@ -160,13 +185,25 @@ impl GroupCoordinator {
         (key, Some(value.encode()))
     }
 
-    /// Rebuilds groups and offsets from one owned `__consumer_offsets` partition.
+    /// Forgets the groups of one `__consumer_offsets` partition this node no longer leads: its
+    /// new leader rebuilds them from the log.
+    pub fn unload(&self, partition: i32) -> usize {
+        let n = self.offsets_partitions.get();
+        let mut groups = self.groups.borrow_mut();
+        let before = groups.len();
+        groups.retain(|id, _| partition_for_group(id, n) != partition);
+        before - groups.len()
+    }
+
+    /// Rebuilds groups and offsets from one `__consumer_offsets` partition this node leads,
+    /// reading to its log end as Kafka's coordinator does: a new leader's log is the one its
+    /// high watermark will reach.
     pub async fn load(&self, log: &Rc<Partition>) {
         let started = Instant::now();
         let mut offset = log.log_start_offset();
         let mut records = 0usize;
-        while offset < log.high_watermark() {
-            let read = match log.read(offset, 1 << 20).await {
+        while offset < log.log_end_offset() {
+            let read = match log.read_replica(offset, 1 << 20).await {
                 Ok(r) => r,
                 Err(e) => {
                     warn!(error = %e, "reading __consumer_offsets failed; group state may be incomplete");

@@ -17,6 +17,7 @@ use tributary_storage::Partition;
 use super::LeaderState;
 use crate::catalog::Catalog;
 use crate::cluster::command::MetadataCommand;
+use crate::group::OFFSETS_TOPIC;
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
 
@@ -141,6 +142,7 @@ impl Shard {
         for (t, p) in keys {
             self.advance_high_watermark(&t, p);
         }
+        self.load_led_groups(catalog).await;
         start_fetchers.sort_unstable();
         start_fetchers.dedup();
         for leader in start_fetchers {
@@ -148,6 +150,73 @@ impl Shard {
                 glommio::spawn_local(super::fetcher::run(self.clone(), leader)).detach();
             }
         }
+    }
+
+    /// Loads the groups of the `__consumer_offsets` partitions this node now leads and forgets
+    /// those of the ones it no longer leads: the group coordinator moves with leadership.
+    async fn load_led_groups(&self, catalog: &Catalog) {
+        let me = self.config.node_id;
+        for ((topic, p), part) in self.owned_partitions() {
+            if topic != OFFSETS_TOPIC {
+                continue;
+            }
+            let led = catalog.partition(&topic, p).is_some_and(|r| r.leader == me);
+            let loaded = self.groups_loaded.borrow().contains(&p);
+            if led && !loaded {
+                self.groups.load(&part).await;
+                self.groups_loaded.borrow_mut().insert(p);
+            } else if !led && loaded {
+                self.groups_loaded.borrow_mut().remove(&p);
+                let n = self.groups.unload(p);
+                info!(
+                    partition = p,
+                    groups = n,
+                    "no longer coordinating the groups of an offsets partition"
+                );
+            }
+        }
+        let owned: HashSet<i32> = self
+            .owned_partitions()
+            .into_iter()
+            .filter(|((t, _), _)| t == OFFSETS_TOPIC)
+            .map(|((_, p), _)| p)
+            .collect();
+        self.groups_loaded
+            .borrow_mut()
+            .retain(|p| owned.contains(p));
+    }
+
+    /// Lets the group coordinator's writes to a replicated offsets partition wait for the ISR.
+    pub fn install_group_write_wait(self: &Rc<Self>) {
+        let weak = Rc::downgrade(self);
+        let hook: crate::group::ReplicatedWrite = Box::new(move |part, end| {
+            let weak = weak.clone();
+            Box::pin(async move {
+                let Some(shard) = weak.upgrade() else {
+                    return Err(ErrorCode::COORDINATOR_NOT_AVAILABLE);
+                };
+                let key = shard
+                    .owned_partitions()
+                    .into_iter()
+                    .find(|(_, p)| Rc::ptr_eq(p, &part))
+                    .map(|(k, _)| k);
+                let Some((topic, partition)) = key else {
+                    return Err(ErrorCode::NOT_COORDINATOR);
+                };
+                let timeout = Duration::from_millis(shard.config.offsets_commit_timeout_ms);
+                shard
+                    .wait_replicated(&part, &topic, partition, end, timeout)
+                    .await
+                    .map_err(|e| {
+                        if e == ErrorCode::NOT_LEADER_OR_FOLLOWER {
+                            ErrorCode::NOT_COORDINATOR
+                        } else {
+                            ErrorCode::COORDINATOR_NOT_AVAILABLE
+                        }
+                    })
+            })
+        });
+        *self.groups.replicated_write.borrow_mut() = Some(hook);
     }
 
     /// The leader epoch of a partition this shard leads with replicas, if it does.
