@@ -61,6 +61,9 @@ pub struct BrokerRegistration {
     pub host: String,
     pub port: u16,
     pub fenced: bool,
+    /// Fenced by its own controlled shutdown: stays fenced until it registers again.
+    #[serde(default)]
+    pub in_controlled_shutdown: bool,
 }
 
 impl TopicMeta {

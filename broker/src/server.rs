@@ -526,6 +526,17 @@ impl BrokerHandle {
     pub fn shutdown(self) -> Result<()> {
         info!("shutting down");
         futures::executor::block_on(async {
+            // Controlled shutdown first: leadership moves to other replicas while this node
+            // still answers, so clients move at once instead of after a session timeout.
+            if let Some(p) = self.peers.first() {
+                let (tx, rx) = oneshot::channel();
+                if p.send(ShardRequest::ControlledShutdown { reply: tx })
+                    .await
+                    .is_ok()
+                {
+                    let _ = rx.await;
+                }
+            }
             for phase in 0..2 {
                 let mut waits = Vec::new();
                 for p in &self.peers {

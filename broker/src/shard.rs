@@ -189,6 +189,8 @@ pub enum ShardRequest {
         command: Box<crate::cluster::command::MetadataCommand>,
         reply: oneshot::Sender<(ErrorCode, Option<String>)>,
     },
+    /// For shard 0: before a shutdown, give this broker's partitions to other replicas.
+    ControlledShutdown { reply: oneshot::Sender<()> },
     /// Stop accepting, finish in-flight requests.
     Drain { reply: oneshot::Sender<()> },
     /// Flush and close every owned partition, then stop the executor.
@@ -753,6 +755,12 @@ impl Shard {
                     ),
                 };
                 let _ = reply.send(out);
+            }
+            ShardRequest::ControlledShutdown { reply } => {
+                if let Some(c) = &self.controller {
+                    c.node.controlled_shutdown(&self.config).await;
+                }
+                let _ = reply.send(());
             }
             ShardRequest::Drain { reply } => {
                 self.drain().await;

@@ -219,3 +219,52 @@ fn committed_offsets_survive_their_coordinators_death() {
     );
     assert_ne!(now, coordinator);
 }
+
+#[test]
+fn a_clean_stop_hands_leadership_over_at_once() {
+    // Sessions long enough that only the controlled shutdown can move leadership in time.
+    let mut cluster = start(
+        &[
+            "replica.lag.time.max.ms=30000",
+            "broker.session.timeout.ms=30000",
+            "broker.heartbeat.interval.ms=1000",
+        ],
+        "2",
+    );
+    let all = cluster.all_bootstrap();
+    produce(&all, TOPIC, &[0], 50, "before");
+    let (leader, _) = placement(&all);
+    let li = (leader - 1) as usize;
+    let stopped = std::time::Instant::now();
+    let status = cluster.terminate(li).expect("the leader was running");
+    assert!(status.success(), "a clean stop exits 0: {status:?}");
+    let others: String = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.id != leader)
+        .map(|n| n.client.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let (now, isr) = placement(&others);
+    assert!(
+        now > 0 && now != leader,
+        "leadership moved before the broker exited: {now}"
+    );
+    assert!(
+        !isr.contains(&leader),
+        "the stopped broker left the ISR: {isr:?}"
+    );
+    assert!(
+        stopped.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        stopped.elapsed()
+    );
+    produce(&others, TOPIC, &[0], 50, "after");
+    // Back, it registers again and rejoins the ISR.
+    cluster.spawn(li);
+    cluster.wait_listening(li);
+    wait_until("the restarted broker back in the ISR", || {
+        placement(&all).1 == vec![1, 2, 3]
+    });
+    assert_eq!(read_all(&all, 100).len(), 100);
+}

@@ -36,9 +36,12 @@ pub enum MetadataCommand {
         host: String,
         port: u16,
     },
-    /// The controller lost touch with the broker: it leads nothing until it is heard again.
+    /// The controller lost touch with the broker (or, `controlled`, the broker is shutting
+    /// down): it leaves every ISR and leads nothing until it is heard again (registers again).
     FenceBroker {
         id: i32,
+        #[serde(default)]
+        controlled: bool,
     },
     UnfenceBroker {
         id: i32,
@@ -155,18 +158,20 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
                     host,
                     port,
                     fenced: false,
+                    in_controlled_shutdown: false,
                 },
             );
             elect_where_leaderless(image, id);
             Outcome::Done
         }
-        C::FenceBroker { id } => {
+        C::FenceBroker { id, controlled } => {
             let Some(b) = image.brokers.get_mut(&id) else {
                 return Outcome::Refused(
                     ErrorCode::INVALID_REQUEST,
                     format!("broker {id} is not registered"),
                 );
             };
+            b.in_controlled_shutdown |= controlled;
             if !b.fenced {
                 b.fenced = true;
                 let fenced: Vec<i32> = image
@@ -465,7 +470,14 @@ mod tests {
             },
         );
         assert_eq!(image.brokers[&1].epoch, 1);
-        run(&mut image, 4, MetadataCommand::FenceBroker { id: 1 });
+        run(
+            &mut image,
+            4,
+            MetadataCommand::FenceBroker {
+                id: 1,
+                controlled: false,
+            },
+        );
         let t = &image.topics["t"];
         assert_eq!(
             t.assignment
@@ -475,7 +487,14 @@ mod tests {
             vec![(NO_LEADER, 1), (2, 0), (NO_LEADER, 1)]
         );
         // Fencing twice changes nothing more.
-        run(&mut image, 5, MetadataCommand::FenceBroker { id: 1 });
+        run(
+            &mut image,
+            5,
+            MetadataCommand::FenceBroker {
+                id: 1,
+                controlled: false,
+            },
+        );
         assert_eq!(image.topics["t"].assignment[0].leader_epoch, 1);
         run(&mut image, 6, MetadataCommand::UnfenceBroker { id: 1 });
         let t = &image.topics["t"];
@@ -493,7 +512,14 @@ mod tests {
         run(&mut image, 8, register(1, "z"));
         assert_eq!(image.brokers[&1].epoch, 8);
         assert!(matches!(
-            run(&mut image, 9, MetadataCommand::FenceBroker { id: 7 }),
+            run(
+                &mut image,
+                9,
+                MetadataCommand::FenceBroker {
+                    id: 7,
+                    controlled: false
+                }
+            ),
             Outcome::Refused(..)
         ));
     }
@@ -511,17 +537,38 @@ mod tests {
             4,
             MetadataCommand::CreateTopics { topics: vec![t] },
         );
-        run(&mut image, 5, MetadataCommand::FenceBroker { id: 1 });
+        run(
+            &mut image,
+            5,
+            MetadataCommand::FenceBroker {
+                id: 1,
+                controlled: false,
+            },
+        );
         let p = &image.topics["r"].assignment[0];
         assert_eq!(
             (p.leader, p.leader_epoch, p.isr.clone()),
             (2, 1, vec![2, 3])
         );
-        run(&mut image, 6, MetadataCommand::FenceBroker { id: 3 });
+        run(
+            &mut image,
+            6,
+            MetadataCommand::FenceBroker {
+                id: 3,
+                controlled: false,
+            },
+        );
         let p = &image.topics["r"].assignment[0];
         assert_eq!((p.leader, p.leader_epoch, p.isr.clone()), (2, 1, vec![2]));
         // The last ISR member stays in it when fenced: it alone holds everything acknowledged.
-        run(&mut image, 7, MetadataCommand::FenceBroker { id: 2 });
+        run(
+            &mut image,
+            7,
+            MetadataCommand::FenceBroker {
+                id: 2,
+                controlled: false,
+            },
+        );
         let p = &image.topics["r"].assignment[0];
         assert_eq!(
             (p.leader, p.leader_epoch, p.isr.clone()),

@@ -33,6 +33,9 @@ pub const METADATA_DIR: &str = "__cluster_metadata-0";
 /// The producer-id file of single-node brokers from before the metadata log.
 pub const LEGACY_PRODUCER_ID_FILE: &str = "producer-ids.json";
 
+/// How long a shutdown waits for the quorum to move this broker's leadership away.
+const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How often start-up says what it is waiting for.
 const STARTUP_PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
@@ -186,6 +189,27 @@ impl MetadataNode {
         Ok(())
     }
 
+    /// Kafka's controlled shutdown, cut down: with other voters, this broker fences itself, so
+    /// its partitions move to other in-sync replicas (and it leaves their ISRs) before it stops
+    /// answering. Bounded: a quorum that cannot commit does not hold the shutdown up.
+    pub async fn controlled_shutdown(&self, config: &BrokerConfig) {
+        if config.cluster.single_voter() {
+            return;
+        }
+        let cmd = MetadataCommand::FenceBroker {
+            id: self.node_id,
+            controlled: true,
+        };
+        let propose = self.propose(&cmd);
+        match glommio::timer::timeout(CONTROLLED_SHUTDOWN_TIMEOUT, async { Ok(propose.await) })
+            .await
+        {
+            Ok(Ok(_)) => info!("controlled shutdown: leadership moved to other replicas"),
+            Ok(Err((_, e))) => warn!(error = %e, "controlled shutdown failed; stopping anyway"),
+            Err(_) => warn!("controlled shutdown timed out; stopping anyway"),
+        }
+    }
+
     /// Proposes `cmd` and returns its outcome once every shard of this node holds the image
     /// that includes it.
     pub async fn propose(&self, cmd: &MetadataCommand) -> Result<Outcome, Refusal> {
@@ -272,8 +296,11 @@ impl MetadataNode {
                         silent_ms = silence.as_millis() as u64,
                         "fencing a broker the controller has not heard from"
                     );
-                    MetadataCommand::FenceBroker { id }
-                } else if b.fenced && silence < session / 2 {
+                    MetadataCommand::FenceBroker {
+                        id,
+                        controlled: false,
+                    }
+                } else if b.fenced && !b.in_controlled_shutdown && silence < session / 2 {
                     // Heard again well inside a session: back. The gap between half a session
                     // and a whole one keeps a broker that answers slowly (a loaded machine)
                     // from flapping in and out.
@@ -286,7 +313,11 @@ impl MetadataNode {
                     warn!(broker = id, error = %e, "changing a broker's fencing failed");
                 }
             }
-            if image.brokers.get(&self.node_id).is_some_and(|b| b.fenced) {
+            if image
+                .brokers
+                .get(&self.node_id)
+                .is_some_and(|b| b.fenced && !b.in_controlled_shutdown)
+            {
                 let _ = self
                     .propose(&MetadataCommand::UnfenceBroker { id: self.node_id })
                     .await;

@@ -138,6 +138,16 @@ impl Cluster {
         }
     }
 
+    /// Stops node `i` cleanly (SIGTERM) and waits for it to exit; its exit status.
+    pub fn terminate(&mut self, i: usize) -> Option<std::process::ExitStatus> {
+        let mut c = self.nodes[i].child.take()?;
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
+        c.wait().ok()
+    }
+
     pub fn bootstrap(&self, i: usize) -> String {
         self.nodes[i].client.to_string()
     }
