@@ -167,6 +167,21 @@ fn a_killed_broker_is_fenced_and_comes_back_with_its_data() {
         74,
         "FENCED_LEADER_EPOCH"
     );
+    // Fetch and ListOffsets honour the epoch a client names too.
+    assert_eq!(raw_fetch_error(vaddr, "fence", 0, 2), 0);
+    assert_eq!(raw_fetch_error(vaddr, "fence", 0, -1), 0);
+    assert_eq!(
+        raw_fetch_error(vaddr, "fence", 0, 0),
+        74,
+        "FENCED_LEADER_EPOCH"
+    );
+    assert_eq!(
+        raw_fetch_error(vaddr, "fence", 0, 3),
+        75,
+        "UNKNOWN_LEADER_EPOCH"
+    );
+    assert_eq!(raw_list_offsets_epoch(vaddr, "fence", 0, 1), 74);
+    assert_eq!(raw_list_offsets_epoch(vaddr, "fence", 0, 2), 0);
     let got = consume_group(&all, "fence", "checker", 430);
     assert_eq!(
         got.len(),
@@ -181,6 +196,48 @@ fn a_killed_broker_is_fenced_and_comes_back_with_its_data() {
     for i in 0..300 {
         assert!(got.contains(&format!("before-{i}")), "before-{i} lost");
     }
+}
+
+/// Fetch v12 of one partition from offset 0 naming `current` as the leader epoch: its error.
+fn raw_fetch_error(addr: SocketAddr, topic: &str, partition: i32, current: i32) -> i16 {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.into())))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_current_leader_epoch(current)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let mut conn = common::RawConn::connect(addr);
+    let resp: FetchResponse = conn.request(ApiKey::Fetch, 12, &req);
+    resp.responses[0].partitions[0].error_code
+}
+
+/// ListOffsets v4 (latest) of one partition naming `current` as the leader epoch: its error.
+fn raw_list_offsets_epoch(addr: SocketAddr, topic: &str, partition: i32, current: i32) -> i16 {
+    use kafka_protocol::messages::list_offsets_request::{
+        ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+    };
+    use kafka_protocol::messages::{ApiKey, BrokerId, ListOffsetsResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(partition)
+                .with_current_leader_epoch(current)
+                .with_timestamp(-1)])]);
+    let mut conn = common::RawConn::connect(addr);
+    let resp: ListOffsetsResponse = conn.request(ApiKey::ListOffsets, 4, &req);
+    resp.topics[0].partitions[0].error_code
 }
 
 /// OffsetForLeaderEpoch v4 for one partition, raw: (error, epoch, end offset).

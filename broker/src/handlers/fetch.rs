@@ -60,6 +60,7 @@ pub async fn handle(
         .iter()
         .flat_map(|t| {
             t.partitions.iter().map(|p| FetchItem {
+                current_leader_epoch: p.current_leader_epoch,
                 topic: t.name.clone(),
                 partition: p.partition,
                 fetch_offset: p.fetch_offset,
@@ -188,7 +189,12 @@ async fn read_and_wait(
         .iter()
         .map(
             |i| match catalog.check_leader(&i.topic, i.partition, node) {
-                Ok(()) => ErrorCode::NONE,
+                Ok(()) => {
+                    let current = catalog
+                        .partition(&i.topic, i.partition)
+                        .map_or(0, |r| r.leader_epoch);
+                    check_leader_epoch(i.current_leader_epoch, current)
+                }
                 Err(code) => code,
             },
         )
@@ -345,6 +351,18 @@ impl FetchResult {
     /// The partition had data at `offset` that this result did not return.
     fn has_data_at(&self, offset: i64) -> bool {
         !self.error.is_error() && self.records.is_empty() && offset < self.high_watermark
+    }
+}
+
+/// Kafka's check of the epoch a client names against the partition's: older is fenced (the
+/// client must refresh its metadata), newer is not known here yet; -1 skips the check.
+pub fn check_leader_epoch(client: i32, current: i32) -> ErrorCode {
+    if client < 0 || client == current {
+        ErrorCode::NONE
+    } else if client < current {
+        ErrorCode::FENCED_LEADER_EPOCH
+    } else {
+        ErrorCode::UNKNOWN_LEADER_EPOCH
     }
 }
 

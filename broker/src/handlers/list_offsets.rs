@@ -27,10 +27,17 @@ pub async fn handle(
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         let lookups = t.partitions.iter().map(|p| {
-            let access = catalog.check_leader(&t.name, p.partition, shard.config.node_id);
             let epoch = catalog
                 .partition(&t.name, p.partition)
                 .map_or(0, |r| r.leader_epoch);
+            let access = catalog
+                .check_leader(&t.name, p.partition, shard.config.node_id)
+                .and_then(|()| {
+                    match super::fetch::check_leader_epoch(p.current_leader_epoch, epoch) {
+                        ErrorCode::NONE => Ok(()),
+                        code => Err(code),
+                    }
+                });
             let (topic, partition, timestamp) = (t.name.clone(), p.partition, p.timestamp);
             async move {
                 let (error, offset, ts) = if let Err(code) = access {

@@ -29,6 +29,8 @@ pub struct ListOffsetsTopic {
 #[derive(Debug, Clone, Copy)]
 pub struct ListOffsetsPartition {
     pub partition: i32,
+    /// The leader epoch the client believes current (v4+; -1: unknown).
+    pub current_leader_epoch: i32,
     pub timestamp: i64,
 }
 
@@ -48,13 +50,16 @@ pub fn decode(r: &mut Reader, version: i16) -> Result<ListOffsetsRequest, Decode
         let mut partitions = Vec::with_capacity(np);
         for _ in 0..np {
             let partition = r.i32("partition")?;
-            if version >= 4 {
-                r.i32("current_leader_epoch")?;
-            }
+            let current_leader_epoch = if version >= 4 {
+                r.i32("current_leader_epoch")?
+            } else {
+                -1
+            };
             let timestamp = r.i64("timestamp")?;
             r.tagged_fields(flex)?;
             partitions.push(ListOffsetsPartition {
                 partition,
+                current_leader_epoch,
                 timestamp,
             });
         }

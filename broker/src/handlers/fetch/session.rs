@@ -33,6 +33,9 @@ pub struct FetchItem {
     pub partition: i32,
     pub fetch_offset: i64,
     pub partition_max_bytes: i32,
+    /// The leader epoch the client believes current (-1: unknown); checked against the
+    /// partition's (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
+    pub current_leader_epoch: i32,
 }
 
 /// What a partition's answer said, as far as a session remembers it.
@@ -327,6 +330,7 @@ mod tests {
 
     fn item(p: i32, offset: i64) -> FetchItem {
         FetchItem {
+            current_leader_epoch: -1,
             topic: "t".into(),
             partition: p,
             fetch_offset: offset,
