@@ -2,6 +2,7 @@
 clients that are given one address and must find the rest: kafka-python, confluent-kafka, kcat."""
 
 import json
+import os
 import subprocess
 import time
 
@@ -127,3 +128,23 @@ def test_replicated_topic_survives_its_leaders_death_without_loss_or_duplicates(
     values = [int(m.value) for m in consumer]
     consumer.close()
     assert values == acked
+
+
+def test_trib_creates_and_describes_a_replicated_topic(cluster):
+    trib = os.environ.get("TRIB_BIN", os.path.join(
+        os.path.dirname(os.environ.get("TRIBUTARY_BIN", "target/release/tributary")), "trib"))
+
+    def run(*args):
+        return subprocess.run([trib, "--bootstrap", cluster.nodes[0].bootstrap, *args],
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+
+    run("topics", "create", "trib-rep", "--partitions", "2", "--replication-factor", "3")
+
+    def in_sync():
+        lines = [l for l in run("topics", "describe", "trib-rep").splitlines() if "Isr: [" in l]
+        return len(lines) == 2 and all(
+            len(l.split("Isr: [")[1].split("]")[0].split(",")) == 3 for l in lines)
+
+    wait_for("both partitions fully in sync", in_sync)
+    out = run("topics", "describe", "trib-rep")
+    assert out.count("Replicas: [") == 2, out

@@ -29,11 +29,14 @@ pub enum TopicsCommand {
         name: String,
         #[arg(long, default_value_t = 1)]
         partitions: i32,
+        /// Replicas of each partition; -1: the broker's default.replication.factor.
+        #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+        replication_factor: i32,
         /// Topic config, repeatable: `--config retention.ms=60000`.
         #[arg(long = "config", value_name = "KEY=VALUE")]
         configs: Vec<String>,
     },
-    /// Partitions, leaders, log start and end offsets, and configs.
+    /// Partitions, leaders, replicas, in-sync replicas, log start and end offsets, and configs.
     Describe { name: String },
     /// Delete a topic and its data.
     Delete { name: String },
@@ -123,11 +126,16 @@ pub fn topics(cli: &Cli, cmd: &TopicsCommand) -> Result<()> {
         TopicsCommand::Create {
             name,
             partitions,
+            replication_factor,
             configs,
         } => {
             let configs: Vec<(String, String)> =
                 configs.iter().map(|c| parse_kv(c)).collect::<Result<_>>()?;
-            let mut topic = NewTopic::new(name, *partitions, TopicReplication::Fixed(1));
+            let mut topic = NewTopic::new(
+                name,
+                *partitions,
+                TopicReplication::Fixed(*replication_factor),
+            );
             for (k, v) in &configs {
                 topic = topic.set(k, v);
             }
