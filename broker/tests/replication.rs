@@ -49,8 +49,14 @@ fn read_all(bootstrap: &str, expect: usize) -> Vec<String> {
     let mut out = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while out.len() < expect && std::time::Instant::now() < deadline {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
-            out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+        match c.poll(Duration::from_millis(1000)) {
+            Some(Ok(m)) => {
+                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned())
+            }
+            // A second with nothing new after the first records: the end (a caller that does
+            // not know the count asks for more than there is).
+            None if !out.is_empty() => break,
+            _ => {}
         }
     }
     // Nothing more than expected either.
@@ -267,4 +273,102 @@ fn a_clean_stop_hands_leadership_over_at_once() {
         placement(&all).1 == vec![1, 2, 3]
     });
     assert_eq!(read_all(&all, 100).len(), 100);
+}
+
+/// Every value in a stopped node's copy of partition 0 of `TOPIC`, read from its files.
+fn values_on_disk(data_dir: std::path::PathBuf) -> Vec<String> {
+    use tributary_protocol::record_batch::{records, validate_all};
+    use tributary_storage::{LogConfig, Partition};
+    glommio::LocalExecutorBuilder::default()
+        .spawn(move || async move {
+            tributary_storage::io::prime_executor_io(&data_dir)
+                .await
+                .unwrap();
+            let dir = data_dir.join(format!("{TOPIC}-0"));
+            let part = Partition::open_replicated(dir, LogConfig::default())
+                .await
+                .unwrap();
+            let mut offset = part.log_start_offset();
+            let mut out = Vec::new();
+            while offset < part.log_end_offset() {
+                let read = part.read_replica(offset, 1 << 20).await.unwrap();
+                let batches = validate_all(&read.records).unwrap();
+                assert!(!batches.is_empty(), "no batch at {offset}");
+                for (pos, header) in batches {
+                    offset = header.last_offset() + 1;
+                    for r in records(&read.records[pos..pos + header.size()]).unwrap() {
+                        out.push(String::from_utf8_lossy(r.value.unwrap_or_default()).into_owned());
+                    }
+                }
+            }
+            part.close().await.unwrap();
+            out
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+#[test]
+fn a_returning_leader_truncates_what_it_never_replicated() {
+    let mut cluster = start(&["replica.lag.time.max.ms=3000"], "2");
+    let all = cluster.all_bootstrap();
+    produce(&all, TOPIC, &[0], 100, "before");
+    let (leader, _) = placement(&all);
+    let li = (leader - 1) as usize;
+    let followers: Vec<usize> = (0..3).filter(|&i| i != li).collect();
+    // The followers freeze; the leader takes acks=1 writes nobody else gets, then dies.
+    for &f in &followers {
+        cluster.signal(f, "STOP");
+    }
+    let laddr = cluster.nodes[li].client;
+    for _ in 0..20 {
+        assert_eq!(raw_produce(laddr, 1), 0, "acks=1 on the leader alone");
+    }
+    cluster.kill(li);
+    for &f in &followers {
+        cluster.signal(f, "CONT");
+    }
+    let others: String = followers
+        .iter()
+        .map(|&f| cluster.nodes[f].client.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    wait_until("a follower leads", || {
+        let (l, _) = placement(&others);
+        l > 0 && l != leader
+    });
+    produce(&others, TOPIC, &[0], 30, "after");
+    // Back, the old leader must drop its 20 unreplicated records before it catches up.
+    cluster.spawn(li);
+    cluster.wait_listening(li);
+    wait_until("the old leader back in the ISR", || {
+        placement(&all).1 == vec![1, 2, 3]
+    });
+    let mut want: Vec<String> = (0..100).map(|i| format!("before-{i}")).collect();
+    want.extend((0..30).map(|i| format!("after-{i}")));
+    // A follower may have had a fetch waiting on the leader when it froze, answered with the
+    // first acks=1 write: that one is in the new leader's log (as it may be in Kafka's). The
+    // rest exist only on the old leader.
+    let visible = read_all(&all, 150);
+    let acks_1: Vec<usize> = (0..visible.len()).filter(|&i| visible[i] == "v").collect();
+    assert!(
+        acks_1.len() < 20,
+        "some acks=1 writes were never replicated"
+    );
+    assert!(
+        acks_1
+            .iter()
+            .all(|&i| i == 100 || acks_1.contains(&(i - 1))),
+        "{acks_1:?}"
+    );
+    let acknowledged: Vec<String> = visible.iter().filter(|v| *v != "v").cloned().collect();
+    assert_eq!(acknowledged, want);
+    // The old leader's files hold exactly the cluster's log: its divergent tail is gone.
+    assert!(cluster.terminate(li).is_some_and(|s| s.success()));
+    assert_eq!(
+        values_on_disk(cluster.nodes[li].dir.clone()),
+        visible,
+        "the old leader's copy"
+    );
 }

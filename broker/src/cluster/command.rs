@@ -145,10 +145,27 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             host,
             port,
         } => {
+            let restarted = image
+                .brokers
+                .get(&id)
+                .is_some_and(|b| b.incarnation != incarnation);
             let epoch = match image.brokers.get(&id) {
                 Some(b) if b.incarnation == incarnation => b.epoch,
                 _ => index as i64,
             };
+            if restarted {
+                // A broker that restarted (before anyone fenced it) may have lost what it had
+                // not synced, which its followers may already hold: it leads its replicated
+                // partitions at a new epoch, so they truncate to its log before fetching on.
+                for t in image.topics.values_mut() {
+                    for p in &mut t.assignment {
+                        if p.leader == id && p.replicas.len() > 1 {
+                            p.leader_epoch += 1;
+                            p.partition_epoch += 1;
+                        }
+                    }
+                }
+            }
             image.brokers.insert(
                 id,
                 BrokerRegistration {
@@ -609,6 +626,13 @@ mod tests {
             (q.isr.clone(), q.partition_epoch),
             (vec![2, 1], p.partition_epoch + 1)
         );
+        // Its leader restarting (a new incarnation) leads it at a new epoch; the same
+        // incarnation registering again changes nothing.
+        run(&mut image, 14, register(2, "x"));
+        assert_eq!(image.topics["r"].assignment[0].leader_epoch, 3);
+        run(&mut image, 15, register(2, "restarted"));
+        let r = &image.topics["r"].assignment[0];
+        assert_eq!((r.leader, r.leader_epoch), (2, 4));
     }
 
     #[test]

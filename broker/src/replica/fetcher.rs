@@ -243,6 +243,7 @@ async fn apply(
         return Err(format!("fetch error {}", resp.error_code));
     }
     let mut progressed = false;
+    let mut errors = false;
     for topic in &resp.responses {
         let name = topic.topic.0.as_str();
         for p in &topic.partitions {
@@ -293,6 +294,7 @@ async fn apply(
                 continue;
             }
             if code.is_error() {
+                errors = true;
                 debug!(
                     topic = name,
                     partition = p.partition_index,
@@ -301,23 +303,15 @@ async fn apply(
                 );
                 continue;
             }
-            if p.diverging_epoch.epoch >= 0 || p.diverging_epoch.end_offset >= 0 {
-                let end = p.diverging_epoch.end_offset;
-                let leo = part.log_end_offset();
-                if end < 0 {
-                    part.truncate_fully_and_start_at(p.log_start_offset.max(0))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                } else if end < leo {
-                    info!(
-                        topic = name,
-                        partition = p.partition_index,
-                        from = leo,
-                        to = end,
-                        "truncating a divergent tail"
-                    );
-                    part.truncate_to(end).await.map_err(|e| e.to_string())?;
-                }
+            if p.diverging_epoch.epoch >= 0 {
+                truncate_divergent(
+                    &part,
+                    name,
+                    p.partition_index,
+                    p.diverging_epoch.epoch,
+                    p.diverging_epoch.end_offset,
+                )
+                .await?;
                 progressed = true;
                 continue;
             }
@@ -333,8 +327,49 @@ async fn apply(
             part.set_high_watermark(hw);
         }
     }
-    if !progressed && resp.responses.is_empty() {
+    // Refusals (the two nodes' images disagree for a moment) must not turn into a busy loop.
+    if !progressed && (errors || resp.responses.is_empty()) {
         glommio::timer::sleep(BACKOFF).await;
+    }
+    Ok(())
+}
+
+/// Kafka's truncation on a diverging epoch (`getOffsetTruncationState`): the leader says its
+/// `epoch` (the largest it has at or below ours) ends at `end`. If this replica has that epoch
+/// too, the logs agree up to the smaller of the two ends; if not, up to where this replica's
+/// largest epoch below it ends — and the next fetch asks again from there.
+async fn truncate_divergent(
+    part: &Rc<tributary_storage::Partition>,
+    topic: &str,
+    partition: i32,
+    epoch: i32,
+    end: i64,
+) -> Result<(), String> {
+    let leo = part.log_end_offset();
+    let (mine, my_end) = part.end_offset_for(epoch);
+    let target = if mine == epoch {
+        end.min(my_end).min(leo)
+    } else {
+        my_end.min(leo)
+    }
+    .max(part.log_start_offset());
+    if target >= leo {
+        return Ok(());
+    }
+    info!(
+        topic,
+        partition,
+        from = leo,
+        to = target,
+        epoch,
+        "truncating a divergent tail"
+    );
+    if let Err(e) = part.truncate_to(target).await {
+        // Not a batch boundary of this log: fall back to the high watermark, a batch end every
+        // in-sync replica shares.
+        let hw = part.high_watermark().min(target);
+        warn!(topic, partition, error = %e, to = hw, "truncating to the high watermark instead");
+        part.truncate_to(hw).await.map_err(|e| e.to_string())?;
     }
     Ok(())
 }

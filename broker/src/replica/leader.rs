@@ -69,6 +69,11 @@ impl Shard {
         let now = Instant::now();
         let mut start_fetchers: Vec<i32> = Vec::new();
         let mut new_epochs: Vec<(Rc<Partition>, i32)> = Vec::new();
+        let mut new_leaders: Vec<(
+            (String, i32),
+            Rc<Partition>,
+            crate::catalog::PartitionRegistration,
+        )> = Vec::new();
         {
             let mut leading = self.replicas.leading.borrow_mut();
             let mut following = self.replicas.following.borrow_mut();
@@ -101,21 +106,15 @@ impl Shard {
                             l.isr = reg.isr.clone();
                             l.replicas = reg.replicas.clone();
                             l.isr_change_pending = false;
+                            l.pending_isr = None;
                         }
                         _ => {
                             info!(topic = %topic, partition = p, epoch = reg.leader_epoch, isr = ?reg.isr, "leading partition");
-                            new_epochs.push((part.clone(), reg.leader_epoch));
-                            leading.insert(
-                                key,
-                                LeaderState::new(
-                                    reg.leader_epoch,
-                                    reg.partition_epoch,
-                                    reg.replicas.clone(),
-                                    reg.isr.clone(),
-                                    part.log_end_offset(),
-                                    now,
-                                ),
-                            );
+                            // Not leading until the epoch is in the partition's epoch cache: a
+                            // follower's fetch answered before would be checked against the
+                            // old epochs (and could be told to drop its whole log).
+                            leading.remove(&key);
+                            new_leaders.push((key, part.clone(), reg.clone()));
                         }
                     }
                 } else if reg.leader >= 0 {
@@ -136,6 +135,28 @@ impl Shard {
         for (part, epoch) in new_epochs {
             if let Err(e) = part.set_leader_epoch(epoch).await {
                 warn!(dir = %part.dir().display(), error = %e, "recording the new leader epoch failed");
+            }
+        }
+        for (key, part, reg) in new_leaders {
+            if let Err(e) = part.set_leader_epoch(reg.leader_epoch).await {
+                warn!(dir = %part.dir().display(), error = %e, "recording the new leader epoch failed; not leading");
+                continue;
+            }
+            // The image may have moved on while the epoch was written.
+            let still = self
+                .catalog()
+                .partition(&key.0, key.1)
+                .is_some_and(|r| r.leader == me && r.leader_epoch == reg.leader_epoch);
+            if still {
+                let state = LeaderState::new(
+                    reg.leader_epoch,
+                    reg.partition_epoch,
+                    reg.replicas.clone(),
+                    reg.isr.clone(),
+                    part.log_end_offset(),
+                    now,
+                );
+                self.replicas.leading.borrow_mut().insert(key, state);
             }
         }
         let keys: Vec<(String, i32)> = self.replicas.leading.borrow().keys().cloned().collect();
@@ -278,9 +299,11 @@ impl Shard {
         end: i64,
         timeout: Duration,
     ) -> Result<(), ErrorCode> {
-        if self.leader_epoch_of(topic, partition).is_none() {
+        // The epoch the batch was written in: a leader deposed and re-elected meanwhile may
+        // have had it truncated, so only the same epoch may acknowledge it.
+        let Some(epoch) = self.leader_epoch_of(topic, partition) else {
             return Ok(());
-        }
+        };
         self.advance_high_watermark(topic, partition);
         let deadline = Instant::now() + timeout;
         loop {
@@ -288,7 +311,7 @@ impl Shard {
             if part.high_watermark() >= end {
                 return Ok(());
             }
-            if self.leader_epoch_of(topic, partition).is_none() {
+            if self.leader_epoch_of(topic, partition) != Some(epoch) {
                 // Deposed while waiting: the new leader may not have it.
                 return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
             }
@@ -328,7 +351,13 @@ impl Shard {
         if item.last_fetched_epoch >= 0 {
             let (e, end) = part.end_offset_for(item.last_fetched_epoch);
             if e != item.last_fetched_epoch || end < item.fetch_offset {
-                out.diverging_epoch = Some((e, end));
+                // An undefined answer cannot travel (-1 reads as "no divergence"): the logs
+                // then agree at most up to this leader's log start.
+                out.diverging_epoch = Some(if e < 0 {
+                    (0, part.log_start_offset())
+                } else {
+                    (e, end)
+                });
                 out.high_watermark = part.high_watermark();
                 out.last_stable_offset = out.high_watermark;
                 return out;
@@ -344,7 +373,7 @@ impl Shard {
             l.record_fetch(item.follower, item.fetch_offset, leo, Instant::now());
         }
         self.advance_high_watermark(&item.topic, item.partition);
-        if item.fetch_offset < leo {
+        if item.fetch_offset < leo && item.max_bytes > 0 {
             match part.read_replica(item.fetch_offset, item.max_bytes).await {
                 Ok(read) => out.records = read.records,
                 Err(e) => {
@@ -413,6 +442,7 @@ impl Shard {
             if let Some(isr) = l.wanted_isr(me, hw, lag_max, now) {
                 info!(topic = %topic, partition = p, from = ?l.isr, to = ?isr, "changing the ISR");
                 l.isr_change_pending = true;
+                l.pending_isr = Some(isr.clone());
                 changes.push(MetadataCommand::ChangeIsr {
                     topic: topic.clone(),
                     partition: *p,
@@ -439,6 +469,7 @@ impl Shard {
                 warn!(topic = %key.0, partition = key.1, outcome = ?out, "ISR change not made");
                 if let Some(l) = self.replicas.leading.borrow_mut().get_mut(&key) {
                     l.isr_change_pending = false;
+                    l.pending_isr = None;
                 }
             }
         }

@@ -44,6 +44,10 @@ pub struct LeaderState {
     pub followers: HashMap<i32, FollowerState>,
     /// An ISR change is proposed and not yet applied.
     pub isr_change_pending: bool,
+    /// The ISR proposed, until the image says what was decided. The high watermark counts its
+    /// members too (Kafka's "maximal ISR"): once a new member may be in the committed ISR,
+    /// the high watermark must not pass what it holds.
+    pub pending_isr: Option<Vec<i32>>,
 }
 
 impl LeaderState {
@@ -78,6 +82,7 @@ impl LeaderState {
             epoch_start_offset,
             followers,
             isr_change_pending: false,
+            pending_isr: None,
         }
     }
 
@@ -101,8 +106,10 @@ impl LeaderState {
     /// The high watermark: the leader's durable end, held to the log end offset of every other
     /// ISR member. A follower that has not fetched yet in this epoch holds it where it is.
     pub fn high_watermark(&self, me: i32, leader_durable: i64) -> i64 {
+        let pending = self.pending_isr.iter().flatten();
         self.isr
             .iter()
+            .chain(pending)
             .filter(|&&r| r != me)
             .map(|r| self.followers.get(r).map_or(-1, |f| f.log_end_offset))
             .fold(leader_durable, i64::min)
@@ -178,6 +185,9 @@ mod tests {
         l.isr = vec![1, 2];
         l.record_fetch(3, 0, 160, now);
         assert_eq!(l.high_watermark(1, 160), 160);
+        // A member being added does, from the moment it is proposed.
+        l.pending_isr = Some(vec![1, 2, 3]);
+        assert_eq!(l.high_watermark(1, 160), 0);
     }
 
     #[test]

@@ -138,6 +138,16 @@ impl Cluster {
         }
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, …) to node `i`.
+    pub fn signal(&self, i: usize, signal: &str) {
+        if let Some(c) = &self.nodes[i].child {
+            let _ = Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(c.id().to_string())
+                .status();
+        }
+    }
+
     /// Stops node `i` cleanly (SIGTERM) and waits for it to exit; its exit status.
     pub fn terminate(&mut self, i: usize) -> Option<std::process::ExitStatus> {
         let mut c = self.nodes[i].child.take()?;

@@ -60,9 +60,11 @@ async fn read_all(shard: &Rc<Shard>, req: &FetchRequest) -> Vec<FetchTopicRespon
     for t in &req.topics {
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in t.partitions.iter().take(REPLICA_FETCH_PARTITIONS_MAX) {
+            // Once the response's budget is spent the rest are answered without records
+            // (their first batch would be returned whole, past any budget).
             let max_bytes = usize::try_from(p.partition_max_bytes)
                 .unwrap_or(0)
-                .min(max_total.saturating_sub(used).max(1));
+                .min(max_total.saturating_sub(used));
             let item = ReplicaFetchItem {
                 topic: t.name.clone(),
                 partition: p.partition,
