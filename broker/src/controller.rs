@@ -435,6 +435,31 @@ impl Controller {
         results
     }
 
+    /// Elects leaders (preferred, or unclean for leaderless partitions); one (error, message)
+    /// per partition, in order.
+    pub async fn elect_leaders(
+        &self,
+        partitions: Vec<(String, i32)>,
+        unclean: bool,
+    ) -> Vec<(ErrorCode, Option<String>)> {
+        let n = partitions.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let cmd = MetadataCommand::ElectLeaders {
+            partitions,
+            unclean,
+        };
+        self.propose_items(cmd, n)
+            .await
+            .into_iter()
+            .map(|r| match r {
+                Ok(()) => (ErrorCode::NONE, None),
+                Err((code, why)) => (code, Some(why)),
+            })
+            .collect()
+    }
+
     /// Proposes a command answered as a whole.
     pub async fn answer(&self, cmd: MetadataCommand) -> (ErrorCode, Option<String>) {
         match self.node.propose(&cmd).await {

@@ -225,7 +225,13 @@ pub fn render_cluster(out: &mut String, q: &QuorumView, image: &crate::catalog::
         .flat_map(|t| &t.assignment)
         .filter(|p| p.leader < 0)
         .count();
-    let gauges: [(&str, &str, i64); 7] = [
+    let under_replicated = image
+        .topics
+        .values()
+        .flat_map(|t| &t.assignment)
+        .filter(|p| p.isr.len() < p.replicas.len())
+        .count();
+    let gauges: [(&str, &str, i64); 8] = [
         (
             "kafka_server_raft_metrics_current_leader",
             "Node id of the metadata quorum's leader; -1 when none is known.",
@@ -260,6 +266,11 @@ pub fn render_cluster(out: &mut String, q: &QuorumView, image: &crate::catalog::
             "kafka_controller_kafkacontroller_offlinepartitionscount",
             "Partitions without a leader.",
             offline as i64,
+        ),
+        (
+            "kafka_server_replicamanager_underreplicatedpartitions",
+            "Partitions whose ISR is smaller than their replica set, cluster-wide.",
+            under_replicated as i64,
         ),
     ];
     for (name, help, v) in gauges {

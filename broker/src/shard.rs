@@ -189,6 +189,12 @@ pub enum ShardRequest {
         command: Box<crate::cluster::command::MetadataCommand>,
         reply: oneshot::Sender<(ErrorCode, Option<String>)>,
     },
+    /// ElectLeaders, for the controller: one (error, message) per partition, in order.
+    ElectLeaders {
+        partitions: Vec<(String, i32)>,
+        unclean: bool,
+        reply: oneshot::Sender<Vec<(ErrorCode, Option<String>)>>,
+    },
     /// For shard 0: before a shutdown, give this broker's partitions to other replicas.
     ControlledShutdown { reply: oneshot::Sender<()> },
     /// Stop accepting, finish in-flight requests.
@@ -753,6 +759,24 @@ impl Shard {
                         ErrorCode::UNKNOWN_SERVER_ERROR,
                         Some("not the controller".into()),
                     ),
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::ElectLeaders {
+                partitions,
+                unclean,
+                reply,
+            } => {
+                let n = partitions.len();
+                let out = match &self.controller {
+                    Some(c) => c.elect_leaders(partitions, unclean).await,
+                    None => vec![
+                        (
+                            ErrorCode::UNKNOWN_SERVER_ERROR,
+                            Some("not the controller".into())
+                        );
+                        n
+                    ],
                 };
                 let _ = reply.send(out);
             }

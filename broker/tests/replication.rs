@@ -165,6 +165,17 @@ fn too_few_in_sync_replicas_refuse_acks_all_but_not_acks_1() {
     });
     assert_eq!(raw_produce(leader_addr, -1), 19, "NOT_ENOUGH_REPLICAS");
     assert_eq!(raw_produce(leader_addr, 1), 0, "acks=1 still works");
+    // Operators see it: the partition is under-replicated, one broker fenced, one active
+    // controller among the nodes still up.
+    wait_until("the gauges updated", || {
+        cluster.gauge(li, "kafka_server_replicamanager_underreplicatedpartitions") >= Some(1)
+    });
+    let up: Vec<usize> = (0..3).filter(|&i| i != follower).collect();
+    let active: i64 = up
+        .iter()
+        .filter_map(|&i| cluster.gauge(i, "kafka_controller_kafkacontroller_activecontrollercount"))
+        .sum();
+    assert_eq!(active, 1, "exactly one active controller");
 }
 
 /// The node coordinating `group`, as FindCoordinator v1 answers it.
@@ -371,4 +382,84 @@ fn a_returning_leader_truncates_what_it_never_replicated() {
         visible,
         "the old leader's copy"
     );
+}
+
+/// (leader, first replica) of partition 0 of `TOPIC`, as `bootstrap` sees it.
+fn leader_and_preferred(bootstrap: &str) -> (i32, i32) {
+    let m = metadata(bootstrap, Some(TOPIC));
+    let p = &m.topics()[0].partitions()[0];
+    (p.leader(), p.replicas()[0])
+}
+
+/// Kills the preferred leader, restarts it and waits until it is back in the ISR, led by
+/// another replica; returns the preferred replica's id.
+fn displace_preferred_leader(cluster: &mut Cluster) -> i32 {
+    let all = cluster.all_bootstrap();
+    let (leader, preferred) = leader_and_preferred(&all);
+    assert_eq!(leader, preferred, "a new topic is led by its first replica");
+    let pi = (preferred - 1) as usize;
+    cluster.kill(pi);
+    wait_until("another replica leads", || {
+        let (l, _) = leader_and_preferred(&all);
+        l > 0 && l != preferred
+    });
+    cluster.spawn(pi);
+    cluster.wait_listening(pi);
+    wait_until("the preferred replica back in sync", || {
+        placement(&all).1 == vec![1, 2, 3]
+    });
+    preferred
+}
+
+#[test]
+fn elect_leaders_moves_leadership_back_to_the_preferred_replica() {
+    use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
+    let mut cluster = start(&["auto.leader.rebalance.enable=false"], "2");
+    let preferred = displace_preferred_leader(&mut cluster);
+    let all = cluster.all_bootstrap();
+    assert_ne!(leader_and_preferred(&all).0, preferred);
+    // kafka-leader-election.sh --election-type PREFERRED --all-topic-partitions
+    let req = ElectLeadersRequest::default()
+        .with_election_type(0)
+        .with_topic_partitions(None)
+        .with_timeout_ms(10_000);
+    let mut conn = RawConn::connect(cluster.nodes[0].client);
+    let resp: ElectLeadersResponse = conn.request(ApiKey::ElectLeaders, 2, &req);
+    let mine = resp
+        .replica_election_results
+        .iter()
+        .find(|t| t.topic.0.as_str() == TOPIC)
+        .expect("the topic is in the answer");
+    assert_eq!(mine.partition_result[0].error_code, 0, "{resp:?}");
+    wait_until("the preferred replica leads", || {
+        leader_and_preferred(&all).0 == preferred
+    });
+    // Asked again: nothing to do.
+    let resp: ElectLeadersResponse = conn.request(ApiKey::ElectLeaders, 2, &req);
+    let again = resp
+        .replica_election_results
+        .iter()
+        .find(|t| t.topic.0.as_str() == TOPIC)
+        .unwrap();
+    assert_eq!(
+        again.partition_result[0].error_code, 84,
+        "ELECTION_NOT_NEEDED"
+    );
+    produce(&all, TOPIC, &[0], 10, "after");
+}
+
+#[test]
+fn the_controller_rebalances_leadership_on_its_own() {
+    let mut cluster = start(
+        &[
+            "leader.imbalance.check.interval.seconds=1",
+            "leader.imbalance.per.broker.percentage=0",
+        ],
+        "2",
+    );
+    let preferred = displace_preferred_leader(&mut cluster);
+    let all = cluster.all_bootstrap();
+    wait_until("the preferred replica leads again", || {
+        leader_and_preferred(&all).0 == preferred
+    });
 }

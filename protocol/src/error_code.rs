@@ -43,6 +43,9 @@ impl ErrorCode {
     pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: Self = Self(20);
     pub const FENCED_LEADER_EPOCH: Self = Self(74);
     pub const INVALID_UPDATE_VERSION: Self = Self(95);
+    pub const PREFERRED_LEADER_NOT_AVAILABLE: Self = Self(80);
+    pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: Self = Self(83);
+    pub const ELECTION_NOT_NEEDED: Self = Self(84);
     pub const UNKNOWN_LEADER_EPOCH: Self = Self(75);
     pub const UNKNOWN_TOPIC_ID: Self = Self(100);
     pub const KAFKA_STORAGE_ERROR: Self = Self(56);

@@ -72,6 +72,13 @@ pub enum MetadataCommand {
         broker: i32,
         count: i64,
     },
+    /// Kafka's ElectLeaders: each partition led by its preferred (first) replica when that one
+    /// is live and in sync; or, `unclean`, a partition without a leader led by any live
+    /// replica (which becomes the whole ISR: what others held beyond it is lost).
+    ElectLeaders {
+        partitions: Vec<(String, i32)>,
+        unclean: bool,
+    },
     /// A partition leader changes its in-sync replicas (Kafka's AlterPartition): refused unless
     /// `leader_epoch` and `partition_epoch` are the partition's current ones, so a deposed leader
     /// or a stale request changes nothing.
@@ -316,6 +323,18 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             p.partition_epoch += 1;
             Outcome::Done
         }
+        C::ElectLeaders {
+            partitions,
+            unclean,
+        } => {
+            let live: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
+            Outcome::Items(
+                partitions
+                    .iter()
+                    .map(|(topic, p)| elect(image, topic, *p, unclean, &live))
+                    .collect(),
+            )
+        }
         C::AllocateProducerIds { broker: _, count } => {
             let start = image.next_producer_id;
             image.next_producer_id = start.saturating_add(count.max(1));
@@ -343,6 +362,67 @@ fn create_topic(image: &mut Catalog, t: TopicMeta) -> Result<(), (ErrorCode, Str
         ));
     }
     image.topics.insert(t.name.clone(), t);
+    Ok(())
+}
+
+/// One partition of an ElectLeaders command.
+fn elect(
+    image: &mut Catalog,
+    topic: &str,
+    partition: i32,
+    unclean: bool,
+    live: &[i32],
+) -> Result<(), (ErrorCode, String)> {
+    let Some(p) = image.topics.get_mut(topic).and_then(|t| {
+        usize::try_from(partition)
+            .ok()
+            .and_then(|i| t.assignment.get_mut(i))
+    }) else {
+        return Err((
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("{topic}-{partition} does not exist"),
+        ));
+    };
+    let name = format!("{topic}-{partition}");
+    let to = if unclean {
+        if p.leader >= 0 {
+            return Err((
+                ErrorCode::ELECTION_NOT_NEEDED,
+                format!("{name} has a leader"),
+            ));
+        }
+        let Some(&r) = p.replicas.iter().find(|r| live.contains(r)) else {
+            return Err((
+                ErrorCode::ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                format!("no replica of {name} is live"),
+            ));
+        };
+        p.isr = vec![r];
+        r
+    } else {
+        let Some(&preferred) = p.replicas.first() else {
+            return Err((
+                ErrorCode::PREFERRED_LEADER_NOT_AVAILABLE,
+                format!("{name} has no replicas"),
+            ));
+        };
+        if p.leader == preferred {
+            return Err((
+                ErrorCode::ELECTION_NOT_NEEDED,
+                format!("{name} is led by its preferred replica {preferred}"),
+            ));
+        }
+        if !live.contains(&preferred) || !p.isr.contains(&preferred) {
+            return Err((
+                ErrorCode::PREFERRED_LEADER_NOT_AVAILABLE,
+                format!("the preferred replica {preferred} of {name} is not live and in sync"),
+            ));
+        }
+        preferred
+    };
+    p.leader = to;
+    p.leader_epoch += 1;
+    p.partition_epoch += 1;
     Ok(())
 }
 
@@ -633,6 +713,97 @@ mod tests {
         run(&mut image, 15, register(2, "restarted"));
         let r = &image.topics["r"].assignment[0];
         assert_eq!((r.leader, r.leader_epoch), (2, 4));
+    }
+
+    #[test]
+    fn preferred_and_unclean_elections_follow_kafka() {
+        let mut image = Catalog::empty();
+        for (i, id) in [1, 2, 3].into_iter().enumerate() {
+            run(&mut image, i as u64 + 1, register(id, "x"));
+        }
+        let mut t = topic("e", &[1, 1]);
+        t.assignment = vec![
+            PartitionRegistration::new(vec![1, 2, 3]),
+            PartitionRegistration::new(vec![1, 2]),
+        ];
+        run(
+            &mut image,
+            4,
+            MetadataCommand::CreateTopics { topics: vec![t] },
+        );
+        let elect = |unclean| MetadataCommand::ElectLeaders {
+            partitions: vec![("e".into(), 0), ("e".into(), 1), ("e".into(), 9)],
+            unclean,
+        };
+        let codes = |o: Outcome| match o {
+            Outcome::Items(items) => items
+                .into_iter()
+                .map(|r| r.err().map_or(ErrorCode::NONE, |e| e.0))
+                .collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            codes(run(&mut image, 5, elect(false))),
+            vec![
+                ErrorCode::ELECTION_NOT_NEEDED,
+                ErrorCode::ELECTION_NOT_NEEDED,
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+            ]
+        );
+        // 1 is fenced and comes back: 2 leads partition 0 until the preferred election.
+        run(
+            &mut image,
+            6,
+            MetadataCommand::FenceBroker {
+                id: 1,
+                controlled: false,
+            },
+        );
+        run(&mut image, 7, MetadataCommand::UnfenceBroker { id: 1 });
+        assert_eq!(image.topics["e"].assignment[0].leader, 2);
+        // Not yet back in the ISR: not electable.
+        assert_eq!(
+            codes(run(&mut image, 8, elect(false)))[0],
+            ErrorCode::PREFERRED_LEADER_NOT_AVAILABLE
+        );
+        let p = image.topics["e"].assignment[0].clone();
+        run(
+            &mut image,
+            9,
+            MetadataCommand::ChangeIsr {
+                topic: "e".into(),
+                partition: 0,
+                leader_epoch: p.leader_epoch,
+                partition_epoch: p.partition_epoch,
+                isr: vec![2, 3, 1],
+            },
+        );
+        assert_eq!(codes(run(&mut image, 10, elect(false)))[0], ErrorCode::NONE);
+        let p = &image.topics["e"].assignment[0];
+        assert_eq!((p.leader, p.leader_epoch), (1, 2));
+        // Partition 1: both replicas fenced, 2 last in the ISR; 1 returns: only an unclean
+        // election lets it lead.
+        run(
+            &mut image,
+            11,
+            MetadataCommand::FenceBroker {
+                id: 1,
+                controlled: false,
+            },
+        );
+        run(
+            &mut image,
+            12,
+            MetadataCommand::FenceBroker {
+                id: 2,
+                controlled: false,
+            },
+        );
+        run(&mut image, 13, MetadataCommand::UnfenceBroker { id: 1 });
+        assert_eq!(image.topics["e"].assignment[1].leader, NO_LEADER);
+        assert_eq!(codes(run(&mut image, 14, elect(true)))[1], ErrorCode::NONE);
+        let p = &image.topics["e"].assignment[1];
+        assert_eq!((p.leader, p.isr.clone()), (1, vec![1]));
     }
 
     #[test]

@@ -275,6 +275,8 @@ impl MetadataNode {
         let session = Duration::from_millis(c.broker_session_timeout_ms);
         let interval = Duration::from_millis(c.broker_heartbeat_interval_ms);
         let mut leader_since: Option<Instant> = None;
+        let rebalance_every = Duration::from_secs(config.leader_imbalance_check_interval_seconds);
+        let mut last_rebalance = Instant::now();
         loop {
             glommio::timer::sleep(interval).await;
             if !self.quorum.is_leader() {
@@ -321,6 +323,26 @@ impl MetadataNode {
                 let _ = self
                     .propose(&MetadataCommand::UnfenceBroker { id: self.node_id })
                     .await;
+            }
+            if config.auto_leader_rebalance_enable && last_rebalance.elapsed() >= rebalance_every {
+                last_rebalance = Instant::now();
+                let partitions = super::placement::preferred_elections(
+                    &image,
+                    config.leader_imbalance_per_broker_percentage,
+                );
+                if !partitions.is_empty() {
+                    info!(
+                        partitions = partitions.len(),
+                        "moving leadership back to preferred replicas"
+                    );
+                    let cmd = MetadataCommand::ElectLeaders {
+                        partitions,
+                        unclean: false,
+                    };
+                    if let Err((_, e)) = self.propose(&cmd).await {
+                        warn!(error = %e, "leader rebalance failed");
+                    }
+                }
             }
             let registered = c
                 .voters

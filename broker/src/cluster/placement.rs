@@ -52,6 +52,45 @@ pub fn assign(
     Ok(out)
 }
 
+/// Kafka's automatic leader rebalance (`auto.leader.rebalance.enable`): for every live broker
+/// whose share of partitions it should lead (it is their first replica) but does not exceeds
+/// `imbalance_percentage`, those of its partitions where it is in sync and could lead again.
+pub fn preferred_elections(
+    image: &crate::catalog::Catalog,
+    imbalance_percentage: u32,
+) -> Vec<(String, i32)> {
+    use std::collections::BTreeMap;
+    let live: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
+    // Per preferred broker: its partitions, those it does not lead, and those it could.
+    type Share = (u64, u64, Vec<(String, i32)>);
+    let mut preferred: BTreeMap<i32, Share> = BTreeMap::new();
+    for t in image.topics.values() {
+        for (p, r) in t.assignment.iter().enumerate() {
+            let Some(&first) = r.replicas.first() else {
+                continue;
+            };
+            if r.replicas.len() < 2 {
+                continue;
+            }
+            let entry = preferred.entry(first).or_default();
+            entry.0 += 1;
+            if r.leader != first {
+                entry.1 += 1;
+                if r.isr.contains(&first) {
+                    entry.2.push((t.name.clone(), p as i32));
+                }
+            }
+        }
+    }
+    preferred
+        .into_iter()
+        .filter(|(b, (total, not_led, _))| {
+            live.contains(b) && not_led * 100 > total * u64::from(imbalance_percentage)
+        })
+        .flat_map(|(_, (_, _, movable))| movable)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,6 +125,60 @@ mod tests {
         assert_eq!(
             assign(&[], 0, 1, 1, 0, 0).unwrap_err().0,
             ErrorCode::INVALID_REPLICATION_FACTOR
+        );
+    }
+
+    #[test]
+    fn rebalancing_moves_leadership_back_only_past_the_imbalance_threshold() {
+        use crate::catalog::{Catalog, PartitionRegistration, TopicMeta};
+        let mut image = Catalog::empty();
+        for id in [1, 2] {
+            image.brokers.insert(
+                id,
+                crate::catalog::BrokerRegistration {
+                    id,
+                    incarnation: String::new(),
+                    epoch: 0,
+                    host: String::new(),
+                    port: 0,
+                    fenced: false,
+                    in_controlled_shutdown: false,
+                },
+            );
+        }
+        // Ten partitions prefer broker 1; `moved` of them are led by 2.
+        let topic = |moved: usize| TopicMeta {
+            name: "t".into(),
+            id: String::new(),
+            partitions: 10,
+            configs: Default::default(),
+            assignment: (0..10)
+                .map(|i| {
+                    let mut r = PartitionRegistration::new(vec![1, 2]);
+                    if i < moved {
+                        r.leader = 2;
+                    }
+                    r
+                })
+                .collect(),
+        };
+        image.topics.insert("t".into(), topic(1));
+        assert!(
+            preferred_elections(&image, 10).is_empty(),
+            "10 % is not past 10 %"
+        );
+        image.topics.insert("t".into(), topic(2));
+        assert_eq!(
+            preferred_elections(&image, 10),
+            vec![("t".to_string(), 0), ("t".to_string(), 1)]
+        );
+        // Not in sync: not movable.
+        image.topics.get_mut("t").unwrap().assignment[0].isr = vec![2];
+        assert_eq!(preferred_elections(&image, 10), vec![("t".to_string(), 1)]);
+        image.brokers.get_mut(&1).unwrap().fenced = true;
+        assert!(
+            preferred_elections(&image, 10).is_empty(),
+            "a fenced broker leads nothing"
         );
     }
 

@@ -1,4 +1,4 @@
-//! DescribeCluster: this broker, as the whole cluster and its controller.
+//! DescribeCluster: the live brokers, the cluster id, and this broker as the controller to talk to.
 
 use std::rc::Rc;
 

@@ -29,6 +29,7 @@ pub struct Node {
     pub dir: PathBuf,
     pub client: SocketAddr,
     pub controller: SocketAddr,
+    pub metrics: SocketAddr,
     pub child: Option<Child>,
 }
 
@@ -50,6 +51,7 @@ impl Cluster {
                 dir: root.path().join(format!("node-{id}")),
                 client: free_addr(),
                 controller: free_addr(),
+                metrics: free_addr(),
                 child: None,
             })
             .collect();
@@ -86,7 +88,7 @@ impl Cluster {
             "controller.quorum.election.timeout.ms=500".into(),
             format!("broker.session.timeout.ms={SESSION_TIMEOUT_MS}"),
             "broker.heartbeat.interval.ms=250".into(),
-            "metrics.listen=127.0.0.1:0".into(),
+            format!("metrics.listen={}", node.metrics),
             "group.initial.rebalance.delay.ms=0".into(),
             "offsets.topic.num.partitions=6".into(),
         ];
@@ -136,6 +138,18 @@ impl Cluster {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// The value of one unlabelled gauge on node `i`'s metrics endpoint.
+    pub fn gauge(&self, i: usize, name: &str) -> Option<i64> {
+        use std::io::{Read, Write};
+        let mut s = TcpStream::connect(self.nodes[i].metrics).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
     }
 
     /// Sends `signal` (`STOP`, `CONT`, …) to node `i`.
