@@ -80,6 +80,16 @@ pub struct NewTopic {
     pub configs: Vec<(String, String)>,
 }
 
+/// The metadata quorum's state, for DescribeQuorum: leader, term, commit index, and each
+/// voter's log end (known on the leader only).
+#[derive(Debug, Clone)]
+pub struct QuorumStatus {
+    pub leader: Option<i32>,
+    pub term: u64,
+    pub commit: u64,
+    pub progress: Vec<(i32, u64)>,
+}
+
 /// Work sent to the shard that owns it.
 pub enum ShardRequest {
     Produce {
@@ -188,6 +198,10 @@ pub enum ShardRequest {
     ProposeMetadata {
         command: Box<crate::cluster::command::MetadataCommand>,
         reply: oneshot::Sender<(ErrorCode, Option<String>)>,
+    },
+    /// The metadata quorum as shard 0 sees it (DescribeQuorum).
+    QuorumStatus {
+        reply: oneshot::Sender<QuorumStatus>,
     },
     /// ElectLeaders, for the controller: one (error, message) per partition, in order.
     ElectLeaders {
@@ -761,6 +775,17 @@ impl Shard {
                     ),
                 };
                 let _ = reply.send(out);
+            }
+            ShardRequest::QuorumStatus { reply } => {
+                if let Some(c) = &self.controller {
+                    let q = &c.node.quorum;
+                    let _ = reply.send(QuorumStatus {
+                        leader: q.leader(),
+                        term: q.term(),
+                        commit: q.commit_index(),
+                        progress: q.voter_progress(),
+                    });
+                }
             }
             ShardRequest::ElectLeaders {
                 partitions,

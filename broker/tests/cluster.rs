@@ -82,6 +82,44 @@ fn three_nodes_serve_one_cluster_with_partitions_spread_over_them() {
         resp, 6,
         "NOT_LEADER_OR_FOLLOWER from a broker that does not lead it"
     );
+    // kafka-metadata-quorum.sh describe: every node names the same leader and epoch; the
+    // leader knows how far each voter's log reaches.
+    let views: Vec<(i32, i32, i64, Vec<i64>)> = (0..3)
+        .map(|i| raw_describe_quorum(cluster.nodes[i].client))
+        .collect();
+    let (leader, epoch, hw, _) = views[0].clone();
+    assert!(
+        (1..=3).contains(&leader) && epoch >= 1 && hw > 0,
+        "{views:?}"
+    );
+    assert!(
+        views.iter().all(|v| v.0 == leader && v.1 == epoch),
+        "{views:?}"
+    );
+    let ends = &views[(leader - 1) as usize].3;
+    assert_eq!(ends.len(), 3);
+    assert!(
+        ends.iter().all(|&e| e > 0),
+        "the leader sees every voter's log: {ends:?}"
+    );
+}
+
+/// DescribeQuorum v1 for `__cluster_metadata-0`: (leader, epoch, high watermark, voters' ends).
+fn raw_describe_quorum(addr: SocketAddr) -> (i32, i32, i64, Vec<i64>) {
+    use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+    use kafka_protocol::messages::{
+        ApiKey, DescribeQuorumRequest, DescribeQuorumResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let req = DescribeQuorumRequest::default().with_topics(vec![TopicData::default()
+        .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
+        .with_partitions(vec![PartitionData::default().with_partition_index(0)])]);
+    let mut conn = common::RawConn::connect(addr);
+    let resp: DescribeQuorumResponse = conn.request(ApiKey::DescribeQuorum, 1, &req);
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0, "{resp:?}");
+    let ends = p.current_voters.iter().map(|v| v.log_end_offset).collect();
+    (p.leader_id.0, p.leader_epoch, p.high_watermark, ends)
 }
 
 /// ListOffsets v1 (latest) for one partition, raw: its error code.

@@ -69,6 +69,7 @@ pub fn request(data: &[u8]) {
             api_key::DESCRIBE_LOG_DIRS => drop(describe_log_dirs::decode(&mut r, v)),
             api_key::OFFSET_FOR_LEADER_EPOCH => drop(offset_for_leader_epoch::decode(&mut r, v)),
             api_key::ELECT_LEADERS => drop(elect_leaders::decode(&mut r, v)),
+            api_key::DESCRIBE_QUORUM => drop(describe_quorum::decode(&mut r, v)),
             _ => {}
         }
     }

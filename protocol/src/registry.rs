@@ -31,6 +31,7 @@ pub mod api_key {
     pub const ALTER_CONFIGS: i16 = 33;
     pub const CREATE_PARTITIONS: i16 = 37;
     pub const ELECT_LEADERS: i16 = 43;
+    pub const DESCRIBE_QUORUM: i16 = 55;
     pub const OFFSET_FOR_LEADER_EPOCH: i16 = 23;
     pub const DESCRIBE_LOG_DIRS: i16 = 35;
     pub const INCREMENTAL_ALTER_CONFIGS: i16 = 44;
@@ -93,6 +94,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     spec(api_key::ALTER_CONFIGS, "AlterConfigs", 0, 2, 2),
     spec(api_key::CREATE_PARTITIONS, "CreatePartitions", 0, 3, 2),
     spec(api_key::ELECT_LEADERS, "ElectLeaders", 0, 2, 2),
+    spec(api_key::DESCRIBE_QUORUM, "DescribeQuorum", 0, 1, 0),
     spec(api_key::DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 4, 2),
     spec(
         api_key::OFFSET_FOR_LEADER_EPOCH,

@@ -361,6 +361,19 @@ impl<S: StateMachine> Driver<S> {
         shared.leader.set(leader);
         shared.is_leader.set(is_leader);
         shared.term.set(raft.term);
+        shared.commit.set(raft.raft_log.committed);
+        let mut progress = shared.progress.borrow_mut();
+        progress.clear();
+        if is_leader {
+            let last = raft.raft_log.last_index();
+            for (id, pr) in raft.prs().iter() {
+                if let Some(node) = node_id(*id) {
+                    let matched = if *id == raft.id { last } else { pr.matched };
+                    progress.push((node, matched));
+                }
+            }
+            progress.sort_unstable();
+        }
         if moved {
             tracing::debug!(
                 node = shared.core.node_id,

@@ -48,6 +48,10 @@ pub(crate) struct Shared<S: StateMachine> {
     pub leader: Cell<Option<i32>>,
     pub is_leader: Cell<bool>,
     pub term: Cell<u64>,
+    /// The commit index, and each voter's matched index as the leader sees it (this node's
+    /// own: its last index; empty on followers).
+    pub commit: Cell<u64>,
+    pub progress: RefCell<Vec<(i32, u64)>>,
     /// Fires when the applied index, the role, the leader or the term changes, and at close.
     pub changed: Event,
     /// Set when storage failed and the driver stopped.
@@ -66,6 +70,8 @@ impl<S: StateMachine> Shared<S> {
             leader: Cell::new(None),
             is_leader: Cell::new(false),
             term: Cell::new(0),
+            commit: Cell::new(0),
+            progress: RefCell::new(Vec::new()),
             changed: Event::new(),
             failure: RefCell::new(None),
         }
@@ -385,6 +391,17 @@ impl<S: StateMachine> Quorum<S> {
 
     pub fn term(&self) -> u64 {
         self.shared.term.get()
+    }
+
+    /// The quorum's commit index as this node knows it.
+    pub fn commit_index(&self) -> u64 {
+        self.shared.commit.get()
+    }
+
+    /// On the leader: each voter's log end as replicated to it (the leader's own last index for
+    /// itself), for DescribeQuorum. Empty on followers.
+    pub fn voter_progress(&self) -> Vec<(i32, u64)> {
+        self.shared.progress.borrow().clone()
     }
 
     /// On the leader: for each other voter, how long since a message from it arrived (`None`:

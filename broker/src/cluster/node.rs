@@ -30,6 +30,9 @@ use crate::shard::{call, Shard, ShardRequest};
 /// The metadata log's directory in the data directory, named as Kafka names it.
 pub const METADATA_DIR: &str = "__cluster_metadata-0";
 
+/// The metadata log's topic name, as DescribeQuorum asks for it.
+pub const METADATA_TOPIC: &str = "__cluster_metadata";
+
 /// The producer-id file of single-node brokers from before the metadata log.
 pub const LEGACY_PRODUCER_ID_FILE: &str = "producer-ids.json";
 

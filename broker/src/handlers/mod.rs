@@ -10,6 +10,7 @@ pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_log_dirs;
+pub mod describe_quorum;
 pub mod elect_leaders;
 pub mod fetch;
 pub mod groups;
@@ -73,6 +74,7 @@ async fn handle(
         api_key::CREATE_TOPICS => create_topics::handle(shard, spec, header, r).await,
         api_key::CREATE_PARTITIONS => create_partitions::handle(shard, spec, header, r).await,
         api_key::ELECT_LEADERS => elect_leaders::handle(shard, spec, header, r).await,
+        api_key::DESCRIBE_QUORUM => describe_quorum::handle(shard, spec, header, r).await,
         api_key::DESCRIBE_LOG_DIRS => describe_log_dirs::handle(shard, spec, header, r).await,
         api_key::OFFSET_FOR_LEADER_EPOCH => {
             offset_for_leader_epoch::handle(shard, spec, header, r).await
