@@ -130,7 +130,8 @@ impl Cluster {
     }
 
     pub fn log(&self, i: usize) -> String {
-        std::fs::read_to_string(self.nodes[i].dir.with_extension("log")).unwrap_or_default()
+        let bytes = std::fs::read(self.nodes[i].dir.with_extension("log")).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
     }
 
     pub fn kill(&mut self, i: usize) {
