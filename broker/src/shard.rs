@@ -888,11 +888,11 @@ impl Shard {
         } else if let Err(e) = part.commit(outcome.last_offset + 1).await {
             return fail(partition_error_code(&e));
         }
-        if epoch.is_some() {
+        if let Some(epoch) = epoch {
             if acks == -1 {
                 let end = outcome.last_offset + 1;
                 let waited = self
-                    .wait_replicated(&part, topic, partition, end, timeout)
+                    .wait_replicated(&part, topic, partition, end, epoch, timeout)
                     .await;
                 if let Err(code) = waited {
                     // Kafka's answer when the ISR shrank below the minimum meanwhile.

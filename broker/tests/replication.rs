@@ -534,12 +534,13 @@ impl Writer {
 /// acknowledged record is read back exactly once, in the order it was acknowledged.
 /// `FAULT_ROUNDS` sets the rounds; `SEED=` replays the fault choices.
 ///
-/// FIXME: with faults this loop fails about one run in five today: after a freeze or kill a
-/// replica sometimes does not rejoin the ISR, and a few records acknowledged just before the
-/// fault were then not readable within 60 s (lost, or held behind a high watermark that no
-/// longer moves: not yet known). Until that is fixed the default is 0 rounds — a steady writer
-/// checked end to end — and `FAULT_ROUNDS=20 cargo test -p tributary-broker --test replication
-/// random -- --nocapture` reproduces it.
+/// FIXME: this loop found acknowledged batches missing after faults (about one run in five):
+/// a leader deposed between its append and its wait for the ISR acknowledged the batch. That is
+/// fixed (the wait now needs the epoch the batch was written in), and 5 of 5 runs of 4 rounds
+/// passed after it; a replica not back in the ISR 30 s after a fault was also seen. Until a
+/// longer soak holds, `ci/test` runs it with 0 rounds (a steady writer checked end to end);
+/// `FAULT_ROUNDS=20 cargo test -p tributary-broker --test replication random -- --nocapture`
+/// is the soak.
 #[test]
 fn random_faults_lose_nothing_acknowledged() {
     let rounds: usize = std::env::var("FAULT_ROUNDS")

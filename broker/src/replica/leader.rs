@@ -225,8 +225,12 @@ impl Shard {
                     return Err(ErrorCode::NOT_COORDINATOR);
                 };
                 let timeout = Duration::from_millis(shard.config.offsets_commit_timeout_ms);
+                // The epoch now: if this shard no longer leads, the write is not acknowledged.
+                let Some(epoch) = shard.leader_epoch_of(&topic, partition) else {
+                    return Err(ErrorCode::NOT_COORDINATOR);
+                };
                 shard
-                    .wait_replicated(&part, &topic, partition, end, timeout)
+                    .wait_replicated(&part, &topic, partition, end, epoch, timeout)
                     .await
                     .map_err(|e| {
                         if e == ErrorCode::NOT_LEADER_OR_FOLLOWER {
@@ -291,19 +295,21 @@ impl Shard {
 
     /// After an acks=all append is durable here: waits until the ISR holds it (the high
     /// watermark passes `end`), at most `timeout`.
+    /// `epoch` is the leader epoch the batch was written in: a leader deposed meanwhile (even
+    /// if re-elected) may have had it truncated, so only that epoch may acknowledge it — and a
+    /// shard that leads no longer answers NOT_LEADER_OR_FOLLOWER, never success.
     pub async fn wait_replicated(
         &self,
         part: &Rc<Partition>,
         topic: &str,
         partition: i32,
         end: i64,
+        epoch: i32,
         timeout: Duration,
     ) -> Result<(), ErrorCode> {
-        // The epoch the batch was written in: a leader deposed and re-elected meanwhile may
-        // have had it truncated, so only the same epoch may acknowledge it.
-        let Some(epoch) = self.leader_epoch_of(topic, partition) else {
-            return Ok(());
-        };
+        if self.leader_epoch_of(topic, partition) != Some(epoch) {
+            return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+        }
         self.advance_high_watermark(topic, partition);
         let deadline = Instant::now() + timeout;
         loop {
