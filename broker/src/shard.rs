@@ -840,15 +840,21 @@ impl Shard {
         };
         // A replicated partition: this shard must lead it (the handler checked an image that
         // may have changed since), and acks=all needs enough in sync.
-        let epoch = self.leader_epoch_of(topic, partition);
-        if epoch.is_none() && part.is_replicated() {
-            return fail(ErrorCode::NOT_LEADER_OR_FOLLOWER);
-        }
-        if acks == -1 {
-            if let Err(code) = self.check_min_isr(topic, partition) {
-                return fail(code);
+        // A partition with one replica has no replication state to look up: the common case
+        // pays no map lookup (and no key allocation) per batch.
+        let epoch = if part.is_replicated() {
+            let Some(epoch) = self.leader_epoch_of(topic, partition) else {
+                return fail(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+            };
+            if acks == -1 {
+                if let Err(code) = self.check_min_isr(topic, partition) {
+                    return fail(code);
+                }
             }
-        }
+            Some(epoch)
+        } else {
+            None
+        };
         // With LogAppendTime the broker's clock stamps the batch here, on the owning shard, just
         // before the append: a copy of the batch with its timestamp type, max timestamp and CRC
         // rewritten, as Kafka's LogValidator does in place.

@@ -33,9 +33,8 @@ fn placement(bootstrap: &str) -> (i32, Vec<i32>) {
     (p.leader(), isr)
 }
 
-/// Every value of partition 0 from the beginning, in offset order, read from whichever broker
-/// leads it.
-fn read_all(bootstrap: &str, expect: usize) -> Vec<String> {
+/// A consumer assigned partition 0 of `TOPIC` from its first offset.
+fn from_beginning(bootstrap: &str) -> BaseConsumer {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "unused")
@@ -46,6 +45,13 @@ fn read_all(bootstrap: &str, expect: usize) -> Vec<String> {
     tpl.add_partition_offset(TOPIC, 0, Offset::Beginning)
         .unwrap();
     c.assign(&tpl).unwrap();
+    c
+}
+
+/// Every value of partition 0 from the beginning, in offset order, read from whichever broker
+/// leads it.
+fn read_all(bootstrap: &str, expect: usize) -> Vec<String> {
+    let c = from_beginning(bootstrap);
     let mut out = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while out.len() < expect && std::time::Instant::now() < deadline {
@@ -619,16 +625,7 @@ fn random_faults_lose_nothing_acknowledged() {
 /// Every value of partition 0 of `TOPIC` in offset order: read until each of `want` arrived and
 /// nothing more came for two seconds, or 60 s passed.
 fn read_until_all(bootstrap: &str, want: &[String]) -> Vec<String> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "unused")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(TOPIC, 0, Offset::Beginning)
-        .unwrap();
-    c.assign(&tpl).unwrap();
+    let c = from_beginning(bootstrap);
     let mut missing: std::collections::HashSet<&String> = want.iter().collect();
     let mut out = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
