@@ -98,7 +98,8 @@ impl Cluster {
             cmd.arg("--set").arg(s);
         }
         node.child = Some(
-            cmd.stdout(Stdio::null())
+            // The broker logs to stdout (as Kafka's console appender); both streams go to the log.
+            cmd.stdout(log.try_clone().expect("log file handle"))
                 .stderr(log)
                 .spawn()
                 .expect("broker binary starts"),
