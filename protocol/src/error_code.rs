@@ -35,6 +35,7 @@ impl ErrorCode {
     pub const INVALID_REPLICATION_FACTOR: Self = Self(38);
     pub const INVALID_REPLICA_ASSIGNMENT: Self = Self(39);
     pub const INVALID_CONFIG: Self = Self(40);
+    pub const NOT_CONTROLLER: Self = Self(41);
     pub const INVALID_REQUEST: Self = Self(42);
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: Self = Self(45);
     pub const DUPLICATE_SEQUENCE_NUMBER: Self = Self(46);

@@ -24,7 +24,12 @@ pub enum Input {
     /// A message from a peer, already checked to come from the voter it claims.
     Message(Message),
     /// A proposal from this node; `seq` finds its waiter in the pending table.
-    Propose { seq: u64, data: Vec<u8> },
+    /// With `leader_term`, only while this node leads at that term (never forwarded).
+    Propose {
+        seq: u64,
+        data: Vec<u8>,
+        leader_term: Option<u64>,
+    },
     /// A send to this peer (raft id) failed.
     Unreachable(u64),
     /// How a snapshot send to this peer (raft id) ended.

@@ -181,8 +181,19 @@ impl<S: StateMachine> Driver<S> {
                     tracing::debug!(?kind, error = %e, "raft refused a peer message");
                 }
             }
-            Input::Propose { seq, data } => {
+            Input::Propose {
+                seq,
+                data,
+                leader_term,
+            } => {
                 let shared = &self.shared;
+                if let Some(term) = leader_term {
+                    let raft = &self.raw.raft;
+                    if raft.state != StateRole::Leader || raft.term != term {
+                        shared.resolve(seq, Err(ProposeError::NotLeader { term }));
+                        return;
+                    }
+                }
                 let context = encode_context(shared.core.node_id, shared.incarnation, seq);
                 if let Err(e) = self.raw.propose(context, data) {
                     tracing::debug!(error = %e, "proposal dropped by raft");

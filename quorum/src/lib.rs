@@ -71,6 +71,11 @@ pub enum ProposeError {
     )]
     NoLeader,
     #[error(
+        "this node is not the quorum leader at term {term} any more; the decision is left to the \
+         new leader"
+    )]
+    NotLeader { term: u64 },
+    #[error(
         "the proposal was not applied within the proposal timeout; it may still be applied, \
          so check the state before retrying a command that is not idempotent"
     )]

@@ -298,6 +298,26 @@ impl<S: StateMachine> Quorum<S> {
     /// proposal to the leader). A proposal that is lost (a leader change) fails with `Timeout`
     /// after the proposal timeout — it may still be applied later.
     pub async fn propose(&self, command: Vec<u8>) -> Result<(u64, S::Outcome), ProposeError> {
+        self.submit(command, None).await
+    }
+
+    /// Proposes a command only if this node is the leader at `term` when the driver takes it
+    /// (`NotLeader` otherwise; never forwarded): for decisions only the leader may take, made
+    /// from what it saw as the leader of that term. An entry appended this way commits only if
+    /// that term's log wins, so a deposed leader's late decision is never applied.
+    pub async fn propose_as_leader(
+        &self,
+        command: Vec<u8>,
+        term: u64,
+    ) -> Result<(u64, S::Outcome), ProposeError> {
+        self.submit(command, Some(term)).await
+    }
+
+    async fn submit(
+        &self,
+        command: Vec<u8>,
+        leader_term: Option<u64>,
+    ) -> Result<(u64, S::Outcome), ProposeError> {
         let shared = &self.shared;
         if shared.core.is_closed() {
             return Err(shared.closed_error());
@@ -320,7 +340,11 @@ impl<S: StateMachine> Quorum<S> {
             seq,
         };
         let work = async {
-            let input = Input::Propose { seq, data: command };
+            let input = Input::Propose {
+                seq,
+                data: command,
+                leader_term,
+            };
             if shared.core.inbox.send(input).await.is_err() {
                 return Err(shared.closed_error());
             }

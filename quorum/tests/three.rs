@@ -68,6 +68,27 @@ fn three_voters_elect_replicate_fail_over_and_catch_up() {
         let lnode = nodes[leader as usize].clone().unwrap();
         let (_, outcome) = lnode.propose(b"from-leader".to_vec()).await.unwrap();
         assert_eq!(outcome, 2);
+        // Leader-only proposals: refused on a follower and for a term that is not the leader's
+        // own, applied on the leader at its term.
+        let term = lnode.term();
+        assert_eq!(
+            fnode.propose_as_leader(b"x".to_vec(), term).await,
+            Err(ProposeError::NotLeader { term })
+        );
+        assert_eq!(
+            lnode.propose_as_leader(b"x".to_vec(), term - 1).await,
+            Err(ProposeError::NotLeader { term: term - 1 })
+        );
+        let (index, outcome) = lnode
+            .propose_as_leader(b"leader-only".to_vec(), term)
+            .await
+            .unwrap();
+        assert_eq!(outcome, 3);
+        fnode.wait_applied(index).await;
+        assert_eq!(
+            names(&fnode),
+            ["from-follower", "from-leader", "leader-only"]
+        );
         let silences = lnode.peer_silence();
         assert_eq!(silences.len(), 2);
         for (id, silence) in &silences {
@@ -85,7 +106,7 @@ fn three_voters_elect_replicate_fail_over_and_catch_up() {
         let mut last = 0;
         for (i, n) in rest.iter().enumerate() {
             let (index, outcome) = n.propose(format!("after-{i}").into_bytes()).await.unwrap();
-            assert_eq!(outcome, 3 + i);
+            assert_eq!(outcome, 4 + i);
             last = index;
         }
         for n in &rest {
@@ -113,7 +134,7 @@ fn three_voters_elect_replicate_fail_over_and_catch_up() {
         let live = 3 - leader - current;
         let live = of(live).expect("the live follower is heard");
         assert!(live < ELECTION, "live follower silent for {live:?}");
-        assert_eq!(expected.len(), 4);
+        assert_eq!(expected.len(), 5);
 
         // The stopped node reopens from its directory and catches up.
         let back = open(cluster.config(leader)).await;
@@ -132,7 +153,7 @@ fn three_voters_elect_replicate_fail_over_and_catch_up() {
             .propose(b"last".to_vec())
             .await
             .unwrap();
-        assert_eq!(outcome, 5);
+        assert_eq!(outcome, 6);
         for n in nodes.iter().flatten() {
             n.shutdown().await;
         }

@@ -516,6 +516,39 @@ fn replicated_truncation_below_the_checkpointed_high_watermark_lowers_it() {
     });
 }
 
+/// A leader's epoch starts at its log end; deposed before it appended anything, the replica
+/// names that epoch as its last until a truncation at the log end drops it (as Kafka's does),
+/// or its new leader, which never had it, reports the same divergence on every fetch.
+#[test]
+fn truncation_at_the_log_end_drops_an_epoch_without_batches() {
+    on_executor(move |path| async move {
+        let pdir = path.join("t-0");
+        let p = Partition::open_replicated(pdir.clone(), CONFIG)
+            .await
+            .unwrap();
+        for i in 0..3 {
+            p.append(&batch(i, None)).await.unwrap();
+        }
+        p.set_leader_epoch(2).await.unwrap();
+        p.append(&batch(3, None)).await.unwrap();
+        p.sync_to(8).await.unwrap();
+        p.set_leader_epoch(4).await.unwrap();
+        assert_eq!(p.latest_epoch(), Some(4));
+        // Past the end: nothing changes.
+        assert_eq!(p.truncate_to(9).await.unwrap(), 8);
+        assert_eq!(p.latest_epoch(), Some(4));
+        assert_eq!(p.truncate_to(8).await.unwrap(), 8);
+        assert_eq!(p.latest_epoch(), Some(2));
+        assert_eq!(p.epoch_entries(), entries(&[(0, 0), (2, 6)]));
+        assert_eq!(p.log_end_offset(), 8);
+        drop(p);
+        let p = Partition::open_replicated(pdir.clone(), CONFIG)
+            .await
+            .unwrap();
+        assert_eq!(p.epoch_entries(), entries(&[(0, 0), (2, 6)]));
+    });
+}
+
 #[test]
 fn truncate_fully_starts_an_empty_log_at_the_offset() {
     on_executor(move |path| async move {

@@ -216,9 +216,29 @@ impl MetadataNode {
     /// Proposes `cmd` and returns its outcome once every shard of this node holds the image
     /// that includes it.
     pub async fn propose(&self, cmd: &MetadataCommand) -> Result<Outcome, Refusal> {
-        let (index, out) = self.quorum.propose(cmd.encode()).await.map_err(|e| {
+        self.submit(cmd, None).await
+    }
+
+    /// Proposes a decision of the active controller of quorum term `term`: refused once this
+    /// node no longer leads that term, so a deposed controller's late decision (taken from
+    /// what it saw before a pause, say) never reaches the log.
+    async fn propose_as_leader(
+        &self,
+        cmd: &MetadataCommand,
+        term: u64,
+    ) -> Result<Outcome, Refusal> {
+        self.submit(cmd, Some(term)).await
+    }
+
+    async fn submit(&self, cmd: &MetadataCommand, term: Option<u64>) -> Result<Outcome, Refusal> {
+        let proposal = match term {
+            Some(term) => self.quorum.propose_as_leader(cmd.encode(), term).await,
+            None => self.quorum.propose(cmd.encode()).await,
+        };
+        let (index, out) = proposal.map_err(|e| {
             let code = match e {
                 ProposeError::NoLeader | ProposeError::Timeout => ErrorCode::REQUEST_TIMED_OUT,
+                ProposeError::NotLeader { .. } => ErrorCode::NOT_CONTROLLER,
                 _ => ErrorCode::UNKNOWN_SERVER_ERROR,
             };
             (code, format!("metadata quorum: {e}"))
@@ -277,21 +297,31 @@ impl MetadataNode {
         let c = &config.cluster;
         let session = Duration::from_millis(c.broker_session_timeout_ms);
         let interval = Duration::from_millis(c.broker_heartbeat_interval_ms);
-        let mut leader_since: Option<Instant> = None;
+        // The quorum term this node leads and when its brokers' sessions began.
+        let mut led: Option<(u64, Instant)> = None;
         let rebalance_every = Duration::from_secs(config.leader_imbalance_check_interval_seconds);
         let mut last_rebalance = Instant::now();
+        let mut last_round = Instant::now();
         loop {
             glommio::timer::sleep(interval).await;
+            let late = last_round.elapsed().saturating_sub(interval);
+            last_round = Instant::now();
             if !self.quorum.is_leader() {
-                leader_since = None;
+                led = None;
                 continue;
             }
+            let term = self.quorum.term();
             // A new active controller gives every broker a fresh session, as Kafka's does: it
-            // has not heard from anyone yet.
-            let since = *leader_since.get_or_insert_with(Instant::now);
+            // has not heard from anyone yet. So does a controller that was itself stalled (a
+            // pause, SIGSTOP) for half a session: silences measured across its own stall say
+            // nothing about its peers.
+            if led.is_none_or(|(t, _)| t != term) || late > session / 2 {
+                led = Some((term, Instant::now()));
+            }
+            let fresh = led.map_or(Duration::ZERO, |(_, since)| since.elapsed());
             let image = self.image();
             for (id, silence) in self.quorum.peer_silence() {
-                let silence = silence.unwrap_or_else(|| since.elapsed());
+                let silence = silence.map_or(fresh, |s| s.min(fresh));
                 let Some(b) = image.brokers.get(&id) else {
                     continue;
                 };
@@ -314,7 +344,7 @@ impl MetadataNode {
                 } else {
                     continue;
                 };
-                if let Err((_, e)) = self.propose(&cmd).await {
+                if let Err((_, e)) = self.propose_as_leader(&cmd, term).await {
                     warn!(broker = id, error = %e, "changing a broker's fencing failed");
                 }
             }
@@ -324,7 +354,7 @@ impl MetadataNode {
                 .is_some_and(|b| b.fenced && !b.in_controlled_shutdown)
             {
                 let _ = self
-                    .propose(&MetadataCommand::UnfenceBroker { id: self.node_id })
+                    .propose_as_leader(&MetadataCommand::UnfenceBroker { id: self.node_id }, term)
                     .await;
             }
             if config.auto_leader_rebalance_enable && last_rebalance.elapsed() >= rebalance_every {
@@ -342,7 +372,7 @@ impl MetadataNode {
                         partitions,
                         unclean: false,
                     };
-                    if let Err((_, e)) = self.propose(&cmd).await {
+                    if let Err((_, e)) = self.propose_as_leader(&cmd, term).await {
                         warn!(error = %e, "leader rebalance failed");
                     }
                 }
@@ -353,7 +383,7 @@ impl MetadataNode {
                 .all(|v| image.brokers.get(&v.id).is_some_and(|b| !b.fenced));
             if registered {
                 if let Some(cmd) = offsets_topic_command(&config, &image) {
-                    if let Err((_, e)) = self.propose(&cmd).await {
+                    if let Err((_, e)) = self.propose_as_leader(&cmd, term).await {
                         warn!(error = %e, "creating {OFFSETS_TOPIC} failed");
                     }
                 }

@@ -354,6 +354,17 @@ async fn truncate_divergent(
     }
     .max(part.log_start_offset());
     if target >= leo {
+        // No batch to drop, but an epoch this replica began at its log end (as a leader, deposed
+        // before appending) may be one the leader never had: the truncation drops it, so the
+        // next fetch names the epoch before it instead of meeting the same divergence again.
+        debug!(
+            topic,
+            partition,
+            at = leo,
+            epoch,
+            "divergence at the log end"
+        );
+        part.truncate_to(leo).await.map_err(|e| e.to_string())?;
         return Ok(());
     }
     info!(

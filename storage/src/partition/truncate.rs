@@ -25,6 +25,13 @@ impl Partition {
             (st.next_offset, st.log_start_offset, st.high_watermark)
         };
         if offset >= leo {
+            // Nothing to cut from the log, but an epoch that begins here and holds no batch yet
+            // (a leader's epoch started at its log end) goes, as Kafka's `truncateTo` does:
+            // otherwise this replica would go on naming it as its last fetched epoch, one its
+            // new leader never had, and be told of the same divergence forever.
+            if self.state.borrow_mut().epochs.truncate_from_end(offset) {
+                self.persist_epochs(true).await?;
+            }
             return Ok(leo);
         }
         if offset < lso {
