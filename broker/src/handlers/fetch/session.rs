@@ -3,12 +3,16 @@
 //! partitions whose fetch position changed and get back only partitions with something new.
 //! Pure: the cache is one shard's, time is passed in, nothing here does I/O.
 //!
+//! From Fetch v13 a session's partitions are keyed by topic id, as Kafka's are (a topic deleted
+//! and created again under its name is another topic); before v13, by name.
+//!
 //! Sessions are kept per shard: a consumer that reconnects and lands on another shard gets
 //! FETCH_SESSION_ID_NOT_FOUND, and the Java client and kafka-python answer that with a full fetch.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use tributary_protocol::requests::fetch::{ForgottenPartition, TopicId, NO_TOPIC_ID};
 use tributary_protocol::ErrorCode;
 
 /// `session_id` of a fetch without a session.
@@ -29,13 +33,37 @@ const INVALID_FETCH_SESSION_EPOCH: ErrorCode = ErrorCode::INVALID_FETCH_SESSION_
 /// One partition a fetch reads: where, from which offset, and at most how many bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchItem {
+    /// The topic's name: from v13 resolved from `topic_id`, empty while that is unknown.
     pub topic: String,
+    /// The topic's id (v13+), else [`NO_TOPIC_ID`].
+    pub topic_id: TopicId,
     pub partition: i32,
     pub fetch_offset: i64,
     pub partition_max_bytes: i32,
     /// The leader epoch the client believes current (-1: unknown); checked against the
     /// partition's (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
     pub current_leader_epoch: i32,
+}
+
+impl FetchItem {
+    /// Whether `self` and `other` name the same partition: by topic id when either has one
+    /// (v13+), else by name.
+    fn same_partition(&self, topic: &str, topic_id: &TopicId, partition: i32) -> bool {
+        self.partition == partition
+            && if self.topic_id != NO_TOPIC_ID || *topic_id != NO_TOPIC_ID {
+                self.topic_id == *topic_id
+            } else {
+                self.topic == topic
+            }
+    }
+
+    fn same(&self, other: &FetchItem) -> bool {
+        self.same_partition(&other.topic, &other.topic_id, other.partition)
+    }
+
+    fn forgotten_by(&self, f: &ForgottenPartition) -> bool {
+        self.same_partition(&f.topic, &f.topic_id, f.partition)
+    }
 }
 
 /// What a partition's answer said, as far as a session remembers it.
@@ -113,6 +141,16 @@ impl Context {
             Context::Error(_) => &[],
         }
     }
+
+    /// The items, to name topics whose ids were unknown when the session took them in.
+    pub fn items_mut(&mut self) -> &mut [FetchItem] {
+        match self {
+            Context::Sessionless(items)
+            | Context::Full(items)
+            | Context::Incremental { items, .. } => items,
+            Context::Error(_) => &mut [],
+        }
+    }
 }
 
 /// One shard's fetch sessions, at most `slots` of them.
@@ -146,7 +184,7 @@ impl SessionCache {
         session_id: i32,
         epoch: i32,
         requested: Vec<FetchItem>,
-        forgotten: &[(String, i32)],
+        forgotten: &[ForgottenPartition],
     ) -> Context {
         if epoch == INITIAL_EPOCH || epoch == FINAL_EPOCH {
             // A full fetch closes the session it names.
@@ -166,10 +204,7 @@ impl SessionCache {
             return Context::Error(INVALID_FETCH_SESSION_EPOCH);
         }
         for item in &requested {
-            let cached = session
-                .partitions
-                .iter_mut()
-                .find(|c| c.item.topic == item.topic && c.item.partition == item.partition);
+            let cached = session.partitions.iter_mut().find(|c| c.item.same(item));
             match cached {
                 Some(c) => c.item = item.clone(),
                 None => session.partitions.push(CachedPartition {
@@ -181,7 +216,7 @@ impl SessionCache {
         }
         session
             .partitions
-            .retain(|c| !forgotten.contains(&(c.item.topic.clone(), c.item.partition)));
+            .retain(|c| !forgotten.iter().any(|f| c.item.forgotten_by(f)));
         if session.partitions.is_empty() {
             self.sessions.remove(&session_id);
             return Context::Sessionless(requested);
@@ -253,10 +288,7 @@ impl SessionCache {
         let mut include = Vec::with_capacity(answered.len());
         let mut moved = Vec::new();
         for (item, a) in answered {
-            let at = session
-                .partitions
-                .iter()
-                .position(|c| c.item.topic == item.topic && c.item.partition == item.partition);
+            let at = session.partitions.iter().position(|c| c.item.same(item));
             let Some(at) = at else {
                 include.push(false);
                 continue;
@@ -332,9 +364,18 @@ mod tests {
         FetchItem {
             current_leader_epoch: -1,
             topic: "t".into(),
+            topic_id: NO_TOPIC_ID,
             partition: p,
             fetch_offset: offset,
             partition_max_bytes: 1 << 20,
+        }
+    }
+
+    fn forgotten(topic: &str, topic_id: TopicId, partition: i32) -> ForgottenPartition {
+        ForgottenPartition {
+            topic: topic.into(),
+            topic_id,
+            partition,
         }
     }
 
@@ -435,13 +476,13 @@ mod tests {
         let now = Instant::now();
         let mut cache = SessionCache::new(10);
         let id = created(&mut cache, now, 2);
-        let forget = [("t".to_string(), 0)];
+        let forget = [forgotten("t", NO_TOPIC_ID, 0)];
         let ctx = cache.begin(now, id, 1, vec![], &forget);
         let Context::Incremental { items, .. } = ctx else {
             panic!("{ctx:?}")
         };
         assert_eq!(items, vec![item(1, 0)]);
-        let forget = [("t".to_string(), 1)];
+        let forget = [forgotten("t", NO_TOPIC_ID, 1)];
         assert_eq!(
             cache.begin(now, id, 2, vec![], &forget),
             Context::Sessionless(vec![])
@@ -534,5 +575,47 @@ mod tests {
             .finish_incremental(id, e3, &[(item(0, 0), quiet(5))])
             .is_ok());
         assert_eq!(next_epoch(i32::MAX), 1);
+    }
+
+    #[test]
+    fn from_v13_partitions_are_keyed_by_topic_id() {
+        let now = Instant::now();
+        let mut cache = SessionCache::new(10);
+        let by_id = |id: u8, p: i32, offset: i64| FetchItem {
+            topic_id: [id; 16],
+            // The name resolved so far: an id unknown when first fetched has none.
+            topic: if id == 1 { "t".into() } else { String::new() },
+            ..item(p, offset)
+        };
+        let items = vec![by_id(1, 0, 0), by_id(2, 0, 0)];
+        assert!(matches!(
+            cache.begin(now, 0, INITIAL_EPOCH, items.clone(), &[]),
+            Context::Full(_)
+        ));
+        let id = cache.create(
+            now,
+            ids(),
+            items.into_iter().map(|i| (i, quiet(5))).collect(),
+        );
+        // The same id under a name now resolved updates the partition, not adds one; a topic
+        // of the same name with another id is another partition.
+        let mut renamed = by_id(2, 0, 7);
+        renamed.topic = "u".into();
+        let other = FetchItem {
+            topic_id: [3; 16],
+            ..by_id(1, 0, 0)
+        };
+        let ctx = cache.begin(now, id, 1, vec![renamed.clone(), other.clone()], &[]);
+        let Context::Incremental { items, .. } = ctx else {
+            panic!("{ctx:?}")
+        };
+        assert_eq!(items, vec![by_id(1, 0, 0), renamed, other.clone()]);
+        // Forgotten by id: the name a v13+ request leaves empty is not compared.
+        let forget = [forgotten("", [1; 16], 0), forgotten("", [2; 16], 0)];
+        let ctx = cache.begin(now, id, 2, vec![], &forget);
+        let Context::Incremental { items, .. } = ctx else {
+            panic!("{ctx:?}")
+        };
+        assert_eq!(items, vec![other]);
     }
 }
