@@ -382,6 +382,15 @@ fn sessions_answer_only_what_changed(version: i16) {
     let resp: FetchResponse = c.request(ApiKey::Fetch, version, &session_fetch("s", id, 9, vec![]));
     assert_eq!(resp.error_code, 71);
     assert!(resp.responses.is_empty());
+    // A session keeps the way it named topics: a fetch of the other kind is refused.
+    let other_kind = if version >= 13 { 12 } else { 13 };
+    let resp: FetchResponse = c.request(
+        ApiKey::Fetch,
+        other_kind,
+        &at_version(other_kind, topic_id, session_fetch("s", id, 5, vec![])),
+    );
+    assert_eq!(resp.error_code, 106, "FETCH_SESSION_TOPIC_ID_ERROR");
+    assert!(resp.responses.is_empty());
     // The wrong epoch left the session as it was: epoch 5 still works.
     let resp: FetchResponse = c.request(ApiKey::Fetch, version, &session_fetch("s", id, 5, vec![]));
     assert_eq!((resp.error_code, resp.session_id), (0, id));
@@ -439,6 +448,49 @@ fn fetches_from_v13_name_topics_by_id() {
         assert_eq!(missing.partitions[0].error_code, 100, "UNKNOWN_TOPIC_ID");
         assert!(resp.node_endpoints.is_empty(), "no partition moved");
     }
+    // A follower's fetch: from v15 its id travels in `ReplicaState`; it reads by id as well,
+    // on the follower path (which reads to the log end, not through the consumer's reads).
+    let consumer_reads = broker.fetch_stats().reads;
+    assert!(consumer_reads >= 8, "the consumer fetches above read");
+    let mut by_name = None;
+    for version in [12, 13, 15, 16] {
+        use kafka_protocol::messages::fetch_request::ReplicaState;
+        let mut req = request(id);
+        req.topics.push(
+            FetchTopic::default()
+                .with_topic_id(unknown)
+                .with_partitions(vec![partition(0, 0)]),
+        );
+        let req = if version >= 15 {
+            req.with_replica_id(BrokerId(-1))
+                .with_replica_state(ReplicaState::default().with_replica_id(BrokerId(99)))
+        } else {
+            req.with_replica_id(BrokerId(99))
+        };
+        let resp: FetchResponse = c.request(ApiKey::Fetch, version, &req);
+        // The follower path answers a partition named by id (v13+) as it does one named by
+        // name (v12). (A single-replica partition has no followers: today it is
+        // NOT_LEADER_OR_FOLLOWER to one.)
+        let got: Vec<(i16, usize)> = resp.responses[0]
+            .partitions
+            .iter()
+            .map(|p| (p.error_code, record_count(&p.records)))
+            .collect();
+        let want = by_name.get_or_insert_with(|| got.clone());
+        assert_eq!(&got, want, "v{version}");
+        if version >= 13 {
+            assert_eq!(resp.responses[0].topic_id, id, "v{version}");
+            assert_eq!(
+                resp.responses[1].partitions[0].error_code, 100,
+                "v{version}"
+            );
+        }
+    }
+    assert_eq!(
+        broker.fetch_stats().reads,
+        consumer_reads,
+        "follower fetches"
+    );
     // Deleted, then created again under its name: the old id is unknown, the new one reads.
     let req = DeleteTopicsRequest::default()
         .with_topic_names(vec![name("ids")])

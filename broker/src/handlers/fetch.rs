@@ -86,6 +86,7 @@ pub async fn handle(
         Instant::now(),
         req.session_id,
         req.session_epoch,
+        v >= TOPIC_IDS_FROM,
         requested,
         &req.forgotten,
     );
@@ -93,7 +94,8 @@ pub async fn handle(
         name_session_topics(&shard.catalog(), context.items_mut());
     }
     let results = read_and_wait(shard, context.items(), max_bytes, min_bytes, deadline).await;
-    let (error, session_id, include) = finish_session(shard, &context, &results);
+    let (error, session_id, include) =
+        finish_session(shard, v >= TOPIC_IDS_FROM, &context, &results);
     let mut topics = response_topics(context.items(), results, &include);
     let endpoints = leader_hints(shard, v, &mut topics);
     // Record bytes are not copied into the response: they are pieces of the frame, written to
@@ -178,6 +180,7 @@ fn leader_hints(
 /// response's error and session id, and which partitions it includes.
 fn finish_session(
     shard: &Shard,
+    uses_topic_ids: bool,
     context: &Context,
     results: &[FetchResult],
 ) -> (ErrorCode, i32, Vec<bool>) {
@@ -202,7 +205,7 @@ fn finish_session(
             (ErrorCode::NONE, INVALID_SESSION_ID, vec![true; items.len()])
         }
         Context::Full(items) => {
-            let id = sessions.create(Instant::now(), new_session_id, answered);
+            let id = sessions.create(Instant::now(), uses_topic_ids, new_session_id, answered);
             (ErrorCode::NONE, id, vec![true; items.len()])
         }
         Context::Incremental { id, epoch, .. } => {

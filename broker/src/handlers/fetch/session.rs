@@ -4,7 +4,8 @@
 //! Pure: the cache is one shard's, time is passed in, nothing here does I/O.
 //!
 //! From Fetch v13 a session's partitions are keyed by topic id, as Kafka's are (a topic deleted
-//! and created again under its name is another topic); before v13, by name.
+//! and created again under its name is another topic); before v13, by name. A session keeps the
+//! one it began with: an incremental fetch of the other kind is FETCH_SESSION_TOPIC_ID_ERROR.
 //!
 //! Sessions are kept per shard: a consumer that reconnects and lands on another shard gets
 //! FETCH_SESSION_ID_NOT_FOUND, and the Java client and kafka-python answer that with a full fetch.
@@ -29,6 +30,7 @@ pub const SESSION_EVICTION: Duration = Duration::from_millis(120_000);
 
 const FETCH_SESSION_ID_NOT_FOUND: ErrorCode = ErrorCode::FETCH_SESSION_ID_NOT_FOUND;
 const INVALID_FETCH_SESSION_EPOCH: ErrorCode = ErrorCode::INVALID_FETCH_SESSION_EPOCH;
+const FETCH_SESSION_TOPIC_ID_ERROR: ErrorCode = ErrorCode::FETCH_SESSION_TOPIC_ID_ERROR;
 
 /// One partition a fetch reads: where, from which offset, and at most how many bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,6 +112,8 @@ struct Session {
     /// In fetch order; a partition that returned records moves to the end, so the response's
     /// byte budget goes round the partitions.
     partitions: Vec<CachedPartition>,
+    /// Created by a v13+ fetch: its partitions are named by topic id.
+    uses_topic_ids: bool,
     created: Instant,
     last_used: Instant,
 }
@@ -178,11 +182,13 @@ impl SessionCache {
 
     /// Decides how a fetch is answered, and applies an incremental request's changes
     /// (`requested` partitions added or updated, `forgotten` removed) to its session.
+    /// `uses_topic_ids`: the request is v13+.
     pub fn begin(
         &mut self,
         now: Instant,
         session_id: i32,
         epoch: i32,
+        uses_topic_ids: bool,
         requested: Vec<FetchItem>,
         forgotten: &[ForgottenPartition],
     ) -> Context {
@@ -202,6 +208,9 @@ impl SessionCache {
         };
         if session.epoch != epoch {
             return Context::Error(INVALID_FETCH_SESSION_EPOCH);
+        }
+        if session.uses_topic_ids != uses_topic_ids {
+            return Context::Error(FETCH_SESSION_TOPIC_ID_ERROR);
         }
         for item in &requested {
             let cached = session.partitions.iter_mut().find(|c| c.item.same(item));
@@ -235,6 +244,7 @@ impl SessionCache {
     pub fn create(
         &mut self,
         now: Instant,
+        uses_topic_ids: bool,
         new_id: impl FnMut() -> i32,
         answered: Vec<(FetchItem, Answered)>,
     ) -> i32 {
@@ -262,6 +272,7 @@ impl SessionCache {
             Session {
                 epoch: next_epoch(INITIAL_EPOCH),
                 partitions,
+                uses_topic_ids,
                 created: now,
                 last_used: now,
             },
@@ -399,11 +410,12 @@ mod tests {
     fn created(cache: &mut SessionCache, now: Instant, parts: i32) -> i32 {
         let items: Vec<_> = (0..parts).map(|p| item(p, 0)).collect();
         assert_eq!(
-            cache.begin(now, 0, INITIAL_EPOCH, items.clone(), &[]),
+            cache.begin(now, 0, INITIAL_EPOCH, false, items.clone(), &[]),
             Context::Full(items.clone())
         );
         let id = cache.create(
             now,
+            false,
             ids(),
             items.into_iter().map(|i| (i, quiet(5))).collect(),
         );
@@ -417,7 +429,7 @@ mod tests {
         let mut cache = SessionCache::new(10);
         let id = created(&mut cache, now, 3);
         // Epoch 1: partition 1 moves its fetch position; all three are read.
-        let ctx = cache.begin(now, id, 1, vec![item(1, 5)], &[]);
+        let ctx = cache.begin(now, id, 1, false, vec![item(1, 5)], &[]);
         let Context::Incremental { epoch, items, .. } = ctx else {
             panic!("{ctx:?}")
         };
@@ -434,7 +446,7 @@ mod tests {
         assert_eq!(include, vec![false, true, true]);
         // Partition 1 returned records: it moves to the end. Nothing changed since: nothing is
         // sent.
-        let ctx = cache.begin(now, id, 2, vec![], &[]);
+        let ctx = cache.begin(now, id, 2, false, vec![], &[]);
         let Context::Incremental { items, epoch, .. } = ctx else {
             panic!("{ctx:?}")
         };
@@ -453,7 +465,7 @@ mod tests {
         let now = Instant::now();
         let mut cache = SessionCache::new(10);
         let id = created(&mut cache, now, 1);
-        let Context::Incremental { epoch, .. } = cache.begin(now, id, 1, vec![], &[]) else {
+        let Context::Incremental { epoch, .. } = cache.begin(now, id, 1, false, vec![], &[]) else {
             panic!()
         };
         let mut failed = quiet(5);
@@ -462,7 +474,8 @@ mod tests {
             .finish_incremental(id, epoch, &[(item(0, 0), failed)])
             .unwrap();
         assert_eq!(include, vec![true]);
-        let Context::Incremental { epoch, .. } = cache.begin(now, id, epoch, vec![], &[]) else {
+        let Context::Incremental { epoch, .. } = cache.begin(now, id, epoch, false, vec![], &[])
+        else {
             panic!()
         };
         let include = cache
@@ -477,14 +490,14 @@ mod tests {
         let mut cache = SessionCache::new(10);
         let id = created(&mut cache, now, 2);
         let forget = [forgotten("t", NO_TOPIC_ID, 0)];
-        let ctx = cache.begin(now, id, 1, vec![], &forget);
+        let ctx = cache.begin(now, id, 1, false, vec![], &forget);
         let Context::Incremental { items, .. } = ctx else {
             panic!("{ctx:?}")
         };
         assert_eq!(items, vec![item(1, 0)]);
         let forget = [forgotten("t", NO_TOPIC_ID, 1)];
         assert_eq!(
-            cache.begin(now, id, 2, vec![], &forget),
+            cache.begin(now, id, 2, false, vec![], &forget),
             Context::Sessionless(vec![])
         );
         assert!(cache.is_empty());
@@ -496,26 +509,26 @@ mod tests {
         let mut cache = SessionCache::new(10);
         let id = created(&mut cache, now, 1);
         assert_eq!(
-            cache.begin(now, id + 1, 1, vec![], &[]),
+            cache.begin(now, id + 1, 1, false, vec![], &[]),
             Context::Error(FETCH_SESSION_ID_NOT_FOUND)
         );
         assert_eq!(
-            cache.begin(now, id, 7, vec![], &[]),
+            cache.begin(now, id, 7, false, vec![], &[]),
             Context::Error(INVALID_FETCH_SESSION_EPOCH)
         );
         // A wrong epoch leaves the session as it was.
         assert!(matches!(
-            cache.begin(now, id, 1, vec![], &[]),
+            cache.begin(now, id, 1, false, vec![], &[]),
             Context::Incremental { epoch: 2, .. }
         ));
         // Epoch -1 closes it and is answered without a session.
         assert_eq!(
-            cache.begin(now, id, FINAL_EPOCH, vec![item(0, 3)], &[]),
+            cache.begin(now, id, FINAL_EPOCH, false, vec![item(0, 3)], &[]),
             Context::Sessionless(vec![item(0, 3)])
         );
         assert!(cache.is_empty());
         assert_eq!(
-            cache.begin(now, id, 3, vec![], &[]),
+            cache.begin(now, id, 3, false, vec![], &[]),
             Context::Error(FETCH_SESSION_ID_NOT_FOUND)
         );
     }
@@ -525,18 +538,18 @@ mod tests {
         let t0 = Instant::now();
         let mut cache = SessionCache::new(1);
         let first = created(&mut cache, t0, 4);
-        let refused = cache.create(t0, ids(), vec![(item(0, 0), quiet(1))]);
+        let refused = cache.create(t0, false, ids(), vec![(item(0, 0), quiet(1))]);
         assert_eq!(refused, INVALID_SESSION_ID);
         assert_eq!(cache.len(), 1);
         let later = t0 + SESSION_EVICTION + Duration::from_secs(1);
-        let second = cache.create(later, || 99, vec![(item(0, 0), quiet(1))]);
+        let second = cache.create(later, false, || 99, vec![(item(0, 0), quiet(1))]);
         assert_eq!(second, 99);
         assert_eq!(cache.len(), 1);
         assert_eq!(
-            cache.begin(later, first, 1, vec![], &[]),
+            cache.begin(later, first, 1, false, vec![], &[]),
             Context::Error(FETCH_SESSION_ID_NOT_FOUND)
         );
-        assert_eq!(SessionCache::new(0).create(t0, ids(), vec![]), 0);
+        assert_eq!(SessionCache::new(0).create(t0, false, ids(), vec![]), 0);
     }
 
     #[test]
@@ -547,13 +560,13 @@ mod tests {
         let later = t0 + SESSION_EVICTION + Duration::from_secs(1);
         // Used recently, so not stale, but old and smaller than the newcomer.
         assert!(matches!(
-            cache.begin(later, small, 1, vec![], &[]),
+            cache.begin(later, small, 1, false, vec![], &[]),
             Context::Incremental { .. }
         ));
-        let same_size = cache.create(later, || 50, vec![(item(0, 0), quiet(1))]);
+        let same_size = cache.create(later, false, || 50, vec![(item(0, 0), quiet(1))]);
         assert_eq!(same_size, INVALID_SESSION_ID);
         let big: Vec<_> = (0..3).map(|p| (item(p, 0), quiet(1))).collect();
-        assert_eq!(cache.create(later, || 51, big), 51);
+        assert_eq!(cache.create(later, false, || 51, big), 51);
     }
 
     #[test]
@@ -561,10 +574,12 @@ mod tests {
         let now = Instant::now();
         let mut cache = SessionCache::new(10);
         let id = created(&mut cache, now, 1);
-        let Context::Incremental { epoch: e2, .. } = cache.begin(now, id, 1, vec![], &[]) else {
+        let Context::Incremental { epoch: e2, .. } = cache.begin(now, id, 1, false, vec![], &[])
+        else {
             panic!()
         };
-        let Context::Incremental { epoch: e3, .. } = cache.begin(now, id, 2, vec![], &[]) else {
+        let Context::Incremental { epoch: e3, .. } = cache.begin(now, id, 2, false, vec![], &[])
+        else {
             panic!()
         };
         assert_eq!(
@@ -589,11 +604,12 @@ mod tests {
         };
         let items = vec![by_id(1, 0, 0), by_id(2, 0, 0)];
         assert!(matches!(
-            cache.begin(now, 0, INITIAL_EPOCH, items.clone(), &[]),
+            cache.begin(now, 0, INITIAL_EPOCH, true, items.clone(), &[]),
             Context::Full(_)
         ));
         let id = cache.create(
             now,
+            true,
             ids(),
             items.into_iter().map(|i| (i, quiet(5))).collect(),
         );
@@ -605,17 +621,26 @@ mod tests {
             topic_id: [3; 16],
             ..by_id(1, 0, 0)
         };
-        let ctx = cache.begin(now, id, 1, vec![renamed.clone(), other.clone()], &[]);
+        let ctx = cache.begin(now, id, 1, true, vec![renamed.clone(), other.clone()], &[]);
         let Context::Incremental { items, .. } = ctx else {
             panic!("{ctx:?}")
         };
         assert_eq!(items, vec![by_id(1, 0, 0), renamed, other.clone()]);
         // Forgotten by id: the name a v13+ request leaves empty is not compared.
         let forget = [forgotten("", [1; 16], 0), forgotten("", [2; 16], 0)];
-        let ctx = cache.begin(now, id, 2, vec![], &forget);
+        let ctx = cache.begin(now, id, 2, true, vec![], &forget);
         let Context::Incremental { items, .. } = ctx else {
             panic!("{ctx:?}")
         };
         assert_eq!(items, vec![other]);
+        // A fetch before v13 cannot go on with a session keyed by topic id.
+        assert_eq!(
+            cache.begin(now, id, 3, false, vec![], &[]),
+            Context::Error(FETCH_SESSION_TOPIC_ID_ERROR)
+        );
+        assert!(matches!(
+            cache.begin(now, id, 3, true, vec![], &[]),
+            Context::Incremental { .. }
+        ));
     }
 }
