@@ -122,7 +122,32 @@ pub struct Catalog {
     /// The first producer id no broker has reserved.
     #[serde(default)]
     pub next_producer_id: i64,
+    /// Topic names by topic id, built on first use (fetches from v13 name topics by id).
+    #[serde(skip)]
+    pub topic_ids: TopicIdIndex,
 }
+
+/// Topic names by topic id, built from an image's topics the first time one is looked up. A
+/// clone starts empty: images are changed only as fresh clones of the last one (the metadata
+/// log's `apply`), so an index is never built before its image's last change. A lookup still
+/// checks the name it finds against the topic's id.
+#[derive(Debug, Default)]
+pub struct TopicIdIndex(std::sync::OnceLock<std::collections::HashMap<[u8; 16], String>>);
+
+impl Clone for TopicIdIndex {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+/// A cache of what the topics already say: it takes no part in comparing images.
+impl PartialEq for TopicIdIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for TopicIdIndex {}
 
 impl Catalog {
     /// The image before the metadata log's first entry.
@@ -134,7 +159,39 @@ impl Catalog {
             broker_configs: DynamicBrokerConfigs::default(),
             brokers: BTreeMap::new(),
             next_producer_id: 0,
+            topic_ids: TopicIdIndex::default(),
         }
+    }
+
+    /// The topic whose id is `id` (16 bytes, as the wire carries it), if it exists.
+    pub fn topic_by_id(&self, id: &[u8; 16]) -> Option<&TopicMeta> {
+        if id == &[0; 16] {
+            return None; // no topic has the zero id (Kafka's `Uuid.ZERO_UUID`)
+        }
+        let index = self.topic_ids.0.get_or_init(|| {
+            self.topics
+                .values()
+                .map(|t| (*t.uuid().as_bytes(), t.name.clone()))
+                .collect()
+        });
+        let name = index.get(id)?;
+        self.topics.get(name).filter(|t| t.uuid().as_bytes() == id)
+    }
+
+    /// The leader of `partition` of `topic` as this image knows it — (leader id, leader epoch),
+    /// -1/-1 for an unknown partition — and the leader's registration when it is live, as Kafka
+    /// answers NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH from Produce v10 and Fetch v16
+    /// (KIP-951).
+    pub fn current_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> ((i32, i32), Option<&BrokerRegistration>) {
+        let Some(p) = self.partition(topic, partition) else {
+            return ((-1, -1), None);
+        };
+        let live = self.brokers.get(&p.leader).filter(|b| !b.fenced);
+        ((p.leader, p.leader_epoch), live)
     }
 
     /// `partition` of `topic`, if both exist.
@@ -315,5 +372,51 @@ mod tests {
         assert_eq!(c.broker_configs, DynamicBrokerConfigs::default());
         assert!(c.brokers.is_empty());
         assert!(c.topics["t"].assignment.is_empty());
+    }
+
+    #[test]
+    fn topics_are_found_by_id_and_leaders_with_their_live_endpoint() {
+        let mut c = legacy();
+        let id = uuid::Uuid::new_v4();
+        let mut p = PartitionRegistration::new(vec![2, 1]);
+        p.leader_epoch = 4;
+        c.topics.insert(
+            "t".into(),
+            TopicMeta {
+                name: "t".into(),
+                id: id.to_string(),
+                partitions: 1,
+                configs: BTreeMap::new(),
+                assignment: vec![p],
+            },
+        );
+        let broker = |id: i32, fenced: bool| BrokerRegistration {
+            id,
+            incarnation: String::new(),
+            epoch: 1,
+            host: format!("h{id}"),
+            port: 9000 + id as u16,
+            fenced,
+            in_controlled_shutdown: false,
+        };
+        c.brokers.insert(2, broker(2, false));
+        assert_eq!(
+            c.topic_by_id(id.as_bytes()).map(|t| t.name.as_str()),
+            Some("t")
+        );
+        assert!(c.topic_by_id(uuid::Uuid::new_v4().as_bytes()).is_none());
+        assert!(c.topic_by_id(&[0; 16]).is_none());
+        let (leader, live) = c.current_leader("t", 0);
+        assert_eq!(leader, (2, 4));
+        assert_eq!(live.map(|b| (b.host.as_str(), b.port)), Some(("h2", 9002)));
+        assert_eq!(c.current_leader("t", 1), ((-1, -1), None));
+        // A fenced leader is named without an endpoint.
+        c.brokers.insert(2, broker(2, true));
+        assert_eq!(c.current_leader("t", 0), ((2, 4), None));
+        // A clone is a new image: its index is built from its own topics.
+        let mut next = c.clone();
+        next.topics.remove("t");
+        assert!(next.topic_by_id(id.as_bytes()).is_none());
+        assert!(c.topic_by_id(id.as_bytes()).is_some());
     }
 }

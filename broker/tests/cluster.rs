@@ -82,6 +82,33 @@ fn three_nodes_serve_one_cluster_with_partitions_spread_over_them() {
         resp, 6,
         "NOT_LEADER_OR_FOLLOWER from a broker that does not lead it"
     );
+    // KIP-951: Fetch v16 and Produce v10 name the leader, its epoch and its endpoint, so a
+    // client moves there without asking for metadata; Fetch v12 still gets the error.
+    let (topic_id, placement) = raw_topic_metadata(cluster.nodes[0].client, "spread");
+    let (leader, epoch) = placement[other as usize];
+    assert_eq!(leader, led[other as usize]);
+    let leader_addr = cluster.nodes[(leader - 1) as usize].client;
+    let endpoint = vec![(
+        leader,
+        leader_addr.ip().to_string(),
+        i32::from(leader_addr.port()),
+    )];
+    let moved = raw_fetch_v16(cluster.nodes[0].client, topic_id, other, -1);
+    assert_eq!(moved, (6, (leader, epoch), endpoint.clone()));
+    let moved = raw_produce_v10(cluster.nodes[0].client, "spread", other);
+    assert_eq!(moved, (6, (leader, epoch), endpoint));
+    assert_eq!(
+        raw_fetch_error(cluster.nodes[0].client, "spread", other, -1),
+        6
+    );
+    // The leader itself serves the fetch by id.
+    let (error, _, endpoints) = raw_fetch_v16(leader_addr, topic_id, other, epoch);
+    assert_eq!((error, endpoints), (0, vec![]));
+    assert_eq!(
+        raw_fetch_v16(leader_addr, uuid::Uuid::new_v4(), other, -1).0,
+        100,
+        "UNKNOWN_TOPIC_ID"
+    );
     // kafka-metadata-quorum.sh describe: every node names the same leader and epoch; the
     // leader knows how far each voter's log reaches.
     let views: Vec<(i32, i32, i64, Vec<i64>)> = (0..3)
@@ -218,6 +245,13 @@ fn a_killed_broker_is_fenced_and_comes_back_with_its_data() {
         75,
         "UNKNOWN_LEADER_EPOCH"
     );
+    // From v16 a fenced epoch comes with the current leader and its endpoint (KIP-951).
+    let (topic_id, _) = raw_topic_metadata(vaddr, "fence");
+    let endpoint = vec![(victim, vaddr.ip().to_string(), i32::from(vaddr.port()))];
+    assert_eq!(
+        raw_fetch_v16(vaddr, topic_id, 0, 0),
+        (74, (victim, 2), endpoint)
+    );
     assert_eq!(raw_list_offsets_epoch(vaddr, "fence", 0, 1), 74);
     assert_eq!(raw_list_offsets_epoch(vaddr, "fence", 0, 2), 0);
     let got = consume_group(&all, "fence", "checker", 430);
@@ -256,6 +290,96 @@ fn raw_fetch_error(addr: SocketAddr, topic: &str, partition: i32, current: i32) 
     let mut conn = common::RawConn::connect(addr);
     let resp: FetchResponse = conn.request(ApiKey::Fetch, 12, &req);
     resp.responses[0].partitions[0].error_code
+}
+
+/// Metadata v12 of `topic`: its topic id and each partition's (leader, leader epoch).
+fn raw_topic_metadata(addr: SocketAddr, topic: &str) -> (uuid::Uuid, Vec<(i32, i32)>) {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let req = MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(topic.into()))))]));
+    let mut conn = common::RawConn::connect(addr);
+    let resp: MetadataResponse = conn.request(ApiKey::Metadata, 12, &req);
+    let t = &resp.topics[0];
+    assert_eq!(t.error_code, 0, "{resp:?}");
+    let mut placement: Vec<(i32, i32, i32)> = t
+        .partitions
+        .iter()
+        .map(|p| (p.partition_index, p.leader_id.0, p.leader_epoch))
+        .collect();
+    placement.sort_unstable();
+    let placement = placement.into_iter().map(|(_, l, e)| (l, e)).collect();
+    (t.topic_id, placement)
+}
+
+/// What a KIP-951 response says of one partition: its error, the leader it names (id, epoch)
+/// and the endpoints it carries (id, host, port).
+type LeaderHint = (i16, (i32, i32), Vec<(i32, String, i32)>);
+
+/// Fetch v16 of one partition by topic id, naming `current` as the leader epoch.
+fn raw_fetch_v16(
+    addr: SocketAddr,
+    topic_id: uuid::Uuid,
+    partition: i32,
+    current: i32,
+) -> LeaderHint {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+    let req = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic_id(topic_id)
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_current_leader_epoch(current)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let mut conn = common::RawConn::connect(addr);
+    let resp: FetchResponse = conn.request(ApiKey::Fetch, 16, &req);
+    assert_eq!(resp.responses[0].topic_id, topic_id);
+    let p = &resp.responses[0].partitions[0];
+    let endpoints = resp
+        .node_endpoints
+        .iter()
+        .map(|e| (e.node_id.0, e.host.to_string(), e.port))
+        .collect();
+    (
+        p.error_code,
+        (p.current_leader.leader_id.0, p.current_leader.leader_epoch),
+        endpoints,
+    )
+}
+
+/// Produce v10 of one record to one partition.
+fn raw_produce_v10(addr: SocketAddr, topic: &str, partition: i32) -> LeaderHint {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let batch = tributary_protocol::record_batch::build_batch(&[(None, Some(b"v"))], 1, None);
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(batch.freeze()))])]);
+    let mut conn = common::RawConn::connect(addr);
+    let resp: ProduceResponse = conn.request(ApiKey::Produce, 10, &req);
+    let p = &resp.responses[0].partition_responses[0];
+    let endpoints = resp
+        .node_endpoints
+        .iter()
+        .map(|e| (e.node_id.0, e.host.to_string(), e.port))
+        .collect();
+    (
+        p.error_code,
+        (p.current_leader.leader_id.0, p.current_leader.leader_epoch),
+        endpoints,
+    )
 }
 
 /// ListOffsets v4 (latest) of one partition naming `current` as the leader epoch: its error.

@@ -1,6 +1,7 @@
 //! Fetch over the wire: waits that count new bytes instead of re-reading (Kafka's DelayedFetch),
 //! the broker's `fetch.max.bytes` budget read in request order, and fetch sessions (KIP-227)
-//! driven with raw requests as the Java client and kafka-python send them.
+//! driven with raw requests as the Java client and kafka-python send them; from v13 with topics
+//! named by id (KIP-516).
 
 mod common;
 
@@ -21,20 +22,41 @@ use kafka_protocol::protocol::StrBytes;
 use tributary_protocol::record_batch::{build_batch, validate_all};
 
 const FETCH_VERSION: i16 = 11;
+/// The newest Fetch version: topics by id, `ReplicaState`, `NodeEndpoints`.
+const FETCH_VERSION_IDS: i16 = 16;
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }
 
-fn create_topic(c: &mut RawConn, topic: &str, partitions: i32) {
+/// Creates `topic`; returns its topic id.
+fn create_topic(c: &mut RawConn, topic: &str, partitions: i32) -> uuid::Uuid {
     let req = CreateTopicsRequest::default()
         .with_topics(vec![CreatableTopic::default()
             .with_name(name(topic))
             .with_num_partitions(partitions)
             .with_replication_factor(1)])
         .with_timeout_ms(5000);
-    let resp: CreateTopicsResponse = c.request(ApiKey::CreateTopics, 5, &req);
+    let resp: CreateTopicsResponse = c.request(ApiKey::CreateTopics, 7, &req);
     assert_eq!(resp.topics[0].error_code, 0);
+    assert!(!resp.topics[0].topic_id.is_nil());
+    resp.topics[0].topic_id
+}
+
+/// `req` naming its topics (and forgotten topics) by `id`, as v13+ requests do; a request of an
+/// earlier version is returned as it is.
+fn at_version(version: i16, id: uuid::Uuid, req: FetchRequest) -> FetchRequest {
+    if version < 13 {
+        return req;
+    }
+    let mut req = req;
+    for t in &mut req.topics {
+        t.topic_id = id;
+    }
+    for f in &mut req.forgotten_topics_data {
+        f.topic_id = id;
+    }
+    req
 }
 
 /// Appends one batch of `values` to `topic`/`partition`; returns its base offset.
@@ -283,25 +305,45 @@ fn session_fetch(topic: &str, id: i32, epoch: i32, parts: Vec<FetchPartition>) -
 
 #[test]
 fn fetch_sessions_answer_only_what_changed() {
+    sessions_answer_only_what_changed(FETCH_VERSION);
+}
+
+/// The same session, keyed by topic id and forgetting by topic id.
+#[test]
+fn fetch_sessions_by_topic_id_answer_only_what_changed() {
+    sessions_answer_only_what_changed(FETCH_VERSION_IDS);
+}
+
+fn sessions_answer_only_what_changed(version: i16) {
     let dir = tempfile::tempdir().unwrap();
     let broker = start_broker(dir.path(), 1, &[]);
     let mut c = RawConn::connect(broker.addr);
-    create_topic(&mut c, "s", 3);
+    let topic_id = create_topic(&mut c, "s", 3);
     produce(&mut c, "s", 0, &[b"a"]);
+    let session_fetch = |topic: &str, session: i32, epoch: i32, parts: Vec<FetchPartition>| {
+        at_version(
+            version,
+            topic_id,
+            session_fetch(topic, session, epoch, parts),
+        )
+    };
 
     // A full fetch with epoch 0 creates a session and answers every partition.
     let req = session_fetch("s", 0, 0, (0..3).map(|p| partition(p, 0)).collect());
-    let resp: FetchResponse = c.request(ApiKey::Fetch, FETCH_VERSION, &req);
+    let resp: FetchResponse = c.request(ApiKey::Fetch, version, &req);
     assert_eq!(resp.error_code, 0);
     let id = resp.session_id;
     assert!(id > 0, "a session was created");
     assert_eq!(answered(&resp), vec![(0, 1), (1, 0), (2, 0)]);
     assert_eq!(broker.fetch_stats().sessions, 1);
+    if version >= 13 {
+        assert_eq!(resp.responses[0].topic_id, topic_id);
+    }
 
     // Epoch 1 moves partition 0 past what it read: nothing changed, nothing is answered.
     let resp: FetchResponse = c.request(
         ApiKey::Fetch,
-        FETCH_VERSION,
+        version,
         &session_fetch("s", id, 1, vec![partition(0, 1)]),
     );
     assert_eq!((resp.error_code, resp.session_id), (0, id));
@@ -309,11 +351,7 @@ fn fetch_sessions_answer_only_what_changed() {
 
     // New data on partition 2 only: only partition 2 is answered.
     produce(&mut c, "s", 2, &[b"b"]);
-    let resp: FetchResponse = c.request(
-        ApiKey::Fetch,
-        FETCH_VERSION,
-        &session_fetch("s", id, 2, vec![]),
-    );
+    let resp: FetchResponse = c.request(ApiKey::Fetch, version, &session_fetch("s", id, 2, vec![]));
     assert_eq!(answered(&resp), vec![(2, 1)]);
     assert_eq!(resp.responses[0].partitions[0].high_watermark, 1);
 
@@ -321,57 +359,156 @@ fn fetch_sessions_answer_only_what_changed() {
     let forget = ForgottenTopic::default()
         .with_topic(name("s"))
         .with_partitions(vec![1]);
-    let req =
-        session_fetch("s", id, 3, vec![partition(2, 1)]).with_forgotten_topics_data(vec![forget]);
-    let resp: FetchResponse = c.request(ApiKey::Fetch, FETCH_VERSION, &req);
+    let req = at_version(
+        version,
+        topic_id,
+        session_fetch("s", id, 3, vec![partition(2, 1)]).with_forgotten_topics_data(vec![forget]),
+    );
+    let resp: FetchResponse = c.request(ApiKey::Fetch, version, &req);
     assert_eq!(answered(&resp), vec![]);
     produce(&mut c, "s", 0, &[b"c"]);
     produce(&mut c, "s", 1, &[b"d"]);
-    let resp: FetchResponse = c.request(
-        ApiKey::Fetch,
-        FETCH_VERSION,
-        &session_fetch("s", id, 4, vec![]),
-    );
+    let resp: FetchResponse = c.request(ApiKey::Fetch, version, &session_fetch("s", id, 4, vec![]));
     assert_eq!(answered(&resp), vec![(0, 1)]);
 
     // An unknown session id and a wrong epoch are session errors with no partitions.
     let resp: FetchResponse = c.request(
         ApiKey::Fetch,
-        FETCH_VERSION,
+        version,
         &session_fetch("s", id.wrapping_add(1).max(1), 5, vec![]),
     );
     assert_eq!((resp.error_code, resp.session_id), (70, 0));
     assert!(resp.responses.is_empty());
-    let resp: FetchResponse = c.request(
-        ApiKey::Fetch,
-        FETCH_VERSION,
-        &session_fetch("s", id, 9, vec![]),
-    );
+    let resp: FetchResponse = c.request(ApiKey::Fetch, version, &session_fetch("s", id, 9, vec![]));
     assert_eq!(resp.error_code, 71);
     assert!(resp.responses.is_empty());
-    // The wrong epoch left the session as it was: epoch 5 still works.
+    // A session keeps the way it named topics: a fetch of the other kind is refused.
+    let other_kind = if version >= 13 { 12 } else { 13 };
     let resp: FetchResponse = c.request(
         ApiKey::Fetch,
-        FETCH_VERSION,
-        &session_fetch("s", id, 5, vec![]),
+        other_kind,
+        &at_version(other_kind, topic_id, session_fetch("s", id, 5, vec![])),
     );
+    assert_eq!(resp.error_code, 106, "FETCH_SESSION_TOPIC_ID_ERROR");
+    assert!(resp.responses.is_empty());
+    // The wrong epoch left the session as it was: epoch 5 still works.
+    let resp: FetchResponse = c.request(ApiKey::Fetch, version, &session_fetch("s", id, 5, vec![]));
     assert_eq!((resp.error_code, resp.session_id), (0, id));
 
     // Epoch -1 closes the session; the fetch is answered in full, without one.
     let resp: FetchResponse = c.request(
         ApiKey::Fetch,
-        FETCH_VERSION,
+        version,
         &session_fetch("s", id, -1, vec![partition(0, 0)]),
     );
     assert_eq!((resp.error_code, resp.session_id), (0, 0));
     assert_eq!(answered(&resp), vec![(0, 2)]);
     assert_eq!(broker.fetch_stats().sessions, 0);
-    let resp: FetchResponse = c.request(
-        ApiKey::Fetch,
-        FETCH_VERSION,
-        &session_fetch("s", id, 6, vec![]),
-    );
+    let resp: FetchResponse = c.request(ApiKey::Fetch, version, &session_fetch("s", id, 6, vec![]));
     assert_eq!(resp.error_code, 70);
+    broker.shutdown().unwrap();
+}
+
+/// Fetch v13–v16 name topics by id: a known id reads its records, an unknown one is
+/// UNKNOWN_TOPIC_ID without failing the rest of the request, and so is the id of a topic deleted
+/// since, even once a topic of the same name exists again.
+#[test]
+fn fetches_from_v13_name_topics_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, &[]);
+    let mut c = RawConn::connect(broker.addr);
+    let id = create_topic(&mut c, "ids", 2);
+    produce(&mut c, "ids", 0, &[b"a", b"b"]);
+    produce(&mut c, "ids", 1, &[b"c"]);
+    let unknown = uuid::Uuid::new_v4();
+    let request = |id: uuid::Uuid| {
+        let req = fetch("ids", vec![partition(0, 0), partition(1, 0)]).with_max_wait_ms(0);
+        at_version(13, id, req)
+    };
+    for version in 13..=16 {
+        let mut req = request(id);
+        req.topics.push(
+            FetchTopic::default()
+                .with_topic_id(unknown)
+                .with_partitions(vec![partition(0, 0)]),
+        );
+        let resp: FetchResponse = c.request(ApiKey::Fetch, version, &req);
+        assert_eq!(resp.error_code, 0, "v{version}");
+        assert_eq!(resp.responses.len(), 2, "v{version}");
+        let known = &resp.responses[0];
+        assert_eq!(known.topic_id, id, "v{version}");
+        let got: Vec<(i16, usize)> = known
+            .partitions
+            .iter()
+            .map(|p| (p.error_code, record_count(&p.records)))
+            .collect();
+        assert_eq!(got, vec![(0, 2), (0, 1)], "v{version}");
+        let missing = &resp.responses[1];
+        assert_eq!(missing.topic_id, unknown);
+        assert_eq!(missing.partitions[0].error_code, 100, "UNKNOWN_TOPIC_ID");
+        assert!(resp.node_endpoints.is_empty(), "no partition moved");
+    }
+    // A follower's fetch: from v15 its id travels in `ReplicaState`; it reads by id as well,
+    // on the follower path (which reads to the log end, not through the consumer's reads).
+    let consumer_reads = broker.fetch_stats().reads;
+    assert!(consumer_reads >= 8, "the consumer fetches above read");
+    let mut by_name = None;
+    for version in [12, 13, 15, 16] {
+        use kafka_protocol::messages::fetch_request::ReplicaState;
+        let mut req = request(id);
+        req.topics.push(
+            FetchTopic::default()
+                .with_topic_id(unknown)
+                .with_partitions(vec![partition(0, 0)]),
+        );
+        let req = if version >= 15 {
+            req.with_replica_id(BrokerId(-1))
+                .with_replica_state(ReplicaState::default().with_replica_id(BrokerId(99)))
+        } else {
+            req.with_replica_id(BrokerId(99))
+        };
+        let resp: FetchResponse = c.request(ApiKey::Fetch, version, &req);
+        // The follower path answers a partition named by id (v13+) as it does one named by
+        // name (v12). (A single-replica partition has no followers: today it is
+        // NOT_LEADER_OR_FOLLOWER to one.)
+        let got: Vec<(i16, usize)> = resp.responses[0]
+            .partitions
+            .iter()
+            .map(|p| (p.error_code, record_count(&p.records)))
+            .collect();
+        let want = by_name.get_or_insert_with(|| got.clone());
+        assert_eq!(&got, want, "v{version}");
+        if version >= 13 {
+            assert_eq!(resp.responses[0].topic_id, id, "v{version}");
+            assert_eq!(
+                resp.responses[1].partitions[0].error_code, 100,
+                "v{version}"
+            );
+        }
+    }
+    assert_eq!(
+        broker.fetch_stats().reads,
+        consumer_reads,
+        "follower fetches"
+    );
+    // Deleted, then created again under its name: the old id is unknown, the new one reads.
+    let req = DeleteTopicsRequest::default()
+        .with_topic_names(vec![name("ids")])
+        .with_timeout_ms(5000);
+    let resp: DeleteTopicsResponse = c.request(ApiKey::DeleteTopics, 4, &req);
+    assert_eq!(resp.responses[0].error_code, 0);
+    let again = create_topic(&mut c, "ids", 2);
+    assert_ne!(again, id);
+    produce(&mut c, "ids", 0, &[b"z"]);
+    let resp: FetchResponse = c.request(ApiKey::Fetch, 16, &request(id));
+    let errors: Vec<i16> = resp.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.error_code)
+        .collect();
+    assert_eq!(errors, vec![100, 100]);
+    let resp: FetchResponse = c.request(ApiKey::Fetch, 16, &request(again));
+    assert_eq!(answered(&resp), vec![(0, 1), (1, 0)]);
     broker.shutdown().unwrap();
 }
 

@@ -69,8 +69,8 @@ impl ApiSpec {
 }
 
 pub const SUPPORTED_APIS: &[ApiSpec] = &[
-    spec(api_key::PRODUCE, "Produce", 3, 9, 9),
-    spec(api_key::FETCH, "Fetch", 4, 12, 12),
+    spec(api_key::PRODUCE, "Produce", 3, 10, 9),
+    spec(api_key::FETCH, "Fetch", 4, 16, 12),
     spec(api_key::LIST_OFFSETS, "ListOffsets", 1, 10, 6),
     spec(api_key::METADATA, "Metadata", 0, 12, 9),
     spec(api_key::API_VERSIONS, "ApiVersions", 0, 3, 3),

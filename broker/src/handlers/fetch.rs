@@ -2,6 +2,11 @@
 //! on their owning shards in request order within the response's byte budget, and when fewer
 //! than `min_bytes` came back, wait as Kafka's DelayedFetch does (`wait`) — up to `max_wait_ms` —
 //! then read once more.
+//!
+//! From v13 topics are named by id: each is resolved to its name in the catalog image, and an
+//! id it does not hold is answered UNKNOWN_TOPIC_ID. From v16 a partition answered
+//! NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH carries its current leader and the response the
+//! leaders' endpoints (KIP-951), so a client moves without a Metadata request.
 
 pub mod replica;
 pub mod session;
@@ -15,10 +20,14 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tributary_protocol::frame::FrameBuilder;
 use tributary_protocol::header::{begin_response, RequestHeader};
 use tributary_protocol::registry::ApiSpec;
-use tributary_protocol::requests::fetch::{self, FetchPartitionResponse, FetchTopicResponse};
+use tributary_protocol::requests::fetch::{
+    self, CurrentLeader, FetchPartitionResponse, FetchRequest, FetchTopicResponse, NodeEndpoint,
+    NODE_ENDPOINTS_FROM, NO_TOPIC_ID, TOPIC_IDS_FROM,
+};
 use tributary_protocol::{ErrorCode, Reader};
 
 use super::{decode_all, HandlerResult};
+use crate::catalog::Catalog;
 use crate::shard::{call, FetchResult, Shard, ShardRequest};
 use session::{Answered, Context, FetchItem, INVALID_SESSION_ID};
 use wait::{Baseline, Tally};
@@ -33,18 +42,22 @@ pub async fn handle(
     r: &mut Reader,
 ) -> HandlerResult {
     let v = header.api_version;
-    let req = decode_all(r, |r| fetch::decode(r, v))?;
+    let mut req = decode_all(r, |r| fetch::decode(r, v))?;
+    if v >= TOPIC_IDS_FROM {
+        resolve_topic_names(&shard.catalog(), &mut req);
+    }
     let wait = Duration::from_millis((req.max_wait_ms.max(0) as u64).min(FETCH_MAX_WAIT_MS_CAP));
     let deadline = Instant::now() + wait;
     if req.replica_id >= 0 {
-        let topics = replica::fetch(shard, &req, deadline).await;
+        let mut topics = replica::fetch(shard, &req, deadline).await;
+        let endpoints = leader_hints(shard, v, &mut topics);
         let mut out = FrameBuilder::new();
         begin_response(
             &mut out,
             header.correlation_id,
             spec.response_header_flexible(v),
         );
-        fetch::encode_response(&mut out, v, ErrorCode::NONE, 0, false, &topics);
+        fetch::encode_response(&mut out, v, ErrorCode::NONE, 0, false, &topics, &endpoints);
         return Ok(Some(out.finish()));
     }
     // As Kafka: the broker's fetch.max.bytes caps what the client asks for, and min_bytes
@@ -62,22 +75,29 @@ pub async fn handle(
             t.partitions.iter().map(|p| FetchItem {
                 current_leader_epoch: p.current_leader_epoch,
                 topic: t.name.clone(),
+                topic_id: t.topic_id,
                 partition: p.partition,
                 fetch_offset: p.fetch_offset,
                 partition_max_bytes: p.partition_max_bytes,
             })
         })
         .collect();
-    let context = shard.fetch_sessions.borrow_mut().begin(
+    let mut context = shard.fetch_sessions.borrow_mut().begin(
         Instant::now(),
         req.session_id,
         req.session_epoch,
+        v >= TOPIC_IDS_FROM,
         requested,
         &req.forgotten,
     );
+    if v >= TOPIC_IDS_FROM {
+        name_session_topics(&shard.catalog(), context.items_mut());
+    }
     let results = read_and_wait(shard, context.items(), max_bytes, min_bytes, deadline).await;
-    let (error, session_id, include) = finish_session(shard, &context, &results);
-    let topics = response_topics(context.items(), results, &include);
+    let (error, session_id, include) =
+        finish_session(shard, v >= TOPIC_IDS_FROM, &context, &results);
+    let mut topics = response_topics(context.items(), results, &include);
+    let endpoints = leader_hints(shard, v, &mut topics);
     // Record bytes are not copied into the response: they are pieces of the frame, written to
     // the socket from the buffers the reads returned.
     let mut out = FrameBuilder::new();
@@ -93,14 +113,74 @@ pub async fn handle(
         session_id,
         req.isolation_level == 1,
         &topics,
+        &endpoints,
     );
     Ok(Some(out.finish()))
+}
+
+/// Names each topic of a v13+ request by its id; a topic whose id the image does not hold keeps
+/// an empty name and is answered UNKNOWN_TOPIC_ID.
+fn resolve_topic_names(catalog: &Catalog, req: &mut FetchRequest) {
+    for t in &mut req.topics {
+        if let Some(meta) = catalog.topic_by_id(&t.topic_id) {
+            t.name.clone_from(&meta.name);
+        }
+    }
+}
+
+/// Names the session's partitions whose topic ids were unknown when the session took them in
+/// (a topic created after the consumer learnt of it elsewhere, before this image had it).
+fn name_session_topics(catalog: &Catalog, items: &mut [FetchItem]) {
+    for item in items.iter_mut().filter(|i| i.topic.is_empty()) {
+        if let Some(meta) = catalog.topic_by_id(&item.topic_id) {
+            item.topic.clone_from(&meta.name);
+        }
+    }
+}
+
+/// From v16 (KIP-951), as Kafka: each partition answered NOT_LEADER_OR_FOLLOWER or
+/// FENCED_LEADER_EPOCH gets the partition's leader and epoch from the image (-1/-1 when it has
+/// none), and the response the endpoints of those leaders that are live. Earlier versions are
+/// left as they are, with nothing allocated.
+fn leader_hints(
+    shard: &Shard,
+    version: i16,
+    topics: &mut [FetchTopicResponse],
+) -> Vec<NodeEndpoint> {
+    let mut endpoints: Vec<NodeEndpoint> = Vec::new();
+    if version < NODE_ENDPOINTS_FROM {
+        return endpoints;
+    }
+    let catalog = shard.catalog();
+    for t in topics.iter_mut() {
+        let moved = |p: &&mut FetchPartitionResponse| {
+            p.error == ErrorCode::NOT_LEADER_OR_FOLLOWER
+                || p.error == ErrorCode::FENCED_LEADER_EPOCH
+        };
+        for p in t.partitions.iter_mut().filter(moved) {
+            let ((leader_id, leader_epoch), live) = catalog.current_leader(&t.name, p.partition);
+            p.current_leader = Some(CurrentLeader {
+                leader_id,
+                leader_epoch,
+            });
+            if let Some(b) = live.filter(|b| !endpoints.iter().any(|e| e.node_id == b.id)) {
+                endpoints.push(NodeEndpoint {
+                    node_id: b.id,
+                    host: b.host.clone(),
+                    port: i32::from(b.port),
+                    rack: None,
+                });
+            }
+        }
+    }
+    endpoints
 }
 
 /// Records in the session what this fetch answered (a full fetch may create one): returns the
 /// response's error and session id, and which partitions it includes.
 fn finish_session(
     shard: &Shard,
+    uses_topic_ids: bool,
     context: &Context,
     results: &[FetchResult],
 ) -> (ErrorCode, i32, Vec<bool>) {
@@ -125,7 +205,7 @@ fn finish_session(
             (ErrorCode::NONE, INVALID_SESSION_ID, vec![true; items.len()])
         }
         Context::Full(items) => {
-            let id = sessions.create(Instant::now(), new_session_id, answered);
+            let id = sessions.create(Instant::now(), uses_topic_ids, new_session_id, answered);
             (ErrorCode::NONE, id, vec![true; items.len()])
         }
         Context::Incremental { id, epoch, .. } => {
@@ -157,11 +237,16 @@ fn response_topics(
             log_start_offset: res.log_start_offset,
             records: res.records,
             diverging_epoch: None,
+            current_leader: None,
         };
-        match topics.last_mut().filter(|t| t.name == item.topic) {
+        let same_topic = |t: &&mut FetchTopicResponse| {
+            t.topic_id == item.topic_id && (item.topic_id != NO_TOPIC_ID || t.name == item.topic)
+        };
+        match topics.last_mut().filter(same_topic) {
             Some(t) => t.partitions.push(part),
             None => topics.push(FetchTopicResponse {
                 name: item.topic.clone(),
+                topic_id: item.topic_id,
                 partitions: vec![part],
             }),
         }
@@ -187,8 +272,11 @@ async fn read_and_wait(
     let node = shard.config.node_id;
     let known: Vec<ErrorCode> = items
         .iter()
-        .map(
-            |i| match catalog.check_leader(&i.topic, i.partition, node) {
+        .map(|i| {
+            if i.topic_id != NO_TOPIC_ID && !names_topic(&catalog, i) {
+                return ErrorCode::UNKNOWN_TOPIC_ID;
+            }
+            match catalog.check_leader(&i.topic, i.partition, node) {
                 Ok(()) => {
                     let current = catalog
                         .partition(&i.topic, i.partition)
@@ -196,8 +284,8 @@ async fn read_and_wait(
                     check_leader_epoch(i.current_leader_epoch, current)
                 }
                 Err(code) => code,
-            },
-        )
+            }
+        })
         .collect();
     let first = read_all(shard, items, &known, max_bytes).await;
     let bytes: usize = first.results.iter().map(|r| r.records.len()).sum();
@@ -227,6 +315,14 @@ async fn read_and_wait(
         .collect();
     wait::wait(shard, &watched, tally, deadline).await;
     read_all(shard, items, &known, max_bytes).await.results
+}
+
+/// Whether a v13+ item's topic id still names the topic it was resolved to (the topic may have
+/// been deleted, or deleted and created again with another id, since).
+fn names_topic(catalog: &Catalog, item: &FetchItem) -> bool {
+    catalog
+        .topic_by_id(&item.topic_id)
+        .is_some_and(|t| t.name == item.topic)
 }
 
 struct ReadAll {

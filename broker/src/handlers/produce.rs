@@ -2,7 +2,8 @@
 //! magic, one batch per partition, then every record: structure, offset deltas and count, keys on
 //! compacted topics, CreateTime timestamps), recompress it when the topic's `compression.type`
 //! asks for another codec, then append on the owning shard and answer once the data is durable.
-//! acks=0 gets no response.
+//! acks=0 gets no response. From v10 a partition answered NOT_LEADER_OR_FOLLOWER carries its
+//! current leader and the response the leaders' endpoints (KIP-951).
 
 use std::rc::Rc;
 
@@ -10,7 +11,7 @@ use futures::channel::oneshot;
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{
-    PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
+    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::record_batch::{self, BatchError, BatchHeader, RECORD_BATCH_HEADER_BYTES};
@@ -86,6 +87,7 @@ pub async fn start(
         }
     }
     let header = header.clone();
+    let shard = shard.clone();
     Ok(Box::pin(async move {
         let mut results = Vec::with_capacity(waits.len());
         for (t, p, outcome) in waits {
@@ -103,6 +105,7 @@ pub async fn start(
             return Ok(None);
         }
         let mut topics: Vec<TopicProduceResponse> = Vec::new();
+        let mut endpoints: Vec<NodeEndpoint> = Vec::new();
         for (t, p, (res, msg)) in results {
             let mut part = PartitionProduceResponse::default()
                 .with_index(p)
@@ -114,6 +117,16 @@ pub async fn start(
             }
             if v >= 8 {
                 part = part.with_error_message(msg.map(|m| str_bytes(&m)));
+            }
+            if v >= LEADER_HINTS_FROM && leader_moved(res.error) {
+                let catalog = shard.catalog();
+                let (leader, endpoint) = leader_hint(&catalog, &t, p);
+                part = part.with_current_leader(leader);
+                if let Some(e) =
+                    endpoint.filter(|e| !endpoints.iter().any(|x| x.node_id == e.node_id))
+                {
+                    endpoints.push(e);
+                }
             }
             match topics.iter_mut().find(|x| x.name.0.as_str() == t) {
                 Some(x) => x.partition_responses.push(part),
@@ -127,9 +140,41 @@ pub async fn start(
         frame(
             spec,
             &header,
-            &ProduceResponse::default().with_responses(topics),
+            &ProduceResponse::default()
+                .with_responses(topics)
+                .with_node_endpoints(endpoints),
         )
     }))
+}
+
+/// First Produce version whose response names a moved partition's leader (KIP-951).
+const LEADER_HINTS_FROM: i16 = 10;
+
+/// The errors that tell a producer the partition's leader is elsewhere. Kafka fills the leader
+/// for NOT_LEADER_OR_FOLLOWER; a produce is never answered FENCED_LEADER_EPOCH today, but one
+/// would mean the same.
+fn leader_moved(error: ErrorCode) -> bool {
+    error == ErrorCode::NOT_LEADER_OR_FOLLOWER || error == ErrorCode::FENCED_LEADER_EPOCH
+}
+
+/// The partition's leader and epoch in the image (-1/-1 when it has none) and, when that leader
+/// is live, its endpoint.
+fn leader_hint(
+    catalog: &Catalog,
+    topic: &str,
+    partition: i32,
+) -> (LeaderIdAndEpoch, Option<NodeEndpoint>) {
+    let ((leader_id, leader_epoch), live) = catalog.current_leader(topic, partition);
+    let leader = LeaderIdAndEpoch::default()
+        .with_leader_id(leader_id.into())
+        .with_leader_epoch(leader_epoch);
+    let endpoint = live.map(|b| {
+        NodeEndpoint::default()
+            .with_node_id(b.id.into())
+            .with_host(str_bytes(&b.host))
+            .with_port(i32::from(b.port))
+    });
+    (leader, endpoint)
 }
 
 /// The checks Kafka's `LogValidator` makes before an append, as error codes. `Ok(Some(batch))`

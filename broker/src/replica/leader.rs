@@ -58,6 +58,7 @@ fn answer(partition: i32, error: ErrorCode) -> FetchPartitionResponse {
         log_start_offset: -1,
         records: Bytes::new(),
         diverging_epoch: None,
+        current_leader: None,
     }
 }
 

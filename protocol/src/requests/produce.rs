@@ -1,5 +1,6 @@
-//! Produce request (v3–v9), hand-written: each partition's records stay one `Bytes` slice of the
-//! request; batches and their records are validated later, by the produce handler.
+//! Produce request (v3–v10), hand-written: each partition's records stay one `Bytes` slice of the
+//! request; batches and their records are validated later, by the produce handler. v10's request
+//! is v9's: only its response changes (KIP-951's `CurrentLeader` and `NodeEndpoints`).
 
 use bytes::Bytes;
 
@@ -88,7 +89,7 @@ mod tests {
 
     #[test]
     fn round_trip_and_prefixes() {
-        for v in [3, 8, 9] {
+        for v in [3, 8, 9, 10] {
             let bytes = encode(v);
             let req = decode(&mut Reader::new(bytes.clone()), v).unwrap();
             assert_eq!(req.acks, -1);

@@ -2,13 +2,14 @@
 //! log end (not the high watermark), the follower's position recorded there, and — when
 //! nothing new came back — a wait until any partition's log grows or `max_wait_ms` passes.
 //! No fetch sessions and no byte budget across partitions beyond the request's own: a
-//! follower asks for at most `replica.fetch.response.max.bytes`.
+//! follower asks for at most `replica.fetch.response.max.bytes`. A v13+ topic the handler could
+//! not name from its id is answered UNKNOWN_TOPIC_ID.
 
 use std::rc::Rc;
 use std::time::Instant;
 
 use tributary_protocol::requests::fetch::{
-    FetchPartitionResponse, FetchRequest, FetchTopicResponse,
+    FetchPartitionResponse, FetchRequest, FetchTopicResponse, NO_TOPIC_ID,
 };
 use tributary_protocol::ErrorCode;
 
@@ -59,7 +60,12 @@ async fn read_all(shard: &Rc<Shard>, req: &FetchRequest) -> Vec<FetchTopicRespon
     let mut used = 0usize;
     for t in &req.topics {
         let mut partitions = Vec::with_capacity(t.partitions.len());
+        let unknown_id = t.topic_id != NO_TOPIC_ID && t.name.is_empty();
         for p in t.partitions.iter().take(REPLICA_FETCH_PARTITIONS_MAX) {
+            if unknown_id {
+                partitions.push(answer(p.partition, ErrorCode::UNKNOWN_TOPIC_ID));
+                continue;
+            }
             // Once the response's budget is spent the rest are answered without records
             // (their first batch would be returned whole, past any budget).
             let max_bytes = usize::try_from(p.partition_max_bytes)
@@ -80,22 +86,29 @@ async fn read_all(shard: &Rc<Shard>, req: &FetchRequest) -> Vec<FetchTopicRespon
                 reply,
             })
             .await
-            .unwrap_or_else(|| FetchPartitionResponse {
-                partition: p.partition,
-                error: ErrorCode::UNKNOWN_SERVER_ERROR,
-                high_watermark: -1,
-                last_stable_offset: -1,
-                log_start_offset: -1,
-                records: bytes::Bytes::new(),
-                diverging_epoch: None,
-            });
+            .unwrap_or_else(|| answer(p.partition, ErrorCode::UNKNOWN_SERVER_ERROR));
             used += resp.records.len();
             partitions.push(resp);
         }
         topics.push(FetchTopicResponse {
             name: t.name.clone(),
+            topic_id: t.topic_id,
             partitions,
         });
     }
     topics
+}
+
+/// A partition answered with `error` alone.
+fn answer(partition: i32, error: ErrorCode) -> FetchPartitionResponse {
+    FetchPartitionResponse {
+        partition,
+        error,
+        high_watermark: -1,
+        last_stable_offset: -1,
+        log_start_offset: -1,
+        records: bytes::Bytes::new(),
+        diverging_epoch: None,
+        current_leader: None,
+    }
 }

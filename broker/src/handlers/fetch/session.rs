@@ -3,12 +3,17 @@
 //! partitions whose fetch position changed and get back only partitions with something new.
 //! Pure: the cache is one shard's, time is passed in, nothing here does I/O.
 //!
+//! From Fetch v13 a session's partitions are keyed by topic id, as Kafka's are (a topic deleted
+//! and created again under its name is another topic); before v13, by name. A session keeps the
+//! one it began with: an incremental fetch of the other kind is FETCH_SESSION_TOPIC_ID_ERROR.
+//!
 //! Sessions are kept per shard: a consumer that reconnects and lands on another shard gets
 //! FETCH_SESSION_ID_NOT_FOUND, and the Java client and kafka-python answer that with a full fetch.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use tributary_protocol::requests::fetch::{ForgottenPartition, TopicId, NO_TOPIC_ID};
 use tributary_protocol::ErrorCode;
 
 /// `session_id` of a fetch without a session.
@@ -25,17 +30,42 @@ pub const SESSION_EVICTION: Duration = Duration::from_millis(120_000);
 
 const FETCH_SESSION_ID_NOT_FOUND: ErrorCode = ErrorCode::FETCH_SESSION_ID_NOT_FOUND;
 const INVALID_FETCH_SESSION_EPOCH: ErrorCode = ErrorCode::INVALID_FETCH_SESSION_EPOCH;
+const FETCH_SESSION_TOPIC_ID_ERROR: ErrorCode = ErrorCode::FETCH_SESSION_TOPIC_ID_ERROR;
 
 /// One partition a fetch reads: where, from which offset, and at most how many bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchItem {
+    /// The topic's name: from v13 resolved from `topic_id`, empty while that is unknown.
     pub topic: String,
+    /// The topic's id (v13+), else [`NO_TOPIC_ID`].
+    pub topic_id: TopicId,
     pub partition: i32,
     pub fetch_offset: i64,
     pub partition_max_bytes: i32,
     /// The leader epoch the client believes current (-1: unknown); checked against the
     /// partition's (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
     pub current_leader_epoch: i32,
+}
+
+impl FetchItem {
+    /// Whether `self` and `other` name the same partition: by topic id when either has one
+    /// (v13+), else by name.
+    fn same_partition(&self, topic: &str, topic_id: &TopicId, partition: i32) -> bool {
+        self.partition == partition
+            && if self.topic_id != NO_TOPIC_ID || *topic_id != NO_TOPIC_ID {
+                self.topic_id == *topic_id
+            } else {
+                self.topic == topic
+            }
+    }
+
+    fn same(&self, other: &FetchItem) -> bool {
+        self.same_partition(&other.topic, &other.topic_id, other.partition)
+    }
+
+    fn forgotten_by(&self, f: &ForgottenPartition) -> bool {
+        self.same_partition(&f.topic, &f.topic_id, f.partition)
+    }
 }
 
 /// What a partition's answer said, as far as a session remembers it.
@@ -82,6 +112,8 @@ struct Session {
     /// In fetch order; a partition that returned records moves to the end, so the response's
     /// byte budget goes round the partitions.
     partitions: Vec<CachedPartition>,
+    /// Created by a v13+ fetch: its partitions are named by topic id.
+    uses_topic_ids: bool,
     created: Instant,
     last_used: Instant,
 }
@@ -113,6 +145,16 @@ impl Context {
             Context::Error(_) => &[],
         }
     }
+
+    /// The items, to name topics whose ids were unknown when the session took them in.
+    pub fn items_mut(&mut self) -> &mut [FetchItem] {
+        match self {
+            Context::Sessionless(items)
+            | Context::Full(items)
+            | Context::Incremental { items, .. } => items,
+            Context::Error(_) => &mut [],
+        }
+    }
 }
 
 /// One shard's fetch sessions, at most `slots` of them.
@@ -140,13 +182,15 @@ impl SessionCache {
 
     /// Decides how a fetch is answered, and applies an incremental request's changes
     /// (`requested` partitions added or updated, `forgotten` removed) to its session.
+    /// `uses_topic_ids`: the request is v13+.
     pub fn begin(
         &mut self,
         now: Instant,
         session_id: i32,
         epoch: i32,
+        uses_topic_ids: bool,
         requested: Vec<FetchItem>,
-        forgotten: &[(String, i32)],
+        forgotten: &[ForgottenPartition],
     ) -> Context {
         if epoch == INITIAL_EPOCH || epoch == FINAL_EPOCH {
             // A full fetch closes the session it names.
@@ -165,11 +209,11 @@ impl SessionCache {
         if session.epoch != epoch {
             return Context::Error(INVALID_FETCH_SESSION_EPOCH);
         }
+        if session.uses_topic_ids != uses_topic_ids {
+            return Context::Error(FETCH_SESSION_TOPIC_ID_ERROR);
+        }
         for item in &requested {
-            let cached = session
-                .partitions
-                .iter_mut()
-                .find(|c| c.item.topic == item.topic && c.item.partition == item.partition);
+            let cached = session.partitions.iter_mut().find(|c| c.item.same(item));
             match cached {
                 Some(c) => c.item = item.clone(),
                 None => session.partitions.push(CachedPartition {
@@ -181,7 +225,7 @@ impl SessionCache {
         }
         session
             .partitions
-            .retain(|c| !forgotten.contains(&(c.item.topic.clone(), c.item.partition)));
+            .retain(|c| !forgotten.iter().any(|f| c.item.forgotten_by(f)));
         if session.partitions.is_empty() {
             self.sessions.remove(&session_id);
             return Context::Sessionless(requested);
@@ -200,6 +244,7 @@ impl SessionCache {
     pub fn create(
         &mut self,
         now: Instant,
+        uses_topic_ids: bool,
         new_id: impl FnMut() -> i32,
         answered: Vec<(FetchItem, Answered)>,
     ) -> i32 {
@@ -227,6 +272,7 @@ impl SessionCache {
             Session {
                 epoch: next_epoch(INITIAL_EPOCH),
                 partitions,
+                uses_topic_ids,
                 created: now,
                 last_used: now,
             },
@@ -253,10 +299,7 @@ impl SessionCache {
         let mut include = Vec::with_capacity(answered.len());
         let mut moved = Vec::new();
         for (item, a) in answered {
-            let at = session
-                .partitions
-                .iter()
-                .position(|c| c.item.topic == item.topic && c.item.partition == item.partition);
+            let at = session.partitions.iter().position(|c| c.item.same(item));
             let Some(at) = at else {
                 include.push(false);
                 continue;
@@ -332,9 +375,18 @@ mod tests {
         FetchItem {
             current_leader_epoch: -1,
             topic: "t".into(),
+            topic_id: NO_TOPIC_ID,
             partition: p,
             fetch_offset: offset,
             partition_max_bytes: 1 << 20,
+        }
+    }
+
+    fn forgotten(topic: &str, topic_id: TopicId, partition: i32) -> ForgottenPartition {
+        ForgottenPartition {
+            topic: topic.into(),
+            topic_id,
+            partition,
         }
     }
 
@@ -358,11 +410,12 @@ mod tests {
     fn created(cache: &mut SessionCache, now: Instant, parts: i32) -> i32 {
         let items: Vec<_> = (0..parts).map(|p| item(p, 0)).collect();
         assert_eq!(
-            cache.begin(now, 0, INITIAL_EPOCH, items.clone(), &[]),
+            cache.begin(now, 0, INITIAL_EPOCH, false, items.clone(), &[]),
             Context::Full(items.clone())
         );
         let id = cache.create(
             now,
+            false,
             ids(),
             items.into_iter().map(|i| (i, quiet(5))).collect(),
         );
@@ -376,7 +429,7 @@ mod tests {
         let mut cache = SessionCache::new(10);
         let id = created(&mut cache, now, 3);
         // Epoch 1: partition 1 moves its fetch position; all three are read.
-        let ctx = cache.begin(now, id, 1, vec![item(1, 5)], &[]);
+        let ctx = cache.begin(now, id, 1, false, vec![item(1, 5)], &[]);
         let Context::Incremental { epoch, items, .. } = ctx else {
             panic!("{ctx:?}")
         };
@@ -393,7 +446,7 @@ mod tests {
         assert_eq!(include, vec![false, true, true]);
         // Partition 1 returned records: it moves to the end. Nothing changed since: nothing is
         // sent.
-        let ctx = cache.begin(now, id, 2, vec![], &[]);
+        let ctx = cache.begin(now, id, 2, false, vec![], &[]);
         let Context::Incremental { items, epoch, .. } = ctx else {
             panic!("{ctx:?}")
         };
@@ -412,7 +465,7 @@ mod tests {
         let now = Instant::now();
         let mut cache = SessionCache::new(10);
         let id = created(&mut cache, now, 1);
-        let Context::Incremental { epoch, .. } = cache.begin(now, id, 1, vec![], &[]) else {
+        let Context::Incremental { epoch, .. } = cache.begin(now, id, 1, false, vec![], &[]) else {
             panic!()
         };
         let mut failed = quiet(5);
@@ -421,7 +474,8 @@ mod tests {
             .finish_incremental(id, epoch, &[(item(0, 0), failed)])
             .unwrap();
         assert_eq!(include, vec![true]);
-        let Context::Incremental { epoch, .. } = cache.begin(now, id, epoch, vec![], &[]) else {
+        let Context::Incremental { epoch, .. } = cache.begin(now, id, epoch, false, vec![], &[])
+        else {
             panic!()
         };
         let include = cache
@@ -435,15 +489,15 @@ mod tests {
         let now = Instant::now();
         let mut cache = SessionCache::new(10);
         let id = created(&mut cache, now, 2);
-        let forget = [("t".to_string(), 0)];
-        let ctx = cache.begin(now, id, 1, vec![], &forget);
+        let forget = [forgotten("t", NO_TOPIC_ID, 0)];
+        let ctx = cache.begin(now, id, 1, false, vec![], &forget);
         let Context::Incremental { items, .. } = ctx else {
             panic!("{ctx:?}")
         };
         assert_eq!(items, vec![item(1, 0)]);
-        let forget = [("t".to_string(), 1)];
+        let forget = [forgotten("t", NO_TOPIC_ID, 1)];
         assert_eq!(
-            cache.begin(now, id, 2, vec![], &forget),
+            cache.begin(now, id, 2, false, vec![], &forget),
             Context::Sessionless(vec![])
         );
         assert!(cache.is_empty());
@@ -455,26 +509,26 @@ mod tests {
         let mut cache = SessionCache::new(10);
         let id = created(&mut cache, now, 1);
         assert_eq!(
-            cache.begin(now, id + 1, 1, vec![], &[]),
+            cache.begin(now, id + 1, 1, false, vec![], &[]),
             Context::Error(FETCH_SESSION_ID_NOT_FOUND)
         );
         assert_eq!(
-            cache.begin(now, id, 7, vec![], &[]),
+            cache.begin(now, id, 7, false, vec![], &[]),
             Context::Error(INVALID_FETCH_SESSION_EPOCH)
         );
         // A wrong epoch leaves the session as it was.
         assert!(matches!(
-            cache.begin(now, id, 1, vec![], &[]),
+            cache.begin(now, id, 1, false, vec![], &[]),
             Context::Incremental { epoch: 2, .. }
         ));
         // Epoch -1 closes it and is answered without a session.
         assert_eq!(
-            cache.begin(now, id, FINAL_EPOCH, vec![item(0, 3)], &[]),
+            cache.begin(now, id, FINAL_EPOCH, false, vec![item(0, 3)], &[]),
             Context::Sessionless(vec![item(0, 3)])
         );
         assert!(cache.is_empty());
         assert_eq!(
-            cache.begin(now, id, 3, vec![], &[]),
+            cache.begin(now, id, 3, false, vec![], &[]),
             Context::Error(FETCH_SESSION_ID_NOT_FOUND)
         );
     }
@@ -484,18 +538,18 @@ mod tests {
         let t0 = Instant::now();
         let mut cache = SessionCache::new(1);
         let first = created(&mut cache, t0, 4);
-        let refused = cache.create(t0, ids(), vec![(item(0, 0), quiet(1))]);
+        let refused = cache.create(t0, false, ids(), vec![(item(0, 0), quiet(1))]);
         assert_eq!(refused, INVALID_SESSION_ID);
         assert_eq!(cache.len(), 1);
         let later = t0 + SESSION_EVICTION + Duration::from_secs(1);
-        let second = cache.create(later, || 99, vec![(item(0, 0), quiet(1))]);
+        let second = cache.create(later, false, || 99, vec![(item(0, 0), quiet(1))]);
         assert_eq!(second, 99);
         assert_eq!(cache.len(), 1);
         assert_eq!(
-            cache.begin(later, first, 1, vec![], &[]),
+            cache.begin(later, first, 1, false, vec![], &[]),
             Context::Error(FETCH_SESSION_ID_NOT_FOUND)
         );
-        assert_eq!(SessionCache::new(0).create(t0, ids(), vec![]), 0);
+        assert_eq!(SessionCache::new(0).create(t0, false, ids(), vec![]), 0);
     }
 
     #[test]
@@ -506,13 +560,13 @@ mod tests {
         let later = t0 + SESSION_EVICTION + Duration::from_secs(1);
         // Used recently, so not stale, but old and smaller than the newcomer.
         assert!(matches!(
-            cache.begin(later, small, 1, vec![], &[]),
+            cache.begin(later, small, 1, false, vec![], &[]),
             Context::Incremental { .. }
         ));
-        let same_size = cache.create(later, || 50, vec![(item(0, 0), quiet(1))]);
+        let same_size = cache.create(later, false, || 50, vec![(item(0, 0), quiet(1))]);
         assert_eq!(same_size, INVALID_SESSION_ID);
         let big: Vec<_> = (0..3).map(|p| (item(p, 0), quiet(1))).collect();
-        assert_eq!(cache.create(later, || 51, big), 51);
+        assert_eq!(cache.create(later, false, || 51, big), 51);
     }
 
     #[test]
@@ -520,10 +574,12 @@ mod tests {
         let now = Instant::now();
         let mut cache = SessionCache::new(10);
         let id = created(&mut cache, now, 1);
-        let Context::Incremental { epoch: e2, .. } = cache.begin(now, id, 1, vec![], &[]) else {
+        let Context::Incremental { epoch: e2, .. } = cache.begin(now, id, 1, false, vec![], &[])
+        else {
             panic!()
         };
-        let Context::Incremental { epoch: e3, .. } = cache.begin(now, id, 2, vec![], &[]) else {
+        let Context::Incremental { epoch: e3, .. } = cache.begin(now, id, 2, false, vec![], &[])
+        else {
             panic!()
         };
         assert_eq!(
@@ -534,5 +590,57 @@ mod tests {
             .finish_incremental(id, e3, &[(item(0, 0), quiet(5))])
             .is_ok());
         assert_eq!(next_epoch(i32::MAX), 1);
+    }
+
+    #[test]
+    fn from_v13_partitions_are_keyed_by_topic_id() {
+        let now = Instant::now();
+        let mut cache = SessionCache::new(10);
+        let by_id = |id: u8, p: i32, offset: i64| FetchItem {
+            topic_id: [id; 16],
+            // The name resolved so far: an id unknown when first fetched has none.
+            topic: if id == 1 { "t".into() } else { String::new() },
+            ..item(p, offset)
+        };
+        let items = vec![by_id(1, 0, 0), by_id(2, 0, 0)];
+        assert!(matches!(
+            cache.begin(now, 0, INITIAL_EPOCH, true, items.clone(), &[]),
+            Context::Full(_)
+        ));
+        let id = cache.create(
+            now,
+            true,
+            ids(),
+            items.into_iter().map(|i| (i, quiet(5))).collect(),
+        );
+        // The same id under a name now resolved updates the partition, not adds one; a topic
+        // of the same name with another id is another partition.
+        let mut renamed = by_id(2, 0, 7);
+        renamed.topic = "u".into();
+        let other = FetchItem {
+            topic_id: [3; 16],
+            ..by_id(1, 0, 0)
+        };
+        let ctx = cache.begin(now, id, 1, true, vec![renamed.clone(), other.clone()], &[]);
+        let Context::Incremental { items, .. } = ctx else {
+            panic!("{ctx:?}")
+        };
+        assert_eq!(items, vec![by_id(1, 0, 0), renamed, other.clone()]);
+        // Forgotten by id: the name a v13+ request leaves empty is not compared.
+        let forget = [forgotten("", [1; 16], 0), forgotten("", [2; 16], 0)];
+        let ctx = cache.begin(now, id, 2, true, vec![], &forget);
+        let Context::Incremental { items, .. } = ctx else {
+            panic!("{ctx:?}")
+        };
+        assert_eq!(items, vec![other]);
+        // A fetch before v13 cannot go on with a session keyed by topic id.
+        assert_eq!(
+            cache.begin(now, id, 3, false, vec![], &[]),
+            Context::Error(FETCH_SESSION_TOPIC_ID_ERROR)
+        );
+        assert!(matches!(
+            cache.begin(now, id, 3, true, vec![], &[]),
+            Context::Incremental { .. }
+        ));
     }
 }
