@@ -29,19 +29,26 @@ pub struct ReassignmentTarget {
 /// Starts, replaces or cancels one partition's reassignment, as the command's outcome item.
 pub fn alter(image: &mut Catalog, t: &ReassignmentTarget) -> Result<(), (ErrorCode, String)> {
     let live: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
+    let name = format!("{}-{}", t.topic, t.partition);
+    // Kafka's order: the partition first, then the target.
+    let unknown = || {
+        Err((
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("{name} does not exist"),
+        ))
+    };
+    if image.partition(&t.topic, t.partition).is_none() {
+        return unknown();
+    }
     if let Some(target) = &t.replicas {
         check_target(image, target)?;
     }
-    let name = format!("{}-{}", t.topic, t.partition);
     let Some(p) = image.topics.get_mut(&t.topic).and_then(|tm| {
         usize::try_from(t.partition)
             .ok()
             .and_then(|i| tm.assignment.get_mut(i))
     }) else {
-        return Err((
-            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-            format!("{name} does not exist"),
-        ));
+        return unknown();
     };
     match &t.replicas {
         None => cancel(p, &live, &name),
@@ -263,8 +270,9 @@ mod tests {
             );
         }
         assert_eq!(
-            reassign(&mut image, 5, Some(&[3, 4])),
-            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+            reassign(&mut image, 5, Some(&[3, 9])),
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            "the partition is checked first"
         );
         assert_eq!(
             reassign(&mut image, 0, None),
