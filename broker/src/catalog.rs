@@ -35,6 +35,14 @@ pub struct PartitionRegistration {
     pub leader: i32,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// During a reassignment (KIP-455), the target replicas not yet in the original set: they
+    /// are in `replicas` and fetch, but join the ISR only once caught up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding_replicas: Vec<i32>,
+    /// During a reassignment, the original replicas not in the target: they leave `replicas`
+    /// when the reassignment completes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing_replicas: Vec<i32>,
 }
 
 impl PartitionRegistration {
@@ -46,7 +54,23 @@ impl PartitionRegistration {
             replicas,
             leader_epoch: 0,
             partition_epoch: 0,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
+    }
+
+    /// Whether a reassignment is in progress.
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+
+    /// The replicas a reassignment in progress moves to: `replicas` without those leaving.
+    pub fn target_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.removing_replicas.contains(r))
+            .collect()
     }
 }
 

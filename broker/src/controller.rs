@@ -15,6 +15,7 @@ use crate::catalog::{Catalog, PartitionRegistration, TopicMeta};
 use crate::cluster::command::{MetadataCommand, Outcome};
 use crate::cluster::node::MetadataNode;
 use crate::cluster::placement;
+use crate::cluster::reassign::ReassignmentTarget;
 use crate::shard::{NewTopic, Shard};
 use crate::topic_config::{topic_key, validate_topic_config};
 
@@ -450,6 +451,31 @@ impl Controller {
             partitions,
             unclean,
         };
+        self.propose_items(cmd, n)
+            .await
+            .into_iter()
+            .map(|r| match r {
+                Ok(()) => (ErrorCode::NONE, None),
+                Err((code, why)) => (code, Some(why)),
+            })
+            .collect()
+    }
+
+    /// Starts, replaces or cancels partition reassignments (KIP-455); one (error, message) per
+    /// partition, in order. The checks (targets, existence, a reassignment to cancel) are made
+    /// in `apply`, against the image the command meets.
+    pub async fn alter_reassignments(
+        &self,
+        partitions: Vec<ReassignmentTarget>,
+    ) -> Vec<(ErrorCode, Option<String>)> {
+        let n = partitions.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        for t in &partitions {
+            info!(topic = %t.topic, partition = t.partition, target = ?t.replicas, "reassigning partition");
+        }
+        let cmd = MetadataCommand::AlterReassignments { partitions };
         self.propose_items(cmd, n)
             .await
             .into_iter()

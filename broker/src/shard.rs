@@ -209,6 +209,12 @@ pub enum ShardRequest {
         unclean: bool,
         reply: oneshot::Sender<Vec<(ErrorCode, Option<String>)>>,
     },
+    /// AlterPartitionReassignments, for the controller: one (error, message) per partition, in
+    /// order.
+    AlterReassignments {
+        partitions: Vec<crate::cluster::reassign::ReassignmentTarget>,
+        reply: oneshot::Sender<Vec<(ErrorCode, Option<String>)>>,
+    },
     /// For shard 0: before a shutdown, give this broker's partitions to other replicas.
     ControlledShutdown { reply: oneshot::Sender<()> },
     /// Stop accepting, finish in-flight requests.
@@ -795,6 +801,20 @@ impl Shard {
                 let n = partitions.len();
                 let out = match &self.controller {
                     Some(c) => c.elect_leaders(partitions, unclean).await,
+                    None => vec![
+                        (
+                            ErrorCode::UNKNOWN_SERVER_ERROR,
+                            Some("not the controller".into())
+                        );
+                        n
+                    ],
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::AlterReassignments { partitions, reply } => {
+                let n = partitions.len();
+                let out = match &self.controller {
+                    Some(c) => c.alter_reassignments(partitions).await,
                     None => vec![
                         (
                             ErrorCode::UNKNOWN_SERVER_ERROR,

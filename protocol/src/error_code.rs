@@ -47,6 +47,7 @@ impl ErrorCode {
     pub const PREFERRED_LEADER_NOT_AVAILABLE: Self = Self(80);
     pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: Self = Self(83);
     pub const ELECTION_NOT_NEEDED: Self = Self(84);
+    pub const NO_REASSIGNMENT_IN_PROGRESS: Self = Self(85);
     pub const UNKNOWN_LEADER_EPOCH: Self = Self(75);
     pub const UNKNOWN_TOPIC_ID: Self = Self(100);
     pub const KAFKA_STORAGE_ERROR: Self = Self(56);

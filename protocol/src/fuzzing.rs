@@ -70,6 +70,12 @@ pub fn request(data: &[u8]) {
             api_key::OFFSET_FOR_LEADER_EPOCH => drop(offset_for_leader_epoch::decode(&mut r, v)),
             api_key::ELECT_LEADERS => drop(elect_leaders::decode(&mut r, v)),
             api_key::DESCRIBE_QUORUM => drop(describe_quorum::decode(&mut r, v)),
+            api_key::ALTER_PARTITION_REASSIGNMENTS => {
+                drop(partition_reassignments::decode_alter(&mut r, v))
+            }
+            api_key::LIST_PARTITION_REASSIGNMENTS => {
+                drop(partition_reassignments::decode_list(&mut r, v))
+            }
             _ => {}
         }
     }

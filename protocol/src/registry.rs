@@ -35,6 +35,8 @@ pub mod api_key {
     pub const OFFSET_FOR_LEADER_EPOCH: i16 = 23;
     pub const DESCRIBE_LOG_DIRS: i16 = 35;
     pub const INCREMENTAL_ALTER_CONFIGS: i16 = 44;
+    pub const ALTER_PARTITION_REASSIGNMENTS: i16 = 45;
+    pub const LIST_PARTITION_REASSIGNMENTS: i16 = 46;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +96,20 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     spec(api_key::ALTER_CONFIGS, "AlterConfigs", 0, 2, 2),
     spec(api_key::CREATE_PARTITIONS, "CreatePartitions", 0, 3, 2),
     spec(api_key::ELECT_LEADERS, "ElectLeaders", 0, 2, 2),
+    spec(
+        api_key::ALTER_PARTITION_REASSIGNMENTS,
+        "AlterPartitionReassignments",
+        0,
+        0,
+        0,
+    ),
+    spec(
+        api_key::LIST_PARTITION_REASSIGNMENTS,
+        "ListPartitionReassignments",
+        0,
+        0,
+        0,
+    ),
     spec(api_key::DESCRIBE_QUORUM, "DescribeQuorum", 0, 1, 0),
     spec(api_key::DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 4, 2),
     spec(

@@ -46,6 +46,24 @@ pub enum TopicsCommand {
         #[arg(long = "set", value_name = "KEY=VALUE", required = true)]
         set: Vec<String>,
     },
+    /// Move a partition to other brokers (`--replicas 2,3,1`, the first preferred as leader),
+    /// or cancel its move (`--cancel`); it completes once the new replicas are in sync.
+    Reassign {
+        name: String,
+        #[arg(long)]
+        partition: i32,
+        #[arg(
+            long,
+            value_name = "ID,ID,...",
+            conflicts_with = "cancel",
+            required_unless_present = "cancel"
+        )]
+        replicas: Option<String>,
+        #[arg(long)]
+        cancel: bool,
+    },
+    /// Reassignments in progress: each partition's replicas, those being added and removed.
+    Reassignments,
 }
 
 #[derive(Subcommand)]
@@ -148,6 +166,13 @@ pub fn topics(cli: &Cli, cmd: &TopicsCommand) -> Result<()> {
             println!("created topic {name} with {partitions} partitions");
         }
         TopicsCommand::Describe { name } => describe(cli, name)?,
+        TopicsCommand::Reassign {
+            name,
+            partition,
+            replicas,
+            cancel,
+        } => crate::reassign::reassign(cli, name, *partition, replicas.as_deref(), *cancel)?,
+        TopicsCommand::Reassignments => crate::reassign::list(cli)?,
         TopicsCommand::Delete { name } => {
             let admin = admin(cli)?;
             let results =
@@ -240,7 +265,7 @@ pub fn cluster(cli: &Cli, cmd: &ClusterCommand) -> Result<()> {
             println!("Topics: {}", md.topics().len());
             println!("API versions served:");
             for (key, min, max) in api_versions(cli)? {
-                println!("\t{:<24} {key:>3}  v{min}-v{max}", api_name(key));
+                println!("\t{:<28} {key:>3}  v{min}-v{max}", api_name(key));
             }
         }
     }
@@ -248,7 +273,7 @@ pub fn cluster(cli: &Cli, cmd: &ClusterCommand) -> Result<()> {
 }
 
 /// One request/response exchange on a fresh connection; returns the response after its length.
-fn exchange(cli: &Cli, request: &[u8]) -> Result<Vec<u8>> {
+pub(crate) fn exchange(cli: &Cli, request: &[u8]) -> Result<Vec<u8>> {
     let addr = cli
         .bootstrap
         .split(',')
@@ -373,12 +398,20 @@ fn api_name(key: i16) -> &'static str {
         18 => "ApiVersions",
         19 => "CreateTopics",
         20 => "DeleteTopics",
+        21 => "DeleteRecords",
         22 => "InitProducerId",
+        23 => "OffsetForLeaderEpoch",
         32 => "DescribeConfigs",
         33 => "AlterConfigs",
+        35 => "DescribeLogDirs",
+        37 => "CreatePartitions",
         42 => "DeleteGroups",
+        43 => "ElectLeaders",
         44 => "IncrementalAlterConfigs",
+        45 => "AlterPartitionReassignments",
+        46 => "ListPartitionReassignments",
         47 => "OffsetDelete",
+        55 => "DescribeQuorum",
         60 => "DescribeCluster",
         _ => "(other)",
     }

@@ -1,5 +1,6 @@
-//! `trib`: the operator's command line for Tributary and any Kafka-compatible broker — topics,
-//! console produce and consume, consumer groups and cluster information — built on librdkafka.
+//! `trib`: the operator's command line for Tributary and any Kafka-compatible broker — topics
+//! and their reassignment, console produce and consume, consumer groups, leader elections and
+//! cluster information — built on librdkafka, with raw requests for the admin calls it lacks.
 //! Exit status 0 on success; otherwise one line on stderr naming the cause.
 
 #![forbid(unsafe_code)]
@@ -7,6 +8,7 @@
 mod admin;
 mod groups;
 mod io;
+mod reassign;
 
 use std::time::Duration;
 
@@ -56,6 +58,9 @@ enum Command {
     /// Brokers and the API versions they serve.
     #[command(subcommand)]
     Cluster(admin::ClusterCommand),
+    /// Partition leadership: preferred and unclean elections.
+    #[command(subcommand)]
+    Leaders(reassign::LeadersCommand),
 }
 
 fn run(cli: &Cli) -> Result<()> {
@@ -65,6 +70,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Consume(a) => io::consume(cli, a),
         Command::Groups(c) => groups::groups(cli, c),
         Command::Cluster(c) => admin::cluster(cli, c),
+        Command::Leaders(c) => reassign::leaders(cli, c),
     }
 }
 

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use tributary_protocol::ErrorCode;
 
+use super::reassign::{self, ReassignmentTarget};
 use crate::catalog::{BrokerRegistration, Catalog, PartitionRegistration, TopicMeta};
 
 /// Leader of a partition with no live replica (Kafka's `NO_LEADER`).
@@ -88,6 +89,11 @@ pub enum MetadataCommand {
         leader_epoch: i32,
         partition_epoch: i32,
         isr: Vec<i32>,
+    },
+    /// Kafka's AlterPartitionReassignments (KIP-455): each partition moves to its target
+    /// replicas, or (no target) its reassignment in progress is cancelled; see `reassign`.
+    AlterReassignments {
+        partitions: Vec<ReassignmentTarget>,
     },
 }
 
@@ -279,6 +285,7 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             partition_epoch,
             isr,
         } => {
+            let live: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
             let Some(p) = image.topics.get_mut(&topic).and_then(|t| {
                 usize::try_from(partition)
                     .ok()
@@ -321,8 +328,16 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             }
             p.isr = isr;
             p.partition_epoch += 1;
+            // A reassignment completes as soon as its target is in sync.
+            reassign::complete_if_caught_up(p, &live);
             Outcome::Done
         }
+        C::AlterReassignments { partitions } => Outcome::Items(
+            partitions
+                .iter()
+                .map(|t| reassign::alter(image, t))
+                .collect(),
+        ),
         C::ElectLeaders {
             partitions,
             unclean,

@@ -11,6 +11,7 @@ pub mod command;
 pub mod config;
 pub mod node;
 pub mod placement;
+pub mod reassign;
 
 use std::sync::Arc;
 

@@ -18,6 +18,7 @@ pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;
+pub mod partition_reassignments;
 pub mod produce;
 
 use std::future::Future;
@@ -75,6 +76,12 @@ async fn handle(
         api_key::CREATE_PARTITIONS => create_partitions::handle(shard, spec, header, r).await,
         api_key::ELECT_LEADERS => elect_leaders::handle(shard, spec, header, r).await,
         api_key::DESCRIBE_QUORUM => describe_quorum::handle(shard, spec, header, r).await,
+        api_key::ALTER_PARTITION_REASSIGNMENTS => {
+            partition_reassignments::handle_alter(shard, spec, header, r).await
+        }
+        api_key::LIST_PARTITION_REASSIGNMENTS => {
+            partition_reassignments::handle_list(shard, spec, header, r)
+        }
         api_key::DESCRIBE_LOG_DIRS => describe_log_dirs::handle(shard, spec, header, r).await,
         api_key::OFFSET_FOR_LEADER_EPOCH => {
             offset_for_leader_epoch::handle(shard, spec, header, r).await

@@ -95,6 +95,12 @@ impl Shard {
                     if reg.leader == me && part.leader_epoch() < reg.leader_epoch {
                         new_epochs.push((part.clone(), reg.leader_epoch));
                     }
+                    if reg.leader == me && part.is_replicated() {
+                        // Reassigned down to this one replica: what it holds durably is
+                        // replicated enough, and from now on its flushes move the watermark.
+                        part.set_high_watermark(part.durable_offset());
+                        part.set_replicated(false);
+                    }
                     continue;
                 }
                 part.set_replicated(true);
@@ -105,7 +111,7 @@ impl Shard {
                         Some(l) if l.leader_epoch == reg.leader_epoch => {
                             l.partition_epoch = reg.partition_epoch;
                             l.isr = reg.isr.clone();
-                            l.replicas = reg.replicas.clone();
+                            l.set_replicas(reg.replicas.clone(), now);
                             l.isr_change_pending = false;
                             l.pending_isr = None;
                         }

@@ -86,6 +86,25 @@ impl LeaderState {
         }
     }
 
+    /// Takes a new replica set at the same leader epoch (a reassignment started, completed or
+    /// was cancelled): a replica being added is tracked from now on — its fetches count, and it
+    /// joins the ISR once caught up — and a replica gone is forgotten.
+    pub fn set_replicas(&mut self, replicas: Vec<i32>, now: Instant) {
+        if replicas == self.replicas {
+            return;
+        }
+        self.followers.retain(|r, _| replicas.contains(r));
+        for &r in &replicas {
+            self.followers.entry(r).or_insert(FollowerState {
+                log_end_offset: -1,
+                last_caught_up: now,
+                last_fetch_leader_end: i64::MAX,
+                last_fetch_at: now,
+            });
+        }
+        self.replicas = replicas;
+    }
+
     /// Records a follower's fetch at `offset` when the leader's log ends at `leader_end`. As
     /// Kafka's `updateFetchState`: a follower at the leader's end is caught up now; one that
     /// reached where the leader ended at its previous fetch was caught up as of that fetch — so
@@ -226,5 +245,34 @@ mod tests {
         // Not before it reaches the epoch's start, even at the high watermark.
         l.epoch_start_offset = 300;
         assert_eq!(l.wanted_isr(1, 200, lag, back), None);
+    }
+
+    #[test]
+    fn a_replica_added_by_a_reassignment_is_tracked_and_joins_once_caught_up() {
+        let (mut l, start) = leader(&[1, 2, 3]);
+        let lag = Duration::from_secs(10);
+        for r in [2, 3] {
+            l.record_fetch(r, 150, 150, start);
+        }
+        // 4 is added (replicas [4,1,2,3]): unknown before, its fetches count now.
+        l.set_replicas(vec![4, 1, 2, 3], start);
+        l.record_fetch(4, 0, 150, start);
+        assert_eq!(l.followers[&4].log_end_offset, 0);
+        assert_eq!(
+            l.high_watermark(1, 150),
+            150,
+            "not in the ISR: it holds nothing back"
+        );
+        assert_eq!(l.wanted_isr(1, 150, lag, start), None);
+        let t = start + Duration::from_secs(1);
+        l.record_fetch(4, 150, 150, t);
+        assert_eq!(l.wanted_isr(1, 150, lag, t), Some(vec![1, 2, 3, 4]));
+        // The reassignment completes without 3: it is forgotten.
+        l.set_replicas(vec![4, 1, 2], t);
+        assert!(!l.followers.contains_key(&3));
+        assert_eq!(
+            l.followers[&4].log_end_offset, 150,
+            "a kept replica keeps its state"
+        );
     }
 }

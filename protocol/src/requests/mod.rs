@@ -18,6 +18,7 @@ pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;
+pub mod partition_reassignments;
 pub mod produce;
 
 use crate::registry;

@@ -1,0 +1,291 @@
+//! Partition reassignment (KIP-455) on a four-process cluster: a partition moved to other
+//! brokers while an idempotent acks=all producer writes to it loses and doubles nothing, the
+//! new replicas lead it, and the old ones delete their copy; bad targets are refused with
+//! Kafka's codes, and a reassignment cancelled mid-way puts the original replicas back.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::alter_partition_reassignments_request::{
+    ReassignablePartition, ReassignableTopic,
+};
+use kafka_protocol::messages::list_partition_reassignments_response::OngoingTopicReassignment;
+use kafka_protocol::messages::{
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ApiKey, BrokerId,
+    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::admin::{NewTopic, TopicReplication};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+
+use common::cluster::{metadata, Cluster};
+use common::{rd_create_topics, wait_until, RawConn};
+
+const TOPIC: &str = "moving";
+const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
+
+/// (leader, replicas in the order Metadata lists them) of partition 0.
+fn placement(bootstrap: &str) -> (i32, Vec<i32>) {
+    let m = metadata(bootstrap, Some(TOPIC));
+    let p = &m.topics()[0].partitions()[0];
+    (p.leader(), p.replicas().to_vec())
+}
+
+/// AlterPartitionReassignments v0 for partition `partition` of `TOPIC`; its error code.
+fn reassign(conn: &mut RawConn, partition: i32, to: Option<&[i32]>) -> i16 {
+    let req = AlterPartitionReassignmentsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(vec![ReassignableTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+            .with_partitions(vec![ReassignablePartition::default()
+                .with_partition_index(partition)
+                .with_replicas(
+                    to.map(|r| r.iter().map(|&b| BrokerId(b)).collect()),
+                )])]);
+    let resp: AlterPartitionReassignmentsResponse =
+        conn.request(ApiKey::AlterPartitionReassignments, 0, &req);
+    assert_eq!(resp.error_code, 0, "{resp:?}");
+    resp.responses[0].partitions[0].error_code
+}
+
+/// ListPartitionReassignments v0 for every partition.
+fn in_progress(conn: &mut RawConn) -> Vec<OngoingTopicReassignment> {
+    let req = ListPartitionReassignmentsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(None);
+    let resp: ListPartitionReassignmentsResponse =
+        conn.request(ApiKey::ListPartitionReassignments, 0, &req);
+    assert_eq!(resp.error_code, 0, "{resp:?}");
+    resp.topics
+}
+
+/// Four nodes and `TOPIC` (one partition, two replicas) moved onto brokers 1 and 2.
+fn start() -> (Cluster, RawConn) {
+    let mut cluster = Cluster::new(4);
+    cluster.extra = vec!["replica.lag.time.max.ms=3000".into()];
+    cluster.start_all();
+    let all = cluster.all_bootstrap();
+    wait_until("four brokers", || metadata(&all, None).brokers().len() == 4);
+    rd_create_topics(
+        cluster.nodes[0].client,
+        &[NewTopic::new(TOPIC, 1, TopicReplication::Fixed(2))],
+    );
+    let mut conn = RawConn::connect(cluster.nodes[0].client);
+    // Placement is random; a first reassignment puts it where the test wants it.
+    assert_eq!(reassign(&mut conn, 0, Some(&[1, 2])), 0);
+    wait_until("the partition on brokers 1 and 2", || {
+        let (leader, replicas) = placement(&all);
+        replicas == vec![1, 2] && [1, 2].contains(&leader) && in_progress(&mut conn).is_empty()
+    });
+    (cluster, conn)
+}
+
+#[test]
+fn a_partition_moves_under_acks_all_writes_without_losing_or_doubling_a_record() {
+    let (cluster, mut conn) = start();
+    let all = cluster.all_bootstrap();
+    let writer = Writer::start(all.clone());
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(reassign(&mut conn, 0, Some(&[3, 4])), 0);
+    // Mid-way (or already done) Metadata lists every replica, old and new; the node that
+    // answered the request has applied it.
+    let (_, replicas) = placement(&cluster.bootstrap(0));
+    assert!(
+        replicas == vec![3, 4, 1, 2] || replicas == vec![3, 4],
+        "{replicas:?}"
+    );
+    wait_until("the reassignment to complete", || {
+        let (leader, replicas) = placement(&all);
+        replicas == vec![3, 4] && [3, 4].contains(&leader) && in_progress(&mut conn).is_empty()
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    let (sent, acked) = writer.stop();
+    assert!(
+        acked.len() > 100,
+        "too little was acknowledged to judge: {} of {sent}",
+        acked.len()
+    );
+    let log = read_until_all(&all, &acked);
+    let mut seen: HashMap<&String, usize> = HashMap::new();
+    for v in &log {
+        *seen.entry(v).or_insert(0) += 1;
+    }
+    let lost: Vec<&String> = acked.iter().filter(|v| !seen.contains_key(v)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged records lost, e.g. {:?}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(5)]
+    );
+    let doubled: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        doubled.is_empty(),
+        "records written twice: {:?}",
+        &doubled[..doubled.len().min(5)]
+    );
+    // The old replicas deleted their copy (Kafka's StopReplica with delete).
+    for i in [0, 1] {
+        let dir = cluster.nodes[i].dir.join(format!("{TOPIC}-0"));
+        wait_until("the old replica's directory removed", || !dir.exists());
+    }
+    for i in [2, 3] {
+        let dir = cluster.nodes[i].dir.join(format!("{TOPIC}-0"));
+        assert!(dir.exists(), "{} holds no copy", dir.display());
+    }
+}
+
+#[test]
+fn bad_reassignments_are_refused_and_a_cancel_puts_the_original_replicas_back() {
+    let (mut cluster, mut conn) = start();
+    let all = cluster.all_bootstrap();
+    assert_eq!(
+        reassign(&mut conn, 0, Some(&[1, 9])),
+        INVALID_REPLICA_ASSIGNMENT
+    );
+    assert_eq!(
+        reassign(&mut conn, 0, Some(&[3, 3])),
+        INVALID_REPLICA_ASSIGNMENT
+    );
+    assert_eq!(
+        reassign(&mut conn, 0, Some(&[])),
+        INVALID_REPLICA_ASSIGNMENT
+    );
+    assert_eq!(
+        reassign(&mut conn, 7, Some(&[3, 4])),
+        UNKNOWN_TOPIC_OR_PARTITION
+    );
+    assert_eq!(reassign(&mut conn, 0, None), NO_REASSIGNMENT_IN_PROGRESS);
+    assert_eq!(placement(&all).1, vec![1, 2], "nothing changed");
+    // Broker 4 is down: a move onto it cannot complete, so it can be seen and cancelled.
+    cluster.kill(3);
+    let live = cluster.nodes[..3]
+        .iter()
+        .map(|n| n.client.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    // Fenced (it stays registered): the quorum has a leader again if it was broker 4.
+    wait_until("broker 4 fenced", || {
+        metadata(&live, None).brokers().len() == 3
+    });
+    assert_eq!(reassign(&mut conn, 0, Some(&[1, 4])), 0);
+    let ongoing = in_progress(&mut conn);
+    assert_eq!(ongoing.len(), 1, "{ongoing:?}");
+    let p = &ongoing[0].partitions[0];
+    let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<_>>();
+    assert_eq!(ids(&p.replicas), vec![1, 4, 2]);
+    assert_eq!(ids(&p.adding_replicas), vec![4]);
+    assert_eq!(ids(&p.removing_replicas), vec![2]);
+    assert_eq!(placement(&cluster.bootstrap(0)).1, vec![1, 4, 2]);
+    assert_eq!(reassign(&mut conn, 0, None), 0);
+    assert!(in_progress(&mut conn).is_empty());
+    assert_eq!(placement(&cluster.bootstrap(0)).1, vec![1, 2]);
+    assert_eq!(reassign(&mut conn, 0, None), NO_REASSIGNMENT_IN_PROGRESS);
+    // Still served by its original replicas.
+    common::cluster::produce(&live, TOPIC, &[0], 10, "after-cancel");
+}
+
+/// A producer sending one message every millisecond or so with acks=all and idempotence, in
+/// the background, recording what was acknowledged; `stop` ends it once everything sent is
+/// answered (acknowledged or failed).
+struct Writer {
+    acked: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<usize>>,
+}
+
+struct AckContext(Arc<Mutex<Vec<String>>>);
+impl rdkafka::ClientContext for AckContext {}
+impl rdkafka::producer::ProducerContext for AckContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        if let Ok(m) = result {
+            let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+            self.0.lock().unwrap().push(v);
+        }
+    }
+}
+
+impl Writer {
+    fn start(bootstrap: String) -> Self {
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (a, s) = (acked.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let p: BaseProducer<AckContext> = ClientConfig::new()
+                .set("bootstrap.servers", &bootstrap)
+                .set("acks", "all")
+                .set("enable.idempotence", "true")
+                .set("message.timeout.ms", "30000")
+                .set("linger.ms", "2")
+                .create_with_context(AckContext(a))
+                .unwrap();
+            let mut sent = 0usize;
+            while !s.load(Ordering::Relaxed) {
+                let v = format!("w-{sent}");
+                if p.send(BaseRecord::<(), String>::to(TOPIC).payload(&v).partition(0))
+                    .is_ok()
+                {
+                    sent += 1;
+                }
+                p.poll(Duration::from_millis(1));
+            }
+            let _ = p.flush(Duration::from_secs(40));
+            sent
+        });
+        Self {
+            acked,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(mut self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let sent = self.thread.take().unwrap().join().unwrap();
+        let acked = self.acked.lock().unwrap().clone();
+        (sent, acked)
+    }
+}
+
+/// Every value of partition 0 of `TOPIC` in offset order: read until each of `want` arrived
+/// and nothing more came for two seconds, or 30 s passed.
+fn read_until_all(bootstrap: &str, want: &[String]) -> Vec<String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "unused")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(TOPIC, 0, Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let mut missing: HashSet<&String> = want.iter().collect();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = Instant::now();
+    while Instant::now() < deadline {
+        match c.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+                missing.remove(&v);
+                out.push(v);
+                last = Instant::now();
+            }
+            _ if missing.is_empty() && last.elapsed() > Duration::from_secs(2) => break,
+            _ => {}
+        }
+    }
+    out
+}
