@@ -538,6 +538,10 @@ fn isolated_follower_leaves_and_rejoins_isr() {
     wait_until("the writer's first acknowledgements", || {
         writer.acked() >= 50
     });
+    // The probe can succeed: the follower reaches its peers before the cut.
+    for &j in &others {
+        assert!(net.can_connect(fi, cluster.nodes[j].controller));
+    }
     net.isolate(fi, &others);
     let cut_at = Instant::now();
     assert_cut(&net, &cluster, fi, &others);
