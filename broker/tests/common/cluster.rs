@@ -1,5 +1,5 @@
-//! A cluster of `tributary` processes on loopback for the multi-process tests, and the client
-//! helpers they share.
+//! A cluster of `tributary` processes for the multi-process tests — on loopback, or on hosts a
+//! test sets up itself (network namespaces) — and the client helpers they share.
 
 #![allow(dead_code)]
 
@@ -24,12 +24,23 @@ pub fn free_addr() -> SocketAddr {
         .unwrap()
 }
 
+/// Where one node listens and how its process starts.
+pub struct Host {
+    pub client: SocketAddr,
+    pub controller: SocketAddr,
+    pub metrics: SocketAddr,
+    /// The command the broker runs under (`ip netns exec NAME`, which execs it, so the child's
+    /// pid is the broker's); empty: the broker is started directly.
+    pub prefix: Vec<String>,
+}
+
 pub struct Node {
     pub id: i32,
     pub dir: PathBuf,
     pub client: SocketAddr,
     pub controller: SocketAddr,
     pub metrics: SocketAddr,
+    pub prefix: Vec<String>,
     pub child: Option<Child>,
 }
 
@@ -42,16 +53,32 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// `n` nodes, none started.
+    /// `n` nodes on loopback, none started.
     pub fn new(n: i32) -> Self {
+        Self::new_with(
+            (0..n)
+                .map(|_| Host {
+                    client: free_addr(),
+                    controller: free_addr(),
+                    metrics: free_addr(),
+                    prefix: Vec::new(),
+                })
+                .collect(),
+        )
+    }
+
+    /// One node on each of `hosts` (ids from 1, in order), none started.
+    pub fn new_with(hosts: Vec<Host>) -> Self {
         let root = tempfile::tempdir().unwrap();
-        let nodes: Vec<Node> = (1..=n)
-            .map(|id| Node {
+        let nodes: Vec<Node> = (1..)
+            .zip(hosts)
+            .map(|(id, h)| Node {
                 id,
                 dir: root.path().join(format!("node-{id}")),
-                client: free_addr(),
-                controller: free_addr(),
-                metrics: free_addr(),
+                client: h.client,
+                controller: h.controller,
+                metrics: h.metrics,
+                prefix: h.prefix,
                 child: None,
             })
             .collect();
@@ -92,7 +119,15 @@ impl Cluster {
             "group.initial.rebalance.delay.ms=0".into(),
             "offsets.topic.num.partitions=6".into(),
         ];
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tributary"));
+        let broker = env!("CARGO_BIN_EXE_tributary");
+        let mut cmd = match node.prefix.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(broker);
+                c
+            }
+            None => Command::new(broker),
+        };
         cmd.arg("--data-dir").arg(&node.dir).arg("--cores").arg("1");
         for s in set.iter().chain(&extra) {
             cmd.arg("--set").arg(s);

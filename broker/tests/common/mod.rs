@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod netns;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
