@@ -53,7 +53,7 @@ def test_topics_produce_consume_groups_and_cluster(broker):
     assert "g\t" not in trib(broker, "groups", "list").stdout
 
     info = trib(broker, "cluster", "info").stdout
-    assert "Broker 0 at 127.0.0.1" in info and "Controller: 0" in info and "Produce" in info and "v3-v9" in info
+    assert "Broker 0 at 127.0.0.1" in info and "Controller: 0" in info and "Produce" in info and "v3-v10" in info
 
     trib(broker, "topics", "delete", "orders")
     assert trib(broker, "topics", "list").stdout.strip() == ""
