@@ -30,7 +30,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use tributary_protocol::record_batch::build_batch;
 
-use common::cluster::{metadata, produce, Cluster};
+use common::cluster::{metadata, produce, values_on_disk, Cluster};
 use common::netns::Netns;
 use common::{encode_request, rd_create_topics, wait_until, RawConn};
 
@@ -280,40 +280,6 @@ fn read_log(bootstrap: &str, part: i32, want: &[String]) -> Vec<(i64, String)> {
     out
 }
 
-/// Every value in a stopped node's copy of partition `part` of `TOPIC`, read from its files.
-fn values_on_disk(data_dir: std::path::PathBuf, part: i32) -> Vec<String> {
-    use tributary_protocol::record_batch::{records, validate_all};
-    use tributary_storage::{LogConfig, Partition};
-    glommio::LocalExecutorBuilder::default()
-        .spawn(move || async move {
-            tributary_storage::io::prime_executor_io(&data_dir)
-                .await
-                .unwrap();
-            let dir = data_dir.join(format!("{TOPIC}-{part}"));
-            let part = Partition::open_replicated(dir, LogConfig::default())
-                .await
-                .unwrap();
-            let mut offset = part.log_start_offset();
-            let mut out = Vec::new();
-            while offset < part.log_end_offset() {
-                let read = part.read_replica(offset, 1 << 20).await.unwrap();
-                let batches = validate_all(&read.records).unwrap();
-                assert!(!batches.is_empty(), "no batch at {offset}");
-                for (pos, header) in batches {
-                    offset = header.last_offset() + 1;
-                    for r in records(&read.records[pos..pos + header.size()]).unwrap() {
-                        out.push(String::from_utf8_lossy(r.value.unwrap_or_default()).into_owned());
-                    }
-                }
-            }
-            part.close().await.unwrap();
-            out
-        })
-        .unwrap()
-        .join()
-        .unwrap()
-}
-
 /// Checks partition `part` after a heal: each acknowledged record is in the log exactly once, at
 /// the offset its acknowledgement named (an offset below 0: anywhere); none of `never` is; and,
 /// once every node is stopped, each node's files hold exactly that log.
@@ -365,7 +331,7 @@ fn check_log(cluster: &mut Cluster, bootstrap: &str, part: i32, acked: &[Ack], n
     let values: Vec<String> = log.into_iter().map(|(_, v)| v).collect();
     for n in &cluster.nodes {
         assert_eq!(
-            values_on_disk(n.dir.clone(), part),
+            values_on_disk(n.dir.clone(), TOPIC, part),
             values,
             "node {}'s copy differs from the log",
             n.id

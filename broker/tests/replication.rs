@@ -19,7 +19,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tributary_protocol::record_batch::build_batch;
 
-use common::cluster::{metadata, produce, Cluster};
+use common::cluster::{metadata, produce, values_on_disk, Cluster};
 use common::{rd_create_topics, wait_until, RawConn};
 
 const TOPIC: &str = "replicated";
@@ -292,40 +292,6 @@ fn a_clean_stop_hands_leadership_over_at_once() {
     assert_eq!(read_all(&all, 100).len(), 100);
 }
 
-/// Every value in a stopped node's copy of partition 0 of `TOPIC`, read from its files.
-fn values_on_disk(data_dir: std::path::PathBuf) -> Vec<String> {
-    use tributary_protocol::record_batch::{records, validate_all};
-    use tributary_storage::{LogConfig, Partition};
-    glommio::LocalExecutorBuilder::default()
-        .spawn(move || async move {
-            tributary_storage::io::prime_executor_io(&data_dir)
-                .await
-                .unwrap();
-            let dir = data_dir.join(format!("{TOPIC}-0"));
-            let part = Partition::open_replicated(dir, LogConfig::default())
-                .await
-                .unwrap();
-            let mut offset = part.log_start_offset();
-            let mut out = Vec::new();
-            while offset < part.log_end_offset() {
-                let read = part.read_replica(offset, 1 << 20).await.unwrap();
-                let batches = validate_all(&read.records).unwrap();
-                assert!(!batches.is_empty(), "no batch at {offset}");
-                for (pos, header) in batches {
-                    offset = header.last_offset() + 1;
-                    for r in records(&read.records[pos..pos + header.size()]).unwrap() {
-                        out.push(String::from_utf8_lossy(r.value.unwrap_or_default()).into_owned());
-                    }
-                }
-            }
-            part.close().await.unwrap();
-            out
-        })
-        .unwrap()
-        .join()
-        .unwrap()
-}
-
 #[test]
 fn a_returning_leader_truncates_what_it_never_replicated() {
     let mut cluster = start(&["replica.lag.time.max.ms=3000"], "2");
@@ -384,7 +350,7 @@ fn a_returning_leader_truncates_what_it_never_replicated() {
     // The old leader's files hold exactly the cluster's log: its divergent tail is gone.
     assert!(cluster.terminate(li).is_some_and(|s| s.success()));
     assert_eq!(
-        values_on_disk(cluster.nodes[li].dir.clone()),
+        values_on_disk(cluster.nodes[li].dir.clone(), TOPIC, 0),
         visible,
         "the old leader's copy"
     );

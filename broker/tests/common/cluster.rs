@@ -320,3 +320,38 @@ pub fn consume_group(bootstrap: &str, topic: &str, group: &str, count: usize) ->
         .expect("offsets committed through the group's coordinator");
     out
 }
+
+/// Every value in a stopped node's copy of `topic`-`part`, read from its files in offset order.
+pub fn values_on_disk(data_dir: PathBuf, topic: &str, part: i32) -> Vec<String> {
+    use tributary_protocol::record_batch::{records, validate_all};
+    use tributary_storage::{LogConfig, Partition};
+    let topic = topic.to_string();
+    glommio::LocalExecutorBuilder::default()
+        .spawn(move || async move {
+            tributary_storage::io::prime_executor_io(&data_dir)
+                .await
+                .unwrap();
+            let dir = data_dir.join(format!("{topic}-{part}"));
+            let part = Partition::open_replicated(dir, LogConfig::default())
+                .await
+                .unwrap();
+            let mut offset = part.log_start_offset();
+            let mut out = Vec::new();
+            while offset < part.log_end_offset() {
+                let read = part.read_replica(offset, 1 << 20).await.unwrap();
+                let batches = validate_all(&read.records).unwrap();
+                assert!(!batches.is_empty(), "no batch at {offset}");
+                for (pos, header) in batches {
+                    offset = header.last_offset() + 1;
+                    for r in records(&read.records[pos..pos + header.size()]).unwrap() {
+                        out.push(String::from_utf8_lossy(r.value.unwrap_or_default()).into_owned());
+                    }
+                }
+            }
+            part.close().await.unwrap();
+            out
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+}
