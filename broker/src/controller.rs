@@ -87,6 +87,22 @@ impl Controller {
 
     /// Proposes a command answered item by item; a refusal of the whole command becomes every
     /// item's error.
+    /// `propose_items` as the per-item (error, message) pairs admin responses carry.
+    async fn propose_item_codes(
+        &self,
+        cmd: MetadataCommand,
+        n: usize,
+    ) -> Vec<(ErrorCode, Option<String>)> {
+        self.propose_items(cmd, n)
+            .await
+            .into_iter()
+            .map(|r| match r {
+                Ok(()) => (ErrorCode::NONE, None),
+                Err((code, why)) => (code, Some(why)),
+            })
+            .collect()
+    }
+
     async fn propose_items(
         &self,
         cmd: MetadataCommand,
@@ -451,14 +467,7 @@ impl Controller {
             partitions,
             unclean,
         };
-        self.propose_items(cmd, n)
-            .await
-            .into_iter()
-            .map(|r| match r {
-                Ok(()) => (ErrorCode::NONE, None),
-                Err((code, why)) => (code, Some(why)),
-            })
-            .collect()
+        self.propose_item_codes(cmd, n).await
     }
 
     /// Starts, replaces or cancels partition reassignments (KIP-455); one (error, message) per
@@ -476,14 +485,7 @@ impl Controller {
             info!(topic = %t.topic, partition = t.partition, target = ?t.replicas, "reassigning partition");
         }
         let cmd = MetadataCommand::AlterReassignments { partitions };
-        self.propose_items(cmd, n)
-            .await
-            .into_iter()
-            .map(|r| match r {
-                Ok(()) => (ErrorCode::NONE, None),
-                Err((code, why)) => (code, Some(why)),
-            })
-            .collect()
+        self.propose_item_codes(cmd, n).await
     }
 
     /// Proposes a command answered as a whole.

@@ -49,7 +49,8 @@ pub struct ReplicaFetchItem {
     pub max_bytes: usize,
 }
 
-fn answer(partition: i32, error: ErrorCode) -> FetchPartitionResponse {
+/// A partition of a follower's fetch answered with `error` alone.
+pub(crate) fn answer(partition: i32, error: ErrorCode) -> FetchPartitionResponse {
     FetchPartitionResponse {
         partition,
         error,

@@ -8,12 +8,10 @@
 use std::rc::Rc;
 use std::time::Instant;
 
-use tributary_protocol::requests::fetch::{
-    FetchPartitionResponse, FetchRequest, FetchTopicResponse, NO_TOPIC_ID,
-};
+use tributary_protocol::requests::fetch::{FetchRequest, FetchTopicResponse, NO_TOPIC_ID};
 use tributary_protocol::ErrorCode;
 
-use crate::replica::leader::ReplicaFetchItem;
+use crate::replica::leader::{answer, ReplicaFetchItem};
 use crate::shard::{call, Shard, ShardRequest};
 
 /// Most partitions one follower fetch may name; more is a malformed request.
@@ -97,18 +95,4 @@ async fn read_all(shard: &Rc<Shard>, req: &FetchRequest) -> Vec<FetchTopicRespon
         });
     }
     topics
-}
-
-/// A partition answered with `error` alone.
-fn answer(partition: i32, error: ErrorCode) -> FetchPartitionResponse {
-    FetchPartitionResponse {
-        partition,
-        error,
-        high_watermark: -1,
-        last_stable_offset: -1,
-        log_start_offset: -1,
-        records: bytes::Bytes::new(),
-        diverging_epoch: None,
-        current_leader: None,
-    }
 }
