@@ -152,9 +152,9 @@ pub struct Catalog {
 }
 
 /// Topic names by topic id, built from an image's topics the first time one is looked up. A
-/// clone starts empty: images are changed only as fresh clones of the last one (the metadata
-/// log's `apply`), so an index is never built before its image's last change. A lookup still
-/// checks the name it finds against the topic's id.
+/// clone starts empty, and `cluster::command::apply` drops it before changing an image, so an
+/// index is never older than its image. A lookup still checks the name it finds against the
+/// topic's id.
 #[derive(Debug, Default)]
 pub struct TopicIdIndex(std::sync::OnceLock<std::collections::HashMap<[u8; 16], String>>);
 

@@ -121,6 +121,8 @@ impl MetadataCommand {
 /// Applies the entry at raft `index` to `image`.
 pub fn apply(image: &mut Catalog, index: u64, bytes: &[u8]) -> Outcome {
     image.version = index;
+    // The topic-id index is derived from the topics this entry may change: rebuilt on next use.
+    image.topic_ids = Default::default();
     let cmd: MetadataCommand = match serde_json::from_slice(bytes) {
         Ok(c) => c,
         Err(e) => return Outcome::Undecodable(format!("metadata entry {index}: {e}")),
@@ -634,6 +636,22 @@ mod tests {
             ),
             Outcome::Refused(..)
         ));
+    }
+
+    #[test]
+    fn a_topic_created_after_an_id_lookup_is_found_by_its_id() {
+        let mut image = Catalog::empty();
+        run(&mut image, 1, register(1, "x"));
+        let mut t = topic("a", &[1]);
+        t.id = "0b6f2c1e-8d4a-4e5b-9c3d-2a1f0e9d8c7b".into();
+        let id = *t.uuid().as_bytes();
+        assert!(image.topic_by_id(&id).is_none());
+        run(
+            &mut image,
+            2,
+            MetadataCommand::CreateTopics { topics: vec![t] },
+        );
+        assert_eq!(image.topic_by_id(&id).map(|t| t.name.as_str()), Some("a"));
     }
 
     #[test]
