@@ -23,16 +23,30 @@ const INFLIGHT_APPENDS_MAX: usize = 256;
 /// majority answers.
 const UNCOMMITTED_BYTES_MAX: u64 = 64 << 20;
 
+/// What a node is in the quorum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// One of `controller.quorum.voters`: votes, keeps the log on disk, may lead.
+    Voter,
+    /// Not a voter (Kafka's observer: a broker-only node): follows the committed log by
+    /// fetching it from the voters, keeps nothing on disk, and forwards its proposals to them.
+    Observer,
+}
+
 #[derive(Debug, Clone)]
 pub struct QuorumConfig {
     /// Kafka `node.id` (>= 0).
     pub node_id: i32,
-    /// `controller.quorum.voters`; must contain `node_id`. One voter is single-node mode.
+    /// `Voter` unless this node is outside `voters`.
+    pub role: Role,
+    /// `controller.quorum.voters`; contains `node_id` exactly when the role is `Voter`. One voter
+    /// is single-node mode.
     pub voters: Vec<(i32, SocketAddr)>,
-    /// Where this node accepts peer connections; `None` only with one voter. Port 0 binds any
+    /// Where this node accepts peer connections (voters, and observers following the log);
+    /// `None` only with one voter and no observers, and always on an observer. Port 0 binds any
     /// free port (see `Quorum::local_addr`).
     pub listen: Option<SocketAddr>,
-    /// The metadata log directory, created if missing.
+    /// The metadata log directory, created if missing (a voter's only).
     pub dir: PathBuf,
     pub election_timeout: Duration,
     /// The tick length: election ticks = `election_timeout / heartbeat_interval`, at least 2.
@@ -53,6 +67,7 @@ impl QuorumConfig {
     ) -> QuorumConfig {
         QuorumConfig {
             node_id,
+            role: Role::Voter,
             voters,
             listen,
             dir: dir.into(),
@@ -86,17 +101,34 @@ impl QuorumConfig {
         if let Some(id) = ids.iter().find(|id| **id < 0) {
             bail!("voter id {id} is negative");
         }
-        ensure!(
-            ids.contains(&self.node_id),
-            "node {} is not in controller.quorum.voters {:?}; add it or fix node.id",
-            self.node_id,
-            ids
-        );
-        ensure!(
-            self.listen.is_some() || self.voters.len() == 1,
-            "a quorum of {} voters needs a listen address for peer connections",
-            self.voters.len()
-        );
+        match self.role {
+            Role::Voter => {
+                ensure!(
+                    ids.contains(&self.node_id),
+                    "node {} is not in controller.quorum.voters {:?}; add it or fix node.id",
+                    self.node_id,
+                    ids
+                );
+                ensure!(
+                    self.listen.is_some() || self.voters.len() == 1,
+                    "a quorum of {} voters needs a listen address for peer connections",
+                    self.voters.len()
+                );
+            }
+            Role::Observer => {
+                ensure!(
+                    !ids.contains(&self.node_id),
+                    "node {} is in controller.quorum.voters {:?}, so it is a voter, not an \
+                     observer; give a broker-only node a node.id outside the voters",
+                    self.node_id,
+                    ids
+                );
+                ensure!(
+                    self.listen.is_none(),
+                    "an observer accepts no quorum connections; it has no listen address"
+                );
+            }
+        }
         ensure!(
             !self.heartbeat_interval.is_zero(),
             "heartbeat interval must be positive"
@@ -198,5 +230,25 @@ mod tests {
 
         let single = QuorumConfig::new(0, vec![(0, addr(1))], None, "/x");
         single.validate().unwrap();
+
+        let mut observer = QuorumConfig::new(5, vec![(1, addr(1)), (2, addr(2))], None, "/x");
+        observer.role = Role::Observer;
+        observer.validate().unwrap();
+        let mut c = observer.clone();
+        c.node_id = 2;
+        assert!(
+            c.validate().unwrap_err().to_string().contains("is a voter")
+                || c.validate()
+                    .unwrap_err()
+                    .to_string()
+                    .contains("so it is a voter")
+        );
+        let mut c = observer;
+        c.listen = Some(addr(9));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("no listen address"));
     }
 }

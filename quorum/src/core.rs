@@ -15,6 +15,8 @@ use glommio::TaskQueueHandle;
 use raft::eraftpb::Message;
 use raft::SnapshotStatus;
 
+use crate::observer::FetchAnswer;
+
 /// The driver's inbox capacity. Senders wait when it is full, which pushes back on the peer
 /// connection that delivers faster than raft steps.
 pub const INBOX_MAX: usize = 4096;
@@ -34,6 +36,13 @@ pub enum Input {
     Unreachable(u64),
     /// How a snapshot send to this peer (raft id) ended.
     SnapshotStatus(u64, SnapshotStatus),
+    /// An observer asks for the committed log from raft index `from` on.
+    ObserverFetch {
+        from: u64,
+        reply: futures::channel::oneshot::Sender<FetchAnswer>,
+    },
+    /// An observer's proposal, with the context its proposer recognises it by.
+    Forward { context: Vec<u8>, data: Vec<u8> },
 }
 
 pub struct Core {
@@ -48,6 +57,8 @@ pub struct Core {
     last_heard: RefCell<HashMap<u64, Instant>>,
     live_tasks: Cell<usize>,
     tasks_done: Event,
+    /// Fires when the commit index moves (observer fetches wait on it).
+    pub commit_moved: Event,
 }
 
 impl Core {
@@ -68,6 +79,7 @@ impl Core {
             last_heard: RefCell::new(HashMap::new()),
             live_tasks: Cell::new(0),
             tasks_done: Event::new(),
+            commit_moved: Event::new(),
         }
     }
 
@@ -110,6 +122,16 @@ impl Core {
 
     pub fn last_heard(&self, raft_id: u64) -> Option<Instant> {
         self.last_heard.borrow().get(&raft_id).copied()
+    }
+
+    /// Every node heard from that is not a voter (observers), with when.
+    pub fn observers_heard(&self) -> Vec<(i32, Instant)> {
+        self.last_heard
+            .borrow()
+            .iter()
+            .filter_map(|(raft, at)| Some((crate::config::node_id(*raft)?, *at)))
+            .filter(|(id, _)| !self.is_voter(*id))
+            .collect()
     }
 
     /// Spawns a task counted until it ends, on the quorum's task queue.

@@ -20,6 +20,7 @@ use raft::{RawNode, SnapshotStatus, StateRole, Storage as _};
 use crate::config::node_id;
 use crate::core::Input;
 use crate::mem_log::MemLog;
+use crate::observer::FetchAnswer;
 use crate::quorum::Shared;
 use crate::storage::DiskLog;
 use crate::transport::PeerQueue;
@@ -200,9 +201,42 @@ impl<S: StateMachine> Driver<S> {
                     shared.resolve(seq, Err(ProposeError::NoLeader));
                 }
             }
+            Input::ObserverFetch { from, reply } => {
+                let _ = reply.send(self.observer_answer(from));
+            }
+            Input::Forward { context, data } => {
+                if let Err(e) = self.raw.propose(context, data) {
+                    tracing::debug!(error = %e, "an observer's proposal dropped by raft");
+                }
+            }
             Input::Unreachable(peer) => self.raw.report_unreachable(peer),
             Input::SnapshotStatus(peer, status) => self.raw.report_snapshot(peer, status),
         }
+    }
+
+    /// The committed log from raft index `from` for an observer: this node's snapshot when its
+    /// log no longer holds `from`, the committed entries otherwise (only those this node's log
+    /// holds: raft may know a commit index past what it has stored yet).
+    fn observer_answer(&self, from: u64) -> FetchAnswer {
+        let raft = &self.raw.raft;
+        let store = self.raw.store();
+        let mut answer = FetchAnswer {
+            leader: node_id(raft.leader_id),
+            term: raft.term,
+            commit: raft.raft_log.committed,
+            ..FetchAnswer::default()
+        };
+        let snapshot = store.last_snapshot();
+        let snapshot_index = snapshot.get_metadata().index;
+        if snapshot_index > 0 && from <= snapshot_index {
+            answer.snapshot = Some((snapshot_index, snapshot.data.to_vec()));
+            answer.upto = snapshot_index;
+            return answer;
+        }
+        let stored = store.entries_slice();
+        let last = stored.last().map_or(snapshot_index, |e| e.index);
+        answer.take_entries(stored, from, raft.raft_log.committed.min(last));
+        answer
     }
 
     /// One `Ready`, in the order raft-rs requires.
@@ -372,7 +406,10 @@ impl<S: StateMachine> Driver<S> {
         shared.leader.set(leader);
         shared.is_leader.set(is_leader);
         shared.term.set(raft.term);
-        shared.commit.set(raft.raft_log.committed);
+        if shared.commit.get() != raft.raft_log.committed {
+            shared.commit.set(raft.raft_log.committed);
+            shared.core.commit_moved.notify(usize::MAX);
+        }
         let mut progress = shared.progress.borrow_mut();
         progress.clear();
         if is_leader {

@@ -17,6 +17,8 @@
 //! Kafka: commands are opaque bytes applied by the caller's [`StateMachine`], and no broker type
 //! appears here. Node ids are Kafka `node.id`s; raft ids (node id + 1, since raft-rs reserves 0)
 //! never leave the crate. Membership is static: every node starts with all configured voters.
+//! Nodes outside the voters are **observers** (`observer`): they follow the committed log by
+//! fetching it from a voter, hold it in memory only, and forward their proposals.
 //!
 //! **Durability rule.** Entries, term and vote are on disk (`fdatasync` on the executor's
 //! blocking thread) before raft's `persisted_messages()` are sent — votes and append
@@ -34,6 +36,7 @@ mod core;
 mod driver;
 mod logger;
 mod mem_log;
+mod observer;
 mod quorum;
 // Public for the integration tests (and a future log-dump tool), which read the files
 // directly; not part of the API the broker codes against.
@@ -42,8 +45,8 @@ pub mod storage;
 mod transport;
 
 pub use config::{
-    QuorumConfig, DEFAULT_ELECTION_TIMEOUT, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_PROPOSAL_TIMEOUT,
-    DEFAULT_SNAPSHOT_EVERY_ENTRIES,
+    QuorumConfig, Role, DEFAULT_ELECTION_TIMEOUT, DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_PROPOSAL_TIMEOUT, DEFAULT_SNAPSHOT_EVERY_ENTRIES,
 };
 pub use quorum::{Quorum, COMMAND_BYTES_MAX};
 pub use transport::{FRAME_BYTES_MAX, HANDSHAKE_MAGIC, HANDSHAKE_VERSION};

@@ -59,6 +59,11 @@ impl MemLog {
         self.hard_state.commit = commit;
     }
 
+    /// The last snapshot (metadata index 0: none yet).
+    pub fn last_snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
     pub fn snapshot_index(&self) -> u64 {
         self.snapshot.get_metadata().index
     }

@@ -18,7 +18,7 @@ use glommio::{Latency, Shares};
 use raft::eraftpb::{Entry, HardState};
 use raft::RawNode;
 
-use crate::config::{raft_id, QuorumConfig};
+use crate::config::{raft_id, QuorumConfig, Role};
 use crate::core::{Core, Input, INBOX_MAX};
 use crate::driver::{decode_context, is_command, voters_conf_state, Driver};
 use crate::mem_log::MemLog;
@@ -105,6 +105,21 @@ impl<S: StateMachine> Shared<S> {
         let waiters: Vec<_> = self.pending.borrow_mut().drain().collect();
         for (_, waiter) in waiters {
             let _ = waiter.send(Err(error.clone()));
+        }
+    }
+
+    pub fn applied_index(&self) -> u64 {
+        self.applied.get()
+    }
+
+    /// On an observer: the leader, term and commit index a voter reported.
+    pub fn set_view(&self, leader: Option<i32>, term: u64, commit: u64) {
+        let moved = self.leader.get() != leader || self.term.get() != term;
+        self.leader.set(leader);
+        self.term.set(term);
+        self.commit.set(commit);
+        if moved {
+            self.changed.notify(usize::MAX);
         }
     }
 
@@ -206,6 +221,9 @@ impl<S: StateMachine> Quorum<S> {
     /// voter it campaigns at once and returns once it is leader and has applied its whole log.
     pub async fn open(cfg: QuorumConfig, mut sm: S) -> anyhow::Result<Rc<Self>> {
         cfg.validate()?;
+        if cfg.role == Role::Observer {
+            return Ok(Self::open_observer(cfg, sm).await);
+        }
         let (disk, recovered) = DiskLog::open(&cfg.dir)
             .await
             .with_context(|| format!("opening the quorum log in {}", cfg.dir.display()))?;
@@ -269,6 +287,43 @@ impl<S: StateMachine> Quorum<S> {
             }
         }
         Ok(quorum)
+    }
+
+    /// An observer: nothing on disk, no listener; it fetches the committed log from the voters
+    /// (see `observer`). Returns once it has applied the commit index the first voter to answer
+    /// reported, or after the election timeout (then it keeps catching up in the background).
+    async fn open_observer(cfg: QuorumConfig, sm: S) -> Rc<Self> {
+        let task_queue = glommio::executor().create_task_queue(
+            Shares::default(),
+            Latency::Matters(TASK_QUEUE_LATENCY),
+            "quorum",
+        );
+        let (inbox_tx, inbox_rx) = async_channel::bounded(INBOX_MAX);
+        let core = Rc::new(Core::new(
+            cfg.node_id,
+            cfg.voters.clone(),
+            inbox_tx,
+            task_queue,
+        ));
+        let shared = Rc::new(Shared::new(core, sm, 0));
+        crate::observer::start(&shared, inbox_rx);
+        let quorum = Rc::new(Quorum {
+            shared,
+            local_addr: None,
+            proposal_timeout: cfg.proposal_timeout,
+        });
+        let limit = cfg.election_timeout.max(cfg.proposal_timeout);
+        let caught_up = quorum.wait_until(limit, |q| {
+            q.leader().is_some() && q.applied_index() >= q.commit_index()
+        });
+        if !caught_up.await {
+            tracing::warn!(
+                node = cfg.node_id,
+                "observer has not caught up with the metadata log after {limit:?}; no voter \
+                 answered yet (are controller.quorum.voters running and reachable?)"
+            );
+        }
+        quorum
     }
 
     /// Waits until `done(self)` holds or the quorum closes (false) or `limit` passes (false).
@@ -429,20 +484,31 @@ impl<S: StateMachine> Quorum<S> {
     }
 
     /// On the leader: for each other voter, how long since a message from it arrived (`None`:
-    /// never, in this process). Empty on followers.
+    /// never, in this process), and for each observer it has heard from, how long since its
+    /// last fetch. Empty on followers and observers.
     pub fn peer_silence(&self) -> Vec<(i32, Option<Duration>)> {
         if !self.is_leader() {
             return Vec::new();
         }
         let core = &self.shared.core;
-        core.voters
+        let voters = core
+            .voters
             .iter()
             .filter(|(id, _)| *id != core.node_id)
             .map(|(id, _)| {
                 let heard = core.last_heard(raft_id(*id));
                 (*id, heard.map(|at| at.elapsed()))
-            })
-            .collect()
+            });
+        let observers = core
+            .observers_heard()
+            .into_iter()
+            .map(|(id, at)| (id, Some(at.elapsed())));
+        voters.chain(observers).collect()
+    }
+
+    /// Whether this node is an observer (outside the voters).
+    pub fn is_observer(&self) -> bool {
+        !self.shared.core.is_voter(self.shared.core.node_id)
     }
 
     /// The bound peer listener address (useful with port 0); `None` without a listener.

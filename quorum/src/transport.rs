@@ -42,21 +42,57 @@ pub const PEER_QUEUE_MAX: usize = 1024;
 /// Messages written to a peer in one socket write, at most.
 const WRITE_BATCH_MAX: usize = 256;
 pub const HANDSHAKE_MAGIC: [u8; 4] = *b"TRBQ";
+/// The handshake magic of an observer's fetch connection (see `observer`).
+pub const OBSERVER_FETCH_MAGIC: [u8; 4] = *b"TRBF";
+/// The handshake magic of an observer's proposal connection (see `observer`).
+pub const OBSERVER_PROPOSE_MAGIC: [u8; 4] = *b"TRBP";
 pub const HANDSHAKE_VERSION: u16 = 1;
 pub const HANDSHAKE_BYTES: usize = 4 + 2 + 4 + 4;
 /// Time a connection has to complete its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// A write stuck this long (the peer stopped reading) drops the connection.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// Inbound connections open at once. Voters need one each; the rest of the room lets a
-/// restarted voter connect before its old connection is noticed dead, and keeps anyone else who
-/// reaches the port from holding more than this many sockets in handshake.
-const INBOUND_CONNECTIONS_MAX: usize = 64;
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(50);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Inbound connections open at once. Voters need one each and observers (broker-only nodes)
+/// two; the rest of the room lets a restarted node connect before its old connection is
+/// noticed dead, and keeps anyone else who reaches the port from holding more than this many
+/// sockets in handshake.
+const INBOUND_CONNECTIONS_MAX: usize = 512;
 /// Pause after a failed accept (e.g. out of file descriptors) before trying again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// What a connection carries, named by its handshake's magic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// Raft messages between voters.
+    Raft,
+    /// An observer's fetches of the committed log, and the answers.
+    ObserverFetch,
+    /// An observer's proposals, one way.
+    ObserverPropose,
+}
+
+impl Channel {
+    fn magic(self) -> [u8; 4] {
+        match self {
+            Channel::Raft => HANDSHAKE_MAGIC,
+            Channel::ObserverFetch => OBSERVER_FETCH_MAGIC,
+            Channel::ObserverPropose => OBSERVER_PROPOSE_MAGIC,
+        }
+    }
+
+    fn from_magic(magic: [u8; 4]) -> Option<Channel> {
+        [
+            Channel::Raft,
+            Channel::ObserverFetch,
+            Channel::ObserverPropose,
+        ]
+        .into_iter()
+        .find(|c| c.magic() == magic)
+    }
+}
 
 /// Who is on the other end of a connection, and whom they meant to reach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,33 +112,31 @@ pub enum HandshakeError {
 }
 
 impl Handshake {
-    /// The handshake as a whole frame.
-    pub fn encode(&self) -> Vec<u8> {
+    /// The handshake of a `channel` connection as a whole frame.
+    pub fn encode_for(&self, channel: Channel) -> Vec<u8> {
         let mut out = Vec::with_capacity(4 + HANDSHAKE_BYTES);
         out.extend_from_slice(&(HANDSHAKE_BYTES as u32).to_be_bytes());
-        out.extend_from_slice(&HANDSHAKE_MAGIC);
+        out.extend_from_slice(&channel.magic());
         out.extend_from_slice(&HANDSHAKE_VERSION.to_be_bytes());
         out.extend_from_slice(&self.from.to_be_bytes());
         out.extend_from_slice(&self.to.to_be_bytes());
         out
     }
 
-    /// Decodes a handshake frame's payload.
-    pub fn decode(payload: &[u8]) -> Result<Handshake, HandshakeError> {
+    /// Decodes any connection's handshake frame payload, with the channel its magic names.
+    pub fn decode_any(payload: &[u8]) -> Result<(Channel, Handshake), HandshakeError> {
         if payload.len() != HANDSHAKE_BYTES {
             return Err(HandshakeError::Length(payload.len()));
         }
         let magic = [payload[0], payload[1], payload[2], payload[3]];
-        if magic != HANDSHAKE_MAGIC {
-            return Err(HandshakeError::Magic(magic));
-        }
+        let channel = Channel::from_magic(magic).ok_or(HandshakeError::Magic(magic))?;
         let version = u16::from_be_bytes([payload[4], payload[5]]);
         if version != HANDSHAKE_VERSION {
             return Err(HandshakeError::Version(version));
         }
         let from = i32::from_be_bytes([payload[6], payload[7], payload[8], payload[9]]);
         let to = i32::from_be_bytes([payload[10], payload[11], payload[12], payload[13]]);
-        Ok(Handshake { from, to })
+        Ok((channel, Handshake { from, to }))
     }
 }
 
@@ -141,7 +175,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> io::Resu
     Ok(payload)
 }
 
-async fn with_timeout<T>(
+pub(crate) async fn with_timeout<T>(
     limit: Duration,
     work: impl std::future::Future<Output = io::Result<T>>,
 ) -> io::Result<T> {
@@ -224,9 +258,22 @@ impl Drop for Slot {
 }
 
 /// Checks a dialer's handshake against this node's voters; the refusal reason otherwise.
-pub fn admit(core: &Core, hs: Handshake) -> Result<(), String> {
-    if !core.is_voter(hs.from) {
-        return Err(format!("node {} is not a configured voter", hs.from));
+/// Raft connections come from voters only, observer connections from anyone else.
+pub fn admit(core: &Core, channel: Channel, hs: Handshake) -> Result<(), String> {
+    match channel {
+        Channel::Raft if !core.is_voter(hs.from) => {
+            return Err(format!("node {} is not a configured voter", hs.from));
+        }
+        Channel::ObserverFetch | Channel::ObserverPropose if core.is_voter(hs.from) => {
+            return Err(format!(
+                "node {} is a voter; voters do not observe the log",
+                hs.from
+            ));
+        }
+        Channel::ObserverFetch | Channel::ObserverPropose if hs.from < 0 => {
+            return Err(format!("node id {} is negative", hs.from));
+        }
+        _ => {}
     }
     if hs.from == core.node_id {
         return Err(format!("node {} claims to be this node", hs.from));
@@ -243,14 +290,15 @@ pub fn admit(core: &Core, hs: Handshake) -> Result<(), String> {
 async fn serve_inbound(mut stream: TcpStream, core: Rc<Core>) {
     let peer = stream.peer_addr().ok();
     let handshake = with_timeout(HANDSHAKE_TIMEOUT, read_frame(&mut stream, HANDSHAKE_BYTES)).await;
-    let hs = match handshake.and_then(|p| Handshake::decode(&p).map_err(io::Error::other)) {
-        Ok(hs) => hs,
-        Err(e) => {
-            tracing::warn!(?peer, error = %e, "refusing quorum connection: bad handshake");
-            return;
-        }
-    };
-    if let Err(reason) = admit(&core, hs) {
+    let (channel, hs) =
+        match handshake.and_then(|p| Handshake::decode_any(&p).map_err(io::Error::other)) {
+            Ok(hs) => hs,
+            Err(e) => {
+                tracing::warn!(?peer, error = %e, "refusing quorum connection: bad handshake");
+                return;
+            }
+        };
+    if let Err(reason) = admit(&core, channel, hs) {
         tracing::warn!(?peer, %reason, "refusing quorum connection");
         return;
     }
@@ -258,16 +306,27 @@ async fn serve_inbound(mut stream: TcpStream, core: Rc<Core>) {
         from: core.node_id,
         to: hs.from,
     };
-    if let Err(e) = with_timeout(HANDSHAKE_TIMEOUT, stream.write_all(&reply.encode())).await {
+    let reply = reply.encode_for(channel);
+    if let Err(e) = with_timeout(HANDSHAKE_TIMEOUT, stream.write_all(&reply)).await {
         tracing::debug!(?peer, error = %e, "quorum handshake reply failed");
         return;
     }
     if let Err(e) = stream.set_nodelay(true) {
         tracing::debug!(error = %e, "cannot set TCP_NODELAY on a quorum connection");
     }
-    let from = raft_id(hs.from);
-    tracing::debug!(node = hs.from, ?peer, "quorum peer connected");
-    let reason = receive_messages(&mut stream, &core, from).await;
+    let reason = match channel {
+        Channel::Raft => {
+            tracing::debug!(node = hs.from, ?peer, "quorum peer connected");
+            receive_messages(&mut stream, &core, raft_id(hs.from)).await
+        }
+        Channel::ObserverFetch => {
+            tracing::debug!(node = hs.from, ?peer, "observer connected to fetch");
+            crate::observer::serve_fetches(&mut stream, &core, hs.from).await
+        }
+        Channel::ObserverPropose => {
+            crate::observer::serve_proposals(&mut stream, &core, hs.from).await
+        }
+    };
     tracing::debug!(node = hs.from, ?peer, %reason, "quorum peer connection closed");
 }
 
@@ -405,24 +464,29 @@ async fn report(core: &Core, input: Input) {
 
 /// Connects to `node` and completes the handshake.
 async fn dial(core: &Core, node: i32, addr: SocketAddr) -> io::Result<TcpStream> {
+    dial_as(core.node_id, node, addr, Channel::Raft).await
+}
+
+/// Connects to `node` at `addr` as node `me` for a `channel` connection and completes the
+/// handshake.
+pub(crate) async fn dial_as(
+    me: i32,
+    node: i32,
+    addr: SocketAddr,
+    channel: Channel,
+) -> io::Result<TcpStream> {
     let mut stream = TcpStream::connect_timeout(addr, CONNECT_TIMEOUT)
         .await
         .map_err(io::Error::from)?;
     stream.set_nodelay(true).map_err(io::Error::from)?;
-    let hello = Handshake {
-        from: core.node_id,
-        to: node,
-    };
+    let hello = Handshake { from: me, to: node };
     let reply = with_timeout(HANDSHAKE_TIMEOUT, async {
-        stream.write_all(&hello.encode()).await?;
+        stream.write_all(&hello.encode_for(channel)).await?;
         read_frame(&mut stream, HANDSHAKE_BYTES).await
     })
     .await?;
-    let reply = Handshake::decode(&reply).map_err(io::Error::other)?;
-    let expected = Handshake {
-        from: node,
-        to: core.node_id,
-    };
+    let reply = Handshake::decode_any(&reply).map_err(io::Error::other)?;
+    let expected = (channel, Handshake { from: node, to: me });
     if reply != expected {
         return Err(io::Error::other(format!(
             "peer at {addr} answered as {reply:?}, expected {expected:?}"
@@ -438,25 +502,29 @@ mod tests {
     #[test]
     fn handshake_round_trips_and_every_prefix_fails() {
         let hs = Handshake { from: 3, to: 0 };
-        let frame = hs.encode();
+        let frame = hs.encode_for(Channel::Raft);
         assert_eq!(frame.len(), 4 + HANDSHAKE_BYTES);
         let payload = &frame[4..];
-        assert_eq!(Handshake::decode(payload), Ok(hs));
+        assert_eq!(Handshake::decode_any(payload), Ok((Channel::Raft, hs)));
+        for channel in [Channel::ObserverFetch, Channel::ObserverPropose] {
+            let frame = hs.encode_for(channel);
+            assert_eq!(Handshake::decode_any(&frame[4..]), Ok((channel, hs)));
+        }
         for cut in 0..payload.len() {
             assert_eq!(
-                Handshake::decode(&payload[..cut]),
+                Handshake::decode_any(&payload[..cut]),
                 Err(HandshakeError::Length(cut))
             );
         }
         let mut bad = payload.to_vec();
         bad[0] = b'X';
         assert!(matches!(
-            Handshake::decode(&bad),
+            Handshake::decode_any(&bad),
             Err(HandshakeError::Magic(_))
         ));
         let mut bad = payload.to_vec();
         bad[5] = 9;
-        assert_eq!(Handshake::decode(&bad), Err(HandshakeError::Version(9)));
+        assert_eq!(Handshake::decode_any(&bad), Err(HandshakeError::Version(9)));
     }
 
     #[test]
