@@ -44,7 +44,7 @@ impl ConfigKind {
 
 pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "node.id", default: "0", kind: ConfigKind::Int, doc: "The id of this broker." },
-    BrokerKey { name: "process.roles", default: "broker,controller", kind: ConfigKind::List, doc: "The node's roles; every Tributary node is broker,controller (a voter of the metadata quorum that also serves clients)." },
+    BrokerKey { name: "process.roles", default: "broker,controller", kind: ConfigKind::List, doc: "The node's roles: broker (serves clients and holds replicas), controller (a voter of controller.quorum.voters, may be the active controller), or both. A broker-only node follows the controllers' metadata log; a controller-only node serves no clients." },
     BrokerKey { name: "controller.quorum.voters", default: "", kind: ConfigKind::List, doc: "The metadata quorum, as id@host:port entries (the voters' CONTROLLER listeners), e.g. 1@10.0.0.1:9093,2@10.0.0.2:9093,3@10.0.0.3:9093. Empty: this node is the one voter of its own quorum." },
     BrokerKey { name: "listeners", default: "", kind: ConfigKind::List, doc: "NAME://host:port entries: one PLAINTEXT listener for clients and, with several voters, the one named in controller.listener.names for the quorum. Empty: clients on --listen, no quorum listener." },
     BrokerKey { name: "advertised.listeners", default: "", kind: ConfigKind::List, doc: "NAME://host:port clients are told to connect to (Metadata, FindCoordinator). Empty: --advertised-listener, else the client listener." },

@@ -132,7 +132,18 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     ensure_fd_limit(&config.data_dir)?;
     let legacy = crate::cluster::node::read_legacy(&config.data_dir, config.node_id)?;
     let mut config = config;
-    let (reservation, addr) = reserve_port(config.listen)?;
+    // A controller-only node serves no clients: it has no client listener, and its address is
+    // its controller listener's.
+    let serves_clients = config.cluster.roles.broker;
+    let (reservation, addr) = if serves_clients {
+        let (reservation, addr) = reserve_port(config.listen)?;
+        (Some(reservation), addr)
+    } else {
+        (
+            None,
+            config.cluster.controller_listen.unwrap_or(config.listen),
+        )
+    };
     if let Some(m) = config.metrics_listen {
         refuse_if_listening(m, "metrics.listen")?;
     }
@@ -186,7 +197,7 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         let handle = builder
             .spawn(move || async move {
                 let front = Front {
-                    addr,
+                    addr: serves_clients.then_some(addr),
                     connections,
                     metrics,
                 };
@@ -210,7 +221,11 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     if let Some(m) = metrics_addr {
         info!(addr = %m, "metrics endpoint is listening");
     }
-    info!(%addr, shards, cpus = ?config.cpus, data_dir = %config.data_dir.display(), "tributary is listening");
+    if serves_clients {
+        info!(%addr, shards, cpus = ?config.cpus, data_dir = %config.data_dir.display(), "tributary is listening");
+    } else {
+        info!(%addr, data_dir = %config.data_dir.display(), "tributary controller (process.roles=controller) is serving the metadata quorum; it serves no clients");
+    }
     Ok(BrokerHandle {
         addr,
         metrics_addr,
@@ -220,9 +235,10 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     })
 }
 
-/// Where a shard listens, and the connection counts every shard's listener shares.
+/// Where a shard listens (`None`: nowhere, on a controller-only node), and the connection
+/// counts every shard's listener shares.
 struct Front {
-    addr: SocketAddr,
+    addr: Option<SocketAddr>,
     connections: Arc<ConnectionQuotas>,
     /// Shard 0's: where to serve metrics.
     metrics: Option<MetricsFront>,
@@ -303,9 +319,10 @@ async fn run_shard(
     // Opens this shard's partitions, takes their replication roles and loads the groups of
     // the offsets partitions this node leads.
     shard.apply_catalog(catalog).await;
-    let listener = match TcpListener::bind(addr) {
-        Ok(l) => l,
-        Err(e) => {
+    let listener = match addr.map(|addr| (addr, TcpListener::bind(addr))) {
+        None => None,
+        Some((_, Ok(l))) => Some(l),
+        Some((addr, Err(e))) => {
             let _ = ready.send(Err(format!("shard {}: cannot listen on {addr}: {e}", id.0)));
             return;
         }
@@ -329,7 +346,7 @@ async fn run_shard(
             glommio::spawn_local(node.clone().controller_loop(config.clone())).detach(),
         ]
     });
-    let accept = glommio::spawn_local(accept_loop(shard.clone(), listener)).detach();
+    let accept = listener.map(|l| glommio::spawn_local(accept_loop(shard.clone(), l)).detach());
     let ticker = glommio::spawn_local(group_ticker(shard.clone())).detach();
     let retention = glommio::spawn_local(every(
         shard.clone(),
@@ -366,7 +383,9 @@ async fn run_shard(
         }
         glommio::spawn_local(shard.clone().handle(req)).detach();
     }
-    accept.cancel();
+    if let Some(a) = accept {
+        a.cancel();
+    }
     if let Some(m) = metrics_server {
         m.cancel();
     }

@@ -88,6 +88,8 @@ pub struct QuorumStatus {
     pub term: u64,
     pub commit: u64,
     pub progress: Vec<(i32, u64)>,
+    /// On the leader: the broker-only nodes (observers) it hears from.
+    pub observers: Vec<i32>,
 }
 
 /// Work sent to the shard that owns it.
@@ -790,6 +792,12 @@ impl Shard {
                         term: q.term(),
                         commit: q.commit_index(),
                         progress: q.voter_progress(),
+                        observers: q
+                            .peer_silence()
+                            .into_iter()
+                            .map(|(id, _)| id)
+                            .filter(|id| !self.config.cluster.voters.iter().any(|v| v.id == *id))
+                            .collect(),
                     });
                 }
             }

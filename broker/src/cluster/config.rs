@@ -26,10 +26,20 @@ pub struct Listener {
     pub port: u16,
 }
 
+/// `process.roles`: what the node does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Roles {
+    /// Serves clients and holds partition replicas; registers with the controllers.
+    pub broker: bool,
+    /// A voter of the metadata quorum; may be the active controller.
+    pub controller: bool,
+}
+
 /// The node's place in the cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
     pub node_id: i32,
+    pub roles: Roles,
     /// The controller quorum's voters; one voter (this node) when `controller.quorum.voters` is
     /// unset.
     pub voters: Vec<Voter>,
@@ -42,14 +52,16 @@ pub struct ClusterConfig {
 }
 
 impl ClusterConfig {
-    /// Whether this node is the only voter: no peers, no fencing, nothing travels.
+    /// Whether this node is a broker and the only voter (the single node of the README's first
+    /// command). Broker-only nodes may still follow it through a controller listener.
     pub fn single_voter(&self) -> bool {
-        self.voters.len() == 1
+        self.voters.len() == 1 && self.roles.controller && self.roles.broker
     }
 }
 
 /// The client listener and what clients are told, from `listeners` / `advertised.listeners` or,
-/// when those are unset, from `--listen` / `--advertised-listener`.
+/// when those are unset, from `--listen` / `--advertised-listener`. A controller-only node
+/// serves no clients: its `listen` is `--listen`'s, unused.
 #[derive(Debug, Clone)]
 pub struct ClientListener {
     pub listen: String,
@@ -63,7 +75,7 @@ pub fn parse(
     cli_listen: &str,
     cli_advertised: Option<&str>,
 ) -> Result<(ClusterConfig, ClientListener)> {
-    check_roles(&get("process.roles"))?;
+    let roles = parse_roles(&get("process.roles"))?;
     let voters = parse_voters(&get("controller.quorum.voters"))?;
     let listeners = parse_listeners("listeners", &get("listeners"))?;
     let controller_names: Vec<String> = list(&get("controller.listener.names"));
@@ -77,6 +89,11 @@ pub fn parse(
     }
 
     let voters = if voters.is_empty() {
+        if !roles.controller {
+            bail!(
+                "config controller.quorum.voters is empty, but process.roles=broker: a broker-only node follows the controllers' metadata log; list the controllers as id@host:port (their CONTROLLER listeners)"
+            );
+        }
         vec![Voter {
             id: node_id,
             host: String::new(),
@@ -86,8 +103,15 @@ pub fn parse(
     } else {
         voters
     };
-    if !voters.iter().any(|v| v.id == node_id) {
-        let ids: Vec<String> = voters.iter().map(|v| v.id.to_string()).collect();
+    let ids: Vec<String> = voters.iter().map(|v| v.id.to_string()).collect();
+    let is_voter = voters.iter().any(|v| v.id == node_id);
+    if !roles.controller && is_voter {
+        bail!(
+            "If process.roles contains just the 'broker' role, the node id {node_id} must not be included in the set of voters controller.quorum.voters={{{}}}; give the broker a node.id outside the voters",
+            ids.join(", ")
+        );
+    }
+    if roles.controller && !is_voter {
         bail!(
             "If process.roles contains the 'controller' role, the node id {node_id} must be included in the set of voters controller.quorum.voters={{{}}}; set node.id to one of them",
             ids.join(", ")
@@ -96,14 +120,27 @@ pub fn parse(
 
     let is_controller = |l: &Listener| controller_names.contains(&l.name);
     let controller_listen = match listeners.iter().find(|l| is_controller(l)) {
+        Some(l) if !roles.controller => bail!(
+            "controller.listener.names must not contain a value appearing in the 'listeners' configuration when running KRaft with just the broker role; remove {}://{}:{} from listeners",
+            l.name, l.host, l.port
+        ),
         Some(l) => Some(resolve(&format!("{}:{}", l.host, l.port), "listeners")?),
-        None if voters.len() > 1 => bail!(
-            "controller.listener.names must contain at least one value appearing in the 'listeners' configuration when running the KRaft controller role with several voters (controller.quorum.voters); add e.g. CONTROLLER://host:port to listeners and controller.listener.names=CONTROLLER"
+        None if roles.controller && (voters.len() > 1 || !roles.broker) => bail!(
+            "controller.listener.names must contain at least one value appearing in the 'listeners' configuration when running the KRaft controller role with several voters or without the broker role; add e.g. CONTROLLER://host:port to listeners and controller.listener.names=CONTROLLER"
         ),
         None => None,
     };
     let client: Vec<&Listener> = listeners.iter().filter(|l| !is_controller(l)).collect();
+    if !roles.broker {
+        if let Some(l) = client.first() {
+            bail!(
+                "The listeners config must only contain KRaft controller listeners from controller.listener.names when process.roles=controller; remove {}://{}:{} (a controller-only node serves no clients)",
+                l.name, l.host, l.port
+            );
+        }
+    }
     let listen = match client.as_slice() {
+        [] if !roles.broker => cli_listen.to_string(),
         [] if listeners.is_empty() => cli_listen.to_string(),
         [] => bail!(
             "config listeners={}: no listener for clients (every one is named in controller.listener.names); add PLAINTEXT://host:port",
@@ -131,6 +168,7 @@ pub fn parse(
     Ok((
         ClusterConfig {
             node_id,
+            roles,
             voters,
             controller_listen,
             election_timeout_ms,
@@ -160,9 +198,8 @@ fn positive(key: &str, get: &dyn Fn(&str) -> String) -> Result<u64> {
     Ok(n)
 }
 
-/// Tributary runs every node as both: broker-only and controller-only nodes need the metadata
-/// to travel to nodes outside the quorum, which is not built yet.
-fn check_roles(v: &str) -> Result<()> {
+/// `broker`, `controller` or both, as Kafka spells them.
+fn parse_roles(v: &str) -> Result<Roles> {
     let roles = list(v);
     for r in &roles {
         if r != "broker" && r != "controller" {
@@ -170,12 +207,14 @@ fn check_roles(v: &str) -> Result<()> {
         }
     }
     let has = |r: &str| roles.iter().any(|x| x == r);
-    if !(has("broker") && has("controller")) {
-        bail!(
-            "config process.roles={v}: Tributary runs every node as broker,controller for now (broker-only and controller-only nodes are not built yet); set process.roles=broker,controller"
-        );
+    let roles = Roles {
+        broker: has("broker"),
+        controller: has("controller"),
+    };
+    if !roles.broker && !roles.controller {
+        bail!("config process.roles is empty; set broker, controller or broker,controller");
     }
-    Ok(())
+    Ok(roles)
 }
 
 /// `1@host:port,2@host:port`: ids unique and non-negative, addresses resolved.
@@ -310,10 +349,95 @@ mod tests {
     }
 
     #[test]
+    fn broker_only_and_controller_only_nodes() {
+        let voters = (
+            "controller.quorum.voters",
+            "1@127.0.0.1:9093,2@127.0.0.1:9095",
+        );
+        let (c, l) = run(&[
+            ("process.roles", "broker"),
+            ("node.id", "7"),
+            voters,
+            ("listeners", "PLAINTEXT://127.0.0.1:9099"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.roles,
+            Roles {
+                broker: true,
+                controller: false
+            }
+        );
+        assert!(!c.single_voter());
+        assert_eq!(c.controller_listen, None);
+        assert_eq!(l.listen, "127.0.0.1:9099");
+
+        let (c, _) = run(&[
+            ("process.roles", "controller"),
+            ("node.id", "2"),
+            voters,
+            ("listeners", "CONTROLLER://127.0.0.1:9095"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.roles,
+            Roles {
+                broker: false,
+                controller: true
+            }
+        );
+        assert_eq!(c.controller_listen, Some("127.0.0.1:9095".parse().unwrap()));
+        // One controller-only voter is a quorum too; it must be reachable by brokers.
+        let (c, _) = run(&[
+            ("process.roles", "controller"),
+            ("node.id", "1"),
+            ("controller.quorum.voters", "1@127.0.0.1:9093"),
+            ("listeners", "CONTROLLER://127.0.0.1:9093"),
+        ])
+        .unwrap();
+        assert!(!c.single_voter());
+    }
+
+    #[test]
     fn bad_cluster_keys_are_refused_with_what_to_do() {
         let cases: &[(&[(&str, &str)], &str)] = &[
-            (&[("process.roles", "broker")], "broker,controller"),
+            (&[("process.roles", "broker")], "broker-only node follows"),
+            (&[("process.roles", "")], "is empty"),
             (&[("process.roles", "broker,zookeeper")], "unknown role"),
+            (
+                &[
+                    ("process.roles", "broker"),
+                    ("controller.quorum.voters", "0@127.0.0.1:1"),
+                ],
+                "must not be included in the set of voters",
+            ),
+            (
+                &[
+                    ("process.roles", "broker"),
+                    ("node.id", "4"),
+                    ("controller.quorum.voters", "1@127.0.0.1:1"),
+                    (
+                        "listeners",
+                        "PLAINTEXT://127.0.0.1:2,CONTROLLER://127.0.0.1:3",
+                    ),
+                ],
+                "just the broker role",
+            ),
+            (
+                &[
+                    ("process.roles", "controller"),
+                    ("controller.quorum.voters", "0@127.0.0.1:1"),
+                    (
+                        "listeners",
+                        "PLAINTEXT://127.0.0.1:2,CONTROLLER://127.0.0.1:1",
+                    ),
+                ],
+                "must only contain KRaft controller listeners",
+            ),
+            (
+                &[("process.roles", "controller")],
+                "without the broker role",
+            ),
             (
                 &[("controller.quorum.voters", "1@127.0.0.1:9093")],
                 "must be included in the set of voters",

@@ -1,11 +1,13 @@
-//! This node's voter of the metadata quorum, run on shard 0: it opens the quorum, brings the
-//! image up to date (naming the cluster, importing a single-node catalog, registering this
-//! broker), publishes every applied image to every shard, and — while this node is the active
-//! controller — fences brokers it stops hearing from and unfences them when they return.
+//! This node's member of the metadata quorum, run on shard 0 — a voter on a controller, an
+//! observer on a broker-only node: it opens the quorum, brings the image up to date (naming the
+//! cluster, importing a single-node catalog, registering this node if it is a broker),
+//! publishes every applied image to every shard, and — while this node is the active
+//! controller — fences brokers it stops hearing from (voters through raft, broker-only nodes
+//! through their metadata fetches) and unfences them when they return.
 //!
 //! A change is answered only once every shard of the proposing node holds an image with it, so
 //! a client that created a topic can use it on any connection of this broker at once. Other
-//! brokers learn it when their own voter applies the entry, a moment later.
+//! brokers learn it when their own quorum member applies the entry, a moment later.
 
 use std::cell::Cell;
 use std::path::Path;
@@ -17,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use event_listener::Event;
 use tracing::{info, warn};
 use tributary_protocol::ErrorCode;
-use tributary_quorum::{ProposeError, Quorum, QuorumConfig};
+use tributary_quorum::{ProposeError, Quorum, QuorumConfig, Role};
 
 use super::command::{MetadataCommand, Outcome};
 use super::MetadataState;
@@ -63,6 +65,12 @@ impl MetadataNode {
         let election = Duration::from_millis(c.election_timeout_ms);
         let qc = QuorumConfig {
             node_id: c.node_id,
+            // A broker-only node observes the log: it fetches it from the controllers.
+            role: if c.roles.controller {
+                Role::Voter
+            } else {
+                Role::Observer
+            },
             voters: c.voters.iter().map(|v| (v.id, v.addr)).collect(),
             listen: c.controller_listen,
             dir: config.data_dir.join(METADATA_DIR),
@@ -168,6 +176,14 @@ impl MetadataNode {
             )
             .await?;
         }
+        if !c.roles.broker {
+            info!(
+                node = self.node_id,
+                leader = ?self.quorum.leader(),
+                "controller-only node joined the metadata quorum"
+            );
+            return Ok(());
+        }
         self.propose_at_start(
             config,
             &MetadataCommand::RegisterBroker {
@@ -196,7 +212,9 @@ impl MetadataNode {
     /// its partitions move to other in-sync replicas (and it leaves their ISRs) before it stops
     /// answering. Bounded: a quorum that cannot commit does not hold the shutdown up.
     pub async fn controlled_shutdown(&self, config: &BrokerConfig) {
-        if config.cluster.single_voter() {
+        let image = self.image();
+        let others = image.live_brokers().any(|b| b.id != self.node_id);
+        if !config.cluster.roles.broker || !others {
             return;
         }
         let cmd = MetadataCommand::FenceBroker {
@@ -320,11 +338,14 @@ impl MetadataNode {
             }
             let fresh = led.map_or(Duration::ZERO, |(_, since)| since.elapsed());
             let image = self.image();
-            for (id, silence) in self.quorum.peer_silence() {
+            // Voters are heard through raft, broker-only nodes through their metadata fetches;
+            // a broker this controller never heard from has been silent since it took over.
+            let heard: std::collections::HashMap<i32, Option<Duration>> =
+                self.quorum.peer_silence().into_iter().collect();
+            for b in image.brokers.values().filter(|b| b.id != self.node_id) {
+                let id = b.id;
+                let silence = heard.get(&id).copied().flatten();
                 let silence = silence.map_or(fresh, |s| s.min(fresh));
-                let Some(b) = image.brokers.get(&id) else {
-                    continue;
-                };
                 let cmd = if !b.fenced && silence > session {
                     warn!(
                         broker = id,
@@ -377,11 +398,21 @@ impl MetadataNode {
                     }
                 }
             }
-            let registered = c
+            // `__consumer_offsets` waits for its replicas: every voter registered (combined
+            // nodes) or, where brokers run apart from the controllers, as many live brokers as
+            // offsets.topic.replication.factor asks.
+            let voters_registered = c
                 .voters
                 .iter()
                 .all(|v| image.brokers.get(&v.id).is_some_and(|b| !b.fenced));
-            if registered {
+            let separate_brokers = image
+                .brokers
+                .keys()
+                .any(|id| !c.voters.iter().any(|v| v.id == *id));
+            let live = image.live_brokers().count();
+            if voters_registered
+                || (separate_brokers && live >= config.offsets_topic_replication_factor)
+            {
                 if let Some(cmd) = offsets_topic_command(&config, &image) {
                     if let Err((_, e)) = self.propose_as_leader(&cmd, term).await {
                         warn!(error = %e, "creating {OFFSETS_TOPIC} failed");

@@ -1,7 +1,8 @@
 //! DescribeQuorum (KIP-595): the metadata quorum as `kafka-metadata-quorum.sh describe
 //! --status/--replication` shows it — the leader, its epoch (the Raft term), the high watermark
-//! (commit index) and each voter's log end. Any node answers with its own view; only the leader
-//! knows the voters' log ends (the others report -1).
+//! (commit index), each voter's log end and the observers (broker-only nodes). Any node answers
+//! with its own view; only the leader knows the voters' log ends (the others report -1) and
+//! the observers it hears from. Observers' log ends are not tracked (-1).
 
 use std::rc::Rc;
 
@@ -63,6 +64,17 @@ fn describe(
     let Some(s) = status.filter(|_| topic == METADATA_TOPIC && partition == 0) else {
         return out.with_error_code(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.code());
     };
+    let replica = |id: i32, end: i64| {
+        let mut r = ReplicaState::default()
+            .with_replica_id(BrokerId(id))
+            .with_log_end_offset(end);
+        if v >= 1 {
+            r = r
+                .with_last_fetch_timestamp(-1)
+                .with_last_caught_up_timestamp(-1);
+        }
+        r
+    };
     let states = voters
         .iter()
         .map(|&id| {
@@ -71,20 +83,15 @@ fn describe(
                 .iter()
                 .find(|(n, _)| *n == id)
                 .map_or(-1, |(_, e)| *e as i64);
-            let mut r = ReplicaState::default()
-                .with_replica_id(BrokerId(id))
-                .with_log_end_offset(end);
-            if v >= 1 {
-                r = r
-                    .with_last_fetch_timestamp(-1)
-                    .with_last_caught_up_timestamp(-1);
-            }
-            r
+            replica(id, end)
         })
         .collect();
+    let mut observers: Vec<i32> = s.observers.clone();
+    observers.sort_unstable();
+    let observers = observers.into_iter().map(|id| replica(id, -1)).collect();
     out.with_leader_id(BrokerId(s.leader.unwrap_or(-1)))
         .with_leader_epoch(i32::try_from(s.term).unwrap_or(i32::MAX))
         .with_high_watermark(s.commit as i64)
         .with_current_voters(states)
-        .with_observers(Vec::new())
+        .with_observers(observers)
 }

@@ -41,7 +41,19 @@ pub struct Node {
     pub controller: SocketAddr,
     pub metrics: SocketAddr,
     pub prefix: Vec<String>,
+    /// `process.roles`: `broker,controller` unless set with [`Cluster::with_roles`].
+    pub roles: &'static str,
     pub child: Option<Child>,
+}
+
+impl Node {
+    pub fn is_controller(&self) -> bool {
+        self.roles.contains("controller")
+    }
+
+    pub fn is_broker(&self) -> bool {
+        self.roles.contains("broker")
+    }
 }
 
 pub struct Cluster {
@@ -79,20 +91,39 @@ impl Cluster {
                 controller: h.controller,
                 metrics: h.metrics,
                 prefix: h.prefix,
+                roles: "broker,controller",
                 child: None,
             })
             .collect();
-        let voters = nodes
+        let mut cluster = Self {
+            _root: root,
+            nodes,
+            voters: String::new(),
+            extra: Vec::new(),
+        };
+        cluster.set_voters();
+        cluster
+    }
+
+    /// Nodes on loopback with these `process.roles` (ids from 1, in order), none started; the
+    /// voters are the nodes with the controller role.
+    pub fn with_roles(roles: &[&'static str]) -> Self {
+        let mut cluster = Self::new(roles.len() as i32);
+        for (node, roles) in cluster.nodes.iter_mut().zip(roles) {
+            node.roles = roles;
+        }
+        cluster.set_voters();
+        cluster
+    }
+
+    fn set_voters(&mut self) {
+        self.voters = self
+            .nodes
             .iter()
+            .filter(|n| n.is_controller())
             .map(|n| format!("{}@{}", n.id, n.controller))
             .collect::<Vec<_>>()
             .join(",");
-        Self {
-            _root: root,
-            nodes,
-            voters,
-            extra: Vec::new(),
-        }
     }
 
     pub fn spawn(&mut self, i: usize) {
@@ -105,13 +136,19 @@ impl Cluster {
             .append(true)
             .open(node.dir.with_extension("log"))
             .unwrap();
-        let set = [
-            format!("node.id={}", node.id),
-            format!("controller.quorum.voters={voters}"),
-            format!(
+        let listeners = match (node.is_broker(), node.is_controller()) {
+            (true, true) => format!(
                 "listeners=PLAINTEXT://{},CONTROLLER://{}",
                 node.client, node.controller
             ),
+            (true, false) => format!("listeners=PLAINTEXT://{}", node.client),
+            _ => format!("listeners=CONTROLLER://{}", node.controller),
+        };
+        let set = [
+            format!("node.id={}", node.id),
+            format!("process.roles={}", node.roles),
+            format!("controller.quorum.voters={voters}"),
+            listeners,
             "controller.quorum.election.timeout.ms=500".into(),
             format!("broker.session.timeout.ms={SESSION_TIMEOUT_MS}"),
             "broker.heartbeat.interval.ms=250".into(),
@@ -151,8 +188,14 @@ impl Cluster {
         }
     }
 
+    /// Waits until node `i` serves clients (a controller-only node: its quorum listener).
     pub fn wait_listening(&self, i: usize) {
-        let addr = self.nodes[i].client;
+        let node = &self.nodes[i];
+        let addr = if node.is_broker() {
+            node.client
+        } else {
+            node.controller
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         while TcpStream::connect(addr).is_err() {
             assert!(
@@ -213,9 +256,11 @@ impl Cluster {
         self.nodes[i].client.to_string()
     }
 
+    /// Every broker's client address.
     pub fn all_bootstrap(&self) -> String {
         self.nodes
             .iter()
+            .filter(|n| n.is_broker())
             .map(|n| n.client.to_string())
             .collect::<Vec<_>>()
             .join(",")
