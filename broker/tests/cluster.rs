@@ -129,6 +129,24 @@ fn three_nodes_serve_one_cluster_with_partitions_spread_over_them() {
         ends.iter().all(|&e| e > 0),
         "the leader sees every voter's log: {ends:?}"
     );
+    // DescribeCluster names the active controller (the quorum's leader, a broker here) on
+    // every node.
+    for i in 0..3 {
+        assert_eq!(
+            raw_describe_cluster_controller(cluster.nodes[i].client),
+            leader
+        );
+    }
+}
+
+/// DescribeCluster v1 (broker endpoints): the controller id it names.
+fn raw_describe_cluster_controller(addr: SocketAddr) -> i32 {
+    use kafka_protocol::messages::{ApiKey, DescribeClusterRequest, DescribeClusterResponse};
+    let req = DescribeClusterRequest::default().with_endpoint_type(1);
+    let mut conn = common::RawConn::connect(addr);
+    let resp: DescribeClusterResponse = conn.request(ApiKey::DescribeCluster, 1, &req);
+    assert_eq!(resp.error_code, 0, "{resp:?}");
+    resp.controller_id.0
 }
 
 /// DescribeQuorum v1 for `__cluster_metadata-0`: (leader, epoch, high watermark, voters' ends).

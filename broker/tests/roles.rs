@@ -12,7 +12,19 @@ use std::net::TcpStream;
 use rdkafka::admin::{NewTopic, TopicReplication};
 
 use common::cluster::{broker_ids, consume_group, leaders, metadata, produce, Cluster};
-use common::{rd_create_topics, wait_until};
+use common::{rd_create_topics, wait_until, RawConn};
+use kafka_protocol::messages::describe_cluster_request::DescribeClusterRequest;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterResponse;
+use kafka_protocol::messages::ApiKey;
+
+/// DescribeCluster v1 to `addr` for `endpoint_type` (1 brokers, 2 controllers).
+fn describe_cluster(addr: std::net::SocketAddr, endpoint_type: i8) -> DescribeClusterResponse {
+    RawConn::connect(addr).request(
+        ApiKey::DescribeCluster,
+        1,
+        &DescribeClusterRequest::default().with_endpoint_type(endpoint_type),
+    )
+}
 
 const ACTIVE: &str = "kafka_controller_kafkacontroller_activecontrollercount";
 
@@ -43,6 +55,14 @@ fn controller_only_and_broker_only_nodes_make_one_cluster() {
             cluster.log(i).contains("serves no clients")
         });
     }
+    // The active controller serves no clients, so a broker names itself the controller to
+    // talk to (it takes admin requests), and refuses controller-endpoint requests.
+    let d = describe_cluster(cluster.nodes[3].client, 1);
+    assert_eq!((d.error_code, d.controller_id.0), (0, 4));
+    let mut ids: Vec<i32> = d.brokers.iter().map(|b| b.broker_id.0).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [4, 5]);
+    assert_eq!(describe_cluster(cluster.nodes[3].client, 2).error_code, 114);
     rd_create_topics(
         cluster.nodes[3].client,
         &[NewTopic::new("split", 2, TopicReplication::Fixed(2))],

@@ -63,6 +63,8 @@ impl ErrorCode {
     pub const FETCH_SESSION_TOPIC_ID_ERROR: Self = Self(106);
     pub const POLICY_VIOLATION: Self = Self(44);
     pub const INVALID_RECORD: Self = Self(87);
+    /// KIP-919: a DescribeCluster for controller endpoints sent to a broker.
+    pub const MISMATCHED_ENDPOINT_TYPE: Self = Self(114);
     pub const UNKNOWN_SERVER_ERROR: Self = Self(-1);
 
     pub fn code(self) -> i16 {

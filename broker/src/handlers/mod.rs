@@ -90,7 +90,7 @@ async fn handle(
         api_key::DELETE_RECORDS => delete_records::handle(shard, spec, header, r).await,
         api_key::INIT_PRODUCER_ID => init_producer_id::handle(shard, spec, header, r).await,
         api_key::DESCRIBE_CONFIGS => describe_configs::handle(shard, spec, header, r),
-        api_key::DESCRIBE_CLUSTER => describe_cluster::handle(shard, spec, header, r),
+        api_key::DESCRIBE_CLUSTER => describe_cluster::handle(shard, spec, header, r).await,
         api_key::FIND_COORDINATOR
         | api_key::JOIN_GROUP
         | api_key::SYNC_GROUP
