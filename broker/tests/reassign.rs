@@ -30,6 +30,7 @@ use common::{rd_create_topics, wait_until, RawConn};
 
 const TOPIC: &str = "moving";
 const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+const INVALID_REPLICATION_FACTOR: i16 = 38;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 
@@ -42,8 +43,20 @@ fn placement(bootstrap: &str) -> (i32, Vec<i32>) {
 
 /// AlterPartitionReassignments v0 for partition `partition` of `TOPIC`; its error code.
 fn reassign(conn: &mut RawConn, partition: i32, to: Option<&[i32]>) -> i16 {
+    reassign_v(conn, 0, true, partition, to)
+}
+
+/// AlterPartitionReassignments at `version` (v1: with `allow_rf`, KIP-860); its error code.
+fn reassign_v(
+    conn: &mut RawConn,
+    version: i16,
+    allow_rf: bool,
+    partition: i32,
+    to: Option<&[i32]>,
+) -> i16 {
     let req = AlterPartitionReassignmentsRequest::default()
         .with_timeout_ms(10_000)
+        .with_allow_replication_factor_change(allow_rf)
         .with_topics(vec![ReassignableTopic::default()
             .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
             .with_partitions(vec![ReassignablePartition::default()
@@ -52,8 +65,9 @@ fn reassign(conn: &mut RawConn, partition: i32, to: Option<&[i32]>) -> i16 {
                     to.map(|r| r.iter().map(|&b| BrokerId(b)).collect()),
                 )])]);
     let resp: AlterPartitionReassignmentsResponse =
-        conn.request(ApiKey::AlterPartitionReassignments, 0, &req);
+        conn.request(ApiKey::AlterPartitionReassignments, version, &req);
     assert_eq!(resp.error_code, 0, "{resp:?}");
+    assert_eq!(resp.allow_replication_factor_change, allow_rf);
     resp.responses[0].partitions[0].error_code
 }
 
@@ -165,6 +179,11 @@ fn bad_reassignments_are_refused_and_a_cancel_puts_the_original_replicas_back() 
         UNKNOWN_TOPIC_OR_PARTITION
     );
     assert_eq!(reassign(&mut conn, 0, None), NO_REASSIGNMENT_IN_PROGRESS);
+    // v1 without a replication-factor change allowed (KIP-860).
+    assert_eq!(
+        reassign_v(&mut conn, 1, false, 0, Some(&[1, 2, 3])),
+        INVALID_REPLICATION_FACTOR
+    );
     assert_eq!(placement(&all).1, vec![1, 2], "nothing changed");
     // Broker 4 is down: a move onto it cannot complete, so it can be seen and cancelled.
     cluster.kill(3);

@@ -100,7 +100,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
         api_key::ALTER_PARTITION_REASSIGNMENTS,
         "AlterPartitionReassignments",
         0,
-        0,
+        1,
         0,
     ),
     spec(

@@ -24,6 +24,18 @@ pub struct ReassignmentTarget {
     pub partition: i32,
     /// The replicas to move to; `None` cancels the reassignment in progress.
     pub replicas: Option<Vec<i32>>,
+    /// KIP-860 (AlterPartitionReassignments v1): `false` refuses a target whose size differs
+    /// from the partition's replication factor.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub allow_replication_factor_change: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// Starts, replaces or cancels one partition's reassignment, as the command's outcome item.
@@ -53,6 +65,18 @@ pub fn alter(image: &mut Catalog, t: &ReassignmentTarget) -> Result<(), (ErrorCo
     match &t.replicas {
         None => cancel(p, &live, &name),
         Some(target) => {
+            // The replication factor is the original replicas' count (a move in progress
+            // holds both sets), as Kafka counts it.
+            let rf = p.replicas.len() - p.adding_replicas.len();
+            if !t.allow_replication_factor_change && target.len() != rf {
+                return Err((
+                    ErrorCode::INVALID_REPLICATION_FACTOR,
+                    format!(
+                        "the replication factor of {name} would change from {rf} to {}, but allowReplicationFactorChange is false",
+                        target.len()
+                    ),
+                ));
+            }
             start(p, target, &live);
             Ok(())
         }
@@ -226,11 +250,21 @@ mod tests {
     }
 
     fn reassign(image: &mut Catalog, partition: i32, to: Option<&[i32]>) -> ErrorCode {
+        reassign_rf(image, partition, to, true)
+    }
+
+    fn reassign_rf(
+        image: &mut Catalog,
+        partition: i32,
+        to: Option<&[i32]>,
+        allow_replication_factor_change: bool,
+    ) -> ErrorCode {
         let cmd = MetadataCommand::AlterReassignments {
             partitions: vec![ReassignmentTarget {
                 topic: "t".into(),
                 partition,
                 replicas: to.map(<[i32]>::to_vec),
+                allow_replication_factor_change,
             }],
         };
         match run(image, 20, cmd) {
@@ -282,6 +316,36 @@ mod tests {
         // The same replicas again: nothing to do, nothing changes.
         assert_eq!(reassign(&mut image, 0, Some(&[1, 2])), ErrorCode::NONE);
         assert_eq!(part(&image), before);
+    }
+
+    #[test]
+    fn a_replication_factor_change_is_refused_when_not_allowed() {
+        let mut image = image(&[1, 2]);
+        let before = part(&image);
+        for target in [&[1, 2, 3][..], &[3]] {
+            assert_eq!(
+                reassign_rf(&mut image, 0, Some(target), false),
+                ErrorCode::INVALID_REPLICATION_FACTOR,
+                "{target:?}"
+            );
+        }
+        assert_eq!(part(&image), before);
+        // Same size: allowed; mid-way the factor is still the original replicas' count.
+        assert_eq!(
+            reassign_rf(&mut image, 0, Some(&[3, 4]), false),
+            ErrorCode::NONE
+        );
+        assert_eq!(part(&image).replicas.len(), 4);
+        assert_eq!(
+            reassign_rf(&mut image, 0, Some(&[2, 3, 4]), false),
+            ErrorCode::INVALID_REPLICATION_FACTOR,
+            "mid-way the factor is still 2"
+        );
+        // A cancel is never refused for it; allowed, the factor grows.
+        assert_eq!(reassign_rf(&mut image, 0, None, false), ErrorCode::NONE);
+        assert_eq!(part(&image).replicas, vec![1, 2]);
+        assert_eq!(reassign(&mut image, 0, Some(&[1, 2, 3])), ErrorCode::NONE);
+        assert_eq!(part(&image).adding_replicas, vec![3]);
     }
 
     #[test]

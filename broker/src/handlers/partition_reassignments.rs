@@ -35,6 +35,7 @@ pub async fn handle_alter(
 ) -> HandlerResult {
     let v = header.api_version;
     let request = decode_all(r, |r| req::decode_alter(r, v))?;
+    let allow = request.allow_replication_factor_change;
     let partitions: Vec<ReassignmentTarget> = request
         .topics
         .iter()
@@ -43,6 +44,7 @@ pub async fn handle_alter(
                 topic: topic.clone(),
                 partition: p.partition,
                 replicas: p.replicas.clone(),
+                allow_replication_factor_change: allow,
             })
         })
         .collect();
@@ -87,7 +89,9 @@ pub async fn handle_alter(
             ),
         }
     }
-    let resp = AlterPartitionReassignmentsResponse::default().with_responses(topics);
+    let resp = AlterPartitionReassignmentsResponse::default()
+        .with_allow_replication_factor_change(allow)
+        .with_responses(topics);
     frame(spec, header, &resp)
 }
 

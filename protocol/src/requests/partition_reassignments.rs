@@ -1,6 +1,6 @@
-//! AlterPartitionReassignments (v0) and ListPartitionReassignments (v0) requests, KIP-455: move
+//! AlterPartitionReassignments (v0–1) and ListPartitionReassignments (v0) requests, KIP-455: move
 //! partitions to new replicas (or cancel a move), and list the moves in progress. Both are
-//! flexible from v0.
+//! flexible from v0; v1 adds `AllowReplicationFactorChange` (KIP-860).
 
 use super::flexible;
 use crate::registry::api_key;
@@ -16,6 +16,8 @@ pub struct ReassignPartition {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AlterPartitionReassignmentsRequest {
     pub timeout_ms: i32,
+    /// v1+; `true` before.
+    pub allow_replication_factor_change: bool,
     pub topics: Vec<(String, Vec<ReassignPartition>)>,
 }
 
@@ -37,6 +39,11 @@ pub fn decode_alter(
 ) -> Result<AlterPartitionReassignmentsRequest, DecodeError> {
     let flex = flexible(api_key::ALTER_PARTITION_REASSIGNMENTS, version);
     let timeout_ms = r.i32("timeout_ms")?;
+    let allow_replication_factor_change = if version >= 1 {
+        r.bool("allow_replication_factor_change")?
+    } else {
+        true
+    };
     let n = r.array_len_required("topics", flex, TOPIC_BYTES_MIN)?;
     let mut topics = Vec::with_capacity(n);
     for _ in 0..n {
@@ -65,7 +72,11 @@ pub fn decode_alter(
         topics.push((name, partitions));
     }
     r.tagged_fields(flex)?;
-    Ok(AlterPartitionReassignmentsRequest { timeout_ms, topics })
+    Ok(AlterPartitionReassignmentsRequest {
+        timeout_ms,
+        allow_replication_factor_change,
+        topics,
+    })
 }
 
 pub fn decode_list(
@@ -110,42 +121,47 @@ mod tests {
 
     #[test]
     fn alter_decodes_what_an_independent_encoder_writes() {
-        let req = alter::AlterPartitionReassignmentsRequest::default()
-            .with_timeout_ms(7000)
-            .with_topics(vec![alter::ReassignableTopic::default()
-                .with_name(name("t"))
-                .with_partitions(vec![
-                    alter::ReassignablePartition::default()
-                        .with_partition_index(0)
-                        .with_replicas(Some(vec![BrokerId(3), BrokerId(4)])),
-                    alter::ReassignablePartition::default()
-                        .with_partition_index(2)
-                        .with_replicas(None),
-                ])]);
-        let mut b = BytesMut::new();
-        req.encode(&mut b, 0).unwrap();
-        let bytes = b.freeze();
-        let got = decode_alter(&mut Reader::new(bytes.clone()), 0).unwrap();
-        assert_eq!(
-            got,
-            AlterPartitionReassignmentsRequest {
-                timeout_ms: 7000,
-                topics: vec![(
-                    "t".into(),
-                    vec![
-                        ReassignPartition {
-                            partition: 0,
-                            replicas: Some(vec![3, 4])
-                        },
-                        ReassignPartition {
-                            partition: 2,
-                            replicas: None
-                        }
-                    ]
-                )]
-            }
-        );
-        crate::requests::assert_prefixes_fail(&bytes, |r| decode_alter(r, 0));
+        for (v, allow) in [(0, true), (1, true), (1, false)] {
+            let req = alter::AlterPartitionReassignmentsRequest::default()
+                .with_timeout_ms(7000)
+                .with_allow_replication_factor_change(allow)
+                .with_topics(vec![alter::ReassignableTopic::default()
+                    .with_name(name("t"))
+                    .with_partitions(vec![
+                        alter::ReassignablePartition::default()
+                            .with_partition_index(0)
+                            .with_replicas(Some(vec![BrokerId(3), BrokerId(4)])),
+                        alter::ReassignablePartition::default()
+                            .with_partition_index(2)
+                            .with_replicas(None),
+                    ])]);
+            let mut b = BytesMut::new();
+            req.encode(&mut b, v).unwrap();
+            let bytes = b.freeze();
+            let got = decode_alter(&mut Reader::new(bytes.clone()), v).unwrap();
+            assert_eq!(
+                got,
+                AlterPartitionReassignmentsRequest {
+                    timeout_ms: 7000,
+                    allow_replication_factor_change: allow,
+                    topics: vec![(
+                        "t".into(),
+                        vec![
+                            ReassignPartition {
+                                partition: 0,
+                                replicas: Some(vec![3, 4])
+                            },
+                            ReassignPartition {
+                                partition: 2,
+                                replicas: None
+                            }
+                        ]
+                    )]
+                },
+                "v{v}"
+            );
+            crate::requests::assert_prefixes_fail(&bytes, |r| decode_alter(r, v));
+        }
     }
 
     #[test]
