@@ -141,6 +141,11 @@ impl Controller {
         for (i, t) in topics.into_iter().enumerate() {
             let checked =
                 check_new_topic(&catalog, &t, max.saturating_sub(adding)).and_then(|()| {
+                    if let Some(given) = &t.assignment {
+                        return placement::check_manual(&catalog, given, None, 0)
+                            .map(|()| given.clone())
+                            .map_err(|(c, m)| (c, Some(m)));
+                    }
                     let (start, shift) = (random(), random());
                     let rf = usize::try_from(t.replication_factor).unwrap_or(0);
                     placement::assign(&brokers, 0, t.partitions, rf, start, shift)
@@ -160,7 +165,7 @@ impl Controller {
                             configs: t.configs.into_iter().collect(),
                             assignment: replicas
                                 .into_iter()
-                                .map(PartitionRegistration::new)
+                                .map(|r| placement::manual_registration(&catalog, r))
                                 .collect(),
                         },
                     ));
@@ -408,11 +413,19 @@ impl Controller {
         let mut proposed: Vec<(usize, MetadataCommand)> = Vec::new();
         for (i, g) in topics.iter().enumerate() {
             let placed = check_growth(&catalog, g, max).and_then(|()| {
-                let from = catalog.topics.get(&g.topic).map_or(0, |t| t.partitions);
+                let topic = catalog.topics.get(&g.topic);
+                let from = topic.map_or(0, |t| t.partitions);
+                // New partitions get the topic's replication factor (its original replicas'
+                // count: a reassignment in progress holds both sets).
+                let rf = topic
+                    .and_then(|t| t.assignment.first())
+                    .map_or(1, |p| p.replicas.len() - p.adding_replicas.len());
                 if let Some(given) = &g.assignments {
-                    return Ok((from, given.clone()));
+                    return placement::check_manual(&catalog, given, Some(rf), from)
+                        .map(|()| (from, given.clone()))
+                        .map_err(|(c, m)| (c, Some(m)));
                 }
-                placement::assign(&brokers, from, g.count - from, 1, random(), 0)
+                placement::assign(&brokers, from, g.count - from, rf, random(), random())
                     .map(|r| (from, r))
                     .map_err(|(c, m)| (c, Some(m)))
             });
@@ -422,7 +435,7 @@ impl Controller {
                     info!(topic = %g.topic, from, to = g.count, validate_only, "adding partitions");
                     let added: Vec<PartitionRegistration> = replicas
                         .into_iter()
-                        .map(PartitionRegistration::new)
+                        .map(|r| placement::manual_registration(&catalog, r))
                         .collect();
                     if let Some(t) = catalog.topics.get_mut(&g.topic) {
                         t.partitions = g.count;

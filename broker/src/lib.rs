@@ -12,6 +12,7 @@ pub mod group;
 pub mod handlers;
 pub mod limits;
 pub mod metrics;
+pub mod partition_dirs;
 pub mod replica;
 pub mod routing;
 pub mod server;

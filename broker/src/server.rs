@@ -319,6 +319,7 @@ async fn run_shard(
     // Opens this shard's partitions, takes their replication roles and loads the groups of
     // the offsets partitions this node leads.
     shard.apply_catalog(catalog).await;
+    shard.set_aside_strays().await;
     let listener = match addr.map(|addr| (addr, TcpListener::bind(addr))) {
         None => None,
         Some((_, Ok(l))) => Some(l),

@@ -27,6 +27,7 @@ use crate::controller::Controller;
 use crate::group::{GroupConfig, GroupCoordinator, OFFSETS_TOPIC};
 use crate::handlers::groups::{GroupOp, GroupReply};
 use crate::limits::{ConnectionLimits, ConnectionQuotas, RequestMemory};
+use crate::partition_dirs;
 use crate::routing::{shard_for, ShardId};
 
 #[derive(Debug, Clone, Copy)]
@@ -78,6 +79,8 @@ pub struct NewTopic {
     pub partitions: i32,
     pub replication_factor: i32,
     pub configs: Vec<(String, String)>,
+    /// Manual replica assignments, one list per partition; `None`: the controller places them.
+    pub assignment: Option<Vec<Vec<i32>>>,
 }
 
 /// The metadata quorum's state, for DescribeQuorum: leader, term, commit index, and each
@@ -464,15 +467,39 @@ impl Shard {
                     continue;
                 }
                 let dir = partition_dir(&self.config.data_dir, &topic.name, p);
+                let recorded = match partition_dirs::recorded_topic_id(&dir).await {
+                    Ok(id) => id,
+                    Err(e) => {
+                        warn!(topic = %topic.name, partition = p, error = %e, "reading the partition's topic id failed; not opening it");
+                        continue;
+                    }
+                };
+                if let Some(id) = recorded.as_deref().filter(|id| *id != topic.id) {
+                    // An earlier topic of this name (deleted while this node was down): its
+                    // data must not become the new topic's.
+                    let why = format!(
+                        "it holds topic id {id}, but topic {} is now {}",
+                        topic.name, topic.id
+                    );
+                    if let Err(e) = partition_dirs::set_aside(&dir, Some(id), &why).await {
+                        warn!(topic = %topic.name, partition = p, error = %e, "setting a stray partition aside failed; not opening it");
+                        continue;
+                    }
+                }
                 // A replicated partition's high watermark follows its ISR, not its flushes,
                 // from the moment it opens: it restarts from its checkpoint, not the log end.
                 let opened = if placed.replicas.len() > 1 {
-                    Partition::open_replicated(dir, config).await
+                    Partition::open_replicated(dir.clone(), config).await
                 } else {
-                    Partition::open(dir, config).await
+                    Partition::open(dir.clone(), config).await
                 };
                 match opened {
                     Ok(part) => {
+                        if recorded.as_deref() != Some(topic.id.as_str()) {
+                            if let Err(e) = partition_dirs::record_topic_id(&dir, &topic.id).await {
+                                warn!(topic = %topic.name, partition = p, error = %e, "recording the partition's topic id failed");
+                            }
+                        }
                         self.partitions.borrow_mut().insert(key, part);
                     }
                     Err(e) => {
@@ -482,6 +509,46 @@ impl Shard {
             }
         }
         self.apply_replica_roles(&catalog).await;
+    }
+
+    /// At start-up, after the first image is applied: sets aside every partition directory of
+    /// this shard that the image does not place on this node (see `partition_dirs`).
+    pub async fn set_aside_strays(&self) {
+        let catalog = self.catalog();
+        let dirs = match partition_dirs::list(&self.config.data_dir).await {
+            Ok(d) => d,
+            Err(e) => {
+                warn!(error = %e, "listing the data directory for stray partitions failed");
+                return;
+            }
+        };
+        for (topic, p) in dirs {
+            if self.owner(&topic, p) != self.id
+                || self.partitions.borrow().contains_key(&(topic.clone(), p))
+            {
+                continue;
+            }
+            let dir = partition_dir(&self.config.data_dir, &topic, p);
+            let Ok(id) = partition_dirs::recorded_topic_id(&dir).await else {
+                continue;
+            };
+            let node = self.config.node_id;
+            if partition_dirs::belongs(&catalog, node, &topic, p, id.as_deref()) {
+                continue;
+            }
+            let why = match catalog.topics.get(&topic) {
+                None => format!("topic {topic} does not exist"),
+                Some(t) if id.as_deref().is_some_and(|id| id != t.id) => format!(
+                    "it holds topic id {}, but topic {topic} is now {}",
+                    id.as_deref().unwrap_or_default(),
+                    t.id
+                ),
+                Some(_) => format!("partition {topic}-{p} is not placed on node {node}"),
+            };
+            if let Err(e) = partition_dirs::set_aside(&dir, id.as_deref(), &why).await {
+                warn!(dir = %dir.display(), error = %e, "setting a stray partition aside failed");
+            }
+        }
     }
 
     /// The `__consumer_offsets` partition holding `group`, if this shard owns it.

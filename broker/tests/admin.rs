@@ -110,6 +110,82 @@ fn create_partitions_grows_a_topic_and_the_new_partitions_take_data_at_once() {
 }
 
 #[test]
+fn create_topics_takes_manual_assignments_checked_as_kafka_checks_them() {
+    use kafka_protocol::messages::create_topics_request::{
+        CreatableReplicaAssignment, CreatableTopic, CreateTopicsRequest,
+    };
+    use kafka_protocol::messages::{BrokerId, CreateTopicsResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 1, &[("offsets.topic.num.partitions", "1")]);
+    rd_create_topics(
+        broker.addr,
+        &[NewTopic::new(
+            "manual",
+            2,
+            TopicReplication::Variable(&[&[0], &[0]]),
+        )],
+    );
+    assert_eq!(partitions_of(broker.addr, "manual"), 2);
+    let a = admin(broker.addr);
+    let create = |t: NewTopic<'_>| {
+        let r = futures::executor::block_on(a.create_topics(&[t], &opts())).unwrap();
+        r[0].clone().map(|_| ()).map_err(|(_, e)| e)
+    };
+    assert_eq!(
+        create(NewTopic::new("m1", 1, TopicReplication::Variable(&[&[7]]))),
+        Err(RDKafkaErrorCode::InvalidReplicaAssignment),
+        "broker 7 is not registered"
+    );
+    assert_eq!(
+        create(NewTopic::new(
+            "m2",
+            1,
+            TopicReplication::Variable(&[&[0, 0]])
+        )),
+        Err(RDKafkaErrorCode::InvalidReplicaAssignment),
+        "broker 0 twice"
+    );
+
+    // What librdkafka will not send: counts with assignments, gaps in the partition indexes.
+    let mut raw = RawConn::connect(broker.addr);
+    let mut ask = |partitions: i32, indexes: &[i32]| -> i16 {
+        let t = CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("m3")))
+            .with_num_partitions(partitions)
+            .with_replication_factor(-1)
+            .with_assignments(
+                indexes
+                    .iter()
+                    .map(|&p| {
+                        CreatableReplicaAssignment::default()
+                            .with_partition_index(p)
+                            .with_broker_ids(vec![BrokerId(0)])
+                    })
+                    .collect(),
+            );
+        let req = CreateTopicsRequest::default()
+            .with_topics(vec![t])
+            .with_timeout_ms(5000);
+        let resp: CreateTopicsResponse = raw.request(ApiKey::CreateTopics, 5, &req);
+        resp.topics[0].error_code
+    };
+    assert_eq!(
+        ask(1, &[0]),
+        42,
+        "INVALID_REQUEST: both counts and assignments"
+    );
+    assert_eq!(
+        ask(-1, &[0, 2]),
+        39,
+        "INVALID_REPLICA_ASSIGNMENT: not 0, 1, …"
+    );
+    assert_eq!(ask(-1, &[1, 0]), 0, "any order");
+    assert_eq!(partitions_of(broker.addr, "m3"), 2);
+    broker.shutdown().unwrap();
+}
+
+#[test]
 fn create_partitions_refuses_a_topic_named_twice() {
     use kafka_protocol::messages::create_partitions_request::{
         CreatePartitionsRequest, CreatePartitionsTopic,

@@ -308,3 +308,94 @@ fn read_until_all(bootstrap: &str, want: &[String]) -> Vec<String> {
     }
     out
 }
+
+/// A replica down while its topic is deleted and created again (same name, new id) must not
+/// serve the old topic's data as the new one's: at start-up it sets the old directory aside
+/// (Kafka's stray partitions), and once placed on the new topic it holds only the new data.
+#[test]
+fn a_replica_down_while_its_topic_is_recreated_sets_the_old_data_aside() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    let (mut cluster, mut conn) = start();
+    let all = cluster.all_bootstrap();
+    common::cluster::produce(&all, TOPIC, &[0], 20, "old");
+    let node2 = cluster.nodes[1].dir.clone();
+    wait_until("broker 2 holds the old data", || {
+        cluster.kill(1);
+        let held = common::cluster::values_on_disk(node2.clone(), TOPIC, 0).len() == 20;
+        if !held {
+            cluster.spawn(1);
+            cluster.wait_listening(1);
+        }
+        held
+    });
+    let live = [0, 2, 3]
+        .iter()
+        .map(|&i| cluster.nodes[i].client.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &live)
+        .create()
+        .unwrap();
+    // Broker 2 may have been the active controller: retried until a new one answers.
+    wait_until("the topic deleted", || {
+        let deleted =
+            futures::executor::block_on(admin.delete_topics(&[TOPIC], &AdminOptions::new()))
+                .unwrap();
+        deleted.iter().all(|r| {
+            r.is_ok()
+                || r.as_ref().err().map(|(_, e)| *e)
+                    == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition)
+        })
+    });
+    wait_until("the topic gone", || {
+        metadata(&live, None)
+            .topics()
+            .iter()
+            .all(|t| t.name() != TOPIC)
+    });
+    rd_create_topics(
+        cluster.nodes[0].client,
+        &[NewTopic::new(
+            TOPIC,
+            1,
+            TopicReplication::Variable(&[&[1, 3]]),
+        )],
+    );
+    common::cluster::produce(&live, TOPIC, &[0], 10, "new");
+
+    cluster.spawn(1);
+    cluster.wait_listening(1);
+    let aside = |dir: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("{TOPIC}-0.")) && n.ends_with("-stray"))
+            .collect()
+    };
+    wait_until("the old directory set aside", || aside(&node2).len() == 1);
+    assert!(!node2.join(format!("{TOPIC}-0")).exists());
+    assert!(cluster
+        .log(1)
+        .contains("stray partition directory set aside"));
+
+    // Placed on broker 2 again, it starts empty and copies only the new topic's data.
+    let mut conn2 = RawConn::connect(cluster.nodes[0].client);
+    assert_eq!(reassign(&mut conn2, 0, Some(&[1, 2])), 0);
+    wait_until("the move done", || {
+        placement(&all).1 == vec![1, 2] && in_progress(&mut conn).is_empty()
+    });
+    let want: Vec<String> = (0..10).map(|i| format!("new-{i}")).collect();
+    wait_until("broker 2 holds the new data", || {
+        cluster.kill(1);
+        let on_disk = common::cluster::values_on_disk(node2.clone(), TOPIC, 0);
+        cluster.spawn(1);
+        cluster.wait_listening(1);
+        on_disk == want
+    });
+    let dir = node2.join(format!("{TOPIC}-0"));
+    let recorded = std::fs::read_to_string(dir.join("partition.metadata")).unwrap();
+    assert!(recorded.contains("topic_id: "), "{recorded}");
+}

@@ -71,6 +71,25 @@ fn controller_only_and_broker_only_nodes_make_one_cluster() {
         let l = leaders(&b4, "split");
         l.len() == 2 && l.iter().all(|id| [4, 5].contains(id))
     });
+    // Partitions added later get the topic's replication factor.
+    {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+        use rdkafka::client::DefaultClientContext;
+        let admin: AdminClient<DefaultClientContext> = rdkafka::config::ClientConfig::new()
+            .set("bootstrap.servers", &b4)
+            .create()
+            .unwrap();
+        let grown = futures::executor::block_on(
+            admin.create_partitions(&[NewPartitions::new("split", 3)], &AdminOptions::new()),
+        )
+        .unwrap();
+        assert!(grown.iter().all(|r| r.is_ok()), "{grown:?}");
+        wait_until("three partitions of two replicas each", || {
+            let m = metadata(&b4, Some("split"));
+            let ps = m.topics()[0].partitions();
+            ps.len() == 3 && ps.iter().all(|p| p.replicas().len() == 2)
+        });
+    }
     produce(&both, "split", &[0, 1], 200, "a");
     let got = consume_group(&both, "split", "readers-a", 200);
     assert_eq!(got.len(), 200);
@@ -97,7 +116,7 @@ fn controller_only_and_broker_only_nodes_make_one_cluster() {
     cluster.kill(4);
     wait_until(
         "broker 5 fenced and every partition led by broker 4",
-        || broker_ids(&metadata(&b4, None)) == vec![4] && leaders(&b4, "split") == vec![4, 4],
+        || broker_ids(&metadata(&b4, None)) == vec![4] && leaders(&b4, "split") == vec![4, 4, 4],
     );
     produce(&b4, "split", &[0, 1], 200, "c");
     let mut got = consume_group(&b4, "split", "readers-b", 600);

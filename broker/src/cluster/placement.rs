@@ -6,6 +6,8 @@
 
 use tributary_protocol::ErrorCode;
 
+use crate::catalog::{Catalog, PartitionRegistration};
+
 /// Replica lists for `count` new partitions numbered from `first_partition`, over `brokers`
 /// (live broker ids, any order). `start` and `shift` are the caller's random draws.
 pub fn assign(
@@ -52,6 +54,62 @@ pub fn assign(
     Ok(out)
 }
 
+/// Kafka's checks on manual replica assignments (CreateTopics, CreatePartitions), with its
+/// messages: each list non-empty, every broker registered and named once, every list as long as
+/// `replication_factor` (the first list's length when `None`), and at least one live broker in
+/// each. Partitions are numbered from `first_partition` in the messages.
+pub fn check_manual(
+    image: &Catalog,
+    assignments: &[Vec<i32>],
+    replication_factor: Option<usize>,
+    first_partition: i32,
+) -> Result<(), (ErrorCode, String)> {
+    let bad = |why: String| Err((ErrorCode::INVALID_REPLICA_ASSIGNMENT, why));
+    let rf = replication_factor.or_else(|| assignments.first().map(Vec::len));
+    for (p, replicas) in (first_partition..).zip(assignments) {
+        if replicas.is_empty() {
+            return bad("The manual partition assignment includes an empty replica list.".into());
+        }
+        for (i, b) in replicas.iter().enumerate() {
+            if !image.brokers.contains_key(b) {
+                return bad(format!(
+                    "The manual partition assignment includes broker {b}, but no such broker is registered."
+                ));
+            }
+            if replicas[..i].contains(b) {
+                return bad(format!(
+                    "The manual partition assignment includes the broker {b} more than once."
+                ));
+            }
+        }
+        if let Some(rf) = rf.filter(|rf| *rf != replicas.len()) {
+            return bad(format!(
+                "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {rf} replica(s).",
+                replicas.len()
+            ));
+        }
+        if !replicas
+            .iter()
+            .any(|b| image.brokers.get(b).is_some_and(|r| !r.fenced))
+        {
+            return bad(format!(
+                "All brokers specified in the manual partition assignment for partition {p} are fenced or in controlled shutdown."
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A manually placed partition: every replica in the order given, the live ones in sync, the
+/// first live one leading (as Kafka places them).
+pub fn manual_registration(image: &Catalog, replicas: Vec<i32>) -> PartitionRegistration {
+    let mut p = PartitionRegistration::new(replicas);
+    p.isr
+        .retain(|b| image.brokers.get(b).is_some_and(|r| !r.fenced));
+    p.leader = p.isr.first().copied().unwrap_or(super::command::NO_LEADER);
+    p
+}
+
 /// Kafka's automatic leader rebalance (`auto.leader.rebalance.enable`): for every live broker
 /// whose share of partitions it should lead (it is their first replica) but does not exceeds
 /// `imbalance_percentage`, those of its partitions where it is in sync and could lead again.
@@ -94,6 +152,58 @@ pub fn preferred_elections(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::command::{apply, MetadataCommand};
+
+    /// Brokers 1–3 registered, broker 3 fenced.
+    fn brokers() -> Catalog {
+        let mut image = Catalog::empty();
+        for id in 1..=3 {
+            let cmd = MetadataCommand::RegisterBroker {
+                id,
+                incarnation: "x".into(),
+                host: "127.0.0.1".into(),
+                port: 9000,
+            };
+            apply(&mut image, id as u64, &cmd.encode());
+        }
+        let fence = MetadataCommand::FenceBroker {
+            id: 3,
+            controlled: false,
+        };
+        apply(&mut image, 9, &fence.encode());
+        image
+    }
+
+    #[test]
+    fn manual_assignments_are_checked_as_kafka_checks_them() {
+        let image = brokers();
+        let ok = |a: &[Vec<i32>], rf| check_manual(&image, a, rf, 0);
+        assert!(ok(&[vec![1, 2], vec![2, 3]], None).is_ok());
+        assert!(
+            ok(&[vec![3, 1]], Some(2)).is_ok(),
+            "a fenced replica may be named"
+        );
+        let why = |a: &[Vec<i32>], rf| {
+            let (code, msg) = check_manual(&image, a, rf, 4).unwrap_err();
+            assert_eq!(code, ErrorCode::INVALID_REPLICA_ASSIGNMENT);
+            msg
+        };
+        assert!(why(&[vec![]], None).contains("empty replica list"));
+        assert!(why(&[vec![1, 9]], None).contains("broker 9, but no such broker is registered"));
+        assert!(why(&[vec![1, 1]], None).contains("broker 1 more than once"));
+        assert!(why(&[vec![1, 2], vec![1]], None).contains("which have 2 replica(s)"));
+        assert!(why(&[vec![1]], Some(3)).contains("with 1 replica(s)"));
+        assert!(why(&[vec![3]], None).contains("partition 4 are fenced"));
+    }
+
+    #[test]
+    fn a_manual_partition_is_led_by_its_first_live_replica() {
+        let image = brokers();
+        let p = manual_registration(&image, vec![3, 2, 1]);
+        assert_eq!(p.replicas, vec![3, 2, 1]);
+        assert_eq!(p.isr, vec![2, 1]);
+        assert_eq!(p.leader, 2);
+    }
 
     #[test]
     fn leaders_spread_evenly_and_replicas_are_distinct() {

@@ -12,6 +12,7 @@ use tributary_protocol::requests::create_topics;
 use tributary_protocol::{ErrorCode, Reader};
 
 use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use crate::cluster::placement::check_manual;
 use crate::controller::check_new_topic;
 use crate::routing::ShardId;
 use crate::shard::{call, NewTopic, Shard, ShardRequest};
@@ -32,12 +33,21 @@ pub async fn handle(
     let mut outcomes: Vec<(String, i32, i32, TopicCheck)> = Vec::new();
     let mut to_create: Vec<(usize, NewTopic)> = Vec::new();
     for t in &req.topics {
-        let partitions = if t.num_partitions == -1 {
+        // Manual replica assignments, by partition index (any order in the request).
+        let mut manual: Vec<(i32, Vec<i32>)> = t.assignments.clone();
+        manual.sort_by_key(|(p, _)| *p);
+        let assignment: Option<Vec<Vec<i32>>> =
+            (!manual.is_empty()).then(|| manual.iter().map(|(_, b)| b.clone()).collect());
+        let partitions = if let Some(a) = &assignment {
+            a.len() as i32
+        } else if t.num_partitions == -1 {
             shard.config.num_partitions
         } else {
             t.num_partitions
         };
-        let replication_factor = if t.replication_factor == -1 {
+        let replication_factor = if let Some(a) = &assignment {
+            a.first().map_or(0, |r| r.len() as i32)
+        } else if t.replication_factor == -1 {
             shard.config.default_replication_factor
         } else {
             i32::from(t.replication_factor)
@@ -52,17 +62,29 @@ pub async fn handle(
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone().unwrap_or_default()))
                 .collect(),
+            assignment: assignment.clone(),
         };
         let mut check = if outcomes.iter().any(|(n, _, _, _)| n == &t.name) {
             Err((
                 ErrorCode::INVALID_REQUEST,
                 Some(format!("topic {:?} appears twice in the request", t.name)),
             ))
-        } else if t.has_assignments {
-            Err((
-                ErrorCode::INVALID_REPLICA_ASSIGNMENT,
-                Some("manual replica assignment is not supported".into()),
-            ))
+        } else if let Some(a) = &assignment {
+            if t.num_partitions != -1 || t.replication_factor != -1 {
+                Err((
+                    ErrorCode::INVALID_REQUEST,
+                    Some("Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into()),
+                ))
+            } else if manual.iter().zip(0..).any(|((p, _), i)| *p != i) {
+                Err((
+                    ErrorCode::INVALID_REPLICA_ASSIGNMENT,
+                    Some("partitions should be a consecutive 0-based integer sequence".into()),
+                ))
+            } else {
+                check_manual(&catalog, a, None, 0)
+                    .map_err(|(c, m)| (c, Some(m)))
+                    .and_then(|()| check_new_topic(&catalog, &new, max_partitions))
+            }
         } else if replication_factor < 1 {
             Err((
                 ErrorCode::INVALID_REPLICATION_FACTOR,

@@ -41,6 +41,7 @@ pub async fn handle(
                 partitions: shard.config.num_partitions,
                 replication_factor: shard.config.default_replication_factor,
                 configs: Vec::new(),
+                assignment: None,
             })
             .collect();
         if !missing.is_empty() && req.allow_auto_topic_creation && shard.config.auto_create_topics {

@@ -18,7 +18,9 @@ pub struct CreatableTopic {
     pub num_partitions: i32,
     /// -1 means the broker default.
     pub replication_factor: i16,
-    pub has_assignments: bool,
+    /// Manual replica assignments (partition index, broker ids), in request order; empty when
+    /// the broker places the replicas.
+    pub assignments: Vec<(i32, Vec<i32>)>,
     pub configs: Vec<(String, Option<String>)>,
 }
 
@@ -31,13 +33,16 @@ pub fn decode(r: &mut Reader, version: i16) -> Result<CreateTopicsRequest, Decod
         let num_partitions = r.i32("num_partitions")?;
         let replication_factor = r.i16("replication_factor")?;
         let n_assign = r.array_len_required("assignments", flex, 5)?;
+        let mut assignments = Vec::with_capacity(n_assign);
         for _ in 0..n_assign {
-            r.i32("assignment partition")?;
+            let partition = r.i32("assignment partition")?;
             let nb = r.array_len_required("broker_ids", flex, 4)?;
+            let mut brokers = Vec::with_capacity(nb);
             for _ in 0..nb {
-                r.i32("broker id")?;
+                brokers.push(r.i32("broker id")?);
             }
             r.tagged_fields(flex)?;
+            assignments.push((partition, brokers));
         }
         let n_cfg = r.array_len_required("configs", flex, 2)?;
         let mut configs = Vec::with_capacity(n_cfg);
@@ -52,7 +57,7 @@ pub fn decode(r: &mut Reader, version: i16) -> Result<CreateTopicsRequest, Decod
             name,
             num_partitions,
             replication_factor,
-            has_assignments: n_assign > 0,
+            assignments,
             configs,
         });
     }
@@ -71,6 +76,7 @@ mod tests {
     use super::*;
     use bytes::BytesMut;
     use kafka_protocol::messages::create_topics_request as kp;
+    use kafka_protocol::messages::BrokerId;
     use kafka_protocol::protocol::{Encodable, StrBytes};
 
     #[test]
@@ -83,6 +89,14 @@ mod tests {
                     ))
                     .with_num_partitions(8)
                     .with_replication_factor(1)
+                    .with_assignments(vec![
+                        kp::CreatableReplicaAssignment::default()
+                            .with_partition_index(0)
+                            .with_broker_ids(vec![BrokerId(3), BrokerId(1)]),
+                        kp::CreatableReplicaAssignment::default()
+                            .with_partition_index(1)
+                            .with_broker_ids(vec![]),
+                    ])
                     .with_configs(vec![kp::CreatableTopicConfig::default()
                         .with_name(StrBytes::from_static_str("segment.bytes"))
                         .with_value(Some(StrBytes::from_static_str("1048576")))])])
@@ -93,6 +107,10 @@ mod tests {
             let bytes = b.freeze();
             let got = decode(&mut crate::Reader::new(bytes.clone()), v).unwrap();
             assert_eq!(got.topics[0].num_partitions, 8);
+            assert_eq!(
+                got.topics[0].assignments,
+                vec![(0, vec![3, 1]), (1, vec![])]
+            );
             assert!(got.validate_only);
             assert_eq!(got.topics[0].configs[0].0, "segment.bytes");
             crate::requests::assert_prefixes_fail(&bytes, |r| decode(r, v));
