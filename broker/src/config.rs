@@ -59,6 +59,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "auto.leader.rebalance.enable", default: "true", kind: ConfigKind::Bool, doc: "The active controller moves partitions back to their preferred (first) replica when a broker leads too few of the partitions it prefers." },
     BrokerKey { name: "leader.imbalance.check.interval.seconds", default: "300", kind: ConfigKind::Long, doc: "How often the active controller checks the leader imbalance." },
     BrokerKey { name: "leader.imbalance.per.broker.percentage", default: "10", kind: ConfigKind::Int, doc: "Share of a broker's preferred partitions it may not lead before the controller rebalances them." },
+    BrokerKey { name: "unclean.leader.election.enable", default: "false", kind: ConfigKind::Bool, doc: "When a partition's in-sync replicas are all fenced, the active controller lets a live replica outside the ISR lead it (the ISR becomes that replica alone): the partition comes back online, but records acknowledged only by the old ISR are lost. false: the partition stays offline until an ISR member returns (topic override: unclean.leader.election.enable)." },
     BrokerKey { name: "replica.lag.time.max.ms", default: "30000", kind: ConfigKind::Long, doc: "A follower that has not caught up with its leader's log end for this long leaves the ISR; it rejoins once caught up." },
     BrokerKey { name: "message.max.bytes", default: "1048588", kind: ConfigKind::Int, doc: "Largest record batch the broker accepts, after compression (topic override: max.message.bytes)." },
     BrokerKey { name: "socket.request.max.bytes", default: "104857600", kind: ConfigKind::Int, doc: "Largest request frame; a larger length prefix closes the connection." },
@@ -134,6 +135,8 @@ pub struct BrokerConfig {
     pub default_replication_factor: i32,
     pub min_insync_replicas: i32,
     pub replica_lag_time_max_ms: u64,
+    /// `unclean.leader.election.enable`: the topic default the active controller reads.
+    pub unclean_leader_election_enable: bool,
     pub auto_leader_rebalance_enable: bool,
     pub leader_imbalance_check_interval_seconds: u64,
     pub leader_imbalance_per_broker_percentage: u32,
@@ -454,6 +457,10 @@ impl BrokerConfig {
                 "replica.lag.time.max.ms",
                 &get("replica.lag.time.max.ms"),
                 1,
+            )?,
+            unclean_leader_election_enable: parse_bool(
+                "unclean.leader.election.enable",
+                &get("unclean.leader.election.enable"),
             )?,
             auto_leader_rebalance_enable: parse_bool(
                 "auto.leader.rebalance.enable",
@@ -780,6 +787,16 @@ pub const DYNAMIC_BROKER_KEYS: &[DynamicKey] = &[
         )),
         apply: |c, v| {
             c.max_connections_per_ip_overrides = parse_ip_overrides_dynamic(v)?;
+            Ok(())
+        },
+    },
+    DynamicKey {
+        name: "unclean.leader.election.enable",
+        bound: None,
+        apply: |c, v| {
+            c.unclean_leader_election_enable =
+                parse_bool("unclean.leader.election.enable", v.trim())
+                    .map_err(|e| e.to_string())?;
             Ok(())
         },
     },
@@ -1147,6 +1164,31 @@ mod tests {
         let bad: BTreeMap<String, String> =
             [("num.partitions".to_string(), "3".to_string())].into();
         assert!(c.with_dynamic(&[&bad]).is_err());
+    }
+
+    #[test]
+    fn unclean_leader_election_is_off_by_default_and_dynamic() {
+        let c = BrokerConfig::build(input(&[])).unwrap();
+        assert!(!c.unclean_leader_election_enable);
+        let c = BrokerConfig::build(input(&[("unclean.leader.election.enable", "true")])).unwrap();
+        assert!(c.unclean_leader_election_enable);
+        let e = BrokerConfig::build(input(&[("unclean.leader.election.enable", "yes")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unclean.leader.election.enable"), "{e}");
+        // Kafka lets it change cluster-wide while the brokers run.
+        let off: BTreeMap<String, String> = [(
+            "unclean.leader.election.enable".to_string(),
+            "false".to_string(),
+        )]
+        .into();
+        assert!(
+            !c.with_dynamic(&[&off])
+                .unwrap()
+                .unclean_leader_election_enable
+        );
+        let e = validate_dynamic("unclean.leader.election.enable", "maybe").unwrap_err();
+        assert!(e.contains("unclean.leader.election.enable"), "{e}");
     }
 
     #[test]

@@ -467,7 +467,9 @@ fn elect(
 
 /// A fenced broker leaves a partition's ISR (unless it is the last member: the ISR then names
 /// who holds every acknowledged record), and if it led the partition, the next live ISR member
-/// leads at the next leader epoch — or none does (unclean election stays off).
+/// leads at the next leader epoch — or none does. Then only the active controller may elect a
+/// replica outside the ISR (`unclean.leader.election.enable`: `placement::unclean_elections`,
+/// then ElectLeaders with `unclean`), since whether it may depends on its broker config.
 fn fence_in_partition(p: &mut PartitionRegistration, id: i32, fenced: &[i32]) {
     let mut changed = false;
     if p.isr.len() > 1 && p.isr.contains(&id) {
@@ -841,6 +843,127 @@ mod tests {
             Outcome::Refused(ErrorCode::INELIGIBLE_REPLICA, _)
         ));
         assert_eq!(image.topics["k"].assignment[0].isr, vec![1, 3]);
+    }
+
+    #[test]
+    fn unclean_election_follows_the_topic_config_over_the_broker_default() {
+        use crate::cluster::placement::unclean_elections;
+        let mut image = Catalog::empty();
+        for (i, id) in [1, 2, 3].into_iter().enumerate() {
+            run(&mut image, i as u64 + 1, register(id, "x"));
+        }
+        let replicated = |name: &str, unclean: Option<&str>| {
+            let mut t = topic(name, &[1]);
+            t.assignment = vec![PartitionRegistration::new(vec![1, 2, 3])];
+            if let Some(v) = unclean {
+                t.configs
+                    .insert("unclean.leader.election.enable".into(), v.into());
+            }
+            t
+        };
+        run(
+            &mut image,
+            4,
+            MetadataCommand::CreateTopics {
+                topics: vec![
+                    replicated("dflt", None),
+                    replicated("on", Some("true")),
+                    replicated("off", Some("false")),
+                ],
+            },
+        );
+        let fence = |id| MetadataCommand::FenceBroker {
+            id,
+            controlled: false,
+        };
+        // 2 leaves every ISR and returns out of sync; then 3 and 1 are fenced: 1, the last
+        // ISR member, stays in it, nobody leads, and 2 is live outside the ISR.
+        run(&mut image, 5, fence(2));
+        run(&mut image, 6, MetadataCommand::UnfenceBroker { id: 2 });
+        run(&mut image, 7, fence(3));
+        run(&mut image, 8, fence(1));
+        for t in ["dflt", "on", "off"] {
+            let p = &image.topics[t].assignment[0];
+            assert_eq!((p.leader, p.isr.clone()), (NO_LEADER, vec![1]), "{t}");
+        }
+        let names = |v: Vec<(String, i32)>| v.into_iter().map(|(t, _)| t).collect::<Vec<_>>();
+        // Off by default: only the topic that turns it on; on by default: all but the one
+        // that turns it off.
+        assert_eq!(names(unclean_elections(&image, false)), vec!["on"]);
+        assert_eq!(names(unclean_elections(&image, true)), vec!["dflt", "on"]);
+        let before = image.topics["on"].assignment[0].clone();
+        let partitions = unclean_elections(&image, false);
+        run(
+            &mut image,
+            9,
+            MetadataCommand::ElectLeaders {
+                partitions,
+                unclean: true,
+            },
+        );
+        let p = &image.topics["on"].assignment[0];
+        assert_eq!(
+            (p.leader, p.isr.clone(), p.leader_epoch, p.partition_epoch),
+            (
+                2,
+                vec![2],
+                before.leader_epoch + 1,
+                before.partition_epoch + 1
+            )
+        );
+        // The others stay offline until 1 returns, and lead from the ISR then.
+        assert_eq!(image.topics["dflt"].assignment[0].leader, NO_LEADER);
+        assert!(unclean_elections(&image, false).is_empty());
+        run(&mut image, 10, MetadataCommand::UnfenceBroker { id: 1 });
+        assert_eq!(image.topics["off"].assignment[0].leader, 1);
+        assert!(unclean_elections(&image, true).is_empty());
+    }
+
+    #[test]
+    fn an_offline_partition_is_elected_uncleanly_once_a_replica_returns() {
+        use crate::cluster::placement::unclean_elections;
+        let mut image = Catalog::empty();
+        for (i, id) in [1, 2].into_iter().enumerate() {
+            run(&mut image, i as u64 + 1, register(id, "x"));
+        }
+        let mut t = topic("u", &[1]);
+        t.assignment = vec![PartitionRegistration::new(vec![1, 2])];
+        t.configs
+            .insert("unclean.leader.election.enable".into(), "true".into());
+        run(
+            &mut image,
+            3,
+            MetadataCommand::CreateTopics { topics: vec![t] },
+        );
+        for (i, id) in [2, 1].into_iter().enumerate() {
+            run(
+                &mut image,
+                4 + i as u64,
+                MetadataCommand::FenceBroker {
+                    id,
+                    controlled: false,
+                },
+            );
+        }
+        // No replica is live: nothing to elect, the partition is offline.
+        assert_eq!(image.topics["u"].assignment[0].isr, vec![1]);
+        assert!(unclean_elections(&image, false).is_empty());
+        // 2 registers again (a restart): not in the ISR, so only the unclean election lets it
+        // lead.
+        run(&mut image, 6, register(2, "restarted"));
+        assert_eq!(image.topics["u"].assignment[0].leader, NO_LEADER);
+        let partitions = unclean_elections(&image, false);
+        assert_eq!(partitions, vec![("u".to_string(), 0)]);
+        run(
+            &mut image,
+            7,
+            MetadataCommand::ElectLeaders {
+                partitions,
+                unclean: true,
+            },
+        );
+        let p = &image.topics["u"].assignment[0];
+        assert_eq!((p.leader, p.isr.clone()), (2, vec![2]));
     }
 
     #[test]
