@@ -1,8 +1,9 @@
 //! Replicated partitions on a three-process cluster: acks=all writes reach every in-sync
 //! replica before they are acknowledged, a dead leader's partition moves to another in-sync
 //! replica without losing anything acknowledged, a returning replica catches up (truncating
-//! what it held beyond the new leader) and rejoins the ISR, and `min.insync.replicas` refuses
-//! acks=all writes the ISR cannot hold.
+//! what it held beyond the new leader) and rejoins the ISR, `min.insync.replicas` refuses
+//! acks=all writes the ISR cannot hold, and a partition whose ISR is all fenced waits offline
+//! unless `unclean.leader.election.enable` lets an out-of-sync replica lead.
 
 mod common;
 
