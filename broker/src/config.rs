@@ -59,7 +59,11 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "auto.leader.rebalance.enable", default: "true", kind: ConfigKind::Bool, doc: "The active controller moves partitions back to their preferred (first) replica when a broker leads too few of the partitions it prefers." },
     BrokerKey { name: "leader.imbalance.check.interval.seconds", default: "300", kind: ConfigKind::Long, doc: "How often the active controller checks the leader imbalance." },
     BrokerKey { name: "leader.imbalance.per.broker.percentage", default: "10", kind: ConfigKind::Int, doc: "Share of a broker's preferred partitions it may not lead before the controller rebalances them." },
+    BrokerKey { name: "unclean.leader.election.enable", default: "false", kind: ConfigKind::Bool, doc: "When a partition's in-sync replicas are all fenced, the active controller lets a live replica outside the ISR lead it (the ISR becomes that replica alone): the partition comes back online, but records acknowledged only by the old ISR are lost. false: the partition stays offline until an ISR member returns (topic override: unclean.leader.election.enable)." },
     BrokerKey { name: "replica.lag.time.max.ms", default: "30000", kind: ConfigKind::Long, doc: "A follower that has not caught up with its leader's log end for this long leaves the ISR; it rejoins once caught up." },
+    BrokerKey { name: "replica.fetch.max.bytes", default: "1048576", kind: ConfigKind::Int, doc: "Record bytes a follower asks its leader for per partition in one fetch; a first batch larger than this is still returned whole. At least 1." },
+    BrokerKey { name: "replica.fetch.wait.max.ms", default: "500", kind: ConfigKind::Int, doc: "How long a leader may hold a follower's fetch while it has nothing new. At least 1, and at most replica.socket.timeout.ms and replica.lag.time.max.ms." },
+    BrokerKey { name: "replica.socket.timeout.ms", default: "30000", kind: ConfigKind::Int, doc: "A follower's fetch not answered within this long is given up and its connection to the leader reopened. At least replica.fetch.wait.max.ms." },
     BrokerKey { name: "message.max.bytes", default: "1048588", kind: ConfigKind::Int, doc: "Largest record batch the broker accepts, after compression (topic override: max.message.bytes)." },
     BrokerKey { name: "socket.request.max.bytes", default: "104857600", kind: ConfigKind::Int, doc: "Largest request frame; a larger length prefix closes the connection." },
     BrokerKey { name: "log.segment.bytes", default: "1073741824", kind: ConfigKind::Int, doc: "Size at which a partition rolls to a new segment file (topic override: segment.bytes)." },
@@ -134,6 +138,11 @@ pub struct BrokerConfig {
     pub default_replication_factor: i32,
     pub min_insync_replicas: i32,
     pub replica_lag_time_max_ms: u64,
+    pub replica_fetch_max_bytes: i32,
+    pub replica_fetch_wait_max_ms: i32,
+    pub replica_socket_timeout_ms: u64,
+    /// `unclean.leader.election.enable`: the topic default the active controller reads.
+    pub unclean_leader_election_enable: bool,
     pub auto_leader_rebalance_enable: bool,
     pub leader_imbalance_check_interval_seconds: u64,
     pub leader_imbalance_per_broker_percentage: u32,
@@ -455,6 +464,27 @@ impl BrokerConfig {
                 &get("replica.lag.time.max.ms"),
                 1,
             )?,
+            replica_fetch_max_bytes: parse_num(
+                "replica.fetch.max.bytes",
+                &get("replica.fetch.max.bytes"),
+                1,
+            )?,
+            replica_fetch_wait_max_ms: parse_num(
+                "replica.fetch.wait.max.ms",
+                &get("replica.fetch.wait.max.ms"),
+                1,
+            )?,
+            replica_socket_timeout_ms: parse_num::<i32>(
+                "replica.socket.timeout.ms",
+                &get("replica.socket.timeout.ms"),
+                1,
+            )?
+            .unsigned_abs()
+            .into(),
+            unclean_leader_election_enable: parse_bool(
+                "unclean.leader.election.enable",
+                &get("unclean.leader.election.enable"),
+            )?,
             auto_leader_rebalance_enable: parse_bool(
                 "auto.leader.rebalance.enable",
                 &get("auto.leader.rebalance.enable"),
@@ -703,6 +733,7 @@ impl BrokerConfig {
             )?,
             values,
         };
+        check_replica_fetch_wait(&cfg)?;
         if let Some(budget) = cfg.queued_max_request_bytes {
             if budget < cfg.socket_request_max_bytes {
                 bail!(
@@ -713,6 +744,26 @@ impl BrokerConfig {
         }
         Ok(cfg)
     }
+}
+
+/// Kafka's two checks on `replica.fetch.wait.max.ms`: a leader holding a fetch longer than the
+/// follower waits for the answer would time the fetch out, and longer than the lag window would
+/// make an idle follower look out of sync.
+fn check_replica_fetch_wait(cfg: &BrokerConfig) -> Result<()> {
+    let wait = u64::from(cfg.replica_fetch_wait_max_ms.unsigned_abs());
+    if wait > cfg.replica_socket_timeout_ms {
+        bail!(
+            "config replica.fetch.wait.max.ms: {wait} is above replica.socket.timeout.ms {}; a leader holding a fetch that long would see it given up. Lower it, or raise replica.socket.timeout.ms",
+            cfg.replica_socket_timeout_ms
+        );
+    }
+    if wait > cfg.replica_lag_time_max_ms {
+        bail!(
+            "config replica.fetch.wait.max.ms: {wait} is above replica.lag.time.max.ms {}; an idle follower would leave the ISR while its fetch waits. Lower it, or raise replica.lag.time.max.ms",
+            cfg.replica_lag_time_max_ms
+        );
+    }
+    Ok(())
 }
 
 /// A broker key AlterConfigs may change while the broker runs (Kafka's "cluster-wide" dynamic
@@ -780,6 +831,16 @@ pub const DYNAMIC_BROKER_KEYS: &[DynamicKey] = &[
         )),
         apply: |c, v| {
             c.max_connections_per_ip_overrides = parse_ip_overrides_dynamic(v)?;
+            Ok(())
+        },
+    },
+    DynamicKey {
+        name: "unclean.leader.election.enable",
+        bound: None,
+        apply: |c, v| {
+            c.unclean_leader_election_enable =
+                parse_bool("unclean.leader.election.enable", v.trim())
+                    .map_err(|e| e.to_string())?;
             Ok(())
         },
     },
@@ -1147,6 +1208,84 @@ mod tests {
         let bad: BTreeMap<String, String> =
             [("num.partitions".to_string(), "3".to_string())].into();
         assert!(c.with_dynamic(&[&bad]).is_err());
+    }
+
+    #[test]
+    fn unclean_leader_election_is_off_by_default_and_dynamic() {
+        let c = BrokerConfig::build(input(&[])).unwrap();
+        assert!(!c.unclean_leader_election_enable);
+        let c = BrokerConfig::build(input(&[("unclean.leader.election.enable", "true")])).unwrap();
+        assert!(c.unclean_leader_election_enable);
+        let e = BrokerConfig::build(input(&[("unclean.leader.election.enable", "yes")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unclean.leader.election.enable"), "{e}");
+        // Kafka lets it change cluster-wide while the brokers run.
+        let off: BTreeMap<String, String> = [(
+            "unclean.leader.election.enable".to_string(),
+            "false".to_string(),
+        )]
+        .into();
+        assert!(
+            !c.with_dynamic(&[&off])
+                .unwrap()
+                .unclean_leader_election_enable
+        );
+        let e = validate_dynamic("unclean.leader.election.enable", "maybe").unwrap_err();
+        assert!(e.contains("unclean.leader.election.enable"), "{e}");
+    }
+
+    #[test]
+    fn replica_fetch_keys_default_as_kafka_and_are_bounded() {
+        let c = BrokerConfig::build(input(&[])).unwrap();
+        assert_eq!(c.replica_fetch_max_bytes, 1_048_576);
+        assert_eq!(c.replica_fetch_wait_max_ms, 500);
+        assert_eq!(c.replica_socket_timeout_ms, 30_000);
+        let c = BrokerConfig::build(input(&[
+            ("replica.fetch.max.bytes", "65536"),
+            ("replica.fetch.wait.max.ms", "2000"),
+            ("replica.socket.timeout.ms", "2000"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (
+                c.replica_fetch_max_bytes,
+                c.replica_fetch_wait_max_ms,
+                c.replica_socket_timeout_ms
+            ),
+            (65_536, 2000, 2000)
+        );
+        for (key, bad) in [
+            ("replica.fetch.max.bytes", "0"),
+            ("replica.fetch.max.bytes", "2147483648"),
+            ("replica.fetch.wait.max.ms", "0"),
+            ("replica.socket.timeout.ms", "0"),
+            ("replica.socket.timeout.ms", "-5"),
+            ("replica.socket.timeout.ms", "soon"),
+        ] {
+            let e = BrokerConfig::build(input(&[(key, bad)]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{key}={bad}: {e}");
+        }
+        // A leader may not hold a fetch past the follower's timeout, nor past the lag window.
+        let e = BrokerConfig::build(input(&[("replica.socket.timeout.ms", "400")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("replica.fetch.wait.max.ms") && e.contains("replica.socket.timeout.ms"),
+            "{e}"
+        );
+        let e = BrokerConfig::build(input(&[
+            ("replica.lag.time.max.ms", "300"),
+            ("replica.fetch.wait.max.ms", "301"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("replica.fetch.wait.max.ms") && e.contains("replica.lag.time.max.ms"),
+            "{e}"
+        );
     }
 
     #[test]

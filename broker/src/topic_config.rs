@@ -37,6 +37,7 @@ pub struct TopicKey {
 const CLEANUP_POLICIES: &[&str] = &["delete", "compact"];
 const COMPRESSION_TYPES: &[&str] = &["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"];
 const TIMESTAMP_TYPES: &[&str] = &["CreateTime", "LogAppendTime"];
+const BOOLEANS: &[&str] = &["true", "false"];
 
 /// Tributary's smallest segment. Kafka 4.0 raised its own minimum to 1 MiB (KIP-1030) and keeps
 /// a test-only key for smaller ones; Tributary allows 1 KiB so that tests and small deployments
@@ -150,6 +151,15 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
         broker_key: Some("min.insync.replicas"),
         default: |c| c.min_insync_replicas.to_string(),
         doc: "In-sync replicas (the leader among them) that must hold a write for acks=all; fewer: NOT_ENOUGH_REPLICAS.",
+        enforced: true,
+    },
+    TopicKey {
+        name: "unclean.leader.election.enable",
+        kind: ConfigKind::Bool,
+        bound: Bound::OneOf(BOOLEANS),
+        broker_key: Some("unclean.leader.election.enable"),
+        default: |c| c.unclean_leader_election_enable.to_string(),
+        doc: "Let a live replica outside the ISR lead when every in-sync replica is fenced: online again, but records acknowledged only by the old ISR are lost.",
         enforced: true,
     },
     TopicKey {
@@ -292,6 +302,8 @@ mod tests {
         assert!(validate_topic_config("message.timestamp.type", Some("CreateTime")).is_ok());
         assert!(validate_topic_config("message.timestamp.type", Some("LogAppendTime")).is_ok());
         assert!(validate_topic_config("message.timestamp.type", Some("Now")).is_err());
+        assert!(validate_topic_config("unclean.leader.election.enable", Some("true")).is_ok());
+        assert!(validate_topic_config("unclean.leader.election.enable", Some("1")).is_err());
         for key in [
             "message.timestamp.before.max.ms",
             "message.timestamp.after.max.ms",

@@ -1,8 +1,9 @@
 //! Replicated partitions on a three-process cluster: acks=all writes reach every in-sync
 //! replica before they are acknowledged, a dead leader's partition moves to another in-sync
 //! replica without losing anything acknowledged, a returning replica catches up (truncating
-//! what it held beyond the new leader) and rejoins the ISR, and `min.insync.replicas` refuses
-//! acks=all writes the ISR cannot hold.
+//! what it held beyond the new leader) and rejoins the ISR, `min.insync.replicas` refuses
+//! acks=all writes the ISR cannot hold, and a partition whose ISR is all fenced waits offline
+//! unless `unclean.leader.election.enable` lets an out-of-sync replica lead.
 
 mod common;
 
@@ -20,7 +21,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tributary_protocol::record_batch::build_batch;
 
 use common::cluster::{metadata, produce, values_on_disk, Cluster};
-use common::{rd_create_topics, wait_until, RawConn};
+use common::{raw_alter, rd_create_topics, wait_until, RawConn};
 
 const TOPIC: &str = "replicated";
 
@@ -135,6 +136,61 @@ fn every_replica_leads_in_turn_and_nothing_acknowledged_is_lost() {
         "each replica led once: {leaders_seen:?}"
     );
     assert_eq!(read_all(&all, ledger.len()), ledger);
+}
+
+#[test]
+fn an_unclean_election_waits_for_the_topic_to_allow_it_and_loses_what_only_the_isr_held() {
+    let mut cluster = Cluster::new(3);
+    cluster.extra = vec!["replica.lag.time.max.ms=3000".into()];
+    cluster.start_all();
+    let all = cluster.all_bootstrap();
+    wait_until("three brokers", || {
+        metadata(&all, None).brokers().len() == 3
+    });
+    rd_create_topics(
+        cluster.nodes[0].client,
+        &[NewTopic::new(TOPIC, 1, TopicReplication::Fixed(2))
+            .set("unclean.leader.election.enable", "false")],
+    );
+    wait_until("both replicas in sync", || placement(&all).1.len() == 2);
+    let (a, isr) = placement(&all);
+    let b = isr.iter().copied().find(|&r| r != a).unwrap();
+    let c = (1..=3).find(|r| !isr.contains(r)).unwrap();
+    let (ai, bi, ci) = ((a - 1) as usize, (b - 1) as usize, (c - 1) as usize);
+    produce(&all, TOPIC, &[0], 50, "kept");
+    // b dies: a alone is in sync and acknowledges what b never gets.
+    cluster.kill(bi);
+    let ac = format!("{},{}", cluster.bootstrap(ai), cluster.bootstrap(ci));
+    wait_until("b out of the ISR", || placement(&ac).1 == vec![a]);
+    produce(&ac, TOPIC, &[0], 20, "lost");
+    // a freezes (it cannot take b back into its ISR) and b returns: the controller (b or c)
+    // fences a, and only b, out of sync, is left to lead.
+    cluster.signal(ai, "STOP");
+    cluster.spawn(bi);
+    cluster.wait_listening(bi);
+    let bc = format!("{},{}", cluster.bootstrap(bi), cluster.bootstrap(ci));
+    wait_until("the partition offline", || placement(&bc).0 == -1);
+    // The topic does not allow an unclean election: it stays offline.
+    std::thread::sleep(Duration::from_millis(2000));
+    assert_eq!(placement(&bc), (-1, vec![a]), "offline while not allowed");
+    let (code, msg) = raw_alter(
+        cluster.nodes[ci].client,
+        2,
+        TOPIC,
+        &[("unclean.leader.election.enable", "true")],
+    );
+    assert_eq!(code, 0, "{msg}");
+    wait_until("b elected uncleanly", || placement(&bc) == (b, vec![b]));
+    let kept: Vec<String> = (0..50).map(|i| format!("kept-{i}")).collect();
+    assert_eq!(read_all(&bc, kept.len()), kept, "what only a held is gone");
+    // a returns, drops what b never had, and follows.
+    cluster.signal(ai, "CONT");
+    wait_until("a back in the ISR", || {
+        let mut both = vec![a, b];
+        both.sort_unstable();
+        placement(&all) == (b, both)
+    });
+    assert_eq!(read_all(&all, kept.len()), kept);
 }
 
 /// One acks=all produce of a single record to partition 0 of `TOPIC`, raw: its error code.

@@ -61,6 +61,8 @@ impl ErrorCode {
     pub const FETCH_SESSION_ID_NOT_FOUND: Self = Self(70);
     pub const INVALID_FETCH_SESSION_EPOCH: Self = Self(71);
     pub const FETCH_SESSION_TOPIC_ID_ERROR: Self = Self(106);
+    /// An ISR change would add a replica that is fenced, shutting down or unknown (KIP-841).
+    pub const INELIGIBLE_REPLICA: Self = Self(107);
     pub const POLICY_VIOLATION: Self = Self(44);
     pub const INVALID_RECORD: Self = Self(87);
     /// KIP-919: a DescribeCluster for controller endpoints sent to a broker.

@@ -288,6 +288,7 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             isr,
         } => {
             let live: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
+            let brokers = &image.brokers;
             let Some(p) = image.topics.get_mut(&topic).and_then(|t| {
                 usize::try_from(partition)
                     .ok()
@@ -325,6 +326,18 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
                     format!(
                         "ISR {isr:?} must hold the leader {} and only replicas {:?}",
                         p.leader, p.replicas
+                    ),
+                );
+            }
+            // KIP-841: only a registered broker that is neither fenced nor shutting down may
+            // join; the leader keeps the replica out and asks again later. Leaving is always
+            // allowed.
+            let added: Vec<i32> = isr.iter().copied().filter(|b| !p.isr.contains(b)).collect();
+            if let Some(b) = added.iter().find(|&&b| !isr_eligible(brokers, b)) {
+                return Outcome::Refused(
+                    ErrorCode::INELIGIBLE_REPLICA,
+                    format!(
+                        "broker {b} cannot join the ISR of {topic}-{partition}: it is fenced, shutting down or not registered"
                     ),
                 );
             }
@@ -380,6 +393,15 @@ fn create_topic(image: &mut Catalog, t: TopicMeta) -> Result<(), (ErrorCode, Str
     }
     image.topics.insert(t.name.clone(), t);
     Ok(())
+}
+
+/// Whether `broker` may join an ISR (KIP-841): registered, not fenced and not in controlled
+/// shutdown. The controller refuses an ISR change adding any other (INELIGIBLE_REPLICA), and a
+/// leader does not propose one.
+pub fn isr_eligible(brokers: &BTreeMap<i32, BrokerRegistration>, broker: i32) -> bool {
+    brokers
+        .get(&broker)
+        .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
 }
 
 /// One partition of an ElectLeaders command.
@@ -445,7 +467,9 @@ fn elect(
 
 /// A fenced broker leaves a partition's ISR (unless it is the last member: the ISR then names
 /// who holds every acknowledged record), and if it led the partition, the next live ISR member
-/// leads at the next leader epoch — or none does (unclean election stays off).
+/// leads at the next leader epoch — or none does. Then only the active controller may elect a
+/// replica outside the ISR (`unclean.leader.election.enable`: `placement::unclean_elections`,
+/// then ElectLeaders with `unclean`), since whether it may depends on its broker config.
 fn fence_in_partition(p: &mut PartitionRegistration, id: i32, fenced: &[i32]) {
     let mut changed = false;
     if p.isr.len() > 1 && p.isr.contains(&id) {
@@ -746,6 +770,200 @@ mod tests {
         run(&mut image, 15, register(2, "restarted"));
         let r = &image.topics["r"].assignment[0];
         assert_eq!((r.leader, r.leader_epoch), (2, 4));
+    }
+
+    #[test]
+    fn a_fenced_or_shutting_down_broker_cannot_join_the_isr() {
+        let mut image = Catalog::empty();
+        for (i, id) in [1, 2, 3].into_iter().enumerate() {
+            run(&mut image, i as u64 + 1, register(id, "x"));
+        }
+        let mut t = topic("k", &[1]);
+        t.assignment = vec![PartitionRegistration::new(vec![1, 2, 3])];
+        run(
+            &mut image,
+            4,
+            MetadataCommand::CreateTopics { topics: vec![t] },
+        );
+        run(
+            &mut image,
+            5,
+            MetadataCommand::FenceBroker {
+                id: 3,
+                controlled: false,
+            },
+        );
+        let change = |p: &PartitionRegistration, isr: Vec<i32>| MetadataCommand::ChangeIsr {
+            topic: "k".into(),
+            partition: 0,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            isr,
+        };
+        let before = image.topics["k"].assignment[0].clone();
+        assert_eq!(before.isr, vec![1, 2]);
+        assert!(matches!(
+            run(&mut image, 6, change(&before, vec![1, 2, 3])),
+            Outcome::Refused(ErrorCode::INELIGIBLE_REPLICA, _)
+        ));
+        assert_eq!(ErrorCode::INELIGIBLE_REPLICA.code(), 107);
+        assert_eq!(
+            image.topics["k"].assignment[0], before,
+            "a refused change leaves the partition as it was"
+        );
+        // Leaving stays allowed while 3 is fenced.
+        assert_eq!(run(&mut image, 7, change(&before, vec![1])), Outcome::Done);
+        let p = image.topics["k"].assignment[0].clone();
+        assert_eq!(p.isr, vec![1]);
+        // Unfenced, it may join.
+        run(&mut image, 8, MetadataCommand::UnfenceBroker { id: 3 });
+        assert_eq!(run(&mut image, 9, change(&p, vec![1, 3])), Outcome::Done);
+        let p = image.topics["k"].assignment[0].clone();
+        assert_eq!(p.isr, vec![1, 3]);
+        // A broker in controlled shutdown is fenced and stays ineligible.
+        run(
+            &mut image,
+            10,
+            MetadataCommand::FenceBroker {
+                id: 2,
+                controlled: true,
+            },
+        );
+        assert!(!isr_eligible(&image.brokers, 2));
+        assert!(!isr_eligible(&image.brokers, 9), "not registered");
+        assert!(matches!(
+            run(&mut image, 11, change(&p, vec![1, 3, 2])),
+            Outcome::Refused(ErrorCode::INELIGIBLE_REPLICA, _)
+        ));
+        // A replica id that is no broker at all is refused as well (it is a replica, so the
+        // request is well formed).
+        image.brokers.remove(&2);
+        assert!(matches!(
+            run(&mut image, 12, change(&p, vec![1, 3, 2])),
+            Outcome::Refused(ErrorCode::INELIGIBLE_REPLICA, _)
+        ));
+        assert_eq!(image.topics["k"].assignment[0].isr, vec![1, 3]);
+    }
+
+    #[test]
+    fn unclean_election_follows_the_topic_config_over_the_broker_default() {
+        use crate::cluster::placement::unclean_elections;
+        let mut image = Catalog::empty();
+        for (i, id) in [1, 2, 3].into_iter().enumerate() {
+            run(&mut image, i as u64 + 1, register(id, "x"));
+        }
+        let replicated = |name: &str, unclean: Option<&str>| {
+            let mut t = topic(name, &[1]);
+            t.assignment = vec![PartitionRegistration::new(vec![1, 2, 3])];
+            if let Some(v) = unclean {
+                t.configs
+                    .insert("unclean.leader.election.enable".into(), v.into());
+            }
+            t
+        };
+        run(
+            &mut image,
+            4,
+            MetadataCommand::CreateTopics {
+                topics: vec![
+                    replicated("dflt", None),
+                    replicated("on", Some("true")),
+                    replicated("off", Some("false")),
+                ],
+            },
+        );
+        let fence = |id| MetadataCommand::FenceBroker {
+            id,
+            controlled: false,
+        };
+        // 2 leaves every ISR and returns out of sync; then 3 and 1 are fenced: 1, the last
+        // ISR member, stays in it, nobody leads, and 2 is live outside the ISR.
+        run(&mut image, 5, fence(2));
+        run(&mut image, 6, MetadataCommand::UnfenceBroker { id: 2 });
+        run(&mut image, 7, fence(3));
+        run(&mut image, 8, fence(1));
+        for t in ["dflt", "on", "off"] {
+            let p = &image.topics[t].assignment[0];
+            assert_eq!((p.leader, p.isr.clone()), (NO_LEADER, vec![1]), "{t}");
+        }
+        let names = |v: Vec<(String, i32)>| v.into_iter().map(|(t, _)| t).collect::<Vec<_>>();
+        // Off by default: only the topic that turns it on; on by default: all but the one
+        // that turns it off.
+        assert_eq!(names(unclean_elections(&image, false)), vec!["on"]);
+        assert_eq!(names(unclean_elections(&image, true)), vec!["dflt", "on"]);
+        let before = image.topics["on"].assignment[0].clone();
+        let partitions = unclean_elections(&image, false);
+        run(
+            &mut image,
+            9,
+            MetadataCommand::ElectLeaders {
+                partitions,
+                unclean: true,
+            },
+        );
+        let p = &image.topics["on"].assignment[0];
+        assert_eq!(
+            (p.leader, p.isr.clone(), p.leader_epoch, p.partition_epoch),
+            (
+                2,
+                vec![2],
+                before.leader_epoch + 1,
+                before.partition_epoch + 1
+            )
+        );
+        // The others stay offline until 1 returns, and lead from the ISR then.
+        assert_eq!(image.topics["dflt"].assignment[0].leader, NO_LEADER);
+        assert!(unclean_elections(&image, false).is_empty());
+        run(&mut image, 10, MetadataCommand::UnfenceBroker { id: 1 });
+        assert_eq!(image.topics["off"].assignment[0].leader, 1);
+        assert!(unclean_elections(&image, true).is_empty());
+    }
+
+    #[test]
+    fn an_offline_partition_is_elected_uncleanly_once_a_replica_returns() {
+        use crate::cluster::placement::unclean_elections;
+        let mut image = Catalog::empty();
+        for (i, id) in [1, 2].into_iter().enumerate() {
+            run(&mut image, i as u64 + 1, register(id, "x"));
+        }
+        let mut t = topic("u", &[1]);
+        t.assignment = vec![PartitionRegistration::new(vec![1, 2])];
+        t.configs
+            .insert("unclean.leader.election.enable".into(), "true".into());
+        run(
+            &mut image,
+            3,
+            MetadataCommand::CreateTopics { topics: vec![t] },
+        );
+        for (i, id) in [2, 1].into_iter().enumerate() {
+            run(
+                &mut image,
+                4 + i as u64,
+                MetadataCommand::FenceBroker {
+                    id,
+                    controlled: false,
+                },
+            );
+        }
+        // No replica is live: nothing to elect, the partition is offline.
+        assert_eq!(image.topics["u"].assignment[0].isr, vec![1]);
+        assert!(unclean_elections(&image, false).is_empty());
+        // 2 registers again (a restart): not in the ISR, so only the unclean election lets it
+        // lead.
+        run(&mut image, 6, register(2, "restarted"));
+        assert_eq!(image.topics["u"].assignment[0].leader, NO_LEADER);
+        let partitions = unclean_elections(&image, false);
+        assert_eq!(partitions, vec![("u".to_string(), 0)]);
+        run(
+            &mut image,
+            7,
+            MetadataCommand::ElectLeaders {
+                partitions,
+                unclean: true,
+            },
+        );
+        let p = &image.topics["u"].assignment[0];
+        assert_eq!((p.leader, p.isr.clone()), (2, vec![2]));
     }
 
     #[test]

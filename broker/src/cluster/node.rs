@@ -378,6 +378,7 @@ impl MetadataNode {
                     .propose_as_leader(&MetadataCommand::UnfenceBroker { id: self.node_id }, term)
                     .await;
             }
+            self.elect_unclean(&config, term).await;
             if config.auto_leader_rebalance_enable && last_rebalance.elapsed() >= rebalance_every {
                 last_rebalance = Instant::now();
                 let partitions = super::placement::preferred_elections(
@@ -418,6 +419,47 @@ impl MetadataNode {
                         warn!(error = %e, "creating {OFFSETS_TOPIC} failed");
                     }
                 }
+            }
+        }
+    }
+
+    /// Kafka's unclean leader election (`unclean.leader.election.enable`, the topic's over this
+    /// controller's effective broker config): each partition left with no live ISR member but
+    /// with a live replica is led by that replica, at a new epoch, with itself as the ISR. Run
+    /// every controller round, so it also happens when such a replica registers or is unfenced.
+    async fn elect_unclean(&self, config: &Arc<BrokerConfig>, term: u64) {
+        let image = self.image();
+        let effective = crate::shard::effective_config(config, &image);
+        let partitions =
+            super::placement::unclean_elections(&image, effective.unclean_leader_election_enable);
+        if partitions.is_empty() {
+            return;
+        }
+        let cmd = MetadataCommand::ElectLeaders {
+            partitions: partitions.clone(),
+            unclean: true,
+        };
+        let items = match self.propose_as_leader(&cmd, term).await {
+            Ok(Outcome::Items(items)) => items,
+            Ok(other) => {
+                warn!(outcome = ?other, "unclean leader election: unexpected outcome");
+                return;
+            }
+            Err((_, e)) => {
+                warn!(error = %e, "unclean leader election failed");
+                return;
+            }
+        };
+        let image = self.image();
+        for ((topic, partition), item) in partitions.iter().zip(items) {
+            if item.is_ok() {
+                let leader = image.partition(topic, *partition).map(|p| p.leader);
+                warn!(
+                    topic = %topic,
+                    partition,
+                    leader = ?leader,
+                    "unclean leader election: every in-sync replica is fenced, so a replica outside the ISR now leads; records acknowledged only by the old ISR may be lost"
+                );
             }
         }
     }

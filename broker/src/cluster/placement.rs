@@ -2,7 +2,9 @@
 //! (`StripedReplicaPlacer` without racks), a pure function of the live brokers and two random
 //! starting points the caller draws. The first replica of partition `p` is the broker at
 //! `start + p`; the others follow at a shift that grows with every full round of brokers, so
-//! leaders and followers both spread evenly.
+//! leaders and followers both spread evenly. Also the active controller's choice of partitions
+//! to elect leaders for: preferred replicas (leader rebalance) and, where allowed, replicas out
+//! of sync (unclean election) — pure functions of the image; the election itself is `apply`'s.
 
 use tributary_protocol::ErrorCode;
 
@@ -147,6 +149,36 @@ pub fn preferred_elections(
         })
         .flat_map(|(_, (_, _, movable))| movable)
         .collect()
+}
+
+/// Kafka's unclean leader election, as the active controller runs it: the partitions with no
+/// leader, no live ISR member and a live replica outside the ISR, whose topic allows it
+/// (`unclean.leader.election.enable`, else `broker_default`). Electing one of them
+/// (`ElectLeaders` with `unclean`) loses what only the old ISR held; a partition whose topic
+/// does not allow it stays offline until an ISR member returns.
+pub fn unclean_elections(
+    image: &crate::catalog::Catalog,
+    broker_default: bool,
+) -> Vec<(String, i32)> {
+    let live = |b: &i32| image.brokers.get(b).is_some_and(|b| !b.fenced);
+    let mut out = Vec::new();
+    for t in image.topics.values() {
+        let mut allowed = None;
+        for (p, r) in t.assignment.iter().enumerate() {
+            if r.leader != super::command::NO_LEADER
+                || r.isr.iter().any(live)
+                || !r.replicas.iter().any(live)
+            {
+                continue;
+            }
+            if *allowed.get_or_insert_with(|| {
+                t.config_or("unclean.leader.election.enable", broker_default)
+            }) {
+                out.push((t.name.clone(), p as i32));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

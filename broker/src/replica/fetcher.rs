@@ -22,14 +22,11 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tracing::{debug, info, warn};
 use tributary_protocol::ErrorCode;
 
+use crate::config::BrokerConfig;
 use crate::shard::Shard;
 
 /// Fetch version followers send: the first with `last_fetched_epoch` and divergence.
 const REPLICA_FETCH_VERSION: i16 = 12;
-/// How long a leader may hold a fetch with nothing new (Kafka's `replica.fetch.wait.max.ms`).
-const REPLICA_FETCH_WAIT_MS: i32 = 500;
-/// Bytes one partition's share of a fetch may carry (Kafka's `replica.fetch.max.bytes`).
-const REPLICA_FETCH_PARTITION_BYTES_MAX: i32 = 1 << 20;
 /// Bytes one fetch response may carry (Kafka's `replica.fetch.response.max.bytes`).
 const REPLICA_FETCH_RESPONSE_BYTES_MAX: i32 = 10 << 20;
 /// A response frame larger than this closes the connection: the leader was asked for at most
@@ -38,8 +35,28 @@ const RESPONSE_FRAME_BYTES_MAX: usize = (REPLICA_FETCH_RESPONSE_BYTES_MAX as usi
 /// Pause after an error before fetching again.
 const BACKOFF: Duration = Duration::from_millis(100);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// A fetch answered later than this is given up (the connection is dropped and reopened).
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a follower's fetches ask for and how long it waits for each, from the broker config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchSettings {
+    /// Bytes one partition's share of a fetch may carry (`replica.fetch.max.bytes`).
+    pub partition_max_bytes: i32,
+    /// How long a leader may hold a fetch with nothing new (`replica.fetch.wait.max.ms`).
+    pub max_wait_ms: i32,
+    /// A fetch answered later than this is given up, and the connection dropped and reopened
+    /// (`replica.socket.timeout.ms`).
+    pub response_timeout: Duration,
+}
+
+impl FetchSettings {
+    pub fn from_config(config: &BrokerConfig) -> Self {
+        Self {
+            partition_max_bytes: config.replica_fetch_max_bytes,
+            max_wait_ms: config.replica_fetch_wait_max_ms,
+            response_timeout: Duration::from_millis(config.replica_socket_timeout_ms),
+        }
+    }
+}
 
 /// One followed partition in a fetch: where this replica's log ends and its last epoch.
 struct Item {
@@ -53,6 +70,7 @@ struct Item {
 
 pub async fn run(shard: Rc<Shard>, leader: i32) {
     info!(leader, shard = shard.id.0, "replica fetcher started");
+    let settings = FetchSettings::from_config(&shard.config);
     let mut conn: Option<TcpStream> = None;
     let mut correlation = 0i32;
     loop {
@@ -90,8 +108,8 @@ pub async fn run(shard: Rc<Shard>, leader: i32) {
             continue;
         };
         correlation = correlation.wrapping_add(1);
-        let request = encode_fetch(shard.config.node_id, correlation, &items);
-        let response = glommio::timer::timeout(RESPONSE_TIMEOUT, async {
+        let request = encode_fetch(shard.config.node_id, correlation, &items, &settings);
+        let response = glommio::timer::timeout(settings.response_timeout, async {
             exchange(stream, &request, correlation)
                 .await
                 .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e)))
@@ -146,7 +164,7 @@ fn leader_addr(shard: &Shard, leader: i32) -> Option<SocketAddr> {
     (b.host.as_str(), b.port).to_socket_addrs().ok()?.next()
 }
 
-fn encode_fetch(node: i32, correlation: i32, items: &[Item]) -> Bytes {
+fn encode_fetch(node: i32, correlation: i32, items: &[Item], settings: &FetchSettings) -> Bytes {
     let mut topics: Vec<FetchTopic> = Vec::new();
     for it in items {
         let part = FetchPartition::default()
@@ -154,7 +172,7 @@ fn encode_fetch(node: i32, correlation: i32, items: &[Item]) -> Bytes {
             .with_current_leader_epoch(it.leader_epoch)
             .with_fetch_offset(it.fetch_offset)
             .with_last_fetched_epoch(it.last_fetched_epoch)
-            .with_partition_max_bytes(REPLICA_FETCH_PARTITION_BYTES_MAX);
+            .with_partition_max_bytes(settings.partition_max_bytes);
         match topics.last_mut().filter(|t| t.topic.0.as_str() == it.topic) {
             Some(t) => t.partitions.push(part),
             None => topics.push(
@@ -166,7 +184,7 @@ fn encode_fetch(node: i32, correlation: i32, items: &[Item]) -> Bytes {
     }
     let req = FetchRequest::default()
         .with_replica_id(BrokerId(node))
-        .with_max_wait_ms(REPLICA_FETCH_WAIT_MS)
+        .with_max_wait_ms(settings.max_wait_ms)
         .with_min_bytes(1)
         .with_max_bytes(REPLICA_FETCH_RESPONSE_BYTES_MAX)
         .with_isolation_level(0)
@@ -383,4 +401,51 @@ async fn truncate_divergent(
         part.truncate_to(hw).await.map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fetch_asks_for_what_the_config_says() {
+        let config = crate::config::BrokerConfig::build(crate::config::ConfigInput {
+            data_dir: "./data".into(),
+            listen: "127.0.0.1:9092".into(),
+            advertised_listener: None,
+            cores: None,
+            cpus: None,
+            properties: [
+                ("replica.fetch.max.bytes", "4096"),
+                ("replica.fetch.wait.max.ms", "250"),
+                ("replica.socket.timeout.ms", "7000"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        })
+        .unwrap();
+        let settings = FetchSettings::from_config(&config);
+        assert_eq!(settings.response_timeout, Duration::from_millis(7000));
+        let items = [Item {
+            topic: "t".into(),
+            partition: 3,
+            leader_epoch: 2,
+            fetch_offset: 40,
+            last_fetched_epoch: 1,
+        }];
+        let mut frame = encode_fetch(7, 9, &items, &settings);
+        let len = frame.get_i32();
+        assert_eq!(usize::try_from(len).unwrap(), frame.remaining());
+        let header = RequestHeader::decode(&mut frame, 2).unwrap();
+        assert_eq!(header.correlation_id, 9);
+        let req = FetchRequest::decode(&mut frame, REPLICA_FETCH_VERSION).unwrap();
+        assert_eq!(req.max_wait_ms, 250);
+        assert_eq!(req.replica_id, BrokerId(7));
+        let p = &req.topics[0].partitions[0];
+        assert_eq!(
+            (p.partition, p.partition_max_bytes, p.fetch_offset),
+            (3, 4096, 40)
+        );
+    }
 }

@@ -16,7 +16,7 @@ use tributary_storage::Partition;
 
 use super::LeaderState;
 use crate::catalog::Catalog;
-use crate::cluster::command::MetadataCommand;
+use crate::cluster::command::{isr_eligible, MetadataCommand};
 use crate::group::OFFSETS_TOPIC;
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
@@ -445,6 +445,8 @@ impl Shard {
         let me = self.config.node_id;
         let lag_max = Duration::from_millis(self.config.replica_lag_time_max_ms);
         let now = Instant::now();
+        let catalog = self.catalog();
+        let eligible = |r: i32| isr_eligible(&catalog.brokers, r);
         let mut changes: Vec<MetadataCommand> = Vec::new();
         for ((topic, p), l) in self.replicas.leading.borrow_mut().iter_mut() {
             if l.isr_change_pending {
@@ -453,7 +455,7 @@ impl Shard {
             let hw = self
                 .partition(topic, *p)
                 .map_or(-1, |part| part.high_watermark());
-            if let Some(isr) = l.wanted_isr(me, hw, lag_max, now) {
+            if let Some(isr) = l.wanted_isr(me, hw, lag_max, now, eligible) {
                 info!(topic = %topic, partition = p, from = ?l.isr, to = ?isr, "changing the ISR");
                 l.isr_change_pending = true;
                 l.pending_isr = Some(isr.clone());
@@ -480,7 +482,14 @@ impl Shard {
             })
             .await;
             if !matches!(out, Some((ErrorCode::NONE, _))) {
-                warn!(topic = %key.0, partition = key.1, outcome = ?out, "ISR change not made");
+                if matches!(out, Some((ErrorCode::INELIGIBLE_REPLICA, _))) {
+                    // KIP-841: the controller knows a joining replica is fenced or shutting
+                    // down before this node's image does. Not now: the replica stays out, and
+                    // the next check (half a lag window on) asks again from a newer image.
+                    info!(topic = %key.0, partition = key.1, outcome = ?out, "ISR change refused for now: a joining replica is not eligible");
+                } else {
+                    warn!(topic = %key.0, partition = key.1, outcome = ?out, "ISR change not made");
+                }
                 if let Some(l) = self.replicas.leading.borrow_mut().get_mut(&key) {
                     l.isr_change_pending = false;
                     l.pending_isr = None;

@@ -136,13 +136,15 @@ impl LeaderState {
 
     /// The ISR this leader should propose, if it differs: members behind for longer than
     /// `lag_max` leave; replicas that caught up with the high watermark (and this epoch's start)
-    /// join.
+    /// join — if `eligible` (KIP-841: the leader's image says they are registered, unfenced and
+    /// not shutting down; the controller refuses any other with INELIGIBLE_REPLICA).
     pub fn wanted_isr(
         &self,
         me: i32,
         hw: i64,
         lag_max: Duration,
         now: Instant,
+        eligible: impl Fn(i32) -> bool,
     ) -> Option<Vec<i32>> {
         let mut isr: Vec<i32> = self
             .isr
@@ -157,7 +159,7 @@ impl LeaderState {
             })
             .collect();
         for &r in &self.replicas {
-            if isr.contains(&r) || r == me {
+            if isr.contains(&r) || r == me || !eligible(r) {
                 continue;
             }
             let Some(f) = self.followers.get(&r) else {
@@ -179,6 +181,10 @@ impl LeaderState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn any(_: i32) -> bool {
+        true
+    }
 
     fn leader(isr: &[i32]) -> (LeaderState, Instant) {
         let now = Instant::now();
@@ -222,7 +228,7 @@ mod tests {
             end += 10;
         }
         assert_eq!(l.followers[&2].last_caught_up, t - Duration::from_secs(1));
-        assert_eq!(l.wanted_isr(1, end, lag, t), None, "it stays in sync");
+        assert_eq!(l.wanted_isr(1, end, lag, t, any), None, "it stays in sync");
     }
 
     #[test]
@@ -231,20 +237,31 @@ mod tests {
         let lag = Duration::from_secs(10);
         l.record_fetch(2, 150, 150, start);
         l.record_fetch(3, 150, 150, start);
-        assert_eq!(l.wanted_isr(1, 150, lag, start + lag), None);
+        assert_eq!(l.wanted_isr(1, 150, lag, start + lag, any), None);
         // 3 stops catching up; 2 keeps up.
         let later = start + lag + Duration::from_secs(1);
         l.record_fetch(2, 200, 200, later);
         l.record_fetch(3, 160, 200, later);
-        assert_eq!(l.wanted_isr(1, 200, lag, later), Some(vec![1, 2]));
+        assert_eq!(l.wanted_isr(1, 200, lag, later, any), Some(vec![1, 2]));
         l.isr = vec![1, 2];
         // It comes back: caught up to the high watermark and the epoch start.
         let back = later + Duration::from_secs(1);
         l.record_fetch(3, 200, 200, back);
-        assert_eq!(l.wanted_isr(1, 200, lag, back), Some(vec![1, 2, 3]));
+        assert_eq!(l.wanted_isr(1, 200, lag, back, any), Some(vec![1, 2, 3]));
+        // Not while the image says it is fenced or shutting down (KIP-841); leaving the ISR
+        // does not wait for that.
+        assert_eq!(l.wanted_isr(1, 200, lag, back, |r| r != 3), None);
+        l.isr = vec![1, 2, 3];
+        let gone = back + lag + Duration::from_secs(1);
+        l.record_fetch(2, 200, 200, gone);
+        assert_eq!(
+            l.wanted_isr(1, 200, lag, gone, |r| r != 3),
+            Some(vec![1, 2])
+        );
+        l.isr = vec![1, 2];
         // Not before it reaches the epoch's start, even at the high watermark.
         l.epoch_start_offset = 300;
-        assert_eq!(l.wanted_isr(1, 200, lag, back), None);
+        assert_eq!(l.wanted_isr(1, 200, lag, back, any), None);
     }
 
     #[test]
@@ -263,10 +280,10 @@ mod tests {
             150,
             "not in the ISR: it holds nothing back"
         );
-        assert_eq!(l.wanted_isr(1, 150, lag, start), None);
+        assert_eq!(l.wanted_isr(1, 150, lag, start, any), None);
         let t = start + Duration::from_secs(1);
         l.record_fetch(4, 150, 150, t);
-        assert_eq!(l.wanted_isr(1, 150, lag, t), Some(vec![1, 2, 3, 4]));
+        assert_eq!(l.wanted_isr(1, 150, lag, t, any), Some(vec![1, 2, 3, 4]));
         // The reassignment completes without 3: it is forgotten.
         l.set_replicas(vec![4, 1, 2], t);
         assert!(!l.followers.contains_key(&3));
