@@ -65,6 +65,15 @@ impl ErrorCode {
     pub const INELIGIBLE_REPLICA: Self = Self(107);
     pub const POLICY_VIOLATION: Self = Self(44);
     pub const INVALID_RECORD: Self = Self(87);
+    pub const INVALID_TXN_STATE: Self = Self(48);
+    pub const INVALID_PRODUCER_ID_MAPPING: Self = Self(49);
+    pub const INVALID_TRANSACTION_TIMEOUT: Self = Self(50);
+    pub const CONCURRENT_TRANSACTIONS: Self = Self(51);
+    pub const TRANSACTION_COORDINATOR_FENCED: Self = Self(52);
+    pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Self = Self(53);
+    pub const OPERATION_NOT_ATTEMPTED: Self = Self(55);
+    pub const PRODUCER_FENCED: Self = Self(90);
+    pub const TRANSACTIONAL_ID_NOT_FOUND: Self = Self(105);
     /// KIP-919: a DescribeCluster for controller endpoints sent to a broker.
     pub const MISMATCHED_ENDPOINT_TYPE: Self = Self(114);
     pub const UNKNOWN_SERVER_ERROR: Self = Self(-1);

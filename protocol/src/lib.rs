@@ -18,6 +18,7 @@ pub mod registry;
 pub mod requests;
 pub mod response;
 pub mod topic;
+pub mod txn_records;
 pub mod wire;
 
 pub use error_code::ErrorCode;

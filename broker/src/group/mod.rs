@@ -7,13 +7,12 @@ pub mod state;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::channel::oneshot;
 use tracing::{info, warn};
 use tributary_protocol::group_records::{GroupKey, GroupValue, MemberValue, OffsetValue};
-use tributary_protocol::record_batch;
 use tributary_protocol::requests::groups::{
     HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest,
     OffsetDeleteRequest, OffsetFetchGroup, SyncGroupRequest,
@@ -21,6 +20,7 @@ use tributary_protocol::requests::groups::{
 use tributary_protocol::ErrorCode;
 use tributary_storage::Partition;
 
+use crate::coordinator_log::now_ms;
 use state::{CommittedOffset, Group, GroupLimits, GroupState, JoinResult, Member, SyncResult};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -39,13 +39,6 @@ pub fn partition_for_group(group: &str, partitions: i32) -> i32 {
     }
     let abs = if h == i32::MIN { 0 } else { h.abs() };
     abs % partitions.max(1)
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -79,13 +72,7 @@ pub type MemberResults = Vec<(String, Option<String>, ErrorCode)>;
 /// Per-partition results of a commit, fetch or offset delete, grouped by topic.
 pub type TopicResults<T> = Vec<(String, Vec<(i32, T)>)>;
 
-/// Waits until a replicated `__consumer_offsets` write up to the offset is held by the ISR.
-pub type ReplicatedWrite = Box<
-    dyn Fn(
-        Rc<Partition>,
-        i64,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ErrorCode>>>>,
->;
+pub use crate::coordinator_log::ReplicatedWrite;
 
 pub struct GroupCoordinator {
     config: GroupConfig,
@@ -117,42 +104,14 @@ impl GroupCoordinator {
 
     // ---------------------------------------------------------------- persistence
 
-    /// Appends records to the group's `__consumer_offsets` partition and waits until durable.
+    /// Appends records to the group's `__consumer_offsets` partition and waits until durable
+    /// (and held by the ISR when replicated).
     async fn persist(
         &self,
         log: &Rc<Partition>,
         records: Vec<(Bytes, Option<Bytes>)>,
     ) -> Result<(), ErrorCode> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        let kv: Vec<record_batch::KeyValue<'_>> = records
-            .iter()
-            .map(|(k, v)| (Some(&k[..]), v.as_deref()))
-            .collect();
-        let batch = record_batch::build_batch(&kv, now_ms(), None);
-        let out = log.append(&batch).await.map_err(|e| {
-            warn!(error = %e, "writing to __consumer_offsets failed");
-            ErrorCode::COORDINATOR_NOT_AVAILABLE
-        })?;
-        let end = out.last_offset + 1;
-        log.sync_to(end).await.map_err(|e| {
-            warn!(error = %e, "syncing __consumer_offsets failed");
-            ErrorCode::COORDINATOR_NOT_AVAILABLE
-        })?;
-        if log.is_replicated() {
-            // As Kafka's coordinator writes with acks=all: answered once the ISR holds it.
-            // The future is made under the borrow and awaited after it ends.
-            let wait = self
-                .replicated_write
-                .borrow()
-                .as_ref()
-                .map(|hook| hook(log.clone(), end));
-            if let Some(wait) = wait {
-                wait.await?;
-            }
-        }
-        Ok(())
+        crate::coordinator_log::append(log, &records, &self.replicated_write).await
     }
 
     fn group_record(g: &Group) -> (Bytes, Option<Bytes>) {
@@ -199,47 +158,7 @@ impl GroupCoordinator {
     /// reading to its log end as Kafka's coordinator does: a new leader's log is the one its
     /// high watermark will reach.
     pub async fn load(&self, log: &Rc<Partition>) {
-        let started = Instant::now();
-        let mut offset = log.log_start_offset();
-        let mut records = 0usize;
-        while offset < log.log_end_offset() {
-            let read = match log.read_replica(offset, 1 << 20).await {
-                Ok(r) => r,
-                Err(e) => {
-                    warn!(error = %e, "reading __consumer_offsets failed; group state may be incomplete");
-                    return;
-                }
-            };
-            let Ok(batches) = record_batch::validate_all(&read.records) else {
-                warn!(
-                    offset,
-                    "corrupt batch in __consumer_offsets; stopping its replay"
-                );
-                return;
-            };
-            if batches.is_empty() {
-                break;
-            }
-            for (pos, header) in batches {
-                offset = header.last_offset() + 1;
-                let bytes = &read.records[pos..pos + header.size()];
-                let Ok(recs) = record_batch::records(bytes) else {
-                    continue;
-                };
-                for rec in recs {
-                    records += 1;
-                    if let Some(key) = rec.key {
-                        self.apply_record(
-                            Bytes::copy_from_slice(key),
-                            rec.value.map(Bytes::copy_from_slice),
-                        );
-                    }
-                }
-            }
-        }
-        if records > 0 {
-            info!(dir = %log.dir().display(), records, groups = self.groups.borrow().len(), elapsed_ms = started.elapsed().as_millis() as u64, "group state loaded");
-        }
+        crate::coordinator_log::replay(log, |k, v| self.apply_record(k, v)).await;
     }
 
     fn apply_record(&self, key: Bytes, value: Option<Bytes>) {

@@ -20,6 +20,7 @@ pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
+pub mod txn;
 
 use crate::registry;
 

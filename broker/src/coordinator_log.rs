@@ -1,0 +1,120 @@
+//! What the group and transaction coordinators share about the partitions of their internal
+//! topics (`__consumer_offsets`, `__transaction_state`): appending records durably — on a
+//! replicated partition, until its ISR holds them, as Kafka's coordinators write with
+//! acks=all — and replaying a partition's records in order when its leadership arrives.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use tracing::{info, warn};
+use tributary_protocol::record_batch;
+use tributary_protocol::ErrorCode;
+use tributary_storage::Partition;
+
+/// Waits until a write to a replicated internal partition, up to the offset, is held by the
+/// ISR. Set by the shard, which knows the replication state.
+pub type ReplicatedWrite = Box<
+    dyn Fn(
+        Rc<Partition>,
+        i64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ErrorCode>>>>,
+>;
+
+/// Bytes read per step of a replay.
+const REPLAY_READ_BYTES: usize = 1 << 20;
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Appends `records` (key, value; a `None` value is a tombstone) as one batch, makes it
+/// durable and, on a replicated partition, waits for the ISR through `replicated`.
+/// COORDINATOR_NOT_AVAILABLE when the write fails, NOT_COORDINATOR when leadership moved.
+pub async fn append(
+    log: &Rc<Partition>,
+    records: &[(Bytes, Option<Bytes>)],
+    replicated: &RefCell<Option<ReplicatedWrite>>,
+) -> Result<(), ErrorCode> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let kv: Vec<record_batch::KeyValue<'_>> = records
+        .iter()
+        .map(|(k, v)| (Some(&k[..]), v.as_deref()))
+        .collect();
+    let batch = record_batch::build_batch(&kv, now_ms(), None);
+    let out = log.append(&batch).await.map_err(|e| {
+        warn!(dir = %log.dir().display(), error = %e, "writing a coordinator record failed");
+        ErrorCode::COORDINATOR_NOT_AVAILABLE
+    })?;
+    let end = out.last_offset + 1;
+    log.sync_to(end).await.map_err(|e| {
+        warn!(dir = %log.dir().display(), error = %e, "syncing a coordinator record failed");
+        ErrorCode::COORDINATOR_NOT_AVAILABLE
+    })?;
+    if log.is_replicated() {
+        // The future is made under the borrow and awaited after it ends.
+        let wait = replicated
+            .borrow()
+            .as_ref()
+            .map(|hook| hook(log.clone(), end));
+        if let Some(wait) = wait {
+            wait.await?;
+        }
+    }
+    Ok(())
+}
+
+/// Feeds every record of `log`, from its start to its log end (a new leader's log is the one
+/// its high watermark will reach), to `apply` in order; returns how many there were. Control
+/// batches (transaction markers) are passed over. A corrupt batch stops the replay with a
+/// warning.
+pub async fn replay(log: &Rc<Partition>, mut apply: impl FnMut(Bytes, Option<Bytes>)) -> usize {
+    let started = Instant::now();
+    let mut offset = log.log_start_offset();
+    let mut records = 0usize;
+    while offset < log.log_end_offset() {
+        let read = match log.read_replica(offset, REPLAY_READ_BYTES).await {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(dir = %log.dir().display(), error = %e, "reading a coordinator partition failed; its state may be incomplete");
+                return records;
+            }
+        };
+        let Ok(batches) = record_batch::validate_all(&read.records) else {
+            warn!(dir = %log.dir().display(), offset, "corrupt batch in a coordinator partition; stopping its replay");
+            return records;
+        };
+        if batches.is_empty() {
+            break;
+        }
+        for (pos, header) in batches {
+            offset = header.last_offset() + 1;
+            if header.is_control() {
+                continue;
+            }
+            let bytes = &read.records[pos..pos + header.size()];
+            let Ok(recs) = record_batch::records(bytes) else {
+                continue;
+            };
+            for rec in recs {
+                records += 1;
+                if let Some(key) = rec.key {
+                    apply(
+                        Bytes::copy_from_slice(key),
+                        rec.value.map(Bytes::copy_from_slice),
+                    );
+                }
+            }
+        }
+    }
+    if records > 0 {
+        info!(dir = %log.dir().display(), records, elapsed_ms = started.elapsed().as_millis() as u64, "coordinator state replayed");
+    }
+    records
+}
