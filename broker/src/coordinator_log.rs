@@ -40,6 +40,17 @@ pub async fn append(
     records: &[(Bytes, Option<Bytes>)],
     replicated: &RefCell<Option<ReplicatedWrite>>,
 ) -> Result<(), ErrorCode> {
+    append_for(log, records, None, replicated).await
+}
+
+/// As [`append`]; with `txn_producer` (producer id, epoch) the batch is transactional, its
+/// effect decided by that producer's marker (TxnOffsetCommit's offsets).
+pub async fn append_for(
+    log: &Rc<Partition>,
+    records: &[(Bytes, Option<Bytes>)],
+    txn_producer: Option<(i64, i16)>,
+    replicated: &RefCell<Option<ReplicatedWrite>>,
+) -> Result<(), ErrorCode> {
     if records.is_empty() {
         return Ok(());
     }
@@ -47,7 +58,13 @@ pub async fn append(
         .iter()
         .map(|(k, v)| (Some(&k[..]), v.as_deref()))
         .collect();
-    let batch = record_batch::build_batch(&kv, now_ms(), None);
+    let batch = match txn_producer {
+        // Kafka's coordinators write transactional records without a sequence.
+        Some((id, epoch)) => {
+            record_batch::build_transactional_batch(&kv, now_ms(), (id, epoch, -1))
+        }
+        None => record_batch::build_batch(&kv, now_ms(), None),
+    };
     let out = log.append(&batch).await.map_err(|e| {
         warn!(dir = %log.dir().display(), error = %e, "writing a coordinator record failed");
         ErrorCode::COORDINATOR_NOT_AVAILABLE
@@ -70,11 +87,24 @@ pub async fn append(
     Ok(())
 }
 
-/// Feeds every record of `log`, from its start to its log end (a new leader's log is the one
-/// its high watermark will reach), to `apply` in order; returns how many there were. Control
-/// batches (transaction markers) are passed over. A corrupt batch stops the replay with a
-/// warning.
-pub async fn replay(log: &Rc<Partition>, mut apply: impl FnMut(Bytes, Option<Bytes>)) -> usize {
+/// One item of a replay, in log order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replayed {
+    /// A record; `txn_producer` is its producer id when it was written in a transaction (its
+    /// effect waits for that producer's marker).
+    Record {
+        key: Bytes,
+        value: Option<Bytes>,
+        txn_producer: Option<i64>,
+    },
+    /// A transaction marker of `producer_id`.
+    Marker { producer_id: i64, commit: bool },
+}
+
+/// Feeds every record and transaction marker of `log`, from its start to its log end (a new
+/// leader's log is the one its high watermark will reach), to `apply` in order; returns how
+/// many records there were. A corrupt batch stops the replay with a warning.
+pub async fn replay(log: &Rc<Partition>, mut apply: impl FnMut(Replayed)) -> usize {
     let started = Instant::now();
     let mut offset = log.log_start_offset();
     let mut records = 0usize;
@@ -95,20 +125,30 @@ pub async fn replay(log: &Rc<Partition>, mut apply: impl FnMut(Bytes, Option<Byt
         }
         for (pos, header) in batches {
             offset = header.last_offset() + 1;
-            if header.is_control() {
-                continue;
-            }
             let bytes = &read.records[pos..pos + header.size()];
             let Ok(recs) = record_batch::records(bytes) else {
                 continue;
             };
             for rec in recs {
+                if header.is_control() {
+                    // The control record key: [version i16][type i16: 0 abort, 1 commit].
+                    if let Some(k) = rec.key.filter(|k| k.len() >= 4) {
+                        apply(Replayed::Marker {
+                            producer_id: header.producer_id,
+                            commit: i16::from_be_bytes([k[2], k[3]]) == 1,
+                        });
+                    }
+                    continue;
+                }
                 records += 1;
                 if let Some(key) = rec.key {
-                    apply(
-                        Bytes::copy_from_slice(key),
-                        rec.value.map(Bytes::copy_from_slice),
-                    );
+                    apply(Replayed::Record {
+                        key: Bytes::copy_from_slice(key),
+                        value: rec.value.map(Bytes::copy_from_slice),
+                        txn_producer: header
+                            .is_transactional()
+                            .then_some(header.producer_id),
+                    });
                 }
             }
         }

@@ -315,7 +315,7 @@ async fn run_shard(
         controller,
         connections,
     ));
-    shard.install_group_write_wait();
+    shard.install_coordinator_write_waits();
     // Opens this shard's partitions, takes their replication roles and loads the groups of
     // the offsets partitions this node leads.
     shard.apply_catalog(catalog).await;
@@ -355,6 +355,12 @@ async fn run_shard(
         |s| async move { s.enforce_retention().await },
     ))
     .detach();
+    let txn_cleaner = glommio::spawn_local(every(
+        shard.clone(),
+        config.transaction_cleanup_interval_ms,
+        crate::handlers::txn::tick,
+    ))
+    .detach();
     // Leaders check their followers' lag twice per replica.lag.time.max.ms.
     let isr_checker = glommio::spawn_local(every(
         shard.clone(),
@@ -392,6 +398,7 @@ async fn run_shard(
     }
     ticker.cancel();
     retention.cancel();
+    txn_cleaner.cancel();
     isr_checker.cancel();
     if let Some(c) = cleaner {
         c.cancel();

@@ -231,6 +231,18 @@ pub enum ShardRequest {
         op: Box<GroupOp>,
         reply: oneshot::Sender<GroupReply>,
     },
+    /// A transaction coordinator operation, on the shard owning the id's
+    /// `__transaction_state` partition.
+    Txn {
+        op: Box<crate::handlers::txn::TxnOp>,
+        reply: oneshot::Sender<crate::handlers::txn::TxnReply>,
+    },
+    /// A COMMIT/ABORT marker for a partition this shard owns and this node leads; answered
+    /// once it is appended (and, replicated, held by the ISR).
+    WriteMarker {
+        marker: crate::txn::markers::Marker,
+        reply: oneshot::Sender<ErrorCode>,
+    },
 }
 
 pub struct Shard {
@@ -248,6 +260,10 @@ pub struct Shard {
     /// `__consumer_offsets` partitions whose groups this shard has loaded: those this node
     /// leads. Group requests for the others are refused (NOT_COORDINATOR).
     pub groups_loaded: RefCell<std::collections::HashSet<i32>>,
+    pub txns: crate::txn::TxnCoordinator,
+    /// `__transaction_state` partitions whose transactional ids this shard has loaded: those
+    /// this node leads.
+    pub txns_loaded: RefCell<std::collections::HashSet<i32>>,
     pub draining: Cell<bool>,
     pub drain_event: Event,
     pub inflight: Cell<usize>,
@@ -286,6 +302,12 @@ impl Shard {
         connections: Arc<ConnectionQuotas>,
     ) -> Self {
         let groups = GroupCoordinator::new(group_config(&config));
+        let txns = crate::txn::TxnCoordinator::new(crate::txn::TxnConfig {
+            max_timeout_ms: config.transaction_max_timeout_ms,
+            partitions: config.transaction_state_log_num_partitions,
+            id_expiration_ms: i64::try_from(config.transactional_id_expiration_ms)
+                .unwrap_or(i64::MAX),
+        });
         let request_memory = RequestMemory::new(config.queued_max_request_bytes);
         let broker_config = RefCell::new(effective_config(&config, &catalog));
         // Kafka's cache size is per broker; each shard holds its share.
@@ -316,6 +338,8 @@ impl Shard {
             fetch_read_bytes: Cell::new(0),
             replicas: Default::default(),
             groups_loaded: RefCell::new(std::collections::HashSet::new()),
+            txns,
+            txns_loaded: RefCell::new(std::collections::HashSet::new()),
             fetch_sessions: RefCell::new(crate::handlers::fetch::session::SessionCache::new(
                 session_slots,
             )),
@@ -423,6 +447,9 @@ impl Shard {
         let old = self.catalog.replace(catalog.clone());
         if let Some(t) = catalog.topics.get(OFFSETS_TOPIC) {
             self.groups.set_offsets_partitions(t.partitions);
+        }
+        if let Some(t) = catalog.topics.get(crate::txn::TXN_TOPIC) {
+            self.txns.set_partitions(t.partitions);
         }
         if old.broker_configs != catalog.broker_configs {
             let effective = effective_config(&self.config, &catalog);
@@ -558,6 +585,20 @@ impl Shard {
             return None;
         }
         self.partition(OFFSETS_TOPIC, p)
+    }
+
+    /// The `__transaction_state` partition holding `id`, if this shard owns and has loaded it.
+    pub fn txn_log(&self, id: &str) -> Option<Rc<Partition>> {
+        let p = self.txns.partition_of(id);
+        if !self.txns_loaded.borrow().contains(&p) {
+            return None;
+        }
+        self.partition(crate::txn::TXN_TOPIC, p)
+    }
+
+    /// The shard coordinating transactional id `id`.
+    pub fn txn_owner(&self, id: &str) -> ShardId {
+        self.owner(crate::txn::TXN_TOPIC, self.txns.partition_of(id))
     }
 
     /// The shard coordinating `group`.
@@ -913,6 +954,13 @@ impl Shard {
             ShardRequest::Group { op, reply } => {
                 let out = crate::handlers::groups::run(&self, *op).await;
                 let _ = reply.send(out);
+            }
+            ShardRequest::Txn { op, reply } => {
+                let out = crate::handlers::txn::run(&self, *op).await;
+                let _ = reply.send(out);
+            }
+            ShardRequest::WriteMarker { marker, reply } => {
+                let _ = reply.send(crate::txn::markers::write_local(&self, &marker).await);
             }
             ShardRequest::Stop { reply } => {
                 // Handled by the shard's message loop, which must exit afterwards.

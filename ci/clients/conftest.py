@@ -76,6 +76,21 @@ def broker(tmp_path):
         assert b.stop() == 0, "broker must exit 0 on SIGTERM"
 
 
+@pytest.fixture
+def txn_broker(tmp_path):
+    """A broker with small internal topics, for the transaction tests."""
+    b = Broker(tmp_path / "data", extra=[
+        "--set", "num.partitions=1",
+        "--set", "group.initial.rebalance.delay.ms=0",
+        "--set", "transaction.state.log.num.partitions=4",
+        "--set", "offsets.topic.num.partitions=4",
+    ])
+    b.start()
+    yield b
+    if b.proc is not None:
+        assert b.stop() == 0, "broker must exit 0 on SIGTERM"
+
+
 class Cluster:
     """Three `tributary` processes, one cluster: every node a voter of the metadata quorum."""
 

@@ -76,6 +76,10 @@ pub fn request(data: &[u8]) {
             api_key::LIST_PARTITION_REASSIGNMENTS => {
                 drop(partition_reassignments::decode_list(&mut r, v))
             }
+            api_key::ADD_PARTITIONS_TO_TXN => drop(txn::decode_add_partitions(&mut r, v)),
+            api_key::ADD_OFFSETS_TO_TXN => drop(txn::decode_add_offsets(&mut r, v)),
+            api_key::END_TXN => drop(txn::decode_end_txn(&mut r, v)),
+            api_key::TXN_OFFSET_COMMIT => drop(txn::decode_txn_offset_commit(&mut r, v)),
             _ => {}
         }
     }
@@ -96,7 +100,9 @@ pub fn record_batches(data: &[u8]) {
     let bytes = Bytes::copy_from_slice(data);
     let _ = crate::group_records::GroupKey::decode(bytes.clone());
     let _ = crate::group_records::GroupValue::decode(bytes.clone());
-    let _ = crate::group_records::OffsetValue::decode(bytes);
+    let _ = crate::group_records::OffsetValue::decode(bytes.clone());
+    let _ = crate::txn_records::TxnKey::decode(bytes.clone());
+    let _ = crate::txn_records::TxnValue::decode(bytes);
     let _ = crate::group_records::subscription_topics(data);
     let mut position = 0;
     while position < data.len() {

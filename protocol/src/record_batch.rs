@@ -235,6 +235,33 @@ pub fn build_batch(
     base_timestamp: i64,
     producer: Option<(i64, i16, i32)>,
 ) -> BytesMut {
+    build_with_attributes(records, base_timestamp, producer, 0)
+}
+
+/// The transactional attribute bit of a batch.
+pub const ATTRIBUTE_TRANSACTIONAL: i16 = 0x10;
+
+/// As [`build_batch`], a transactional batch of producer (id, epoch, base sequence): what a
+/// coordinator writes for a producer's transaction (TxnOffsetCommit's offsets).
+pub fn build_transactional_batch(
+    records: &[KeyValue<'_>],
+    base_timestamp: i64,
+    producer: (i64, i16, i32),
+) -> BytesMut {
+    build_with_attributes(
+        records,
+        base_timestamp,
+        Some(producer),
+        ATTRIBUTE_TRANSACTIONAL,
+    )
+}
+
+fn build_with_attributes(
+    records: &[KeyValue<'_>],
+    base_timestamp: i64,
+    producer: Option<(i64, i16, i32)>,
+    attributes: i16,
+) -> BytesMut {
     assert!(
         !records.is_empty(),
         "a record batch holds at least one record"
@@ -266,7 +293,7 @@ pub fn build_batch(
     out.put_i32(0);
     out.put_i8(MAGIC_V2);
     out.put_u32(0);
-    out.put_i16(0);
+    out.put_i16(attributes);
     out.put_i32(count - 1);
     out.put_i64(base_timestamp);
     out.put_i64(base_timestamp + i64::from(count) - 1);

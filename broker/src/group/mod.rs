@@ -27,7 +27,7 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// Internal topics: listed in metadata as internal, never written by clients.
 pub fn is_internal(topic: &str) -> bool {
-    topic == OFFSETS_TOPIC
+    topic == OFFSETS_TOPIC || topic == crate::txn::TXN_TOPIC
 }
 
 /// The partition of `__consumer_offsets` that holds `group`: Kafka's
@@ -82,6 +82,8 @@ pub struct GroupCoordinator {
     /// created with, whatever `offsets.topic.num.partitions` says later).
     offsets_partitions: std::cell::Cell<i32>,
     groups: RefCell<HashMap<String, Group>>,
+    /// Offset records of open transactions, by producer id, until their marker.
+    pending_txn: RefCell<HashMap<i64, Vec<(Bytes, Option<Bytes>)>>>,
 }
 
 impl GroupCoordinator {
@@ -91,6 +93,7 @@ impl GroupCoordinator {
             offsets_partitions: std::cell::Cell::new(config.offsets_partitions),
             config,
             groups: RefCell::new(HashMap::new()),
+            pending_txn: RefCell::new(HashMap::new()),
         }
     }
 
@@ -158,7 +161,24 @@ impl GroupCoordinator {
     /// reading to its log end as Kafka's coordinator does: a new leader's log is the one its
     /// high watermark will reach.
     pub async fn load(&self, log: &Rc<Partition>) {
-        crate::coordinator_log::replay(log, |k, v| self.apply_record(k, v)).await;
+        use crate::coordinator_log::Replayed;
+        crate::coordinator_log::replay(log, |item| match item {
+            Replayed::Record {
+                key,
+                value,
+                txn_producer: None,
+            } => self.apply_record(key, value),
+            Replayed::Record {
+                key,
+                value,
+                txn_producer: Some(pid),
+            } => self.hold_txn_record(pid, key, value),
+            Replayed::Marker {
+                producer_id,
+                commit,
+            } => self.end_txn_offsets(producer_id, commit),
+        })
+        .await;
     }
 
     fn apply_record(&self, key: Bytes, value: Option<Bytes>) {
@@ -553,10 +573,14 @@ impl GroupCoordinator {
 
     /// Validates and persists a commit. `topics` holds partitions already checked to exist;
     /// `unknown` those that do not, answered UNKNOWN_TOPIC_OR_PARTITION.
+    /// OffsetCommit; with `txn` (producer id, epoch), TxnOffsetCommit: the offsets are written
+    /// in the producer's transaction and become visible only when its COMMIT marker reaches
+    /// this partition (`end_txn_offsets`).
     pub async fn commit(
         &self,
         log: &Rc<Partition>,
         req: OffsetCommitRequest,
+        txn: Option<(i64, i16)>,
     ) -> TopicResults<ErrorCode> {
         let all = |code: ErrorCode| -> TopicResults<ErrorCode> {
             req.topics
@@ -605,31 +629,60 @@ impl GroupCoordinator {
             }
             results.push((topic.clone(), rs));
         }
-        if let Err(code) = self.persist(log, records).await {
+        let written = match txn {
+            None => self.persist(log, records.clone()).await,
+            Some(producer) => {
+                crate::coordinator_log::append_for(
+                    log,
+                    &records,
+                    Some(producer),
+                    &self.replicated_write,
+                )
+                .await
+            }
+        };
+        if let Err(code) = written {
             return all(code);
         }
-        let now = Instant::now();
-        let mut groups = self.groups.borrow_mut();
-        let g = groups
-            .entry(req.group_id.clone())
-            .or_insert_with(|| Group::new(&req.group_id, now));
-        for (topic, parts) in &req.topics {
-            for p in parts {
-                let md = p.metadata.clone().unwrap_or_default();
-                if md.len() <= self.config.offset_metadata_max_bytes {
-                    g.offsets.insert(
-                        (topic.clone(), p.partition),
-                        CommittedOffset {
-                            offset: p.offset,
-                            leader_epoch: p.leader_epoch,
-                            metadata: md,
-                            commit_timestamp_ms: ts,
-                        },
-                    );
-                }
+        for (key, value) in records {
+            match txn {
+                None => self.apply_record(key, value),
+                Some((pid, _)) => self.hold_txn_record(pid, key, value),
             }
         }
         results
+    }
+
+    /// Holds a transactional offset record until its producer's marker.
+    fn hold_txn_record(&self, producer_id: i64, key: Bytes, value: Option<Bytes>) {
+        self.pending_txn
+            .borrow_mut()
+            .entry(producer_id)
+            .or_default()
+            .push((key, value));
+    }
+
+    /// A transaction marker of `producer_id` reached this partition: its held offsets take
+    /// effect (COMMIT) or are dropped (ABORT).
+    pub fn end_txn_offsets(&self, producer_id: i64, commit: bool) {
+        let held = self.pending_txn.borrow_mut().remove(&producer_id);
+        if commit {
+            for (key, value) in held.into_iter().flatten() {
+                self.apply_record(key, value);
+            }
+        }
+    }
+
+    /// Whether a transaction holds an offset of `group` for the partition not yet committed
+    /// (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT then).
+    pub fn has_pending_offset(&self, group: &str, topic: &str, partition: i32) -> bool {
+        self.pending_txn.borrow().values().flatten().any(|(key, _)| {
+            matches!(
+                GroupKey::decode(key.clone()),
+                Ok(GroupKey::Offset { group: g, topic: t, partition: p })
+                    if g == group && t == topic && p == partition
+            )
+        })
     }
 
     /// Committed offsets: (offset, leader_epoch, metadata) per partition; -1 when none.

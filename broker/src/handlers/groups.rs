@@ -50,6 +50,11 @@ pub enum GroupOp {
     Heartbeat(HeartbeatRequest),
     Leave(LeaveGroupRequest),
     Commit(OffsetCommitRequest),
+    /// TxnOffsetCommit: offsets in the transaction of producer (id, epoch).
+    TxnCommit {
+        req: OffsetCommitRequest,
+        producer: (i64, i16),
+    },
     Fetch(OffsetFetchGroup),
     Describe(String),
     List,
@@ -78,7 +83,7 @@ pub async fn run(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
             GroupOp::Sync(r) => Some(r.group_id.clone()),
             GroupOp::Heartbeat(r) => Some(r.group_id.clone()),
             GroupOp::Leave(r) => Some(r.group_id.clone()),
-            GroupOp::Commit(r) => Some(r.group_id.clone()),
+            GroupOp::Commit(r) | GroupOp::TxnCommit { req: r, .. } => Some(r.group_id.clone()),
             GroupOp::Fetch(r) => Some(r.group_id.clone()),
             GroupOp::Describe(id) | GroupOp::Delete(id) => Some(id.clone()),
             GroupOp::OffsetDelete(r) => Some(r.group_id.clone()),
@@ -155,7 +160,11 @@ pub async fn run(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
             GroupReply::Leave(code, members)
         }
         GroupOp::Commit(req) => match &log {
-            Some(log) => GroupReply::Commit(g.commit(log, req).await),
+            Some(log) => GroupReply::Commit(g.commit(log, req, None).await),
+            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+        },
+        GroupOp::TxnCommit { req, producer } => match &log {
+            Some(log) => GroupReply::Commit(g.commit(log, req, Some(producer)).await),
             None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
         },
         GroupOp::Fetch(req) => GroupReply::Fetch(ErrorCode::NONE, g.fetch_offsets(&req)),
@@ -192,7 +201,7 @@ pub async fn handle(
 ) -> HandlerResult {
     let v = header.api_version;
     match spec.key {
-        api_key::FIND_COORDINATOR => find_coordinator(shard, spec, header, r),
+        api_key::FIND_COORDINATOR => find_coordinator(shard, spec, header, r).await,
         api_key::JOIN_GROUP => {
             let req = decode_all(r, |r| decode_join_group(r, v))?;
             let group = req.group_id.clone();
@@ -298,7 +307,11 @@ pub async fn handle(
     }
 }
 
-fn find_coordinator(
+/// FindCoordinator key types (KIP-98).
+const KEY_GROUP: i8 = 0;
+const KEY_TRANSACTION: i8 = 1;
+
+async fn find_coordinator(
     shard: &Rc<Shard>,
     spec: &ApiSpec,
     header: &RequestHeader,
@@ -306,14 +319,18 @@ fn find_coordinator(
 ) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| decode_find_coordinator(r, v))?;
-    // Groups only; transaction coordinators arrive with transactions.
+    let txn = req.key_type == KEY_TRANSACTION;
+    if txn {
+        // Kafka creates `__transaction_state` at the first transactional request.
+        super::txn::ensure_txn_topic(shard).await;
+    }
     let answer = |key: &str| -> (ErrorCode, Option<String>) {
-        if req.key_type != 0 {
+        if req.key_type != KEY_GROUP && !txn {
             (
-                ErrorCode::COORDINATOR_NOT_AVAILABLE,
-                Some("transactions are not supported yet".into()),
+                ErrorCode::INVALID_REQUEST,
+                Some(format!("unknown coordinator key type {}", req.key_type)),
             )
-        } else if key.is_empty() {
+        } else if key.is_empty() && !txn {
             (
                 ErrorCode::INVALID_GROUP_ID,
                 Some("the group id is empty".into()),
@@ -322,7 +339,13 @@ fn find_coordinator(
             (ErrorCode::NONE, None)
         }
     };
-    // The coordinator is the leader of the group's `__consumer_offsets` partition.
+    // The coordinator is the leader of the key's `__consumer_offsets` partition (a group) or
+    // `__transaction_state` partition (a transactional id).
+    let (topic, partition_of): (&str, Box<dyn Fn(&str) -> i32>) = if txn {
+        (crate::txn::TXN_TOPIC, Box::new(|k| shard.txns.partition_of(k)))
+    } else {
+        (OFFSETS_TOPIC, Box::new(|k| shard.groups.group_partition(k)))
+    };
     let catalog = shard.catalog();
     let coordinator = |key: &str| -> Result<
         (BrokerId, kafka_protocol::protocol::StrBytes, i32),
@@ -332,17 +355,15 @@ fn find_coordinator(
         if code.is_error() {
             return Err((code, msg));
         }
-        let p = shard.groups.group_partition(key);
+        let p = partition_of(key);
         catalog
-            .partition(OFFSETS_TOPIC, p)
+            .partition(topic, p)
             .and_then(|r| catalog.brokers.get(&r.leader))
             .filter(|b| !b.fenced)
             .map(|b| (BrokerId(b.id), str_bytes(&b.host), i32::from(b.port)))
             .ok_or((
                 ErrorCode::COORDINATOR_NOT_AVAILABLE,
-                Some(format!(
-                    "{OFFSETS_TOPIC} partition {p} has no live leader yet"
-                )),
+                Some(format!("{topic} partition {p} has no live leader yet")),
             ))
     };
     if v >= 4 {
@@ -393,6 +414,62 @@ fn find_coordinator(
     frame(spec, header, &resp)
 }
 
+/// OffsetCommit, or TxnOffsetCommit with `txn` (producer id, epoch), through the group's
+/// coordinator shard: per partition, its error. Partitions of topics that do not exist are
+/// answered here, as Kafka does.
+pub async fn commit_offsets(
+    shard: &Rc<Shard>,
+    mut req: OffsetCommitRequest,
+    txn: Option<(i64, i16)>,
+) -> TopicResults<ErrorCode> {
+    let group = req.group_id.clone();
+    let catalog = shard.catalog();
+    let mut unknown: TopicResults<ErrorCode> = Vec::new();
+    for (t, parts) in &mut req.topics {
+        let known = |p: i32| {
+            catalog
+                .topics
+                .get(t.as_str())
+                .is_some_and(|m| p >= 0 && p < m.partitions)
+        };
+        let bad: Vec<(i32, ErrorCode)> = parts
+            .iter()
+            .filter(|p| !known(p.partition))
+            .map(|p| (p.partition, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION))
+            .collect();
+        parts.retain(|p| known(p.partition));
+        if !bad.is_empty() {
+            unknown.push((t.clone(), bad));
+        }
+    }
+    req.topics.retain(|(_, p)| !p.is_empty());
+    let mut results = if req.topics.is_empty() {
+        Vec::new()
+    } else {
+        let n: Vec<(String, Vec<i32>)> = req
+            .topics
+            .iter()
+            .map(|(t, ps)| (t.clone(), ps.iter().map(|p| p.partition).collect()))
+            .collect();
+        let every = |c: ErrorCode| -> TopicResults<ErrorCode> {
+            n.iter()
+                .map(|(t, ps)| (t.clone(), ps.iter().map(|p| (*p, c)).collect()))
+                .collect()
+        };
+        let op = match txn {
+            None => GroupOp::Commit(req),
+            Some(producer) => GroupOp::TxnCommit { req, producer },
+        };
+        match ask(shard, &group, op).await {
+            Some(GroupReply::Commit(r)) => r,
+            Some(GroupReply::Code(c)) => every(c),
+            _ => every(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+        }
+    };
+    results.extend(unknown);
+    results
+}
+
 /// Offsets and group administration: OffsetCommit, OffsetFetch, ListGroups, DescribeGroups,
 /// DeleteGroups, OffsetDelete.
 pub(super) mod admin {
@@ -407,57 +484,8 @@ pub(super) mod admin {
         let v = header.api_version;
         match spec.key {
             api_key::OFFSET_COMMIT => {
-                let mut req = decode_all(r, |r| decode_offset_commit(r, v))?;
-                let group = req.group_id.clone();
-                // Partitions of topics that do not exist are answered here, as Kafka does.
-                let catalog = shard.catalog();
-                let mut unknown: TopicResults<ErrorCode> = Vec::new();
-                for (t, parts) in &mut req.topics {
-                    let known = |p: i32| {
-                        catalog
-                            .topics
-                            .get(t.as_str())
-                            .is_some_and(|m| p >= 0 && p < m.partitions)
-                    };
-                    let bad: Vec<(i32, ErrorCode)> = parts
-                        .iter()
-                        .filter(|p| !known(p.partition))
-                        .map(|p| (p.partition, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION))
-                        .collect();
-                    parts.retain(|p| known(p.partition));
-                    if !bad.is_empty() {
-                        unknown.push((t.clone(), bad));
-                    }
-                }
-                req.topics.retain(|(_, p)| !p.is_empty());
-                let mut results = if req.topics.is_empty() {
-                    Vec::new()
-                } else {
-                    let n: Vec<(String, Vec<i32>)> = req
-                        .topics
-                        .iter()
-                        .map(|(t, ps)| (t.clone(), ps.iter().map(|p| p.partition).collect()))
-                        .collect();
-                    match ask(shard, &group, GroupOp::Commit(req)).await {
-                        Some(GroupReply::Commit(r)) => r,
-                        Some(GroupReply::Code(c)) => n
-                            .into_iter()
-                            .map(|(t, ps)| (t, ps.into_iter().map(|p| (p, c)).collect()))
-                            .collect(),
-                        _ => n
-                            .into_iter()
-                            .map(|(t, ps)| {
-                                (
-                                    t,
-                                    ps.into_iter()
-                                        .map(|p| (p, ErrorCode::COORDINATOR_NOT_AVAILABLE))
-                                        .collect(),
-                                )
-                            })
-                            .collect(),
-                    }
-                };
-                results.extend(unknown);
+                let req = decode_all(r, |r| decode_offset_commit(r, v))?;
+                let results = commit_offsets(shard, req, None).await;
                 let topics = results
                     .into_iter()
                     .map(|(t, ps)| {

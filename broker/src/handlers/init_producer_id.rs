@@ -1,5 +1,5 @@
-//! InitProducerId for idempotent producers: a fresh producer id from the controller, epoch 0.
-//! Transactional ids need the transaction coordinator, which does not exist yet.
+//! InitProducerId: for idempotent producers a fresh producer id from the controller, epoch 0;
+//! for transactional ids, the transaction coordinator's answer (`txn::init_producer_id`).
 
 use std::rc::Rc;
 
@@ -24,11 +24,7 @@ pub async fn handle(
     let req = decode_all(r, |r| init_producer_id::decode(r, v))?;
     let resp = InitProducerIdResponse::default();
     if req.transactional_id.is_some() {
-        return frame(
-            spec,
-            header,
-            &resp.with_error_code(ErrorCode::COORDINATOR_NOT_AVAILABLE.code()),
-        );
+        return super::txn::init_producer_id(shard, spec, header, req).await;
     }
     let allocated = call(shard, ShardId(0), |reply| {
         ShardRequest::AllocateProducerId { reply }

@@ -20,6 +20,7 @@ pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
+pub mod txn;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -89,6 +90,10 @@ async fn handle(
         api_key::DELETE_TOPICS => delete_topics::handle(shard, spec, header, r).await,
         api_key::DELETE_RECORDS => delete_records::handle(shard, spec, header, r).await,
         api_key::INIT_PRODUCER_ID => init_producer_id::handle(shard, spec, header, r).await,
+        api_key::ADD_PARTITIONS_TO_TXN
+        | api_key::ADD_OFFSETS_TO_TXN
+        | api_key::END_TXN
+        | api_key::TXN_OFFSET_COMMIT => txn::handle(shard, spec, header, r).await,
         api_key::DESCRIBE_CONFIGS => describe_configs::handle(shard, spec, header, r),
         api_key::DESCRIBE_CLUSTER => describe_cluster::handle(shard, spec, header, r).await,
         api_key::FIND_COORDINATOR

@@ -50,13 +50,20 @@ pub async fn start(
                     ErrorCode::INVALID_REQUIRED_ACKS,
                     format!("acks must be -1, 0 or 1, got {}", req.acks),
                 ))
-            } else if req.transactional_id.is_some() {
-                Err((
-                    ErrorCode::INVALID_REQUEST,
-                    "transactional produce is not supported yet".into(),
-                ))
             } else {
-                check_partition(shard, &catalog, &topic.name, p.index, p.records.as_ref())
+                match check_partition(shard, &catalog, &topic.name, p.index, p.records.as_ref()) {
+                    Ok((rewritten, txn_producer)) => {
+                        check_transactional(
+                            shard,
+                            req.transactional_id.as_deref(),
+                            txn_producer,
+                            (&topic.name, p.index),
+                        )
+                        .await
+                        .map(|()| rewritten)
+                    }
+                    Err(e) => Err(e),
+                }
             };
             let outcome = match check {
                 Err((error, msg)) => Err((ProduceResult::failed(error), msg)),
@@ -177,15 +184,54 @@ fn leader_hint(
     (leader, endpoint)
 }
 
-/// The checks Kafka's `LogValidator` makes before an append, as error codes. `Ok(Some(batch))`
-/// is the batch to append in place of the client's (recompressed for the topic).
+/// A transactional batch's checks (KIP-98, KIP-890 part 1): it comes with a transactional id,
+/// and a coordinator on this node must know the partition is in that id's ongoing transaction
+/// at the batch's producer id and epoch — so a late or stray write cannot open a transaction
+/// nobody will end. A non-transactional batch may not claim a transactional id.
+async fn check_transactional(
+    shard: &Rc<Shard>,
+    transactional_id: Option<&str>,
+    txn_producer: Option<(i64, i16)>,
+    partition: (&str, i32),
+) -> Result<(), (ErrorCode, String)> {
+    match (transactional_id, txn_producer) {
+        (None, None) => Ok(()),
+        (None, Some(_)) => Err((
+            ErrorCode::INVALID_RECORD,
+            "a transactional batch needs the request's transactional id".into(),
+        )),
+        (Some(id), None) => Err((
+            ErrorCode::INVALID_RECORD,
+            format!("the request names transactional id {id:?} but its batch is not transactional"),
+        )),
+        (Some(id), Some(producer)) => {
+            let code = super::txn::verify(shard, id, producer, partition).await;
+            if code.is_error() {
+                Err((
+                    code,
+                    format!(
+                        "{}-{} is not in an ongoing transaction of {id:?} at producer id {} epoch {}; call AddPartitionsToTxn first",
+                        partition.0, partition.1, producer.0, producer.1
+                    ),
+                ))
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The checks Kafka's `LogValidator` makes before an append, as error codes. `Ok((Some(batch),
+/// _))` is the batch to append in place of the client's (recompressed for the topic); the
+/// second item is the producer (id, epoch) of a transactional batch.
+#[allow(clippy::type_complexity)]
 fn check_partition(
     shard: &Shard,
     catalog: &Catalog,
     topic: &str,
     partition: i32,
     records: Option<&Bytes>,
-) -> Result<Option<Vec<u8>>, (ErrorCode, String)> {
+) -> Result<(Option<Vec<u8>>, Option<(i64, i16)>), (ErrorCode, String)> {
     let Some(meta) = catalog.topics.get(topic) else {
         return Err((
             ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
@@ -244,12 +290,15 @@ fn check_partition(
         ));
     }
     let header = batches[0].1;
-    if header.is_control() || header.is_transactional() {
+    if header.is_control() {
         return Err((
             ErrorCode::INVALID_RECORD,
-            "transactional and control batches are not supported yet".into(),
+            "clients may not write control batches (transaction markers)".into(),
         ));
     }
+    let txn_producer = header
+        .is_transactional()
+        .then_some((header.producer_id, header.producer_epoch));
     if header.records_count == 0
         || i64::from(header.records_count) != i64::from(header.last_offset_delta) + 1
     {
@@ -271,12 +320,13 @@ fn check_partition(
         ));
     }
     let policy = RecordPolicy::of(&config, meta, max);
-    check_records(
+    let rewritten = check_records(
         &records[..header.size()],
         &header,
         &policy,
         crate::shard::now_ms(),
-    )
+    )?;
+    Ok((rewritten, txn_producer))
 }
 
 /// What a topic asks of the records appended to it: its configs over the broker's defaults.

@@ -172,6 +172,7 @@ impl Shard {
             self.advance_high_watermark(&t, p);
         }
         self.load_led_groups(catalog).await;
+        self.load_led_txns(catalog).await;
         start_fetchers.sort_unstable();
         start_fetchers.dedup();
         for leader in start_fetchers {
@@ -215,41 +216,83 @@ impl Shard {
             .retain(|p| owned.contains(p));
     }
 
-    /// Lets the group coordinator's writes to a replicated offsets partition wait for the ISR.
-    pub fn install_group_write_wait(self: &Rc<Self>) {
-        let weak = Rc::downgrade(self);
-        let hook: crate::group::ReplicatedWrite = Box::new(move |part, end| {
-            let weak = weak.clone();
-            Box::pin(async move {
-                let Some(shard) = weak.upgrade() else {
-                    return Err(ErrorCode::COORDINATOR_NOT_AVAILABLE);
-                };
-                let key = shard
-                    .owned_partitions()
-                    .into_iter()
-                    .find(|(_, p)| Rc::ptr_eq(p, &part))
-                    .map(|(k, _)| k);
-                let Some((topic, partition)) = key else {
-                    return Err(ErrorCode::NOT_COORDINATOR);
-                };
-                let timeout = Duration::from_millis(shard.config.offsets_commit_timeout_ms);
-                // The epoch now: if this shard no longer leads, the write is not acknowledged.
-                let Some(epoch) = shard.leader_epoch_of(&topic, partition) else {
-                    return Err(ErrorCode::NOT_COORDINATOR);
-                };
-                shard
-                    .wait_replicated(&part, &topic, partition, end, epoch, timeout)
-                    .await
-                    .map_err(|e| {
-                        if e == ErrorCode::NOT_LEADER_OR_FOLLOWER {
-                            ErrorCode::NOT_COORDINATOR
-                        } else {
-                            ErrorCode::COORDINATOR_NOT_AVAILABLE
-                        }
-                    })
+    /// The same for the transaction coordinator and `__transaction_state`; transactions a
+    /// previous coordinator left prepared get their markers written again.
+    async fn load_led_txns(self: &Rc<Self>, catalog: &Catalog) {
+        let me = self.config.node_id;
+        let topic_name = crate::txn::TXN_TOPIC;
+        for ((topic, p), part) in self.owned_partitions() {
+            if topic != topic_name {
+                continue;
+            }
+            let led = catalog.partition(&topic, p).is_some_and(|r| r.leader == me);
+            let loaded = self.txns_loaded.borrow().contains(&p);
+            if led && !loaded {
+                let prepared = self.txns.load(&part).await;
+                self.txns_loaded.borrow_mut().insert(p);
+                for txn in prepared {
+                    info!(transactional_id = %txn.transactional_id, state = txn.state.name(), "resuming a prepared transaction");
+                    glommio::spawn_local(crate::txn::markers::finish(self.clone(), txn)).detach();
+                }
+            } else if !led && loaded {
+                self.txns_loaded.borrow_mut().remove(&p);
+                let n = self.txns.unload(p);
+                info!(partition = p, ids = n, "no longer coordinating the transactions of a transaction-state partition");
+            }
+        }
+        let owned: HashSet<i32> = self
+            .owned_partitions()
+            .into_iter()
+            .filter(|((t, _), _)| t == topic_name)
+            .map(|((_, p), _)| p)
+            .collect();
+        self.txns_loaded.borrow_mut().retain(|p| owned.contains(p));
+    }
+
+    /// Lets the group and transaction coordinators' writes to their replicated internal
+    /// partitions wait for the ISR.
+    pub fn install_coordinator_write_waits(self: &Rc<Self>) {
+        let hook = |weak: std::rc::Weak<Self>| -> crate::coordinator_log::ReplicatedWrite {
+            Box::new(move |part, end| {
+                let weak = weak.clone();
+                Box::pin(async move {
+                    match weak.upgrade() {
+                        Some(shard) => shard.wait_internal_write(&part, end).await,
+                        None => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+                    }
+                })
             })
-        });
-        *self.groups.replicated_write.borrow_mut() = Some(hook);
+        };
+        *self.groups.replicated_write.borrow_mut() = Some(hook(Rc::downgrade(self)));
+        *self.txns.replicated_write.borrow_mut() = Some(hook(Rc::downgrade(self)));
+    }
+
+    /// Waits until a coordinator's write to internal partition `part`, up to `end`, is held by
+    /// the ISR (within `offsets.commit.timeout.ms`): NOT_COORDINATOR once this shard no longer
+    /// leads it, COORDINATOR_NOT_AVAILABLE when the ISR does not follow in time.
+    async fn wait_internal_write(&self, part: &Rc<Partition>, end: i64) -> Result<(), ErrorCode> {
+        let key = self
+            .owned_partitions()
+            .into_iter()
+            .find(|(_, p)| Rc::ptr_eq(p, part))
+            .map(|(k, _)| k);
+        let Some((topic, partition)) = key else {
+            return Err(ErrorCode::NOT_COORDINATOR);
+        };
+        let timeout = Duration::from_millis(self.config.offsets_commit_timeout_ms);
+        // The epoch now: if this shard no longer leads, the write is not acknowledged.
+        let Some(epoch) = self.leader_epoch_of(&topic, partition) else {
+            return Err(ErrorCode::NOT_COORDINATOR);
+        };
+        self.wait_replicated(part, &topic, partition, end, epoch, timeout)
+            .await
+            .map_err(|e| {
+                if e == ErrorCode::NOT_LEADER_OR_FOLLOWER {
+                    ErrorCode::NOT_COORDINATOR
+                } else {
+                    ErrorCode::COORDINATOR_NOT_AVAILABLE
+                }
+            })
     }
 
     /// The leader epoch of a partition this shard leads with replicas, if it does.

@@ -1,0 +1,463 @@
+//! The transaction APIs a producer calls (KIP-98): InitProducerId with a transactional id,
+//! AddPartitionsToTxn, AddOffsetsToTxn, EndTxn — each run on the shard coordinating the id
+//! (`txn::TxnCoordinator`) — and TxnOffsetCommit, which the group coordinator takes. Also
+//! `__transaction_state`'s creation at the first transactional request, as Kafka creates it.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResponse, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnResponse, EndTxnResponse, InitProducerIdResponse, ProducerId,
+};
+use tracing::{info, warn};
+use tributary_protocol::header::RequestHeader;
+use tributary_protocol::registry::{api_key, ApiSpec};
+use tributary_protocol::requests::groups::{CommitPartition, OffsetCommitRequest};
+use tributary_protocol::requests::init_producer_id::InitProducerIdRequest;
+use tributary_protocol::requests::txn;
+use tributary_protocol::{ErrorCode, Reader};
+
+use super::{decode_all, frame, topic_name, HandlerResult};
+use crate::group::OFFSETS_TOPIC;
+use crate::routing::ShardId;
+use crate::shard::{call, NewTopic, Shard, ShardRequest};
+use crate::txn::TXN_TOPIC;
+
+/// An operation on the shard coordinating a transactional id.
+pub enum TxnOp {
+    Init {
+        id: String,
+        timeout_ms: i32,
+        given: (i64, i16),
+    },
+    AddPartitions {
+        id: String,
+        producer: (i64, i16),
+        partitions: Vec<(String, i32)>,
+    },
+    End {
+        id: String,
+        producer: (i64, i16),
+        commit: bool,
+    },
+    /// KIP-890: is the partition in the id's ongoing transaction at this producer?
+    Verify {
+        id: String,
+        producer: (i64, i16),
+        partition: (String, i32),
+    },
+}
+
+impl TxnOp {
+    fn id(&self) -> &str {
+        match self {
+            TxnOp::Init { id, .. }
+            | TxnOp::AddPartitions { id, .. }
+            | TxnOp::End { id, .. }
+            | TxnOp::Verify { id, .. } => id,
+        }
+    }
+}
+
+pub enum TxnReply {
+    Init(Result<(i64, i16), ErrorCode>),
+    Code(ErrorCode),
+}
+
+/// Runs one operation on the coordinator shard.
+pub async fn run(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
+    let id = op.id().to_string();
+    let Some(log) = shard.txn_log(&id) else {
+        // Another broker leads the id's partition: the client asks FindCoordinator again.
+        let p = shard.txns.partition_of(&id);
+        let moved = shard
+            .catalog()
+            .partition(TXN_TOPIC, p)
+            .is_some_and(|r| r.leader >= 0 && r.leader != shard.config.node_id);
+        let code = if moved {
+            ErrorCode::NOT_COORDINATOR
+        } else {
+            ErrorCode::COORDINATOR_NOT_AVAILABLE
+        };
+        return match op {
+            TxnOp::Init { .. } => TxnReply::Init(Err(code)),
+            _ => TxnReply::Code(code),
+        };
+    };
+    let t = &shard.txns;
+    match op {
+        TxnOp::Init {
+            id,
+            timeout_ms,
+            given,
+        } => {
+            // Boxed: a shard call from inside a shard request handler would make the handler's
+            // future recursive.
+            let allocate = || -> std::pin::Pin<Box<dyn std::future::Future<Output = _> + '_>> {
+                Box::pin(async move {
+                    let allocated =
+                        call(shard, ShardId(0), |reply| ShardRequest::AllocateProducerId {
+                            reply,
+                        });
+                    match allocated.await {
+                        Some(Ok(pid)) => Ok(pid),
+                        Some(Err(e)) => {
+                            warn!(error = %e, "producer id allocation failed");
+                            Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+                        }
+                        None => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+                    }
+                })
+            };
+            match t.init_producer_id(&log, &id, timeout_ms, given, allocate).await {
+                Ok(p) => TxnReply::Init(Ok(p)),
+                Err((code, aborting)) => {
+                    if let Some(prepared) = aborting {
+                        glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared))
+                            .detach();
+                    }
+                    TxnReply::Init(Err(code))
+                }
+            }
+        }
+        TxnOp::AddPartitions {
+            id,
+            producer,
+            partitions,
+        } => TxnReply::Code(
+            t.add_partitions(&log, &id, producer, &partitions)
+                .await
+                .err()
+                .unwrap_or(ErrorCode::NONE),
+        ),
+        TxnOp::End {
+            id,
+            producer,
+            commit,
+        } => match t.end_txn(&log, &id, producer, commit).await {
+            Ok(Some(prepared)) => {
+                // Answered once prepared, as Kafka does; the markers follow, and the
+                // producer's next transaction waits (CONCURRENT_TRANSACTIONS) until they are
+                // written.
+                glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared))
+                    .detach();
+                TxnReply::Code(ErrorCode::NONE)
+            }
+            Ok(None) => TxnReply::Code(ErrorCode::NONE),
+            Err(e) => TxnReply::Code(e),
+        },
+        TxnOp::Verify {
+            id,
+            producer,
+            partition,
+        } => TxnReply::Code(t.verify(&id, producer, &partition)),
+    }
+}
+
+/// KIP-890 part 1 before a transactional produce: INVALID_TXN_STATE unless the coordinator
+/// holds `partition` in `id`'s ongoing transaction at `producer` (PRODUCER_FENCED for an older
+/// epoch). The coordinator must be on this node; one elsewhere is not asked (accepted).
+pub async fn verify(
+    shard: &Rc<Shard>,
+    id: &str,
+    producer: (i64, i16),
+    partition: (&str, i32),
+) -> ErrorCode {
+    let catalog = shard.catalog();
+    let p = shard.txns.partition_of(id);
+    let local = catalog
+        .partition(TXN_TOPIC, p)
+        .is_some_and(|r| r.leader == shard.config.node_id);
+    if !local {
+        return ErrorCode::NONE;
+    }
+    let op = TxnOp::Verify {
+        id: id.to_string(),
+        producer,
+        partition: (partition.0.to_string(), partition.1),
+    };
+    match ask(shard, op).await {
+        Some(TxnReply::Code(ErrorCode::PRODUCER_FENCED)) => ErrorCode::INVALID_PRODUCER_EPOCH,
+        Some(TxnReply::Code(ErrorCode::INVALID_PRODUCER_ID_MAPPING)) => {
+            ErrorCode::INVALID_TXN_STATE
+        }
+        Some(TxnReply::Code(c)) => c,
+        _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
+    }
+}
+
+/// Every `transaction.abort.timed.out.transaction.cleanup.interval.ms`: aborts the
+/// transactions this shard coordinates that outlived their timeout (their markers follow) and
+/// forgets ids idle for `transactional.id.expiration.ms`.
+pub async fn tick(shard: Rc<Shard>) {
+    let log_of = |id: &str| shard.txn_log(id);
+    for prepared in shard.txns.abort_expired(log_of).await {
+        glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared)).detach();
+    }
+    let expired = shard.txns.expire_ids(log_of).await;
+    if expired > 0 {
+        info!(expired, "transactional ids expired");
+    }
+}
+
+async fn ask(shard: &Rc<Shard>, op: TxnOp) -> Option<TxnReply> {
+    let owner = shard.txn_owner(op.id());
+    call(shard, owner, |reply| ShardRequest::Txn {
+        op: Box::new(op),
+        reply,
+    })
+    .await
+}
+
+/// Creates `__transaction_state` if it does not exist yet (Kafka creates it at the first
+/// transactional request): `transaction.state.log.num.partitions` partitions, compacted, over
+/// the live brokers. Returns whether it exists now.
+pub async fn ensure_txn_topic(shard: &Rc<Shard>) -> bool {
+    let catalog = shard.catalog();
+    if catalog.topics.contains_key(TXN_TOPIC) {
+        return true;
+    }
+    let c = &shard.config;
+    let live = catalog.live_brokers().count().max(1);
+    let rf = c.transaction_state_log_replication_factor.min(live);
+    let min_isr = c.transaction_state_log_min_isr.min(rf);
+    let topic = NewTopic {
+        name: TXN_TOPIC.to_string(),
+        partitions: c.transaction_state_log_num_partitions,
+        replication_factor: rf as i32,
+        configs: vec![
+            ("cleanup.policy".into(), "compact".into()),
+            ("min.insync.replicas".into(), min_isr.to_string()),
+            (
+                "segment.bytes".into(),
+                c.transaction_state_log_segment_bytes.to_string(),
+            ),
+        ],
+        assignment: None,
+    };
+    info!(
+        partitions = topic.partitions,
+        replication_factor = rf,
+        "creating {TXN_TOPIC}"
+    );
+    let created = call(shard, ShardId(0), |reply| ShardRequest::CreateTopics {
+        topics: vec![topic],
+        reply,
+    })
+    .await;
+    match created.as_deref() {
+        Some([(code, _)]) if *code == ErrorCode::NONE || *code == ErrorCode::TOPIC_ALREADY_EXISTS => {
+            true
+        }
+        other => {
+            warn!(result = ?other, "creating {TXN_TOPIC} failed; transactional requests wait for it");
+            false
+        }
+    }
+}
+
+/// Old versions know no PRODUCER_FENCED: they get INVALID_PRODUCER_EPOCH, as Kafka answers them.
+fn for_version(code: ErrorCode, version: i16, fenced_from: i16) -> ErrorCode {
+    if code == ErrorCode::PRODUCER_FENCED && version < fenced_from {
+        ErrorCode::INVALID_PRODUCER_EPOCH
+    } else {
+        code
+    }
+}
+
+/// InitProducerId with a transactional id.
+pub async fn init_producer_id(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    req: InitProducerIdRequest,
+) -> HandlerResult {
+    let v = header.api_version;
+    let id = req.transactional_id.clone().unwrap_or_default();
+    let resp = InitProducerIdResponse::default()
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let out = if !ensure_txn_topic(shard).await {
+        Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+    } else {
+        let op = TxnOp::Init {
+            id,
+            timeout_ms: req.transaction_timeout_ms,
+            given: (req.producer_id, req.producer_epoch),
+        };
+        match ask(shard, op).await {
+            Some(TxnReply::Init(r)) => r,
+            _ => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+        }
+    };
+    let resp = match out {
+        Ok((pid, epoch)) => resp
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch),
+        Err(code) => resp.with_error_code(for_version(code, v, 3).code()),
+    };
+    frame(spec, header, &resp)
+}
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+) -> HandlerResult {
+    let v = header.api_version;
+    match spec.key {
+        api_key::ADD_PARTITIONS_TO_TXN => {
+            let req = decode_all(r, |r| txn::decode_add_partitions(r, v))?;
+            let catalog = shard.catalog();
+            let known = |t: &str, p: i32| {
+                catalog
+                    .topics
+                    .get(t)
+                    .is_some_and(|m| p >= 0 && p < m.partitions)
+            };
+            let all_known = req
+                .topics
+                .iter()
+                .all(|(t, ps)| ps.iter().all(|p| known(t, *p)));
+            let code = if all_known {
+                let op = TxnOp::AddPartitions {
+                    id: req.transactional_id.clone(),
+                    producer: (req.producer_id, req.producer_epoch),
+                    partitions: req
+                        .topics
+                        .iter()
+                        .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+                        .collect(),
+                };
+                match ask(shard, op).await {
+                    Some(TxnReply::Code(c)) => for_version(c, v, 2),
+                    _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                }
+            } else {
+                ErrorCode::NONE
+            };
+            // Unknown partitions fail and the others are not attempted, as in Kafka.
+            let results = req
+                .topics
+                .iter()
+                .map(|(t, ps)| {
+                    AddPartitionsToTxnTopicResult::default()
+                        .with_name(topic_name(t))
+                        .with_results_by_partition(
+                            ps.iter()
+                                .map(|p| {
+                                    let c = if all_known {
+                                        code
+                                    } else if known(t, *p) {
+                                        ErrorCode::OPERATION_NOT_ATTEMPTED
+                                    } else {
+                                        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                                    };
+                                    AddPartitionsToTxnPartitionResult::default()
+                                        .with_partition_index(*p)
+                                        .with_partition_error_code(c.code())
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            frame(
+                spec,
+                header,
+                &AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results),
+            )
+        }
+        api_key::ADD_OFFSETS_TO_TXN => {
+            let req = decode_all(r, |r| txn::decode_add_offsets(r, v))?;
+            // The group's offsets partition joins the transaction: its marker makes the
+            // transaction's offsets visible.
+            let p = shard.groups.group_partition(&req.group_id);
+            let op = TxnOp::AddPartitions {
+                id: req.transactional_id,
+                producer: (req.producer_id, req.producer_epoch),
+                partitions: vec![(OFFSETS_TOPIC.to_string(), p)],
+            };
+            let code = match ask(shard, op).await {
+                Some(TxnReply::Code(c)) => for_version(c, v, 2),
+                _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
+            };
+            frame(
+                spec,
+                header,
+                &AddOffsetsToTxnResponse::default().with_error_code(code.code()),
+            )
+        }
+        api_key::END_TXN => {
+            let req = decode_all(r, |r| txn::decode_end_txn(r, v))?;
+            let op = TxnOp::End {
+                id: req.transactional_id,
+                producer: (req.producer_id, req.producer_epoch),
+                commit: req.committed,
+            };
+            let code = match ask(shard, op).await {
+                Some(TxnReply::Code(c)) => for_version(c, v, 2),
+                _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
+            };
+            frame(
+                spec,
+                header,
+                &EndTxnResponse::default().with_error_code(code.code()),
+            )
+        }
+        api_key::TXN_OFFSET_COMMIT => {
+            let req = decode_all(r, |r| txn::decode_txn_offset_commit(r, v))?;
+            let commit = OffsetCommitRequest {
+                group_id: req.group_id,
+                generation_id: req.generation_id,
+                member_id: req.member_id,
+                group_instance_id: req.group_instance_id,
+                topics: req
+                    .topics
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        let ps = ps
+                            .into_iter()
+                            .map(|p| CommitPartition {
+                                partition: p.partition,
+                                offset: p.offset,
+                                leader_epoch: p.leader_epoch,
+                                metadata: p.metadata,
+                            })
+                            .collect();
+                        (t, ps)
+                    })
+                    .collect(),
+            };
+            let producer = (req.producer_id, req.producer_epoch);
+            let results = super::groups::commit_offsets(shard, commit, Some(producer)).await;
+            let topics = results
+                .into_iter()
+                .map(|(t, ps)| {
+                    TxnOffsetCommitResponseTopic::default()
+                        .with_name(topic_name(&t))
+                        .with_partitions(
+                            ps.into_iter()
+                                .map(|(p, c)| {
+                                    TxnOffsetCommitResponsePartition::default()
+                                        .with_partition_index(p)
+                                        .with_error_code(for_version(c, v, 2).code())
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            frame(
+                spec,
+                header,
+                &TxnOffsetCommitResponse::default().with_topics(topics),
+            )
+        }
+        other => Err(format!("api key {other} is not a transaction API")),
+    }
+}

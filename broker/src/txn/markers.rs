@@ -1,0 +1,145 @@
+//! Ending a prepared transaction: a COMMIT or ABORT marker (a control batch) appended to every
+//! partition of the transaction by the shard that owns it (Kafka's WriteTxnMarkers, which a
+//! coordinator sends to each partition's leader), then CompleteCommit / CompleteAbort written to
+//! `__transaction_state`. Markers are retried until written — a partition whose leader is
+//! elsewhere or moving is tried again with backoff — so a prepared transaction always completes,
+//! also after a restart or a coordinator move (the new coordinator resumes it at load).
+//!
+//! Partitions this node does not lead are not reached yet: their markers are retried until this
+//! node leads them (WriteTxnMarkers to other brokers is still to come).
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use tracing::{info, warn};
+use tributary_protocol::ErrorCode;
+
+use super::state::{TxnMeta, TxnState};
+use crate::shard::{call, Shard, ShardRequest};
+
+/// First and largest pause between rounds of marker writes that did not all succeed.
+const RETRY_MIN: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// One marker to write.
+#[derive(Debug, Clone)]
+pub struct Marker {
+    pub topic: String,
+    pub partition: i32,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    /// The coordinator's epoch: the leader epoch of its `__transaction_state` partition.
+    pub coordinator_epoch: i32,
+}
+
+/// Writes the markers of `prepared` until all are written, then completes it. Gives up (leaving
+/// it prepared for whoever coordinates it next) once this shard no longer coordinates the id.
+pub async fn finish(shard: Rc<Shard>, prepared: TxnMeta) {
+    let id = prepared.transactional_id.clone();
+    let commit = prepared.state == TxnState::PrepareCommit;
+    let mut left: Vec<(String, i32)> = prepared.partitions.iter().cloned().collect();
+    let mut pause = RETRY_MIN;
+    loop {
+        let Some(log) = shard.txn_log(&id) else {
+            info!(transactional_id = %id, "no longer coordinating a prepared transaction; its new coordinator completes it");
+            return;
+        };
+        let coordinator_epoch = shard
+            .catalog()
+            .partition(super::TXN_TOPIC, shard.txns.partition_of(&id))
+            .map_or(0, |r| r.leader_epoch);
+        let mut failed = Vec::new();
+        for (topic, partition) in left {
+            let marker = Marker {
+                topic,
+                partition,
+                producer_id: prepared.producer_id,
+                producer_epoch: prepared.producer_epoch,
+                commit,
+                coordinator_epoch,
+            };
+            let code = write(&shard, &marker).await;
+            if code.is_error() {
+                failed.push((marker.topic, marker.partition, code));
+            }
+        }
+        if failed.is_empty() {
+            if let Err(e) = shard.txns.complete(&log, &prepared).await {
+                warn!(transactional_id = %id, error = ?e, "completing a transaction failed; retrying");
+                left = Vec::new();
+                glommio::timer::sleep(pause).await;
+                pause = (pause * 2).min(RETRY_MAX);
+                continue;
+            }
+            return;
+        }
+        warn!(transactional_id = %id, failed = ?failed, "transaction markers not written yet; retrying");
+        left = failed.into_iter().map(|(t, p, _)| (t, p)).collect();
+        glommio::timer::sleep(pause).await;
+        pause = (pause * 2).min(RETRY_MAX);
+    }
+}
+
+/// Writes one marker through the shard owning its partition, if this node leads it. A
+/// partition that no longer exists needs no marker.
+async fn write(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
+    let catalog = shard.catalog();
+    let Some(placed) = catalog.partition(&marker.topic, marker.partition) else {
+        return ErrorCode::NONE;
+    };
+    if placed.leader != shard.config.node_id {
+        return ErrorCode::NOT_LEADER_OR_FOLLOWER;
+    }
+    let owner = shard.owner(&marker.topic, marker.partition);
+    let m = marker.clone();
+    call(shard, owner, |reply| ShardRequest::WriteMarker { marker: m, reply })
+        .await
+        .unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR)
+}
+
+/// On the shard owning the partition: appends the marker and, on a replicated partition, waits
+/// until the ISR holds it (Kafka writes markers with acks=all).
+pub async fn write_local(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
+    let Some(part) = shard.partition(&marker.topic, marker.partition) else {
+        return ErrorCode::NOT_LEADER_OR_FOLLOWER;
+    };
+    let epoch = shard.leader_epoch_of(&marker.topic, marker.partition);
+    if part.is_replicated() && epoch.is_none() {
+        return ErrorCode::NOT_LEADER_OR_FOLLOWER;
+    }
+    let appended = part
+        .append_marker(
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.commit,
+            marker.coordinator_epoch,
+        )
+        .await;
+    let end = match appended {
+        Ok(out) => out.last_offset + 1,
+        Err(e) => {
+            warn!(topic = %marker.topic, partition = marker.partition, error = %e, "appending a transaction marker failed");
+            return ErrorCode::KAFKA_STORAGE_ERROR;
+        }
+    };
+    if let Err(e) = part.sync_to(end).await {
+        warn!(topic = %marker.topic, partition = marker.partition, error = %e, "syncing a transaction marker failed");
+        return ErrorCode::KAFKA_STORAGE_ERROR;
+    }
+    if let Some(epoch) = epoch {
+        let timeout = Duration::from_millis(shard.config.offsets_commit_timeout_ms);
+        if let Err(e) = shard
+            .wait_replicated(&part, &marker.topic, marker.partition, end, epoch, timeout)
+            .await
+        {
+            return e;
+        }
+    }
+    if marker.topic == crate::group::OFFSETS_TOPIC {
+        shard
+            .groups
+            .end_txn_offsets(marker.producer_id, marker.commit);
+    }
+    ErrorCode::NONE
+}

@@ -1,0 +1,364 @@
+//! Transactions (KIP-98) over the wire with librdkafka's transactional producer: committed and
+//! aborted transactions interleaved (read_committed sees only the committed ones, in order;
+//! read_uncommitted sees everything), across a restart; zombie fencing; a transaction aborted
+//! by its timeout; a consume-transform-produce loop with `send_offsets_to_transaction` and
+//! injected aborts; and the coordinator's answers to bad requests.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse,
+    InitProducerIdRequest, InitProducerIdResponse, ProducerId, TopicName, TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::admin::{NewTopic, TopicReplication};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use common::{rd_create_topics, start_broker, RawConn};
+
+const T: Duration = Duration::from_secs(30);
+
+/// A broker with small internal topics and a fast transaction cleaner.
+fn broker(dir: &std::path::Path) -> tributary_broker::server::BrokerHandle {
+    start_broker(
+        dir,
+        1,
+        &[
+            ("offsets.topic.num.partitions", "2"),
+            ("transaction.state.log.num.partitions", "2"),
+            (
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                "200",
+            ),
+            ("group.initial.rebalance.delay.ms", "0"),
+        ],
+    )
+}
+
+fn txn_producer(addr: SocketAddr, id: &str, extra: &[(&str, &str)]) -> BaseProducer {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", addr.to_string())
+        .set("transactional.id", id)
+        .set("linger.ms", "1");
+    for (k, v) in extra {
+        c.set(*k, *v);
+    }
+    let p: BaseProducer = c.create().expect("producer");
+    p.init_transactions(T).expect("init_transactions");
+    p
+}
+
+fn send(p: &BaseProducer, topic: &str, partition: i32, values: impl IntoIterator<Item = String>) {
+    for v in values {
+        let mut rec = BaseRecord::<(), String>::to(topic)
+            .payload(&v)
+            .partition(partition);
+        loop {
+            match p.send(rec) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    rec = r;
+                    p.poll(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    p.flush(T).expect("flush");
+}
+
+/// Every value of `topic` from the start, at `isolation`, until `quiet` passes with nothing new.
+fn read_all(addr: SocketAddr, topic: &str, partitions: i32, isolation: &str) -> Vec<String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .set("group.id", "reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + T;
+    let mut last = Instant::now();
+    while Instant::now() < deadline && last.elapsed() < Duration::from_secs(2) {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+            last = Instant::now();
+        }
+    }
+    out
+}
+
+fn values(tag: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{tag}-{i}")).collect()
+}
+
+#[test]
+fn committed_and_aborted_transactions_interleave_and_read_committed_sees_the_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path());
+    rd_create_topics(b.addr, &[NewTopic::new("tx", 1, TopicReplication::Fixed(1))]);
+    let p = txn_producer(b.addr, "app-1", &[]);
+    for (tag, commit) in [("a", true), ("b", false), ("c", true), ("d", false)] {
+        p.begin_transaction().unwrap();
+        send(&p, "tx", 0, values(tag, 10));
+        if commit {
+            p.commit_transaction(T).unwrap();
+        } else {
+            p.abort_transaction(T).unwrap();
+        }
+    }
+    let mut want = values("a", 10);
+    want.extend(values("c", 10));
+    assert_eq!(read_all(b.addr, "tx", 1, "read_committed"), want);
+    assert_eq!(read_all(b.addr, "tx", 1, "read_uncommitted").len(), 40);
+    // An open transaction holds read_committed readers back at its first offset.
+    p.begin_transaction().unwrap();
+    send(&p, "tx", 0, values("open", 5));
+    assert_eq!(read_all(b.addr, "tx", 1, "read_committed"), want);
+    p.commit_transaction(T).unwrap();
+    want.extend(values("open", 5));
+    assert_eq!(read_all(b.addr, "tx", 1, "read_committed"), want);
+    drop(p);
+
+    // After a restart the coordinator and the partition remember it all.
+    b.shutdown().unwrap();
+    let b = broker(dir.path());
+    assert_eq!(read_all(b.addr, "tx", 1, "read_committed"), want);
+    let p = txn_producer(b.addr, "app-1", &[]);
+    p.begin_transaction().unwrap();
+    send(&p, "tx", 0, values("e", 3));
+    p.commit_transaction(T).unwrap();
+    want.extend(values("e", 3));
+    assert_eq!(read_all(b.addr, "tx", 1, "read_committed"), want);
+    b.shutdown().unwrap();
+}
+
+#[test]
+fn a_second_instance_fences_the_first_and_its_transaction_is_never_visible() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path());
+    rd_create_topics(b.addr, &[NewTopic::new("z", 1, TopicReplication::Fixed(1))]);
+    let zombie = txn_producer(b.addr, "app-z", &[]);
+    zombie.begin_transaction().unwrap();
+    send(&zombie, "z", 0, values("zombie", 5));
+    // The new instance aborts the zombie's open transaction before it is ready.
+    let fresh = txn_producer(b.addr, "app-z", &[]);
+    let err = zombie.commit_transaction(T).unwrap_err();
+    assert!(
+        err.rdkafka_error_code().is_some(),
+        "the zombie's commit fails: {err:?}"
+    );
+    fresh.begin_transaction().unwrap();
+    send(&fresh, "z", 0, values("fresh", 5));
+    fresh.commit_transaction(T).unwrap();
+    assert_eq!(read_all(b.addr, "z", 1, "read_committed"), values("fresh", 5));
+    b.shutdown().unwrap();
+}
+
+#[test]
+fn a_transaction_past_its_timeout_is_aborted_by_the_coordinator() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path());
+    rd_create_topics(b.addr, &[NewTopic::new("slow", 1, TopicReplication::Fixed(1))]);
+    let p = txn_producer(b.addr, "app-slow", &[("transaction.timeout.ms", "1000")]);
+    p.begin_transaction().unwrap();
+    send(&p, "slow", 0, values("late", 4));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(p.commit_transaction(T).is_err(), "the coordinator aborted it");
+    assert!(read_all(b.addr, "slow", 1, "read_committed").is_empty());
+    assert_eq!(read_all(b.addr, "slow", 1, "read_uncommitted").len(), 4);
+    b.shutdown().unwrap();
+}
+
+#[test]
+fn consume_transform_produce_holds_each_input_exactly_once() {
+    const N: usize = 2000;
+    const BATCH: usize = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path());
+    rd_create_topics(
+        b.addr,
+        &[
+            NewTopic::new("in", 2, TopicReplication::Fixed(1)),
+            NewTopic::new("out", 2, TopicReplication::Fixed(1)),
+        ],
+    );
+    let input = values("m", N);
+    common::rd_produce(
+        b.addr,
+        "in",
+        &[],
+        &input.iter().map(|v| (None, v.clone())).collect::<Vec<_>>(),
+    );
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", b.addr.to_string())
+        .set("group.id", "ctp")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    consumer.subscribe(&["in"]).unwrap();
+    let p = txn_producer(b.addr, "app-ctp", &[]);
+    let mut done = 0usize;
+    let mut round = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while done < N {
+        assert!(Instant::now() < deadline, "only {done} of {N} processed");
+        let mut batch = Vec::new();
+        while batch.len() < BATCH {
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => batch.push((
+                    m.partition(),
+                    m.offset(),
+                    String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+                )),
+                _ if !batch.is_empty() => break,
+                _ => {}
+            }
+        }
+        round += 1;
+        p.begin_transaction().unwrap();
+        for (part, _, v) in &batch {
+            send(&p, "out", *part, [format!("t:{v}")]);
+        }
+        let mut offsets = TopicPartitionList::new();
+        for (part, off, _) in &batch {
+            let next = Offset::Offset(off + 1);
+            match offsets.find_partition("in", *part) {
+                Some(e) if matches!(e.offset(), Offset::Offset(o) if o > off + 1) => {}
+                _ => {
+                    offsets.add_partition_offset("in", *part, next).unwrap();
+                }
+            }
+        }
+        let cgm = consumer.group_metadata().expect("group metadata");
+        p.send_offsets_to_transaction(&offsets, &cgm, T).unwrap();
+        if round % 4 == 0 {
+            // An injected failure: the output and the offsets go together; the batch is read
+            // again from the last committed offsets.
+            p.abort_transaction(T).unwrap();
+            let committed = consumer.committed(T).unwrap();
+            for e in committed.elements() {
+                let to = match e.offset() {
+                    Offset::Offset(o) => Offset::Offset(o),
+                    _ => Offset::Beginning,
+                };
+                consumer.seek(e.topic(), e.partition(), to, T).unwrap();
+            }
+        } else {
+            p.commit_transaction(T).unwrap();
+            done += batch.len();
+        }
+    }
+    let mut out = read_all(b.addr, "out", 2, "read_committed");
+    out.sort();
+    let mut want: Vec<String> = input.iter().map(|v| format!("t:{v}")).collect();
+    want.sort();
+    assert_eq!(out.len(), want.len(), "each input once in the output");
+    assert_eq!(out, want);
+    // The group's committed offsets are the input's ends.
+    let committed = consumer.committed(T).unwrap();
+    let total: i64 = committed
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) => o,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(total, N as i64);
+    let _ = consumer.commit_consumer_state(CommitMode::Sync);
+    b.shutdown().unwrap();
+}
+
+fn tid(s: &'static str) -> TransactionalId {
+    TransactionalId(StrBytes::from_static_str(s))
+}
+
+#[test]
+fn bad_transactional_requests_get_kafkas_codes() {
+    const INVALID_TXN_STATE: i16 = 48;
+    const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+    const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+    const PRODUCER_FENCED: i16 = 90;
+    const INVALID_PRODUCER_EPOCH: i16 = 47;
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path());
+    rd_create_topics(b.addr, &[NewTopic::new("bad", 1, TopicReplication::Fixed(1))]);
+    let mut raw = RawConn::connect(b.addr);
+    let init = |raw: &mut RawConn, timeout: i32| -> InitProducerIdResponse {
+        let deadline = Instant::now() + T;
+        loop {
+            let r: InitProducerIdResponse = raw.request(
+                ApiKey::InitProducerId,
+                4,
+                &InitProducerIdRequest::default()
+                    .with_transactional_id(Some(tid("raw")))
+                    .with_transaction_timeout_ms(timeout)
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1),
+            );
+            // The coordinator's partition is created and loaded at the first request.
+            if r.error_code != 15 && r.error_code != 51 || Instant::now() > deadline {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    assert_eq!(init(&mut raw, 86_400_000).error_code, INVALID_TRANSACTION_TIMEOUT);
+    let first = init(&mut raw, 60_000);
+    assert_eq!(first.error_code, 0);
+    let (pid, epoch) = (first.producer_id, first.producer_epoch);
+    let end = |raw: &mut RawConn, v: i16, pid: i64, epoch: i16| -> i16 {
+        let r: EndTxnResponse = raw.request(
+            ApiKey::EndTxn,
+            v,
+            &EndTxnRequest::default()
+                .with_transactional_id(tid("raw"))
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch)
+                .with_committed(true),
+        );
+        r.error_code
+    };
+    assert_eq!(end(&mut raw, 3, pid.0, epoch), INVALID_TXN_STATE, "nothing to end");
+    assert_eq!(end(&mut raw, 3, pid.0 + 1, epoch), INVALID_PRODUCER_ID_MAPPING);
+    // A second instance bumps the epoch; the first is fenced (INVALID_PRODUCER_EPOCH before v2).
+    let second = init(&mut raw, 60_000);
+    assert_eq!(second.producer_epoch, epoch + 1);
+    assert_eq!(end(&mut raw, 3, pid.0, epoch), PRODUCER_FENCED);
+    assert_eq!(end(&mut raw, 1, pid.0, epoch), INVALID_PRODUCER_EPOCH);
+    let add: AddPartitionsToTxnResponse = raw.request(
+        ApiKey::AddPartitionsToTxn,
+        3,
+        &AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(tid("raw"))
+            .with_v3_and_below_producer_id(second.producer_id)
+            .with_v3_and_below_producer_epoch(second.producer_epoch)
+            .with_v3_and_below_topics(vec![
+                kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(StrBytes::from_static_str("bad")))
+                    .with_partitions(vec![0, 7]),
+            ]),
+    );
+    let codes: Vec<i16> = add.results_by_topic_v3_and_below[0]
+        .results_by_partition
+        .iter()
+        .map(|r| r.partition_error_code)
+        .collect();
+    assert_eq!(codes, vec![55, 3], "OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC_OR_PARTITION");
+    b.shutdown().unwrap();
+}
