@@ -3,7 +3,9 @@
 //! rewrite that keeps a keyed record only if it is that latest one, and drops a latest record
 //! that is a tombstone once it is older than `delete.retention.ms`. Offsets never change.
 //! Compressed batches are decompressed to read their keys; one whose records are all dropped
-//! goes, one that keeps only some is recompressed with those.
+//! goes, one that keeps only some is recompressed with those. Transactions: the batches of
+//! aborted transactions go whole and their keys never enter the map; control batches (markers)
+//! are kept and never enter it either.
 //! Pure: `partition` reads and writes the segments.
 
 use std::collections::HashMap;
@@ -12,6 +14,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use tributary_protocol::record_batch::{self, BatchHeader, RecordView};
 
 use crate::codec;
+use crate::txn::AbortedTxn;
 
 /// Bytes one map entry costs, for sizing the map from `log.cleaner.dedupe.buffer.size`.
 pub const KEY_MAP_ENTRY_BYTES: u64 = 48;
@@ -169,6 +172,47 @@ fn retain_compressed(
     Ok((Retained::Some(out), dropped))
 }
 
+/// The aborted transactions of a partition, by producer, for the cleaner: a transactional
+/// data batch inside one of its producer's aborted ranges `[first_offset, marker]` goes whole,
+/// as Kafka's cleaner discards aborted transactions (their records must never reach a
+/// READ_UNCOMMITTED reader of a compacted log either, and their keys must not supersede
+/// committed ones). Markers themselves are kept.
+#[derive(Debug, Default)]
+pub struct AbortedRanges {
+    by_producer: HashMap<i64, Vec<(i64, i64)>>,
+}
+
+impl AbortedRanges {
+    /// From the aborted-index entries of every segment, in log order.
+    pub fn new<'a>(entries: impl IntoIterator<Item = &'a AbortedTxn>) -> Self {
+        let mut by_producer: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+        for t in entries {
+            by_producer
+                .entry(t.producer_id)
+                .or_default()
+                .push((t.first_offset, t.last_offset));
+        }
+        for ranges in by_producer.values_mut() {
+            ranges.sort_unstable();
+        }
+        Self { by_producer }
+    }
+
+    /// Whether the batch with `header` belongs to an aborted transaction: transactional, not a
+    /// control batch, and inside one of its producer's aborted ranges.
+    pub fn contains(&self, header: &BatchHeader) -> bool {
+        if !header.is_transactional() || header.is_control() || !header.has_producer_id() {
+            return false;
+        }
+        let Some(ranges) = self.by_producer.get(&header.producer_id) else {
+            return false;
+        };
+        let i = ranges.partition_point(|&(first, _)| first <= header.base_offset);
+        i.checked_sub(1)
+            .is_some_and(|i| header.base_offset <= ranges[i].1)
+    }
+}
+
 /// Whether the cleaner keeps a record at `offset`. Records without a key are kept (Kafka refuses
 /// them on compacted topics; they are never removed here). A tombstone (null value) that is its
 /// key's latest record goes once its batch's timestamp is before `tombstone_horizon`.
@@ -265,6 +309,32 @@ mod tests {
         // Plain records claimed to be gzip: not gzip data.
         assert!(retain(&claiming_codec(&b, 1), 1 << 20, |_| true).is_err());
         assert!(batch_records(&claiming_codec(&b, 1), &mut Vec::new(), 1 << 20).is_err());
+    }
+
+    #[test]
+    fn aborted_ranges_name_only_the_aborted_producers_transactional_batches() {
+        let t = |pid, first, last| AbortedTxn {
+            producer_id: pid,
+            first_offset: first,
+            last_offset: last,
+            last_stable_offset: last + 1,
+        };
+        let ranges = AbortedRanges::new(&[t(1, 10, 20), t(1, 30, 31), t(2, 5, 6)]);
+        let header = |pid, base, attributes| {
+            let mut b = record_batch::build_batch(&[(None, Some(b"v"))], 0, Some((pid, 0, 0)));
+            b[21..23].copy_from_slice(&i16::to_be_bytes(attributes));
+            let mut h = record_batch::parse_header(&b, 0).unwrap();
+            h.base_offset = base;
+            h
+        };
+        assert!(ranges.contains(&header(1, 10, 0x10)));
+        assert!(ranges.contains(&header(1, 15, 0x10)));
+        assert!(ranges.contains(&header(1, 30, 0x10)));
+        assert!(!ranges.contains(&header(1, 25, 0x10)), "between two aborts");
+        assert!(!ranges.contains(&header(1, 9, 0x10)));
+        assert!(!ranges.contains(&header(1, 15, 0)), "not transactional");
+        assert!(!ranges.contains(&header(1, 20, 0x30)), "the marker stays");
+        assert!(!ranges.contains(&header(3, 15, 0x10)), "another producer");
     }
 
     #[test]

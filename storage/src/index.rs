@@ -7,6 +7,7 @@
 //! `TimeIndex`). Pure: no I/O; `partition` reads and writes the files.
 
 use crate::producer_state::ProducerStateTable;
+use crate::txn::AbortedTxn;
 
 /// Sparse offset and time index of one segment; offsets are relative to its base.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -86,12 +87,15 @@ pub struct IndexFile {
     /// Producer state after the segment's last batch; `None` when it was not known when the
     /// file was written (an index rebuilt for a segment older than the newest snapshot).
     pub producers: Option<ProducerStateTable>,
+    /// The aborted transactions whose ABORT markers are in the segment, in marker order.
+    pub aborted: Vec<AbortedTxn>,
 }
 
 const MAGIC: &[u8; 4] = b"TRIX";
-/// 2: the producer snapshot carries each producer's last timestamp. An index file of another
-/// version is refused, and its segment scanned.
-const VERSION: u8 = 2;
+/// 2: the producer snapshot carries each producer's last timestamp. 3: it carries each
+/// producer's open transaction and coordinator epoch, and the file the segment's aborted
+/// transactions. An index file of another version is refused, and its segment scanned.
+const VERSION: u8 = 3;
 
 impl IndexFile {
     pub fn encode(&self) -> Vec<u8> {
@@ -117,6 +121,7 @@ impl IndexFile {
             out.extend_from_slice(&ts.to_be_bytes());
             out.extend_from_slice(&rel.to_be_bytes());
         }
+        crate::txn::encode_aborted(&self.aborted, &mut out);
         match &self.producers {
             Some(p) => {
                 out.push(1);
@@ -155,6 +160,7 @@ impl IndexFile {
         for _ in 0..n {
             times.push((r.i64()?, r.u32()?));
         }
+        let aborted = crate::txn::decode_aborted(&mut r)?;
         let producers = match r.u8()? {
             0 if r.rest().is_empty() => None,
             1 => {
@@ -178,6 +184,7 @@ impl IndexFile {
                 max_timestamp: (max_at != u32::MAX).then_some((max_ts, max_at)),
             },
             producers,
+            aborted,
         })
     }
 }
@@ -306,10 +313,17 @@ mod tests {
             max_timestamp: 1099,
             index: sample(),
             producers: Some(producers),
+            aborted: vec![AbortedTxn {
+                producer_id: 5,
+                first_offset: 10,
+                last_offset: 14,
+                last_stable_offset: 15,
+            }],
         };
         let bytes = file.encode();
         let back = IndexFile::decode(&bytes).unwrap();
         assert_eq!(back.index, file.index);
+        assert_eq!(back.aborted, file.aborted);
         assert_eq!(
             (
                 back.size,

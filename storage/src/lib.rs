@@ -19,5 +19,6 @@ pub mod producer_state;
 pub mod scan;
 pub mod segment;
 mod tail;
+pub mod txn;
 
 pub use partition::{AppendOutcome, LogConfig, OpenStats, Partition, PartitionError, ReadOutcome};

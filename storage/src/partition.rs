@@ -46,7 +46,7 @@ use crate::group_commit::{self, SyncPolicy};
 use crate::io::{self, SegmentFile};
 use crate::leader_epoch::{self, LeaderEpochCache};
 use crate::log_start;
-use crate::producer_state::{ProducerBatch, ProducerStateTable, SequenceCheck, SequenceError};
+use crate::producer_state::{ProducerStateTable, SequenceCheck, SequenceError};
 use crate::scan::{first_record_at, scan_chunk_with, BatchEntry, ScanEnd};
 use crate::segment::{
     list_segments, read_index, recover_segment, remove_index, remove_index_now, segment_path,
@@ -60,6 +60,7 @@ mod read;
 mod replica;
 mod retention;
 mod truncate;
+mod txn;
 
 use clean::{complete_swaps, remove_leftovers};
 use replica::{BatchEnd, ReplicaOpen};
@@ -369,7 +370,14 @@ impl Partition {
             };
             files.push((base, Rc::new(file), index));
         }
-        let snapshot_at = files
+        // The newest snapshot before the first segment without a trusted index: every segment
+        // scanned is then replayed from a known producer state, which the aborted transactions
+        // of its ABORT markers need (their first offsets).
+        let trusted = files
+            .iter()
+            .position(|f| f.2.is_none())
+            .unwrap_or(files.len());
+        let snapshot_at = files[..trusted]
             .iter()
             .rposition(|f| f.2.as_ref().is_some_and(|x| x.producers.is_some()));
         let mut producers = snapshot_at
@@ -529,6 +537,7 @@ impl Partition {
         } else {
             ReplicaOpen::at_end(active.base_offset, active.size, next_offset)
         };
+        producers.on_high_watermark(high_watermark);
         let opened = OpenStats {
             segments: segments.len(),
             scanned,
@@ -600,10 +609,11 @@ impl Partition {
         st.segments.iter().map(|s| s.size).sum()
     }
 
-    /// Heap bytes of the in-memory indexes of this partition's segments.
+    /// Heap bytes of the in-memory indexes of this partition's segments (sparse indexes and
+    /// aborted transactions).
     pub fn index_heap_bytes(&self) -> usize {
         let st = self.state.borrow();
-        st.segments.iter().map(|s| s.index.heap_bytes()).sum()
+        st.segments.iter().map(|s| s.heap_bytes()).sum()
     }
 
     /// Takes the append lock or the maintenance lock (never closed while the partition exists).

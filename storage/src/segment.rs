@@ -9,8 +9,9 @@ use tracing::warn;
 
 use crate::index::{IndexFile, SegmentIndex};
 use crate::io::{ReadBuf, SegmentFile};
-use crate::producer_state::{ProducerBatch, ProducerStateTable};
+use crate::producer_state::ProducerStateTable;
 use crate::scan::{scan_chunk_with, BatchEntry, ScanEnd};
+use crate::txn::{batch_kind, AbortedTxn};
 
 /// Bytes read per step while scanning a segment.
 pub const SCAN_READ_BYTES: usize = 1 << 20;
@@ -27,6 +28,9 @@ pub struct Segment {
     /// Newest batch timestamp in the segment; retention by time compares against it.
     pub max_timestamp: i64,
     pub index: SegmentIndex,
+    /// The aborted transactions whose ABORT markers are in this segment, in marker order
+    /// (Kafka's `.txnindex`; 32 bytes each, kept in the index file).
+    pub aborted: Vec<AbortedTxn>,
 }
 
 impl Segment {
@@ -39,6 +43,7 @@ impl Segment {
             first_timestamp: None,
             max_timestamp: -1,
             index: SegmentIndex::default(),
+            aborted: Vec::new(),
         }
     }
 
@@ -51,11 +56,17 @@ impl Segment {
             first_timestamp: (f.size > 0).then_some(f.first_timestamp),
             max_timestamp: f.max_timestamp,
             index: f.index,
+            aborted: f.aborted,
         }
     }
 
     pub fn is_empty(&self) -> bool {
         self.size == 0
+    }
+
+    /// Heap bytes of the in-memory indexes: the sparse index and the aborted transactions.
+    pub fn heap_bytes(&self) -> usize {
+        self.index.heap_bytes() + self.aborted.capacity() * crate::txn::ABORTED_TXN_BYTES
     }
 
     /// Notes a batch appended at the end of the segment.
@@ -98,6 +109,7 @@ impl Segment {
             max_timestamp: self.max_timestamp,
             index: self.index.clone(),
             producers: producers.cloned(),
+            aborted: self.aborted.clone(),
         }
     }
 }
@@ -172,7 +184,8 @@ pub fn remove_index_now(dir: &Path, base: i64) -> std::io::Result<()> {
 }
 
 /// Scans a segment file batch by batch, building its index and, if given, replaying its
-/// producer batches. Returns the segment and whether anything after the valid prefix had to be
+/// producer batches (and then rebuilding its aborted transactions from its ABORT markers,
+/// which needs the producer state before the segment). Returns the segment and whether anything after the valid prefix had to be
 /// left out.
 pub async fn recover_segment(
     file: Rc<SegmentFile>,
@@ -194,18 +207,10 @@ pub async fn recover_segment(
         let chunk = scan_chunk_with(&buf, position, seg.next_offset, gaps);
         for (entry, header) in &chunk.batches {
             if let Some(producers) = producers.as_deref_mut() {
-                if header.has_producer_id() {
-                    producers.record(
-                        header.producer_id,
-                        header.producer_epoch,
-                        ProducerBatch {
-                            first_seq: header.base_sequence,
-                            last_seq: header.last_sequence(),
-                            base_offset: entry.base_offset,
-                            last_offset: entry.last_offset,
-                        },
-                        header.max_timestamp,
-                    );
+                let at = (entry.position - position) as usize;
+                let bytes = &buf[at..at + entry.size as usize];
+                if let Some(aborted) = producers.apply(header, batch_kind(header, bytes)) {
+                    seg.aborted.push(aborted);
                 }
             }
             seg.on_batch(entry, index_interval_bytes);

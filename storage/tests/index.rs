@@ -160,7 +160,10 @@ fn a_damaged_index_file_is_rebuilt_by_scanning() {
         bytes[mid] ^= 0xff;
         std::fs::write(&index, &bytes).unwrap();
         let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
-        assert_eq!(p.open_stats().scanned, 1);
+        // The damaged segment and every one after it are scanned: producer state (and with it
+        // the first offsets of aborted transactions) is replayed from the snapshot before it.
+        let segments = sorted_segments(&pdir).len();
+        assert_eq!(p.open_stats().scanned, segments - 1);
         check_reads(&p, &batches).await;
         drop(p);
         // The rebuilt file was saved: the next open trusts it.

@@ -4,6 +4,7 @@
 //! themselves, but for a full append buffer written ahead of the commit.
 
 use super::*;
+use crate::txn::BatchKind;
 
 impl Partition {
     /// Appends one validated batch, assigning its offsets and stamping the partition's current
@@ -29,6 +30,65 @@ impl Partition {
         if let Some(dup) = self.check_sequence(&header)? {
             return Ok(dup);
         }
+        self.append_locked(batch, header, leader_epoch).await
+    }
+
+    /// Appends an end-transaction marker for `producer_id` — what the transaction coordinator
+    /// has each partition leader write to complete a transaction (`WriteTxnMarkers`): a control
+    /// batch (magic 2, attributes control | transactional, the producer's id and epoch, base
+    /// sequence -1, both timestamps now, CRC32C) holding one COMMIT (`commit`) or ABORT record
+    /// with `coordinator_epoch`, stamped with the partition's current leader epoch as
+    /// [`Partition::append`] stamps batches. It ends the producer's open transaction; an ABORT
+    /// is recorded in the aborted transaction index of the segment it lands in. A producer with
+    /// no transaction open still gets its marker, as in Kafka.
+    ///
+    /// Refused, with nothing written, when the producer is known here at a newer epoch
+    /// ([`SequenceError::StaleEpoch`], Kafka's INVALID_PRODUCER_EPOCH) or its last marker came
+    /// from a newer coordinator epoch ([`SequenceError::CoordinatorFenced`]).
+    ///
+    /// Returns once the marker is appended, like [`Partition::append`]: it is durable once
+    /// [`Partition::commit`] (or [`Partition::sync_to`]) returns for `last_offset + 1`, and, in
+    /// replicated mode, committed once the high watermark passes `last_offset` — the marker's
+    /// offset (`base_offset == last_offset`).
+    pub async fn append_marker(
+        self: &Rc<Self>,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> Result<AppendOutcome, PartitionError> {
+        assert!(producer_id >= 0, "a marker names a producer");
+        let marker = crate::txn::TxnMarker {
+            commit,
+            coordinator_epoch,
+        };
+        let batch = crate::txn::marker_batch(producer_id, producer_epoch, marker, wall_clock_ms());
+        let _guard = self.lock(&self.append_lock).await?;
+        self.check_online()?;
+        self.state.borrow().producers.check_marker(
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+        )?;
+        let header =
+            record_batch::parse_header(&batch, 0).map_err(|e| storage_err(&self.dir, e))?;
+        let leader_epoch = self.state.borrow().leader_epoch;
+        let outcome = self.append_locked(&batch, header, leader_epoch).await?;
+        assert_eq!(
+            outcome.base_offset, outcome.last_offset,
+            "a marker is one record"
+        );
+        Ok(outcome)
+    }
+
+    /// The common end of leader appends, under the append lock once the batch was checked:
+    /// rolls if needed, assigns the offsets and the leader epoch, and copies the batch in.
+    async fn append_locked(
+        self: &Rc<Self>,
+        batch: &[u8],
+        header: BatchHeader,
+        leader_epoch: i32,
+    ) -> Result<AppendOutcome, PartitionError> {
         let base_offset = self.state.borrow().next_offset;
         if self.needs_roll(&header, base_offset) {
             self.roll().await?;
@@ -108,17 +168,20 @@ impl Partition {
             replica::push_end(&mut st.pending_ends, end);
         }
         if header.has_producer_id() {
-            st.producers.record(
-                header.producer_id,
-                header.producer_epoch,
-                ProducerBatch {
-                    first_seq: header.base_sequence,
-                    last_seq: header.last_sequence(),
-                    base_offset,
-                    last_offset,
-                },
-                header.max_timestamp,
-            );
+            // Only a control batch's record is read: it is one small record, copied whole.
+            let kind = if header.is_control() {
+                crate::txn::batch_kind(header, &parts.concat())
+            } else {
+                BatchKind::Data {
+                    transactional: header.is_transactional(),
+                }
+            };
+            let hw = st.high_watermark;
+            st.producers.on_high_watermark(hw);
+            if let Some(aborted) = st.producers.apply(header, kind) {
+                let active = st.segments.last_mut().expect("active segment");
+                active.aborted.push(aborted);
+            }
         }
     }
 
@@ -156,7 +219,8 @@ impl Partition {
         &self,
         header: &BatchHeader,
     ) -> Result<Option<AppendOutcome>, PartitionError> {
-        if !header.has_producer_id() {
+        // A control batch carries no sequence: its checks are `append_marker`'s.
+        if !header.has_producer_id() || header.is_control() {
             return Ok(None);
         }
         let st = self.state.borrow();

@@ -1,5 +1,7 @@
 //! Compaction of a partition: the cleaning pass that keeps the latest record per key, merges
-//! neighbouring segments, and the recovery of a merge a crash interrupted. It holds the
+//! neighbouring segments, and the recovery of a merge a crash interrupted. Only segments below
+//! the last stable offset are cleaned; aborted transactions' batches go, markers stay (they
+//! are never removed: Kafka's removal of markers after `delete.retention.ms` is not done). It holds the
 //! maintenance lock, never the append lock, and swaps a rewritten segment in by rename.
 
 use super::*;
@@ -37,12 +39,18 @@ impl Partition {
         }
         let _maintenance = self.lock(&self.maintenance).await?;
         self.check_online()?;
-        // (base offset, file, size, offset after its last) of each closed, durable segment.
-        let mut targets: Vec<(i64, Rc<SegmentFile>, u64, i64)> = {
+        // (base offset, file, size, offset after its last) of each closed, durable segment
+        // wholly below the last stable offset: an undecided transaction is never cleaned, as
+        // Kafka's cleaner stops at the first unstable offset.
+        let lso = self.last_stable_offset();
+        let (mut targets, aborted): (Vec<(i64, Rc<SegmentFile>, u64, i64)>, _) = {
             let st = self.state.borrow();
-            st.segments
+            let aborted = cleaner::AbortedRanges::new(st.segments.iter().flat_map(|s| &s.aborted));
+            let targets = st
+                .segments
                 .windows(2)
                 .take_while(|w| w[1].base_offset <= st.durable_offset.min(st.high_watermark))
+                .take_while(|w| w[1].base_offset <= lso)
                 .map(|w| {
                     (
                         w[0].base_offset,
@@ -51,12 +59,14 @@ impl Partition {
                         w[0].next_offset,
                     )
                 })
-                .collect()
+                .collect();
+            (targets, aborted)
         };
         if targets.is_empty() {
             return Ok(None);
         }
         let io = |e: std::io::Error| storage_err(&self.dir, e);
+        let io_batch = |e: record_batch::BatchError| storage_err(&self.dir, e);
         // Pass 1: the latest offset of every key, over as many whole segments as the map holds,
         // noting which segments hold a superseded record or an expired tombstone: only those
         // are rewritten.
@@ -71,6 +81,14 @@ impl Partition {
             while let Some(chunk) = reader.next().await.map_err(io)? {
                 for e in &chunk.batches {
                     let batch = chunk.bytes_of(e);
+                    let header = record_batch::parse_header(batch, 0).map_err(io_batch)?;
+                    if aborted.contains(&header) {
+                        garbage[i] = true;
+                        continue;
+                    }
+                    if header.is_control() {
+                        continue;
+                    }
                     let records = match cleaner::batch_records(batch, &mut scratch, max_inflated) {
                         Ok(records) => records,
                         Err(detail) => {
@@ -128,6 +146,15 @@ impl Partition {
                 while let Some(chunk) = reader.next().await.map_err(io)? {
                     for e in &chunk.batches {
                         let batch = chunk.bytes_of(e);
+                        let header = record_batch::parse_header(batch, 0).map_err(io_batch)?;
+                        if aborted.contains(&header) {
+                            removed += header.records_count.max(0) as u64;
+                            continue;
+                        }
+                        if header.is_control() {
+                            out.push(batch, e).await.map_err(io)?;
+                            continue;
+                        }
                         let keep = |r: &record_batch::RecordView<'_>| {
                             let offset = e.base_offset + i64::from(r.offset_delta);
                             cleaner::keep(
@@ -216,6 +243,8 @@ impl Partition {
             cleaned.next_offset = seg.next_offset;
             cleaned.first_timestamp = seg.first_timestamp;
             cleaned.max_timestamp = seg.max_timestamp;
+            // Its markers stay, so its aborted transactions do.
+            cleaned.aborted = std::mem::take(&mut seg.aborted);
             let index = cleaned.index_file(producers.as_ref());
             std::mem::swap(seg, cleaned);
             index
@@ -267,6 +296,10 @@ impl Partition {
                 .map(|s| s.max_timestamp)
                 .max()
                 .unwrap_or(merged.max_timestamp);
+            merged.aborted = st.segments[i..=j]
+                .iter_mut()
+                .flat_map(|s| std::mem::take(&mut s.aborted))
+                .collect();
             let index = merged.index_file(producers.as_ref());
             st.segments.splice(i..=j, [merged]);
             index

@@ -11,7 +11,8 @@ impl Partition {
     /// (length, CRC32C, offsets), so a batch damaged on disk after it was written is never
     /// served: a read gets the batches before it, or CORRUPT_MESSAGE if it starts there.
     pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutcome, PartitionError> {
-        self.read_batches(offset, max_bytes, true, false).await
+        self.read_batches(offset, max_bytes, true, false, i64::MAX)
+            .await
     }
 
     /// A follower's fetch: [`Partition::read`] up to the log end offset instead of the high
@@ -23,7 +24,8 @@ impl Partition {
         offset: i64,
         max_bytes: usize,
     ) -> Result<ReadOutcome, PartitionError> {
-        self.read_batches(offset, max_bytes, true, true).await
+        self.read_batches(offset, max_bytes, true, true, i64::MAX)
+            .await
     }
 
     /// [`Partition::read`] under a hard limit: when the first batch is larger than `max_bytes`
@@ -34,7 +36,22 @@ impl Partition {
         offset: i64,
         max_bytes: usize,
     ) -> Result<ReadOutcome, PartitionError> {
-        self.read_batches(offset, max_bytes, false, false).await
+        self.read_batches(offset, max_bytes, false, false, i64::MAX)
+            .await
+    }
+
+    /// [`Partition::read`] (`first_whole`) or [`Partition::read_within`] returning only the
+    /// batches that start below `upto` (a READ_COMMITTED read stops at the last stable offset,
+    /// which is always a batch boundary).
+    pub(super) async fn read_below(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        first_whole: bool,
+        upto: i64,
+    ) -> Result<ReadOutcome, PartitionError> {
+        self.read_batches(offset, max_bytes, first_whole, false, upto)
+            .await
     }
 
     async fn read_batches(
@@ -43,6 +60,7 @@ impl Partition {
         max_bytes: usize,
         first_whole: bool,
         replica: bool,
+        upto: i64,
     ) -> Result<ReadOutcome, PartitionError> {
         self.check_online()?;
         let config = self.config.get();
@@ -92,7 +110,7 @@ impl Partition {
                     &plan,
                     offset,
                     max_bytes,
-                    (slack, gaps),
+                    (slack, gaps, upto),
                     first_whole,
                     replica,
                 )
@@ -113,7 +131,7 @@ impl Partition {
         plan: &ReadPlan,
         offset: i64,
         max_bytes: usize,
-        (slack, gaps): (u64, bool),
+        (slack, gaps, upto): (u64, bool, i64),
         first_whole: bool,
         replica: bool,
     ) -> Result<Option<Bytes>, PartitionError> {
@@ -133,13 +151,15 @@ impl Partition {
                 .position(|(e, _)| e.last_offset >= offset);
             if let Some(first) = first {
                 let wanted = &scan.batches[first..];
-                if !first_whole && wanted[0].0.size as usize > max_bytes {
+                if wanted[0].0.base_offset >= upto
+                    || (!first_whole && wanted[0].0.size as usize > max_bytes)
+                {
                     return Ok(Some(Bytes::new()));
                 }
                 let from = (wanted[0].0.position - position) as usize;
                 let mut to = from + wanted[0].0.size as usize;
                 for (e, _) in &wanted[1..] {
-                    if to - from + e.size as usize > max_bytes {
+                    if e.base_offset >= upto || to - from + e.size as usize > max_bytes {
                         break;
                     }
                     to += e.size as usize;

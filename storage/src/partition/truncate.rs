@@ -14,7 +14,9 @@ impl Partition {
     /// a batch, or the log end. An offset at or past the log end changes nothing; one below
     /// the log start, or inside a batch, is out of range. The high watermark and the durable
     /// offset come down to the new end if they were past it; the epoch cache drops the epochs
-    /// that started there or later; producer state is rebuilt as an open would. Returns the new
+    /// that started there or later; producer state is rebuilt as an open would, so
+    /// transactions whose markers were cut are open again and those begun past the cut are
+    /// gone, and the aborted index keeps only the markers before the cut. Returns the new
     /// log end offset (below `offset` when `offset` was in a compacted log's gap).
     pub async fn truncate_to(self: &Rc<Self>, offset: i64) -> Result<i64, PartitionError> {
         let _maintenance = self.lock(&self.maintenance).await?;
@@ -235,21 +237,11 @@ impl Partition {
             let mut reader = SegmentReader::new(file.clone(), *base, *size, gaps);
             while let Some(chunk) = reader.next().await.map_err(io)? {
                 for e in &chunk.batches {
-                    let header = record_batch::parse_header(chunk.bytes_of(e), 0)
+                    let bytes = chunk.bytes_of(e);
+                    let header = record_batch::parse_header(bytes, 0)
                         .map_err(|e| storage_err(&self.dir, e))?;
-                    if header.has_producer_id() {
-                        producers.record(
-                            header.producer_id,
-                            header.producer_epoch,
-                            ProducerBatch {
-                                first_seq: header.base_sequence,
-                                last_seq: header.last_sequence(),
-                                base_offset: e.base_offset,
-                                last_offset: e.last_offset,
-                            },
-                            header.max_timestamp,
-                        );
-                    }
+                    // The segments' aborted indexes stand: only their producer state is wanted.
+                    producers.apply(&header, crate::txn::batch_kind(&header, bytes));
                 }
             }
         }

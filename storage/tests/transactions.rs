@@ -1,0 +1,310 @@
+//! Transactions on the partition log against real files: transactional batches and markers, the
+//! last stable offset, the aborted transaction index, READ_COMMITTED reads, recovery after a
+//! crash and after a clean close, follower appends and truncation, retention and compaction.
+
+mod common;
+
+use std::rc::Rc;
+
+use common::{on_executor, sorted_segments};
+use tributary_protocol::record_batch::{build_batch, validate_all};
+use tributary_storage::producer_state::SequenceError;
+use tributary_storage::{LogConfig, Partition, PartitionError};
+
+const CONFIG: LogConfig = LogConfig {
+    segment_bytes: 4 * 1024,
+    ..LogConfig::DEFAULT
+};
+
+/// A batch of two records from `producer` at sequence `seq`; transactional when `txn`.
+fn batch(producer: i64, seq: i32, txn: bool, key: &str) -> Vec<u8> {
+    let mut b = build_batch(
+        &[
+            (Some(key.as_bytes()), Some(b"one")),
+            (Some(key.as_bytes()), Some(b"two")),
+        ],
+        1_000,
+        Some((producer, 0, seq)),
+    )
+    .to_vec();
+    if txn {
+        b[22] |= 0x10;
+        tributary_protocol::record_batch::reseal(&mut b, 2);
+    }
+    b
+}
+
+async fn sync(p: &Rc<Partition>) {
+    p.sync_to(p.log_end_offset()).await.unwrap();
+}
+
+/// (base offset, producer id, is control) of every batch a READ_COMMITTED read returns from
+/// `from`, batch after batch.
+async fn committed_batches(p: &Partition, from: i64) -> Vec<(i64, i64, bool)> {
+    let mut out = Vec::new();
+    let mut offset = from;
+    loop {
+        let r = p.read_committed(offset, 1 << 20, false).await.unwrap();
+        let batches = validate_all(&r.records).unwrap();
+        let Some((_, last)) = batches.last() else {
+            return out;
+        };
+        offset = last.last_offset() + 1;
+        out.extend(
+            batches
+                .iter()
+                .map(|(_, h)| (h.base_offset, h.producer_id, h.is_control())),
+        );
+    }
+}
+
+#[test]
+fn the_last_stable_offset_waits_for_the_marker_across_a_crash() {
+    on_executor(move |path| async move {
+        let dir = path.join("t-0");
+        let p = Partition::open(dir.clone(), CONFIG).await.unwrap();
+        p.append(&batch(9, 0, false, "plain")).await.unwrap(); // 0..=1
+        let first = p.append(&batch(1, 0, true, "a")).await.unwrap(); // 2..=3
+        p.append(&batch(9, 2, false, "plain")).await.unwrap(); // 4..=5
+        sync(&p).await;
+        assert_eq!(first.base_offset, 2);
+        assert_eq!(p.high_watermark(), 6);
+        assert_eq!(p.last_stable_offset(), 2);
+        assert_eq!(p.ongoing_transactions(), vec![(1, 0, 2)]);
+        assert_eq!(committed_batches(&p, 0).await, vec![(0, 9, false)]);
+        // A fetch between the LSO and the high watermark is not out of range: it is empty.
+        assert!(p
+            .read_committed(4, 1 << 20, false)
+            .await
+            .unwrap()
+            .records
+            .is_empty());
+        drop(p); // a crash: no clean shutdown, the active segment is scanned
+
+        let p = Partition::open(dir.clone(), CONFIG).await.unwrap();
+        assert!(!p.open_stats().clean);
+        assert_eq!(p.last_stable_offset(), 2);
+        assert_eq!(p.ongoing_transactions(), vec![(1, 0, 2)]);
+        // A clean close and open: the open transaction comes back from the snapshot in the
+        // active segment's index file, without a scan.
+        p.close().await.unwrap();
+        drop(p);
+        let p = Partition::open(dir.clone(), CONFIG).await.unwrap();
+        assert_eq!((p.open_stats().clean, p.open_stats().scanned), (true, 0));
+        assert_eq!(p.ongoing_transactions(), vec![(1, 0, 2)]);
+        assert_eq!(p.last_stable_offset(), 2);
+        let m = p.append_marker(1, 0, true, 0).await.unwrap();
+        assert_eq!((m.base_offset, m.last_offset), (6, 6));
+        // Appended, not yet durable: the committed transaction still holds the LSO back.
+        assert_eq!(p.last_stable_offset(), 2);
+        p.commit(7).await.unwrap();
+        assert_eq!(p.high_watermark(), 7);
+        assert_eq!(p.last_stable_offset(), 7);
+        assert!(p.ongoing_transactions().is_empty());
+        assert!(p.aborted_transactions(0, 7).is_empty());
+        assert_eq!(
+            committed_batches(&p, 0).await,
+            vec![(0, 9, false), (2, 1, false), (4, 9, false), (6, 1, true)]
+        );
+        drop(p);
+        let p = Partition::open(dir, CONFIG).await.unwrap();
+        assert_eq!(p.last_stable_offset(), 7);
+    });
+}
+
+#[test]
+fn aborted_transactions_are_indexed_per_segment_and_survive_restarts() {
+    on_executor(move |path| async move {
+        let dir = path.join("t-0");
+        let p = Partition::open(dir.clone(), CONFIG).await.unwrap();
+        let mut seq = [0i32; 4];
+        let mut aborts = Vec::new();
+        // Many rounds over three producers: 1 and 2 abort, 3 commits, interleaved, across
+        // several segments (so closed segments carry markers in their index files).
+        for round in 0..40 {
+            for pid in 1..=3i64 {
+                let s = &mut seq[pid as usize];
+                let out = p.append(&batch(pid, *s, true, "k")).await.unwrap();
+                *s += 2;
+                if pid != 3 {
+                    aborts.push((pid, out.base_offset));
+                }
+            }
+            for pid in 1..=3i64 {
+                let m = p.append_marker(pid, 0, pid == 3, round).await.unwrap();
+                if pid != 3 {
+                    let at = aborts
+                        .iter()
+                        .position(|a| a.0 == pid && a.1 < m.base_offset);
+                    assert!(at.is_some());
+                }
+            }
+        }
+        sync(&p).await;
+        let end = p.high_watermark();
+        assert_eq!(p.last_stable_offset(), end);
+        assert!(sorted_segments(&dir).len() > 3, "expected rolls");
+        let all = p.aborted_transactions(0, end);
+        assert_eq!(all, aborts);
+        // A window returns only the transactions overlapping it.
+        let (from, upto) = (aborts[10].1, aborts[12].1);
+        let window = p.aborted_transactions(from, upto);
+        assert!(window.contains(&aborts[10]) && window.contains(&aborts[11]));
+        assert!(!window.contains(&aborts[12]) && !window.contains(&aborts[0]));
+        // A READ_COMMITTED read returns the aborted batches too: the consumer drops them with
+        // the list, as Kafka's does.
+        assert_eq!(committed_batches(&p, 0).await.len(), 40 * 6);
+        drop(p); // crash
+        let p = Partition::open(dir.clone(), CONFIG).await.unwrap();
+        assert_eq!(p.aborted_transactions(0, end), aborts);
+        p.close().await.unwrap();
+        drop(p);
+        let p = Partition::open(dir.clone(), CONFIG).await.unwrap();
+        assert!(p.open_stats().clean);
+        assert_eq!(p.aborted_transactions(0, end), aborts);
+        // Retention's DeleteRecords removes the front segments and their entries with them.
+        let cut = p.delete_records(end / 2).await.unwrap();
+        let first_kept = sorted_segments(&dir)[0].clone();
+        let first_base = common::segment_base(&first_kept);
+        assert!(first_base > 0 && first_base <= cut);
+        let left = p.aborted_transactions(0, end);
+        assert!(left.len() < aborts.len());
+        assert_eq!(left[..], aborts[aborts.len() - left.len()..]);
+    });
+}
+
+#[test]
+fn markers_from_an_older_producer_or_coordinator_epoch_are_refused() {
+    on_executor(move |path| async move {
+        let p = Partition::open(path.join("t-0"), CONFIG).await.unwrap();
+        // A marker for a producer the partition never saw is written, as in Kafka.
+        let m = p.append_marker(5, 0, false, 3).await.unwrap();
+        assert_eq!(p.aborted_transactions(0, 10), vec![(5, m.base_offset)]);
+        let mut b = batch(5, 0, true, "k");
+        b[51..53].copy_from_slice(&2i16.to_be_bytes()); // producer epoch 2
+        tributary_protocol::record_batch::reseal(&mut b, 2);
+        p.append(&b).await.unwrap();
+        let end = p.log_end_offset();
+        assert!(matches!(
+            p.append_marker(5, 1, true, 3).await,
+            Err(PartitionError::Sequence(SequenceError::StaleEpoch {
+                current: 2,
+                got: 1,
+                ..
+            }))
+        ));
+        assert!(matches!(
+            p.append_marker(5, 2, true, 2).await,
+            Err(PartitionError::Sequence(
+                SequenceError::CoordinatorFenced { .. }
+            ))
+        ));
+        assert_eq!(p.log_end_offset(), end, "nothing written");
+        assert_eq!(p.ongoing_transactions().len(), 1);
+        p.append_marker(5, 2, true, 3).await.unwrap();
+        assert!(p.ongoing_transactions().is_empty());
+    });
+}
+
+#[test]
+fn a_follower_rebuilds_the_same_state_and_truncation_reopens_transactions() {
+    on_executor(move |path| async move {
+        let leader = Partition::open(path.join("leader"), CONFIG).await.unwrap();
+        let follower = Partition::open(path.join("follower"), CONFIG)
+            .await
+            .unwrap();
+        leader.append(&batch(1, 0, true, "a")).await.unwrap(); // 0..=1
+        leader.append(&batch(2, 0, true, "b")).await.unwrap(); // 2..=3
+        let abort = leader.append_marker(1, 0, false, 0).await.unwrap(); // 4
+        leader.append(&batch(3, 0, true, "c")).await.unwrap(); // 5..=6
+        sync(&leader).await;
+        while follower.log_end_offset() < leader.log_end_offset() {
+            let r = leader
+                .read_replica(follower.log_end_offset(), 1 << 20)
+                .await
+                .unwrap();
+            follower.append_as_follower(&r.records).await.unwrap();
+        }
+        sync(&follower).await;
+        assert_eq!(abort.base_offset, 4);
+        assert_eq!(leader.aborted_transactions(0, 7), vec![(1, 0)]);
+        assert_eq!(follower.aborted_transactions(0, 7), vec![(1, 0)]);
+        assert_eq!(follower.ongoing_transactions(), vec![(2, 0, 2), (3, 0, 5)]);
+        assert_eq!(follower.last_stable_offset(), 2);
+        // Cutting the batch that began producer 3's transaction forgets it; cutting the marker
+        // opens producer 1's transaction again and drops its aborted entry.
+        follower.truncate_to(5).await.unwrap();
+        assert_eq!(follower.ongoing_transactions(), vec![(2, 0, 2)]);
+        follower.truncate_to(4).await.unwrap();
+        assert_eq!(follower.ongoing_transactions(), vec![(1, 0, 0), (2, 0, 2)]);
+        assert!(follower.aborted_transactions(0, 10).is_empty());
+        assert_eq!(follower.last_stable_offset(), 0);
+    });
+}
+
+#[test]
+fn the_cleaner_drops_aborted_records_and_keeps_markers() {
+    on_executor(move |path| async move {
+        let config = LogConfig {
+            compact: true,
+            retention_ms: -1,
+            min_cleanable_dirty_ratio: 0.0,
+            ..CONFIG
+        };
+        let dir = path.join("t-0");
+        let p = Partition::open(dir.clone(), config).await.unwrap();
+        let mut seqs = [0i32; 3];
+        for round in 0..30 {
+            // Producer 1 commits key "c{round}", producer 2 aborts key "c{round}" too: the
+            // aborted record is later in the log, but must neither win nor survive.
+            for pid in 1..=2i64 {
+                let s = &mut seqs[pid as usize];
+                p.append(&batch(pid, *s, true, &format!("c{round}")))
+                    .await
+                    .unwrap();
+                *s += 2;
+            }
+            p.append_marker(1, 0, true, 0).await.unwrap();
+            p.append_marker(2, 0, false, 0).await.unwrap();
+        }
+        // An open transaction at the end: nothing at or past it may be cleaned.
+        p.append(&batch(1, seqs[1], true, "open")).await.unwrap();
+        sync(&p).await;
+        let lso = p.last_stable_offset();
+        let stats = p.clean(i64::MAX / 2).await.unwrap().expect("cleaned");
+        assert!(stats.records_removed > 0);
+        let mut offset = 0;
+        let (mut data, mut markers) = (Vec::new(), 0);
+        while offset < p.high_watermark() {
+            let r = p.read(offset, 1 << 20).await.unwrap();
+            let batches = validate_all(&r.records).unwrap();
+            let Some((_, last)) = batches.last() else {
+                break;
+            };
+            offset = last.last_offset() + 1;
+            for (_, h) in &batches {
+                if h.is_control() {
+                    markers += 1;
+                } else {
+                    data.push((h.base_offset, h.producer_id));
+                }
+            }
+        }
+        // In the cleaned segments (closed, below the LSO) no batch of producer 2 is left;
+        // producer 1's batches and every marker are.
+        let active = common::segment_base(sorted_segments(&dir).last().unwrap());
+        assert!(active <= lso);
+        assert!(data.iter().all(|&(o, pid)| pid == 1 || o >= active));
+        let kept = data.iter().filter(|&&(o, _)| o < active).count();
+        assert!(kept >= 10, "committed batches kept: {kept}");
+        assert!(markers >= 40, "markers kept: {markers}");
+        assert_eq!(p.last_stable_offset(), lso);
+        // The index still names the aborted transactions (now empty of records), also after a
+        // crash and an open.
+        assert_eq!(p.aborted_transactions(0, lso).len(), 30);
+        drop(p);
+        let p = Partition::open(dir, config).await.unwrap();
+        assert_eq!(p.aborted_transactions(0, lso).len(), 30);
+        assert_eq!(p.last_stable_offset(), lso);
+    });
+}
