@@ -145,9 +145,7 @@ pub async fn replay(log: &Rc<Partition>, mut apply: impl FnMut(Replayed)) -> usi
                     apply(Replayed::Record {
                         key: Bytes::copy_from_slice(key),
                         value: rec.value.map(Bytes::copy_from_slice),
-                        txn_producer: header
-                            .is_transactional()
-                            .then_some(header.producer_id),
+                        txn_producer: header.is_transactional().then_some(header.producer_id),
                     });
                 }
             }

@@ -11,6 +11,7 @@ pub mod controller;
 pub mod coordinator_log;
 pub mod group;
 pub mod handlers;
+pub mod inter_broker;
 pub mod limits;
 pub mod metrics;
 pub mod partition_dirs;

@@ -1310,6 +1310,9 @@ pub fn partition_error_code(e: &PartitionError) -> ErrorCode {
         PartitionError::Sequence(SequenceError::StaleEpoch { .. }) => {
             ErrorCode::INVALID_PRODUCER_EPOCH
         }
+        PartitionError::Sequence(SequenceError::CoordinatorFenced { .. }) => {
+            ErrorCode::TRANSACTION_COORDINATOR_FENCED
+        }
     }
 }
 

@@ -108,7 +108,10 @@ fn values(tag: &str, n: usize) -> Vec<String> {
 fn committed_and_aborted_transactions_interleave_and_read_committed_sees_the_committed() {
     let dir = tempfile::tempdir().unwrap();
     let b = broker(dir.path());
-    rd_create_topics(b.addr, &[NewTopic::new("tx", 1, TopicReplication::Fixed(1))]);
+    rd_create_topics(
+        b.addr,
+        &[NewTopic::new("tx", 1, TopicReplication::Fixed(1))],
+    );
     let p = txn_producer(b.addr, "app-1", &[]);
     for (tag, commit) in [("a", true), ("b", false), ("c", true), ("d", false)] {
         p.begin_transaction().unwrap();
@@ -163,7 +166,10 @@ fn a_second_instance_fences_the_first_and_its_transaction_is_never_visible() {
     fresh.begin_transaction().unwrap();
     send(&fresh, "z", 0, values("fresh", 5));
     fresh.commit_transaction(T).unwrap();
-    assert_eq!(read_all(b.addr, "z", 1, "read_committed"), values("fresh", 5));
+    assert_eq!(
+        read_all(b.addr, "z", 1, "read_committed"),
+        values("fresh", 5)
+    );
     b.shutdown().unwrap();
 }
 
@@ -171,12 +177,18 @@ fn a_second_instance_fences_the_first_and_its_transaction_is_never_visible() {
 fn a_transaction_past_its_timeout_is_aborted_by_the_coordinator() {
     let dir = tempfile::tempdir().unwrap();
     let b = broker(dir.path());
-    rd_create_topics(b.addr, &[NewTopic::new("slow", 1, TopicReplication::Fixed(1))]);
+    rd_create_topics(
+        b.addr,
+        &[NewTopic::new("slow", 1, TopicReplication::Fixed(1))],
+    );
     let p = txn_producer(b.addr, "app-slow", &[("transaction.timeout.ms", "1000")]);
     p.begin_transaction().unwrap();
     send(&p, "slow", 0, values("late", 4));
     std::thread::sleep(Duration::from_secs(3));
-    assert!(p.commit_transaction(T).is_err(), "the coordinator aborted it");
+    assert!(
+        p.commit_transaction(T).is_err(),
+        "the coordinator aborted it"
+    );
     assert!(read_all(b.addr, "slow", 1, "read_committed").is_empty());
     assert_eq!(read_all(b.addr, "slow", 1, "read_uncommitted").len(), 4);
     b.shutdown().unwrap();
@@ -297,7 +309,10 @@ fn bad_transactional_requests_get_kafkas_codes() {
     const INVALID_PRODUCER_EPOCH: i16 = 47;
     let dir = tempfile::tempdir().unwrap();
     let b = broker(dir.path());
-    rd_create_topics(b.addr, &[NewTopic::new("bad", 1, TopicReplication::Fixed(1))]);
+    rd_create_topics(
+        b.addr,
+        &[NewTopic::new("bad", 1, TopicReplication::Fixed(1))],
+    );
     let mut raw = RawConn::connect(b.addr);
     let init = |raw: &mut RawConn, timeout: i32| -> InitProducerIdResponse {
         let deadline = Instant::now() + T;
@@ -318,7 +333,10 @@ fn bad_transactional_requests_get_kafkas_codes() {
             std::thread::sleep(Duration::from_millis(100));
         }
     };
-    assert_eq!(init(&mut raw, 86_400_000).error_code, INVALID_TRANSACTION_TIMEOUT);
+    assert_eq!(
+        init(&mut raw, 86_400_000).error_code,
+        INVALID_TRANSACTION_TIMEOUT
+    );
     let first = init(&mut raw, 60_000);
     assert_eq!(first.error_code, 0);
     let (pid, epoch) = (first.producer_id, first.producer_epoch);
@@ -334,8 +352,15 @@ fn bad_transactional_requests_get_kafkas_codes() {
         );
         r.error_code
     };
-    assert_eq!(end(&mut raw, 3, pid.0, epoch), INVALID_TXN_STATE, "nothing to end");
-    assert_eq!(end(&mut raw, 3, pid.0 + 1, epoch), INVALID_PRODUCER_ID_MAPPING);
+    assert_eq!(
+        end(&mut raw, 3, pid.0, epoch),
+        INVALID_TXN_STATE,
+        "nothing to end"
+    );
+    assert_eq!(
+        end(&mut raw, 3, pid.0 + 1, epoch),
+        INVALID_PRODUCER_ID_MAPPING
+    );
     // A second instance bumps the epoch; the first is fenced (INVALID_PRODUCER_EPOCH before v2).
     let second = init(&mut raw, 60_000);
     assert_eq!(second.producer_epoch, epoch + 1);
@@ -359,6 +384,10 @@ fn bad_transactional_requests_get_kafkas_codes() {
         .iter()
         .map(|r| r.partition_error_code)
         .collect();
-    assert_eq!(codes, vec![55, 3], "OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC_OR_PARTITION");
+    assert_eq!(
+        codes,
+        vec![55, 3],
+        "OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC_OR_PARTITION"
+    );
     b.shutdown().unwrap();
 }

@@ -80,6 +80,7 @@ pub fn request(data: &[u8]) {
             api_key::ADD_OFFSETS_TO_TXN => drop(txn::decode_add_offsets(&mut r, v)),
             api_key::END_TXN => drop(txn::decode_end_txn(&mut r, v)),
             api_key::TXN_OFFSET_COMMIT => drop(txn::decode_txn_offset_commit(&mut r, v)),
+            api_key::WRITE_TXN_MARKERS => drop(txn::decode_write_markers(&mut r, v)),
             _ => {}
         }
     }

@@ -41,6 +41,7 @@ pub mod api_key {
     pub const ADD_OFFSETS_TO_TXN: i16 = 25;
     pub const END_TXN: i16 = 26;
     pub const TXN_OFFSET_COMMIT: i16 = 28;
+    pub const WRITE_TXN_MARKERS: i16 = 27;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,10 +85,17 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     spec(api_key::DELETE_TOPICS, "DeleteTopics", 1, 6, 4),
     spec(api_key::DELETE_RECORDS, "DeleteRecords", 0, 2, 2),
     spec(api_key::INIT_PRODUCER_ID, "InitProducerId", 0, 4, 2),
-    spec(api_key::ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 3, 3),
+    spec(
+        api_key::ADD_PARTITIONS_TO_TXN,
+        "AddPartitionsToTxn",
+        0,
+        3,
+        3,
+    ),
     spec(api_key::ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 3, 3),
     spec(api_key::END_TXN, "EndTxn", 0, 3, 3),
     spec(api_key::TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 3, 3),
+    spec(api_key::WRITE_TXN_MARKERS, "WriteTxnMarkers", 1, 1, 1),
     spec(api_key::DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4, 4),
     spec(api_key::DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, 0),
     spec(api_key::OFFSET_COMMIT, "OffsetCommit", 2, 8, 8),

@@ -676,13 +676,17 @@ impl GroupCoordinator {
     /// Whether a transaction holds an offset of `group` for the partition not yet committed
     /// (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT then).
     pub fn has_pending_offset(&self, group: &str, topic: &str, partition: i32) -> bool {
-        self.pending_txn.borrow().values().flatten().any(|(key, _)| {
-            matches!(
-                GroupKey::decode(key.clone()),
-                Ok(GroupKey::Offset { group: g, topic: t, partition: p })
-                    if g == group && t == topic && p == partition
-            )
-        })
+        self.pending_txn
+            .borrow()
+            .values()
+            .flatten()
+            .any(|(key, _)| {
+                matches!(
+                    GroupKey::decode(key.clone()),
+                    Ok(GroupKey::Offset { group: g, topic: t, partition: p })
+                        if g == group && t == topic && p == partition
+                )
+            })
     }
 
     /// Committed offsets: (offset, leader_epoch, metadata) per partition; -1 when none.

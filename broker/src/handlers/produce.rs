@@ -52,16 +52,14 @@ pub async fn start(
                 ))
             } else {
                 match check_partition(shard, &catalog, &topic.name, p.index, p.records.as_ref()) {
-                    Ok((rewritten, txn_producer)) => {
-                        check_transactional(
-                            shard,
-                            req.transactional_id.as_deref(),
-                            txn_producer,
-                            (&topic.name, p.index),
-                        )
-                        .await
-                        .map(|()| rewritten)
-                    }
+                    Ok((rewritten, txn_producer)) => check_transactional(
+                        shard,
+                        req.transactional_id.as_deref(),
+                        txn_producer,
+                        (&topic.name, p.index),
+                    )
+                    .await
+                    .map(|()| rewritten),
                     Err(e) => Err(e),
                 }
             };

@@ -100,10 +100,9 @@ pub async fn run(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
             // future recursive.
             let allocate = || -> std::pin::Pin<Box<dyn std::future::Future<Output = _> + '_>> {
                 Box::pin(async move {
-                    let allocated =
-                        call(shard, ShardId(0), |reply| ShardRequest::AllocateProducerId {
-                            reply,
-                        });
+                    let allocated = call(shard, ShardId(0), |reply| {
+                        ShardRequest::AllocateProducerId { reply }
+                    });
                     match allocated.await {
                         Some(Ok(pid)) => Ok(pid),
                         Some(Err(e)) => {
@@ -114,7 +113,10 @@ pub async fn run(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
                     }
                 })
             };
-            match t.init_producer_id(&log, &id, timeout_ms, given, allocate).await {
+            match t
+                .init_producer_id(&log, &id, timeout_ms, given, allocate)
+                .await
+            {
                 Ok(p) => TxnReply::Init(Ok(p)),
                 Err((code, aborting)) => {
                     if let Some(prepared) = aborting {
@@ -144,8 +146,7 @@ pub async fn run(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
                 // Answered once prepared, as Kafka does; the markers follow, and the
                 // producer's next transaction waits (CONCURRENT_TRANSACTIONS) until they are
                 // written.
-                glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared))
-                    .detach();
+                glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared)).detach();
                 TxnReply::Code(ErrorCode::NONE)
             }
             Ok(None) => TxnReply::Code(ErrorCode::NONE),
@@ -251,7 +252,9 @@ pub async fn ensure_txn_topic(shard: &Rc<Shard>) -> bool {
     })
     .await;
     match created.as_deref() {
-        Some([(code, _)]) if *code == ErrorCode::NONE || *code == ErrorCode::TOPIC_ALREADY_EXISTS => {
+        Some([(code, _)])
+            if *code == ErrorCode::NONE || *code == ErrorCode::TOPIC_ALREADY_EXISTS =>
+        {
             true
         }
         other => {
@@ -456,6 +459,51 @@ pub async fn handle(
                 spec,
                 header,
                 &TxnOffsetCommitResponse::default().with_topics(topics),
+            )
+        }
+        api_key::WRITE_TXN_MARKERS => {
+            use kafka_protocol::messages::write_txn_markers_response::{
+                WritableTxnMarkerPartitionResult, WritableTxnMarkerResult,
+                WritableTxnMarkerTopicResult, WriteTxnMarkersResponse,
+            };
+            let req = decode_all(r, |r| txn::decode_write_markers(r, v))?;
+            let mut results = Vec::with_capacity(req.len());
+            for m in req {
+                let mut topics = Vec::with_capacity(m.topics.len());
+                for (topic, partitions) in m.topics {
+                    let mut parts = Vec::with_capacity(partitions.len());
+                    for partition in partitions {
+                        let marker = crate::txn::markers::Marker {
+                            topic: topic.clone(),
+                            partition,
+                            producer_id: m.producer_id,
+                            producer_epoch: m.producer_epoch,
+                            commit: m.commit,
+                            coordinator_epoch: m.coordinator_epoch,
+                        };
+                        let code = crate::txn::markers::write_here(shard, &marker).await;
+                        parts.push(
+                            WritableTxnMarkerPartitionResult::default()
+                                .with_partition_index(partition)
+                                .with_error_code(code.code()),
+                        );
+                    }
+                    topics.push(
+                        WritableTxnMarkerTopicResult::default()
+                            .with_name(topic_name(&topic))
+                            .with_partitions(parts),
+                    );
+                }
+                results.push(
+                    WritableTxnMarkerResult::default()
+                        .with_producer_id(ProducerId(m.producer_id))
+                        .with_topics(topics),
+                );
+            }
+            frame(
+                spec,
+                header,
+                &WriteTxnMarkersResponse::default().with_markers(results),
             )
         }
         other => Err(format!("api key {other} is not a transaction API")),

@@ -7,18 +7,15 @@
 //!
 //! The task ends when the shard follows nothing from that leader any more.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
 use glommio::net::TcpStream;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
-use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchResponse, RequestHeader, ResponseHeader, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::messages::{ApiKey, BrokerId, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, info, warn};
 use tributary_protocol::ErrorCode;
 
@@ -34,7 +31,6 @@ const REPLICA_FETCH_RESPONSE_BYTES_MAX: i32 = 10 << 20;
 const RESPONSE_FRAME_BYTES_MAX: usize = (REPLICA_FETCH_RESPONSE_BYTES_MAX as usize) * 2 + (1 << 20);
 /// Pause after an error before fetching again.
 const BACKOFF: Duration = Duration::from_millis(100);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a follower's fetches ask for and how long it waits for each, from the broker config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,17 +82,8 @@ pub async fn run(shard: Rc<Shard>, leader: i32) {
             continue;
         };
         if conn.is_none() {
-            match glommio::timer::timeout(CONNECT_TIMEOUT, async {
-                TcpStream::connect(addr).await.map_err(|e| {
-                    glommio::GlommioError::IoError(std::io::Error::other(e.to_string()))
-                })
-            })
-            .await
-            {
-                Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    conn = Some(s);
-                }
+            match crate::inter_broker::connect(addr).await {
+                Ok(s) => conn = Some(s),
                 Err(e) => {
                     debug!(leader, %addr, error = %e, "cannot reach the leader");
                     glommio::timer::sleep(BACKOFF).await;
@@ -110,9 +97,16 @@ pub async fn run(shard: Rc<Shard>, leader: i32) {
         correlation = correlation.wrapping_add(1);
         let request = encode_fetch(shard.config.node_id, correlation, &items, &settings);
         let response = glommio::timer::timeout(settings.response_timeout, async {
-            exchange(stream, &request, correlation)
-                .await
-                .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e)))
+            crate::inter_broker::exchange::<FetchResponse>(
+                stream,
+                &request,
+                ApiKey::Fetch,
+                REPLICA_FETCH_VERSION,
+                correlation,
+                RESPONSE_FRAME_BYTES_MAX,
+            )
+            .await
+            .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e)))
         })
         .await;
         match response {
@@ -159,9 +153,7 @@ fn followed(shard: &Shard, leader: i32) -> Vec<Item> {
 }
 
 fn leader_addr(shard: &Shard, leader: i32) -> Option<SocketAddr> {
-    let catalog = shard.catalog();
-    let b = catalog.brokers.get(&leader)?;
-    (b.host.as_str(), b.port).to_socket_addrs().ok()?.next()
+    crate::inter_broker::broker_addr(&shard.catalog(), leader)
 }
 
 fn encode_fetch(node: i32, correlation: i32, items: &[Item], settings: &FetchSettings) -> Bytes {
@@ -191,63 +183,13 @@ fn encode_fetch(node: i32, correlation: i32, items: &[Item], settings: &FetchSet
         .with_session_id(0)
         .with_session_epoch(-1)
         .with_topics(topics);
-    let header = RequestHeader::default()
-        .with_request_api_key(ApiKey::Fetch as i16)
-        .with_request_api_version(REPLICA_FETCH_VERSION)
-        .with_correlation_id(correlation)
-        .with_client_id(Some(StrBytes::from_string(format!(
-            "tributary-replica-{node}"
-        ))));
-    let mut body = BytesMut::new();
-    // Encoding a message built from valid fields into memory does not fail.
-    let _ = header.encode(&mut body, 2);
-    let _ = req.encode(&mut body, REPLICA_FETCH_VERSION);
-    let mut frame = BytesMut::with_capacity(4 + body.len());
-    frame.put_i32(body.len() as i32);
-    frame.put_slice(&body);
-    frame.freeze()
-}
-
-async fn exchange(
-    stream: &mut TcpStream,
-    request: &[u8],
-    correlation: i32,
-) -> Result<FetchResponse, String> {
-    stream.write_all(request).await.map_err(|e| e.to_string())?;
-    let mut len = [0u8; 4];
-    stream
-        .read_exact(&mut len)
-        .await
-        .map_err(|e| e.to_string())?;
-    let len = i32::from_be_bytes(len);
-    let len = usize::try_from(len).map_err(|_| format!("negative response length {len}"))?;
-    if len > RESPONSE_FRAME_BYTES_MAX {
-        return Err(format!(
-            "response of {len} bytes exceeds {RESPONSE_FRAME_BYTES_MAX}"
-        ));
-    }
-    let mut buf = vec![0u8; len];
-    stream
-        .read_exact(&mut buf)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut bytes = Bytes::from(buf);
-    let header = ResponseHeader::decode(&mut bytes, 1).map_err(|e| e.to_string())?;
-    if header.correlation_id != correlation {
-        return Err(format!(
-            "response to request {} while {correlation} was awaited",
-            header.correlation_id
-        ));
-    }
-    let resp =
-        FetchResponse::decode(&mut bytes, REPLICA_FETCH_VERSION).map_err(|e| e.to_string())?;
-    if bytes.has_remaining() {
-        return Err(format!(
-            "{} bytes after the fetch response",
-            bytes.remaining()
-        ));
-    }
-    Ok(resp)
+    crate::inter_broker::encode(
+        ApiKey::Fetch,
+        REPLICA_FETCH_VERSION,
+        correlation,
+        &format!("tributary-replica-{node}"),
+        &req,
+    )
 }
 
 /// Appends, truncates and moves the high watermark as the leader's answer says.
@@ -406,6 +348,9 @@ async fn truncate_divergent(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Buf;
+    use kafka_protocol::messages::RequestHeader;
+    use kafka_protocol::protocol::Decodable;
 
     #[test]
     fn a_fetch_asks_for_what_the_config_says() {

@@ -237,7 +237,11 @@ impl Shard {
             } else if !led && loaded {
                 self.txns_loaded.borrow_mut().remove(&p);
                 let n = self.txns.unload(p);
-                info!(partition = p, ids = n, "no longer coordinating the transactions of a transaction-state partition");
+                info!(
+                    partition = p,
+                    ids = n,
+                    "no longer coordinating the transactions of a transaction-state partition"
+                );
             }
         }
         let owned: HashSet<i32> = self

@@ -5,8 +5,8 @@
 //! elsewhere or moving is tried again with backoff — so a prepared transaction always completes,
 //! also after a restart or a coordinator move (the new coordinator resumes it at load).
 //!
-//! Partitions this node does not lead are not reached yet: their markers are retried until this
-//! node leads them (WriteTxnMarkers to other brokers is still to come).
+//! Partitions another broker leads get their markers by WriteTxnMarkers v1 to that broker, one
+//! request per leader and round.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -50,6 +50,7 @@ pub async fn finish(shard: Rc<Shard>, prepared: TxnMeta) {
             .partition(super::TXN_TOPIC, shard.txns.partition_of(&id))
             .map_or(0, |r| r.leader_epoch);
         let mut failed = Vec::new();
+        let mut remote: std::collections::BTreeMap<i32, Vec<Marker>> = Default::default();
         for (topic, partition) in left {
             let marker = Marker {
                 topic,
@@ -59,9 +60,25 @@ pub async fn finish(shard: Rc<Shard>, prepared: TxnMeta) {
                 commit,
                 coordinator_epoch,
             };
-            let code = write(&shard, &marker).await;
+            let catalog = shard.catalog();
+            let Some(placed) = catalog.partition(&marker.topic, marker.partition) else {
+                // A partition that no longer exists needs no marker.
+                continue;
+            };
+            if placed.leader >= 0 && placed.leader != shard.config.node_id {
+                remote.entry(placed.leader).or_default().push(marker);
+                continue;
+            }
+            let code = write_here(&shard, &marker).await;
             if code.is_error() {
                 failed.push((marker.topic, marker.partition, code));
+            }
+        }
+        for (leader, markers) in remote {
+            for (m, code) in send_remote(&shard, leader, &markers).await {
+                if code.is_error() {
+                    failed.push((m.topic, m.partition, code));
+                }
             }
         }
         if failed.is_empty() {
@@ -81,9 +98,96 @@ pub async fn finish(shard: Rc<Shard>, prepared: TxnMeta) {
     }
 }
 
-/// Writes one marker through the shard owning its partition, if this node leads it. A
-/// partition that no longer exists needs no marker.
-async fn write(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
+/// Sends `markers` (all of one transaction) to broker `leader` as one WriteTxnMarkers v1; each
+/// marker with its partition's answer (a transport failure answers every one).
+async fn send_remote(
+    shard: &Rc<Shard>,
+    leader: i32,
+    markers: &[Marker],
+) -> Vec<(Marker, ErrorCode)> {
+    use kafka_protocol::messages::write_txn_markers_request::{
+        WritableTxnMarker, WritableTxnMarkerTopic,
+    };
+    use kafka_protocol::messages::{
+        ApiKey, ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let every = |code: ErrorCode| markers.iter().map(|m| (m.clone(), code)).collect();
+    let Some(first) = markers.first() else {
+        return Vec::new();
+    };
+    let Some(addr) = crate::inter_broker::broker_addr(&shard.catalog(), leader) else {
+        return every(ErrorCode::BROKER_NOT_AVAILABLE);
+    };
+    let mut topics: Vec<WritableTxnMarkerTopic> = Vec::new();
+    for m in markers {
+        match topics.iter_mut().find(|t| t.name.0.as_str() == m.topic) {
+            Some(t) => t.partition_indexes.push(m.partition),
+            None => topics.push(
+                WritableTxnMarkerTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(m.topic.clone())))
+                    .with_partition_indexes(vec![m.partition]),
+            ),
+        }
+    }
+    let req = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+        .with_producer_id(ProducerId(first.producer_id))
+        .with_producer_epoch(first.producer_epoch)
+        .with_transaction_result(first.commit)
+        .with_topics(topics)
+        .with_coordinator_epoch(first.coordinator_epoch)]);
+    let client = format!("tributary-txn-coordinator-{}", shard.config.node_id);
+    let frame = crate::inter_broker::encode(ApiKey::WriteTxnMarkers, 1, 1, &client, &req);
+    let answer = async {
+        let mut stream = crate::inter_broker::connect(addr).await?;
+        crate::inter_broker::exchange::<WriteTxnMarkersResponse>(
+            &mut stream,
+            &frame,
+            ApiKey::WriteTxnMarkers,
+            1,
+            1,
+            MARKER_RESPONSE_BYTES_MAX,
+        )
+        .await
+    };
+    let timeout =
+        Duration::from_millis(shard.config.offsets_commit_timeout_ms) + Duration::from_secs(5);
+    let resp = match glommio::timer::timeout(timeout, async {
+        answer
+            .await
+            .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e)))
+    })
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            warn!(leader, %addr, error = %e, "WriteTxnMarkers failed");
+            return every(ErrorCode::BROKER_NOT_AVAILABLE);
+        }
+    };
+    markers
+        .iter()
+        .map(|m| {
+            let code = resp
+                .markers
+                .iter()
+                .flat_map(|r| r.topics.iter())
+                .filter(|t| t.name.0.as_str() == m.topic)
+                .flat_map(|t| t.partitions.iter())
+                .find(|p| p.partition_index == m.partition)
+                .map_or(ErrorCode::UNKNOWN_SERVER_ERROR, |p| ErrorCode(p.error_code));
+            (m.clone(), code)
+        })
+        .collect()
+}
+
+/// The largest WriteTxnMarkers response read: a few bytes per partition.
+const MARKER_RESPONSE_BYTES_MAX: usize = 1 << 20;
+
+/// Writes one marker through the shard owning its partition, which this node must lead
+/// (NOT_LEADER_OR_FOLLOWER otherwise; none is needed for a partition that no longer exists):
+/// a coordinator's own partitions, and WriteTxnMarkers from another broker's coordinator.
+pub async fn write_here(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
     let catalog = shard.catalog();
     let Some(placed) = catalog.partition(&marker.topic, marker.partition) else {
         return ErrorCode::NONE;
@@ -93,9 +197,12 @@ async fn write(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
     }
     let owner = shard.owner(&marker.topic, marker.partition);
     let m = marker.clone();
-    call(shard, owner, |reply| ShardRequest::WriteMarker { marker: m, reply })
-        .await
-        .unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR)
+    call(shard, owner, |reply| ShardRequest::WriteMarker {
+        marker: m,
+        reply,
+    })
+    .await
+    .unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR)
 }
 
 /// On the shard owning the partition: appends the marker and, on a replicated partition, waits

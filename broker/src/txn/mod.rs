@@ -125,18 +125,18 @@ impl TxnCoordinator {
                 return;
             };
             match TxnKey::decode(key) {
-            Ok(k) => {
-                let meta = match value.map(TxnValue::decode) {
-                    None => None,
-                    Some(Ok(v)) => TxnMeta::from_value(&k.transactional_id, &v),
-                    Some(Err(e)) => {
-                        warn!(error = %e, "unreadable __transaction_state record skipped");
-                        return;
-                    }
-                };
-                loaded.insert(k.transactional_id, meta);
-            }
-            Err(e) => warn!(error = %e, "unknown __transaction_state key skipped"),
+                Ok(k) => {
+                    let meta = match value.map(TxnValue::decode) {
+                        None => None,
+                        Some(Ok(v)) => TxnMeta::from_value(&k.transactional_id, &v),
+                        Some(Err(e)) => {
+                            warn!(error = %e, "unreadable __transaction_state record skipped");
+                            return;
+                        }
+                    };
+                    loaded.insert(k.transactional_id, meta);
+                }
+                Err(e) => warn!(error = %e, "unknown __transaction_state key skipped"),
             }
         })
         .await;
@@ -198,7 +198,11 @@ impl TxnCoordinator {
         let next = match decision {
             InitDecision::Refuse(e) => return Err((e, None)),
             InitDecision::AbortFirst(next) => {
-                info!(transactional_id = id, epoch = next.producer_epoch, "aborting the open transaction of an older producer instance");
+                info!(
+                    transactional_id = id,
+                    epoch = next.producer_epoch,
+                    "aborting the open transaction of an older producer instance"
+                );
                 self.transition(log, next.clone())
                     .await
                     .map_err(|e| (e, None))?;
@@ -285,7 +289,10 @@ impl TxnCoordinator {
 
     /// Ongoing transactions past their timeout, moved to PrepareAbort at a new epoch (written);
     /// the caller writes their markers.
-    pub async fn abort_expired(&self, log_of: impl Fn(&str) -> Option<Rc<Partition>>) -> Vec<TxnMeta> {
+    pub async fn abort_expired(
+        &self,
+        log_of: impl Fn(&str) -> Option<Rc<Partition>>,
+    ) -> Vec<TxnMeta> {
         let now = now_ms();
         let expired: Vec<TxnMeta> = self
             .txns

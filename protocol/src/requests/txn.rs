@@ -1,7 +1,8 @@
 //! Transaction requests a producer sends its transaction coordinator (KIP-98):
 //! AddPartitionsToTxn v0–v3, AddOffsetsToTxn v0–v3, EndTxn v0–v3, and the one it sends the
-//! group coordinator, TxnOffsetCommit v0–v3. All four are flexible from v3. AddPartitionsToTxn
-//! v4+ (KIP-890's batched, broker-to-broker form) is not served.
+//! group coordinator, TxnOffsetCommit v0–v3 (all four flexible from v3); and the one a
+//! coordinator sends partition leaders, WriteTxnMarkers v1 (flexible; Kafka 4 dropped v0).
+//! AddPartitionsToTxn v4+ (KIP-890's batched, broker-to-broker form) is not served.
 
 use crate::wire::{DecodeError, Reader};
 
@@ -51,6 +52,16 @@ pub struct TxnOffsetCommitRequest {
     pub member_id: String,
     pub group_instance_id: Option<String>,
     pub topics: Vec<(String, Vec<TxnOffset>)>,
+}
+
+/// One marker of a WriteTxnMarkers request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnMarkerEntry {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    pub topics: Vec<(String, Vec<i32>)>,
+    pub coordinator_epoch: i32,
 }
 
 /// Smallest topic entry: a 1-byte compact name length, a 1-byte array length, empty tags.
@@ -176,6 +187,45 @@ pub fn decode_txn_offset_commit(
     })
 }
 
+/// WriteTxnMarkers v1.
+pub fn decode_write_markers(
+    r: &mut Reader,
+    _version: i16,
+) -> Result<Vec<TxnMarkerEntry>, DecodeError> {
+    let flex = true;
+    // Smallest marker: id, epoch, result, an empty topic array, coordinator epoch, empty tags.
+    let n = r.array_len_required("markers", flex, 8 + 2 + 1 + 1 + 4 + 1)?;
+    let mut markers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let producer_id = r.i64("producer_id")?;
+        let producer_epoch = r.i16("producer_epoch")?;
+        let commit = r.bool("transaction_result")?;
+        let nt = r.array_len_required("topics", flex, TOPIC_BYTES_MIN)?;
+        let mut topics = Vec::with_capacity(nt);
+        for _ in 0..nt {
+            let name = r.string("topic", flex)?;
+            let np = r.array_len_required("partition_indexes", flex, 4)?;
+            let mut ps = Vec::with_capacity(np);
+            for _ in 0..np {
+                ps.push(r.i32("partition_index")?);
+            }
+            r.tagged_fields(flex)?;
+            topics.push((name, ps));
+        }
+        let coordinator_epoch = r.i32("coordinator_epoch")?;
+        r.tagged_fields(flex)?;
+        markers.push(TxnMarkerEntry {
+            producer_id,
+            producer_epoch,
+            commit,
+            topics,
+            coordinator_epoch,
+        });
+    }
+    r.tagged_fields(flex)?;
+    Ok(markers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,6 +296,34 @@ mod tests {
             assert_eq!(got.transactional_id, "tx");
             crate::requests::assert_prefixes_fail(&bytes, |r| decode_end_txn(r, v));
         }
+    }
+
+    #[test]
+    fn write_markers_decodes_what_an_independent_encoder_writes() {
+        use kafka_protocol::messages::write_txn_markers_request as wm;
+        let req = wm::WriteTxnMarkersRequest::default().with_markers(vec![
+            wm::WritableTxnMarker::default()
+                .with_producer_id(ProducerId(9))
+                .with_producer_epoch(2)
+                .with_transaction_result(true)
+                .with_topics(vec![wm::WritableTxnMarkerTopic::default()
+                    .with_name(TopicName(s("t")))
+                    .with_partition_indexes(vec![1, 3])])
+                .with_coordinator_epoch(4),
+        ]);
+        let bytes = bytes_of(&req, 1);
+        let got = decode_write_markers(&mut Reader::new(bytes.clone()), 1).unwrap();
+        assert_eq!(
+            got,
+            vec![TxnMarkerEntry {
+                producer_id: 9,
+                producer_epoch: 2,
+                commit: true,
+                topics: vec![("t".into(), vec![1, 3])],
+                coordinator_epoch: 4,
+            }]
+        );
+        crate::requests::assert_prefixes_fail(&bytes, |r| decode_write_markers(r, 1));
     }
 
     #[test]
