@@ -56,6 +56,10 @@ pub struct FetchResult {
     pub records: Bytes,
     pub high_watermark: i64,
     pub log_start_offset: i64,
+    /// The partition's last stable offset as of the read (-1 with an error).
+    pub last_stable_offset: i64,
+    /// For a READ_COMMITTED read, the aborted transactions overlapping `records`.
+    pub aborted_transactions: Vec<(i64, i64)>,
     /// The partition's count of bytes made visible, as of the high watermark above: a waiting
     /// fetch measures new data against it (`Partition::visible_bytes`).
     pub visible_bytes: u64,
@@ -115,6 +119,9 @@ pub enum ShardRequest {
         offset: i64,
         max_bytes: usize,
         hard_limit: bool,
+        /// READ_COMMITTED: records below the last stable offset only, with the aborted
+        /// transactions among them.
+        read_committed: bool,
         reply: oneshot::Sender<FetchResult>,
     },
     /// A waiting fetch's watch on this shard's partitions: sends their state as it changes, until
@@ -135,6 +142,9 @@ pub enum ShardRequest {
         topic: String,
         partition: i32,
         timestamp: i64,
+        /// READ_COMMITTED: LATEST is the last stable offset, and a timestamp lookup finds only
+        /// offsets below it.
+        read_committed: bool,
         reply: oneshot::Sender<(ErrorCode, i64, i64)>,
     },
     /// Where `epoch` ends in one partition's epoch cache (OffsetForLeaderEpoch): (error,
@@ -726,11 +736,16 @@ impl Shard {
                 offset,
                 max_bytes,
                 hard_limit,
+                read_committed,
                 reply,
             } => {
-                let out = self
-                    .fetch_local(&topic, partition, offset, max_bytes, hard_limit)
-                    .await;
+                let read = FetchRead {
+                    offset,
+                    max_bytes,
+                    hard_limit,
+                    read_committed,
+                };
+                let out = self.fetch_local(&topic, partition, read).await;
                 let _ = reply.send(out);
             }
             ShardRequest::Watch {
@@ -756,9 +771,13 @@ impl Shard {
                 topic,
                 partition,
                 timestamp,
+                read_committed,
                 reply,
             } => {
-                let _ = reply.send(self.list_offset_local(&topic, partition, timestamp).await);
+                let out = self
+                    .list_offset_local(&topic, partition, timestamp, read_committed)
+                    .await;
+                let _ = reply.send(out);
             }
             ShardRequest::DeleteRecords {
                 topic,
@@ -1065,31 +1084,35 @@ impl Shard {
         }
     }
 
-    async fn fetch_local(
-        &self,
-        topic: &str,
-        partition: i32,
-        offset: i64,
-        max_bytes: usize,
-        hard_limit: bool,
-    ) -> FetchResult {
+    async fn fetch_local(&self, topic: &str, partition: i32, read: FetchRead) -> FetchResult {
+        let FetchRead {
+            offset,
+            max_bytes,
+            hard_limit,
+            read_committed,
+        } = read;
         let Some(part) = self.partition(topic, partition) else {
             return FetchResult {
                 error: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
                 records: Bytes::new(),
                 high_watermark: -1,
                 log_start_offset: -1,
+                last_stable_offset: -1,
+                aborted_transactions: Vec::new(),
                 visible_bytes: 0,
             };
         };
         // Taken before the read starts: the read sees the same high watermark, as nothing runs
         // between this and the read's first await.
         let visible_bytes = part.visible_bytes();
+        let last_stable_offset = part.last_stable_offset();
         let watermarks = |error| FetchResult {
             error,
             records: Bytes::new(),
             high_watermark: part.high_watermark(),
             log_start_offset: part.log_start_offset(),
+            last_stable_offset,
+            aborted_transactions: Vec::new(),
             visible_bytes,
         };
         if hard_limit && max_bytes == 0 {
@@ -1104,21 +1127,27 @@ impl Shard {
             return watermarks(error);
         }
         self.fetch_reads.set(self.fetch_reads.get() + 1);
-        let read = if hard_limit {
-            part.read_within(offset, max_bytes).await
-        } else {
-            part.read(offset, max_bytes).await
+        let read = match (read_committed, hard_limit) {
+            (true, within) => part.read_committed(offset, max_bytes, within).await,
+            (false, true) => part.read_within(offset, max_bytes).await,
+            (false, false) => part.read(offset, max_bytes).await,
         };
         match read {
             Ok(r) => {
                 self.fetch_read_bytes
                     .set(self.fetch_read_bytes.get() + r.records.len() as u64);
                 self.metrics.fetched(topic, r.records.len());
+                let aborted_transactions = match end_of_batches(&r.records) {
+                    Some(upto) if read_committed => part.aborted_transactions(offset, upto),
+                    _ => Vec::new(),
+                };
                 FetchResult {
                     error: ErrorCode::NONE,
                     records: r.records,
                     high_watermark: r.high_watermark,
                     log_start_offset: r.log_start_offset,
+                    last_stable_offset,
+                    aborted_transactions,
                     visible_bytes,
                 }
             }
@@ -1131,6 +1160,7 @@ impl Shard {
         topic: &str,
         partition: i32,
         timestamp: i64,
+        read_committed: bool,
     ) -> (ErrorCode, i64, i64) {
         use tributary_protocol::requests::list_offsets::{
             EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP,
@@ -1147,6 +1177,9 @@ impl Shard {
             EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {
                 return (ErrorCode::NONE, part.log_start_offset(), -1)
             }
+            LATEST_TIMESTAMP if read_committed => {
+                return (ErrorCode::NONE, part.last_stable_offset(), -1)
+            }
             LATEST_TIMESTAMP => return (ErrorCode::NONE, part.high_watermark(), -1),
             LATEST_TIERED_TIMESTAMP => return (ErrorCode::NONE, -1, -1),
             // The first record carrying the log's largest timestamp.
@@ -1158,6 +1191,10 @@ impl Shard {
             t => t,
         };
         match part.offset_for_timestamp(lookup).await {
+            // As Kafka: READ_COMMITTED finds nothing at or past the last stable offset.
+            Ok(Some((offset, _))) if read_committed && offset >= part.last_stable_offset() => {
+                (ErrorCode::NONE, -1, -1)
+            }
             Ok(Some((offset, ts))) => (ErrorCode::NONE, offset, ts),
             Ok(None) => (ErrorCode::NONE, -1, -1),
             Err(e) => (partition_error_code(&e), -1, -1),
@@ -1297,6 +1334,32 @@ fn group_config(c: &BrokerConfig) -> GroupConfig {
         offsets_partitions: c.offsets_topic_num_partitions,
     }
 }
+
+/// One partition read of a client's fetch, as `ShardRequest::Fetch` asks for it.
+#[derive(Debug, Clone, Copy)]
+struct FetchRead {
+    offset: i64,
+    max_bytes: usize,
+    hard_limit: bool,
+    read_committed: bool,
+}
+
+/// The offset after the last of the whole batches in `records` (`None` when there are none):
+/// the end of what a read returned, for its aborted transactions.
+fn end_of_batches(records: &[u8]) -> Option<i64> {
+    let mut position = 0;
+    let mut end = None;
+    while let Ok(h) = tributary_protocol::record_batch::parse_header(&records[position..], position)
+    {
+        if records.len() - position < h.size() {
+            break;
+        }
+        end = Some(h.last_offset() + 1);
+        position += h.size();
+    }
+    end
+}
+
 
 pub fn partition_error_code(e: &PartitionError) -> ErrorCode {
     use tributary_storage::producer_state::SequenceError;

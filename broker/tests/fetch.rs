@@ -687,3 +687,172 @@ fn a_wait_ends_when_the_log_start_passes_the_offset_the_topic_goes_or_the_broker
     assert_eq!(error, 0, "answered with what it had");
     assert!(took < Duration::from_secs(10), "{took:?}");
 }
+
+/// A transactional batch of two records from `producer` at sequence `seq`.
+fn transactional(producer: i64, seq: i32) -> Vec<u8> {
+    let mut b = build_batch(
+        &[(None, Some(b"t1")), (None, Some(b"t2"))],
+        1_700_000_000_000,
+        Some((producer, 0, seq)),
+    )
+    .to_vec();
+    b[22] |= 0x10; // attributes: transactional
+    tributary_protocol::record_batch::reseal(&mut b, 2);
+    b
+}
+
+/// Writes transactions into a stopped broker's partition directory, as transactional producers
+/// and the coordinator's markers will (the produce path does not take them yet): after the
+/// plain record at offset 0, producer 7's transaction at 1..=2 and producer 8's at 3..=4;
+/// 7 aborts (5), 8 commits (6); producer 9's transaction at 7..=8 stays open; a plain batch at
+/// 9..=10.
+fn write_transactions(data_dir: std::path::PathBuf) {
+    glommio::LocalExecutorBuilder::default()
+        .spawn(move || async move {
+            tributary_storage::io::prime_executor_io(&data_dir)
+                .await
+                .unwrap();
+            let config = tributary_storage::LogConfig::DEFAULT;
+            let p = tributary_storage::Partition::open(data_dir.join("txn-0"), config)
+                .await
+                .unwrap();
+            assert_eq!(p.log_end_offset(), 1);
+            p.append(&transactional(7, 0)).await.unwrap();
+            p.append(&transactional(8, 0)).await.unwrap();
+            assert_eq!(
+                p.append_marker(7, 0, false, 0).await.unwrap().base_offset,
+                5
+            );
+            assert_eq!(p.append_marker(8, 0, true, 0).await.unwrap().base_offset, 6);
+            p.append(&transactional(9, 0)).await.unwrap();
+            let plain = build_batch(&[(None, Some(b"p1")), (None, Some(b"p2"))], 1, None);
+            p.append(&plain).await.unwrap();
+            p.close().await.unwrap();
+        })
+        .expect("executor")
+        .join()
+        .expect("join");
+}
+
+/// (base offset, is control) of each batch in a response partition's records.
+fn batches_of(records: &Option<Bytes>) -> Vec<(i64, bool)> {
+    let Some(r) = records else { return vec![] };
+    validate_all(r)
+        .expect("whole, valid batches")
+        .iter()
+        .map(|(_, h)| (h.base_offset, h.is_control()))
+        .collect()
+}
+
+/// (producer id, first offset) of an aborted transaction in a Fetch response.
+type AbortedTxn = (i64, i64);
+
+/// Fetches from offset 0 until `end` as a consumer does: the batches (base offset, is control)
+/// and the aborted transactions the responses named (`None` when every list was null). Checks
+/// every response's watermarks: high watermark 11, last stable offset 7.
+fn fetch_all(
+    c: &mut RawConn,
+    version: i16,
+    req: impl Fn(i64) -> FetchRequest,
+    end: i64,
+) -> (Vec<(i64, bool)>, Option<Vec<AbortedTxn>>) {
+    let mut batches = Vec::new();
+    let mut aborted: Option<Vec<AbortedTxn>> = None;
+    let mut offset = 0;
+    while offset < end {
+        let resp: FetchResponse = c.request(ApiKey::Fetch, version, &req(offset));
+        let p = &resp.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0, "v{version}");
+        assert_eq!(
+            (p.high_watermark, p.last_stable_offset),
+            (11, 7),
+            "v{version}"
+        );
+        let got = batches_of(&p.records);
+        assert!(!got.is_empty(), "v{version}: no progress at {offset}");
+        if let Some(list) = &p.aborted_transactions {
+            let all = aborted.get_or_insert_with(Vec::new);
+            for t in list {
+                if !all.contains(&(t.producer_id.0, t.first_offset)) {
+                    all.push((t.producer_id.0, t.first_offset));
+                }
+            }
+        }
+        let Some((_, last)) = validate_all(p.records.as_ref().unwrap()).unwrap().pop() else {
+            break;
+        };
+        offset = last.last_offset() + 1;
+        batches.extend(got);
+    }
+    (batches, aborted)
+}
+
+#[test]
+fn read_committed_fetches_stop_at_the_last_stable_offset_and_name_aborted_transactions() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 1, &[]);
+    let mut c = RawConn::connect(broker.addr);
+    create_topic(&mut c, "txn", 1);
+    assert_eq!(produce(&mut c, "txn", 0, &[b"plain"]), 0);
+    drop(c);
+    broker.shutdown().unwrap();
+    write_transactions(dir.path().to_path_buf());
+    let broker = start_broker(dir.path(), 1, &[]);
+    let mut c = RawConn::connect(broker.addr);
+    for version in [4, FETCH_VERSION, FETCH_VERSION_IDS] {
+        let id = {
+            let m: MetadataResponse = c.request(
+                ApiKey::Metadata,
+                12,
+                &MetadataRequest::default().with_topics(Some(vec![
+                    metadata_request::MetadataRequestTopic::default().with_name(Some(name("txn"))),
+                ])),
+            );
+            m.topics[0].topic_id
+        };
+        let req = |isolation: i8, offset: i64| {
+            at_version(
+                version,
+                id,
+                fetch("txn", vec![partition(0, offset)]).with_isolation_level(isolation),
+            )
+        };
+        // READ_COMMITTED: below the LSO (7), with producer 7's aborted transaction named. A
+        // read may return fewer batches than there are; fetch on as a consumer does.
+        let (batches, aborted) = fetch_all(&mut c, version, |o| req(1, o), 7);
+        assert_eq!(
+            batches,
+            vec![(0, false), (1, false), (3, false), (5, true), (6, true)],
+            "v{version}"
+        );
+        assert_eq!(aborted, Some(vec![(7, 1)]), "v{version}");
+        // At the LSO: nothing yet, and no error.
+        let resp: FetchResponse = c.request(ApiKey::Fetch, version, &req(1, 7));
+        let p = &resp.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0);
+        assert!(batches_of(&p.records).is_empty(), "v{version}");
+        assert_eq!(p.aborted_transactions.as_ref().map(Vec::len), Some(0));
+        // READ_UNCOMMITTED: everything below the high watermark, a null list, the same LSO.
+        let (batches, aborted) = fetch_all(&mut c, version, |o| req(0, o), 11);
+        assert_eq!(batches.len(), 7, "v{version}");
+        assert_eq!(aborted, None, "v{version}");
+    }
+    // ListOffsets LATEST: the LSO for READ_COMMITTED (v2+), the high watermark otherwise.
+    for (isolation, want) in [(1i8, 7i64), (0, 11)] {
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_isolation_level(isolation)
+            .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
+                .with_name(name("txn"))
+                .with_partitions(vec![
+                    list_offsets_request::ListOffsetsPartition::default()
+                        .with_partition_index(0)
+                        .with_timestamp(-1),
+                ])]);
+        let resp: ListOffsetsResponse = c.request(ApiKey::ListOffsets, 5, &req);
+        let p = &resp.topics[0].partitions[0];
+        assert_eq!((p.error_code, p.offset), (0, want), "isolation {isolation}");
+    }
+    drop(c);
+    broker.shutdown().unwrap();
+}

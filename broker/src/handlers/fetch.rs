@@ -35,6 +35,19 @@ use wait::{Baseline, Tally};
 /// Longest long-poll a client may ask for; a larger `max_wait_ms` is capped to this.
 pub const FETCH_MAX_WAIT_MS_CAP: u64 = 60_000;
 
+/// The first Fetch version with `isolation_level` (and `last_stable_offset`,
+/// `aborted_transactions` in the response).
+pub const READ_COMMITTED_FROM: i16 = 4;
+
+/// What a client's fetch may return and how: the response's byte budget, the bytes it waits
+/// for, and its isolation level.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    max_bytes: usize,
+    min_bytes: usize,
+    read_committed: bool,
+}
+
 pub async fn handle(
     shard: &Rc<Shard>,
     spec: &ApiSpec,
@@ -93,7 +106,15 @@ pub async fn handle(
     if v >= TOPIC_IDS_FROM {
         name_session_topics(&shard.catalog(), context.items_mut());
     }
-    let results = read_and_wait(shard, context.items(), max_bytes, min_bytes, deadline).await;
+    // READ_COMMITTED (v4+): records below the last stable offset, with the aborted
+    // transactions among them. A follower's fetch (above) never is.
+    let read_committed = v >= READ_COMMITTED_FROM && req.isolation_level == 1;
+    let budget = Budget {
+        max_bytes,
+        min_bytes,
+        read_committed,
+    };
+    let results = read_and_wait(shard, context.items(), budget, deadline).await;
     let (error, session_id, include) =
         finish_session(shard, v >= TOPIC_IDS_FROM, &context, &results);
     let mut topics = response_topics(context.items(), results, &include);
@@ -111,7 +132,7 @@ pub async fn handle(
         v,
         error,
         session_id,
-        req.isolation_level == 1,
+        read_committed,
         &topics,
         &endpoints,
     );
@@ -233,8 +254,9 @@ fn response_topics(
             partition: item.partition,
             error: res.error,
             high_watermark: res.high_watermark,
-            last_stable_offset: res.high_watermark,
+            last_stable_offset: res.last_stable_offset,
             log_start_offset: res.log_start_offset,
+            aborted_transactions: res.aborted_transactions,
             records: res.records,
             diverging_epoch: None,
             current_leader: None,
@@ -264,10 +286,14 @@ fn new_session_id() -> i32 {
 async fn read_and_wait(
     shard: &Rc<Shard>,
     items: &[FetchItem],
-    max_bytes: usize,
-    min_bytes: usize,
+    budget: Budget,
     deadline: Instant,
 ) -> Vec<FetchResult> {
+    let Budget {
+        max_bytes,
+        min_bytes,
+        read_committed,
+    } = budget;
     let catalog = shard.catalog();
     let node = shard.config.node_id;
     let known: Vec<ErrorCode> = items
@@ -287,7 +313,7 @@ async fn read_and_wait(
             }
         })
         .collect();
-    let first = read_all(shard, items, &known, max_bytes).await;
+    let first = read_all(shard, items, &known, max_bytes, read_committed).await;
     let bytes: usize = first.results.iter().map(|r| r.records.len()).sum();
     let errors = first.results.iter().any(|r| r.error.is_error());
     if bytes >= min_bytes
@@ -314,7 +340,9 @@ async fn read_and_wait(
         .map(|(i, k)| (i.topic.clone(), i.partition, !k.is_error()))
         .collect();
     wait::wait(shard, &watched, tally, deadline).await;
-    read_all(shard, items, &known, max_bytes).await.results
+    read_all(shard, items, &known, max_bytes, read_committed)
+        .await
+        .results
 }
 
 /// Whether a v13+ item's topic id still names the topic it was resolved to (the topic may have
@@ -350,6 +378,7 @@ async fn read_all(
     items: &[FetchItem],
     known: &[ErrorCode],
     max_bytes: usize,
+    read_committed: bool,
 ) -> ReadAll {
     let mut results: Vec<Option<FetchResult>> = vec![None; items.len()];
     // What each finished read was granted, and whether it was held to that (a hard limit).
@@ -383,7 +412,7 @@ async fn read_all(
             granted += grant;
             let hard_limit = returned_any;
             inflight.push(async move {
-                let r = read_one(shard, item, grant, hard_limit).await;
+                let r = read_one(shard, item, grant, hard_limit, read_committed).await;
                 (i, grant, hard_limit, r)
             });
             next += 1;
@@ -428,6 +457,7 @@ async fn read_one(
     item: &FetchItem,
     max_bytes: usize,
     hard_limit: bool,
+    read_committed: bool,
 ) -> FetchResult {
     let (topic, partition, offset) = (item.topic.clone(), item.partition, item.fetch_offset);
     let owner = shard.owner(&topic, partition);
@@ -437,6 +467,7 @@ async fn read_one(
         offset,
         max_bytes,
         hard_limit,
+        read_committed,
         reply,
     })
     .await
@@ -473,6 +504,8 @@ fn refused(error: ErrorCode) -> FetchResult {
         records: Bytes::new(),
         high_watermark: -1,
         log_start_offset: -1,
+        last_stable_offset: -1,
+        aborted_transactions: Vec::new(),
         visible_bytes: 0,
     }
 }

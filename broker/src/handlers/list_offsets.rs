@@ -1,6 +1,7 @@
-//! ListOffsets: earliest (log start), latest (high watermark), the record with the largest
-//! timestamp, or the first record at or after a timestamp (inside compressed batches too),
-//! answered by each partition's owner.
+//! ListOffsets: earliest (log start), latest (high watermark; the last stable offset for
+//! READ_COMMITTED, v2+), the record with the largest timestamp, or the first record at or
+//! after a timestamp (inside compressed batches too; below the last stable offset for
+//! READ_COMMITTED), answered by each partition's owner.
 
 use std::rc::Rc;
 
@@ -14,6 +15,9 @@ use tributary_protocol::{ErrorCode, Reader};
 
 use super::{decode_all, frame, topic_name, HandlerResult};
 use crate::shard::{call, Shard, ShardRequest};
+
+/// The first ListOffsets version with `isolation_level`.
+pub const READ_COMMITTED_FROM: i16 = 2;
 
 pub async fn handle(
     shard: &Rc<Shard>,
@@ -39,6 +43,7 @@ pub async fn handle(
                     }
                 });
             let (topic, partition, timestamp) = (t.name.clone(), p.partition, p.timestamp);
+            let read_committed = v >= READ_COMMITTED_FROM && req.isolation_level == 1;
             async move {
                 let (error, offset, ts) = if let Err(code) = access {
                     (code, -1, -1)
@@ -48,6 +53,7 @@ pub async fn handle(
                         topic,
                         partition,
                         timestamp,
+                        read_committed,
                         reply,
                     })
                     .await

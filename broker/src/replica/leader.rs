@@ -57,6 +57,7 @@ pub(crate) fn answer(partition: i32, error: ErrorCode) -> FetchPartitionResponse
         high_watermark: -1,
         last_stable_offset: -1,
         log_start_offset: -1,
+        aborted_transactions: Vec::new(),
         records: Bytes::new(),
         diverging_epoch: None,
         current_leader: None,
@@ -420,7 +421,7 @@ impl Shard {
                     (e, end)
                 });
                 out.high_watermark = part.high_watermark();
-                out.last_stable_offset = out.high_watermark;
+                out.last_stable_offset = part.last_stable_offset();
                 return out;
             }
         }
@@ -443,7 +444,7 @@ impl Shard {
             }
         }
         out.high_watermark = part.high_watermark();
-        out.last_stable_offset = out.high_watermark;
+        out.last_stable_offset = part.last_stable_offset();
         out
     }
 

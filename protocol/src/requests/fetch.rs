@@ -222,6 +222,10 @@ pub struct FetchPartitionResponse {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// The aborted transactions overlapping `records`, as (producer id, first offset): sent
+    /// in a READ_COMMITTED response (v4+), where the consumer drops those producers' records;
+    /// a READ_UNCOMMITTED response sends null whatever this holds.
+    pub aborted_transactions: Vec<(i64, i64)>,
     pub records: Bytes,
     /// The fetcher's log diverges from the leader's after this (epoch, end offset): truncate
     /// there before fetching again (v12+, tagged field 0).
@@ -257,7 +261,7 @@ pub struct FetchTopicResponse {
 }
 
 /// Writes a Fetch response body. Record bytes are appended as they are; with `read_committed`
-/// an empty aborted-transactions list is sent, otherwise null. `session_id` is sent from v7,
+/// each partition's aborted transactions are sent, otherwise null. `session_id` is sent from v7,
 /// `node_endpoints` (when not empty) from v16.
 pub fn encode_response(
     out: &mut FrameBuilder,
@@ -314,7 +318,12 @@ fn encode_partition(
         out.put_i64(p.log_start_offset);
     }
     if read_committed {
-        put_array_len(out, 0, flex);
+        put_array_len(out, p.aborted_transactions.len(), flex);
+        for &(producer_id, first_offset) in &p.aborted_transactions {
+            out.put_i64(producer_id);
+            out.put_i64(first_offset);
+            put_empty_tagged_fields(out, flex);
+        }
     } else {
         put_null_array(out, flex);
     }
@@ -527,6 +536,7 @@ mod tests {
             high_watermark: 10,
             last_stable_offset: 10,
             log_start_offset: 0,
+            aborted_transactions: vec![(41, 2), (42, 7)],
             records: records.clone(),
             diverging_epoch: None,
             current_leader: None,
@@ -582,6 +592,12 @@ mod tests {
                 }
                 let ps = &t.partitions;
                 assert_eq!(ps[0].high_watermark, 10);
+                let aborted = ps[0].aborted_transactions.as_ref().map(|a| {
+                    a.iter()
+                        .map(|t| (t.producer_id.0, t.first_offset))
+                        .collect::<Vec<_>>()
+                });
+                assert_eq!(aborted, rc.then(|| vec![(41, 2), (42, 7)]), "v{v}");
                 assert_eq!(ps[0].records.as_ref(), Some(&short));
                 assert_eq!(ps[1].records.as_ref(), Some(&long));
                 assert_eq!(ps[2].records.as_ref(), Some(&short));

@@ -43,7 +43,7 @@ impl Partition {
         // wholly below the last stable offset: an undecided transaction is never cleaned, as
         // Kafka's cleaner stops at the first unstable offset.
         let lso = self.last_stable_offset();
-        let (mut targets, aborted): (Vec<(i64, Rc<SegmentFile>, u64, i64)>, _) = {
+        let (mut targets, aborted): (Vec<CleanTarget>, _) = {
             let st = self.state.borrow();
             let aborted = cleaner::AbortedRanges::new(st.segments.iter().flat_map(|s| &s.aborted));
             let targets = st
@@ -310,6 +310,9 @@ impl Partition {
         Ok(())
     }
 }
+
+/// A segment the pass may clean: base offset, file, size, offset after its last batch.
+type CleanTarget = (i64, Rc<SegmentFile>, u64, i64);
 
 /// Neighbouring segments to clean into one, in order: as many as fit in `segment_bytes`
 /// together (by their size before cleaning) with offsets a 32-bit relative offset can hold.

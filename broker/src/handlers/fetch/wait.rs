@@ -326,6 +326,8 @@ mod tests {
             records,
             high_watermark: hw,
             log_start_offset: 0,
+            last_stable_offset: hw,
+            aborted_transactions: Vec::new(),
             visible_bytes: visible,
         }
     }
