@@ -1360,7 +1360,6 @@ fn end_of_batches(records: &[u8]) -> Option<i64> {
     end
 }
 
-
 pub fn partition_error_code(e: &PartitionError) -> ErrorCode {
     use tributary_storage::producer_state::SequenceError;
     match e {

@@ -244,8 +244,16 @@ fn consume_transform_produce_holds_each_input_exactly_once() {
         round += 1;
         p.begin_transaction().unwrap();
         for (part, _, v) in &batch {
-            send(&p, "out", *part, [format!("t:{v}")]);
+            let value = format!("t:{v}");
+            let mut rec = BaseRecord::<(), String>::to("out")
+                .payload(&value)
+                .partition(*part);
+            while let Err((_, r)) = p.send(rec) {
+                rec = r;
+                p.poll(Duration::from_millis(10));
+            }
         }
+        p.flush(T).expect("flush");
         let mut offsets = TopicPartitionList::new();
         for (part, off, _) in &batch {
             let next = Offset::Offset(off + 1);
@@ -258,7 +266,7 @@ fn consume_transform_produce_holds_each_input_exactly_once() {
         }
         let cgm = consumer.group_metadata().expect("group metadata");
         p.send_offsets_to_transaction(&offsets, &cgm, T).unwrap();
-        if round % 4 == 0 {
+        if round.is_multiple_of(4) {
             // An injected failure: the output and the offsets go together; the batch is read
             // again from the last committed offsets.
             p.abort_transaction(T).unwrap();

@@ -74,6 +74,9 @@ pub type TopicResults<T> = Vec<(String, Vec<(i32, T)>)>;
 
 pub use crate::coordinator_log::ReplicatedWrite;
 
+/// A record of `__consumer_offsets`: key and value (`None`: a tombstone).
+type Record = (Bytes, Option<Bytes>);
+
 pub struct GroupCoordinator {
     config: GroupConfig,
     /// Set by the shard: how a write to a replicated offsets partition waits for its ISR.
@@ -83,7 +86,7 @@ pub struct GroupCoordinator {
     offsets_partitions: std::cell::Cell<i32>,
     groups: RefCell<HashMap<String, Group>>,
     /// Offset records of open transactions, by producer id, until their marker.
-    pending_txn: RefCell<HashMap<i64, Vec<(Bytes, Option<Bytes>)>>>,
+    pending_txn: RefCell<HashMap<i64, Vec<Record>>>,
 }
 
 impl GroupCoordinator {

@@ -341,13 +341,17 @@ async fn find_coordinator(
     };
     // The coordinator is the leader of the key's `__consumer_offsets` partition (a group) or
     // `__transaction_state` partition (a transactional id).
-    let (topic, partition_of): (&str, Box<dyn Fn(&str) -> i32>) = if txn {
-        (
-            crate::txn::TXN_TOPIC,
-            Box::new(|k| shard.txns.partition_of(k)),
-        )
+    let topic = if txn {
+        crate::txn::TXN_TOPIC
     } else {
-        (OFFSETS_TOPIC, Box::new(|k| shard.groups.group_partition(k)))
+        OFFSETS_TOPIC
+    };
+    let partition_of = |k: &str| {
+        if txn {
+            shard.txns.partition_of(k)
+        } else {
+            shard.groups.group_partition(k)
+        }
     };
     let catalog = shard.catalog();
     let coordinator = |key: &str| -> Result<

@@ -28,6 +28,9 @@ use crate::routing::ShardId;
 use crate::shard::{call, NewTopic, Shard, ShardRequest};
 use crate::txn::TXN_TOPIC;
 
+/// How long EndTxn waits for its markers before answering anyway.
+const END_TXN_MARKER_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// An operation on the shard coordinating a transactional id.
 pub enum TxnOp {
     Init {
@@ -143,10 +146,20 @@ pub async fn run(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
             commit,
         } => match t.end_txn(&log, &id, producer, commit).await {
             Ok(Some(prepared)) => {
-                // Answered once prepared, as Kafka does; the markers follow, and the
-                // producer's next transaction waits (CONCURRENT_TRANSACTIONS) until they are
-                // written.
-                glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared)).detach();
+                // Kafka answers once the transaction is prepared and the producer's next
+                // transaction waits (CONCURRENT_TRANSACTIONS, and a client backoff) until the
+                // markers are written. Waiting a moment for them here saves that backoff when
+                // they are quick; slow ones carry on in the background.
+                let markers =
+                    glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared))
+                        .detach();
+                futures_lite::future::or(
+                    async {
+                        let _ = markers.await;
+                    },
+                    glommio::timer::sleep(END_TXN_MARKER_WAIT),
+                )
+                .await;
                 TxnReply::Code(ErrorCode::NONE)
             }
             Ok(None) => TxnReply::Code(ErrorCode::NONE),
