@@ -308,3 +308,51 @@ fn the_cleaner_drops_aborted_records_and_keeps_markers() {
         assert_eq!(p.last_stable_offset(), lso);
     });
 }
+
+#[test]
+fn an_open_transaction_in_an_older_segment_comes_back_from_the_snapshots() {
+    on_executor(move |path| async move {
+        let dir = path.join("t-0");
+        let p = Partition::open(dir.clone(), CONFIG).await.unwrap();
+        let first = p.append(&batch(1, 0, true, "a")).await.unwrap().base_offset;
+        for seq in 0..200 {
+            p.append(&batch(2, seq * 2, false, "b")).await.unwrap();
+        }
+        sync(&p).await;
+        assert!(sorted_segments(&dir).len() > 3, "expected rolls");
+        // Nothing from the open transaction on is READ_COMMITTED, though all is below the
+        // high watermark.
+        assert_eq!(first, 0);
+        assert!(p
+            .read_committed(0, 1 << 20, false)
+            .await
+            .unwrap()
+            .records
+            .is_empty());
+        assert!(p
+            .read_committed(0, 1 << 20, true)
+            .await
+            .unwrap()
+            .records
+            .is_empty());
+        assert!(!p.read(0, 1 << 20).await.unwrap().records.is_empty());
+        drop(p); // crash: the closed segments' index files hold the open transaction
+        let p = Partition::open(dir.clone(), CONFIG).await.unwrap();
+        assert_eq!(p.open_stats().scanned, 1, "only the active segment");
+        assert_eq!(p.ongoing_transactions(), vec![(1, 0, first)]);
+        assert_eq!(p.last_stable_offset(), first);
+        p.append_marker(1, 0, false, 0).await.unwrap();
+        sync(&p).await;
+        assert_eq!(p.last_stable_offset(), p.high_watermark());
+        assert_eq!(
+            p.aborted_transactions(0, p.high_watermark()),
+            vec![(1, first)]
+        );
+        // From an offset past the transaction's first batch, the entry is still named: its
+        // marker is after that offset.
+        assert_eq!(
+            p.aborted_transactions(100, p.high_watermark()),
+            vec![(1, first)]
+        );
+    });
+}

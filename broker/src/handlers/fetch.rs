@@ -425,7 +425,7 @@ async fn read_all(
         if !r.records.is_empty() {
             returned_any = true;
             used += r.records.len();
-        } else if hard_limit && r.has_data_at(items[i].fetch_offset) {
+        } else if hard_limit && r.has_data_at(items[i].fetch_offset, read_committed) {
             // Its first batch did not fit in what was left.
             full = true;
         }
@@ -475,9 +475,15 @@ async fn read_one(
 }
 
 impl FetchResult {
-    /// The partition had data at `offset` that this result did not return.
-    fn has_data_at(&self, offset: i64) -> bool {
-        !self.error.is_error() && self.records.is_empty() && offset < self.high_watermark
+    /// The partition had data at `offset` that this result did not return (for READ_COMMITTED,
+    /// data below the last stable offset).
+    fn has_data_at(&self, offset: i64, read_committed: bool) -> bool {
+        let end = if read_committed {
+            self.last_stable_offset
+        } else {
+            self.high_watermark
+        };
+        !self.error.is_error() && self.records.is_empty() && offset < end
     }
 }
 

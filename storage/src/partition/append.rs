@@ -50,6 +50,11 @@ impl Partition {
     /// [`Partition::commit`] (or [`Partition::sync_to`]) returns for `last_offset + 1`, and, in
     /// replicated mode, committed once the high watermark passes `last_offset` — the marker's
     /// offset (`base_offset == last_offset`).
+    ///
+    /// # Panics
+    ///
+    /// If `producer_id` is negative: the coordinator writes markers only for producer ids it
+    /// allocated.
     pub async fn append_marker(
         self: &Rc<Self>,
         producer_id: i64,

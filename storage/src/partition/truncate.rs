@@ -184,6 +184,7 @@ impl Partition {
             st.active_tail = tail;
             st.sealed_tails.clear();
             producers.set_max_producers(self.config.get().producer_state_max_producers);
+            producers.on_high_watermark(st.high_watermark);
             st.producers = producers;
             let changed = st.epochs.truncate_from_end(leo);
             let hw = (st.replicated && st.hw_checkpointed > st.high_watermark)
