@@ -399,3 +399,69 @@ fn bad_transactional_requests_get_kafkas_codes() {
     );
     b.shutdown().unwrap();
 }
+
+/// OffsetFetch v7 for group `g`, partition 0 of `topic`: (offset, error code).
+fn fetch_offset(addr: SocketAddr, group: &str, topic: &str, require_stable: bool) -> (i64, i16) {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse};
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.into())))
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partition_indexes(vec![0])]))
+        .with_require_stable(require_stable);
+    let resp: OffsetFetchResponse = RawConn::connect(addr).request(ApiKey::OffsetFetch, 7, &req);
+    let p = &resp.topics[0].partitions[0];
+    (p.committed_offset, p.error_code)
+}
+
+#[test]
+fn offsets_in_an_open_transaction_are_unstable_until_it_commits() {
+    const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path());
+    rd_create_topics(
+        b.addr,
+        &[NewTopic::new("src", 1, TopicReplication::Fixed(1))],
+    );
+    let p = txn_producer(b.addr, "app-off", &[]);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", b.addr.to_string())
+        .set("group.id", "g-off")
+        .create()
+        .unwrap();
+    let cgm = consumer.group_metadata().expect("group metadata");
+    let commit_offsets = |at: i64| {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("src", 0, Offset::Offset(at))
+            .unwrap();
+        p.begin_transaction().unwrap();
+        p.send_offsets_to_transaction(&tpl, &cgm, T).unwrap();
+    };
+    commit_offsets(7);
+    assert_eq!(
+        fetch_offset(b.addr, "g-off", "src", true),
+        (-1, UNSTABLE_OFFSET_COMMIT)
+    );
+    assert_eq!(fetch_offset(b.addr, "g-off", "src", false), (-1, 0));
+    p.commit_transaction(T).unwrap();
+    assert_eq!(fetch_offset(b.addr, "g-off", "src", true), (7, 0));
+    // Aborted offsets never show.
+    commit_offsets(9);
+    p.abort_transaction(T).unwrap();
+    assert_eq!(fetch_offset(b.addr, "g-off", "src", true), (7, 0));
+    // Committed ones survive a restart (replayed with their marker).
+    drop(p);
+    b.shutdown().unwrap();
+    let b = broker(dir.path());
+    let deadline = Instant::now() + T;
+    loop {
+        let got = fetch_offset(b.addr, "g-off", "src", true);
+        if got == (7, 0) || Instant::now() > deadline {
+            assert_eq!(got, (7, 0));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    b.shutdown().unwrap();
+}

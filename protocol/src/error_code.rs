@@ -74,6 +74,7 @@ impl ErrorCode {
     pub const OPERATION_NOT_ATTEMPTED: Self = Self(55);
     pub const PRODUCER_FENCED: Self = Self(90);
     pub const BROKER_NOT_AVAILABLE: Self = Self(8);
+    pub const UNSTABLE_OFFSET_COMMIT: Self = Self(88);
     pub const TRANSACTIONAL_ID_NOT_FOUND: Self = Self(105);
     /// KIP-919: a DescribeCluster for controller endpoints sent to a broker.
     pub const MISMATCHED_ENDPOINT_TYPE: Self = Self(114);

@@ -1106,6 +1106,7 @@ mod retention_and_fencing_tests {
         let fetched = c.fetch_offsets(&OffsetFetchGroup {
             group_id: "g".into(),
             topics: None,
+            require_stable: false,
         });
         assert_eq!(
             fetched,

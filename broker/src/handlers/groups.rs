@@ -68,7 +68,13 @@ pub enum GroupReply {
     Code(ErrorCode),
     Leave(ErrorCode, MemberResults),
     Commit(TopicResults<ErrorCode>),
-    Fetch(ErrorCode, TopicResults<(i64, i32, String)>),
+    /// The group's error, its offsets, and the partitions whose offsets a transaction holds
+    /// (UNSTABLE_OFFSET_COMMIT when the request requires stable offsets).
+    Fetch(
+        ErrorCode,
+        TopicResults<(i64, i32, String)>,
+        Vec<(String, i32)>,
+    ),
     Describe(Described),
     List(Vec<(String, String, String)>),
     OffsetDelete(ErrorCode, TopicResults<ErrorCode>),
@@ -112,7 +118,7 @@ pub async fn run(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
             GroupOp::Join { req, .. } => GroupReply::Join(JoinResult::error(gone, &req.member_id)),
             GroupOp::Sync(_) => GroupReply::Sync(SyncResult::error(gone)),
             GroupOp::Leave(_) => GroupReply::Leave(gone, Vec::new()),
-            GroupOp::Fetch(_) => GroupReply::Fetch(gone, Vec::new()),
+            GroupOp::Fetch(_) => GroupReply::Fetch(gone, Vec::new(), Vec::new()),
             GroupOp::OffsetDelete(_) => GroupReply::OffsetDelete(gone, Vec::new()),
             _ => GroupReply::Code(gone),
         },
@@ -167,7 +173,19 @@ pub async fn run(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
             Some(log) => GroupReply::Commit(g.commit(log, req, Some(producer)).await),
             None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
         },
-        GroupOp::Fetch(req) => GroupReply::Fetch(ErrorCode::NONE, g.fetch_offsets(&req)),
+        GroupOp::Fetch(req) => {
+            let offsets = g.fetch_offsets(&req);
+            let unstable = if req.require_stable {
+                offsets
+                    .iter()
+                    .flat_map(|(t, ps)| ps.iter().map(move |(p, _)| (t.clone(), *p)))
+                    .filter(|(t, p)| g.has_pending_offset(&req.group_id, t, *p))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            GroupReply::Fetch(ErrorCode::NONE, offsets, unstable)
+        }
         GroupOp::Describe(id) => GroupReply::Describe(g.describe(&id)),
         GroupOp::Delete(id) => match &log {
             Some(log) => GroupReply::Code(g.delete_group(log, &id).await),
@@ -421,6 +439,17 @@ async fn find_coordinator(
     frame(spec, header, &resp)
 }
 
+/// Marks, in an OffsetFetch answer, a partition whose offset a transaction holds.
+const UNSTABLE_OFFSET: i64 = -2;
+
+fn unstable_code(offset: i64) -> i16 {
+    if offset == UNSTABLE_OFFSET {
+        ErrorCode::UNSTABLE_OFFSET_COMMIT.code()
+    } else {
+        0
+    }
+}
+
 /// OffsetCommit, or TxnOffsetCommit with `txn` (producer id, epoch), through the group's
 /// coordinator shard: per partition, its error. Partitions of topics that do not exist are
 /// answered here, as Kafka does.
@@ -520,10 +549,20 @@ pub(super) mod admin {
                 let mut answers = Vec::with_capacity(groups.len());
                 for g in groups {
                     let id = g.group_id.clone();
-                    let (code, topics) = match ask(shard, &id, GroupOp::Fetch(g)).await {
-                        Some(GroupReply::Fetch(c, t)) => (c, t),
-                        _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new()),
-                    };
+                    let (code, mut topics, unstable) =
+                        match ask(shard, &id, GroupOp::Fetch(g)).await {
+                            Some(GroupReply::Fetch(c, t, u)) => (c, t, u),
+                            _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new(), Vec::new()),
+                        };
+                    // A partition a transaction holds an offset for: no offset yet, and
+                    // UNSTABLE_OFFSET_COMMIT, so the consumer retries (KIP-447).
+                    for (t, ps) in &mut topics {
+                        for (p, entry) in ps.iter_mut() {
+                            if unstable.iter().any(|(ut, up)| ut == t && up == p) {
+                                *entry = (UNSTABLE_OFFSET, -1, String::new());
+                            }
+                        }
+                    }
                     answers.push((id, code, topics));
                 }
                 let resp = if v >= 8 {
@@ -540,9 +579,10 @@ pub(super) mod admin {
                                                     .map(|(p, (o, e, md))| {
                                                         OffsetFetchResponsePartitions::default()
                                                             .with_partition_index(p)
-                                                            .with_committed_offset(o)
+                                                            .with_committed_offset(o.max(-1))
                                                             .with_committed_leader_epoch(e)
                                                             .with_metadata(Some(str_bytes(&md)))
+                                                            .with_error_code(unstable_code(o))
                                                     })
                                                     .collect(),
                                             )
@@ -569,12 +609,12 @@ pub(super) mod admin {
                                             .map(|(p, (o, e, md))| {
                                                 let part = OffsetFetchResponsePartition::default()
                                                     .with_partition_index(p)
-                                                    .with_committed_offset(o)
+                                                    .with_committed_offset(o.max(-1))
                                                     .with_metadata(Some(str_bytes(&md)))
                                                     .with_error_code(if v < 2 {
                                                         code.code()
                                                     } else {
-                                                        0
+                                                        unstable_code(o)
                                                     });
                                                 if v >= 5 {
                                                     part.with_committed_leader_epoch(e)

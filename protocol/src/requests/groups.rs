@@ -272,6 +272,9 @@ pub struct OffsetFetchGroup {
     pub group_id: String,
     /// `None` asks for every committed partition of the group.
     pub topics: Option<TopicPartitions>,
+    /// v7+ (KIP-447): partitions with transactional offsets not yet committed answer
+    /// UNSTABLE_OFFSET_COMMIT instead of their last stable offset.
+    pub require_stable: bool,
 }
 
 fn fetch_topics(r: &mut Reader, flex: bool) -> Result<Option<TopicPartitions>, DecodeError> {
@@ -301,7 +304,11 @@ pub fn decode_offset_fetch(r: &mut Reader, v: i16) -> Result<Vec<OffsetFetchGrou
         if v == 1 && topics.is_none() {
             return Err(r.malformed("topics", "null topics in OffsetFetch v1"));
         }
-        groups.push(OffsetFetchGroup { group_id, topics });
+        groups.push(OffsetFetchGroup {
+            group_id,
+            topics,
+            require_stable: false,
+        });
     } else {
         let n = r.array_len_required("groups", flex, 2)?;
         groups.reserve(n);
@@ -309,11 +316,18 @@ pub fn decode_offset_fetch(r: &mut Reader, v: i16) -> Result<Vec<OffsetFetchGrou
             let group_id = r.string("group_id", flex)?;
             let topics = fetch_topics(r, flex)?;
             r.tagged_fields(flex)?;
-            groups.push(OffsetFetchGroup { group_id, topics });
+            groups.push(OffsetFetchGroup {
+                group_id,
+                topics,
+                require_stable: false,
+            });
         }
     }
     if v >= 7 {
-        r.bool("require_stable")?;
+        let stable = r.bool("require_stable")?;
+        for g in &mut groups {
+            g.require_stable = stable;
+        }
     }
     r.tagged_fields(flex)?;
     Ok(groups)
