@@ -465,3 +465,96 @@ fn offsets_in_an_open_transaction_are_unstable_until_it_commits() {
     }
     b.shutdown().unwrap();
 }
+
+#[test]
+fn transactions_and_producers_are_described_and_listed() {
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::{
+        DescribeProducersRequest, DescribeProducersResponse, DescribeTransactionsRequest,
+        DescribeTransactionsResponse, ListTransactionsRequest, ListTransactionsResponse,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path());
+    rd_create_topics(
+        b.addr,
+        &[NewTopic::new("desc", 1, TopicReplication::Fixed(1))],
+    );
+    let p = txn_producer(b.addr, "app-desc", &[]);
+    p.begin_transaction().unwrap();
+    send(&p, "desc", 0, values("open", 3));
+    let mut raw = RawConn::connect(b.addr);
+    let list = |raw: &mut RawConn, states: &[&'static str]| -> ListTransactionsResponse {
+        raw.request(
+            ApiKey::ListTransactions,
+            1,
+            &ListTransactionsRequest::default()
+                .with_state_filters(
+                    states
+                        .iter()
+                        .map(|s| StrBytes::from_static_str(s))
+                        .collect(),
+                )
+                .with_duration_filter(-1),
+        )
+    };
+    let ongoing = list(&mut raw, &["Ongoing"]);
+    let ids: Vec<&str> = ongoing
+        .transaction_states
+        .iter()
+        .map(|t| t.transactional_id.0.as_str())
+        .collect();
+    assert_eq!(ids, ["app-desc"]);
+    assert!(list(&mut raw, &["CompleteCommit"])
+        .transaction_states
+        .is_empty());
+    assert_eq!(
+        list(&mut raw, &["NoSuchState"]).unknown_state_filters,
+        vec![StrBytes::from_static_str("NoSuchState")]
+    );
+    let d: DescribeTransactionsResponse = raw.request(
+        ApiKey::DescribeTransactions,
+        0,
+        &DescribeTransactionsRequest::default()
+            .with_transactional_ids(vec![tid("app-desc"), tid("nobody")]),
+    );
+    let s = &d.transaction_states[0];
+    assert_eq!((s.error_code, s.transaction_state.as_str()), (0, "Ongoing"));
+    assert_eq!(s.topics[0].topic.0.as_str(), "desc");
+    assert_eq!(s.topics[0].partitions, vec![0]);
+    assert!(s.transaction_start_time_ms > 0);
+    assert_eq!(
+        d.transaction_states[1].error_code, 105,
+        "TRANSACTIONAL_ID_NOT_FOUND"
+    );
+    let producers = |raw: &mut RawConn| -> DescribeProducersResponse {
+        raw.request(
+            ApiKey::DescribeProducers,
+            0,
+            &DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+                .with_name(TopicName(StrBytes::from_static_str("desc")))
+                .with_partition_indexes(vec![0, 9])]),
+        )
+    };
+    let r = producers(&mut raw);
+    let part = &r.topics[0].partitions[0];
+    assert_eq!(part.error_code, 0);
+    assert_eq!(part.active_producers.len(), 1);
+    assert_eq!(part.active_producers[0].current_txn_start_offset, 0);
+    assert_eq!(r.topics[0].partitions[1].error_code, 3, "no partition 9");
+    p.commit_transaction(T).unwrap();
+    let r = producers(&mut raw);
+    assert_eq!(
+        r.topics[0].partitions[0].active_producers[0].current_txn_start_offset, -1,
+        "no transaction open"
+    );
+    let d: DescribeTransactionsResponse = raw.request(
+        ApiKey::DescribeTransactions,
+        0,
+        &DescribeTransactionsRequest::default().with_transactional_ids(vec![tid("app-desc")]),
+    );
+    assert_eq!(
+        d.transaction_states[0].transaction_state.as_str(),
+        "CompleteCommit"
+    );
+    b.shutdown().unwrap();
+}

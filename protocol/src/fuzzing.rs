@@ -81,6 +81,9 @@ pub fn request(data: &[u8]) {
             api_key::END_TXN => drop(txn::decode_end_txn(&mut r, v)),
             api_key::TXN_OFFSET_COMMIT => drop(txn::decode_txn_offset_commit(&mut r, v)),
             api_key::WRITE_TXN_MARKERS => drop(txn::decode_write_markers(&mut r, v)),
+            api_key::DESCRIBE_TRANSACTIONS => drop(txn::decode_describe_transactions(&mut r, v)),
+            api_key::LIST_TRANSACTIONS => drop(txn::decode_list_transactions(&mut r, v)),
+            api_key::DESCRIBE_PRODUCERS => drop(txn::decode_describe_producers(&mut r, v)),
             _ => {}
         }
     }

@@ -42,6 +42,9 @@ pub mod api_key {
     pub const END_TXN: i16 = 26;
     pub const TXN_OFFSET_COMMIT: i16 = 28;
     pub const WRITE_TXN_MARKERS: i16 = 27;
+    pub const DESCRIBE_PRODUCERS: i16 = 61;
+    pub const DESCRIBE_TRANSACTIONS: i16 = 65;
+    pub const LIST_TRANSACTIONS: i16 = 66;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +99,15 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     spec(api_key::END_TXN, "EndTxn", 0, 3, 3),
     spec(api_key::TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 3, 3),
     spec(api_key::WRITE_TXN_MARKERS, "WriteTxnMarkers", 1, 1, 1),
+    spec(api_key::DESCRIBE_PRODUCERS, "DescribeProducers", 0, 0, 0),
+    spec(
+        api_key::DESCRIBE_TRANSACTIONS,
+        "DescribeTransactions",
+        0,
+        0,
+        0,
+    ),
+    spec(api_key::LIST_TRANSACTIONS, "ListTransactions", 0, 1, 0),
     spec(api_key::DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4, 4),
     spec(api_key::DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, 0),
     spec(api_key::OFFSET_COMMIT, "OffsetCommit", 2, 8, 8),

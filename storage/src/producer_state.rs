@@ -509,6 +509,38 @@ impl ProducerStateTable {
     pub fn ongoing_len(&self) -> usize {
         self.ongoing.len()
     }
+
+    /// Every producer this partition remembers, by producer id (DescribeProducers).
+    pub fn summaries(&self) -> Vec<ProducerSummary> {
+        let mut out: Vec<ProducerSummary> = self
+            .producers
+            .iter()
+            .map(|(&producer_id, e)| ProducerSummary {
+                producer_id,
+                epoch: e.epoch,
+                last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
+                last_timestamp: e.last_timestamp,
+                coordinator_epoch: e.coordinator_epoch,
+                txn_first_offset: e.txn_first_offset,
+            })
+            .collect();
+        out.sort_by_key(|p| p.producer_id);
+        out
+    }
+}
+
+/// What DescribeProducers shows of one producer of a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerSummary {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The last sequence number appended (-1: none remembered).
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
+    /// The epoch of the coordinator that wrote its last marker (-1: none).
+    pub coordinator_epoch: i32,
+    /// The first offset of its open transaction.
+    pub txn_first_offset: Option<i64>,
 }
 
 #[cfg(test)]

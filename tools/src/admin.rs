@@ -274,12 +274,17 @@ pub fn cluster(cli: &Cli, cmd: &ClusterCommand) -> Result<()> {
 
 /// One request/response exchange on a fresh connection; returns the response after its length.
 pub(crate) fn exchange(cli: &Cli, request: &[u8]) -> Result<Vec<u8>> {
-    let addr = cli
-        .bootstrap
-        .split(',')
-        .next()
-        .and_then(|a| a.to_socket_addrs().ok()?.next())
-        .ok_or_else(|| anyhow!("{} is not a HOST:PORT address", cli.bootstrap))?;
+    let first = cli.bootstrap.split(',').next().unwrap_or_default();
+    exchange_at(cli, first, request)
+}
+
+/// As [`exchange`], with the broker at `host_port`.
+pub(crate) fn exchange_at(cli: &Cli, host_port: &str, request: &[u8]) -> Result<Vec<u8>> {
+    let addr = host_port
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| anyhow!("{host_port} is not a HOST:PORT address"))?;
     let mut s = TcpStream::connect_timeout(&addr, cli.timeout())
         .with_context(|| format!("cannot reach the broker at {addr}"))?;
     s.set_read_timeout(Some(cli.timeout()))?;

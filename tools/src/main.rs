@@ -1,6 +1,6 @@
 //! `trib`: the operator's command line for Tributary and any Kafka-compatible broker — topics
-//! and their reassignment, console produce and consume, consumer groups, leader elections and
-//! cluster information — built on librdkafka, with raw requests for the admin calls it lacks.
+//! and their reassignment, console produce and consume, consumer groups, leader elections,
+//! transactions and producers, and cluster information — built on librdkafka, with raw requests for the admin calls it lacks.
 //! Exit status 0 on success; otherwise one line on stderr naming the cause.
 
 #![forbid(unsafe_code)]
@@ -9,6 +9,7 @@ mod admin;
 mod groups;
 mod io;
 mod reassign;
+mod txn;
 
 use std::time::Duration;
 
@@ -61,6 +62,12 @@ enum Command {
     /// Partition leadership: preferred and unclean elections.
     #[command(subcommand)]
     Leaders(reassign::LeadersCommand),
+    /// Transactions the brokers coordinate.
+    #[command(subcommand)]
+    Transactions(txn::TransactionsCommand),
+    /// Producers a partition remembers (idempotent and transactional).
+    #[command(subcommand)]
+    Producers(txn::ProducersCommand),
 }
 
 fn run(cli: &Cli) -> Result<()> {
@@ -71,6 +78,8 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Groups(c) => groups::groups(cli, c),
         Command::Cluster(c) => admin::cluster(cli, c),
         Command::Leaders(c) => reassign::leaders(cli, c),
+        Command::Transactions(c) => txn::transactions(cli, c),
+        Command::Producers(c) => txn::producers(cli, c),
     }
 }
 

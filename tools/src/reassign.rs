@@ -214,7 +214,7 @@ fn check(code: i16, message: Option<&str>, what: &str) -> Result<()> {
 const ELECTION_NOT_NEEDED: i16 = 84;
 
 /// Kafka's names for the codes these calls answer with.
-fn error_name(code: i16) -> String {
+pub(crate) fn error_name(code: i16) -> String {
     let name = match code {
         3 => "UNKNOWN_TOPIC_OR_PARTITION",
         7 => "REQUEST_TIMED_OUT",
@@ -224,6 +224,10 @@ fn error_name(code: i16) -> String {
         83 => "ELIGIBLE_LEADERS_NOT_AVAILABLE",
         ELECTION_NOT_NEEDED => "ELECTION_NOT_NEEDED",
         85 => "NO_REASSIGNMENT_IN_PROGRESS",
+        6 => "NOT_LEADER_OR_FOLLOWER",
+        15 => "COORDINATOR_NOT_AVAILABLE",
+        16 => "NOT_COORDINATOR",
+        105 => "TRANSACTIONAL_ID_NOT_FOUND",
         -1 => "UNKNOWN_SERVER_ERROR",
         _ => return format!("error code {code}"),
     };
@@ -233,6 +237,18 @@ fn error_name(code: i16) -> String {
 /// One request to the bootstrap broker and its decoded response.
 fn request<Req: Encodable, Resp: Decodable>(
     cli: &Cli,
+    key: ApiKey,
+    version: i16,
+    req: &Req,
+) -> Result<Resp> {
+    let first = cli.bootstrap.split(',').next().unwrap_or_default();
+    request_at(cli, first, key, version, req)
+}
+
+/// One request to the broker at `host_port` and its decoded response.
+pub(crate) fn request_at<Req: Encodable, Resp: Decodable>(
+    cli: &Cli,
+    host_port: &str,
     key: ApiKey,
     version: i16,
     req: &Req,
@@ -249,7 +265,7 @@ fn request<Req: Encodable, Resp: Decodable>(
         .map_err(|e| anyhow!("encoding the request header: {e}"))?;
     req.encode(&mut body, version)
         .map_err(|e| anyhow!("encoding the request: {e}"))?;
-    let mut resp = Bytes::from(crate::admin::exchange(cli, &body)?);
+    let mut resp = Bytes::from(crate::admin::exchange_at(cli, host_port, &body)?);
     let header = ResponseHeader::decode(&mut resp, key.response_header_version(version))
         .map_err(|e| anyhow!("malformed response header: {e}"))?;
     if header.correlation_id != CORRELATION {

@@ -94,7 +94,10 @@ async fn handle(
         | api_key::ADD_OFFSETS_TO_TXN
         | api_key::END_TXN
         | api_key::TXN_OFFSET_COMMIT
-        | api_key::WRITE_TXN_MARKERS => txn::handle(shard, spec, header, r).await,
+        | api_key::WRITE_TXN_MARKERS
+        | api_key::DESCRIBE_TRANSACTIONS
+        | api_key::LIST_TRANSACTIONS
+        | api_key::DESCRIBE_PRODUCERS => txn::handle(shard, spec, header, r).await,
         api_key::DESCRIBE_CONFIGS => describe_configs::handle(shard, spec, header, r),
         api_key::DESCRIBE_CLUSTER => describe_cluster::handle(shard, spec, header, r).await,
         api_key::FIND_COORDINATOR

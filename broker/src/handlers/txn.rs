@@ -1,7 +1,10 @@
 //! The transaction APIs a producer calls (KIP-98): InitProducerId with a transactional id,
 //! AddPartitionsToTxn, AddOffsetsToTxn, EndTxn — each run on the shard coordinating the id
-//! (`txn::TxnCoordinator`) — and TxnOffsetCommit, which the group coordinator takes. Also
-//! `__transaction_state`'s creation at the first transactional request, as Kafka creates it.
+//! (`txn::TxnCoordinator`) — and TxnOffsetCommit, which the group coordinator takes;
+//! WriteTxnMarkers, which coordinators send partition leaders; and the admin APIs of KIP-664,
+//! DescribeTransactions, ListTransactions (what this broker coordinates) and DescribeProducers.
+//! Also `__transaction_state`'s creation at the first transactional request, as Kafka creates
+//! it.
 
 use std::rc::Rc;
 
@@ -22,7 +25,7 @@ use tributary_protocol::requests::init_producer_id::InitProducerIdRequest;
 use tributary_protocol::requests::txn;
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, frame, topic_name, HandlerResult};
+use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::group::OFFSETS_TOPIC;
 use crate::routing::ShardId;
 use crate::shard::{call, NewTopic, Shard, ShardRequest};
@@ -54,6 +57,12 @@ pub enum TxnOp {
         producer: (i64, i16),
         partition: (String, i32),
     },
+    /// DescribeTransactions, for one id.
+    Describe(String),
+    /// ListTransactions: every id this shard coordinates.
+    List,
+    /// DescribeProducers: the producers of a partition this shard owns.
+    Producers { topic: String, partition: i32 },
 }
 
 impl TxnOp {
@@ -62,7 +71,9 @@ impl TxnOp {
             TxnOp::Init { id, .. }
             | TxnOp::AddPartitions { id, .. }
             | TxnOp::End { id, .. }
-            | TxnOp::Verify { id, .. } => id,
+            | TxnOp::Verify { id, .. }
+            | TxnOp::Describe(id) => id,
+            TxnOp::List | TxnOp::Producers { .. } => "",
         }
     }
 }
@@ -70,10 +81,27 @@ impl TxnOp {
 pub enum TxnReply {
     Init(Result<(i64, i16), ErrorCode>),
     Code(ErrorCode),
+    Described(Result<crate::txn::state::TxnMeta, ErrorCode>),
+    Listed(Vec<crate::txn::state::TxnMeta>),
+    Producers(Result<Vec<tributary_storage::producer_state::ProducerSummary>, ErrorCode>),
 }
 
-/// Runs one operation on the coordinator shard.
+/// Runs one operation on the coordinator shard (DescribeProducers: on the partition's).
 pub async fn run(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
+    match op {
+        TxnOp::List => return TxnReply::Listed(shard.txns.list()),
+        TxnOp::Producers { topic, partition } => {
+            let led = shard
+                .catalog()
+                .partition(&topic, partition)
+                .is_some_and(|r| r.leader == shard.config.node_id);
+            return TxnReply::Producers(match shard.partition(&topic, partition) {
+                Some(part) if led => Ok(part.producers()),
+                _ => Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
+            });
+        }
+        _ => {}
+    }
     let id = op.id().to_string();
     let Some(log) = shard.txn_log(&id) else {
         // Another broker leads the id's partition: the client asks FindCoordinator again.
@@ -89,6 +117,7 @@ pub async fn run(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
         };
         return match op {
             TxnOp::Init { .. } => TxnReply::Init(Err(code)),
+            TxnOp::Describe(_) => TxnReply::Described(Err(code)),
             _ => TxnReply::Code(code),
         };
     };
@@ -170,6 +199,10 @@ pub async fn run(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
             producer,
             partition,
         } => TxnReply::Code(t.verify(&id, producer, &partition)),
+        TxnOp::Describe(id) => {
+            TxnReply::Described(t.describe(&id).ok_or(ErrorCode::TRANSACTIONAL_ID_NOT_FOUND))
+        }
+        TxnOp::List | TxnOp::Producers { .. } => TxnReply::Code(ErrorCode::NONE),
     }
 }
 
@@ -275,6 +308,10 @@ pub async fn ensure_txn_topic(shard: &Rc<Shard>) -> bool {
             false
         }
     }
+}
+
+fn transactional_id(id: &str) -> kafka_protocol::messages::TransactionalId {
+    kafka_protocol::messages::TransactionalId(str_bytes(id))
 }
 
 /// Old versions know no PRODUCER_FENCED: they get INVALID_PRODUCER_EPOCH, as Kafka answers them.
@@ -517,6 +554,177 @@ pub async fn handle(
                 spec,
                 header,
                 &WriteTxnMarkersResponse::default().with_markers(results),
+            )
+        }
+        api_key::DESCRIBE_TRANSACTIONS => {
+            use kafka_protocol::messages::describe_transactions_response::{
+                DescribeTransactionsResponse, TopicData, TransactionState,
+            };
+            let ids = decode_all(r, |r| txn::decode_describe_transactions(r, v))?;
+            let mut states = Vec::with_capacity(ids.len());
+            for id in ids {
+                let reply = ask(shard, TxnOp::Describe(id.clone())).await;
+                let out = TransactionState::default()
+                    .with_transactional_id(transactional_id(&id))
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1)
+                    .with_transaction_state(str_bytes(""))
+                    .with_transaction_start_time_ms(-1);
+                states.push(match reply {
+                    Some(TxnReply::Described(Ok(m))) => {
+                        let mut topics: Vec<TopicData> = Vec::new();
+                        for (t, p) in &m.partitions {
+                            match topics.last_mut().filter(|d| d.topic.0.as_str() == t) {
+                                Some(d) => d.partitions.push(*p),
+                                None => topics.push(
+                                    TopicData::default()
+                                        .with_topic(topic_name(t))
+                                        .with_partitions(vec![*p]),
+                                ),
+                            }
+                        }
+                        out.with_transaction_state(str_bytes(m.state.name()))
+                            .with_transaction_timeout_ms(m.timeout_ms)
+                            .with_transaction_start_time_ms(m.start_ms)
+                            .with_producer_id(ProducerId(m.producer_id))
+                            .with_producer_epoch(m.producer_epoch)
+                            .with_topics(topics)
+                    }
+                    Some(TxnReply::Described(Err(code))) => out.with_error_code(code.code()),
+                    _ => out.with_error_code(ErrorCode::COORDINATOR_NOT_AVAILABLE.code()),
+                });
+            }
+            frame(
+                spec,
+                header,
+                &DescribeTransactionsResponse::default().with_transaction_states(states),
+            )
+        }
+        api_key::LIST_TRANSACTIONS => {
+            use kafka_protocol::messages::list_transactions_response::{
+                ListTransactionsResponse, TransactionState,
+            };
+            let req = decode_all(r, |r| txn::decode_list_transactions(r, v))?;
+            const STATES: [&str; 8] = [
+                "Empty",
+                "Ongoing",
+                "PrepareCommit",
+                "PrepareAbort",
+                "CompleteCommit",
+                "CompleteAbort",
+                "Dead",
+                "PrepareEpochFence",
+            ];
+            let unknown: Vec<String> = req
+                .state_filters
+                .iter()
+                .filter(|f| !STATES.contains(&f.as_str()))
+                .cloned()
+                .collect();
+            let lists = futures::future::join_all((0..shard.shards).map(|s| {
+                call(shard, ShardId(s), |reply| ShardRequest::Txn {
+                    op: Box::new(TxnOp::List),
+                    reply,
+                })
+            }))
+            .await;
+            let now = crate::coordinator_log::now_ms();
+            let mut txns: Vec<crate::txn::state::TxnMeta> = lists
+                .into_iter()
+                .flat_map(|r| match r {
+                    Some(TxnReply::Listed(l)) => l,
+                    _ => Vec::new(),
+                })
+                .filter(|m| {
+                    req.state_filters.is_empty()
+                        || req.state_filters.iter().any(|f| f == m.state.name())
+                })
+                .filter(|m| {
+                    req.producer_id_filters.is_empty()
+                        || req.producer_id_filters.contains(&m.producer_id)
+                })
+                .filter(|m| {
+                    req.duration_filter_ms < 0
+                        || (m.start_ms >= 0 && now - m.start_ms > req.duration_filter_ms)
+                })
+                .collect();
+            txns.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+            let states = txns
+                .iter()
+                .map(|m| {
+                    TransactionState::default()
+                        .with_transactional_id(transactional_id(&m.transactional_id))
+                        .with_producer_id(ProducerId(m.producer_id))
+                        .with_transaction_state(str_bytes(m.state.name()))
+                })
+                .collect();
+            frame(
+                spec,
+                header,
+                &ListTransactionsResponse::default()
+                    .with_unknown_state_filters(unknown.iter().map(|u| str_bytes(u)).collect())
+                    .with_transaction_states(states),
+            )
+        }
+        api_key::DESCRIBE_PRODUCERS => {
+            use kafka_protocol::messages::describe_producers_response::{
+                DescribeProducersResponse, PartitionResponse, ProducerState, TopicResponse,
+            };
+            let topics = decode_all(r, |r| txn::decode_describe_producers(r, v))?;
+            let catalog = shard.catalog();
+            let mut out = Vec::with_capacity(topics.len());
+            for (topic, partitions) in topics {
+                let mut parts = Vec::with_capacity(partitions.len());
+                for p in partitions {
+                    let answer = if catalog.partition(&topic, p).is_none() {
+                        Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+                    } else {
+                        let op = TxnOp::Producers {
+                            topic: topic.clone(),
+                            partition: p,
+                        };
+                        let owner = shard.owner(&topic, p);
+                        match call(shard, owner, |reply| ShardRequest::Txn {
+                            op: Box::new(op),
+                            reply,
+                        })
+                        .await
+                        {
+                            Some(TxnReply::Producers(r)) => r,
+                            _ => Err(ErrorCode::UNKNOWN_SERVER_ERROR),
+                        }
+                    };
+                    let part = PartitionResponse::default().with_partition_index(p);
+                    parts.push(match answer {
+                        Ok(producers) => part.with_active_producers(
+                            producers
+                                .iter()
+                                .map(|s| {
+                                    ProducerState::default()
+                                        .with_producer_id(ProducerId(s.producer_id))
+                                        .with_producer_epoch(i32::from(s.epoch))
+                                        .with_last_sequence(s.last_sequence)
+                                        .with_last_timestamp(s.last_timestamp)
+                                        .with_coordinator_epoch(s.coordinator_epoch)
+                                        .with_current_txn_start_offset(
+                                            s.txn_first_offset.unwrap_or(-1),
+                                        )
+                                })
+                                .collect(),
+                        ),
+                        Err(code) => part.with_error_code(code.code()),
+                    });
+                }
+                out.push(
+                    TopicResponse::default()
+                        .with_name(topic_name(&topic))
+                        .with_partitions(parts),
+                );
+            }
+            frame(
+                spec,
+                header,
+                &DescribeProducersResponse::default().with_topics(out),
             )
         }
         other => Err(format!("api key {other} is not a transaction API")),

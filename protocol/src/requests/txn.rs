@@ -2,7 +2,9 @@
 //! AddPartitionsToTxn v0–v3, AddOffsetsToTxn v0–v3, EndTxn v0–v3, and the one it sends the
 //! group coordinator, TxnOffsetCommit v0–v3 (all four flexible from v3); and the one a
 //! coordinator sends partition leaders, WriteTxnMarkers v1 (flexible; Kafka 4 dropped v0).
-//! AddPartitionsToTxn v4+ (KIP-890's batched, broker-to-broker form) is not served.
+//! AddPartitionsToTxn v4+ (KIP-890's batched, broker-to-broker form) is not served. And the
+//! admin requests of KIP-664: DescribeTransactions v0, ListTransactions v0–v1,
+//! DescribeProducers v0 (all flexible).
 
 use crate::wire::{DecodeError, Reader};
 
@@ -226,6 +228,76 @@ pub fn decode_write_markers(
     Ok(markers)
 }
 
+/// DescribeTransactions v0: the transactional ids.
+pub fn decode_describe_transactions(
+    r: &mut Reader,
+    _version: i16,
+) -> Result<Vec<String>, DecodeError> {
+    let n = r.array_len_required("transactional_ids", true, 1)?;
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        ids.push(r.string("transactional_id", true)?);
+    }
+    r.tagged_fields(true)?;
+    Ok(ids)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListTransactionsRequest {
+    pub state_filters: Vec<String>,
+    pub producer_id_filters: Vec<i64>,
+    /// v1+: only transactions running longer than this many ms (-1: any).
+    pub duration_filter_ms: i64,
+}
+
+pub fn decode_list_transactions(
+    r: &mut Reader,
+    version: i16,
+) -> Result<ListTransactionsRequest, DecodeError> {
+    let n = r.array_len_required("state_filters", true, 1)?;
+    let mut state_filters = Vec::with_capacity(n);
+    for _ in 0..n {
+        state_filters.push(r.string("state_filter", true)?);
+    }
+    let n = r.array_len_required("producer_id_filters", true, 8)?;
+    let mut producer_id_filters = Vec::with_capacity(n);
+    for _ in 0..n {
+        producer_id_filters.push(r.i64("producer_id_filter")?);
+    }
+    let duration_filter_ms = if version >= 1 {
+        r.i64("duration_filter")?
+    } else {
+        -1
+    };
+    r.tagged_fields(true)?;
+    Ok(ListTransactionsRequest {
+        state_filters,
+        producer_id_filters,
+        duration_filter_ms,
+    })
+}
+
+/// DescribeProducers v0: the partitions, by topic.
+pub fn decode_describe_producers(
+    r: &mut Reader,
+    _version: i16,
+) -> Result<Vec<(String, Vec<i32>)>, DecodeError> {
+    let n = r.array_len_required("topics", true, TOPIC_BYTES_MIN)?;
+    let mut topics = Vec::with_capacity(n);
+    for _ in 0..n {
+        let name = r.string("topic", true)?;
+        let np = r.array_len_required("partition_indexes", true, 4)?;
+        let mut ps = Vec::with_capacity(np);
+        for _ in 0..np {
+            ps.push(r.i32("partition_index")?);
+        }
+        r.tagged_fields(true)?;
+        topics.push((name, ps));
+    }
+    r.tagged_fields(true)?;
+    Ok(topics)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,6 +396,46 @@ mod tests {
             }]
         );
         crate::requests::assert_prefixes_fail(&bytes, |r| decode_write_markers(r, 1));
+    }
+
+    #[test]
+    fn admin_requests_decode_what_an_independent_encoder_writes() {
+        use kafka_protocol::messages::{
+            describe_producers_request as dp, DescribeTransactionsRequest,
+            ListTransactionsRequest as Lt,
+        };
+        let req = DescribeTransactionsRequest::default()
+            .with_transactional_ids(vec![TransactionalId(s("a")), TransactionalId(s("b"))]);
+        let bytes = bytes_of(&req, 0);
+        assert_eq!(
+            decode_describe_transactions(&mut Reader::new(bytes.clone()), 0).unwrap(),
+            vec!["a".to_string(), "b".to_string()]
+        );
+        crate::requests::assert_prefixes_fail(&bytes, |r| decode_describe_transactions(r, 0));
+        for v in 0..=1 {
+            let mut req = Lt::default()
+                .with_state_filters(vec![s("Ongoing")])
+                .with_producer_id_filters(vec![ProducerId(5)]);
+            if v >= 1 {
+                req = req.with_duration_filter(1000);
+            }
+            let bytes = bytes_of(&req, v);
+            let got = decode_list_transactions(&mut Reader::new(bytes.clone()), v).unwrap();
+            assert_eq!(got.state_filters, vec!["Ongoing".to_string()]);
+            assert_eq!(got.producer_id_filters, vec![5]);
+            assert_eq!(got.duration_filter_ms, if v >= 1 { 1000 } else { -1 });
+            crate::requests::assert_prefixes_fail(&bytes, |r| decode_list_transactions(r, v));
+        }
+        let req =
+            dp::DescribeProducersRequest::default().with_topics(vec![dp::TopicRequest::default()
+                .with_name(TopicName(s("t")))
+                .with_partition_indexes(vec![0, 2])]);
+        let bytes = bytes_of(&req, 0);
+        assert_eq!(
+            decode_describe_producers(&mut Reader::new(bytes.clone()), 0).unwrap(),
+            vec![("t".to_string(), vec![0, 2])]
+        );
+        crate::requests::assert_prefixes_fail(&bytes, |r| decode_describe_producers(r, 0));
     }
 
     #[test]

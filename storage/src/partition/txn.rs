@@ -42,6 +42,11 @@ impl Partition {
         self.state.borrow().producers.ongoing()
     }
 
+    /// Every producer this partition remembers (DescribeProducers).
+    pub fn producers(&self) -> Vec<crate::producer_state::ProducerSummary> {
+        self.state.borrow().producers.summaries()
+    }
+
     /// [`Partition::read`] for a READ_COMMITTED consumer: only batches below the last stable
     /// offset (a fetch at or past it, but within the high watermark, gets none). `within` is
     /// [`Partition::read_within`]'s hard limit. The outcome's `high_watermark` is the high
