@@ -108,3 +108,34 @@ def test_kafka_python_transactional_producer_commit_abort_and_fencing(txn_broker
     got = [m.value.decode() for m in c]
     c.close()
     assert got == [f"keep-{i}" for i in range(10)] + ["second"]
+
+
+def test_trib_lists_and_describes_transactions_and_producers(txn_broker):
+    import os
+    import subprocess
+    trib_bin = os.environ.get("TRIB_BIN", os.path.join(os.path.dirname(
+        os.environ.get("TRIBUTARY_BIN", "target/release/tributary")), "trib"))
+
+    def trib(*args):
+        r = subprocess.run([trib_bin, "--bootstrap", txn_broker.bootstrap, *args],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    b = txn_broker
+    create(b.bootstrap, "tt")
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "trib-tx"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("tt", b"x")
+    p.flush(30)
+    listed = trib("transactions", "list", "--state", "Ongoing")
+    assert "trib-tx" in listed and "Ongoing" in listed
+    described = trib("transactions", "describe", "trib-tx")
+    assert "State: Ongoing" in described and "Partitions: tt [0]" in described
+    producers = trib("producers", "describe", "tt", "0")
+    rows = producers.strip().splitlines()[1:]
+    assert len(rows) == 1 and rows[0].split("\t")[-1] == "0", producers
+    p.commit_transaction(30)
+    assert "State: CompleteCommit" in trib("transactions", "describe", "trib-tx")
+    assert trib("transactions", "list", "--state", "Ongoing").strip().splitlines()[1:] == []
