@@ -558,3 +558,126 @@ fn transactions_and_producers_are_described_and_listed() {
     );
     b.shutdown().unwrap();
 }
+
+/// Appends a `__transaction_state` record moving `id` to `status` (2 PrepareCommit, 3
+/// PrepareAbort), as a coordinator that died before writing its markers left it, straight into
+/// the partition's files of a stopped broker.
+fn leave_prepared(dir: &std::path::Path, id: &str, status: i8, meta: &TxnState) {
+    use tributary_protocol::txn_records::{TxnKey, TxnValue};
+    let p = tributary_broker::group::partition_for_group(id, 2);
+    let part_dir = dir.join(format!("__transaction_state-{p}"));
+    let key = TxnKey {
+        transactional_id: id.to_string(),
+    }
+    .encode();
+    let value = TxnValue {
+        producer_id: meta.producer_id.0,
+        producer_epoch: meta.producer_epoch,
+        timeout_ms: meta.transaction_timeout_ms,
+        status,
+        partitions: meta
+            .topics
+            .iter()
+            .map(|t| (t.topic.0.to_string(), t.partitions.clone()))
+            .collect(),
+        last_update_ms: meta.transaction_start_time_ms + 1,
+        start_ms: meta.transaction_start_time_ms,
+    }
+    .encode();
+    let batch = tributary_protocol::record_batch::build_batch(
+        &[(Some(&key[..]), Some(&value[..]))],
+        meta.transaction_start_time_ms + 1,
+        None,
+    );
+    glommio::LocalExecutorBuilder::default()
+        .spawn(move || async move {
+            tributary_storage::io::prime_executor_io(&part_dir)
+                .await
+                .unwrap();
+            let part = tributary_storage::Partition::open(
+                part_dir,
+                tributary_storage::LogConfig::default(),
+            )
+            .await
+            .unwrap();
+            let out = part.append(&batch).await.unwrap();
+            part.sync_to(out.last_offset + 1).await.unwrap();
+            part.close().await.unwrap();
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+type TxnState = kafka_protocol::messages::describe_transactions_response::TransactionState;
+
+fn describe(addr: SocketAddr, id: &str) -> TxnState {
+    use kafka_protocol::messages::{DescribeTransactionsRequest, DescribeTransactionsResponse};
+    let deadline = Instant::now() + T;
+    loop {
+        let d: DescribeTransactionsResponse = RawConn::connect(addr).request(
+            ApiKey::DescribeTransactions,
+            0,
+            &DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![TransactionalId(StrBytes::from_string(id.into()))]),
+        );
+        let s = d.transaction_states[0].clone();
+        // Right after a start the coordinator may still be loading.
+        if s.error_code == 0 || Instant::now() > deadline {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_transaction_left_prepared_is_completed_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path());
+    rd_create_topics(
+        b.addr,
+        &[NewTopic::new("prep", 2, TopicReplication::Fixed(1))],
+    );
+    let mut want = Vec::new();
+    let mut left = Vec::new();
+    let mut producers = Vec::new();
+    for (id, status) in [("prep-commit", 2i8), ("prep-abort", 3)] {
+        let p = txn_producer(b.addr, id, &[]);
+        p.begin_transaction().unwrap();
+        let sent = values(id, 6);
+        send(&p, "prep", 0, sent[..3].to_vec());
+        send(&p, "prep", 1, sent[3..].to_vec());
+        if status == 2 {
+            want.extend(sent);
+        }
+        let meta = describe(b.addr, id);
+        assert_eq!(meta.transaction_state.as_str(), "Ongoing");
+        assert_eq!(meta.topics[0].partitions, vec![0, 1]);
+        left.push((id, status, meta));
+        // Kept open past the broker's stop: the transactions stay as they are.
+        producers.push(p);
+    }
+    b.shutdown().unwrap();
+    drop(producers);
+    for (id, status, meta) in &left {
+        leave_prepared(dir.path(), id, *status, meta);
+    }
+    // Started again: the coordinator finds both prepared, writes their markers and completes
+    // them; the committed one's records become visible, the aborted one's never.
+    let b = broker(dir.path());
+    let deadline = Instant::now() + T;
+    while describe(b.addr, "prep-commit").transaction_state.as_str() != "CompleteCommit"
+        || describe(b.addr, "prep-abort").transaction_state.as_str() != "CompleteAbort"
+    {
+        assert!(
+            Instant::now() < deadline,
+            "prepared transactions not completed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut got = read_all(b.addr, "prep", 2, "read_committed");
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    b.shutdown().unwrap();
+}
