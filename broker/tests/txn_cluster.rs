@@ -141,3 +141,245 @@ fn a_transaction_spans_brokers_and_survives_its_coordinator() {
     });
     assert_eq!(read_committed(&all), want);
 }
+
+/// One transaction of the consume-transform-produce loop: the outputs of `batch` and the
+/// consumer's next offsets, committed together — or aborted (`Err(Canceled)`) when `commit` is
+/// false. `mid` runs once the outputs are written, before the offsets and the commit.
+fn process(
+    p: &BaseProducer,
+    consumer: &BaseConsumer,
+    batch: &[(i32, i64, String)],
+    commit: bool,
+    mid: impl FnOnce(),
+) -> rdkafka::error::KafkaResult<()> {
+    p.begin_transaction()?;
+    for (part, _, v) in batch {
+        let value = format!("t:{v}");
+        let mut rec = BaseRecord::<(), String>::to("ctp-out")
+            .payload(&value)
+            .partition(*part);
+        while let Err((e, r)) = p.send(rec) {
+            if !matches!(
+                e,
+                rdkafka::error::KafkaError::MessageProduction(
+                    rdkafka::types::RDKafkaErrorCode::QueueFull
+                )
+            ) {
+                return Err(e);
+            }
+            rec = r;
+            p.poll(Duration::from_millis(10));
+        }
+    }
+    p.flush(T)?;
+    mid();
+    let mut offsets = TopicPartitionList::new();
+    for (part, off, _) in batch {
+        let next = off + 1;
+        let newer = offsets
+            .find_partition("ctp-in", *part)
+            .is_some_and(|e| matches!(e.offset(), Offset::Offset(o) if o >= next));
+        if !newer {
+            offsets.add_partition_offset("ctp-in", *part, Offset::Offset(next))?;
+        }
+    }
+    let cgm = consumer
+        .group_metadata()
+        .ok_or(rdkafka::error::KafkaError::NoMessageReceived)?;
+    p.send_offsets_to_transaction(&offsets, &cgm, T)?;
+    if commit {
+        p.commit_transaction(T)
+    } else {
+        p.abort_transaction(T)?;
+        Err(rdkafka::error::KafkaError::Canceled)
+    }
+}
+
+fn txn_producer(bootstrap: &str) -> BaseProducer {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("transactional.id", "ctp-kill")
+        .set("linger.ms", "5")
+        .set("transaction.timeout.ms", "30000")
+        .create()
+        .unwrap();
+    let deadline = Instant::now() + T;
+    while let Err(e) = p.init_transactions(T) {
+        assert!(Instant::now() < deadline, "init_transactions: {e}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    p
+}
+
+/// Puts the consumer back at its group's committed offsets (what the last committed
+/// transaction recorded), the start of each partition without one.
+fn rewind(consumer: &BaseConsumer) {
+    let deadline = Instant::now() + T;
+    loop {
+        match consumer.committed(Duration::from_secs(10)) {
+            Ok(committed) => {
+                for e in committed.elements() {
+                    let to = match e.offset() {
+                        Offset::Offset(o) => Offset::Offset(o),
+                        _ => Offset::Beginning,
+                    };
+                    // A partition not fetched yet takes the offset when it starts.
+                    let _ = consumer.seek(e.topic(), e.partition(), to, Duration::from_secs(10));
+                }
+                return;
+            }
+            Err(e) => {
+                assert!(Instant::now() < deadline, "committed offsets: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+/// A consume-transform-produce loop over `TXN_CTP_RECORDS` records (default 6,000 here; the
+/// issue's soak runs 100,000 by hand) with an abort every fifth transaction and the
+/// coordinator's broker killed with kill -9 in the middle of a transaction, restarted later:
+/// the output holds each input exactly once, and the group's committed offsets match it.
+#[test]
+fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
+    let n: usize = std::env::var("TXN_CTP_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6_000);
+    let mut cluster = Cluster::new(3);
+    cluster.extra = vec![
+        "transaction.state.log.num.partitions=3".into(),
+        "min.insync.replicas=2".into(),
+        "replica.lag.time.max.ms=3000".into(),
+    ];
+    cluster.start_all();
+    let all = cluster.all_bootstrap();
+    wait_until("three brokers", || {
+        broker_ids(&metadata(&all, None)) == vec![1, 2, 3]
+    });
+    rd_create_topics(
+        cluster.nodes[0].client,
+        &[
+            NewTopic::new("ctp-in", 3, TopicReplication::Fixed(3)),
+            NewTopic::new("ctp-out", 3, TopicReplication::Fixed(3)),
+        ],
+    );
+    wait_until("both topics led", || {
+        leaders(&all, "ctp-in").iter().all(|&l| l > 0)
+            && leaders(&all, "ctp-out").iter().all(|&l| l > 0)
+    });
+    common::cluster::produce(&all, "ctp-in", &[0, 1, 2], n, "m");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &all)
+        .set("group.id", "ctp")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    consumer.subscribe(&["ctp-in"]).unwrap();
+    let mut p = txn_producer(&all);
+    let (mut done, mut round, mut failures) = (0usize, 0usize, 0usize);
+    let mut killed: Option<(usize, Instant)> = None;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while done < n {
+        assert!(Instant::now() < deadline, "only {done} of {n} processed");
+        if let Some((i, at)) = killed {
+            if at.elapsed() > Duration::from_secs(6) {
+                cluster.spawn(i);
+                cluster.wait_listening(i);
+                killed = None;
+            }
+        }
+        let mut batch = Vec::new();
+        let started = Instant::now();
+        while batch.len() < 200 && started.elapsed() < Duration::from_secs(2) {
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+                batch.push((
+                    m.partition(),
+                    m.offset(),
+                    String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+                ));
+            } else if !batch.is_empty() {
+                break;
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        round += 1;
+        let outcome = if round == 4 {
+            // kill -9 the coordinator between the transaction's writes and its commit: the
+            // producer's offsets and commit go to its successor.
+            let i = (coordinator(cluster.nodes[0].client, "ctp-kill") - 1) as usize;
+            process(&p, &consumer, &batch, true, || {
+                cluster.kill(i);
+                killed = Some((i, Instant::now()));
+            })
+        } else {
+            process(&p, &consumer, &batch, !round.is_multiple_of(5), || {})
+        };
+        match outcome {
+            Ok(()) => done += batch.len(),
+            Err(rdkafka::error::KafkaError::Canceled) => {
+                // An injected abort: the outputs and offsets went together; read them again.
+                failures += 1;
+                rewind(&consumer);
+            }
+            Err(e) => {
+                failures += 1;
+                if p.abort_transaction(T).is_err() {
+                    // A fatal error: a new instance fences this one (its open transaction is
+                    // aborted by the coordinator).
+                    eprintln!("recreating the transactional producer after {e}");
+                    drop(p);
+                    p = txn_producer(&all);
+                }
+                rewind(&consumer);
+            }
+        }
+    }
+    assert!(failures >= 2, "the loop saw its injected failures");
+    let mut got = Vec::new();
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &all)
+        .set("group.id", "out-reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for part in 0..3 {
+        tpl.add_partition_offset("ctp-out", part, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let read_deadline = Instant::now() + T;
+    let mut last = Instant::now();
+    while Instant::now() < read_deadline
+        && (got.len() < n || last.elapsed() < Duration::from_secs(3))
+    {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            got.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+            last = Instant::now();
+        }
+    }
+    got.sort();
+    let mut want: Vec<String> = (0..n).map(|i| format!("t:m-{i}")).collect();
+    want.sort();
+    assert_eq!(got.len(), want.len(), "each input once in the output");
+    assert_eq!(got, want);
+    let committed = consumer.committed(T).unwrap();
+    let total: i64 = committed
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) => o,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(
+        total, n as i64,
+        "the group's committed offsets are the input's ends"
+    );
+}
