@@ -73,31 +73,9 @@ fn send(p: &BaseProducer, topic: &str, partition: i32, values: impl IntoIterator
     p.flush(T).expect("flush");
 }
 
-/// Every value of `topic` from the start, at `isolation`, until `quiet` passes with nothing new.
+/// Every value of `topic` from the start, at `isolation`.
 fn read_all(addr: SocketAddr, topic: &str, partitions: i32, isolation: &str) -> Vec<String> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", addr.to_string())
-        .set("group.id", "reader")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", isolation)
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
-    let mut out = Vec::new();
-    let deadline = Instant::now() + T;
-    let mut last = Instant::now();
-    while Instant::now() < deadline && last.elapsed() < Duration::from_secs(2) {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
-            out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
-            last = Instant::now();
-        }
-    }
-    out
+    common::read_topic(&addr.to_string(), topic, partitions, isolation, 0)
 }
 
 fn values(tag: &str, n: usize) -> Vec<String> {

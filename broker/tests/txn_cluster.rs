@@ -41,28 +41,7 @@ fn send(p: &BaseProducer, tag: &str, n: usize) -> Vec<String> {
 }
 
 fn read_committed(bootstrap: &str) -> Vec<String> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "reader")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..3 {
-        tpl.add_partition_offset(TOPIC, p, Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
-    let mut out = Vec::new();
-    let deadline = Instant::now() + T;
-    let mut last = Instant::now();
-    while Instant::now() < deadline && last.elapsed() < Duration::from_secs(3) {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
-            out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
-            last = Instant::now();
-        }
-    }
+    let mut out = common::read_topic(bootstrap, TOPIC, 3, "read_committed", 0);
     out.sort();
     out
 }
@@ -340,30 +319,7 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
         }
     }
     assert!(failures >= 2, "the loop saw its injected failures");
-    let mut got = Vec::new();
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &all)
-        .set("group.id", "out-reader")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for part in 0..3 {
-        tpl.add_partition_offset("ctp-out", part, Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
-    let read_deadline = Instant::now() + T;
-    let mut last = Instant::now();
-    while Instant::now() < read_deadline
-        && (got.len() < n || last.elapsed() < Duration::from_secs(3))
-    {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
-            got.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
-            last = Instant::now();
-        }
-    }
+    let mut got = common::read_topic(&all, "ctp-out", 3, "read_committed", n);
     got.sort();
     let mut want: Vec<String> = (0..n).map(|i| format!("t:m-{i}")).collect();
     want.sort();

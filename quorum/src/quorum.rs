@@ -245,18 +245,7 @@ impl<S: StateMachine> Quorum<S> {
             }
             None => (None, None),
         };
-        let task_queue = glommio::executor().create_task_queue(
-            Shares::default(),
-            Latency::Matters(TASK_QUEUE_LATENCY),
-            "quorum",
-        );
-        let (inbox_tx, inbox_rx) = async_channel::bounded(INBOX_MAX);
-        let core = Rc::new(Core::new(
-            cfg.node_id,
-            cfg.voters.clone(),
-            inbox_tx,
-            task_queue,
-        ));
+        let (core, inbox_rx) = new_core(&cfg);
         let shared = Rc::new(Shared::new(core.clone(), sm, restored.applied));
         let peers = transport::start(&core, listener);
         let driver = Driver::new(
@@ -293,18 +282,7 @@ impl<S: StateMachine> Quorum<S> {
     /// (see `observer`). Returns once it has applied the commit index the first voter to answer
     /// reported, or after the election timeout (then it keeps catching up in the background).
     async fn open_observer(cfg: QuorumConfig, sm: S) -> Rc<Self> {
-        let task_queue = glommio::executor().create_task_queue(
-            Shares::default(),
-            Latency::Matters(TASK_QUEUE_LATENCY),
-            "quorum",
-        );
-        let (inbox_tx, inbox_rx) = async_channel::bounded(INBOX_MAX);
-        let core = Rc::new(Core::new(
-            cfg.node_id,
-            cfg.voters.clone(),
-            inbox_tx,
-            task_queue,
-        ));
+        let (core, inbox_rx) = new_core(&cfg);
         let shared = Rc::new(Shared::new(core, sm, 0));
         crate::observer::start(&shared, inbox_rx);
         let quorum = Rc::new(Quorum {
@@ -549,6 +527,24 @@ impl<S: StateMachine> Drop for ForgetOnDrop<'_, S> {
     fn drop(&mut self) {
         self.shared.pending.borrow_mut().remove(&self.seq);
     }
+}
+
+/// The state every task of a quorum member shares, in a task queue of its own, and the
+/// driver's (or observer's) end of its inbox.
+fn new_core(cfg: &QuorumConfig) -> (Rc<Core>, async_channel::Receiver<Input>) {
+    let task_queue = glommio::executor().create_task_queue(
+        Shares::default(),
+        Latency::Matters(TASK_QUEUE_LATENCY),
+        "quorum",
+    );
+    let (inbox_tx, inbox_rx) = async_channel::bounded(INBOX_MAX);
+    let core = Rc::new(Core::new(
+        cfg.node_id,
+        cfg.voters.clone(),
+        inbox_tx,
+        task_queue,
+    ));
+    (core, inbox_rx)
 }
 
 /// A number that tells this process's proposals from an earlier run's: nanoseconds since the

@@ -6,47 +6,18 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{agreed_leader, config, eventually, free_addr, names, run, Names, Node, ELECTION};
+use common::{agreed_leader, config, eventually, names, open, run, Cluster, Names, Node, ELECTION};
 use futures::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
-use tributary_quorum::{ProposeError, Quorum, QuorumConfig, Role};
+use tributary_quorum::{ProposeError, Quorum, QuorumConfig};
 
-struct Cluster {
-    voters: Vec<(i32, SocketAddr)>,
-    dirs: Vec<PathBuf>,
-    tmp: tempfile::TempDir,
-}
-
-impl Cluster {
-    fn new() -> Cluster {
-        let tmp = tempfile::tempdir().unwrap();
-        let voters: Vec<(i32, SocketAddr)> = (0..3).map(|id| (id, free_addr())).collect();
-        let dirs = (0..3)
-            .map(|id| tmp.path().join(format!("node-{id}")))
-            .collect();
-        Cluster { voters, dirs, tmp }
-    }
-
-    fn voter(&self, id: i32) -> QuorumConfig {
-        let i = id as usize;
-        let mut cfg = config(id, &self.voters, Some(self.voters[i].1), &self.dirs[i]);
-        cfg.snapshot_every_entries = 5;
-        cfg
-    }
-
-    fn observer(&self, id: i32) -> QuorumConfig {
-        let dir = self.tmp.path().join(format!("observer-{id}"));
-        let mut cfg = config(id, &self.voters, None, &dir);
-        cfg.role = Role::Observer;
-        cfg
-    }
-}
-
-async fn open(cfg: QuorumConfig) -> Node {
-    Quorum::open(cfg, Names::default()).await.unwrap()
+/// The cluster's voters, compacting their logs every 5 entries.
+fn voter(cluster: &Cluster, id: i32) -> QuorumConfig {
+    let mut cfg = cluster.config(id);
+    cfg.snapshot_every_entries = 5;
+    cfg
 }
 
 #[test]
@@ -55,7 +26,7 @@ fn observers_follow_the_log_propose_and_survive_a_leader_change() {
     run(Duration::from_secs(90), move || async move {
         let mut voters: Vec<Option<Node>> = Vec::new();
         for id in 0..3 {
-            voters.push(Some(open(cluster.voter(id)).await));
+            voters.push(Some(open(voter(&cluster, id)).await));
         }
         let all: Vec<&Node> = voters.iter().flatten().collect();
         let leader = agreed_leader(&all, ELECTION * 20).await;
@@ -168,7 +139,7 @@ fn an_observer_without_voters_reachable_says_so_and_catches_up_later() {
         );
         let mut voters = Vec::new();
         for id in 0..3 {
-            voters.push(open(cluster.voter(id)).await);
+            voters.push(open(voter(&cluster, id)).await);
         }
         let all: Vec<&Node> = voters.iter().collect();
         agreed_leader(&all, ELECTION * 20).await;

@@ -4,42 +4,10 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{agreed_leader, config, eventually, free_addr, names, run, Names, Node, ELECTION};
-use tributary_quorum::{ProposeError, Quorum, QuorumConfig};
-
-struct Cluster {
-    voters: Vec<(i32, SocketAddr)>,
-    dirs: Vec<PathBuf>,
-    _tmp: tempfile::TempDir,
-}
-
-impl Cluster {
-    fn new() -> Cluster {
-        let tmp = tempfile::tempdir().unwrap();
-        let voters: Vec<(i32, SocketAddr)> = (0..3).map(|id| (id, free_addr())).collect();
-        let dirs = (0..3)
-            .map(|id| tmp.path().join(format!("node-{id}")))
-            .collect();
-        Cluster {
-            voters,
-            dirs,
-            _tmp: tmp,
-        }
-    }
-
-    fn config(&self, id: i32) -> QuorumConfig {
-        let i = id as usize;
-        config(id, &self.voters, Some(self.voters[i].1), &self.dirs[i])
-    }
-}
-
-async fn open(cfg: QuorumConfig) -> Node {
-    Quorum::open(cfg, Names::default()).await.unwrap()
-}
+use common::{agreed_leader, eventually, names, open, run, Cluster, Node, ELECTION};
+use tributary_quorum::ProposeError;
 
 #[test]
 fn three_voters_elect_replicate_fail_over_and_catch_up() {

@@ -238,6 +238,14 @@ pub async fn verify(
     }
 }
 
+/// An operation answered with a code, as a version-`v` client reads it.
+async fn ask_code(shard: &Rc<Shard>, op: TxnOp, v: i16) -> ErrorCode {
+    match ask(shard, op).await {
+        Some(TxnReply::Code(c)) => for_version(c, v, 2),
+        _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
+    }
+}
+
 /// Every `transaction.abort.timed.out.transaction.cleanup.interval.ms`: aborts the
 /// transactions this shard coordinates that outlived their timeout (their markers follow) and
 /// forgets ids idle for `transactional.id.expiration.ms`.
@@ -388,10 +396,7 @@ pub async fn handle(
                         .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
                         .collect(),
                 };
-                match ask(shard, op).await {
-                    Some(TxnReply::Code(c)) => for_version(c, v, 2),
-                    _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
-                }
+                ask_code(shard, op, v).await
             } else {
                 ErrorCode::NONE
             };
@@ -436,10 +441,7 @@ pub async fn handle(
                 producer: (req.producer_id, req.producer_epoch),
                 partitions: vec![(OFFSETS_TOPIC.to_string(), p)],
             };
-            let code = match ask(shard, op).await {
-                Some(TxnReply::Code(c)) => for_version(c, v, 2),
-                _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
-            };
+            let code = ask_code(shard, op, v).await;
             frame(
                 spec,
                 header,
@@ -453,10 +455,7 @@ pub async fn handle(
                 producer: (req.producer_id, req.producer_epoch),
                 commit: req.committed,
             };
-            let code = match ask(shard, op).await {
-                Some(TxnReply::Code(c)) => for_version(c, v, 2),
-                _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
-            };
+            let code = ask_code(shard, op, v).await;
             frame(
                 spec,
                 header,

@@ -186,72 +186,74 @@ impl Shard {
     /// Loads the groups of the `__consumer_offsets` partitions this node now leads and forgets
     /// those of the ones it no longer leads: the group coordinator moves with leadership.
     async fn load_led_groups(&self, catalog: &Catalog) {
-        let me = self.config.node_id;
-        for ((topic, p), part) in self.owned_partitions() {
-            if topic != OFFSETS_TOPIC {
-                continue;
-            }
-            let led = catalog.partition(&topic, p).is_some_and(|r| r.leader == me);
-            let loaded = self.groups_loaded.borrow().contains(&p);
-            if led && !loaded {
-                self.groups.load(&part).await;
-                self.groups_loaded.borrow_mut().insert(p);
-            } else if !led && loaded {
-                self.groups_loaded.borrow_mut().remove(&p);
-                let n = self.groups.unload(p);
-                info!(
-                    partition = p,
-                    groups = n,
-                    "no longer coordinating the groups of an offsets partition"
-                );
-            }
+        let (load, unload) = self.coordinator_changes(catalog, OFFSETS_TOPIC, &self.groups_loaded);
+        for (p, part) in load {
+            self.groups.load(&part).await;
+            self.groups_loaded.borrow_mut().insert(p);
         }
-        let owned: HashSet<i32> = self
-            .owned_partitions()
-            .into_iter()
-            .filter(|((t, _), _)| t == OFFSETS_TOPIC)
-            .map(|((_, p), _)| p)
-            .collect();
-        self.groups_loaded
-            .borrow_mut()
-            .retain(|p| owned.contains(p));
+        for p in unload {
+            self.groups_loaded.borrow_mut().remove(&p);
+            let n = self.groups.unload(p);
+            info!(
+                partition = p,
+                groups = n,
+                "no longer coordinating the groups of an offsets partition"
+            );
+        }
     }
 
     /// The same for the transaction coordinator and `__transaction_state`; transactions a
     /// previous coordinator left prepared get their markers written again.
     async fn load_led_txns(self: &Rc<Self>, catalog: &Catalog) {
-        let me = self.config.node_id;
-        let topic_name = crate::txn::TXN_TOPIC;
-        for ((topic, p), part) in self.owned_partitions() {
-            if topic != topic_name {
-                continue;
-            }
-            let led = catalog.partition(&topic, p).is_some_and(|r| r.leader == me);
-            let loaded = self.txns_loaded.borrow().contains(&p);
-            if led && !loaded {
-                let prepared = self.txns.load(&part).await;
-                self.txns_loaded.borrow_mut().insert(p);
-                for txn in prepared {
-                    info!(transactional_id = %txn.transactional_id, state = txn.state.name(), "resuming a prepared transaction");
-                    glommio::spawn_local(crate::txn::markers::finish(self.clone(), txn)).detach();
-                }
-            } else if !led && loaded {
-                self.txns_loaded.borrow_mut().remove(&p);
-                let n = self.txns.unload(p);
-                info!(
-                    partition = p,
-                    ids = n,
-                    "no longer coordinating the transactions of a transaction-state partition"
-                );
+        let topic = crate::txn::TXN_TOPIC;
+        let (load, unload) = self.coordinator_changes(catalog, topic, &self.txns_loaded);
+        for (p, part) in load {
+            let prepared = self.txns.load(&part).await;
+            self.txns_loaded.borrow_mut().insert(p);
+            for txn in prepared {
+                info!(transactional_id = %txn.transactional_id, state = txn.state.name(), "resuming a prepared transaction");
+                glommio::spawn_local(crate::txn::markers::finish(self.clone(), txn)).detach();
             }
         }
-        let owned: HashSet<i32> = self
+        for p in unload {
+            self.txns_loaded.borrow_mut().remove(&p);
+            let n = self.txns.unload(p);
+            info!(
+                partition = p,
+                ids = n,
+                "no longer coordinating the transactions of a transaction-state partition"
+            );
+        }
+    }
+
+    /// For a coordinator over internal `topic`: the partitions this shard owns and this node
+    /// now leads whose state is not `loaded` yet, and the loaded ones it no longer leads. Loaded
+    /// partitions this shard no longer owns are forgotten.
+    fn coordinator_changes(
+        &self,
+        catalog: &Catalog,
+        topic: &str,
+        loaded: &std::cell::RefCell<HashSet<i32>>,
+    ) -> (Vec<(i32, Rc<Partition>)>, Vec<i32>) {
+        let me = self.config.node_id;
+        let owned: Vec<(i32, Rc<Partition>)> = self
             .owned_partitions()
             .into_iter()
-            .filter(|((t, _), _)| t == topic_name)
-            .map(|((_, p), _)| p)
+            .filter(|((t, _), _)| t == topic)
+            .map(|((_, p), part)| (p, part))
             .collect();
-        self.txns_loaded.borrow_mut().retain(|p| owned.contains(p));
+        let mut set = loaded.borrow_mut();
+        set.retain(|p| owned.iter().any(|(o, _)| o == p));
+        let (mut load, mut unload) = (Vec::new(), Vec::new());
+        for (p, part) in owned {
+            let led = catalog.partition(topic, p).is_some_and(|r| r.leader == me);
+            match (led, set.contains(&p)) {
+                (true, false) => load.push((p, part)),
+                (false, true) => unload.push(p),
+                _ => {}
+            }
+        }
+        (load, unload)
     }
 
     /// Lets the group and transaction coordinators' writes to their replicated internal

@@ -29,6 +29,45 @@ pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Every value of `topic` (partitions 0..`partitions`) from the start at `isolation`
+/// (`read_committed` or `read_uncommitted`), in arrival order: read until at least `at_least`
+/// arrived and nothing new came for two seconds, or thirty seconds passed.
+pub fn read_topic(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    isolation: &str,
+    at_least: usize,
+) -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let c: BaseConsumer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut last = std::time::Instant::now();
+    while std::time::Instant::now() < deadline
+        && (out.len() < at_least || last.elapsed() < Duration::from_secs(2))
+    {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+            last = std::time::Instant::now();
+        }
+    }
+    out
+}
+
 /// Creates topics with librdkafka's admin client and checks that each was created.
 pub fn rd_create_topics(addr: SocketAddr, topics: &[rdkafka::admin::NewTopic<'_>]) {
     use rdkafka::admin::{AdminClient, AdminOptions};

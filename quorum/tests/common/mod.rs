@@ -8,7 +8,9 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use tributary_quorum::{Quorum, QuorumConfig, StateMachine};
+use std::path::PathBuf;
+
+use tributary_quorum::{Quorum, QuorumConfig, Role, StateMachine};
 
 /// Appends each command as a string; the outcome is the new length.
 #[derive(Default)]
@@ -109,4 +111,40 @@ pub async fn agreed_leader(nodes: &[&Node], limit: Duration) -> i32 {
 
 pub fn names(node: &Node) -> Vec<String> {
     node.with_state(|s| s.0.clone())
+}
+
+/// Three voters' addresses and directories (ids 0–2), none opened.
+pub struct Cluster {
+    pub voters: Vec<(i32, SocketAddr)>,
+    pub dirs: Vec<PathBuf>,
+    pub tmp: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub fn new() -> Cluster {
+        let tmp = tempfile::tempdir().unwrap();
+        let voters: Vec<(i32, SocketAddr)> = (0..3).map(|id| (id, free_addr())).collect();
+        let dirs = (0..3)
+            .map(|id| tmp.path().join(format!("node-{id}")))
+            .collect();
+        Cluster { voters, dirs, tmp }
+    }
+
+    /// Voter `id`'s configuration, with test timings.
+    pub fn config(&self, id: i32) -> QuorumConfig {
+        let i = id as usize;
+        config(id, &self.voters, Some(self.voters[i].1), &self.dirs[i])
+    }
+
+    /// An observer `id` (outside the voters) of this cluster.
+    pub fn observer(&self, id: i32) -> QuorumConfig {
+        let dir = self.tmp.path().join(format!("observer-{id}"));
+        let mut cfg = config(id, &self.voters, None, &dir);
+        cfg.role = Role::Observer;
+        cfg
+    }
+}
+
+pub async fn open(cfg: QuorumConfig) -> Node {
+    Quorum::open(cfg, Names::default()).await.unwrap()
 }
