@@ -268,16 +268,7 @@ fn consume_transform_produce_holds_each_input_exactly_once() {
     assert_eq!(out.len(), want.len(), "each input once in the output");
     assert_eq!(out, want);
     // The group's committed offsets are the input's ends.
-    let committed = consumer.committed(T).unwrap();
-    let total: i64 = committed
-        .elements()
-        .iter()
-        .map(|e| match e.offset() {
-            Offset::Offset(o) => o,
-            _ => 0,
-        })
-        .sum();
-    assert_eq!(total, N as i64);
+    assert_eq!(common::committed_total(&consumer), N as i64);
     let _ = consumer.commit_consumer_state(CommitMode::Sync);
     b.shutdown().unwrap();
 }

@@ -60,18 +60,29 @@ fn coordinator(addr: SocketAddr, id: &'static str) -> i32 {
     resp.node_id.0
 }
 
-#[test]
-fn a_transaction_spans_brokers_and_survives_its_coordinator() {
+/// Three nodes with small transaction state, every one registered; the cluster and all
+/// brokers' addresses.
+fn start_cluster(extra: &[&str]) -> (Cluster, String) {
     let mut cluster = Cluster::new(3);
-    cluster.extra = vec![
-        "transaction.state.log.num.partitions=3".into(),
-        "min.insync.replicas=2".into(),
-    ];
+    cluster.extra = [
+        "transaction.state.log.num.partitions=3",
+        "min.insync.replicas=2",
+    ]
+    .iter()
+    .chain(extra)
+    .map(|s| s.to_string())
+    .collect();
     cluster.start_all();
     let all = cluster.all_bootstrap();
     wait_until("three brokers", || {
         broker_ids(&metadata(&all, None)) == vec![1, 2, 3]
     });
+    (cluster, all)
+}
+
+#[test]
+fn a_transaction_spans_brokers_and_survives_its_coordinator() {
+    let (mut cluster, all) = start_cluster(&[]);
     rd_create_topics(
         cluster.nodes[0].client,
         &[NewTopic::new(TOPIC, 3, TopicReplication::Fixed(3))],
@@ -80,13 +91,7 @@ fn a_transaction_spans_brokers_and_survives_its_coordinator() {
         let l = leaders(&all, TOPIC);
         l.len() == 3 && l.iter().all(|&x| x > 0) && l.iter().any(|&x| x != l[0])
     });
-    let p: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &all)
-        .set("transactional.id", "cluster-tx")
-        .set("linger.ms", "1")
-        .create()
-        .unwrap();
-    p.init_transactions(T).expect("init_transactions");
+    let p = txn_producer(&all, "cluster-tx");
     p.begin_transaction().unwrap();
     let mut want = send(&p, "one", 30);
     p.commit_transaction(T).unwrap();
@@ -174,10 +179,10 @@ fn process(
     }
 }
 
-fn txn_producer(bootstrap: &str) -> BaseProducer {
+fn txn_producer(bootstrap: &str, id: &str) -> BaseProducer {
     let p: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
-        .set("transactional.id", "ctp-kill")
+        .set("transactional.id", id)
         .set("linger.ms", "5")
         .set("transaction.timeout.ms", "30000")
         .create()
@@ -225,17 +230,7 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(6_000);
-    let mut cluster = Cluster::new(3);
-    cluster.extra = vec![
-        "transaction.state.log.num.partitions=3".into(),
-        "min.insync.replicas=2".into(),
-        "replica.lag.time.max.ms=3000".into(),
-    ];
-    cluster.start_all();
-    let all = cluster.all_bootstrap();
-    wait_until("three brokers", || {
-        broker_ids(&metadata(&all, None)) == vec![1, 2, 3]
-    });
+    let (mut cluster, all) = start_cluster(&["replica.lag.time.max.ms=3000"]);
     rd_create_topics(
         cluster.nodes[0].client,
         &[
@@ -257,7 +252,7 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
         .create()
         .unwrap();
     consumer.subscribe(&["ctp-in"]).unwrap();
-    let mut p = txn_producer(&all);
+    let mut p = txn_producer(&all, "ctp-kill");
     let (mut done, mut round, mut failures) = (0usize, 0usize, 0usize);
     let mut killed: Option<(usize, Instant)> = None;
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -312,7 +307,7 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
                     // aborted by the coordinator).
                     eprintln!("recreating the transactional producer after {e}");
                     drop(p);
-                    p = txn_producer(&all);
+                    p = txn_producer(&all, "ctp-kill");
                 }
                 rewind(&consumer);
             }
@@ -325,17 +320,9 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
     want.sort();
     assert_eq!(got.len(), want.len(), "each input once in the output");
     assert_eq!(got, want);
-    let committed = consumer.committed(T).unwrap();
-    let total: i64 = committed
-        .elements()
-        .iter()
-        .map(|e| match e.offset() {
-            Offset::Offset(o) => o,
-            _ => 0,
-        })
-        .sum();
     assert_eq!(
-        total, n as i64,
+        common::committed_total(&consumer),
+        n as i64,
         "the group's committed offsets are the input's ends"
     );
 }

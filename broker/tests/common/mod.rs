@@ -68,6 +68,22 @@ pub fn read_topic(
     out
 }
 
+/// The sum of a consumer's committed offsets over its assignment (0 for a partition without one).
+pub fn committed_total(consumer: &rdkafka::consumer::BaseConsumer) -> i64 {
+    use rdkafka::consumer::Consumer;
+    let committed = consumer
+        .committed(Duration::from_secs(30))
+        .expect("committed offsets");
+    committed
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            rdkafka::Offset::Offset(o) => o,
+            _ => 0,
+        })
+        .sum()
+}
+
 /// Creates topics with librdkafka's admin client and checks that each was created.
 pub fn rd_create_topics(addr: SocketAddr, topics: &[rdkafka::admin::NewTopic<'_>]) {
     use rdkafka::admin::{AdminClient, AdminOptions};
