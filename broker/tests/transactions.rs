@@ -650,3 +650,92 @@ fn a_transaction_left_prepared_is_completed_after_a_restart() {
     assert_eq!(got, want);
     b.shutdown().unwrap();
 }
+
+#[test]
+fn a_transactional_produce_outside_its_transaction_is_refused() {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+    use tributary_protocol::record_batch::{build_batch, build_transactional_batch};
+    const INVALID_TXN_STATE: i16 = 48;
+    const INVALID_RECORD: i16 = 87;
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path());
+    rd_create_topics(
+        b.addr,
+        &[NewTopic::new("kip890", 1, TopicReplication::Fixed(1))],
+    );
+    let mut raw = RawConn::connect(b.addr);
+    let deadline = Instant::now() + T;
+    let init = loop {
+        let r: InitProducerIdResponse = raw.request(
+            ApiKey::InitProducerId,
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(Some(tid("kip")))
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        );
+        if r.error_code == 0 || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(init.error_code, 0);
+    let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+    let produce = |raw: &mut RawConn, txn_id: Option<&'static str>, txn: bool| -> i16 {
+        let records = if txn {
+            build_transactional_batch(&[(None, Some(b"v"))], 1_700_000_000_000, (pid, epoch, 0))
+        } else {
+            build_batch(&[(None, Some(b"v"))], 1_700_000_000_000, None)
+        };
+        let req = ProduceRequest::default()
+            .with_transactional_id(txn_id.map(tid))
+            .with_acks(-1)
+            .with_timeout_ms(5000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("kip890")))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(records.freeze()))])]);
+        let resp: ProduceResponse = raw.request(ApiKey::Produce, 8, &req);
+        resp.responses[0].partition_responses[0].error_code
+    };
+    assert_eq!(
+        produce(&mut raw, Some("kip"), true),
+        INVALID_TXN_STATE,
+        "not added"
+    );
+    assert_eq!(
+        produce(&mut raw, None, true),
+        INVALID_RECORD,
+        "no transactional id"
+    );
+    assert_eq!(
+        produce(&mut raw, Some("kip"), false),
+        INVALID_RECORD,
+        "not transactional"
+    );
+    let add: AddPartitionsToTxnResponse = raw.request(
+        ApiKey::AddPartitionsToTxn,
+        3,
+        &AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(tid("kip"))
+            .with_v3_and_below_producer_id(ProducerId(pid))
+            .with_v3_and_below_producer_epoch(epoch)
+            .with_v3_and_below_topics(vec![
+                kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(StrBytes::from_static_str("kip890")))
+                    .with_partitions(vec![0]),
+            ]),
+    );
+    assert_eq!(
+        add.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+        0
+    );
+    assert_eq!(produce(&mut raw, Some("kip"), true), 0, "added first");
+    // Nothing is visible to read_committed until the transaction ends.
+    assert!(read_all(b.addr, "kip890", 1, "read_committed").is_empty());
+    assert_eq!(read_all(b.addr, "kip890", 1, "read_uncommitted"), ["v"]);
+    b.shutdown().unwrap();
+}
