@@ -10,7 +10,7 @@
 //! flushes, reads the partition back and checks every acknowledged sequence number is there
 //! exactly once.
 //!
-//! The arithmetic (windows, gaps, percentiles, the exactly-once tally) is plain functions over
+//! The arithmetic (gaps per kill, percentiles, the exactly-once tally) is plain functions over
 //! recorded times and numbers, unit-tested without a cluster; the rest only drives processes
 //! and clients. Every wait is bounded by a named timeout.
 
@@ -48,8 +48,9 @@ const POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// Pause after a kill's recovery before the next kill, so each kill starts from a steady
 /// state.
 const SETTLE_AFTER_ISR: Duration = Duration::from_secs(2);
-/// A kill's gap window opens this long before it, so the last ack before the kill is in it.
-const GAP_BEFORE_KILL: Duration = Duration::from_secs(1);
+/// Before a kill, the last ack must be at most this old: each kill starts with acks flowing,
+/// not inside the tail of the previous stall.
+const ACK_FRESH: Duration = Duration::from_millis(500);
 /// librdkafka's `message.timeout.ms`: far longer than any failover, so a message is retried
 /// until it is acknowledged instead of failing.
 const MESSAGE_TIMEOUT_MS: u64 = 300_000;
@@ -91,7 +92,7 @@ pub struct FailoverArgs {
     /// before the run fails.
     #[arg(long, default_value_t = 120.0)]
     pub isr_timeout: f64,
-    /// Seconds after a kill in which its gap is looked for (cut short by the next kill).
+    /// Seconds after a kill in which a stall must begin to count as that kill's.
     #[arg(long, default_value_t = 30.0)]
     pub window: f64,
     #[arg(long, default_value = "failover")]
@@ -387,7 +388,11 @@ fn kill_loop(
 ) -> Result<Vec<Kill>> {
     let mut kills = Vec::with_capacity(args.kills);
     for i in 1..=args.kills {
-        let leader = wait_for(cluster, LEADER_TIMEOUT, "a partition leader", || {
+        let leader = wait_for(cluster, LEADER_TIMEOUT, "a leader and fresh acks", || {
+            let now = acks.start.elapsed();
+            if last_ack(acks)?.is_none_or(|t| now.saturating_sub(t) > ACK_FRESH) {
+                return Ok(None);
+            }
             Ok(partition_state(probe, &args.topic)?
                 .filter(|s| s.leader >= 0)
                 .map(|s| s.leader))
@@ -429,11 +434,7 @@ fn kill_loop(
         let recovered = restarted.elapsed();
         sleep_checked(cluster, producer, SETTLE_AFTER_ISR)?;
         let times = ack_times(&acks.acked.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
-        let gap = longest_gap(
-            &times,
-            at.saturating_sub(GAP_BEFORE_KILL),
-            acks.start.elapsed(),
-        );
+        let gap = kill_gaps(&times, &[at], Duration::from_secs_f64(args.window))[0];
         eprintln!(
             "kill {i}/{}: node {leader}: ack gap {} ms, recovered {:.1}s after its restart",
             args.kills,
@@ -502,15 +503,11 @@ fn report(
 ) -> Result<()> {
     let times = ack_times(acked);
     let at: Vec<Duration> = kills.iter().map(|k| k.at).collect();
-    let gaps: Vec<Duration> = kill_windows(
-        &at,
-        end,
-        GAP_BEFORE_KILL,
-        Duration::from_secs_f64(args.window),
-    )
-    .into_iter()
-    .map(|(from, to)| longest_gap(&times, from, to).unwrap_or(to - from))
-    .collect();
+    let gaps = kill_gaps(&times, &at, Duration::from_secs_f64(args.window))
+        .into_iter()
+        .enumerate()
+        .map(|(i, g)| g.with_context(|| format!("kill {}: no ack after it", i + 1)))
+        .collect::<Result<Vec<Duration>>>()?;
     let mut sorted = gaps.clone();
     sorted.sort();
     let q = |p: f64| percentile(&sorted, p).as_millis() as u64;
@@ -545,6 +542,7 @@ fn report(
             "gaps_ms": ms,
             "gap_ms": {"p50": q(0.5), "p99": q(0.99), "max": q(1.0)},
             "recovered_after_restart_s": kills.iter().map(|k| k.recovered.as_secs_f64()).collect::<Vec<_>>(),
+            "seconds": end.as_secs_f64(),
             "sent": sent.load(Ordering::Relaxed),
             "acked": t.acked, "read": t.read, "lost": t.lost, "duplicates": t.duplicates,
             "unacked_present": t.unacked_present, "delivery_errors": errors,
@@ -580,39 +578,29 @@ fn ack_times(acked: &[(u64, Duration)]) -> Vec<Duration> {
     t
 }
 
-/// The window each kill's gap is looked for in: from `before` ahead of it to `after` past it,
-/// cut short `before` ahead of the next kill and at `end`, so no two windows overlap and no
-/// interval is counted for two kills. `kills` must be in order.
-pub fn kill_windows(
-    kills: &[Duration],
-    end: Duration,
-    before: Duration,
-    after: Duration,
-) -> Vec<(Duration, Duration)> {
+/// Each kill's gap: the longest interval between two consecutive acks (`acks` sorted) that
+/// ends after the kill and no later than the next kill, and begins less than `after` past it.
+/// The interval that spans the kill (last ack before it to first ack after) always counts; so
+/// does a second stall soon after recovery. An interval that spans a later kill belongs to that
+/// later kill, so no interval is counted twice. `kills` must be in order; `None` for a kill
+/// with no ack after it before the next one.
+pub fn kill_gaps(acks: &[Duration], kills: &[Duration], after: Duration) -> Vec<Option<Duration>> {
     kills
         .iter()
         .enumerate()
-        .map(|(i, k)| {
-            let mut to = (*k + after).min(end);
-            if let Some(next) = kills.get(i + 1) {
-                to = to.min(next.saturating_sub(before));
-            }
-            let from = k.saturating_sub(before);
-            (from, to.max(from))
+        .map(|(i, kill)| {
+            let next = kills.get(i + 1);
+            // The first ack after the kill ends the first interval that may count.
+            let first_after = acks.partition_point(|t| t <= kill).max(1);
+            acks.get(first_after - 1..)
+                .unwrap_or_default()
+                .windows(2)
+                .take_while(|w| next.is_none_or(|n| w[1] <= *n) && w[0] < *kill + after)
+                .filter(|w| w[1] > *kill)
+                .map(|w| w[1] - w[0])
+                .max()
         })
         .collect()
-}
-
-/// The longest interval between two consecutive acks (sorted times) whose first ack falls in
-/// `[from, to)`. The second ack may fall after `to`: a stall that outlasts the window is still
-/// measured whole. `None` if no ack falls in the window or none follows it.
-pub fn longest_gap(acks: &[Duration], from: Duration, to: Duration) -> Option<Duration> {
-    let first = acks.partition_point(|t| *t < from);
-    acks[first..]
-        .windows(2)
-        .take_while(|w| w[0] < to)
-        .map(|w| w[1] - w[0])
-        .max()
 }
 
 /// Nearest-rank percentile of sorted values (`q` in 0..=1): the smallest value with at least a
@@ -674,47 +662,54 @@ mod tests {
     }
 
     #[test]
-    fn the_gap_is_the_longest_interval_between_acks_around_the_kill() {
+    fn the_gap_is_the_interval_that_spans_the_kill() {
         let acks = steady(20_000, &[(5_000, 8_500)]);
-        let gap = longest_gap(&acks, ms(4_000), ms(20_000));
-        assert_eq!(gap, Some(ms(3_500)));
-        // Without a hole the longest interval is the ack spacing.
-        assert_eq!(longest_gap(&acks, ms(10_000), ms(20_000)), Some(ms(5)));
-    }
-
-    #[test]
-    fn a_stall_past_the_window_is_measured_whole() {
-        let acks = steady(60_000, &[(5_000, 45_000)]);
-        assert_eq!(longest_gap(&acks, ms(4_000), ms(35_000)), Some(ms(40_000)));
-    }
-
-    #[test]
-    fn no_acks_in_the_window_gives_none() {
-        let acks = steady(1_000, &[]);
-        assert_eq!(longest_gap(&acks, ms(2_000), ms(3_000)), None);
-        assert_eq!(longest_gap(&[], ms(0), ms(3_000)), None);
-    }
-
-    #[test]
-    fn windows_stop_before_the_next_kill_and_at_the_end() {
-        let w = kill_windows(
-            &[ms(10_000), ms(25_000), ms(70_000)],
-            ms(80_000),
-            ms(1_000),
-            ms(30_000),
-        );
         assert_eq!(
-            w,
-            vec![
-                (ms(9_000), ms(24_000)),
-                (ms(24_000), ms(55_000)),
-                (ms(69_000), ms(80_000)),
-            ]
+            kill_gaps(&acks, &[ms(5_001)], ms(30_000)),
+            vec![Some(ms(3_500))]
         );
-        // Two holes, one per kill: each window sees its own.
-        let acks = steady(80_000, &[(10_000, 13_000), (25_000, 34_000)]);
-        let gaps: Vec<_> = w.iter().map(|(a, b)| longest_gap(&acks, *a, *b)).collect();
-        assert_eq!(gaps, vec![Some(ms(3_000)), Some(ms(9_000)), Some(ms(5))]);
+        // A kill that stalls nothing shows the ack spacing.
+        assert_eq!(
+            kill_gaps(&acks, &[ms(12_001)], ms(30_000)),
+            vec![Some(ms(5))]
+        );
+    }
+
+    #[test]
+    fn a_second_stall_after_recovery_counts_if_it_begins_within_the_window() {
+        // Kill at 5 s, acks back at 8.5 s, a second stall from 9 s to 14 s.
+        let acks = steady(30_000, &[(5_000, 8_500), (9_000, 14_000)]);
+        assert_eq!(
+            kill_gaps(&acks, &[ms(5_001)], ms(30_000)),
+            vec![Some(ms(5_000))]
+        );
+        // With a 3 s window the second stall begins too late to count.
+        assert_eq!(
+            kill_gaps(&acks, &[ms(5_001)], ms(3_000)),
+            vec![Some(ms(3_500))]
+        );
+    }
+
+    #[test]
+    fn a_stall_that_spans_the_next_kill_belongs_to_the_next_kill() {
+        // Kill 1 at 10 s (acks back at 13 s, one more ack at 13.005 s); kill 2 at 15 s finds
+        // acks stalled since 13.005 s and they come back at 24 s.
+        let mut acks = steady(40_000, &[(10_000, 13_000), (13_005, 24_000)]);
+        acks.sort();
+        let gaps = kill_gaps(&acks, &[ms(10_001), ms(15_000)], ms(30_000));
+        assert_eq!(gaps, vec![Some(ms(3_000)), Some(ms(10_995))]);
+    }
+
+    #[test]
+    fn no_ack_after_the_kill_gives_none() {
+        let acks = steady(1_000, &[]);
+        assert_eq!(kill_gaps(&acks, &[ms(2_000)], ms(30_000)), vec![None]);
+        assert_eq!(kill_gaps(&[], &[ms(0)], ms(30_000)), vec![None]);
+        // The only ack after kill 1 comes after kill 2.
+        assert_eq!(
+            kill_gaps(&[ms(0), ms(50)], &[ms(10), ms(20)], ms(30_000)),
+            vec![None, Some(ms(50))]
+        );
     }
 
     #[test]
