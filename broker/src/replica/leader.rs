@@ -396,7 +396,10 @@ impl Shard {
     }
 
     /// A follower's fetch of one partition this shard owns.
-    pub async fn replica_fetch_local(&self, item: ReplicaFetchItem) -> FetchPartitionResponse {
+    pub async fn replica_fetch_local(
+        self: &Rc<Self>,
+        item: ReplicaFetchItem,
+    ) -> FetchPartitionResponse {
         let key = (item.topic.clone(), item.partition);
         let Some(part) = self.partition(&item.topic, item.partition) else {
             return answer(item.partition, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
@@ -433,10 +436,24 @@ impl Shard {
             out.high_watermark = part.high_watermark();
             return out;
         }
-        if let Some(l) = self.replicas.leading.borrow_mut().get_mut(&key) {
-            l.record_fetch(item.follower, item.fetch_offset, leo, Instant::now());
-        }
+        let outside_isr = match self.replicas.leading.borrow_mut().get_mut(&key) {
+            Some(l) => {
+                l.record_fetch(item.follower, item.fetch_offset, leo, Instant::now());
+                !l.isr.contains(&item.follower) && !l.isr_change_pending
+            }
+            None => false,
+        };
         self.advance_high_watermark(&item.topic, item.partition);
+        if outside_isr {
+            // A follower outside the ISR that caught up joins at once, as Kafka's leader
+            // expands the ISR on the fetch; only shrinking waits for the periodic check.
+            let changes = self.isr_changes(Some(&key));
+            if !changes.is_empty() {
+                let shard = self.clone();
+                glommio::spawn_local(async move { shard.propose_isr_changes(changes).await })
+                    .detach();
+            }
+        }
         if item.fetch_offset < leo && item.max_bytes > 0 {
             match part.read_replica(item.fetch_offset, item.max_bytes).await {
                 Ok(read) => out.records = read.records,
@@ -492,6 +509,13 @@ impl Shard {
                 warn!(dir = %part.dir().display(), error = %e, "writing the high watermark checkpoint failed");
             }
         }
+        let changes = self.isr_changes(None);
+        self.propose_isr_changes(changes).await;
+    }
+
+    /// The ISR changes this shard's led partitions (or only `only`) need now, each marked
+    /// pending.
+    fn isr_changes(&self, only: Option<&(String, i32)>) -> Vec<MetadataCommand> {
         let me = self.config.node_id;
         let lag_max = Duration::from_millis(self.config.replica_lag_time_max_ms);
         let now = Instant::now();
@@ -499,7 +523,7 @@ impl Shard {
         let eligible = |r: i32| isr_eligible(&catalog.brokers, r);
         let mut changes: Vec<MetadataCommand> = Vec::new();
         for ((topic, p), l) in self.replicas.leading.borrow_mut().iter_mut() {
-            if l.isr_change_pending {
+            if l.isr_change_pending || only.is_some_and(|(t, q)| t != topic || q != p) {
                 continue;
             }
             let hw = self
@@ -518,6 +542,11 @@ impl Shard {
                 });
             }
         }
+        changes
+    }
+
+    /// Proposes ISR changes through the controller; a refused one is no longer pending.
+    async fn propose_isr_changes(self: &Rc<Self>, changes: Vec<MetadataCommand>) {
         for cmd in changes {
             let MetadataCommand::ChangeIsr {
                 topic, partition, ..
