@@ -31,6 +31,12 @@ pub struct LoadArgs {
     /// Create the topic with this many partitions (an existing topic is used as is).
     #[arg(long, default_value_t = 8)]
     pub partitions: i32,
+    /// Replication factor of a topic the run creates.
+    #[arg(long, default_value_t = 1)]
+    pub replication_factor: i32,
+    /// `min.insync.replicas` of a topic the run creates (the broker's default if not given).
+    #[arg(long)]
+    pub min_insync_replicas: Option<u32>,
     #[arg(long, default_value_t = 1024)]
     pub message_size: usize,
     /// Messages in total (default 1,000,000 unless --duration is given).
@@ -77,7 +83,8 @@ impl LoadArgs {
 
     fn config(&self) -> serde_json::Value {
         json!({
-            "topic": self.topic, "partitions": self.partitions, "message_size": self.message_size,
+            "topic": self.topic, "partitions": self.partitions, "replication_factor": self.replication_factor,
+            "min_insync_replicas": self.min_insync_replicas, "message_size": self.message_size,
             "messages": self.messages, "duration": self.duration, "rate": self.rate,
             "producers": self.producers, "consumers": self.consumers, "acks": self.acks,
             "compression": self.compression, "linger_ms": self.linger_ms, "batch_size": self.batch_size, "keys": self.keys,
@@ -167,14 +174,22 @@ fn client(args: &LoadArgs) -> ClientConfig {
 pub fn create_topic(args: &LoadArgs) -> Result<()> {
     let admin: AdminClient<DefaultClientContext> =
         client(args).create().context("creating the admin client")?;
-    let topic = NewTopic::new(&args.topic, args.partitions, TopicReplication::Fixed(1));
+    let min_isr = args.min_insync_replicas.map(|n| n.to_string());
+    let mut topic = NewTopic::new(
+        &args.topic,
+        args.partitions,
+        TopicReplication::Fixed(args.replication_factor),
+    );
+    if let Some(n) = &min_isr {
+        topic = topic.set("min.insync.replicas", n);
+    }
     let results = futures::executor::block_on(admin.create_topics([&topic], &AdminOptions::new()))
         .context("CreateTopics failed; is the broker reachable at --bootstrap?")?;
     for r in results {
         match r {
             Ok(_) => eprintln!(
-                "created topic {} with {} partitions",
-                args.topic, args.partitions
+                "created topic {} with {} partitions, replication factor {}",
+                args.topic, args.partitions, args.replication_factor
             ),
             Err((t, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {
                 eprintln!("using existing topic {t}")

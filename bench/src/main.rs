@@ -3,12 +3,16 @@
 //!
 //! Modes: `produce` (throughput and acknowledgement latency), `consume` (read throughput),
 //! `e2e` (producers and consumers together; latency from a timestamp in each payload), `machine`
-//! (the disk and loopback limits to quote results against) and `compare` (two runs side by side).
+//! (the disk and loopback limits to quote results against), `compare` (two runs side by side)
+//! and `failover` (a three-node cluster of its own whose partition leader it kills repeatedly:
+//! the produce stall per kill, and whether every acknowledged message survives exactly once).
 //! Each load mode prints a progress line per second and a summary; `--json` adds one JSON object
 //! on the last stdout line, `--report DIR` writes the HDR distribution and SVG pictures.
 
 #![forbid(unsafe_code)]
 
+mod cluster;
+mod failover;
 mod load;
 mod machine;
 mod report;
@@ -45,6 +49,9 @@ enum Mode {
         #[arg(long, default_value_t = 1024)]
         size_mb: usize,
     },
+    /// Start a three-node cluster, kill its partition leader repeatedly under acks=all
+    /// produce; report the ack gap per kill and check nothing acknowledged is lost.
+    Failover(failover::FailoverArgs),
     /// Print the ratios of two JSON summaries (B/A); with --report draw them together.
     Compare {
         a: PathBuf,
@@ -61,6 +68,7 @@ fn main() {
         Mode::E2e(a) => load::e2e(&a),
         Mode::Machine { dir, size_mb } => machine::measure(&dir, size_mb).map(|v| println!("{v}")),
         Mode::Compare { a, b, report } => report::compare(&a, &b, report.as_deref()),
+        Mode::Failover(a) => failover::run(&a),
     };
     if let Err(e) = result {
         eprintln!("tributary-bench: {e:#}");

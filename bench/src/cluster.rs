@@ -1,0 +1,225 @@
+//! A three-node Tributary cluster on 127.0.0.1, run as child processes for `failover`: free
+//! ports, one data directory and one log file per node, `kill -9` and restart of one node, and a
+//! Drop guard that kills every node still running whether the run ends in success, an error or
+//! a panic. It knows nothing of Kafka: finding leaders and ISRs is the caller's job.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+/// Nodes in the cluster: the smallest controller quorum that survives losing one.
+pub const NODES: usize = 3;
+
+struct Node {
+    id: i32,
+    client_port: u16,
+    controller_port: u16,
+    child: Option<Child>,
+}
+
+pub struct Cluster {
+    broker: PathBuf,
+    dir: PathBuf,
+    nodes: Vec<Node>,
+    voters: String,
+    /// `KEY=VALUE` settings given to every node after the cluster's own.
+    extra: Vec<String>,
+    keep_dir: bool,
+}
+
+/// `n` distinct ports the kernel had free a moment ago. All listeners are held until every port
+/// is picked, so the kernel cannot hand out one port twice; another process may still take one
+/// before a node binds it, and then that node fails to start with a clear log line.
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()
+        .context("binding 127.0.0.1:0 to find free ports")?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
+}
+
+impl Cluster {
+    /// Creates `dir` (which must not exist yet) and starts the nodes in it.
+    pub fn start(broker: &Path, dir: &Path, extra: &[String]) -> Result<Self> {
+        if !broker.is_file() {
+            bail!(
+                "broker binary {} not found; build it with \
+                 `cargo build --release -p tributary-broker --bin tributary` or pass --broker",
+                broker.display()
+            );
+        }
+        if dir.exists() {
+            bail!(
+                "{} already exists; remove it or pass another --dir (it is created and removed \
+                 by the run)",
+                dir.display()
+            );
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let ports = free_ports(2 * NODES)?;
+        let nodes: Vec<Node> = (0..NODES)
+            .map(|i| Node {
+                id: i as i32 + 1,
+                client_port: ports[2 * i],
+                controller_port: ports[2 * i + 1],
+                child: None,
+            })
+            .collect();
+        let voters = nodes
+            .iter()
+            .map(|n| format!("{}@127.0.0.1:{}", n.id, n.controller_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Cluster {
+            broker: broker.to_path_buf(),
+            dir: dir.to_path_buf(),
+            nodes,
+            voters,
+            extra: extra.to_vec(),
+            keep_dir: false,
+        };
+        for id in 1..=NODES as i32 {
+            cluster.spawn(id)?;
+        }
+        Ok(cluster)
+    }
+
+    /// The client listeners of all nodes, for `bootstrap.servers`.
+    pub fn bootstrap(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.client_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Node `id`'s client listener.
+    pub fn client_addr(&self, id: i32) -> Result<SocketAddr> {
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.id == id)
+            .with_context(|| format!("no node {id} in this cluster"))?;
+        Ok(SocketAddr::from(([127, 0, 0, 1], node.client_port)))
+    }
+
+    pub fn log_path(&self, id: i32) -> PathBuf {
+        self.dir.join(format!("node-{id}.log"))
+    }
+
+    /// Leaves the directory (data and node logs) in place when the cluster is dropped.
+    pub fn keep_dir(&mut self) {
+        self.keep_dir = true;
+    }
+
+    fn node_mut(&mut self, id: i32) -> Result<&mut Node> {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.id == id)
+            .with_context(|| format!("no node {id} in this cluster"))
+    }
+
+    fn spawn(&mut self, id: i32) -> Result<()> {
+        let log_path = self.log_path(id);
+        let mut log: File = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("opening {}", log_path.display()))?;
+        writeln!(log, "=== tributary-bench: starting node {id} ===")?;
+        let stderr = log.try_clone()?;
+        let data_dir = self.dir.join(format!("node-{id}"));
+        let voters = self.voters.clone();
+        let extra = self.extra.clone();
+        let broker = self.broker.clone();
+        let node = self.node_mut(id)?;
+        if node.child.is_some() {
+            bail!("node {id} is already running");
+        }
+        let mut cmd = Command::new(&broker);
+        cmd.arg("--data-dir")
+            .arg(&data_dir)
+            .args(["--cores", "1"])
+            .arg("--set")
+            .arg(format!("node.id={id}"))
+            .arg("--set")
+            .arg(format!("controller.quorum.voters={voters}"))
+            .arg("--set")
+            .arg(format!(
+                "listeners=PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
+                node.client_port, node.controller_port
+            ))
+            .arg("--set")
+            .arg("metrics.listen=127.0.0.1:0");
+        for kv in &extra {
+            cmd.arg("--set").arg(kv);
+        }
+        cmd.stdin(Stdio::null()).stdout(log).stderr(stderr);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", broker.display()))?;
+        node.child = Some(child);
+        Ok(())
+    }
+
+    /// Sends SIGKILL to node `id` (no shutdown path runs) and reaps it.
+    pub fn kill(&mut self, id: i32) -> Result<()> {
+        let node = self.node_mut(id)?;
+        let Some(mut child) = node.child.take() else {
+            bail!("node {id} is not running");
+        };
+        // `Child::kill` is SIGKILL on Unix.
+        child.kill().with_context(|| format!("killing node {id}"))?;
+        child.wait().with_context(|| format!("reaping node {id}"))?;
+        Ok(())
+    }
+
+    /// Starts node `id` again on its old data directory and ports.
+    pub fn restart(&mut self, id: i32) -> Result<()> {
+        self.spawn(id)
+    }
+
+    /// Fails if a node that should be running has exited, naming its log.
+    pub fn check_alive(&mut self) -> Result<()> {
+        let mut dead = None;
+        for node in &mut self.nodes {
+            if let Some(child) = node.child.as_mut() {
+                if let Some(status) = child.try_wait()? {
+                    node.child = None;
+                    dead = Some((node.id, status));
+                    break;
+                }
+            }
+        }
+        if let Some((id, status)) = dead {
+            bail!(
+                "node {id} exited on its own ({status}); see {}",
+                self.log_path(id).display()
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        if self.keep_dir {
+            eprintln!("node data and logs kept in {}", self.dir.display());
+        } else if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            eprintln!("could not remove {}: {e}", self.dir.display());
+        }
+    }
+}
