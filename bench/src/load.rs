@@ -33,6 +33,10 @@ const TRANSACTION_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest wait for the messages still queued in the client when a producer finishes.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How often a transactional producer checks whether its transaction's records are all
+/// acknowledged before it calls `commit_transaction`.
+const DRAIN_POLL_INTERVAL: Duration = Duration::from_micros(200);
+
 #[derive(Args, Clone)]
 pub struct LoadArgs {
     #[arg(long, default_value = "127.0.0.1:9092")]
@@ -443,7 +447,13 @@ impl Sender {
                 .begin_transaction()
                 .with_context(|| format!("begin_transaction ({id})"))?;
             self.send_until(Some(self.args.transaction_records))?;
+            // The commit is timed from the transaction's last send: flushing its records, then
+            // EndTxn. rdkafka's `commit_transaction` flushes by polling in 100 ms slices when
+            // anything is in flight, which would put a 100 ms floor under every commit; waiting
+            // for the acknowledgements here first leaves it nothing to flush.
             let start = Instant::now();
+            self.wait_delivered()
+                .with_context(|| format!("flushing the transaction ({id})"))?;
             if let Err(e) = self.producer.commit_transaction(TRANSACTION_CALL_TIMEOUT) {
                 // An abortable error leaves the transaction open; abort it so the broker does
                 // not hold it until the transaction timeout. The run fails either way.
@@ -454,6 +464,28 @@ impl Sender {
                 .record_commit(start.elapsed().as_micros() as u64);
         }
         Ok(())
+    }
+
+    /// Waits until every message handed to the client has its delivery report. Each zero-timeout
+    /// `flush` also tells librdkafka to send what it holds for `linger.ms` now.
+    fn wait_delivered(&self) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            match self.producer.flush(Duration::ZERO) {
+                Ok(()) => return Ok(()),
+                Err(rdkafka::error::KafkaError::Flush(
+                    rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
+                )) => {}
+                Err(e) => bail!("{e}"),
+            }
+            if start.elapsed() > TRANSACTION_CALL_TIMEOUT {
+                bail!(
+                    "{} messages still unacknowledged after {TRANSACTION_CALL_TIMEOUT:?}",
+                    self.producer.in_flight_count()
+                );
+            }
+            std::thread::sleep(DRAIN_POLL_INTERVAL);
+        }
     }
 }
 
