@@ -173,7 +173,8 @@ struct Shared {
     errors: AtomicU64,
     stop: AtomicBool,
     latency_us: Mutex<Option<Histogram<u64>>>,
-    /// Duration of each `commit_transaction` call; empty unless the run is transactional.
+    /// Each transaction's commit, from its last send until `commit_transaction` returned (the
+    /// flush of its records, then EndTxn); empty unless the run is transactional.
     commit_us: Mutex<Option<Histogram<u64>>>,
 }
 

@@ -18,8 +18,8 @@ pub struct Run<'a> {
     pub bytes: u64,
     pub seconds: f64,
     pub latency_us: &'a Histogram<u64>,
-    /// Duration of each `commit_transaction` call (EndTxn plus flushing what the transaction
-    /// still had queued); `None` for a run without transactions.
+    /// Each transaction's commit, from its last send until `commit_transaction` returned (the
+    /// flush of what it still had in flight, then EndTxn); `None` for a run without transactions.
     pub commit_latency_us: Option<&'a Histogram<u64>>,
     /// Messages completed in each whole second of the run.
     pub per_second: &'a [u64],
