@@ -1,5 +1,6 @@
-//! The load modes: `produce` (ack latency), `consume` (read throughput) and `e2e` (producers and
-//! consumers together; latency from a timestamp embedded in each payload).
+//! The load modes: `produce` (ack latency; with `--transactional-id`, in transactions whose
+//! `commit_transaction` latency is measured too), `consume` (read throughput) and `e2e` (producers
+//! and consumers together; latency from a timestamp embedded in each payload).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,6 +22,20 @@ use crate::report::{self, Run};
 
 /// Highest latency recorded; slower samples count as this.
 const LATENCY_MAX_US: u64 = 60_000_000;
+
+/// Records per transaction unless `--transaction-records` says otherwise.
+const TRANSACTION_RECORDS_DEFAULT: u64 = 1000;
+
+/// Longest wait for `init_transactions` (finding the coordinator, InitProducerId, fencing an
+/// earlier instance of the same transactional id) and for each `commit_transaction`.
+const TRANSACTION_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Longest wait for the messages still queued in the client when a producer finishes.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How often a transactional producer checks whether its transaction's records are all
+/// acknowledged before it calls `commit_transaction`.
+const DRAIN_POLL_INTERVAL: Duration = Duration::from_micros(200);
 
 #[derive(Args, Clone)]
 pub struct LoadArgs {
@@ -55,6 +70,16 @@ pub struct LoadArgs {
     /// 0, 1 or all.
     #[arg(long, default_value = "all")]
     pub acks: String,
+    /// Idempotent producers (`enable.idempotence=true`); needs --acks all.
+    #[arg(long)]
+    pub idempotence: bool,
+    /// Produce in transactions; producer thread N uses the transactional id PREFIX-N.
+    /// Implies idempotence; needs --acks all. `produce` only.
+    #[arg(long, value_name = "PREFIX")]
+    pub transactional_id: Option<String>,
+    /// Records each producer thread sends per transaction (with --transactional-id).
+    #[arg(long, default_value_t = TRANSACTION_RECORDS_DEFAULT)]
+    pub transaction_records: u64,
     #[arg(long, default_value = "none")]
     pub compression: String,
     #[arg(long, default_value_t = 5)]
@@ -73,6 +98,41 @@ pub struct LoadArgs {
 }
 
 impl LoadArgs {
+    /// Refuses flag combinations librdkafka would reject later, or that would measure something
+    /// other than what was asked for. `mode` is the subcommand's name.
+    pub fn validate(&self, mode: &str) -> Result<()> {
+        if self.transaction_records == 0 {
+            bail!("--transaction-records must be at least 1");
+        }
+        let acks_all = matches!(self.acks.as_str(), "all" | "-1");
+        if self.transactional_id.is_some() {
+            if mode != "produce" {
+                bail!("--transactional-id applies to the produce mode only, not {mode}");
+            }
+            if !acks_all {
+                bail!(
+                    "--transactional-id needs --acks all (transactions are idempotent, and \
+                     idempotence needs acks=all); got --acks {}",
+                    self.acks
+                );
+            }
+        }
+        if self.idempotence && !acks_all {
+            bail!("--idempotence needs --acks all; got --acks {}", self.acks);
+        }
+        if self.producers == 0 {
+            bail!("--producers must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The transactional id of producer thread `p`, if the run is transactional.
+    fn transactional_id_of(&self, p: usize) -> Option<String> {
+        self.transactional_id
+            .as_ref()
+            .map(|prefix| format!("{prefix}-{p}"))
+    }
+
     fn target(&self) -> Option<u64> {
         match (self.messages, self.duration) {
             (Some(n), _) => Some(n),
@@ -88,6 +148,9 @@ impl LoadArgs {
             "messages": self.messages, "duration": self.duration, "rate": self.rate,
             "producers": self.producers, "consumers": self.consumers, "acks": self.acks,
             "compression": self.compression, "linger_ms": self.linger_ms, "batch_size": self.batch_size, "keys": self.keys,
+            "idempotence": self.idempotence || self.transactional_id.is_some(),
+            "transactional_id": self.transactional_id,
+            "transaction_records": self.transactional_id.as_ref().map(|_| self.transaction_records),
         })
     }
 }
@@ -103,20 +166,46 @@ fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, LATENCY_MAX_US, 3).expect("valid histogram bounds")
 }
 
-/// Counters and the latency histogram shared by the workers and the progress reporter.
+/// Counters and the latency histograms shared by the workers and the progress reporter.
 #[derive(Default)]
 struct Shared {
     done: AtomicU64,
     errors: AtomicU64,
     stop: AtomicBool,
     latency_us: Mutex<Option<Histogram<u64>>>,
+    /// Each transaction's commit, from its last send until `commit_transaction` returned (the
+    /// flush of its records, then EndTxn); empty unless the run is transactional.
+    commit_us: Mutex<Option<Histogram<u64>>>,
 }
 
 impl Shared {
     fn new() -> Arc<Self> {
         let s = Shared::default();
         *s.latency_us.lock().expect("fresh mutex") = Some(new_histogram());
+        *s.commit_us.lock().expect("fresh mutex") = Some(new_histogram());
         Arc::new(s)
+    }
+    fn record_commit(&self, us: u64) {
+        if let Ok(mut h) = self.commit_us.lock() {
+            if let Some(h) = h.as_mut() {
+                let _ = h.record(us.clamp(1, LATENCY_MAX_US));
+            }
+        }
+    }
+    /// The commit p99 so far, if any transaction has committed.
+    fn commit_p99(&self) -> Option<u64> {
+        self.commit_us.lock().ok().and_then(|h| {
+            h.as_ref()
+                .filter(|h| !h.is_empty())
+                .map(|h| h.value_at_quantile(0.99))
+        })
+    }
+    fn commit_histogram(&self) -> Histogram<u64> {
+        self.commit_us
+            .lock()
+            .ok()
+            .and_then(|h| h.clone())
+            .unwrap_or_else(new_histogram)
     }
     fn record(&self, us: u64) {
         if let Ok(mut h) = self.latency_us.lock() {
@@ -200,6 +289,25 @@ pub fn create_topic(args: &LoadArgs) -> Result<()> {
     Ok(())
 }
 
+/// The configuration of producer thread `p`: idempotent and `acks=all` when the run asks for
+/// idempotence or transactions, with its own transactional id when transactional.
+fn producer_config(args: &LoadArgs, p: usize) -> ClientConfig {
+    let mut c = client(args);
+    c.set("acks", &args.acks)
+        .set("compression.type", &args.compression)
+        .set("linger.ms", args.linger_ms.to_string())
+        .set("batch.size", args.batch_size.to_string())
+        .set("queue.buffering.max.kbytes", "1048576")
+        .set("queue.buffering.max.messages", "1000000");
+    if args.idempotence || args.transactional_id.is_some() {
+        c.set("enable.idempotence", "true").set("acks", "all");
+    }
+    if let Some(id) = args.transactional_id_of(p) {
+        c.set("transactional.id", id);
+    }
+    c
+}
+
 /// Runs `producers` producer threads; with `record_latency` each ack's latency is recorded.
 fn spawn_producers(
     args: &LoadArgs,
@@ -209,82 +317,177 @@ fn spawn_producers(
 ) -> Result<Vec<std::thread::JoinHandle<Result<()>>>> {
     let mut handles = Vec::new();
     for p in 0..args.producers {
-        let args = args.clone();
-        let shared = shared.clone();
-        let sent_total = sent_total.clone();
         // A threaded producer serves delivery reports from its own polling thread as they
         // arrive; polling from the send loop instead delays each report (and so inflates the
         // measured ack latency) by however long the loop takes to come round.
-        let producer: ThreadedProducer<AckCtx> = client(&args)
-            .set("acks", &args.acks)
-            .set("compression.type", &args.compression)
-            .set("linger.ms", args.linger_ms.to_string())
-            .set("batch.size", args.batch_size.to_string())
-            .set("queue.buffering.max.kbytes", "1048576")
-            .set("queue.buffering.max.messages", "1000000")
+        let producer: ThreadedProducer<AckCtx> = producer_config(args, p)
             .create_with_context(AckCtx {
                 shared: shared.clone(),
                 record_latency,
             })
             .context("creating a producer")?;
+        let mut sender = Sender {
+            args: args.clone(),
+            p,
+            producer,
+            shared: shared.clone(),
+            sent_total: sent_total.clone(),
+            sent: 0,
+            payload: vec![0u8; args.message_size.max(8)],
+            next: Instant::now(),
+        };
         handles.push(std::thread::spawn(move || -> Result<()> {
-            let quota = args.target().map(|n| {
-                n / args.producers as u64 + u64::from((p as u64) < n % args.producers as u64)
-            });
-            let interval = if args.rate > 0.0 {
-                Some(Duration::from_secs_f64(args.producers as f64 / args.rate))
+            if sender.args.transactional_id.is_some() {
+                sender.run_transactions()?;
             } else {
-                None
-            };
-            let mut payload = vec![0u8; args.message_size.max(8)];
-            let start = Instant::now();
-            let mut next = start;
-            let mut sent = 0u64;
-            while !shared.stop.load(Ordering::Relaxed) && quota.is_none_or(|q| sent < q) {
-                if let Some(iv) = interval {
-                    let now = Instant::now();
-                    if next > now {
-                        std::thread::sleep(next - now);
-                    }
-                    next += iv;
-                }
-                payload[..8].copy_from_slice(&now_ns().to_be_bytes());
-                let key = if args.keys > 0 {
-                    Some(format!(
-                        "key-{}",
-                        (sent * args.producers as u64 + p as u64) % args.keys
-                    ))
-                } else {
-                    None
-                };
-                loop {
-                    let mut rec: BaseRecord<'_, str, [u8], Box<Instant>> =
-                        BaseRecord::with_opaque_to(&args.topic, Box::new(Instant::now()))
-                            .payload(payload.as_slice());
-                    if let Some(k) = &key {
-                        rec = rec.key(k.as_str());
-                    }
-                    match producer.send(rec) {
-                        Ok(()) => break,
-                        Err((e, _))
-                            if e.rdkafka_error_code()
-                                == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) =>
-                        {
-                            std::thread::sleep(Duration::from_millis(1));
-                        }
-                        Err((e, _)) => bail!("send failed: {e}"),
-                    }
-                }
-                sent += 1;
-                sent_total.fetch_add(1, Ordering::Relaxed);
+                sender.send_until(None)?;
             }
-            producer
-                .flush(Duration::from_secs(120))
-                .context("flushing")?;
+            sender.producer.flush(FLUSH_TIMEOUT).context("flushing")?;
             Ok(())
         }));
     }
     Ok(handles)
+}
+
+/// One producer thread's send loop.
+struct Sender {
+    args: LoadArgs,
+    /// This thread's index among the producers.
+    p: usize,
+    producer: ThreadedProducer<AckCtx>,
+    shared: Arc<Shared>,
+    sent_total: Arc<AtomicU64>,
+    /// Messages this thread has handed to the client.
+    sent: u64,
+    payload: Vec<u8>,
+    /// When the next message is due under --rate.
+    next: Instant,
+}
+
+impl Sender {
+    /// This thread's share of the run's message count.
+    fn quota(&self) -> Option<u64> {
+        let n = self.args.producers as u64;
+        self.args
+            .target()
+            .map(|t| t / n + u64::from((self.p as u64) < t % n))
+    }
+
+    /// Whether the run has more for this thread to send.
+    fn more(&self) -> bool {
+        !self.shared.stop.load(Ordering::Relaxed) && self.quota().is_none_or(|q| self.sent < q)
+    }
+
+    /// Sends until the run ends or, with `limit`, until `limit` more messages were sent.
+    fn send_until(&mut self, limit: Option<u64>) -> Result<()> {
+        let interval = if self.args.rate > 0.0 {
+            Some(Duration::from_secs_f64(
+                self.args.producers as f64 / self.args.rate,
+            ))
+        } else {
+            None
+        };
+        let mut n = 0u64;
+        while self.more() && limit.is_none_or(|l| n < l) {
+            if let Some(iv) = interval {
+                let now = Instant::now();
+                if self.next > now {
+                    std::thread::sleep(self.next - now);
+                }
+                self.next += iv;
+            }
+            self.send_one()?;
+            n += 1;
+        }
+        Ok(())
+    }
+
+    fn send_one(&mut self) -> Result<()> {
+        let args = &self.args;
+        self.payload[..8].copy_from_slice(&now_ns().to_be_bytes());
+        let key = if args.keys > 0 {
+            Some(format!(
+                "key-{}",
+                (self.sent * args.producers as u64 + self.p as u64) % args.keys
+            ))
+        } else {
+            None
+        };
+        loop {
+            let mut rec: BaseRecord<'_, str, [u8], Box<Instant>> =
+                BaseRecord::with_opaque_to(&args.topic, Box::new(Instant::now()))
+                    .payload(self.payload.as_slice());
+            if let Some(k) = &key {
+                rec = rec.key(k.as_str());
+            }
+            match self.producer.send(rec) {
+                Ok(()) => break,
+                Err((e, _))
+                    if e.rdkafka_error_code()
+                        == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) =>
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((e, _)) => bail!("send failed: {e}"),
+            }
+        }
+        self.sent += 1;
+        self.sent_total.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `init_transactions`, then begin / send --transaction-records messages / commit until the
+    /// run ends; the last transaction holds whatever is left. Each commit's duration is recorded.
+    fn run_transactions(&mut self) -> Result<()> {
+        let id = self.args.transactional_id_of(self.p).unwrap_or_default();
+        self.producer
+            .init_transactions(TRANSACTION_CALL_TIMEOUT)
+            .with_context(|| format!("init_transactions for transactional id {id}"))?;
+        while self.more() {
+            self.producer
+                .begin_transaction()
+                .with_context(|| format!("begin_transaction ({id})"))?;
+            self.send_until(Some(self.args.transaction_records))?;
+            // The commit is timed from the transaction's last send: flushing its records, then
+            // EndTxn. rdkafka's `commit_transaction` flushes by polling in 100 ms slices when
+            // anything is in flight, which would put a 100 ms floor under every commit; waiting
+            // for the acknowledgements here first leaves it nothing to flush.
+            let start = Instant::now();
+            self.wait_delivered()
+                .with_context(|| format!("flushing the transaction ({id})"))?;
+            if let Err(e) = self.producer.commit_transaction(TRANSACTION_CALL_TIMEOUT) {
+                // An abortable error leaves the transaction open; abort it so the broker does
+                // not hold it until the transaction timeout. The run fails either way.
+                let _ = self.producer.abort_transaction(TRANSACTION_CALL_TIMEOUT);
+                bail!("commit_transaction ({id}) failed: {e}");
+            }
+            self.shared
+                .record_commit(start.elapsed().as_micros() as u64);
+        }
+        Ok(())
+    }
+
+    /// Waits until every message handed to the client has its delivery report. Each zero-timeout
+    /// `flush` also tells librdkafka to send what it holds for `linger.ms` now.
+    fn wait_delivered(&self) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            match self.producer.flush(Duration::ZERO) {
+                Ok(()) => return Ok(()),
+                Err(rdkafka::error::KafkaError::Flush(
+                    rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
+                )) => {}
+                Err(e) => bail!("{e}"),
+            }
+            if start.elapsed() > TRANSACTION_CALL_TIMEOUT {
+                bail!(
+                    "{} messages still unacknowledged after {TRANSACTION_CALL_TIMEOUT:?}",
+                    self.producer.in_flight_count()
+                );
+            }
+            std::thread::sleep(DRAIN_POLL_INTERVAL);
+        }
+    }
 }
 
 /// Assigns each consumer a share of the partitions, from `offset`.
@@ -357,12 +560,16 @@ fn progress(
             let rate = done - last;
             per_second.push(rate);
             eprintln!(
-                "{:>6.1}s {:>10} msgs/s {:>8.1} MB/s  p99 {:>8} us  ({done}{})",
+                "{:>6.1}s {:>10} msgs/s {:>8.1} MB/s  p99 {:>8} us  ({done}{}){}",
                 (tick - start).as_secs_f64(),
                 rate,
                 rate as f64 * message_size as f64 / 1e6,
                 shared.p99(),
-                total.map(|t| format!("/{t}")).unwrap_or_default()
+                total.map(|t| format!("/{t}")).unwrap_or_default(),
+                shared
+                    .commit_p99()
+                    .map(|us| format!("  commit p99 {us} us"))
+                    .unwrap_or_default()
             );
             last = done;
             tick += Duration::from_secs(1);
@@ -380,6 +587,7 @@ fn finish(
     per_second: &[u64],
 ) -> Result<()> {
     let h = shared.histogram();
+    let commits = shared.commit_histogram();
     let msgs = shared.done.load(Ordering::Relaxed);
     let s = report::summary(&Run {
         mode,
@@ -387,6 +595,7 @@ fn finish(
         bytes,
         seconds,
         latency_us: &h,
+        commit_latency_us: args.transactional_id.as_ref().map(|_| &commits),
         per_second,
         config: args.config(),
         broker: &args.bootstrap,
@@ -415,6 +624,7 @@ fn join_all(handles: Vec<std::thread::JoinHandle<Result<()>>>) -> Result<()> {
 }
 
 pub fn produce(args: &LoadArgs) -> Result<()> {
+    args.validate("produce")?;
     create_topic(args)?;
     let shared = Shared::new();
     let sent = Arc::new(AtomicU64::new(0));
@@ -442,6 +652,7 @@ pub fn produce(args: &LoadArgs) -> Result<()> {
 }
 
 pub fn consume(args: &LoadArgs) -> Result<()> {
+    args.validate("consume")?;
     // Read what is in the topic now: up to --messages, or to the end offsets seen at the start.
     let probe: BaseConsumer = client(args).create()?;
     let mut available = 0u64;
@@ -485,6 +696,7 @@ pub fn consume(args: &LoadArgs) -> Result<()> {
 }
 
 pub fn e2e(args: &LoadArgs) -> Result<()> {
+    args.validate("e2e")?;
     create_topic(args)?;
     let shared = Shared::new();
     let bytes = Arc::new(AtomicU64::new(0));
@@ -527,4 +739,102 @@ pub fn e2e(args: &LoadArgs) -> Result<()> {
         bytes.load(Ordering::Relaxed),
         &per_second,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        load: LoadArgs,
+    }
+
+    fn parse(flags: &[&str]) -> LoadArgs {
+        let argv = std::iter::once("tributary-bench").chain(flags.iter().copied());
+        match Cli::try_parse_from(argv) {
+            Ok(cli) => cli.load,
+            Err(e) => panic!("{flags:?} should parse: {e}"),
+        }
+    }
+
+    fn refusal(args: &LoadArgs, mode: &str) -> String {
+        match args.validate(mode) {
+            Ok(()) => panic!("{mode} with these flags should be refused"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn defaults_are_not_transactional_and_valid() {
+        let a = parse(&[]);
+        assert_eq!(a.transactional_id, None);
+        assert_eq!(a.transaction_records, TRANSACTION_RECORDS_DEFAULT);
+        assert!(a.validate("produce").is_ok());
+        let c = producer_config(&a, 0);
+        assert_eq!(c.get("transactional.id"), None);
+        assert_eq!(c.get("enable.idempotence"), None);
+    }
+
+    #[test]
+    fn transaction_records_must_be_at_least_one() {
+        let a = parse(&["--transactional-id", "t", "--transaction-records", "0"]);
+        assert!(refusal(&a, "produce").contains("--transaction-records must be at least 1"));
+        let a = parse(&["--transactional-id", "t", "--transaction-records", "1"]);
+        assert!(a.validate("produce").is_ok());
+    }
+
+    #[test]
+    fn transactions_refuse_acks_other_than_all() {
+        for acks in ["0", "1"] {
+            let a = parse(&["--transactional-id", "t", "--acks", acks]);
+            let e = refusal(&a, "produce");
+            assert!(e.contains("needs --acks all"), "{e}");
+            assert!(e.contains(&format!("got --acks {acks}")), "{e}");
+        }
+        for acks in ["--acks=all", "--acks=-1"] {
+            let a = parse(&["--transactional-id", "t", acks]);
+            assert!(a.validate("produce").is_ok(), "{acks}");
+        }
+        let a = parse(&["--idempotence", "--acks", "1"]);
+        assert!(refusal(&a, "produce").contains("--idempotence needs --acks all"));
+    }
+
+    #[test]
+    fn transactions_are_for_produce_only() {
+        let a = parse(&["--transactional-id", "t"]);
+        for mode in ["e2e", "consume"] {
+            assert!(refusal(&a, mode).contains("produce mode only"));
+        }
+    }
+
+    #[test]
+    fn each_producer_gets_its_own_transactional_id_with_idempotence_and_acks_all() {
+        let a = parse(&["--transactional-id", "bench", "--producers", "3"]);
+        for p in 0..3 {
+            let c = producer_config(&a, p);
+            let want = format!("bench-{p}");
+            assert_eq!(c.get("transactional.id"), Some(want.as_str()));
+            assert_eq!(c.get("enable.idempotence"), Some("true"));
+            assert_eq!(c.get("acks"), Some("all"));
+        }
+        let c = producer_config(&parse(&["--idempotence"]), 0);
+        assert_eq!(c.get("enable.idempotence"), Some("true"));
+        assert_eq!(c.get("transactional.id"), None);
+    }
+
+    #[test]
+    fn config_names_the_transaction_size_only_when_transactional() {
+        let a = parse(&["--transactional-id", "bench", "--transaction-records", "50"]);
+        let c = a.config();
+        assert_eq!(c["transactional_id"], "bench");
+        assert_eq!(c["transaction_records"], 50);
+        assert_eq!(c["idempotence"], true);
+        let c = parse(&[]).config();
+        assert!(c["transaction_records"].is_null());
+        assert_eq!(c["idempotence"], false);
+    }
 }

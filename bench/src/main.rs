@@ -1,7 +1,8 @@
 //! `tributary-bench`: a load generator and latency harness for any Kafka-compatible broker, built
 //! on librdkafka, in the spirit of `rdkafka_performance` and the OpenMessaging Benchmark.
 //!
-//! Modes: `produce` (throughput and acknowledgement latency), `consume` (read throughput),
+//! Modes: `produce` (throughput and acknowledgement latency; with `--transactional-id`, in
+//! transactions, adding the commit latency), `consume` (read throughput),
 //! `e2e` (producers and consumers together; latency from a timestamp in each payload), `machine`
 //! (the disk and loopback limits to quote results against), `compare` (two runs side by side)
 //! and `failover` (a three-node cluster of its own whose partition leader it kills repeatedly:

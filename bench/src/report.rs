@@ -18,6 +18,9 @@ pub struct Run<'a> {
     pub bytes: u64,
     pub seconds: f64,
     pub latency_us: &'a Histogram<u64>,
+    /// Each transaction's commit, from its last send until `commit_transaction` returned (the
+    /// flush of what it still had in flight, then EndTxn); `None` for a run without transactions.
+    pub commit_latency_us: Option<&'a Histogram<u64>>,
     /// Messages completed in each whole second of the run.
     pub per_second: &'a [u64],
     pub config: Value,
@@ -33,7 +36,7 @@ pub fn summary(run: &Run<'_>) -> Value {
             h.value_at_quantile(p)
         }
     };
-    json!({
+    let mut s = json!({
         "mode": run.mode,
         "msgs": run.msgs,
         "msgs_per_sec": run.msgs as f64 / run.seconds.max(1e-9),
@@ -45,7 +48,20 @@ pub fn summary(run: &Run<'_>) -> Value {
         "config": run.config,
         "broker": run.broker,
         "git_sha": env!("TRIBUTARY_GIT_SHA"),
-    })
+    });
+    if let Some(c) = run.commit_latency_us {
+        let q = |p: f64| {
+            if c.is_empty() {
+                0
+            } else {
+                c.value_at_quantile(p)
+            }
+        };
+        s["commit_latency_us"] = json!({
+            "transactions": c.len(), "p50": q(0.5), "p99": q(0.99), "max": c.max(),
+        });
+    }
+    s
 }
 
 pub fn print_summary(s: &Value) {
@@ -65,6 +81,13 @@ pub fn print_summary(s: &Value) {
         println!(
             "{head}; latency p50 {} us, p99 {} us, p99.9 {} us, max {} us",
             l["p50"], l["p99"], l["p999"], l["max"]
+        );
+    }
+    let c = &s["commit_latency_us"];
+    if c.is_object() {
+        println!(
+            "commit_transaction (EndTxn + flush) over {} transactions: p50 {} us, p99 {} us, max {} us",
+            c["transactions"], c["p50"], c["p99"], c["max"]
         );
     }
 }
@@ -260,4 +283,65 @@ pub fn compare(a_path: &Path, b_path: &Path, report: Option<&Path>) -> Result<()
         eprintln!("wrote {}", dir.join("compare-latency.svg").display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn histogram(samples: &[u64]) -> Histogram<u64> {
+        let mut h = Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
+        for s in samples {
+            h.record(*s).expect("in range");
+        }
+        h
+    }
+
+    fn run<'a>(latency: &'a Histogram<u64>, commits: Option<&'a Histogram<u64>>) -> Run<'a> {
+        Run {
+            mode: "produce",
+            msgs: 10,
+            bytes: 10_240,
+            seconds: 1.0,
+            latency_us: latency,
+            commit_latency_us: commits,
+            per_second: &[10],
+            config: json!({}),
+            broker: "127.0.0.1:9092",
+        }
+    }
+
+    #[test]
+    fn commit_latency_is_absent_without_transactions() {
+        let h = histogram(&[100, 200]);
+        let s = summary(&run(&h, None));
+        assert!(s.get("commit_latency_us").is_none());
+        assert_eq!(s["msgs"], 10);
+    }
+
+    #[test]
+    fn commit_latency_reports_count_p50_p99_and_max() {
+        let h = histogram(&[100]);
+        let samples: Vec<u64> = (1..=100).map(|i| i * 1000).collect();
+        let c = histogram(&samples);
+        let s = summary(&run(&h, Some(&c)));
+        let cl = &s["commit_latency_us"];
+        assert_eq!(cl["transactions"], 100);
+        let p50 = cl["p50"].as_u64().expect("p50");
+        let p99 = cl["p99"].as_u64().expect("p99");
+        let max = cl["max"].as_u64().expect("max");
+        // Three significant digits: values within 0.1 % of the sample.
+        assert!((49_950..=50_050).contains(&p50), "p50 {p50}");
+        assert!((98_900..=99_100).contains(&p99), "p99 {p99}");
+        assert!((99_900..=100_100).contains(&max), "max {max}");
+    }
+
+    #[test]
+    fn a_transactional_run_without_commits_reports_zeros() {
+        let h = histogram(&[]);
+        let c = histogram(&[]);
+        let s = summary(&run(&h, Some(&c)));
+        assert_eq!(s["commit_latency_us"]["transactions"], 0);
+        assert_eq!(s["commit_latency_us"]["p99"], 0);
+    }
 }
