@@ -326,3 +326,90 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
         "the group's committed offsets are the input's ends"
     );
 }
+
+/// KIP-890 across brokers: a partition leader that is not the transaction's coordinator asks it
+/// (AddPartitionsToTxn v4, verify only) before a transactional produce.
+#[test]
+fn a_leader_verifies_a_transactional_produce_with_a_remote_coordinator() {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, InitProducerIdRequest,
+        InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId, TopicName,
+        TransactionalId,
+    };
+    const INVALID_TXN_STATE: i16 = 48;
+    let (cluster, all) = start_cluster(&[]);
+    rd_create_topics(
+        cluster.nodes[0].client,
+        &[NewTopic::new(TOPIC, 3, TopicReplication::Fixed(3))],
+    );
+    wait_until("the topic led", || {
+        leaders(&all, TOPIC).iter().all(|&l| l > 0)
+    });
+    let id = "remote-890";
+    let tid = || TransactionalId(StrBytes::from_static_str(id));
+    let coordinator_addr = || {
+        let c = coordinator(cluster.nodes[0].client, id);
+        cluster.nodes[(c - 1) as usize].client
+    };
+    let deadline = Instant::now() + T;
+    let init = loop {
+        let r: InitProducerIdResponse = RawConn::connect(coordinator_addr()).request(
+            ApiKey::InitProducerId,
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(Some(tid()))
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        );
+        if r.error_code == 0 || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(init.error_code, 0);
+    let c = coordinator(cluster.nodes[0].client, id);
+    // A partition whose leader is another broker than the coordinator.
+    let led = leaders(&all, TOPIC);
+    let Some(part) = (0..3).find(|&p| led[p as usize] != c) else {
+        panic!("every partition led by the coordinator: {led:?}");
+    };
+    let leader_addr = cluster.nodes[(led[part as usize] - 1) as usize].client;
+    let produce = || -> i16 {
+        let records = tributary_protocol::record_batch::build_transactional_batch(
+            &[(None, Some(b"v"))],
+            1_700_000_000_000,
+            (init.producer_id.0, init.producer_epoch, 0),
+        );
+        let req = ProduceRequest::default()
+            .with_transactional_id(Some(tid()))
+            .with_acks(-1)
+            .with_timeout_ms(5000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(part)
+                    .with_records(Some(records.freeze()))])]);
+        let resp: ProduceResponse = RawConn::connect(leader_addr).request(ApiKey::Produce, 8, &req);
+        resp.responses[0].partition_responses[0].error_code
+    };
+    assert_eq!(produce(), INVALID_TXN_STATE, "not added to the transaction");
+    let add: AddPartitionsToTxnResponse = RawConn::connect(coordinator_addr()).request(
+        ApiKey::AddPartitionsToTxn,
+        3,
+        &AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(tid())
+            .with_v3_and_below_producer_id(init.producer_id)
+            .with_v3_and_below_producer_epoch(init.producer_epoch)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+                .with_partitions(vec![part])]),
+    );
+    assert_eq!(
+        add.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+        0
+    );
+    assert_eq!(produce(), 0, "verified with the remote coordinator");
+}

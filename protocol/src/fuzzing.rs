@@ -76,6 +76,9 @@ pub fn request(data: &[u8]) {
             api_key::LIST_PARTITION_REASSIGNMENTS => {
                 drop(partition_reassignments::decode_list(&mut r, v))
             }
+            api_key::ADD_PARTITIONS_TO_TXN if v >= 4 => {
+                drop(txn::decode_add_partitions_batch(&mut r, v))
+            }
             api_key::ADD_PARTITIONS_TO_TXN => drop(txn::decode_add_partitions(&mut r, v)),
             api_key::ADD_OFFSETS_TO_TXN => drop(txn::decode_add_offsets(&mut r, v)),
             api_key::END_TXN => drop(txn::decode_end_txn(&mut r, v)),

@@ -92,7 +92,7 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
         api_key::ADD_PARTITIONS_TO_TXN,
         "AddPartitionsToTxn",
         0,
-        3,
+        4,
         3,
     ),
     spec(api_key::ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 3, 3),

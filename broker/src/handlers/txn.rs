@@ -207,8 +207,9 @@ pub async fn run(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
 }
 
 /// KIP-890 part 1 before a transactional produce: INVALID_TXN_STATE unless the coordinator
-/// holds `partition` in `id`'s ongoing transaction at `producer` (PRODUCER_FENCED for an older
-/// epoch). The coordinator must be on this node; one elsewhere is not asked (accepted).
+/// holds `partition` in `id`'s ongoing transaction at `producer` (INVALID_PRODUCER_EPOCH for an
+/// older epoch). A coordinator on this node is asked directly; one on another broker with
+/// AddPartitionsToTxn v4 `verify_only`, as Kafka's partition leaders ask.
 pub async fn verify(
     shard: &Rc<Shard>,
     id: &str,
@@ -217,18 +218,150 @@ pub async fn verify(
 ) -> ErrorCode {
     let catalog = shard.catalog();
     let p = shard.txns.partition_of(id);
-    let local = catalog
-        .partition(TXN_TOPIC, p)
-        .is_some_and(|r| r.leader == shard.config.node_id);
-    if !local {
-        return ErrorCode::NONE;
-    }
-    let op = TxnOp::Verify {
-        id: id.to_string(),
-        producer,
-        partition: (partition.0.to_string(), partition.1),
+    let leader = catalog.partition(TXN_TOPIC, p).map_or(-1, |r| r.leader);
+    let code = if leader != shard.config.node_id {
+        verify_remote(shard, leader, id, producer, partition).await
+    } else {
+        let op = TxnOp::Verify {
+            id: id.to_string(),
+            producer,
+            partition: (partition.0.to_string(), partition.1),
+        };
+        verify_code(ask(shard, op).await)
     };
-    match ask(shard, op).await {
+    // A coordinator that cannot answer now is a retriable produce error, as Kafka answers it
+    // (NOT_ENOUGH_REPLICAS: old clients retry it).
+    match code {
+        ErrorCode::COORDINATOR_NOT_AVAILABLE | ErrorCode::NOT_COORDINATOR => {
+            ErrorCode::NOT_ENOUGH_REPLICAS
+        }
+        c => c,
+    }
+}
+
+/// The largest AddPartitionsToTxn response read back: a few bytes per partition.
+const VERIFY_RESPONSE_BYTES_MAX: usize = 1 << 16;
+
+async fn verify_remote(
+    shard: &Rc<Shard>,
+    coordinator: i32,
+    id: &str,
+    producer: (i64, i16),
+    partition: (&str, i32),
+) -> ErrorCode {
+    use kafka_protocol::messages::add_partitions_to_txn_request::{
+        AddPartitionsToTxnRequest, AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+    };
+    use kafka_protocol::messages::ApiKey;
+    let Some(addr) = crate::inter_broker::broker_addr(&shard.catalog(), coordinator) else {
+        return ErrorCode::COORDINATOR_NOT_AVAILABLE;
+    };
+    let req = AddPartitionsToTxnRequest::default().with_transactions(vec![
+        AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(transactional_id(id))
+            .with_producer_id(ProducerId(producer.0))
+            .with_producer_epoch(producer.1)
+            .with_verify_only(true)
+            .with_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(topic_name(partition.0))
+                .with_partitions(vec![partition.1])]),
+    ]);
+    let client = format!("tributary-partition-leader-{}", shard.config.node_id);
+    let frame = crate::inter_broker::encode(ApiKey::AddPartitionsToTxn, 4, 1, &client, &req);
+    let exchange = async {
+        let mut stream = crate::inter_broker::connect(addr).await?;
+        crate::inter_broker::exchange::<AddPartitionsToTxnResponse>(
+            &mut stream,
+            &frame,
+            ApiKey::AddPartitionsToTxn,
+            4,
+            1,
+            VERIFY_RESPONSE_BYTES_MAX,
+        )
+        .await
+    };
+    let answer = futures_lite::future::or(exchange, async {
+        glommio::timer::sleep(crate::inter_broker::CONNECT_TIMEOUT * 2).await;
+        Err("timed out".to_string())
+    })
+    .await;
+    match answer {
+        Ok(resp) => resp
+            .results_by_transaction
+            .first()
+            .and_then(|t| t.topic_results.first())
+            .and_then(|t| t.results_by_partition.first())
+            .map_or(ErrorCode::COORDINATOR_NOT_AVAILABLE, |p| {
+                ErrorCode(p.partition_error_code)
+            }),
+        Err(e) => {
+            warn!(coordinator, %addr, error = %e, "verifying a transactional produce with its coordinator failed");
+            ErrorCode::COORDINATOR_NOT_AVAILABLE
+        }
+    }
+}
+
+/// AddPartitionsToTxn's per-partition results: unknown partitions fail and the others are not
+/// attempted, as in Kafka; otherwise the coordinator's answer for all.
+async fn add_partitions(
+    shard: &Rc<Shard>,
+    req: &txn::AddPartitionsToTxnRequest,
+    v: i16,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    let catalog = shard.catalog();
+    let known = |t: &str, p: i32| {
+        catalog
+            .topics
+            .get(t)
+            .is_some_and(|m| p >= 0 && p < m.partitions)
+    };
+    let all_known = req
+        .topics
+        .iter()
+        .all(|(t, ps)| ps.iter().all(|p| known(t, *p)));
+    let code = if all_known {
+        let op = TxnOp::AddPartitions {
+            id: req.transactional_id.clone(),
+            producer: (req.producer_id, req.producer_epoch),
+            partitions: req
+                .topics
+                .iter()
+                .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+                .collect(),
+        };
+        ask_code(shard, op, v).await
+    } else {
+        ErrorCode::NONE
+    };
+    req.topics
+        .iter()
+        .map(|(t, ps)| {
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(topic_name(t))
+                .with_results_by_partition(
+                    ps.iter()
+                        .map(|p| {
+                            let c = if all_known {
+                                code
+                            } else if known(t, *p) {
+                                ErrorCode::OPERATION_NOT_ATTEMPTED
+                            } else {
+                                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                            };
+                            AddPartitionsToTxnPartitionResult::default()
+                                .with_partition_index(*p)
+                                .with_partition_error_code(c.code())
+                        })
+                        .collect(),
+                )
+        })
+        .collect()
+}
+
+/// What a produce is refused with when verification fails: an older epoch is
+/// INVALID_PRODUCER_EPOCH and an unknown producer INVALID_TXN_STATE, as the produce path answers.
+fn verify_code(reply: Option<TxnReply>) -> ErrorCode {
+    match reply {
         Some(TxnReply::Code(ErrorCode::PRODUCER_FENCED)) => ErrorCode::INVALID_PRODUCER_EPOCH,
         Some(TxnReply::Code(ErrorCode::INVALID_PRODUCER_ID_MAPPING)) => {
             ErrorCode::INVALID_TXN_STATE
@@ -373,58 +506,56 @@ pub async fn handle(
 ) -> HandlerResult {
     let v = header.api_version;
     match spec.key {
+        api_key::ADD_PARTITIONS_TO_TXN if v >= 4 => {
+            use kafka_protocol::messages::add_partitions_to_txn_response::AddPartitionsToTxnResult;
+            let batch = decode_all(r, |r| txn::decode_add_partitions_batch(r, v))?;
+            let mut results = Vec::with_capacity(batch.len());
+            for entry in batch {
+                let req = &entry.request;
+                let topics = if entry.verify_only {
+                    // KIP-890: a partition leader asks before a transactional produce.
+                    let mut topics = Vec::with_capacity(req.topics.len());
+                    for (t, ps) in &req.topics {
+                        let mut parts = Vec::with_capacity(ps.len());
+                        for p in ps {
+                            let op = TxnOp::Verify {
+                                id: req.transactional_id.clone(),
+                                producer: (req.producer_id, req.producer_epoch),
+                                partition: (t.clone(), *p),
+                            };
+                            parts.push(
+                                AddPartitionsToTxnPartitionResult::default()
+                                    .with_partition_index(*p)
+                                    .with_partition_error_code(
+                                        verify_code(ask(shard, op).await).code(),
+                                    ),
+                            );
+                        }
+                        topics.push(
+                            AddPartitionsToTxnTopicResult::default()
+                                .with_name(topic_name(t))
+                                .with_results_by_partition(parts),
+                        );
+                    }
+                    topics
+                } else {
+                    add_partitions(shard, req, v).await
+                };
+                results.push(
+                    AddPartitionsToTxnResult::default()
+                        .with_transactional_id(transactional_id(&req.transactional_id))
+                        .with_topic_results(topics),
+                );
+            }
+            frame(
+                spec,
+                header,
+                &AddPartitionsToTxnResponse::default().with_results_by_transaction(results),
+            )
+        }
         api_key::ADD_PARTITIONS_TO_TXN => {
             let req = decode_all(r, |r| txn::decode_add_partitions(r, v))?;
-            let catalog = shard.catalog();
-            let known = |t: &str, p: i32| {
-                catalog
-                    .topics
-                    .get(t)
-                    .is_some_and(|m| p >= 0 && p < m.partitions)
-            };
-            let all_known = req
-                .topics
-                .iter()
-                .all(|(t, ps)| ps.iter().all(|p| known(t, *p)));
-            let code = if all_known {
-                let op = TxnOp::AddPartitions {
-                    id: req.transactional_id.clone(),
-                    producer: (req.producer_id, req.producer_epoch),
-                    partitions: req
-                        .topics
-                        .iter()
-                        .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
-                        .collect(),
-                };
-                ask_code(shard, op, v).await
-            } else {
-                ErrorCode::NONE
-            };
-            // Unknown partitions fail and the others are not attempted, as in Kafka.
-            let results = req
-                .topics
-                .iter()
-                .map(|(t, ps)| {
-                    AddPartitionsToTxnTopicResult::default()
-                        .with_name(topic_name(t))
-                        .with_results_by_partition(
-                            ps.iter()
-                                .map(|p| {
-                                    let c = if all_known {
-                                        code
-                                    } else if known(t, *p) {
-                                        ErrorCode::OPERATION_NOT_ATTEMPTED
-                                    } else {
-                                        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
-                                    };
-                                    AddPartitionsToTxnPartitionResult::default()
-                                        .with_partition_index(*p)
-                                        .with_partition_error_code(c.code())
-                                })
-                                .collect(),
-                        )
-                })
-                .collect();
+            let results = add_partitions(shard, &req, v).await;
             frame(
                 spec,
                 header,

@@ -2,7 +2,9 @@
 //! AddPartitionsToTxn v0–v3, AddOffsetsToTxn v0–v3, EndTxn v0–v3, and the one it sends the
 //! group coordinator, TxnOffsetCommit v0–v3 (all four flexible from v3); and the one a
 //! coordinator sends partition leaders, WriteTxnMarkers v1 (flexible; Kafka 4 dropped v0).
-//! AddPartitionsToTxn v4+ (KIP-890's batched, broker-to-broker form) is not served. And the
+//! AddPartitionsToTxn v4 is KIP-890's batched, broker-to-broker form: several transactions,
+//! each with `verify_only` (a partition leader asking the coordinator whether a partition is in
+//! a transaction before a transactional produce). And the
 //! admin requests of KIP-664: DescribeTransactions v0, ListTransactions v0–v1,
 //! DescribeProducers v0 (all flexible).
 
@@ -69,14 +71,43 @@ pub struct TxnMarkerEntry {
 /// Smallest topic entry: a 1-byte compact name length, a 1-byte array length, empty tags.
 const TOPIC_BYTES_MIN: usize = 3;
 
-pub fn decode_add_partitions(
+/// One transaction of an AddPartitionsToTxn v4.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddPartitionsToTxnBatchEntry {
+    pub request: AddPartitionsToTxnRequest,
+    pub verify_only: bool,
+}
+
+/// AddPartitionsToTxn v4: the transactions of the batch.
+pub fn decode_add_partitions_batch(
     r: &mut Reader,
-    version: i16,
-) -> Result<AddPartitionsToTxnRequest, DecodeError> {
-    let flex = version >= FLEXIBLE_FROM;
-    let transactional_id = r.string("transactional_id", flex)?;
-    let producer_id = r.i64("producer_id")?;
-    let producer_epoch = r.i16("producer_epoch")?;
+    _version: i16,
+) -> Result<Vec<AddPartitionsToTxnBatchEntry>, DecodeError> {
+    // Smallest transaction: a 1-byte id, id and epoch, the flag, an empty topic array, tags.
+    let n = r.array_len_required("transactions", true, 1 + 8 + 2 + 1 + 1 + 1)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let transactional_id = r.string("transactional_id", true)?;
+        let producer_id = r.i64("producer_id")?;
+        let producer_epoch = r.i16("producer_epoch")?;
+        let verify_only = r.bool("verify_only")?;
+        let topics = decode_txn_topics(r, true)?;
+        r.tagged_fields(true)?;
+        out.push(AddPartitionsToTxnBatchEntry {
+            request: AddPartitionsToTxnRequest {
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                topics,
+            },
+            verify_only,
+        });
+    }
+    r.tagged_fields(true)?;
+    Ok(out)
+}
+
+fn decode_txn_topics(r: &mut Reader, flex: bool) -> Result<Vec<(String, Vec<i32>)>, DecodeError> {
     let n = r.array_len_required("topics", flex, TOPIC_BYTES_MIN)?;
     let mut topics = Vec::with_capacity(n);
     for _ in 0..n {
@@ -89,6 +120,18 @@ pub fn decode_add_partitions(
         r.tagged_fields(flex)?;
         topics.push((name, ps));
     }
+    Ok(topics)
+}
+
+pub fn decode_add_partitions(
+    r: &mut Reader,
+    version: i16,
+) -> Result<AddPartitionsToTxnRequest, DecodeError> {
+    let flex = version >= FLEXIBLE_FROM;
+    let transactional_id = r.string("transactional_id", flex)?;
+    let producer_id = r.i64("producer_id")?;
+    let producer_epoch = r.i16("producer_epoch")?;
+    let topics = decode_txn_topics(r, flex)?;
     r.tagged_fields(flex)?;
     Ok(AddPartitionsToTxnRequest {
         transactional_id,
@@ -342,6 +385,26 @@ mod tests {
             );
             crate::requests::assert_prefixes_fail(&bytes, |r| decode_add_partitions(r, v));
         }
+    }
+
+    #[test]
+    fn add_partitions_v4_decodes_what_an_independent_encoder_writes() {
+        let req = ap::AddPartitionsToTxnRequest::default().with_transactions(vec![
+            ap::AddPartitionsToTxnTransaction::default()
+                .with_transactional_id(TransactionalId(s("tx")))
+                .with_producer_id(ProducerId(42))
+                .with_producer_epoch(3)
+                .with_verify_only(true)
+                .with_topics(vec![ap::AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(s("t")))
+                    .with_partitions(vec![1])]),
+        ]);
+        let bytes = bytes_of(&req, 4);
+        let got = decode_add_partitions_batch(&mut Reader::new(bytes.clone()), 4).unwrap();
+        assert_eq!(got.len(), 1);
+        assert!(got[0].verify_only);
+        assert_eq!(got[0].request.topics, vec![("t".to_string(), vec![1])]);
+        crate::requests::assert_prefixes_fail(&bytes, |r| decode_add_partitions_batch(r, 4));
     }
 
     #[test]
