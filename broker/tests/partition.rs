@@ -11,8 +11,6 @@
 mod common;
 
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Buf;
@@ -26,11 +24,10 @@ use rdkafka::admin::{NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use tributary_protocol::record_batch::build_batch;
 
-use common::cluster::{metadata, produce, values_on_disk, Cluster};
+use common::cluster::{metadata, produce, values_on_disk, Ack, Cluster, Writer};
 use common::netns::Netns;
 use common::{encode_request, rd_create_topics, wait_until, RawConn};
 
@@ -163,89 +160,21 @@ fn bootstrap_of(cluster: &Cluster, nodes: &[usize]) -> String {
         .join(",")
 }
 
-/// One acknowledged record: its value, the offset the acknowledgement gave, and when.
-#[derive(Debug, Clone)]
-struct Ack {
-    value: String,
-    offset: i64,
-    at: Instant,
-}
-
-/// An idempotent acks=all producer writing to one partition in the background, recording each
-/// acknowledgement; `stop` ends it once everything sent is answered.
-struct Writer {
-    acked: Arc<Mutex<Vec<Ack>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<usize>>,
-}
-
-struct AckContext(Arc<Mutex<Vec<Ack>>>);
-impl rdkafka::ClientContext for AckContext {}
-impl rdkafka::producer::ProducerContext for AckContext {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
-        if let Ok(m) = result {
-            let value = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
-            let ack = Ack {
-                value,
-                offset: m.offset(),
-                at: Instant::now(),
-            };
-            self.0.lock().unwrap().push(ack);
-        }
-    }
-}
-
-impl Writer {
-    fn start(bootstrap: String, part: i32) -> Self {
-        let acked = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (a, s) = (acked.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let p: BaseProducer<AckContext> = ClientConfig::new()
-                .set("bootstrap.servers", &bootstrap)
-                .set("acks", "all")
-                .set("enable.idempotence", "true")
-                .set("message.timeout.ms", "60000")
-                // The broker waits this long for the ISR before it answers a produce.
-                .set("request.timeout.ms", "3000")
-                .set("linger.ms", "5")
-                .create_with_context(AckContext(a))
-                .unwrap();
-            let mut sent = 0usize;
-            while !s.load(Ordering::Relaxed) {
-                let v = format!("w-{sent}");
-                if p.send(
-                    BaseRecord::<(), String>::to(TOPIC)
-                        .payload(&v)
-                        .partition(part),
-                )
-                .is_ok()
-                {
-                    sent += 1;
-                }
-                p.poll(Duration::from_millis(5));
-            }
-            let _ = p.flush(Duration::from_secs(70));
-            sent
-        });
-        Self {
-            acked,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn acked(&self) -> usize {
-        self.acked.lock().unwrap().len()
-    }
-
-    fn stop(mut self) -> (usize, Vec<Ack>) {
-        self.stop.store(true, Ordering::Relaxed);
-        let sent = self.thread.take().unwrap().join().unwrap();
-        let acked = self.acked.lock().unwrap().clone();
-        (sent, acked)
-    }
+/// The background writer of these tests: the broker waits `request.timeout.ms` for the ISR
+/// before it answers a produce.
+fn writer(bootstrap: String, part: i32) -> Writer {
+    Writer::start(
+        bootstrap,
+        TOPIC,
+        part,
+        &[
+            ("message.timeout.ms", "60000"),
+            ("request.timeout.ms", "3000"),
+            ("linger.ms", "5"),
+        ],
+        Duration::from_millis(5),
+        Duration::from_secs(70),
+    )
 }
 
 /// Partition `part` of `TOPIC` from its first offset through `bootstrap`, as (offset, value):
@@ -377,7 +306,7 @@ fn isolated_leader(controller_too: bool) {
     let li = index_of(before.leader);
     let others: Vec<usize> = (0..3).filter(|&i| i != li).collect();
     let majority = bootstrap_of(&cluster, &others);
-    let writer = Writer::start(cluster.all_bootstrap(), part);
+    let writer = writer(cluster.all_bootstrap(), part);
     wait_until("the writer's first acknowledgements", || {
         writer.acked() >= 50
     });
@@ -500,7 +429,7 @@ fn isolated_follower_leaves_and_rejoins_isr() {
     let follower = cluster.nodes[fi].id;
     let others: Vec<usize> = (0..3).filter(|&i| i != fi).collect();
     let majority = bootstrap_of(&cluster, &others);
-    let writer = Writer::start(majority.clone(), part);
+    let writer = writer(majority.clone(), part);
     wait_until("the writer's first acknowledgements", || {
         writer.acked() >= 50
     });

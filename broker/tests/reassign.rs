@@ -5,10 +5,8 @@
 
 mod common;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::time::Duration;
 
 use kafka_protocol::messages::alter_partition_reassignments_request::{
     ReassignablePartition, ReassignableTopic,
@@ -21,11 +19,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::admin::{NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
 
-use common::cluster::{metadata, Cluster};
+use common::cluster::{metadata, read_until_all, Cluster, Writer};
 use common::{rd_create_topics, wait_until, RawConn};
 
 const TOPIC: &str = "moving";
@@ -107,7 +102,14 @@ fn start() -> (Cluster, RawConn) {
 fn a_partition_moves_under_acks_all_writes_without_losing_or_doubling_a_record() {
     let (cluster, mut conn) = start();
     let all = cluster.all_bootstrap();
-    let writer = Writer::start(all.clone());
+    let writer = Writer::start(
+        all.clone(),
+        TOPIC,
+        0,
+        &[("message.timeout.ms", "30000"), ("linger.ms", "2")],
+        Duration::from_millis(1),
+        Duration::from_secs(40),
+    );
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(reassign(&mut conn, 0, Some(&[3, 4])), 0);
     // Mid-way (or already done) Metadata lists every replica, old and new; the node that
@@ -123,12 +125,13 @@ fn a_partition_moves_under_acks_all_writes_without_losing_or_doubling_a_record()
     });
     std::thread::sleep(Duration::from_millis(1000));
     let (sent, acked) = writer.stop();
+    let acked: Vec<String> = acked.into_iter().map(|a| a.value).collect();
     assert!(
         acked.len() > 100,
         "too little was acknowledged to judge: {} of {sent}",
         acked.len()
     );
-    let log = read_until_all(&all, &acked);
+    let log = read_until_all(&all, TOPIC, &acked, Duration::from_secs(30));
     let mut seen: HashMap<&String, usize> = HashMap::new();
     for v in &log {
         *seen.entry(v).or_insert(0) += 1;
@@ -211,102 +214,6 @@ fn bad_reassignments_are_refused_and_a_cancel_puts_the_original_replicas_back() 
     assert_eq!(reassign(&mut conn, 0, None), NO_REASSIGNMENT_IN_PROGRESS);
     // Still served by its original replicas.
     common::cluster::produce(&live, TOPIC, &[0], 10, "after-cancel");
-}
-
-/// A producer sending one message every millisecond or so with acks=all and idempotence, in
-/// the background, recording what was acknowledged; `stop` ends it once everything sent is
-/// answered (acknowledged or failed).
-struct Writer {
-    acked: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<usize>>,
-}
-
-struct AckContext(Arc<Mutex<Vec<String>>>);
-impl rdkafka::ClientContext for AckContext {}
-impl rdkafka::producer::ProducerContext for AckContext {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
-        if let Ok(m) = result {
-            let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
-            self.0.lock().unwrap().push(v);
-        }
-    }
-}
-
-impl Writer {
-    fn start(bootstrap: String) -> Self {
-        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-        let acked = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (a, s) = (acked.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let p: BaseProducer<AckContext> = ClientConfig::new()
-                .set("bootstrap.servers", &bootstrap)
-                .set("acks", "all")
-                .set("enable.idempotence", "true")
-                .set("message.timeout.ms", "30000")
-                .set("linger.ms", "2")
-                .create_with_context(AckContext(a))
-                .unwrap();
-            let mut sent = 0usize;
-            while !s.load(Ordering::Relaxed) {
-                let v = format!("w-{sent}");
-                if p.send(BaseRecord::<(), String>::to(TOPIC).payload(&v).partition(0))
-                    .is_ok()
-                {
-                    sent += 1;
-                }
-                p.poll(Duration::from_millis(1));
-            }
-            let _ = p.flush(Duration::from_secs(40));
-            sent
-        });
-        Self {
-            acked,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn stop(mut self) -> (usize, Vec<String>) {
-        self.stop.store(true, Ordering::Relaxed);
-        let sent = self.thread.take().unwrap().join().unwrap();
-        let acked = self.acked.lock().unwrap().clone();
-        (sent, acked)
-    }
-}
-
-/// Every value of partition 0 of `TOPIC` in offset order: read until each of `want` arrived
-/// and nothing more came for two seconds, or 30 s passed.
-fn read_until_all(bootstrap: &str, want: &[String]) -> Vec<String> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "unused")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(TOPIC, 0, Offset::Beginning)
-        .unwrap();
-    c.assign(&tpl).unwrap();
-    let mut missing: HashSet<&String> = want.iter().collect();
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last = Instant::now();
-    while Instant::now() < deadline {
-        match c.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => {
-                let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
-                missing.remove(&v);
-                out.push(v);
-                last = Instant::now();
-            }
-            _ if missing.is_empty() && last.elapsed() > Duration::from_secs(2) => break,
-            _ => {}
-        }
-    }
-    out
 }
 
 /// A replica down while its topic is deleted and created again (same name, new id) must not

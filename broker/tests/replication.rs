@@ -20,7 +20,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tributary_protocol::record_batch::build_batch;
 
-use common::cluster::{metadata, produce, values_on_disk, Cluster};
+use common::cluster::{metadata, produce, read_until_all, values_on_disk, Cluster, Writer};
 use common::{raw_alter, rd_create_topics, wait_until, RawConn};
 
 const TOPIC: &str = "replicated";
@@ -492,71 +492,6 @@ fn the_controller_rebalances_leadership_on_its_own() {
     });
 }
 
-/// A producer sending one message every millisecond-or-so with acks=all and idempotence, in
-/// the background, recording what was acknowledged; `stop` ends it once everything sent is
-/// answered (acknowledged or failed).
-struct Writer {
-    acked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<usize>>,
-}
-
-struct AckContext(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
-impl rdkafka::ClientContext for AckContext {}
-impl rdkafka::producer::ProducerContext for AckContext {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
-        if let Ok(m) = result {
-            let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
-            self.0.lock().unwrap().push(v);
-        }
-    }
-}
-
-impl Writer {
-    fn start(bootstrap: String) -> Self {
-        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-        use std::sync::atomic::Ordering;
-        let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (a, s) = (acked.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let p: BaseProducer<AckContext> = ClientConfig::new()
-                .set("bootstrap.servers", &bootstrap)
-                .set("acks", "all")
-                .set("enable.idempotence", "true")
-                .set("message.timeout.ms", "60000")
-                .set("linger.ms", "2")
-                .create_with_context(AckContext(a))
-                .unwrap();
-            let mut sent = 0usize;
-            while !s.load(Ordering::Relaxed) {
-                let v = format!("w-{sent}");
-                if p.send(BaseRecord::<(), String>::to(TOPIC).payload(&v).partition(0))
-                    .is_ok()
-                {
-                    sent += 1;
-                }
-                p.poll(Duration::from_millis(1));
-            }
-            let _ = p.flush(Duration::from_secs(90));
-            sent
-        });
-        Self {
-            acked,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn stop(mut self) -> (usize, Vec<String>) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let sent = self.thread.take().unwrap().join().unwrap();
-        let acked = self.acked.lock().unwrap().clone();
-        (sent, acked)
-    }
-}
-
 /// Random faults — kill -9 of a random node and its restart, or a node frozen (SIGSTOP) past
 /// the session timeout and thawed — while an idempotent acks=all producer writes: every
 /// acknowledged record is read back exactly once, in the order it was acknowledged.
@@ -576,7 +511,14 @@ fn random_faults_lose_nothing_acknowledged() {
     let mut rng = tributary_protocol::fuzzing::SeededRng::from_env("fault loop");
     let mut cluster = start(&["replica.lag.time.max.ms=3000"], "2");
     let all = cluster.all_bootstrap();
-    let writer = Writer::start(all.clone());
+    let writer = Writer::start(
+        all.clone(),
+        TOPIC,
+        0,
+        &[("message.timeout.ms", "60000"), ("linger.ms", "2")],
+        Duration::from_millis(1),
+        Duration::from_secs(90),
+    );
     for round in 0..rounds {
         std::thread::sleep(Duration::from_millis(500 + rng.below(1000) as u64));
         let victim = rng.below(3);
@@ -606,6 +548,7 @@ fn random_faults_lose_nothing_acknowledged() {
     }
     std::thread::sleep(Duration::from_millis(500));
     let (sent, acked) = writer.stop();
+    let acked: Vec<String> = acked.into_iter().map(|a| a.value).collect();
     assert!(
         acked.len() > 100,
         "too little was acknowledged to judge: {} of {sent}",
@@ -613,7 +556,7 @@ fn random_faults_lose_nothing_acknowledged() {
     );
     // Read until every acknowledged record arrived (a new leader's high watermark may take a
     // moment to pass what the old one acknowledged), then two idle seconds for any extra.
-    let log = read_until_all(&all, &acked);
+    let log = read_until_all(&all, TOPIC, &acked, Duration::from_secs(60));
     let mut seen = std::collections::HashMap::new();
     for v in &log {
         *seen.entry(v.clone()).or_insert(0usize) += 1;
@@ -640,27 +583,4 @@ fn random_faults_lose_nothing_acknowledged() {
         order.windows(2).all(|w| w[0] < w[1]),
         "the log is out of order"
     );
-}
-
-/// Every value of partition 0 of `TOPIC` in offset order: read until each of `want` arrived and
-/// nothing more came for two seconds, or 60 s passed.
-fn read_until_all(bootstrap: &str, want: &[String]) -> Vec<String> {
-    let c = from_beginning(bootstrap);
-    let mut missing: std::collections::HashSet<&String> = want.iter().collect();
-    let mut out = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let mut last = std::time::Instant::now();
-    while std::time::Instant::now() < deadline {
-        match c.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => {
-                let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
-                missing.remove(&v);
-                out.push(v);
-                last = std::time::Instant::now();
-            }
-            _ if missing.is_empty() && last.elapsed() > Duration::from_secs(2) => break,
-            _ => {}
-        }
-    }
-    out
 }

@@ -400,3 +400,135 @@ pub fn values_on_disk(data_dir: PathBuf, topic: &str, part: i32) -> Vec<String> 
         .join()
         .unwrap()
 }
+
+/// One acknowledged record: its value, the offset the acknowledgement gave, and when.
+#[derive(Debug, Clone)]
+pub struct Ack {
+    pub value: String,
+    pub offset: i64,
+    pub at: Instant,
+}
+
+struct AckContext(std::sync::Arc<std::sync::Mutex<Vec<Ack>>>);
+impl rdkafka::ClientContext for AckContext {}
+impl rdkafka::producer::ProducerContext for AckContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        if let Ok(m) = result {
+            let value = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+            let ack = Ack {
+                value,
+                offset: m.offset(),
+                at: Instant::now(),
+            };
+            self.0.lock().unwrap().push(ack);
+        }
+    }
+}
+
+/// An idempotent acks=all producer writing `w-0`, `w-1`, … to one partition in the background,
+/// recording each acknowledgement; `stop` ends it once everything sent is answered
+/// (acknowledged or failed) or `flush` passed. `settings` are extra client settings.
+pub struct Writer {
+    acked: std::sync::Arc<std::sync::Mutex<Vec<Ack>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<usize>>,
+}
+
+impl Writer {
+    pub fn start(
+        bootstrap: String,
+        topic: &'static str,
+        part: i32,
+        settings: &[(&'static str, &'static str)],
+        pause: Duration,
+        flush: Duration,
+    ) -> Self {
+        use std::sync::atomic::Ordering;
+        let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (a, s) = (acked.clone(), stop.clone());
+        let settings = settings.to_vec();
+        let thread = std::thread::spawn(move || {
+            let mut c = ClientConfig::new();
+            c.set("bootstrap.servers", &bootstrap)
+                .set("acks", "all")
+                .set("enable.idempotence", "true");
+            for (k, v) in settings {
+                c.set(k, v);
+            }
+            let p: BaseProducer<AckContext> = c.create_with_context(AckContext(a)).unwrap();
+            let mut sent = 0usize;
+            while !s.load(Ordering::Relaxed) {
+                let v = format!("w-{sent}");
+                if p.send(
+                    BaseRecord::<(), String>::to(topic)
+                        .payload(&v)
+                        .partition(part),
+                )
+                .is_ok()
+                {
+                    sent += 1;
+                }
+                p.poll(pause);
+            }
+            let _ = p.flush(flush);
+            sent
+        });
+        Self {
+            acked,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// How many records were acknowledged so far.
+    pub fn acked(&self) -> usize {
+        self.acked.lock().unwrap().len()
+    }
+
+    /// Stops sending, waits for what was sent, and returns (sent, acknowledgements).
+    pub fn stop(mut self) -> (usize, Vec<Ack>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let sent = self.thread.take().unwrap().join().unwrap();
+        let acked = self.acked.lock().unwrap().clone();
+        (sent, acked)
+    }
+}
+
+/// Every value of partition 0 of `topic` in offset order: read until each of `want` arrived
+/// and nothing more came for two seconds, or `limit` passed.
+pub fn read_until_all(
+    bootstrap: &str,
+    topic: &str,
+    want: &[String],
+    limit: Duration,
+) -> Vec<String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "unused")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let mut missing: std::collections::HashSet<&String> = want.iter().collect();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + limit;
+    let mut last = Instant::now();
+    while Instant::now() < deadline {
+        match c.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+                missing.remove(&v);
+                out.push(v);
+                last = Instant::now();
+            }
+            _ if missing.is_empty() && last.elapsed() > Duration::from_secs(2) => break,
+            _ => {}
+        }
+    }
+    out
+}
