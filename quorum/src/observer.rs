@@ -351,11 +351,13 @@ async fn follow<S: StateMachine>(shared: &Shared<S>, stream: &mut TcpStream, vot
             Ok(a) => a,
             Err(e) => return e.to_string(),
         };
-        if let Err(why) = apply_answer(shared, from, answer.clone()) {
+        // The view is read first: the answer (a snapshot, perhaps) moves into the apply.
+        let (leader, term, commit) = (answer.leader, answer.term, answer.commit);
+        if let Err(why) = apply_answer(shared, from, answer) {
             return why;
         }
-        shared.set_view(answer.leader, answer.term, answer.commit);
-        if let Some(leader) = answer.leader {
+        shared.set_view(leader, term, commit);
+        if let Some(leader) = leader {
             if leader != voter && shared.core.is_voter(leader) {
                 return format!("voter {voter} names {leader} the leader");
             }
