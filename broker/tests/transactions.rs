@@ -400,14 +400,14 @@ fn offsets_in_an_open_transaction_are_unstable_until_it_commits() {
         .create()
         .unwrap();
     let cgm = consumer.group_metadata().expect("group metadata");
-    let commit_offsets = |at: i64| {
+    let commit_offsets = |p: &BaseProducer, at: i64| {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset("src", 0, Offset::Offset(at))
             .unwrap();
         p.begin_transaction().unwrap();
         p.send_offsets_to_transaction(&tpl, &cgm, T).unwrap();
     };
-    commit_offsets(7);
+    commit_offsets(&p, 7);
     assert_eq!(
         fetch_offset(b.addr, "g-off", "src", true),
         (-1, UNSTABLE_OFFSET_COMMIT)
@@ -415,19 +415,29 @@ fn offsets_in_an_open_transaction_are_unstable_until_it_commits() {
     assert_eq!(fetch_offset(b.addr, "g-off", "src", false), (-1, 0));
     p.commit_transaction(T).unwrap();
     assert_eq!(fetch_offset(b.addr, "g-off", "src", true), (7, 0));
+    // Each transaction's offsets are written, not taken for a retry of the one before (they
+    // carry the producer's id and epoch but no sequence).
+    commit_offsets(&p, 8);
+    p.commit_transaction(T).unwrap();
     // Aborted offsets never show.
-    commit_offsets(9);
+    commit_offsets(&p, 9);
     p.abort_transaction(T).unwrap();
-    assert_eq!(fetch_offset(b.addr, "g-off", "src", true), (7, 0));
-    // Committed ones survive a restart (replayed with their marker).
+    assert_eq!(fetch_offset(b.addr, "g-off", "src", true), (8, 0));
+    // A new instance (a bumped epoch) commits offsets too.
+    drop(p);
+    let p = txn_producer(b.addr, "app-off", &[]);
+    commit_offsets(&p, 10);
+    p.commit_transaction(T).unwrap();
+    assert_eq!(fetch_offset(b.addr, "g-off", "src", true), (10, 0));
+    // Committed ones survive a restart: the log holds every transaction's offsets and markers.
     drop(p);
     b.shutdown().unwrap();
     let b = broker(dir.path());
     let deadline = Instant::now() + T;
     loop {
         let got = fetch_offset(b.addr, "g-off", "src", true);
-        if got == (7, 0) || Instant::now() > deadline {
-            assert_eq!(got, (7, 0));
+        if got == (10, 0) || Instant::now() > deadline {
+            assert_eq!(got, (10, 0), "the committed offsets replayed from the log");
             break;
         }
         std::thread::sleep(Duration::from_millis(100));

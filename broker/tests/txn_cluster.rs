@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -46,18 +47,24 @@ fn read_committed(bootstrap: &str) -> Vec<String> {
     out
 }
 
-/// The node coordinating transactional id `id`, as FindCoordinator v3 answers.
-fn coordinator(addr: SocketAddr, id: &'static str) -> i32 {
-    let mut conn = RawConn::connect(addr);
-    let resp: FindCoordinatorResponse = conn.request(
-        ApiKey::FindCoordinator,
-        3,
-        &FindCoordinatorRequest::default()
-            .with_key(StrBytes::from_static_str(id))
-            .with_key_type(1),
-    );
-    assert_eq!(resp.error_code, 0, "{resp:?}");
-    resp.node_id.0
+/// The node coordinating `key` — a group (`key_type` 0) or a transactional id (1) — as
+/// FindCoordinator v3 answers once the coordinator is available.
+fn coordinator(addr: SocketAddr, key: &str, key_type: i8) -> i32 {
+    let deadline = Instant::now() + T;
+    loop {
+        let resp: FindCoordinatorResponse = RawConn::connect(addr).request(
+            ApiKey::FindCoordinator,
+            3,
+            &FindCoordinatorRequest::default()
+                .with_key(StrBytes::from_string(key.to_string()))
+                .with_key_type(key_type),
+        );
+        if resp.error_code == 0 {
+            return resp.node_id.0;
+        }
+        assert!(Instant::now() < deadline, "{resp:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Three nodes with small transaction state, every one registered; the cluster and all
@@ -102,7 +109,7 @@ fn a_transaction_spans_brokers_and_survives_its_coordinator() {
     assert_eq!(read_committed(&all), want, "markers on every leader");
 
     // The coordinator dies with a transaction open and its records written.
-    let c = coordinator(cluster.nodes[0].client, "cluster-tx");
+    let c = coordinator(cluster.nodes[0].client, "cluster-tx", 1);
     p.begin_transaction().unwrap();
     want.extend(send(&p, "three", 30));
     cluster.kill((c - 1) as usize);
@@ -196,17 +203,32 @@ fn txn_producer(bootstrap: &str, id: &str) -> BaseProducer {
 }
 
 /// Puts the consumer back at its group's committed offsets (what the last committed
-/// transaction recorded), the start of each partition without one.
-fn rewind(consumer: &BaseConsumer) {
+/// transaction recorded), the start of each partition without one. Those offsets are never
+/// behind `committed`, the next offsets of every transaction the loop saw commit; they may be
+/// ahead (a commit that answered an error may still have completed), and `committed` takes
+/// them.
+fn rewind(consumer: &BaseConsumer, committed: &mut HashMap<i32, i64>) {
     let deadline = Instant::now() + T;
     loop {
         match consumer.committed(Duration::from_secs(10)) {
-            Ok(committed) => {
-                for e in committed.elements() {
+            Ok(group) => {
+                for e in group.elements() {
                     let to = match e.offset() {
                         Offset::Offset(o) => Offset::Offset(o),
                         _ => Offset::Beginning,
                     };
+                    let at = match to {
+                        Offset::Offset(o) => o,
+                        _ => 0,
+                    };
+                    let want = committed.entry(e.partition()).or_insert(0);
+                    assert!(
+                        at >= *want,
+                        "partition {}: the group's committed offset {at} is behind {want}, \
+                         committed by a transaction",
+                        e.partition()
+                    );
+                    *want = at;
                     // A partition not fetched yet takes the offset when it starts.
                     let _ = consumer.seek(e.topic(), e.partition(), to, Duration::from_secs(10));
                 }
@@ -243,20 +265,33 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
             && leaders(&all, "ctp-out").iter().all(|&l| l > 0)
     });
     common::cluster::produce(&all, "ctp-in", &[0, 1, 2], n, "m");
+    let mut p = txn_producer(&all, "ctp-kill");
+    // The group coordinated by the transaction coordinator's broker: the kill moves both, and
+    // the group's successor must know the consumer when the producer's TxnOffsetCommit arrives.
+    let txn_node = coordinator(cluster.nodes[0].client, "ctp-kill", 1);
+    let group = (0..64)
+        .map(|i| format!("ctp-{i}"))
+        .find(|g| coordinator(cluster.nodes[0].client, g, 0) == txn_node)
+        .expect("a group coordinated by the transaction coordinator's broker");
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &all)
-        .set("group.id", "ctp")
+        .set("group.id", &group)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
         .set("isolation.level", "read_committed")
         .create()
         .unwrap();
     consumer.subscribe(&["ctp-in"]).unwrap();
-    let mut p = txn_producer(&all, "ctp-kill");
-    let (mut done, mut round, mut failures) = (0usize, 0usize, 0usize);
+    let (mut round, mut failures) = (0usize, 0usize);
     let mut killed: Option<(usize, Instant)> = None;
+    let mut committed: HashMap<i32, i64> = HashMap::new();
     let deadline = Instant::now() + Duration::from_secs(300);
-    while done < n {
+    loop {
+        // Done when every input's offset is committed.
+        let done = committed.values().sum::<i64>() as usize;
+        if done >= n {
+            break;
+        }
         assert!(Instant::now() < deadline, "only {done} of {n} processed");
         if let Some((i, at)) = killed {
             if at.elapsed() > Duration::from_secs(6) {
@@ -285,7 +320,7 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
         let outcome = if round == 4 {
             // kill -9 the coordinator between the transaction's writes and its commit: the
             // producer's offsets and commit go to its successor.
-            let i = (coordinator(cluster.nodes[0].client, "ctp-kill") - 1) as usize;
+            let i = (coordinator(cluster.nodes[0].client, "ctp-kill", 1) - 1) as usize;
             process(&p, &consumer, &batch, true, || {
                 cluster.kill(i);
                 killed = Some((i, Instant::now()));
@@ -294,11 +329,16 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
             process(&p, &consumer, &batch, !round.is_multiple_of(5), || {})
         };
         match outcome {
-            Ok(()) => done += batch.len(),
+            Ok(()) => {
+                for (part, off, _) in &batch {
+                    let next = committed.entry(*part).or_insert(0);
+                    *next = (*next).max(off + 1);
+                }
+            }
             Err(rdkafka::error::KafkaError::Canceled) => {
                 // An injected abort: the outputs and offsets went together; read them again.
                 failures += 1;
-                rewind(&consumer);
+                rewind(&consumer, &mut committed);
             }
             Err(e) => {
                 failures += 1;
@@ -309,7 +349,7 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
                     drop(p);
                     p = txn_producer(&all, "ctp-kill");
                 }
-                rewind(&consumer);
+                rewind(&consumer, &mut committed);
             }
         }
     }
@@ -350,7 +390,7 @@ fn a_leader_verifies_a_transactional_produce_with_a_remote_coordinator() {
     let id = "remote-890";
     let tid = || TransactionalId(StrBytes::from_static_str(id));
     let coordinator_addr = || {
-        let c = coordinator(cluster.nodes[0].client, id);
+        let c = coordinator(cluster.nodes[0].client, id, 1);
         cluster.nodes[(c - 1) as usize].client
     };
     let deadline = Instant::now() + T;
@@ -370,7 +410,7 @@ fn a_leader_verifies_a_transactional_produce_with_a_remote_coordinator() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(init.error_code, 0);
-    let c = coordinator(cluster.nodes[0].client, id);
+    let c = coordinator(cluster.nodes[0].client, id, 1);
     // A partition whose leader is another broker than the coordinator.
     let led = leaders(&all, TOPIC);
     let Some(part) = (0..3).find(|&p| led[p as usize] != c) else {

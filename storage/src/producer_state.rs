@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
-use tributary_protocol::record_batch::BatchHeader;
+use tributary_protocol::record_batch::{self, BatchHeader};
 
 use crate::txn::{AbortedTxn, BatchKind, TxnMarker};
 
@@ -171,6 +171,13 @@ impl ProducerStateTable {
                 current: entry.epoch,
                 got: epoch,
             });
+        }
+        if first_seq == record_batch::NO_SEQUENCE {
+            // Written by a coordinator for the producer (TxnOffsetCommit's offsets carry the
+            // producer's id and epoch but no sequence — Kafka's coordinator-origin appends):
+            // nothing to order or deduplicate. Clients' batches always carry a sequence (the
+            // Produce handler refuses them otherwise).
+            return Ok(SequenceCheck::Append);
         }
         if epoch > entry.epoch {
             // A new epoch of a known producer: its sequence starts again at 0.
@@ -585,6 +592,25 @@ mod tests {
         ));
         // A producer with no state here may start at any sequence, as in Kafka.
         assert_eq!(t.check(8, 0, 3, 3), Ok(SequenceCheck::Append));
+    }
+
+    /// A coordinator writes a producer's transactional offsets without a sequence, once per
+    /// transaction: none is a duplicate of the one before, a bumped epoch is no gap, and only a
+    /// stale epoch is refused.
+    #[test]
+    fn unsequenced_batches_are_never_duplicates() {
+        let none = record_batch::NO_SEQUENCE;
+        let mut t = ProducerStateTable::default();
+        assert_eq!(t.check(7, 0, none, none), Ok(SequenceCheck::Append));
+        t.record(7, 0, batch(none, none, 0), 0);
+        assert_eq!(t.check(7, 0, none, none), Ok(SequenceCheck::Append));
+        t.record(7, 0, batch(none, none, 2), 0);
+        assert_eq!(t.check(7, 1, none, none), Ok(SequenceCheck::Append));
+        t.record(7, 1, batch(none, none, 4), 0);
+        assert!(matches!(
+            t.check(7, 0, none, none),
+            Err(SequenceError::StaleEpoch { .. })
+        ));
     }
 
     #[test]

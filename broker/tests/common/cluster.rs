@@ -272,14 +272,29 @@ impl Drop for Cluster {
         for i in 0..self.nodes.len() {
             self.kill(i);
         }
-        // A failed test shows what each node said last.
+        // A failed test shows what each node said last (`CLUSTER_LOG_LINES` lines, 40 unless
+        // set); `CLUSTER_LOG_DIR`, when set, keeps every node's whole log there.
+        let keep = std::env::var_os("CLUSTER_LOG_DIR").map(PathBuf::from);
+        if let Some(dir) = &keep {
+            let _ = std::fs::create_dir_all(dir);
+            for n in &self.nodes {
+                let _ = std::fs::copy(
+                    n.dir.with_extension("log"),
+                    dir.join(format!("node-{}.log", n.id)),
+                );
+            }
+        }
         if std::thread::panicking() {
+            let show: usize = std::env::var("CLUSTER_LOG_LINES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(40);
             for i in 0..self.nodes.len() {
                 let log = self.log(i);
                 let lines: Vec<&str> = log.lines().collect();
-                let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+                let tail = lines[lines.len().saturating_sub(show)..].join("\n");
                 eprintln!(
-                    "--- node {} log (last 40 lines) ---\n{tail}",
+                    "--- node {} log (last {show} lines) ---\n{tail}",
                     self.nodes[i].id
                 );
             }
