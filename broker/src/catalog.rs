@@ -88,6 +88,44 @@ pub struct BrokerRegistration {
     /// Fenced by its own controlled shutdown: stays fenced until it registers again.
     #[serde(default)]
     pub in_controlled_shutdown: bool,
+    /// Its client listeners (KRaft's endpoints): a client is told each broker's endpoint on
+    /// the listener it connected to. Empty in registrations written before listeners were
+    /// recorded: `host:port` is then the broker's one PLAINTEXT endpoint.
+    #[serde(default)]
+    pub listeners: Vec<Endpoint>,
+}
+
+/// One listener of a broker: a name, where clients reach it and its security protocol id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    pub protocol: i16,
+}
+
+impl BrokerRegistration {
+    /// Where a client connected on `listener` reaches this broker; `None` when the broker has
+    /// no such listener (Kafka leaves it out of that client's Metadata).
+    pub fn endpoint(&self, listener: &str) -> Option<(&str, u16)> {
+        if self.listeners.is_empty() {
+            return Some((&self.host, self.port));
+        }
+        self.listeners
+            .iter()
+            .find(|e| e.name == listener)
+            .map(|e| (e.host.as_str(), e.port))
+    }
+}
+
+/// A user's salted SCRAM credential for one mechanism, as KRaft's `UserScramCredentialRecord`
+/// holds it: never the password.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramRecord {
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
 }
 
 impl TopicMeta {
@@ -146,6 +184,9 @@ pub struct Catalog {
     /// The first producer id no broker has reserved.
     #[serde(default)]
     pub next_producer_id: i64,
+    /// SCRAM credentials by user, then mechanism type (1 SCRAM-SHA-256, 2 SCRAM-SHA-512).
+    #[serde(default)]
+    pub scram: BTreeMap<String, BTreeMap<i8, ScramRecord>>,
     /// Topic names by topic id, built on first use (fetches from v13 name topics by id).
     #[serde(skip)]
     pub topic_ids: TopicIdIndex,
@@ -183,6 +224,7 @@ impl Catalog {
             broker_configs: DynamicBrokerConfigs::default(),
             brokers: BTreeMap::new(),
             next_producer_id: 0,
+            scram: BTreeMap::new(),
             topic_ids: TopicIdIndex::default(),
         }
     }
@@ -422,6 +464,7 @@ mod tests {
             port: 9000 + id as u16,
             fenced,
             in_controlled_shutdown: false,
+            listeners: Vec::new(),
         };
         c.brokers.insert(2, broker(2, false));
         assert_eq!(

@@ -10,6 +10,94 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::topic_config::Bound;
 
+impl BrokerConfig {
+    /// Where clients reach this broker on each listener (registered with the controllers):
+    /// the advertised address, else the bound one (the port as bound, for port 0).
+    pub fn endpoints(&self) -> Vec<crate::catalog::Endpoint> {
+        self.listeners
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let (host, port) = if i == 0 {
+                    // The inter-broker listener: what the node registers as its address.
+                    (self.advertised_host.clone(), self.advertised_port)
+                } else {
+                    let addr = l.advertised.as_deref().unwrap_or(&l.listen);
+                    let (h, p) = addr.rsplit_once(':').unwrap_or((addr, "0"));
+                    let bound = self.bound.get(&l.name).copied();
+                    let port = match (p.parse::<u16>().unwrap_or(0), bound) {
+                        (0, Some(b)) => b,
+                        (p, _) => p,
+                    };
+                    (h.trim_start_matches('[').trim_end_matches(']').to_string(), port)
+                };
+                crate::catalog::Endpoint {
+                    name: l.name.clone(),
+                    host,
+                    port,
+                    protocol: l.protocol.id(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// SASL mechanisms a SASL listener may offer.
+pub const SASL_MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+
+/// `listener.name.NAME.MECHANISM.sasl.jaas.config`: the one per-listener key served so far.
+fn check_listener_key(key: &str, rest: &str) -> Result<()> {
+    let ok = rest.split_once('.').is_some_and(|(name, suffix)| {
+        !name.is_empty()
+            && SASL_MECHANISMS
+                .iter()
+                .any(|m| suffix == format!("{}.sasl.jaas.config", m.to_ascii_lowercase()))
+    });
+    if !ok {
+        bail!(
+            "unknown config key {key:?}; per-listener keys served are listener.name.NAME.MECHANISM.sasl.jaas.config (NAME and MECHANISM in lower case, e.g. listener.name.sasl_plaintext.plain.sasl.jaas.config)"
+        );
+    }
+    Ok(())
+}
+
+/// A SASL listener needs mechanisms that are built, and PLAIN needs its users.
+fn check_sasl(cfg: &BrokerConfig) -> Result<()> {
+    for l in cfg.listeners.iter().filter(|l| l.protocol.is_sasl()) {
+        if cfg.sasl_enabled_mechanisms.is_empty() {
+            bail!(
+                "config sasl.enabled.mechanisms is empty, but listener {} uses SASL; set PLAIN, SCRAM-SHA-256 and/or SCRAM-SHA-512",
+                l.name
+            );
+        }
+        for m in &cfg.sasl_enabled_mechanisms {
+            if !SASL_MECHANISMS.contains(&m.as_str()) {
+                bail!(
+                    "config sasl.enabled.mechanisms: {m} is not supported (listener {} uses SASL); set PLAIN, SCRAM-SHA-256 and/or SCRAM-SHA-512",
+                    l.name
+                );
+            }
+        }
+        if cfg.sasl_enabled_mechanisms.iter().any(|m| m == "PLAIN") {
+            let key = format!(
+                "listener.name.{}.plain.sasl.jaas.config",
+                l.name.to_ascii_lowercase()
+            );
+            let Some(jaas) = cfg.listener_props.get(&key) else {
+                bail!(
+                    "config {key} is not set, but PLAIN is in sasl.enabled.mechanisms: set it to org.apache.kafka.common.security.plain.PlainLoginModule required user_NAME=\"PASSWORD\"; (one user_ option per user)"
+                );
+            };
+            let _ = jaas; // SEC-MERGE: parse with the security crate's JAAS parser
+        }
+    }
+    Ok(())
+}
+
+/// Kafka's default `listener.security.protocol.map`: each protocol's own name.
+pub const DEFAULT_PROTOCOL_MAP: &str =
+    "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL";
+
 /// One broker-level key: its default, Kafka type name and documentation.
 pub struct BrokerKey {
     pub name: &'static str,
@@ -48,6 +136,10 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "controller.quorum.voters", default: "", kind: ConfigKind::List, doc: "The metadata quorum, as id@host:port entries (the voters' CONTROLLER listeners), e.g. 1@10.0.0.1:9093,2@10.0.0.2:9093,3@10.0.0.3:9093. Empty: this node is the one voter of its own quorum." },
     BrokerKey { name: "listeners", default: "", kind: ConfigKind::List, doc: "NAME://host:port entries: one PLAINTEXT listener for clients and, with several voters, the one named in controller.listener.names for the quorum. Empty: clients on --listen, no quorum listener." },
     BrokerKey { name: "advertised.listeners", default: "", kind: ConfigKind::List, doc: "NAME://host:port clients are told to connect to (Metadata, FindCoordinator). Empty: --advertised-listener, else the client listener." },
+    BrokerKey { name: "listener.security.protocol.map", default: DEFAULT_PROTOCOL_MAP, kind: ConfigKind::List, doc: "NAME:PROTOCOL for each listener name: how its connections are secured (PLAINTEXT, SASL_PLAINTEXT; SSL and SASL_SSL once TLS is built). Listeners named in controller.listener.names are the quorum's." },
+    BrokerKey { name: "inter.broker.listener.name", default: "", kind: ConfigKind::String, doc: "The listener brokers register with and reach each other on (replication, transaction markers). Empty: the first PLAINTEXT listener, else the first listener. Must be PLAINTEXT when the node talks to other brokers." },
+    BrokerKey { name: "sasl.enabled.mechanisms", default: "GSSAPI", kind: ConfigKind::List, doc: "SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI, Kafka's default, is not supported: set this when a listener uses SASL). PLAIN's users come from listener.name.NAME.plain.sasl.jaas.config; SCRAM's credentials from the cluster metadata (--add-scram, AlterUserScramCredentials)." },
+    BrokerKey { name: "connections.max.reauth.ms", default: "0", kind: ConfigKind::Long, doc: "A SASL session's lifetime (KIP-368): clients re-authenticate before it ends, and a connection whose session ended is closed at its next request. 0: sessions never end." },
     BrokerKey { name: "controller.listener.names", default: "CONTROLLER", kind: ConfigKind::List, doc: "Names of the listeners (in listeners) the metadata quorum uses; only quorum peers may connect there." },
     BrokerKey { name: "controller.quorum.election.timeout.ms", default: "1000", kind: ConfigKind::Int, doc: "How long a quorum voter waits without hearing from a leader before it starts an election; the quorum's heartbeats run at a tenth of it." },
     BrokerKey { name: "broker.session.timeout.ms", default: "9000", kind: ConfigKind::Int, doc: "A broker the active controller has not heard from for this long is fenced: its partitions lose their leader until it returns." },
@@ -138,6 +230,18 @@ pub struct BrokerConfig {
     pub cpus: Vec<usize>,
     /// Every broker key with its effective value, and whether it was set explicitly.
     pub values: BTreeMap<&'static str, (String, bool)>,
+    /// Every client listener, the inter-broker one (`listen`) first.
+    pub listeners: Vec<crate::cluster::config::ListenerSpec>,
+    /// `sasl.enabled.mechanisms`, checked against what is built when a listener uses SASL.
+    pub sasl_enabled_mechanisms: Vec<String>,
+    /// `connections.max.reauth.ms`; 0: SASL sessions never end.
+    pub connections_max_reauth_ms: u64,
+    /// Per-listener keys, `listener.name.NAME.…` (NAME lower case), e.g.
+    /// `listener.name.sasl_plaintext.plain.sasl.jaas.config`.
+    pub listener_props: BTreeMap<String, String>,
+    /// The ports listeners other than the inter-broker one were bound to, by name (those given
+    /// port 0 get theirs at start-up).
+    pub bound: BTreeMap<String, u16>,
     pub node_id: i32,
     /// The node's place in the cluster: the quorum's voters and timeouts.
     pub cluster: crate::cluster::config::ClusterConfig,
@@ -381,7 +485,13 @@ impl BrokerConfig {
             .iter()
             .map(|k| (k.name, (k.default.to_string(), false)))
             .collect();
+        let mut listener_props = BTreeMap::new();
         for (k, v) in input.properties {
+            if let Some(rest) = k.strip_prefix("listener.name.") {
+                check_listener_key(&k, rest)?;
+                listener_props.insert(k.clone(), v);
+                continue;
+            }
             let Some(key) = BROKER_KEYS.iter().find(|d| d.name == k) else {
                 let known: Vec<&str> = BROKER_KEYS.iter().map(|d| d.name).collect();
                 bail!(
@@ -781,8 +891,22 @@ impl BrokerConfig {
                 0,
             )?,
             values,
+            listeners: client.all.clone(),
+            sasl_enabled_mechanisms: get("sasl.enabled.mechanisms")
+                .split(',')
+                .map(|m| m.trim().to_string())
+                .filter(|m| !m.is_empty())
+                .collect(),
+            connections_max_reauth_ms: parse_num(
+                "connections.max.reauth.ms",
+                &get("connections.max.reauth.ms"),
+                0,
+            )?,
+            listener_props,
+            bound: BTreeMap::new(),
         };
         check_replica_fetch_wait(&cfg)?;
+        check_sasl(&cfg)?;
         if let Some(budget) = cfg.queued_max_request_bytes {
             if budget < cfg.socket_request_max_bytes {
                 bail!(

@@ -23,6 +23,7 @@ use tributary_protocol::Reader;
 use crate::handlers;
 use crate::handlers::PendingResponse;
 use crate::limits::{ConnectionSlot, RequestGrant};
+use crate::sasl::{self, AuthState, ListenerCtx, Step};
 use crate::shard::Shard;
 
 /// Responses a connection may owe before it stops reading requests (backpressure).
@@ -140,7 +141,12 @@ type Queued = (
     Option<(usize, Instant)>,
 );
 
-pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, slot: ConnectionSlot) {
+pub async fn serve_connection(
+    shard: Rc<Shard>,
+    stream: TcpStream,
+    slot: ConnectionSlot,
+    listener: Rc<ListenerCtx>,
+) {
     // The connection's place under max.connections is given back when this returns.
     let _slot = slot;
     let peer = stream
@@ -198,6 +204,9 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, slot: Connect
     let idle = Duration::from_millis(shard.config.connections_max_idle_ms);
     let receive_timeout = Duration::from_millis(shard.config.socket_request_receive_timeout_ms);
     let mut queued = 0u64;
+    let mut auth = AuthState::new(&listener);
+    // Set by a request whose response is the connection's last (a failed authentication).
+    let mut close_after = false;
     'requests: loop {
         if closed.get() {
             break;
@@ -240,6 +249,33 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, slot: Connect
         let received = Instant::now();
         shard.request_started();
         let body = Bytes::from(body);
+        if auth.expects_raw_token() {
+            // After a v0 SaslHandshake the frame is a bare SASL token, answered the same way.
+            let (reply, close) = match sasl::step(&listener, &mut auth, &body, received) {
+                Ok((out, step)) => (raw_frame(&out), matches!(step, Step::Close)),
+                Err(message) => {
+                    debug!(%peer, %message, "SASL authentication failed");
+                    (Ok(None), true)
+                }
+            };
+            close_after = close;
+            let pending: PendingResponse = Box::pin(futures::future::ready(reply));
+            if tx.send((pending, None, grant, None)).await.is_err() {
+                break;
+            }
+            queued += 1;
+            while answered.get() < queued {
+                let listener = answered_event.listen();
+                if answered.get() >= queued {
+                    break;
+                }
+                listener.await;
+            }
+            if close_after {
+                break;
+            }
+            continue;
+        }
         let claimed = shard.spare_frames.claim(&body);
         // Kafka answers a connection's requests one at a time. Produce requests are the
         // exception here (they are pipelined while they wait to be durable); any other request
@@ -252,8 +288,26 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, slot: Connect
         let timing = key
             .and_then(crate::metrics::api_index)
             .map(|api| (api, received));
+        if let Some(key) = key {
+            if let Err(reason) = auth.admits(key, received) {
+                warn!(%peer, listener = %listener.name, %reason, "closing connection");
+                break;
+            }
+        }
         let started = match fixed {
-            Ok(fixed) => handle_frame(&shard, fixed, r, &peer).await,
+            Ok(fixed) if is_sasl_api(fixed.0) => {
+                let (reply, close) = sasl_request(&shard, &listener, &mut auth, fixed, r);
+                close_after = close;
+                reply
+            }
+            Ok(fixed) => {
+                let conn = handlers::Conn {
+                    peer: &peer,
+                    listener: &listener.name,
+                    principal: auth.principal().unwrap_or(sasl::ANONYMOUS),
+                };
+                handle_frame(&shard, fixed, r, conn).await
+            }
             Err(e) => Err(e.to_string()),
         };
         let pending = match started {
@@ -273,12 +327,68 @@ pub async fn serve_connection(shard: Rc<Shard>, stream: TcpStream, slot: Connect
                 listener.await;
             }
         }
-        if shard.draining.get() {
+        if close_after || shard.draining.get() {
             break;
         }
     }
     drop(tx);
     let _ = writer_task.await;
+}
+
+fn is_sasl_api(key: i16) -> bool {
+    key == api_key::SASL_HANDSHAKE || key == api_key::SASL_AUTHENTICATE
+}
+
+/// A bare SASL token's reply: its length, then its bytes, with no Kafka header.
+fn raw_frame(token: &[u8]) -> handlers::HandlerResult {
+    let mut out = bytes::BytesMut::with_capacity(4 + token.len());
+    out.extend_from_slice(&(token.len() as u32).to_be_bytes());
+    out.extend_from_slice(token);
+    Ok(Some(out.into()))
+}
+
+/// SaslHandshake or SaslAuthenticate, which change the connection's authentication rather
+/// than the broker: the response, and whether the connection closes after it.
+fn sasl_request(
+    shard: &Rc<Shard>,
+    listener: &ListenerCtx,
+    auth: &mut AuthState,
+    (key, version, correlation_id): (i16, i16, i32),
+    mut r: Reader,
+) -> (Result<PendingResponse, String>, bool) {
+    use tributary_protocol::requests::sasl as req;
+    let Some(spec) = registry::lookup(key).filter(|s| s.supports(version)) else {
+        return (
+            Err(format!(
+                "SASL API key {key} v{version} is not supported (correlation id {correlation_id})"
+            )),
+            true,
+        );
+    };
+    let answered = (|| -> Result<(handlers::HandlerResult, bool), String> {
+        let header = decode_request_header(&mut r, spec.request_header_flexible(version))
+            .map_err(|e| e.to_string())?;
+        if key == api_key::SASL_HANDSHAKE {
+            let mechanism = req::decode_handshake(&mut r, version).map_err(|e| e.to_string())?;
+            let (resp, step) =
+                sasl::handshake(listener, auth, version, &mechanism, &shard.catalog());
+            Ok((
+                handlers::frame(spec, &header, &resp),
+                matches!(step, Step::Close),
+            ))
+        } else {
+            let token = req::decode_authenticate(&mut r, version).map_err(|e| e.to_string())?;
+            let (resp, step) = sasl::authenticate(listener, auth, &token, Instant::now());
+            Ok((
+                handlers::frame(spec, &header, &resp),
+                matches!(step, Step::Close),
+            ))
+        }
+    })();
+    match answered {
+        Ok((reply, close)) => (Ok(Box::pin(futures::future::ready(reply))), close),
+        Err(e) => (Err(format!("{} v{version}: {e}", spec.name)), true),
+    }
 }
 
 fn log_stop(peer: &str, stop: ReadStop, what: &str) {
@@ -298,7 +408,7 @@ async fn handle_frame(
     shard: &Rc<Shard>,
     (key, version, correlation_id): (i16, i16, i32),
     mut r: Reader,
-    peer: &str,
+    conn: handlers::Conn<'_>,
 ) -> Result<PendingResponse, String> {
     let Some(spec) = registry::lookup(key) else {
         return Err(format!(
@@ -320,7 +430,7 @@ async fn handle_frame(
     let header = decode_request_header(&mut r, spec.request_header_flexible(version))
         .map_err(|e| e.to_string())?;
     let name = spec.name;
-    let pending = handlers::dispatch(shard, spec, &header, r, peer)
+    let pending = handlers::dispatch(shard, spec, &header, r, conn)
         .await
         .map_err(|e| format!("{name} v{version}: {e}"))?;
     // Errors of the pending part (e.g. a response that cannot be encoded) are labelled too.

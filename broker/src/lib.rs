@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod partition_dirs;
 pub mod replica;
 pub mod routing;
+pub mod sasl;
 pub mod server;
 pub mod shard;
 pub mod topic_config;

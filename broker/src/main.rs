@@ -45,6 +45,12 @@ struct Cli {
     /// Override one config key (repeatable), e.g. `--set num.partitions=8`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// Add a SCRAM credential before the broker first serves (as `kafka-storage format
+    /// --add-scram`), e.g. `SCRAM-SHA-256=[name=admin,password=admin-secret]`; repeatable.
+    /// Writes it to the data directory and exits; the node puts it in the cluster's metadata
+    /// when it next starts.
+    #[arg(long = "add-scram", value_name = "MECHANISM=[name=..,password=..]")]
+    add_scram: Vec<String>,
 }
 
 fn main() -> Result<()> {
@@ -54,6 +60,13 @@ fn main() -> Result<()> {
         )
         .init();
     let cli = Cli::parse();
+    if !cli.add_scram.is_empty() {
+        for arg in &cli.add_scram {
+            let said = tributary_broker::sasl::add_bootstrap_scram(&cli.data_dir, arg)?;
+            println!("{said}");
+        }
+        return Ok(());
+    }
     let mut properties = Vec::new();
     if let Some(path) = &cli.config {
         let text = std::fs::read_to_string(path)

@@ -1,7 +1,7 @@
 //! Starting and stopping the broker: one pinned glommio executor per selected CPU, each a shard
 //! with its own listener on the shared port (SO_REUSEPORT), and an orderly shutdown.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,7 +16,9 @@ use tracing::{info, warn};
 use crate::catalog::Catalog;
 use crate::cluster::node::MetadataNode;
 use crate::config::BrokerConfig;
+use crate::cluster::config::ListenerSpec;
 use crate::connection::serve_connection;
+use crate::sasl::ListenerCtx;
 use crate::controller::Controller;
 use crate::limits::{ConnectionLimits, ConnectionQuotas};
 use crate::routing::ShardId;
@@ -27,6 +29,8 @@ const LISTEN_PROBE_GRACE: std::time::Duration = std::time::Duration::from_secs(3
 
 pub struct BrokerHandle {
     pub addr: SocketAddr,
+    /// Every client listener by name, with the address it is bound to (the first is `addr`).
+    pub listeners: Vec<(String, SocketAddr)>,
     /// Where the metrics endpoint listens (`metrics.listen`, port 0 resolved); `None` when off.
     pub metrics_addr: Option<SocketAddr>,
     _data_dir_lock: std::fs::File,
@@ -135,6 +139,21 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     // A controller-only node serves no clients: it has no client listener, and its address is
     // its controller listener's.
     let serves_clients = config.cluster.roles.broker;
+    // Every other client listener, reserved the same way (its bound port recorded for port 0).
+    let mut extra = Vec::new();
+    if serves_clients {
+        for l in config.listeners.iter().skip(1) {
+            let want = l
+                .listen
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| anyhow!("listener {}: cannot resolve {:?}", l.name, l.listen))?;
+            let (reservation, bound) = reserve_port(want)?;
+            config.bound.insert(l.name.clone(), bound.port());
+            extra.push((reservation, bound, l.clone()));
+        }
+    }
     let (reservation, addr) = if serves_clients {
         let (reservation, addr) = reserve_port(config.listen)?;
         (Some(reservation), addr)
@@ -181,6 +200,8 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         };
         let ready = ready_tx.clone();
         let connections = connections.clone();
+        let extra_addrs: Vec<(SocketAddr, ListenerSpec)> =
+            extra.iter().map(|(_, a, l)| (*a, l.clone())).collect();
         // Shard 0 serves the metrics endpoint.
         let metrics = config
             .metrics_listen
@@ -198,6 +219,7 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
             .spawn(move || async move {
                 let front = Front {
                     addr: serves_clients.then_some(addr),
+                    extra: extra_addrs,
                     connections,
                     metrics,
                 };
@@ -216,18 +238,33 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         }
     }
     drop(reservation);
+    let mut listeners: Vec<(String, SocketAddr)> = Vec::new();
+    if serves_clients {
+        if let Some(first) = config.listeners.first() {
+            listeners.push((first.name.clone(), addr));
+        }
+        for (_, bound, l) in &extra {
+            listeners.push((l.name.clone(), *bound));
+        }
+    }
+    // The shards listen on every reserved port now.
+    drop(extra);
     metrics_ready.store(true, Ordering::Release);
     let metrics_addr = metrics_bound_rx.try_recv().ok();
     if let Some(m) = metrics_addr {
         info!(addr = %m, "metrics endpoint is listening");
     }
     if serves_clients {
+        for l in config.listeners.iter().skip(1) {
+            info!(listener = %l.name, protocol = l.protocol.name(), port = config.bound.get(&l.name).copied().unwrap_or(0), "listening");
+        }
         info!(%addr, shards, cpus = ?config.cpus, data_dir = %config.data_dir.display(), "tributary is listening");
     } else {
         info!(%addr, data_dir = %config.data_dir.display(), "tributary controller (process.roles=controller) is serving the metadata quorum; it serves no clients");
     }
     Ok(BrokerHandle {
         addr,
+        listeners,
         metrics_addr,
         _data_dir_lock: lock,
         peers: senders,
@@ -239,6 +276,8 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
 /// counts every shard's listener shares.
 struct Front {
     addr: Option<SocketAddr>,
+    /// The other client listeners.
+    extra: Vec<(SocketAddr, ListenerSpec)>,
     connections: Arc<ConnectionQuotas>,
     /// Shard 0's: where to serve metrics.
     metrics: Option<MetricsFront>,
@@ -275,6 +314,7 @@ async fn run_shard(
 ) {
     let Front {
         addr,
+        extra,
         connections,
         metrics,
     } = front;
@@ -328,6 +368,22 @@ async fn run_shard(
             return;
         }
     };
+    let mut listeners = Vec::new();
+    if let (Some(l), Some(spec)) = (listener, config.listeners.first()) {
+        listeners.push((l, spec.clone()));
+    }
+    for (addr, spec) in extra {
+        match TcpListener::bind(addr) {
+            Ok(l) => listeners.push((l, spec)),
+            Err(e) => {
+                let _ = ready.send(Err(format!(
+                    "shard {}: cannot listen on {addr} (listener {}): {e}",
+                    id.0, spec.name
+                )));
+                return;
+            }
+        }
+    }
     let metrics_server = match metrics.map(|m| bind_metrics(&shard, m)).transpose() {
         Ok(server) => server,
         Err(e) => {
@@ -347,7 +403,13 @@ async fn run_shard(
             glommio::spawn_local(node.clone().controller_loop(config.clone())).detach(),
         ]
     });
-    let accept = listener.map(|l| glommio::spawn_local(accept_loop(shard.clone(), l)).detach());
+    let accept: Vec<_> = listeners
+        .into_iter()
+        .map(|(l, spec)| {
+            let ctx = Rc::new(ListenerCtx::new(&config, spec));
+            glommio::spawn_local(accept_loop(shard.clone(), l, ctx)).detach()
+        })
+        .collect();
     let ticker = glommio::spawn_local(group_ticker(shard.clone())).detach();
     let retention = glommio::spawn_local(every(
         shard.clone(),
@@ -390,7 +452,7 @@ async fn run_shard(
         }
         glommio::spawn_local(shard.clone().handle(req)).detach();
     }
-    if let Some(a) = accept {
+    for a in &accept {
         a.cancel();
     }
     if let Some(m) = metrics_server {
@@ -472,9 +534,9 @@ where
     }
 }
 
-async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
-    while let Some(stream) = accept_until_drained(&shard, &listener, "kafka").await {
-        admit(&shard, stream);
+async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, ctx: Rc<ListenerCtx>) {
+    while let Some(stream) = accept_until_drained(&shard, &listener, &ctx.name).await {
+        admit(&shard, stream, &ctx);
     }
 }
 
@@ -506,13 +568,14 @@ pub(crate) async fn accept_until_drained(
 }
 
 /// Starts serving `stream` if the connection limits allow it; otherwise closes it at once.
-fn admit(shard: &Rc<Shard>, stream: glommio::net::TcpStream) {
+fn admit(shard: &Rc<Shard>, stream: glommio::net::TcpStream, ctx: &Rc<ListenerCtx>) {
     let Ok(peer) = stream.peer_addr() else {
         return; // Already gone.
     };
     match shard.connections.admit(peer.ip()) {
         Ok(slot) => {
-            glommio::spawn_local(serve_connection(shard.clone(), stream, slot)).detach();
+            glommio::spawn_local(serve_connection(shard.clone(), stream, slot, ctx.clone()))
+                .detach();
         }
         Err(refused) => {
             let n = shard.connections_refused.get() + 1;

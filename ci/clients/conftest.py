@@ -132,3 +132,44 @@ def cluster(tmp_path):
     for b in c.nodes:
         if b.proc is not None:
             assert b.stop() == 0, "a cluster node must exit 0 on SIGTERM"
+
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+              'username="admin" password="admin-secret" '
+              'user_admin="admin-secret" user_alice="alice-secret";')
+
+
+class SaslBroker(Broker):
+    """A broker with a PLAINTEXT and a SASL_PLAINTEXT listener: PLAIN users from the listener's
+    JAAS config, SCRAM credentials written before the first start with `--add-scram`."""
+
+    def __init__(self, data_dir):
+        self.sasl_port = free_port()
+        super().__init__(data_dir)
+        self.extra = [
+            "--set", "num.partitions=1",
+            "--set", "group.initial.rebalance.delay.ms=0",
+            "--set", f"listeners=PLAINTEXT://127.0.0.1:{self.port},SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
+            "--set", "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "--set", f"listener.name.sasl_plaintext.plain.sasl.jaas.config={PLAIN_JAAS}",
+        ]
+        for cred in ("SCRAM-SHA-256=[name=s256,password=s256-secret]",
+                     "SCRAM-SHA-512=[name=s512,iterations=8192,password=s512-secret]"):
+            out = subprocess.run([BIN, "--data-dir", self.data_dir, "--add-scram", cred],
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            assert "s256-secret" not in out.stdout + out.stderr
+            assert "s512-secret" not in out.stdout + out.stderr
+
+    @property
+    def sasl_bootstrap(self):
+        return f"127.0.0.1:{self.sasl_port}"
+
+
+@pytest.fixture
+def sasl_broker(tmp_path):
+    b = SaslBroker(tmp_path / "data")
+    b.start()
+    yield b
+    if b.proc is not None:
+        assert b.stop() == 0, "broker must exit 0 on SIGTERM"

@@ -151,3 +151,23 @@ def test_admin_partitions_broker_configs_and_authorized_operations(broker):
     groups = admin.describe_groups(["nobody"], include_authorized_operations=True)
     assert {"READ", "DESCRIBE", "DELETE"} <= set(groups["nobody"]["authorized_operations"])
     admin.close()
+
+
+@pytest.mark.parametrize("mechanism,user,password", [
+    ("PLAIN", "alice", "alice-secret"),
+    ("SCRAM-SHA-256", "s256", "s256-secret"),
+    ("SCRAM-SHA-512", "s512", "s512-secret"),
+])
+def test_sasl_plain_and_scram(sasl_broker, mechanism, user, password):
+    auth = dict(bootstrap_servers=sasl_broker.sasl_bootstrap, security_protocol="SASL_PLAINTEXT",
+                sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password)
+    topic = f"kp-sasl-{mechanism.lower()}"
+    producer = KafkaProducer(**auth)
+    for i in range(10):
+        producer.send(topic, f"{i}".encode())
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=5000, **auth)
+    got = [m.value.decode() for m in consumer]
+    consumer.close()
+    assert got == [str(i) for i in range(10)]

@@ -73,6 +73,13 @@ impl ErrorCode {
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Self = Self(53);
     pub const OPERATION_NOT_ATTEMPTED: Self = Self(55);
     pub const PRODUCER_FENCED: Self = Self(90);
+    pub const UNSUPPORTED_SASL_MECHANISM: Self = Self(33);
+    pub const ILLEGAL_SASL_STATE: Self = Self(34);
+    pub const SASL_AUTHENTICATION_FAILED: Self = Self(58);
+    pub const CLUSTER_AUTHORIZATION_FAILED: Self = Self(31);
+    pub const RESOURCE_NOT_FOUND: Self = Self(91);
+    pub const DUPLICATE_RESOURCE: Self = Self(92);
+    pub const UNACCEPTABLE_CREDENTIAL: Self = Self(93);
     pub const BROKER_NOT_AVAILABLE: Self = Self(8);
     pub const UNSTABLE_OFFSET_COMMIT: Self = Self(88);
     pub const TRANSACTIONAL_ID_NOT_FOUND: Self = Self(105);

@@ -45,6 +45,13 @@ pub mod api_key {
     pub const DESCRIBE_PRODUCERS: i16 = 61;
     pub const DESCRIBE_TRANSACTIONS: i16 = 65;
     pub const LIST_TRANSACTIONS: i16 = 66;
+    pub const SASL_HANDSHAKE: i16 = 17;
+    pub const SASL_AUTHENTICATE: i16 = 36;
+    pub const DESCRIBE_USER_SCRAM_CREDENTIALS: i16 = 50;
+    pub const ALTER_USER_SCRAM_CREDENTIALS: i16 = 51;
+    pub const DESCRIBE_ACLS: i16 = 29;
+    pub const CREATE_ACLS: i16 = 30;
+    pub const DELETE_ACLS: i16 = 31;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +115,22 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
         0,
     ),
     spec(api_key::LIST_TRANSACTIONS, "ListTransactions", 0, 1, 0),
+    spec(api_key::SASL_HANDSHAKE, "SaslHandshake", 0, 1, i16::MAX),
+    spec(api_key::SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2, 2),
+    spec(
+        api_key::DESCRIBE_USER_SCRAM_CREDENTIALS,
+        "DescribeUserScramCredentials",
+        0,
+        0,
+        0,
+    ),
+    spec(
+        api_key::ALTER_USER_SCRAM_CREDENTIALS,
+        "AlterUserScramCredentials",
+        0,
+        0,
+        0,
+    ),
     spec(api_key::DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4, 4),
     spec(api_key::DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, 0),
     spec(api_key::OFFSET_COMMIT, "OffsetCommit", 2, 8, 8),

@@ -36,6 +36,14 @@ pub enum MetadataCommand {
         incarnation: String,
         host: String,
         port: u16,
+        #[serde(default)]
+        listeners: Vec<crate::catalog::Endpoint>,
+    },
+    /// Kafka's AlterUserScramCredentials: credentials set (user, mechanism type, credential)
+    /// and removed (user, mechanism type). Deleting one that does not exist changes nothing.
+    AlterScramCredentials {
+        upsert: Vec<(String, i8, crate::catalog::ScramRecord)>,
+        delete: Vec<(String, i8)>,
     },
     /// The controller lost touch with the broker (or, `controlled`, the broker is shutting
     /// down): it leaves every ISR and leads nothing until it is heard again (registers again).
@@ -154,11 +162,26 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             image.brokers.extend(brokers);
             Outcome::Done
         }
+        C::AlterScramCredentials { upsert, delete } => {
+            for (user, mechanism) in delete {
+                if let Some(m) = image.scram.get_mut(&user) {
+                    m.remove(&mechanism);
+                    if m.is_empty() {
+                        image.scram.remove(&user);
+                    }
+                }
+            }
+            for (user, mechanism, record) in upsert {
+                image.scram.entry(user).or_default().insert(mechanism, record);
+            }
+            Outcome::Done
+        }
         C::RegisterBroker {
             id,
             incarnation,
             host,
             port,
+            listeners,
         } => {
             let restarted = image
                 .brokers
@@ -191,6 +214,7 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
                     port,
                     fenced: false,
                     in_controlled_shutdown: false,
+                    listeners,
                 },
             );
             elect_where_leaderless(image, id);
@@ -532,6 +556,7 @@ mod tests {
             incarnation: incarnation.into(),
             host: "127.0.0.1".into(),
             port: 9092 + id as u16,
+            listeners: Vec::new(),
         }
     }
 

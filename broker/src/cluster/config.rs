@@ -59,13 +59,79 @@ impl ClusterConfig {
     }
 }
 
-/// The client listener and what clients are told, from `listeners` / `advertised.listeners` or,
-/// when those are unset, from `--listen` / `--advertised-listener`. A controller-only node
-/// serves no clients: its `listen` is `--listen`'s, unused.
+/// How a listener's connections are secured: Kafka's `SecurityProtocol`, by its wire id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "PLAINTEXT" => Some(Self::Plaintext),
+            "SSL" => Some(Self::Ssl),
+            "SASL_PLAINTEXT" => Some(Self::SaslPlaintext),
+            "SASL_SSL" => Some(Self::SaslSsl),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plaintext => "PLAINTEXT",
+            Self::Ssl => "SSL",
+            Self::SaslPlaintext => "SASL_PLAINTEXT",
+            Self::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    /// Kafka's id, as DescribeCluster and broker registrations carry it.
+    pub fn id(self) -> i16 {
+        match self {
+            Self::Plaintext => 0,
+            Self::Ssl => 1,
+            Self::SaslPlaintext => 2,
+            Self::SaslSsl => 3,
+        }
+    }
+
+    pub fn from_id(id: i16) -> Option<Self> {
+        [Self::Plaintext, Self::Ssl, Self::SaslPlaintext, Self::SaslSsl]
+            .into_iter()
+            .find(|p| p.id() == id)
+    }
+
+    pub fn is_sasl(self) -> bool {
+        matches!(self, Self::SaslPlaintext | Self::SaslSsl)
+    }
+}
+
+/// One listener clients connect to: where it binds, how it is secured and what clients
+/// connecting there are told (the brokers' endpoints on the same listener name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerSpec {
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    /// HOST:PORT to bind.
+    pub listen: String,
+    /// HOST:PORT clients are told; `None`: the bound address.
+    pub advertised: Option<String>,
+}
+
+/// The client listeners and what clients are told, from `listeners` / `advertised.listeners`
+/// or, when those are unset, one PLAINTEXT listener on `--listen` / `--advertised-listener`.
+/// `listen` and `advertised` are the inter-broker listener's (`inter.broker.listener.name`):
+/// the address brokers register with and reach each other on. A controller-only node serves
+/// no clients: its `listen` is `--listen`'s, unused, and `all` is empty.
 #[derive(Debug, Clone)]
 pub struct ClientListener {
     pub listen: String,
     pub advertised: Option<String>,
+    /// Every client listener, the inter-broker one first.
+    pub all: Vec<ListenerSpec>,
 }
 
 /// Parses the cluster keys. `get` returns a key's value ("" when unset).
@@ -139,31 +205,96 @@ pub fn parse(
             );
         }
     }
-    let listen = match client.as_slice() {
-        [] if !roles.broker => cli_listen.to_string(),
-        [] if listeners.is_empty() => cli_listen.to_string(),
-        [] => bail!(
+    if roles.broker && client.is_empty() && !listeners.is_empty() {
+        bail!(
             "config listeners={}: no listener for clients (every one is named in controller.listener.names); add PLAINTEXT://host:port",
             get("listeners")
-        ),
-        [l] if l.name == "PLAINTEXT" => format!("{}:{}", l.host, l.port),
-        [l] => bail!(
-            "config listeners: listener {} is not supported; Tributary serves clients on one PLAINTEXT listener (TLS and SASL listeners are not built yet)",
-            l.name
-        ),
-        _ => bail!(
-            "config listeners={}: more than one client listener; Tributary serves clients on one PLAINTEXT listener",
-            get("listeners")
-        ),
-    };
+        );
+    }
+    let protocols = parse_protocol_map(&get("listener.security.protocol.map"))?;
     let advertised = parse_listeners("advertised.listeners", &get("advertised.listeners"))?;
-    let advertised = match advertised.iter().find(|l| !is_controller(l)) {
-        Some(l) if l.name != "PLAINTEXT" => bail!(
-            "config advertised.listeners: {} is not a listener clients are served on; use PLAINTEXT://host:port",
-            l.name
+    for a in advertised.iter().filter(|l| !is_controller(l)) {
+        if !client.iter().any(|l| l.name == a.name) {
+            bail!(
+                "config advertised.listeners: {} is not a listener clients are served on (not in listeners); name one of {}",
+                a.name,
+                client.iter().map(|l| l.name.as_str()).collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
+    let mut all: Vec<ListenerSpec> = Vec::new();
+    if roles.broker && client.is_empty() {
+        all.push(ListenerSpec {
+            name: "PLAINTEXT".into(),
+            protocol: SecurityProtocol::Plaintext,
+            listen: cli_listen.to_string(),
+            advertised: advertised
+                .iter()
+                .find(|l| l.name == "PLAINTEXT")
+                .map(|l| format!("{}:{}", l.host, l.port))
+                .or_else(|| cli_advertised.map(str::to_string)),
+        });
+    }
+    for l in &client {
+        let protocol = match protocols.iter().find(|(n, _)| *n == l.name) {
+            Some((_, p)) => *p,
+            None => bail!(
+                "config listener.security.protocol.map: no security protocol defined for listener {}; add {}:PLAINTEXT (or SSL, SASL_PLAINTEXT, SASL_SSL)",
+                l.name,
+                l.name
+            ),
+        };
+        if matches!(protocol, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl) {
+            bail!(
+                "config listeners: listener {} uses {}, and TLS listeners are not built yet; use PLAINTEXT or SASL_PLAINTEXT",
+                l.name,
+                protocol.name()
+            );
+        }
+        all.push(ListenerSpec {
+            name: l.name.clone(),
+            protocol,
+            listen: format!("{}:{}", l.host, l.port),
+            advertised: advertised
+                .iter()
+                .find(|a| a.name == l.name)
+                .map(|a| format!("{}:{}", a.host, a.port)),
+        });
+    }
+    // The inter-broker listener: named, else the first PLAINTEXT one, else the first.
+    let inter = get("inter.broker.listener.name");
+    let inter_index = if inter.is_empty() {
+        all.iter()
+            .position(|l| l.protocol == SecurityProtocol::Plaintext)
+            .unwrap_or(0)
+    } else {
+        match all.iter().position(|l| l.name == inter) {
+            Some(i) => i,
+            None if !roles.broker => 0,
+            None => bail!(
+                "config inter.broker.listener.name={inter}: not a client listener in listeners; name one of {}",
+                all.iter().map(|l| l.name.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    };
+    if !all.is_empty() {
+        let l = all.remove(inter_index);
+        all.insert(0, l);
+    }
+    let talks_to_brokers = voters.len() > 1 || !roles.controller;
+    if let Some(l) = all.first().filter(|l| talks_to_brokers && l.protocol.is_sasl()) {
+        bail!(
+            "config inter.broker.listener.name: listener {} uses {}, and brokers do not authenticate to each other yet; add a PLAINTEXT listener for brokers (e.g. INTERNAL://host:port with INTERNAL:PLAINTEXT in listener.security.protocol.map) and name it in inter.broker.listener.name",
+            l.name,
+            l.protocol.name()
+        );
+    }
+    let (listen, advertised) = match all.first() {
+        Some(l) => (l.listen.clone(), l.advertised.clone()),
+        None => (
+            cli_listen.to_string(),
+            cli_advertised.map(str::to_string),
         ),
-        Some(l) => Some(format!("{}:{}", l.host, l.port)),
-        None => cli_advertised.map(str::to_string),
     };
     Ok((
         ClusterConfig {
@@ -175,8 +306,31 @@ pub fn parse(
             broker_session_timeout_ms,
             broker_heartbeat_interval_ms,
         },
-        ClientListener { listen, advertised },
+        ClientListener {
+            listen,
+            advertised,
+            all,
+        },
     ))
+}
+
+/// `listener.security.protocol.map`: `NAME:PROTOCOL,…`.
+fn parse_protocol_map(v: &str) -> Result<Vec<(String, SecurityProtocol)>> {
+    let mut out = Vec::new();
+    for entry in list(v) {
+        let Some((name, proto)) = entry.split_once(':') else {
+            bail!(
+                "config listener.security.protocol.map: {entry:?} is not NAME:PROTOCOL (e.g. SASL_PLAINTEXT:SASL_PLAINTEXT)"
+            );
+        };
+        let Some(p) = SecurityProtocol::parse(proto.trim()) else {
+            bail!(
+                "config listener.security.protocol.map: {proto:?} is not a security protocol; use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+            );
+        };
+        out.push((name.trim().to_string(), p));
+    }
+    Ok(out)
 }
 
 fn list(v: &str) -> Vec<String> {
@@ -299,6 +453,11 @@ mod tests {
             ("listeners", ""),
             ("advertised.listeners", ""),
             ("controller.listener.names", "CONTROLLER"),
+            (
+                "listener.security.protocol.map",
+                crate::config::DEFAULT_PROTOCOL_MAP,
+            ),
+            ("inter.broker.listener.name", ""),
             ("controller.quorum.election.timeout.ms", "1000"),
             ("broker.session.timeout.ms", "9000"),
             ("broker.heartbeat.interval.ms", "2000"),
@@ -399,6 +558,41 @@ mod tests {
     }
 
     #[test]
+    fn several_client_listeners_with_their_protocols() {
+        let (_, l) = run(&[
+            (
+                "listeners",
+                "SASL_PLAINTEXT://127.0.0.1:9094,PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9096",
+            ),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,INTERNAL:PLAINTEXT",
+            ),
+            ("advertised.listeners", "SASL_PLAINTEXT://broker.example:9094"),
+            ("inter.broker.listener.name", "INTERNAL"),
+        ])
+        .unwrap();
+        // The inter-broker listener first: brokers register and reach each other there.
+        assert_eq!(l.listen, "127.0.0.1:9096");
+        let names: Vec<&str> = l.all.iter().map(|x| x.name.as_str()).collect();
+        assert_eq!(names, ["INTERNAL", "SASL_PLAINTEXT", "PLAINTEXT"]);
+        assert_eq!(l.all[1].protocol, SecurityProtocol::SaslPlaintext);
+        assert_eq!(l.all[1].advertised.as_deref(), Some("broker.example:9094"));
+        assert_eq!(l.all[2].advertised, None);
+        // Unnamed, the inter-broker listener is the first PLAINTEXT one.
+        let (_, l) = run(&[(
+            "listeners",
+            "SASL_PLAINTEXT://127.0.0.1:9094,PLAINTEXT://127.0.0.1:9092",
+        )])
+        .unwrap();
+        assert_eq!(l.listen, "127.0.0.1:9092");
+        // A single node may serve only SASL clients: it talks to no other broker.
+        let (_, l) = run(&[("listeners", "SASL_PLAINTEXT://127.0.0.1:9094")]).unwrap();
+        assert_eq!(l.all.len(), 1);
+        assert_eq!(l.listen, "127.0.0.1:9094");
+    }
+
+    #[test]
     fn bad_cluster_keys_are_refused_with_what_to_do() {
         let cases: &[(&[(&str, &str)], &str)] = &[
             (&[("process.roles", "broker")], "broker-only node follows"),
@@ -465,7 +659,43 @@ mod tests {
                 )],
                 "appears twice",
             ),
-            (&[("listeners", "SSL://127.0.0.1:1")], "not supported"),
+            (
+                &[("listeners", "SSL://127.0.0.1:1")],
+                "TLS listeners are not built yet",
+            ),
+            (
+                &[("listeners", "EXTERNAL://127.0.0.1:1")],
+                "no security protocol defined for listener EXTERNAL",
+            ),
+            (
+                &[
+                    ("listeners", "PLAINTEXT://127.0.0.1:1"),
+                    ("inter.broker.listener.name", "INTERNAL"),
+                ],
+                "not a client listener",
+            ),
+            (
+                &[
+                    ("listeners", "PLAINTEXT://127.0.0.1:1"),
+                    ("advertised.listeners", "SASL_PLAINTEXT://h:1"),
+                ],
+                "not a listener clients are served on",
+            ),
+            (
+                &[
+                    ("node.id", "1"),
+                    ("controller.quorum.voters", "1@127.0.0.1:3,2@127.0.0.1:4"),
+                    (
+                        "listeners",
+                        "SASL_PLAINTEXT://127.0.0.1:1,CONTROLLER://127.0.0.1:3",
+                    ),
+                ],
+                "brokers do not authenticate to each other yet",
+            ),
+            (
+                &[("listener.security.protocol.map", "X:TLS")],
+                "not a security protocol",
+            ),
             (&[("listeners", "127.0.0.1:1")], "NAME://host:port"),
             (&[("broker.heartbeat.interval.ms", "9000")], "must be below"),
             (

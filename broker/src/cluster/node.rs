@@ -50,7 +50,14 @@ pub struct MetadataNode {
     /// The newest image every shard of this node holds.
     published: Cell<u64>,
     published_event: Event,
+    /// How long a client's change waits for a quorum leader to be known (an election in
+    /// progress): [`NO_LEADER_WAIT_ELECTIONS`] election timeouts.
+    no_leader_wait: Duration,
 }
+
+/// Election timeouts a client's change waits for a leader before it is answered
+/// REQUEST_TIMED_OUT — as Kafka's brokers hold a forwarded request until a controller is known.
+pub const NO_LEADER_WAIT_ELECTIONS: u32 = 4;
 
 /// A change the quorum could not make: the error code and message for the client.
 pub type Refusal = (ErrorCode, String);
@@ -90,6 +97,7 @@ impl MetadataNode {
             node_id: c.node_id,
             published: Cell::new(0),
             published_event: Event::new(),
+            no_leader_wait: election * NO_LEADER_WAIT_ELECTIONS,
         });
         node.bootstrap(config, legacy).await?;
         Ok(node)
@@ -167,6 +175,14 @@ impl MetadataNode {
                 .with_context(|| format!("renaming {}", legacy.display()))?;
             tributary_storage::io::sync_dir(&config.data_dir).await?;
         }
+        let bootstrap = config.data_dir.join(crate::sasl::BOOTSTRAP_SCRAM_FILE);
+        if let Some(bytes) = tributary_storage::io::read_file(&bootstrap).await? {
+            if let Some(cmd) = crate::sasl::bootstrap_scram_command(&bytes)? {
+                self.propose_at_start(config, &cmd).await?;
+                info!(file = %bootstrap.display(), "SCRAM credentials from --add-scram written to the cluster metadata");
+            }
+            tributary_storage::io::remove_file(&bootstrap).await?;
+        }
         if self.image().cluster_id.is_empty() {
             self.propose_at_start(
                 config,
@@ -191,6 +207,7 @@ impl MetadataNode {
                 incarnation: uuid::Uuid::new_v4().to_string(),
                 host: config.advertised_host.clone(),
                 port: config.advertised_port,
+                listeners: config.endpoints(),
             },
         )
         .await?;
@@ -234,7 +251,22 @@ impl MetadataNode {
     /// Proposes `cmd` and returns its outcome once every shard of this node holds the image
     /// that includes it.
     pub async fn propose(&self, cmd: &MetadataCommand) -> Result<Outcome, Refusal> {
-        self.submit(cmd, None).await
+        let deadline = Instant::now() + self.no_leader_wait;
+        loop {
+            if self.quorum.leader().is_none() && Instant::now() < deadline {
+                // An election is under way (the node just started, or the leader died).
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            // Retried while no leader took it (an observer's leader died, say); a proposal
+            // that timed out is not: it may still commit.
+            match self.quorum.propose(cmd.encode()).await {
+                Err(ProposeError::NoLeader) if Instant::now() < deadline => {
+                    glommio::timer::sleep(Duration::from_millis(50)).await;
+                }
+                proposal => return self.finish(proposal).await,
+            }
+        }
     }
 
     /// Proposes a decision of the active controller of quorum term `term`: refused once this
@@ -253,6 +285,13 @@ impl MetadataNode {
             Some(term) => self.quorum.propose_as_leader(cmd.encode(), term).await,
             None => self.quorum.propose(cmd.encode()).await,
         };
+        self.finish(proposal).await
+    }
+
+    async fn finish(
+        &self,
+        proposal: Result<(u64, Outcome), ProposeError>,
+    ) -> Result<Outcome, Refusal> {
         let (index, out) = proposal.map_err(|e| {
             let code = match e {
                 ProposeError::NoLeader | ProposeError::Timeout => ErrorCode::REQUEST_TIMED_OUT,

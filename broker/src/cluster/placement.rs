@@ -195,6 +195,7 @@ mod tests {
                 incarnation: "x".into(),
                 host: "127.0.0.1".into(),
                 port: 9000,
+                listeners: Vec::new(),
             };
             apply(&mut image, id as u64, &cmd.encode());
         }
@@ -285,6 +286,7 @@ mod tests {
                     port: 0,
                     fenced: false,
                     in_controlled_shutdown: false,
+                    listeners: Vec::new(),
                 },
             );
         }

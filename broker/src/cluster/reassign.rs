@@ -231,6 +231,7 @@ mod tests {
                     incarnation: "x".into(),
                     host: "127.0.0.1".into(),
                     port: 9000 + id as u16,
+                    listeners: Vec::new(),
                 },
             );
         }

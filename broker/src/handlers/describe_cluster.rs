@@ -27,6 +27,7 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    listener: &str,
 ) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| describe_cluster::decode(r, v))?;
@@ -51,11 +52,14 @@ pub async fn handle(
         .unwrap_or(cfg.node_id);
     let brokers = catalog
         .live_brokers()
-        .map(|b| {
-            DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(b.id))
-                .with_host(str_bytes(&b.host))
-                .with_port(i32::from(b.port))
+        .filter_map(|b| {
+            let (host, port) = b.endpoint(listener)?;
+            Some(
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(b.id))
+                    .with_host(str_bytes(host))
+                    .with_port(i32::from(port)),
+            )
         })
         .collect();
     let mut resp = DescribeClusterResponse::default()

@@ -215,11 +215,12 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    peer: &str,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
+    let peer = conn.peer;
     match spec.key {
-        api_key::FIND_COORDINATOR => find_coordinator(shard, spec, header, r).await,
+        api_key::FIND_COORDINATOR => find_coordinator(shard, spec, header, r, conn.listener).await,
         api_key::JOIN_GROUP => {
             let req = decode_all(r, |r| decode_join_group(r, v))?;
             let group = req.group_id.clone();
@@ -334,6 +335,7 @@ async fn find_coordinator(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    listener: &str,
 ) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| decode_find_coordinator(r, v))?;
@@ -385,7 +387,10 @@ async fn find_coordinator(
             .partition(topic, p)
             .and_then(|r| catalog.brokers.get(&r.leader))
             .filter(|b| !b.fenced)
-            .map(|b| (BrokerId(b.id), str_bytes(&b.host), i32::from(b.port)))
+            .and_then(|b| {
+                let (host, port) = b.endpoint(listener)?;
+                Some((BrokerId(b.id), str_bytes(host), i32::from(port)))
+            })
             .ok_or((
                 ErrorCode::COORDINATOR_NOT_AVAILABLE,
                 Some(format!("{topic} partition {p} has no live leader yet")),

@@ -24,6 +24,7 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    listener: &str,
 ) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| metadata::decode(r, v))?;
@@ -70,13 +71,18 @@ pub async fn handle(
         })
         .collect();
     let cfg = &shard.config;
+    // Each broker's endpoint on the listener the client connected to; one without that
+    // listener is left out, as Kafka does.
     let brokers = catalog
         .live_brokers()
-        .map(|b| {
-            MetadataResponseBroker::default()
-                .with_node_id(BrokerId(b.id))
-                .with_host(str_bytes(&b.host))
-                .with_port(i32::from(b.port))
+        .filter_map(|b| {
+            let (host, port) = b.endpoint(listener)?;
+            Some(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.id))
+                    .with_host(str_bytes(host))
+                    .with_port(i32::from(port)),
+            )
         })
         .collect();
     let mut resp = MetadataResponse::default()

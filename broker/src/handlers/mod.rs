@@ -20,6 +20,7 @@ pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
+pub mod scram;
 pub mod txn;
 
 use std::future::Future;
@@ -46,17 +47,27 @@ pub type PendingResponse = Pin<Box<dyn Future<Output = HandlerResult>>>;
 
 /// Starts one request. Produce returns while its appends wait to be durable, so the connection
 /// can read on; every other API is handled to the end here, one request at a time, as Kafka does.
+/// Who sent a request: the peer's address and the listener it connected to (brokers'
+/// endpoints are answered on that listener).
+#[derive(Debug, Clone, Copy)]
+pub struct Conn<'a> {
+    pub peer: &'a str,
+    pub listener: &'a str,
+    /// Who authenticated on the connection (`User:NAME`; `User:ANONYMOUS` without SASL).
+    pub principal: &'a str,
+}
+
 pub async fn dispatch(
     shard: &Rc<Shard>,
     spec: &'static ApiSpec,
     header: &RequestHeader,
     mut r: Reader,
-    peer: &str,
+    conn: Conn<'_>,
 ) -> Result<PendingResponse, String> {
     if spec.key == api_key::PRODUCE {
         return produce::start(shard, spec, header, &mut r).await;
     }
-    let result = handle(shard, spec, header, &mut r, peer).await;
+    let result = handle(shard, spec, header, &mut r, conn).await;
     Ok(Box::pin(std::future::ready(result)))
 }
 
@@ -65,12 +76,12 @@ async fn handle(
     spec: &'static ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    peer: &str,
+    conn: Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     match spec.key {
         api_key::API_VERSIONS => api_versions::handle(spec, header, r),
-        api_key::METADATA => metadata::handle(shard, spec, header, r).await,
+        api_key::METADATA => metadata::handle(shard, spec, header, r, conn.listener).await,
         api_key::FETCH => fetch::handle(shard, spec, header, r).await,
         api_key::LIST_OFFSETS => list_offsets::handle(shard, spec, header, r).await,
         api_key::CREATE_TOPICS => create_topics::handle(shard, spec, header, r).await,
@@ -99,7 +110,12 @@ async fn handle(
         | api_key::LIST_TRANSACTIONS
         | api_key::DESCRIBE_PRODUCERS => txn::handle(shard, spec, header, r).await,
         api_key::DESCRIBE_CONFIGS => describe_configs::handle(shard, spec, header, r),
-        api_key::DESCRIBE_CLUSTER => describe_cluster::handle(shard, spec, header, r).await,
+        api_key::DESCRIBE_CLUSTER => {
+            describe_cluster::handle(shard, spec, header, r, conn.listener).await
+        }
+        api_key::DESCRIBE_USER_SCRAM_CREDENTIALS | api_key::ALTER_USER_SCRAM_CREDENTIALS => {
+            scram::handle(shard, spec, header, r).await
+        }
         api_key::FIND_COORDINATOR
         | api_key::JOIN_GROUP
         | api_key::SYNC_GROUP
@@ -110,7 +126,7 @@ async fn handle(
         | api_key::LIST_GROUPS
         | api_key::DESCRIBE_GROUPS
         | api_key::DELETE_GROUPS
-        | api_key::OFFSET_DELETE => groups::handle(shard, spec, header, r, peer).await,
+        | api_key::OFFSET_DELETE => groups::handle(shard, spec, header, r, conn).await,
         api_key::ALTER_CONFIGS | api_key::INCREMENTAL_ALTER_CONFIGS => {
             alter_configs::handle(shard, spec, header, r).await
         }

@@ -1,6 +1,7 @@
 //! Request decoders, one module per API. Each decodes exactly the fields of the versions the
 //! registry advertises and refuses anything else; none allocates from an unchecked count.
 
+pub mod acls;
 pub mod alter_configs;
 pub mod api_versions;
 pub mod create_partitions;
@@ -20,6 +21,7 @@ pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
+pub mod sasl;
 pub mod txn;
 
 use crate::registry;

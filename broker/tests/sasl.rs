@@ -1,0 +1,356 @@
+//! SASL over the wire: a broker with a PLAINTEXT and a SASL_PLAINTEXT listener, librdkafka
+//! clients authenticating with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, credentials from
+//! `--add-scram` and AlterUserScramCredentials, and the bad inputs: a wrong password, an
+//! unknown mechanism, a request before authentication, an expired session — each closing only
+//! its own connection.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use kafka_protocol::messages::alter_user_scram_credentials_request::{
+    ScramCredentialDeletion, ScramCredentialUpsertion,
+};
+use kafka_protocol::messages::describe_user_scram_credentials_request::UserName;
+use kafka_protocol::messages::{
+    AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, ApiKey,
+    DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, MetadataRequest,
+    MetadataResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use tributary_broker::server::BrokerHandle;
+
+use common::{start_broker, RawConn};
+
+const JAAS: &str = r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";"#;
+const T: Duration = Duration::from_secs(30);
+const SASL_AUTHENTICATION_FAILED: i16 = 58;
+const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+
+fn broker(dir: &std::path::Path, extra: &[(&str, &str)]) -> (BrokerHandle, SocketAddr) {
+    let mut props = vec![
+        (
+            "listeners",
+            "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        ),
+        ("sasl.enabled.mechanisms", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"),
+        ("listener.name.sasl_plaintext.plain.sasl.jaas.config", JAAS),
+    ];
+    props.extend_from_slice(extra);
+    let b = start_broker(dir, 1, &props);
+    let sasl = b
+        .listeners
+        .iter()
+        .find(|(n, _)| n == "SASL_PLAINTEXT")
+        .expect("the SASL listener")
+        .1;
+    (b, sasl)
+}
+
+fn client(addr: SocketAddr, mechanism: &str, user: &str, password: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", addr.to_string())
+        .set("security.protocol", "SASL_PLAINTEXT")
+        .set("sasl.mechanisms", mechanism)
+        .set("sasl.username", user)
+        .set("sasl.password", password)
+        .set("message.timeout.ms", "10000");
+    c
+}
+
+/// Produces three records and reads them back, both over SASL as `user`.
+fn round_trip(addr: SocketAddr, mechanism: &str, user: &str, password: &str, topic: &str) {
+    let p: BaseProducer = client(addr, mechanism, user, password).create().unwrap();
+    for i in 0..3 {
+        let v = format!("{user}-{i}");
+        p.send(BaseRecord::<(), String>::to(topic).payload(&v))
+            .unwrap();
+    }
+    p.flush(T)
+        .unwrap_or_else(|e| panic!("{mechanism} as {user}: {e}"));
+    let c: BaseConsumer = client(addr, mechanism, user, password)
+        .set("group.id", format!("g-{topic}"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    c.subscribe(&[topic]).unwrap();
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + T;
+    while got.len() < 3 && std::time::Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            got.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+        }
+    }
+    assert_eq!(got.len(), 3, "{mechanism} as {user}: {got:?}");
+    // Metadata on the SASL listener names the brokers' SASL endpoints.
+    let md = c.fetch_metadata(Some(topic), T).unwrap();
+    assert_eq!(md.brokers()[0].port() as u16, addr.port());
+}
+
+fn handshake(conn: &mut RawConn, version: i16, mechanism: &str) -> SaslHandshakeResponse {
+    conn.request(
+        ApiKey::SaslHandshake,
+        version,
+        &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_string(mechanism.into())),
+    )
+}
+
+fn plain_token(user: &str, password: &str) -> Vec<u8> {
+    format!("\0{user}\0{password}").into_bytes()
+}
+
+fn authenticate(conn: &mut RawConn, token: Vec<u8>) -> SaslAuthenticateResponse {
+    conn.request(
+        ApiKey::SaslAuthenticate,
+        2,
+        &SaslAuthenticateRequest::default().with_auth_bytes(token.into()),
+    )
+}
+
+fn metadata(conn: &mut RawConn) -> MetadataResponse {
+    conn.request(ApiKey::Metadata, 12, &MetadataRequest::default())
+}
+
+#[test]
+fn clients_authenticate_with_plain_and_scram() {
+    let dir = tempfile::tempdir().unwrap();
+    // A credential given before the first start, as `tributary --add-scram` writes it.
+    tributary_broker::sasl::add_bootstrap_scram(
+        dir.path(),
+        "SCRAM-SHA-256=[name=scram-user,password=scram-secret]",
+    )
+    .unwrap();
+    let (b, sasl) = broker(dir.path(), &[]);
+    round_trip(sasl, "PLAIN", "alice", "alice-secret", "t-plain");
+    round_trip(sasl, "SCRAM-SHA-256", "scram-user", "scram-secret", "t-256");
+    // A SCRAM-SHA-512 credential set over the wire (AlterUserScramCredentials, salted by the
+    // client) is usable at once.
+    let salt = b"0123456789abcdef".to_vec();
+    let salted = tributary_security::scram::salted_password(
+        tributary_security::scram::ScramMechanism::Sha512,
+        b"bob-secret",
+        &salt,
+        4096,
+    );
+    let resp: AlterUserScramCredentialsResponse = RawConn::connect(b.addr).request(
+        ApiKey::AlterUserScramCredentials,
+        0,
+        &AlterUserScramCredentialsRequest::default().with_upsertions(vec![
+            ScramCredentialUpsertion::default()
+                .with_name(StrBytes::from_static_str("bob"))
+                .with_mechanism(2)
+                .with_iterations(4096)
+                .with_salt(salt.into())
+                .with_salted_password(salted.into()),
+        ]),
+    );
+    assert_eq!(resp.results[0].error_code, 0, "{resp:?}");
+    round_trip(sasl, "SCRAM-SHA-512", "bob", "bob-secret", "t-512");
+    // The plaintext listener still serves clients without authentication.
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", b.addr.to_string())
+        .create()
+        .unwrap();
+    p.send(BaseRecord::<(), str>::to("t-plain").payload("plaintext"))
+        .unwrap();
+    p.flush(T).unwrap();
+    b.shutdown().unwrap();
+}
+
+#[test]
+fn a_wrong_password_fails_and_closes_only_that_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (b, sasl) = broker(dir.path(), &[]);
+    let mut good = RawConn::connect(sasl);
+    assert_eq!(handshake(&mut good, 1, "PLAIN").error_code, 0);
+    assert_eq!(
+        authenticate(&mut good, plain_token("alice", "alice-secret")).error_code,
+        0
+    );
+    let mut bad = RawConn::connect(sasl);
+    assert_eq!(handshake(&mut bad, 1, "PLAIN").error_code, 0);
+    let resp = authenticate(&mut bad, plain_token("alice", "wrong"));
+    assert_eq!(resp.error_code, SASL_AUTHENTICATION_FAILED);
+    let msg = resp.error_message.map(|m| m.to_string()).unwrap_or_default();
+    assert!(!msg.contains("wrong"), "the password is never echoed: {msg}");
+    assert!(bad.is_closed(), "closed after the failure");
+    // SCRAM with a wrong password, through librdkafka: the producer reports it.
+    let p: BaseProducer = client(sasl, "SCRAM-SHA-256", "nobody", "x")
+        .set("message.timeout.ms", "3000")
+        .create()
+        .unwrap();
+    p.send(BaseRecord::<(), str>::to("t").payload("x")).unwrap();
+    assert!(p.flush(Duration::from_secs(5)).is_err() || p.in_flight_count() > 0);
+    // The authenticated connection is untouched.
+    assert_eq!(metadata(&mut good).brokers.len(), 1);
+    b.shutdown().unwrap();
+}
+
+#[test]
+fn bad_sasl_inputs_get_kafkas_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (b, sasl) = broker(dir.path(), &[("connections.max.reauth.ms", "1500")]);
+    // An unknown mechanism: UNSUPPORTED_SASL_MECHANISM with the enabled ones, then closed.
+    let mut c = RawConn::connect(sasl);
+    let resp = handshake(&mut c, 1, "GSSAPI");
+    assert_eq!(resp.error_code, UNSUPPORTED_SASL_MECHANISM);
+    let offered: Vec<String> = resp.mechanisms.iter().map(|m| m.to_string()).collect();
+    assert_eq!(offered, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]);
+    assert!(c.is_closed());
+    // A request before authentication closes the connection (ApiVersions is allowed).
+    let mut c = RawConn::connect(sasl);
+    let _: kafka_protocol::messages::ApiVersionsResponse = c.request(
+        ApiKey::ApiVersions,
+        3,
+        &kafka_protocol::messages::ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("t"))
+            .with_client_software_version(StrBytes::from_static_str("1")),
+    );
+    let req = c.encode_request(ApiKey::Metadata, 12, &MetadataRequest::default());
+    c.send_raw(&req);
+    assert!(c.is_closed(), "Metadata before authentication closes");
+    // A garbage SCRAM first message fails without disturbing the broker.
+    let mut c = RawConn::connect(sasl);
+    assert_eq!(handshake(&mut c, 1, "SCRAM-SHA-512").error_code, 0);
+    let resp = authenticate(&mut c, vec![0xff; 40]);
+    assert_eq!(resp.error_code, SASL_AUTHENTICATION_FAILED);
+    assert!(c.is_closed());
+    // Handshake v0: the token goes bare, length-prefixed, and so does the answer.
+    let mut c = RawConn::connect(sasl);
+    assert_eq!(handshake(&mut c, 0, "PLAIN").error_code, 0);
+    let token = plain_token("admin", "admin-secret");
+    let mut frame = BytesMut::new();
+    frame.extend_from_slice(&(token.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&token);
+    c.send_raw(&frame);
+    let reply = c.read_frame().expect("the bare answer");
+    assert!(reply.is_empty(), "PLAIN answers an empty token");
+    assert_eq!(metadata(&mut c).brokers.len(), 1);
+    // connections.max.reauth.ms: the session's lifetime is announced; once it has passed, the
+    // next request closes the connection unless the client authenticated again.
+    let mut c = RawConn::connect(sasl);
+    assert_eq!(handshake(&mut c, 1, "PLAIN").error_code, 0);
+    let resp = authenticate(&mut c, plain_token("alice", "alice-secret"));
+    assert_eq!(resp.error_code, 0);
+    assert_eq!(resp.session_lifetime_ms, 1500);
+    let mut renewed = RawConn::connect(sasl);
+    assert_eq!(handshake(&mut renewed, 1, "PLAIN").error_code, 0);
+    assert_eq!(
+        authenticate(&mut renewed, plain_token("alice", "alice-secret")).error_code,
+        0
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    // Re-authenticating as the same user renews the session.
+    assert_eq!(handshake(&mut renewed, 1, "PLAIN").error_code, 0);
+    assert_eq!(
+        authenticate(&mut renewed, plain_token("alice", "alice-secret")).error_code,
+        0
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(metadata(&mut renewed).brokers.len(), 1, "renewed in time");
+    let req = c.encode_request(ApiKey::Metadata, 12, &MetadataRequest::default());
+    c.send_raw(&req);
+    assert!(c.is_closed(), "the expired session's connection closes");
+    b.shutdown().unwrap();
+}
+
+#[test]
+fn scram_credentials_are_described_and_altered_with_kafkas_checks() {
+    const RESOURCE_NOT_FOUND: i16 = 91;
+    const DUPLICATE_RESOURCE: i16 = 92;
+    const UNACCEPTABLE_CREDENTIAL: i16 = 93;
+    let dir = tempfile::tempdir().unwrap();
+    tributary_broker::sasl::add_bootstrap_scram(
+        dir.path(),
+        "SCRAM-SHA-512=[name=admin,iterations=8192,password=admin-secret]",
+    )
+    .unwrap();
+    let (b, _) = broker(dir.path(), &[]);
+    let describe = |users: Option<Vec<&str>>| -> DescribeUserScramCredentialsResponse {
+        RawConn::connect(b.addr).request(
+            ApiKey::DescribeUserScramCredentials,
+            0,
+            &DescribeUserScramCredentialsRequest::default().with_users(users.map(|us| {
+                us.into_iter()
+                    .map(|u| UserName::default().with_name(StrBytes::from_string(u.into())))
+                    .collect()
+            })),
+        )
+    };
+    let all = describe(None);
+    assert_eq!(all.results.len(), 1);
+    assert_eq!(all.results[0].user.as_str(), "admin");
+    assert_eq!(all.results[0].credential_infos[0].mechanism, 2);
+    assert_eq!(all.results[0].credential_infos[0].iterations, 8192);
+    let some = describe(Some(vec!["admin", "ghost", "dup", "dup"]));
+    let codes: Vec<(String, i16)> = some
+        .results
+        .iter()
+        .map(|r| (r.user.to_string(), r.error_code))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            ("admin".to_string(), 0),
+            ("ghost".to_string(), RESOURCE_NOT_FOUND),
+            ("dup".to_string(), DUPLICATE_RESOURCE)
+        ]
+    );
+    let alter = |req: AlterUserScramCredentialsRequest| -> Vec<(String, i16)> {
+        let resp: AlterUserScramCredentialsResponse =
+            RawConn::connect(b.addr).request(ApiKey::AlterUserScramCredentials, 0, &req);
+        resp.results
+            .iter()
+            .map(|r| (r.user.to_string(), r.error_code))
+            .collect()
+    };
+    let up = |name: &'static str, mech: i8, iterations: i32| {
+        ScramCredentialUpsertion::default()
+            .with_name(StrBytes::from_static_str(name))
+            .with_mechanism(mech)
+            .with_iterations(iterations)
+            .with_salt(bytes::Bytes::from_static(b"salt"))
+            .with_salted_password(bytes::Bytes::from_static(&[7u8; 32]))
+    };
+    let del = |name: &'static str, mech: i8| {
+        ScramCredentialDeletion::default()
+            .with_name(StrBytes::from_static_str(name))
+            .with_mechanism(mech)
+    };
+    assert_eq!(
+        alter(AlterUserScramCredentialsRequest::default().with_upsertions(vec![
+            up("few", 1, 100),
+            up("many", 1, 100_000),
+            up("weird", 9, 4096),
+        ])),
+        [
+            ("few".to_string(), UNACCEPTABLE_CREDENTIAL),
+            ("many".to_string(), UNACCEPTABLE_CREDENTIAL),
+            ("weird".to_string(), UNSUPPORTED_SASL_MECHANISM)
+        ]
+    );
+    assert_eq!(
+        alter(
+            AlterUserScramCredentialsRequest::default()
+                .with_deletions(vec![del("ghost", 1), del("twice", 1)])
+                .with_upsertions(vec![up("twice", 1, 4096)])
+        ),
+        [
+            ("ghost".to_string(), RESOURCE_NOT_FOUND),
+            ("twice".to_string(), DUPLICATE_RESOURCE)
+        ]
+    );
+    assert_eq!(
+        alter(AlterUserScramCredentialsRequest::default().with_deletions(vec![del("admin", 2)])),
+        [("admin".to_string(), 0)]
+    );
+    assert!(describe(None).results.is_empty());
+    b.shutdown().unwrap();
+}

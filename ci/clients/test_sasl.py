@@ -1,0 +1,99 @@
+"""SASL over the wire with real clients: confluent-kafka (librdkafka), kafka-python and kcat
+authenticate with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 on a SASL_PLAINTEXT listener; SCRAM
+users are managed with confluent-kafka's admin client; a wrong password is refused."""
+
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                   UserScramCredentialDeletion, UserScramCredentialUpsertion)
+
+USERS = [
+    ("PLAIN", "alice", "alice-secret"),
+    ("SCRAM-SHA-256", "s256", "s256-secret"),
+    ("SCRAM-SHA-512", "s512", "s512-secret"),
+]
+
+
+def conf(broker, mechanism, user, password, **extra):
+    c = {
+        "bootstrap.servers": broker.sasl_bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+    c.update(extra)
+    return c
+
+
+@pytest.mark.parametrize("mechanism,user,password", USERS)
+def test_confluent_produce_and_consume(sasl_broker, mechanism, user, password):
+    topic = f"sasl-{mechanism.lower()}"
+    p = Producer(conf(sasl_broker, mechanism, user, password))
+    for i in range(20):
+        p.produce(topic, f"{user}-{i}".encode())
+    assert p.flush(30) == 0
+    c = Consumer(conf(sasl_broker, mechanism, user, password,
+                      **{"group.id": f"g-{topic}", "auto.offset.reset": "earliest"}))
+    c.subscribe([topic])
+    got = []
+    deadline = time.time() + 30
+    while len(got) < 20 and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value().decode())
+    c.close()
+    assert got == [f"{user}-{i}" for i in range(20)]
+
+
+def test_a_wrong_password_is_refused(sasl_broker):
+    errors = []
+    p = Producer(conf(sasl_broker, "SCRAM-SHA-256", "s256", "not-the-password",
+                      **{"error_cb": errors.append, "message.timeout.ms": 5000}))
+    p.produce("refused", b"x")
+    p.flush(10)
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+
+
+def test_scram_users_are_managed_with_the_admin_client(sasl_broker):
+    admin = AdminClient({"bootstrap.servers": sasl_broker.bootstrap})
+    described = admin.describe_user_scram_credentials(["s256", "s512"])
+    infos = {u: f.result() for u, f in described.items()}
+    assert infos["s512"].scram_credential_infos[0].iterations == 8192
+    assert infos["s256"].scram_credential_infos[0].mechanism == ScramMechanism.SCRAM_SHA_256
+    futures = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                     b"carol-secret"),
+        UserScramCredentialDeletion("s256", ScramMechanism.SCRAM_SHA_256),
+    ])
+    for f in futures.values():
+        f.result()
+    # carol authenticates at once; s256 no longer can.
+    p = Producer(conf(sasl_broker, "SCRAM-SHA-512", "carol", "carol-secret"))
+    p.produce("carol", b"hello")
+    assert p.flush(30) == 0
+    errors = []
+    p = Producer(conf(sasl_broker, "SCRAM-SHA-256", "s256", "s256-secret",
+                      **{"error_cb": errors.append, "message.timeout.ms": 5000}))
+    p.produce("refused", b"x")
+    p.flush(10)
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    with pytest.raises(KafkaException):
+        admin.describe_user_scram_credentials(["ghost"])["ghost"].result()
+
+
+@pytest.mark.parametrize("mechanism,user,password", USERS)
+def test_kcat(sasl_broker, mechanism, user, password):
+    auth = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", f"sasl.mechanisms={mechanism}",
+            "-X", f"sasl.username={user}", "-X", f"sasl.password={password}"]
+    r = subprocess.run(["kcat", "-b", sasl_broker.sasl_bootstrap, *auth, "-P", "-t", "kc-sasl"],
+                       input="one\ntwo\n", capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["kcat", "-b", sasl_broker.sasl_bootstrap, *auth, "-C", "-t", "kc-sasl",
+                        "-o", "beginning", "-e", "-f", "%s\n"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-2:] == ["one", "two"]
