@@ -989,6 +989,72 @@ impl Authorizer {
         }
     }
 
+    /// May `principal` do `op` on at least one resource of `resource_type`? Kafka's
+    /// `authorizeByResourceType` (KIP-679), which InitProducerId asks with WRITE on TOPIC for an
+    /// idempotent producer lacking IDEMPOTENT_WRITE on the cluster. Allowed when a check on a
+    /// made-up name is (super users, the no-ACL default, `*` and `User:*` ACLs); else when an
+    /// ALLOW ACL for exactly `op` or `ALL` (no implied DESCRIBE here, as in Kafka) names a
+    /// LITERAL resource no LITERAL or PREFIXED DENY covers, or a prefix no PREFIXED DENY covers.
+    /// A DENY on LITERAL `*` denies.
+    pub fn authorize_by_resource_type(
+        &self,
+        principal: &str,
+        host: &str,
+        op: AclOperation,
+        resource_type: ResourceType,
+    ) -> Decision {
+        // Kafka's own made-up name: a resource no real ACL is likely to name.
+        const PROBE_NAME: &str = "hardcode";
+        if self.authorize(principal, host, op, resource_type, PROBE_NAME) == Decision::Allowed {
+            return Decision::Allowed;
+        }
+        let Some(index) = self.by_type.get(&resource_type) else {
+            return Decision::Denied;
+        };
+        let has = |entries: &BTreeSet<AclEntry>, permission: AclPermissionType| {
+            entries.iter().any(|e| {
+                e.permission == permission
+                    && (e.principal == principal || e.principal == WILDCARD_PRINCIPAL)
+                    && (e.host == host || e.host == WILDCARD)
+                    && (e.operation == op || e.operation == AclOperation::All)
+            })
+        };
+        if let Some(entries) = index.literal.get(WILDCARD) {
+            if has(entries, AclPermissionType::Deny) {
+                return Decision::Denied;
+            }
+            if has(entries, AclPermissionType::Allow) {
+                return Decision::Allowed;
+            }
+        }
+        let denied_prefixes: HashSet<&str> = index
+            .prefixed
+            .iter()
+            .filter(|(_, entries)| has(entries, AclPermissionType::Deny))
+            .map(|(prefix, _)| prefix.as_str())
+            .collect();
+        let dominated = |name: &str| {
+            name.char_indices()
+                .filter_map(|(i, c)| name.get(..i + c.len_utf8()))
+                .any(|prefix| denied_prefixes.contains(prefix))
+        };
+        let literal_allowed = index.literal.iter().any(|(name, entries)| {
+            name != WILDCARD
+                && has(entries, AclPermissionType::Allow)
+                && !has(entries, AclPermissionType::Deny)
+                && !dominated(name)
+        });
+        let prefix_allowed = index
+            .prefixed
+            .iter()
+            .any(|(prefix, entries)| has(entries, AclPermissionType::Allow) && !dominated(prefix));
+        if literal_allowed || prefix_allowed {
+            Decision::Allowed
+        } else {
+            Decision::Denied
+        }
+    }
+
     /// The operations of [`ResourceType::supported_operations`] that `principal` may do on the
     /// resource, in that order: what Metadata, DescribeGroups and DescribeCluster report
     /// (through [`to_bitfield`]).
@@ -1352,6 +1418,70 @@ mod tests {
             deny_topic("t", Literal, ALICE, Op::Read),
         ]);
         assert_eq!(topic(&a, ALICE, Op::Describe, "t"), Allowed);
+    }
+
+    fn by_type(a: &Authorizer, principal: &str) -> Decision {
+        a.authorize_by_resource_type(principal, HOST, Op::Write, ResourceType::Topic)
+    }
+
+    #[test]
+    fn authorize_by_resource_type_follows_kip_679() {
+        let a = authorizer(vec![allow_topic("foo", Prefixed, ALICE, Op::Write)]);
+        assert_eq!(by_type(&a, ALICE), Allowed);
+        assert_eq!(by_type(&a, BOB), Denied);
+        // No implication here: READ does not count for WRITE, ALL does.
+        let a = authorizer(vec![allow_topic("foo", Literal, ALICE, Op::Read)]);
+        assert_eq!(by_type(&a, ALICE), Denied);
+        let a = authorizer(vec![allow_topic(
+            "foo",
+            Literal,
+            WILDCARD_PRINCIPAL,
+            Op::All,
+        )]);
+        assert_eq!(by_type(&a, ALICE), Allowed);
+        // A DENY covering every allowed name denies; one covering another name does not.
+        let a = authorizer(vec![
+            allow_topic("foo", Literal, ALICE, Op::Write),
+            deny_topic("foo", Literal, ALICE, Op::Write),
+        ]);
+        assert_eq!(by_type(&a, ALICE), Denied);
+        let a = authorizer(vec![
+            allow_topic("foo", Literal, ALICE, Op::Write),
+            deny_topic("fo", Prefixed, ALICE, Op::Write),
+        ]);
+        assert_eq!(by_type(&a, ALICE), Denied);
+        let a = authorizer(vec![
+            allow_topic("foo", Prefixed, ALICE, Op::Write),
+            deny_topic("foo", Literal, ALICE, Op::Write),
+        ]);
+        assert_eq!(by_type(&a, ALICE), Allowed);
+        let a = authorizer(vec![
+            allow_topic("foo", Literal, ALICE, Op::Write),
+            allow_topic("bar", Literal, ALICE, Op::Write),
+            deny_topic("foo", Prefixed, ALICE, Op::Write),
+        ]);
+        assert_eq!(by_type(&a, ALICE), Allowed);
+        // A wildcard DENY beats everything; a wildcard ALLOW allows.
+        let a = authorizer(vec![
+            allow_topic(WILDCARD, Literal, ALICE, Op::Write),
+            deny_topic(WILDCARD, Literal, WILDCARD_PRINCIPAL, Op::Write),
+        ]);
+        assert_eq!(by_type(&a, ALICE), Denied);
+        let a = authorizer(vec![allow_topic(WILDCARD, Literal, ALICE, Op::Write)]);
+        assert_eq!(by_type(&a, ALICE), Allowed);
+        // Super users, and the no-ACL default, through the made-up name.
+        let mut a = authorizer(vec![deny_topic(
+            WILDCARD,
+            Literal,
+            WILDCARD_PRINCIPAL,
+            Op::All,
+        )]);
+        a.super_users.insert(ALICE.to_owned());
+        assert_eq!(by_type(&a, ALICE), Allowed);
+        let a = Authorizer::new(HashSet::new(), true);
+        assert_eq!(by_type(&a, ALICE), Allowed);
+        let a = Authorizer::new(HashSet::new(), false);
+        assert_eq!(by_type(&a, ALICE), Denied);
     }
 
     #[test]
