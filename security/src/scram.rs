@@ -7,7 +7,8 @@
 //! server a lookup and the client's bytes, and sends back what `step` returns. It must not reveal
 //! whether a user exists before the final message (an unknown user gets a fake credential and
 //! fails where a wrong password fails), and it never puts a password, a proof or a key into an
-//! error or a log line.
+//! error or a log line. (Kafka itself refuses an unknown user at the client-first message; waiting
+//! costs nothing and keeps a client from probing for names.)
 //!
 //! Like Kafka, passwords are used as their UTF-8 bytes without SASLprep normalization, so a
 //! credential made here verifies against a Kafka client and one imported from Kafka verifies here.
@@ -466,6 +467,10 @@ fn add_scram_credential(
     }
 }
 
+/// A lookup that can live in a connection's state next to other mechanisms' servers:
+/// `ScramServer<BoxedScramLookup>` names one type whatever closure the broker passes.
+pub type BoxedScramLookup = Box<dyn FnOnce(&str) -> Option<ScramCredential>>;
+
 /// The server side of one SCRAM exchange. `F` finds a user's credential for this mechanism; it
 /// runs once, on the client-first message.
 ///
@@ -896,7 +901,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    type Lookup = Box<dyn FnOnce(&str) -> Option<ScramCredential>>;
+    type Lookup = BoxedScramLookup;
 
     fn server_for(mechanism: ScramMechanism, user: &str, password: &str) -> ScramServer<Lookup> {
         let credential = ScramCredential::generate(mechanism, password.as_bytes(), 4096).unwrap();
@@ -1003,6 +1008,36 @@ mod tests {
         let err = server.step(b"c=biws").unwrap_err();
         assert!(err.is_illegal_state(), "{err}");
         assert!(!server.is_complete());
+    }
+
+    #[test]
+    fn every_prefix_of_the_rfc_messages_is_handled() {
+        let m = ScramMechanism::Sha256;
+        let salt = STANDARD.decode("W22ZaJ0SNY7soEsUEjb6gQ==").unwrap();
+        let credential = ScramCredential::new(m, b"pencil", salt, 4096).unwrap();
+        let first: &[u8] = b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO";
+        let last: &[u8] = b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=";
+        let make_server = || {
+            let credential = credential.clone();
+            let lookup: Lookup = Box::new(move |_: &str| Some(credential));
+            ScramServer::new(m, lookup).with_server_nonce("%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
+        };
+        // A prefix of the client-first message may still be a valid (shorter) message; it
+        // must only never panic.
+        for len in 0..first.len() {
+            let _ = make_server().step(&first[..len]);
+        }
+        // Every proper prefix of the client-final message is refused.
+        for len in 0..last.len() {
+            let mut server = make_server();
+            server.step(first).unwrap();
+            assert!(server.step(&last[..len]).is_err(), "prefix of {len} bytes");
+            assert!(!server.is_complete());
+        }
+        let mut server = make_server();
+        server.step(first).unwrap();
+        server.step(last).unwrap();
+        assert!(server.is_complete());
     }
 
     #[test]
