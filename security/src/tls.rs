@@ -508,6 +508,11 @@ impl<S> TlsStream<S> {
         &self.io
     }
 
+    /// The wrapped byte stream, for socket options; reading or writing it breaks the session.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.io
+    }
+
     /// The rustls session (protocol version, cipher suite, peer certificates).
     pub fn connection(&self) -> &Connection {
         &self.connection

@@ -736,6 +736,40 @@ fn encrypted_keys_and_key_passwords_are_refused_with_a_reason() {
         &config_error(&settings),
         &["ssl.keystore.key", "encrypted private key"],
     );
+
+    // The older OpenSSL form: a PKCS#1 key with encryption headers.
+    let legacy = "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,00112233445566778899AABBCCDDEEFF\n\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n";
+    let settings = TlsSettings {
+        keystore_certificate_chain: Some(server.certificate_pem.clone()),
+        keystore_key: Some(legacy.to_owned()),
+        ..TlsSettings::default()
+    };
+    assert_contains(
+        &config_error(&settings),
+        &["ssl.keystore.key", "encrypted private key"],
+    );
+}
+
+#[test]
+fn a_write_after_close_is_refused() {
+    within_deadline(|| {
+        let setup = setup(ClientAuth::None);
+        let client = client_config(&setup.ca, None, &[&rustls::version::TLS13]);
+        let (server, client) = handshake(&setup.settings, client);
+        let mut server = server.expect("server handshake");
+        let mut client = client.expect("client handshake");
+        futures::executor::block_on(async {
+            server.close().await.expect("closed");
+            let error = server.write(b"late").await.expect_err("refused");
+            assert_eq!(error.kind(), io::ErrorKind::BrokenPipe);
+            let mut rest = Vec::new();
+            client
+                .read_to_end(&mut rest)
+                .await
+                .expect("clean end of file");
+            assert!(rest.is_empty());
+        });
+    });
 }
 
 #[test]

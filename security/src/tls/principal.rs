@@ -2,6 +2,8 @@
 //! `X500Principal.getName()` writes it (RFC 2253), and `ssl.principal.mapping.rules` read and
 //! applied as Kafka's `SslPrincipalMapper` does. Plain functions over bytes and strings; no I/O.
 
+use std::fmt;
+
 use regex::{Captures, Regex};
 use x509_parser::der_parser::asn1_rs::{Any, Tag, ToDer};
 use x509_parser::prelude::{FromDer, X509Certificate};
@@ -65,62 +67,43 @@ fn rfc2253_keyword(oid: &str) -> Option<&'static str> {
     })
 }
 
-/// The text of a string-typed attribute value; `None` for other types (written as hex).
+/// The text of a value Java writes as a string: its content bytes read as UTF-8 (malformed
+/// bytes become U+FFFD), whatever the string type, as `AVA.toRFC2253String` does; `None` for
+/// the types Java writes as hex (NumericString, VisibleString, UniversalString, non-strings).
 fn decode_directory_string(value: &Any<'_>) -> Option<String> {
-    let data = value.data;
     match value.tag() {
-        Tag::Utf8String
-        | Tag::PrintableString
+        Tag::PrintableString
+        | Tag::TeletexString
         | Tag::Ia5String
-        | Tag::NumericString
-        | Tag::VisibleString => std::str::from_utf8(data).ok().map(str::to_owned),
-        // T61 strings are read as Latin-1, as Java does.
-        Tag::TeletexString => Some(data.iter().map(|&byte| char::from(byte)).collect()),
-        Tag::BmpString => {
-            if !data.len().is_multiple_of(2) {
-                return None;
-            }
-            let units = data
-                .chunks_exact(2)
-                .map(|pair| u16::from_be_bytes([pair[0], pair[1]]));
-            char::decode_utf16(units)
-                .collect::<Result<String, _>>()
-                .ok()
-        }
-        Tag::UniversalString => {
-            if !data.len().is_multiple_of(4) {
-                return None;
-            }
-            data.chunks_exact(4)
-                .map(|quad| {
-                    char::from_u32(u32::from_be_bytes([quad[0], quad[1], quad[2], quad[3]]))
-                })
-                .collect()
-        }
+        | Tag::GeneralString
+        | Tag::BmpString
+        | Tag::Utf8String => Some(String::from_utf8_lossy(value.data).into_owned()),
         _ => None,
     }
 }
 
-/// Escapes a value as Java's RFC 2253 writer does: `,=+<>#;"\` anywhere, leading and trailing
-/// spaces, and control characters as `\XX` per UTF-8 byte.
+/// Escapes a value as Java's RFC 2253 writer does: `,=+<>#;"\` anywhere, NUL as `\00`,
+/// leading and trailing spaces and carriage returns; every other character as it is.
 fn escape_rfc2253_value(text: &str, out: &mut String) {
+    let edge = |c: &char| *c == ' ' || *c == '\r';
     let count = text.chars().count();
-    let leading_spaces = text.chars().take_while(|&c| c == ' ').count();
-    let trailing_from = count - text.chars().rev().take_while(|&c| c == ' ').count();
+    let leading = text.chars().take_while(edge).count();
+    let trailing_from = count
+        - text
+            .chars()
+            .rev()
+            .take_while(edge)
+            .count()
+            .min(count - leading);
     for (index, c) in text.chars().enumerate() {
-        if ",=+<>#;\"\\".contains(c)
-            || (c == ' ' && (index < leading_spaces || index >= trailing_from))
-        {
-            out.push('\\');
-            out.push(c);
-        } else if c.is_control() {
-            let mut utf8 = [0u8; 4];
-            for byte in c.encode_utf8(&mut utf8).bytes() {
-                out.push_str(&format!("\\{byte:02X}"));
-            }
-        } else {
-            out.push(c);
+        if c == '\0' {
+            out.push_str("\\00");
+            continue;
         }
+        if ",=+<>#;\"\\".contains(c) || index < leading || index >= trailing_from {
+            out.push('\\');
+        }
+        out.push(c);
     }
 }
 
@@ -158,6 +141,8 @@ enum MappingRule {
         pattern: Regex,
         replacement: String,
         case: Case,
+        /// As Kafka prints the rule: `RULE:pattern/replacement[/L|/U]`.
+        written: String,
     },
 }
 
@@ -231,6 +216,23 @@ impl PrincipalMapper {
     }
 }
 
+/// The rules as Kafka prints them: `[RULE:^CN=(.*?),OU=.*$/$1/L, DEFAULT]`.
+impl fmt::Display for PrincipalMapper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (index, rule) in self.rules.iter().enumerate() {
+            if index > 0 {
+                f.write_str(", ")?;
+            }
+            match rule {
+                MappingRule::Default => f.write_str("DEFAULT")?,
+                MappingRule::Replace { written, .. } => f.write_str(written)?,
+            }
+        }
+        f.write_str("]")
+    }
+}
+
 fn rule_regex(pattern: &str) -> Result<Regex, TlsError> {
     Regex::new(pattern).map_err(|error| {
         TlsError::PrincipalMapping(format!("the pattern `{pattern}` is not supported: {error}"))
@@ -264,6 +266,12 @@ fn next_search_start(text: &str, start: usize, end: usize) -> usize {
 
 impl MappingRule {
     fn replace(pattern: &str, replacement: &str, case: Case) -> Result<Self, TlsError> {
+        let suffix = match case {
+            Case::Keep => "",
+            Case::Lower => "/L",
+            Case::Upper => "/U",
+        };
+        let written = format!("RULE:{pattern}/{replacement}{suffix}");
         let whole = rule_regex(&format!(r"\A(?:{pattern})\z"))?;
         let pattern = rule_regex(pattern)?;
         let groups = pattern.captures_len() - 1;
@@ -275,6 +283,7 @@ impl MappingRule {
             pattern,
             replacement,
             case,
+            written,
         })
     }
 
@@ -284,6 +293,7 @@ impl MappingRule {
             pattern,
             replacement,
             case,
+            ..
         } = self
         else {
             return Some(distinguished_name.to_owned());
@@ -486,12 +496,10 @@ mod tests {
         }
     }
 
-    fn split(rules: &str) -> String {
-        match split_rules(rules) {
-            Ok(parts) => {
-                let kept: Vec<String> = parts.into_iter().filter(|part| !part.is_empty()).collect();
-                format!("[{}]", kept.join(", "))
-            }
+    /// The parsed rules as Kafka's `SslPrincipalMapper.toString()` lists them.
+    fn parsed(rules: &str) -> String {
+        match PrincipalMapper::from_rules(rules) {
+            Ok(mapper) => mapper.to_string(),
             Err(error) => panic!("{rules}: {error}"),
         }
     }
@@ -592,45 +600,52 @@ mod tests {
 
     #[test]
     fn rules_split_as_kafka_does() {
-        assert_eq!(split(""), "[]");
-        assert_eq!(split("DEFAULT"), "[DEFAULT]");
-        assert_eq!(split("RULE://"), "[RULE://]");
-        assert_eq!(split("RULE:/.*/"), "[RULE:/.*/]");
-        assert_eq!(split("RULE:/.*/L"), "[RULE:/.*/L]");
-        assert_eq!(split("RULE://,DEFAULT"), "[RULE://, DEFAULT]");
-        assert_eq!(split("  RULE:// ,  DEFAULT  "), "[RULE://, DEFAULT]");
-        assert_eq!(
-            split("  RULE:   /     / ,  DEFAULT  "),
-            "[RULE:   /     /, DEFAULT]"
-        );
-        assert_eq!(
-            split("  RULE:  /     /U   ,DEFAULT  "),
-            "[RULE:  /     /U, DEFAULT]"
-        );
-        assert_eq!(
-            split("  RULE:([A-Z]*)/$1/U   ,RULE:([a-z]+)/$1/,   DEFAULT  "),
-            "[RULE:([A-Z]*)/$1/U, RULE:([a-z]+)/$1/, DEFAULT]"
-        );
-        assert_eq!(split(",   , , ,      , , ,   "), "[]");
-        assert_eq!(split(",,RULE://,,,DEFAULT,,"), "[RULE://, DEFAULT]");
-        assert_eq!(
-            split(",  , RULE: /   /    ,,,   DEFAULT, ,   "),
-            "[RULE: /   /, DEFAULT]"
-        );
-        assert_eq!(
-            split(r"RULE:\/\\\(\)\n\t/\/\//"),
-            r"[RULE:\/\\\(\)\n\t/\/\//]"
-        );
-        assert_eq!(
-            split(r"RULE:\**\/+/*/L,RULE:\/*\**/**/"),
-            r"[RULE:\**\/+/*/L, RULE:\/*\**/**/]"
-        );
-        assert_eq!(
-            split(
-                r"RULE:,RULE:,/,RULE:,\//U,RULE:,/RULE:,/,RULE:,RULE:,/L,RULE:,/L/,RULE:, DEFAULT, /DEFAULT/,DEFAULT"
+        // Kafka's own cases, inputs and expected lists as its tests have them.
+        for (expected, rules) in [
+            ("[]", ""),
+            ("[DEFAULT]", "DEFAULT"),
+            ("[RULE:/]", "RULE://"),
+            ("[RULE:/.*]", "RULE:/.*/"),
+            ("[RULE:/.*/L]", "RULE:/.*/L"),
+            ("[RULE:/, DEFAULT]", "RULE://,DEFAULT"),
+            ("[RULE:/, DEFAULT]", "  RULE:// ,  DEFAULT  "),
+            (
+                "[RULE:   /     , DEFAULT]",
+                "  RULE:   /     / ,  DEFAULT  ",
             ),
-            r"[RULE:,RULE:,/,RULE:,\//U, RULE:,/RULE:,/, RULE:,RULE:,/L,RULE:,/L/, RULE:, DEFAULT, /DEFAULT/, DEFAULT]"
-        );
+            (
+                "[RULE:  /     /U, DEFAULT]",
+                "  RULE:  /     /U   ,DEFAULT  ",
+            ),
+            (
+                "[RULE:([A-Z]*)/$1/U, RULE:([a-z]+)/$1, DEFAULT]",
+                "  RULE:([A-Z]*)/$1/U   ,RULE:([a-z]+)/$1/,   DEFAULT  ",
+            ),
+            // Empty rules are ignored.
+            ("[]", ",   , , ,      , , ,   "),
+            ("[RULE:/, DEFAULT]", ",,RULE://,,,DEFAULT,,"),
+            (
+                "[RULE: /   , DEFAULT]",
+                ",  , RULE: /   /    ,,,   DEFAULT, ,   ",
+            ),
+            (
+                "[RULE:   /  /U, DEFAULT]",
+                "     ,  , RULE:   /  /U    ,,  ,DEFAULT, ,",
+            ),
+            // Escape sequences.
+            (r"[RULE:\/\\\(\)\n\t/\/\/]", r"RULE:\/\\\(\)\n\t/\/\//"),
+            (
+                r"[RULE:\**\/+/*/L, RULE:\/*\**/**]",
+                r"RULE:\**\/+/*/L,RULE:\/*\**/**/",
+            ),
+            // Rules that look like several rules.
+            (
+                r"[RULE:,RULE:,/,RULE:,\//U, RULE:,/RULE:,, RULE:,RULE:,/L,RULE:,/L, RULE:, DEFAULT, /DEFAULT, DEFAULT]",
+                r"RULE:,RULE:,/,RULE:,\//U,RULE:,/RULE:,/,RULE:,RULE:,/L,RULE:,/L,RULE:, DEFAULT, /DEFAULT/,DEFAULT",
+            ),
+        ] {
+            assert_eq!(parsed(rules), expected, "{rules}");
+        }
     }
 
     #[test]
@@ -664,8 +679,14 @@ mod tests {
         escape_rfc2253_value(" a,b+c=d#e;\"f\\<g> ", &mut out);
         assert_eq!(out, r#"\ a\,b\+c\=d\#e\;\"f\\\<g\>\ "#);
         let mut out = String::new();
-        escape_rfc2253_value("tab\there", &mut out);
-        assert_eq!(out, r"tab\09here");
+        escape_rfc2253_value("tab\there\0", &mut out);
+        assert_eq!(out, "tab\there\\00");
+        let mut out = String::new();
+        escape_rfc2253_value("  ", &mut out);
+        assert_eq!(out, r"\ \ ");
+        let mut out = String::new();
+        escape_rfc2253_value("\r a\r", &mut out);
+        assert_eq!(out, "\\\r\\ a\\\r");
         let mut out = String::new();
         escape_rfc2253_value("Zoë", &mut out);
         assert_eq!(out, "Zoë");
