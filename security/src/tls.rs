@@ -50,8 +50,10 @@ pub const ANONYMOUS_PRINCIPAL: &str = "User:ANONYMOUS";
 /// TLS one in the handshake error.
 const FIRST_BYTES_KEPT: usize = 8;
 
-/// The TLS record type a client's first record has (handshake).
-const TLS_HANDSHAKE_RECORD: u8 = 22;
+/// The TLS record content types (change_cipher_spec 20 to heartbeat 24); a first byte outside
+/// them means the peer does not speak TLS at all. A plaintext Kafka request starts with 0, the
+/// high byte of its length.
+const TLS_RECORD_TYPES: std::ops::RangeInclusive<u8> = 20..=24;
 
 /// Errors building the TLS configuration, completing a handshake or naming the peer. A `Config`
 /// error names the setting, what is wrong and what to do.
@@ -557,7 +559,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream<S> {
         let result = futures::future::poll_fn(|cx| self.poll_handshake(cx)).await;
         let first_bytes = std::mem::take(&mut self.first_bytes);
         result.map_err(|error| match first_bytes.first() {
-            Some(&first) if first != TLS_HANDSHAKE_RECORD && self.connection.is_handshaking() => {
+            Some(first)
+                if !TLS_RECORD_TYPES.contains(first) && self.connection.is_handshaking() =>
+            {
                 TlsError::NotTls { first_bytes }
             }
             _ => TlsError::Handshake(error),

@@ -20,7 +20,8 @@ use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tributary_security::tls::{
-    accept, connect, server_config, ClientAuth, PrincipalMapper, TlsError, TlsSettings, TlsStream,
+    accept, connect, server_config, subject_dn_rfc2253, ClientAuth, PrincipalMapper, TlsError,
+    TlsSettings, TlsStream,
 };
 
 /// A test that has not finished by then is hung.
@@ -530,6 +531,21 @@ fn the_subject_keeps_java_rfc2253_form() {
             r"User:tkac\, adam"
         );
     });
+}
+
+#[test]
+fn every_truncated_certificate_is_an_error_not_a_panic() {
+    let ca = authority("Tributary test CA");
+    let alice = client_identity(&ca, &alice_subject());
+    let der = CertificateDer::from_pem_slice(alice.certificate_pem.as_bytes()).expect("der");
+    let der = der.as_ref();
+    assert_eq!(
+        subject_dn_rfc2253(der).expect("whole certificate"),
+        "CN=alice,OU=eng,O=acme"
+    );
+    for cut in 0..der.len() {
+        assert!(subject_dn_rfc2253(&der[..cut]).is_err(), "cut at {cut}");
+    }
 }
 
 #[test]

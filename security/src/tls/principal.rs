@@ -9,6 +9,7 @@ use x509_parser::der_parser::asn1_rs::{Any, Tag, ToDer};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use super::TlsError;
+
 /// The subject of a DER certificate in RFC 2253 form as Java's `X500Principal.getName()` writes
 /// it: RDNs last-to-first joined by `,`, multi-valued RDNs joined by `+`, the keywords CN, C, L,
 /// ST, O, OU, STREET, DC and UID, other attribute types as dotted OIDs with `#`-hex DER values.
