@@ -29,7 +29,10 @@ impl BrokerConfig {
                         (0, Some(b)) => b,
                         (p, _) => p,
                     };
-                    (h.trim_start_matches('[').trim_end_matches(']').to_string(), port)
+                    (
+                        h.trim_start_matches('[').trim_end_matches(']').to_string(),
+                        port,
+                    )
                 };
                 crate::catalog::Endpoint {
                     name: l.name.clone(),
@@ -88,7 +91,14 @@ fn check_sasl(cfg: &BrokerConfig) -> Result<()> {
                     "config {key} is not set, but PLAIN is in sasl.enabled.mechanisms: set it to org.apache.kafka.common.security.plain.PlainLoginModule required user_NAME=\"PASSWORD\"; (one user_ option per user)"
                 );
             };
-            let _ = jaas; // SEC-MERGE: parse with the security crate's JAAS parser
+            let users = tributary_security::jaas::JaasConfig::parse(jaas)
+                .map(|j| tributary_security::jaas::plain_users(&j))
+                .map_err(|e| anyhow!("config {key}: {e}"))?;
+            if users.is_empty() {
+                bail!(
+                    "config {key} names no users; add user_NAME=\"PASSWORD\" options (one per user)"
+                );
+            }
         }
     }
     Ok(())
@@ -242,6 +252,8 @@ pub struct BrokerConfig {
     /// The ports listeners other than the inter-broker one were bound to, by name (those given
     /// port 0 get theirs at start-up).
     pub bound: BTreeMap<String, u16>,
+    /// Random per process: salts the fake SCRAM credential an unknown user is answered with.
+    pub scram_unknown_user_key: [u8; 32],
     pub node_id: i32,
     /// The node's place in the cluster: the quorum's voters and timeouts.
     pub cluster: crate::cluster::config::ClusterConfig,
@@ -904,6 +916,8 @@ impl BrokerConfig {
             )?,
             listener_props,
             bound: BTreeMap::new(),
+            scram_unknown_user_key: tributary_security::scram::generate_unknown_user_key()
+                .map_err(|e| anyhow!("{e}"))?,
         };
         check_replica_fetch_wait(&cfg)?;
         check_sasl(&cfg)?;

@@ -19,7 +19,7 @@ use kafka_protocol::messages::{SaslAuthenticateResponse, SaslHandshakeResponse};
 use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, info};
 use tributary_protocol::ErrorCode;
-use tributary_security::scram::{ScramCredential, ScramMechanism, ScramServer};
+use tributary_security::scram::{BoxedScramLookup, ScramCredential, ScramMechanism, ScramServer};
 
 use crate::catalog::Catalog;
 use crate::cluster::config::{ListenerSpec, SecurityProtocol};
@@ -39,6 +39,9 @@ pub struct ListenerCtx {
     plain_users: HashMap<String, String>,
     /// `connections.max.reauth.ms`; `None`: sessions never end.
     pub reauth: Option<Duration>,
+    /// Salts the fake credential SCRAM answers an unknown user with, the same on every
+    /// connection so that asking twice tells nothing.
+    unknown_user_key: [u8; 32],
 }
 
 impl ListenerCtx {
@@ -50,7 +53,7 @@ impl ListenerCtx {
                 "listener.name.{}.plain.sasl.jaas.config",
                 spec.name.to_ascii_lowercase()
             ))
-            .and_then(|jaas| tributary_security::jaas::parse(jaas).ok())
+            .and_then(|jaas| tributary_security::jaas::JaasConfig::parse(jaas).ok())
             .map(|j| tributary_security::jaas::plain_users(&j))
             .unwrap_or_default();
         Self {
@@ -64,6 +67,7 @@ impl ListenerCtx {
             plain_users,
             reauth: (config.connections_max_reauth_ms > 0)
                 .then(|| Duration::from_millis(config.connections_max_reauth_ms)),
+            unknown_user_key: config.scram_unknown_user_key,
         }
     }
 
@@ -72,10 +76,10 @@ impl ListenerCtx {
     }
 }
 
-/// A mechanism in progress.
-enum Exchange {
+/// A mechanism in progress (its state is its own).
+pub enum Exchange {
     Plain,
-    Scram(Box<ScramServer>),
+    Scram(Box<ScramServer<BoxedScramLookup>>),
 }
 
 /// Where a connection is in its authentication.
@@ -187,7 +191,11 @@ pub fn handshake(
     let exchange = match mechanism.as_str() {
         "PLAIN" => Exchange::Plain,
         m => match ScramMechanism::from_name(m) {
-            Some(mech) => Exchange::Scram(Box::new(scram_server(mech, image.clone()))),
+            Some(mech) => Exchange::Scram(Box::new(scram_server(
+                mech,
+                image.clone(),
+                listener.unknown_user_key,
+            ))),
             None => return (reply(ErrorCode::UNSUPPORTED_SASL_MECHANISM), Step::Close),
         },
     };
@@ -200,8 +208,12 @@ pub fn handshake(
     (reply(ErrorCode::NONE), Step::Continue)
 }
 
-fn scram_server(mech: ScramMechanism, image: Arc<Catalog>) -> ScramServer {
-    ScramServer::new(mech, move |user: &str| {
+fn scram_server(
+    mech: ScramMechanism,
+    image: Arc<Catalog>,
+    unknown_user_key: [u8; 32],
+) -> ScramServer<BoxedScramLookup> {
+    let lookup: BoxedScramLookup = Box::new(move |user: &str| {
         let r = image.scram.get(user)?.get(&mech.type_id())?;
         Some(ScramCredential {
             salt: r.salt.clone(),
@@ -209,7 +221,8 @@ fn scram_server(mech: ScramMechanism, image: Arc<Catalog>) -> ScramServer {
             server_key: r.server_key.clone(),
             iterations: r.iterations.max(0) as u32,
         })
-    })
+    });
+    ScramServer::new(mech, lookup).with_unknown_user_key(unknown_user_key)
 }
 
 /// One token of the exchange (a SaslAuthenticate's bytes, or a bare frame after a v0
@@ -228,7 +241,9 @@ pub fn step(
         ..
     } = state
     else {
-        return Err("a SASL token arrived with no mechanism chosen (send SaslHandshake first)".into());
+        return Err(
+            "a SASL token arrived with no mechanism chosen (send SaslHandshake first)".into(),
+        );
     };
     let (out, user) = match exchange {
         Exchange::Plain => {

@@ -14,14 +14,14 @@ use glommio::{LocalExecutorBuilder, Placement};
 use tracing::{info, warn};
 
 use crate::catalog::Catalog;
+use crate::cluster::config::ListenerSpec;
 use crate::cluster::node::MetadataNode;
 use crate::config::BrokerConfig;
-use crate::cluster::config::ListenerSpec;
 use crate::connection::serve_connection;
-use crate::sasl::ListenerCtx;
 use crate::controller::Controller;
 use crate::limits::{ConnectionLimits, ConnectionQuotas};
 use crate::routing::ShardId;
+use crate::sasl::ListenerCtx;
 use crate::shard::{Shard, ShardRequest};
 
 /// How long a listener found on the port may take to disappear before start-up gives up.
@@ -192,7 +192,7 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         let peers = senders.clone();
         let metadata = if i == 0 {
             Metadata::Open {
-                legacy: legacy.take().flatten(),
+                legacy: legacy.take().flatten().map(Box::new),
                 shards: image_txs.clone(),
             }
         } else {
@@ -296,7 +296,7 @@ enum Metadata {
     /// Shard 0: open the metadata quorum (importing a single-node catalog, if given) and hand
     /// the image to every shard.
     Open {
-        legacy: Option<Catalog>,
+        legacy: Option<Box<Catalog>>,
         shards: Vec<async_channel::Sender<Arc<Catalog>>>,
     },
     /// Every other shard: wait for shard 0's.
@@ -327,7 +327,7 @@ async fn run_shard(
         return;
     }
     let (catalog, node) = match metadata {
-        Metadata::Open { legacy, shards } => match MetadataNode::start(&config, legacy).await {
+        Metadata::Open { legacy, shards } => match MetadataNode::start(&config, legacy.map(|c| *c)).await {
             Ok(node) => {
                 let image = node.image();
                 for tx in shards {

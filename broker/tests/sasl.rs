@@ -40,7 +40,10 @@ fn broker(dir: &std::path::Path, extra: &[(&str, &str)]) -> (BrokerHandle, Socke
             "listeners",
             "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         ),
-        ("sasl.enabled.mechanisms", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"),
+        (
+            "sasl.enabled.mechanisms",
+            "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        ),
         ("listener.name.sasl_plaintext.plain.sasl.jaas.config", JAAS),
     ];
     props.extend_from_slice(extra);
@@ -94,6 +97,18 @@ fn round_trip(addr: SocketAddr, mechanism: &str, user: &str, password: &str, top
     assert_eq!(md.brokers()[0].port() as u16, addr.port());
 }
 
+/// The errors a librdkafka client reports (its error callback).
+#[derive(Default)]
+struct Errors(std::sync::Mutex<Vec<String>>);
+
+impl rdkafka::ClientContext for Errors {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        self.0.lock().unwrap().push(format!("{error}: {reason}"));
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for Errors {}
+
 fn handshake(conn: &mut RawConn, version: i16, mechanism: &str) -> SaslHandshakeResponse {
     conn.request(
         ApiKey::SaslHandshake,
@@ -133,8 +148,7 @@ fn clients_authenticate_with_plain_and_scram() {
     // A SCRAM-SHA-512 credential set over the wire (AlterUserScramCredentials, salted by the
     // client) is usable at once.
     let salt = b"0123456789abcdef".to_vec();
-    let salted = tributary_security::scram::salted_password(
-        tributary_security::scram::ScramMechanism::Sha512,
+    let salted = tributary_security::scram::ScramMechanism::Sha512.salted_password(
         b"bob-secret",
         &salt,
         4096,
@@ -178,16 +192,30 @@ fn a_wrong_password_fails_and_closes_only_that_connection() {
     assert_eq!(handshake(&mut bad, 1, "PLAIN").error_code, 0);
     let resp = authenticate(&mut bad, plain_token("alice", "wrong"));
     assert_eq!(resp.error_code, SASL_AUTHENTICATION_FAILED);
-    let msg = resp.error_message.map(|m| m.to_string()).unwrap_or_default();
-    assert!(!msg.contains("wrong"), "the password is never echoed: {msg}");
+    let msg = resp
+        .error_message
+        .map(|m| m.to_string())
+        .unwrap_or_default();
+    assert!(
+        !msg.contains("wrong"),
+        "the password is never echoed: {msg}"
+    );
     assert!(bad.is_closed(), "closed after the failure");
-    // SCRAM with a wrong password, through librdkafka: the producer reports it.
-    let p: BaseProducer = client(sasl, "SCRAM-SHA-256", "nobody", "x")
-        .set("message.timeout.ms", "3000")
-        .create()
+    // SCRAM as an unknown user, through librdkafka: it reports an authentication error.
+    let c: BaseConsumer<Errors> = client(sasl, "SCRAM-SHA-256", "nobody", "x")
+        .create_with_context(Errors::default())
         .unwrap();
-    p.send(BaseRecord::<(), str>::to("t").payload("x")).unwrap();
-    assert!(p.flush(Duration::from_secs(5)).is_err() || p.in_flight_count() > 0);
+    assert!(c.fetch_metadata(None, Duration::from_secs(3)).is_err());
+    let deadline = std::time::Instant::now() + T;
+    while c.context().0.lock().unwrap().is_empty() && std::time::Instant::now() < deadline {
+        // The error callback is served by poll.
+        let _ = c.poll(Duration::from_millis(100));
+    }
+    let seen = c.context().0.lock().unwrap().clone();
+    assert!(
+        seen.iter().any(|e| e.contains("Authentication failed")),
+        "{seen:?}"
+    );
     // The authenticated connection is untouched.
     assert_eq!(metadata(&mut good).brokers.len(), 1);
     b.shutdown().unwrap();
@@ -325,11 +353,13 @@ fn scram_credentials_are_described_and_altered_with_kafkas_checks() {
             .with_mechanism(mech)
     };
     assert_eq!(
-        alter(AlterUserScramCredentialsRequest::default().with_upsertions(vec![
-            up("few", 1, 100),
-            up("many", 1, 100_000),
-            up("weird", 9, 4096),
-        ])),
+        alter(
+            AlterUserScramCredentialsRequest::default().with_upsertions(vec![
+                up("few", 1, 100),
+                up("many", 1, 100_000),
+                up("weird", 9, 4096),
+            ])
+        ),
         [
             ("few".to_string(), UNACCEPTABLE_CREDENTIAL),
             ("many".to_string(), UNACCEPTABLE_CREDENTIAL),

@@ -120,8 +120,13 @@ impl ScramMechanism {
         }
     }
 
-    /// Hi(password, salt, i) of RFC 5802: PBKDF2 with this mechanism's HMAC.
-    fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
+    /// Hi(password, salt, i) of RFC 5802: PBKDF2 with this mechanism's HMAC — what a client
+    /// sends in AlterUserScramCredentials.
+    ///
+    /// # Panics
+    ///
+    /// If `iterations` is 0.
+    pub fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
         assert!(iterations > 0, "PBKDF2 needs at least one iteration");
         let mut out = vec![0u8; self.hash_len()];
         match self {
@@ -678,7 +683,9 @@ where
                 "channel binding (c=) does not match the gs2 header",
             ));
         }
-        if final_msg.nonce != exchange.nonce {
+        // Kafka's check is `endsWith`, not equality, and clients rely on it: librdkafka before
+        // 2.1 sends its own nonce again in front of the combined one.
+        if !final_msg.nonce.ends_with(&exchange.nonce) {
             return Err(malformed("nonce (r=) is not the one the server sent"));
         }
         let proof = STANDARD
@@ -965,6 +972,44 @@ mod tests {
             format!("{without_proof},p={}", STANDARD.encode(proof))
         }
 
+        /// As librdkafka before 2.1 answers: its own nonce again in front of the combined
+        /// one (Kafka accepts it: it checks that the nonce ends with the server's).
+        fn client_final_repeating_nonce(&mut self, server_first: &str) -> String {
+            let cnonce = self
+                .client_first_bare
+                .rsplit_once(",r=")
+                .map(|(_, n)| n.to_string())
+                .unwrap_or_default();
+            let doubled = server_first.replacen("r=", &format!("r={cnonce}"), 1);
+            let msg = self.client_final(&doubled);
+            // The proof is over what the client sent; the server's own first message was the
+            // one without the doubled nonce, so recompute with it.
+            let m = self.mechanism;
+            let (without_proof, _) = msg.rsplit_once(",p=").unwrap();
+            let mut salt = Vec::new();
+            let mut iterations = 0;
+            for field in server_first.split(',') {
+                if let Some(v) = field.strip_prefix("s=") {
+                    salt = STANDARD.decode(v).unwrap();
+                } else if let Some(v) = field.strip_prefix("i=") {
+                    iterations = v.parse().unwrap();
+                }
+            }
+            let salted = m.salted_password(self.password.as_bytes(), &salt, iterations);
+            let client_key = m.hmac(&salted, b"Client Key");
+            let stored_key = m.hash(&client_key);
+            let auth = format!("{},{server_first},{without_proof}", self.client_first_bare);
+            let signature = m.hmac(&stored_key, auth.as_bytes());
+            let proof: Vec<u8> = client_key
+                .iter()
+                .zip(&signature)
+                .map(|(a, b)| a ^ b)
+                .collect();
+            let server_key = m.hmac(&salted, b"Server Key");
+            self.expected_server_signature = m.hmac(&server_key, auth.as_bytes());
+            format!("{without_proof},p={}", STANDARD.encode(proof))
+        }
+
         fn verify_server_final(&self, server_final: &str) -> bool {
             server_final == format!("v={}", STANDARD.encode(&self.expected_server_signature))
         }
@@ -1200,6 +1245,20 @@ mod tests {
             first_step_error(&long),
             ScramError::TooLarge { .. }
         ));
+    }
+
+    #[test]
+    fn a_client_repeating_its_nonce_is_accepted_as_kafka_accepts_it() {
+        let m = ScramMechanism::Sha256;
+        let mut server = server_for(m, "alice", "pw");
+        let mut client = TestClient::new(m, "alice", "pw", "cnonce");
+        let server_first = server.step(client.client_first().as_bytes()).unwrap();
+        let server_first = String::from_utf8(server_first).unwrap();
+        let last = client.client_final_repeating_nonce(&server_first);
+        assert!(last.contains(",r=cnoncecnonce"), "{last}");
+        let server_final = server.step(last.as_bytes()).unwrap();
+        assert!(client.verify_server_final(std::str::from_utf8(&server_final).unwrap()));
+        assert_eq!(server.authenticated_user(), Some("alice"));
     }
 
     #[test]

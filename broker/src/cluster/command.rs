@@ -172,7 +172,11 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
                 }
             }
             for (user, mechanism, record) in upsert {
-                image.scram.entry(user).or_default().insert(mechanism, record);
+                image
+                    .scram
+                    .entry(user)
+                    .or_default()
+                    .insert(mechanism, record);
             }
             Outcome::Done
         }

@@ -99,9 +99,14 @@ impl SecurityProtocol {
     }
 
     pub fn from_id(id: i16) -> Option<Self> {
-        [Self::Plaintext, Self::Ssl, Self::SaslPlaintext, Self::SaslSsl]
-            .into_iter()
-            .find(|p| p.id() == id)
+        [
+            Self::Plaintext,
+            Self::Ssl,
+            Self::SaslPlaintext,
+            Self::SaslSsl,
+        ]
+        .into_iter()
+        .find(|p| p.id() == id)
     }
 
     pub fn is_sasl(self) -> bool {
@@ -282,7 +287,10 @@ pub fn parse(
         all.insert(0, l);
     }
     let talks_to_brokers = voters.len() > 1 || !roles.controller;
-    if let Some(l) = all.first().filter(|l| talks_to_brokers && l.protocol.is_sasl()) {
+    if let Some(l) = all
+        .first()
+        .filter(|l| talks_to_brokers && l.protocol.is_sasl())
+    {
         bail!(
             "config inter.broker.listener.name: listener {} uses {}, and brokers do not authenticate to each other yet; add a PLAINTEXT listener for brokers (e.g. INTERNAL://host:port with INTERNAL:PLAINTEXT in listener.security.protocol.map) and name it in inter.broker.listener.name",
             l.name,
@@ -291,10 +299,7 @@ pub fn parse(
     }
     let (listen, advertised) = match all.first() {
         Some(l) => (l.listen.clone(), l.advertised.clone()),
-        None => (
-            cli_listen.to_string(),
-            cli_advertised.map(str::to_string),
-        ),
+        None => (cli_listen.to_string(), cli_advertised.map(str::to_string)),
     };
     Ok((
         ClusterConfig {

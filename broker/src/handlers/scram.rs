@@ -127,13 +127,29 @@ async fn alter(
     };
     for (user, mech) in &request.deletions {
         if user.is_empty() {
-            refuse(user, ErrorCode::UNACCEPTABLE_CREDENTIAL, "Username must not be empty".into());
+            refuse(
+                user,
+                ErrorCode::UNACCEPTABLE_CREDENTIAL,
+                "Username must not be empty".into(),
+            );
         } else if count[user] > 1 {
-            refuse(user, ErrorCode::DUPLICATE_RESOURCE, format!("A user credential cannot be altered twice in the same request: {user}"));
+            refuse(
+                user,
+                ErrorCode::DUPLICATE_RESOURCE,
+                format!("A user credential cannot be altered twice in the same request: {user}"),
+            );
         } else if ScramMechanism::from_type_id(*mech).is_none() {
-            refuse(user, ErrorCode::UNSUPPORTED_SASL_MECHANISM, format!("Unknown SCRAM mechanism type {mech}"));
+            refuse(
+                user,
+                ErrorCode::UNSUPPORTED_SASL_MECHANISM,
+                format!("Unknown SCRAM mechanism type {mech}"),
+            );
         } else if !image.scram.get(user).is_some_and(|m| m.contains_key(mech)) {
-            refuse(user, ErrorCode::RESOURCE_NOT_FOUND, format!("Attempt to delete a user credential that does not exist: {user}"));
+            refuse(
+                user,
+                ErrorCode::RESOURCE_NOT_FOUND,
+                format!("Attempt to delete a user credential that does not exist: {user}"),
+            );
         } else {
             delete.push((user.clone(), *mech));
         }
@@ -141,26 +157,64 @@ async fn alter(
     for u in &request.upsertions {
         let user = &u.name;
         let Some(mech) = ScramMechanism::from_type_id(u.mechanism) else {
-            refuse(user, ErrorCode::UNSUPPORTED_SASL_MECHANISM, format!("Unknown SCRAM mechanism type {}", u.mechanism));
+            refuse(
+                user,
+                ErrorCode::UNSUPPORTED_SASL_MECHANISM,
+                format!("Unknown SCRAM mechanism type {}", u.mechanism),
+            );
             continue;
         };
         if user.is_empty() {
-            refuse(user, ErrorCode::UNACCEPTABLE_CREDENTIAL, "Username must not be empty".into());
+            refuse(
+                user,
+                ErrorCode::UNACCEPTABLE_CREDENTIAL,
+                "Username must not be empty".into(),
+            );
         } else if count[user] > 1 {
-            refuse(user, ErrorCode::DUPLICATE_RESOURCE, format!("A user credential cannot be altered twice in the same request: {user}"));
+            refuse(
+                user,
+                ErrorCode::DUPLICATE_RESOURCE,
+                format!("A user credential cannot be altered twice in the same request: {user}"),
+            );
         } else if u.iterations < mech.min_iterations() as i32 {
-            refuse(user, ErrorCode::UNACCEPTABLE_CREDENTIAL, format!("Too few iterations: {} (at least {})", u.iterations, mech.min_iterations()));
+            refuse(
+                user,
+                ErrorCode::UNACCEPTABLE_CREDENTIAL,
+                format!(
+                    "Too few iterations: {} (at least {})",
+                    u.iterations,
+                    mech.min_iterations()
+                ),
+            );
         } else if u.iterations > mech.max_iterations() as i32 {
-            refuse(user, ErrorCode::UNACCEPTABLE_CREDENTIAL, format!("Too many iterations: {} (at most {})", u.iterations, mech.max_iterations()));
+            refuse(
+                user,
+                ErrorCode::UNACCEPTABLE_CREDENTIAL,
+                format!(
+                    "Too many iterations: {} (at most {})",
+                    u.iterations,
+                    mech.max_iterations()
+                ),
+            );
         } else if u.salt.is_empty() || u.salted_password.is_empty() {
-            refuse(user, ErrorCode::UNACCEPTABLE_CREDENTIAL, "The salt and the salted password must not be empty".into());
+            refuse(
+                user,
+                ErrorCode::UNACCEPTABLE_CREDENTIAL,
+                "The salt and the salted password must not be empty".into(),
+            );
         } else {
-            let c = ScramCredential::from_salted_password(
+            let c = match ScramCredential::from_salted_password(
                 mech,
                 &u.salted_password,
                 u.salt.to_vec(),
                 u.iterations as u32,
-            );
+            ) {
+                Ok(c) => c,
+                Err(e) => {
+                    refuse(user, ErrorCode::UNACCEPTABLE_CREDENTIAL, e.to_string());
+                    continue;
+                }
+            };
             upsert.push((
                 user.clone(),
                 u.mechanism,
