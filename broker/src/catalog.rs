@@ -118,6 +118,45 @@ impl BrokerRegistration {
     }
 }
 
+/// One ACL, Kafka's codes as on the wire (`tributary_security::acl` gives them meaning).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct AclRecord {
+    pub resource_type: i8,
+    pub name: String,
+    pub pattern_type: i8,
+    pub principal: String,
+    pub host: String,
+    pub operation: i8,
+    pub permission: i8,
+}
+
+impl AclRecord {
+    pub fn binding(&self) -> tributary_security::acl::AclBinding {
+        use tributary_security::acl::*;
+        AclBinding {
+            resource_type: ResourceType::from_code(self.resource_type),
+            name: self.name.clone(),
+            pattern_type: PatternType::from_code(self.pattern_type),
+            principal: self.principal.clone(),
+            host: self.host.clone(),
+            operation: AclOperation::from_code(self.operation),
+            permission: AclPermissionType::from_code(self.permission),
+        }
+    }
+
+    pub fn from_binding(b: &tributary_security::acl::AclBinding) -> Self {
+        Self {
+            resource_type: b.resource_type.code(),
+            name: b.name.clone(),
+            pattern_type: b.pattern_type.code(),
+            principal: b.principal.clone(),
+            host: b.host.clone(),
+            operation: b.operation.code(),
+            permission: b.permission.code(),
+        }
+    }
+}
+
 /// A user's salted SCRAM credential for one mechanism, as KRaft's `UserScramCredentialRecord`
 /// holds it: never the password.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -187,6 +226,9 @@ pub struct Catalog {
     /// SCRAM credentials by user, then mechanism type (1 SCRAM-SHA-256, 2 SCRAM-SHA-512).
     #[serde(default)]
     pub scram: BTreeMap<String, BTreeMap<i8, ScramRecord>>,
+    /// The ACLs (CreateAcls / DeleteAcls), sorted and without duplicates.
+    #[serde(default)]
+    pub acls: Vec<AclRecord>,
     /// Topic names by topic id, built on first use (fetches from v13 name topics by id).
     #[serde(skip)]
     pub topic_ids: TopicIdIndex,
@@ -225,6 +267,7 @@ impl Catalog {
             brokers: BTreeMap::new(),
             next_producer_id: 0,
             scram: BTreeMap::new(),
+            acls: Vec::new(),
             topic_ids: TopicIdIndex::default(),
         }
     }

@@ -257,6 +257,12 @@ pub struct BrokerConfig {
     pub bound: BTreeMap<String, u16>,
     /// Random per process: salts the fake SCRAM credential an unknown user is answered with.
     pub scram_unknown_user_key: [u8; 32],
+    /// `authorizer.class.name` names Kafka's standard authorizer: requests are checked
+    /// against the ACLs.
+    pub authorizer_enabled: bool,
+    /// `super.users`.
+    pub super_users: std::collections::HashSet<String>,
+    pub allow_everyone_if_no_acl_found: bool,
     pub node_id: i32,
     /// The node's place in the cluster: the quorum's voters and timeouts.
     pub cluster: crate::cluster::config::ClusterConfig,
@@ -921,6 +927,20 @@ impl BrokerConfig {
             bound: BTreeMap::new(),
             scram_unknown_user_key: tributary_security::scram::generate_unknown_user_key()
                 .map_err(|e| anyhow!("{e}"))?,
+            authorizer_enabled: match get("authorizer.class.name").trim() {
+                "" => false,
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+                | "kafka.security.authorizer.AclAuthorizer" => true,
+                other => bail!(
+                    "config authorizer.class.name={other}: unknown authorizer; use org.apache.kafka.metadata.authorizer.StandardAuthorizer (ACLs in the cluster metadata) or leave it empty"
+                ),
+            },
+            super_users: tributary_security::acl::parse_super_users(&get("super.users"))
+                .map_err(|e| anyhow!("config super.users: {e}"))?,
+            allow_everyone_if_no_acl_found: parse_bool(
+                "allow.everyone.if.no.acl.found",
+                &get("allow.everyone.if.no.acl.found"),
+            )?,
         };
         check_replica_fetch_wait(&cfg)?;
         check_sasl(&cfg)?;

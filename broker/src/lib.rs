@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod authz;
 pub mod catalog;
 pub mod cluster;
 pub mod config;

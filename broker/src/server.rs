@@ -327,19 +327,21 @@ async fn run_shard(
         return;
     }
     let (catalog, node) = match metadata {
-        Metadata::Open { legacy, shards } => match MetadataNode::start(&config, legacy.map(|c| *c)).await {
-            Ok(node) => {
-                let image = node.image();
-                for tx in shards {
-                    let _ = tx.send(image.clone()).await;
+        Metadata::Open { legacy, shards } => {
+            match MetadataNode::start(&config, legacy.map(|c| *c)).await {
+                Ok(node) => {
+                    let image = node.image();
+                    for tx in shards {
+                        let _ = tx.send(image.clone()).await;
+                    }
+                    (image, Some(node))
                 }
-                (image, Some(node))
+                Err(e) => {
+                    let _ = ready.send(Err(format!("{e:#}")));
+                    return;
+                }
             }
-            Err(e) => {
-                let _ = ready.send(Err(format!("{e:#}")));
-                return;
-            }
-        },
+        }
         // Closed without an image: shard 0 failed to start and said why.
         Metadata::From(image) => match image.recv().await {
             Ok(image) => (image, None),

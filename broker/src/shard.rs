@@ -262,6 +262,8 @@ pub struct Shard {
     pub config: Arc<BrokerConfig>,
     /// The effective config: `config` with the catalog's dynamic broker configs applied.
     broker_config: RefCell<Arc<BrokerConfig>>,
+    /// The ACLs of the current image, indexed; `None` without an authorizer.
+    authorizer: RefCell<Option<Rc<tributary_security::acl::Authorizer>>>,
     peers: Vec<async_channel::Sender<ShardRequest>>,
     catalog: RefCell<Arc<Catalog>>,
     partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
@@ -320,6 +322,7 @@ impl Shard {
         });
         let request_memory = RequestMemory::new(config.queued_max_request_bytes);
         let broker_config = RefCell::new(effective_config(&config, &catalog));
+        let authorizer = RefCell::new(crate::authz::build(&config, &catalog.acls));
         // Kafka's cache size is per broker; each shard holds its share.
         let session_slots = config
             .max_incremental_fetch_session_cache_slots
@@ -330,6 +333,7 @@ impl Shard {
             shards: peers.len(),
             config,
             broker_config,
+            authorizer,
             peers,
             catalog: RefCell::new(catalog),
             partitions: RefCell::new(HashMap::new()),
@@ -355,6 +359,11 @@ impl Shard {
             )),
             metrics: crate::metrics::ShardMetrics::default(),
         }
+    }
+
+    /// The shard's authorizer (`None`: no `authorizer.class.name`, everything is allowed).
+    pub fn authorizer(&self) -> Option<Rc<tributary_security::acl::Authorizer>> {
+        self.authorizer.borrow().clone()
     }
 
     pub fn catalog(&self) -> Arc<Catalog> {
@@ -460,6 +469,10 @@ impl Shard {
         }
         if let Some(t) = catalog.topics.get(crate::txn::TXN_TOPIC) {
             self.txns.set_partitions(t.partitions);
+        }
+        if old.acls != catalog.acls {
+            self.authorizer
+                .replace(crate::authz::build(&self.config, &catalog.acls));
         }
         if old.broker_configs != catalog.broker_configs {
             let effective = effective_config(&self.config, &catalog);

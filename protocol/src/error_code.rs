@@ -77,6 +77,8 @@ impl ErrorCode {
     pub const ILLEGAL_SASL_STATE: Self = Self(34);
     pub const SASL_AUTHENTICATION_FAILED: Self = Self(58);
     pub const CLUSTER_AUTHORIZATION_FAILED: Self = Self(31);
+    pub const GROUP_AUTHORIZATION_FAILED: Self = Self(30);
+    pub const SECURITY_DISABLED: Self = Self(54);
     pub const RESOURCE_NOT_FOUND: Self = Self(91);
     pub const DUPLICATE_RESOURCE: Self = Self(92);
     pub const UNACCEPTABLE_CREDENTIAL: Self = Self(93);

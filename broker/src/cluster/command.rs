@@ -45,6 +45,16 @@ pub enum MetadataCommand {
         upsert: Vec<(String, i8, crate::catalog::ScramRecord)>,
         delete: Vec<(String, i8)>,
     },
+    /// Kafka's CreateAcls (bindings already validated by the proposer); one already there is
+    /// kept once.
+    CreateAcls {
+        acls: Vec<crate::catalog::AclRecord>,
+    },
+    /// Kafka's DeleteAcls: exactly these bindings (the proposer matched its filters against
+    /// its image) go; one already gone changes nothing.
+    DeleteAcls {
+        acls: Vec<crate::catalog::AclRecord>,
+    },
     /// The controller lost touch with the broker (or, `controlled`, the broker is shutting
     /// down): it leaves every ISR and leads nothing until it is heard again (registers again).
     FenceBroker {
@@ -160,6 +170,16 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             *image = *catalog;
             image.version = version;
             image.brokers.extend(brokers);
+            Outcome::Done
+        }
+        C::CreateAcls { acls } => {
+            image.acls.extend(acls);
+            image.acls.sort();
+            image.acls.dedup();
+            Outcome::Done
+        }
+        C::DeleteAcls { acls } => {
+            image.acls.retain(|a| !acls.contains(a));
             Outcome::Done
         }
         C::AlterScramCredentials { upsert, delete } => {

@@ -25,9 +25,13 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
+    use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let req = decode_all(r, |r| create_topics::decode(r, v))?;
+    // CREATE on the cluster, or on each topic, as in Kafka.
+    let cluster_create = shard.allowed_on_cluster(conn, AclOperation::Create);
     let catalog = shard.catalog();
     let max_partitions = shard.broker_config().max_broker_partitions;
     let mut outcomes: Vec<(String, i32, i32, TopicCheck)> = Vec::new();
@@ -64,7 +68,14 @@ pub async fn handle(
                 .collect(),
             assignment: assignment.clone(),
         };
-        let mut check = if outcomes.iter().any(|(n, _, _, _)| n == &t.name) {
+        let mut check = if !cluster_create
+            && !shard.allowed(conn, AclOperation::Create, ResourceType::Topic, &t.name)
+        {
+            Err((
+                ErrorCode::TOPIC_AUTHORIZATION_FAILED,
+                Some(format!("CREATE on topic {} is not allowed", t.name)),
+            ))
+        } else if outcomes.iter().any(|(n, _, _, _)| n == &t.name) {
             Err((
                 ErrorCode::INVALID_REQUEST,
                 Some(format!("topic {:?} appears twice in the request", t.name)),

@@ -20,9 +20,12 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
+    use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let req = decode_all(r, |r| delete_topics::decode(r, v))?;
+    let may_delete = |t: &str| shard.allowed(conn, AclOperation::Delete, ResourceType::Topic, t);
     let catalog = shard.catalog();
     // Resolve topic ids (v6) to names.
     let names: Vec<(Option<String>, uuid::Uuid)> = req
@@ -46,7 +49,12 @@ pub async fn handle(
             }
         })
         .collect();
-    let known: Vec<String> = names.iter().filter_map(|(n, _)| n.clone()).collect();
+    // Topics the principal may not DELETE are answered TOPIC_AUTHORIZATION_FAILED, untouched.
+    let known: Vec<String> = names
+        .iter()
+        .filter_map(|(n, _)| n.clone())
+        .filter(|n| may_delete(n))
+        .collect();
     let n = known.len();
     let codes = if known.is_empty() {
         Vec::new()
@@ -63,6 +71,7 @@ pub async fn handle(
         .into_iter()
         .map(|(name, id)| {
             let code = match &name {
+                Some(n) if !may_delete(n) => ErrorCode::TOPIC_AUTHORIZATION_FAILED,
                 Some(_) => codes.next().unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR),
                 None => ErrorCode::UNKNOWN_TOPIC_ID,
             };

@@ -53,7 +53,9 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
+    use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let mut req = decode_all(r, |r| fetch::decode(r, v))?;
     if v >= TOPIC_IDS_FROM {
@@ -61,6 +63,25 @@ pub async fn handle(
     }
     let wait = Duration::from_millis((req.max_wait_ms.max(0) as u64).min(FETCH_MAX_WAIT_MS_CAP));
     let deadline = Instant::now() + wait;
+    if req.replica_id >= 0 && !shard.allowed_on_cluster(conn, AclOperation::ClusterAction) {
+        // A follower's fetch needs CLUSTER_ACTION on the cluster, as in Kafka.
+        let mut out = FrameBuilder::new();
+        begin_response(
+            &mut out,
+            header.correlation_id,
+            spec.response_header_flexible(v),
+        );
+        fetch::encode_response(
+            &mut out,
+            v,
+            ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
+            0,
+            false,
+            &[],
+            &[],
+        );
+        return Ok(Some(out.finish()));
+    }
     if req.replica_id >= 0 {
         let mut topics = replica::fetch(shard, &req, deadline).await;
         let endpoints = leader_hints(shard, v, &mut topics);
@@ -114,7 +135,17 @@ pub async fn handle(
         min_bytes,
         read_committed,
     };
-    let results = read_and_wait(shard, context.items(), budget, deadline).await;
+    // Topics the principal may not READ are answered TOPIC_AUTHORIZATION_FAILED, unread.
+    let denied: std::collections::HashSet<String> = match shard.authorizer() {
+        None => Default::default(),
+        Some(_) => context
+            .items()
+            .iter()
+            .map(|i| i.topic.clone())
+            .filter(|t| !shard.allowed(conn, AclOperation::Read, ResourceType::Topic, t))
+            .collect(),
+    };
+    let results = read_and_wait(shard, context.items(), budget, deadline, &denied).await;
     let (error, session_id, include) =
         finish_session(shard, v >= TOPIC_IDS_FROM, &context, &results);
     let mut topics = response_topics(context.items(), results, &include);
@@ -288,6 +319,7 @@ async fn read_and_wait(
     items: &[FetchItem],
     budget: Budget,
     deadline: Instant,
+    denied: &std::collections::HashSet<String>,
 ) -> Vec<FetchResult> {
     let Budget {
         max_bytes,
@@ -301,6 +333,9 @@ async fn read_and_wait(
         .map(|i| {
             if i.topic_id != NO_TOPIC_ID && !names_topic(&catalog, i) {
                 return ErrorCode::UNKNOWN_TOPIC_ID;
+            }
+            if denied.contains(&i.topic) {
+                return ErrorCode::TOPIC_AUTHORIZATION_FAILED;
             }
             match catalog.check_leader(&i.topic, i.partition, node) {
                 Ok(()) => {

@@ -217,10 +217,14 @@ pub async fn handle(
     r: &mut Reader,
     conn: super::Conn<'_>,
 ) -> HandlerResult {
+    use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let peer = conn.peer;
+    // Joining, syncing, heartbeating and leaving need READ on the group, as in Kafka.
+    let denied = |g: &str| !shard.allowed(conn, AclOperation::Read, ResourceType::Group, g);
+    const GROUP_DENIED: ErrorCode = ErrorCode::GROUP_AUTHORIZATION_FAILED;
     match spec.key {
-        api_key::FIND_COORDINATOR => find_coordinator(shard, spec, header, r, conn.listener).await,
+        api_key::FIND_COORDINATOR => find_coordinator(shard, spec, header, r, conn).await,
         api_key::JOIN_GROUP => {
             let req = decode_all(r, |r| decode_join_group(r, v))?;
             let group = req.group_id.clone();
@@ -230,9 +234,12 @@ pub async fn handle(
                 client_id: header.client_id.clone().unwrap_or_default(),
                 client_host: format!("/{peer}"),
             };
-            let res = match ask(shard, &group, op).await {
-                Some(GroupReply::Join(j)) => j,
-                _ => JoinResult::error(ErrorCode::COORDINATOR_NOT_AVAILABLE, ""),
+            let res = match denied(&group) {
+                true => JoinResult::error(GROUP_DENIED, ""),
+                false => match ask(shard, &group, op).await {
+                    Some(GroupReply::Join(j)) => j,
+                    _ => JoinResult::error(ErrorCode::COORDINATOR_NOT_AVAILABLE, ""),
+                },
             };
             let mut resp = JoinGroupResponse::default()
                 .with_error_code(res.error.code())
@@ -266,9 +273,12 @@ pub async fn handle(
         api_key::SYNC_GROUP => {
             let req = decode_all(r, |r| decode_sync_group(r, v))?;
             let group = req.group_id.clone();
-            let res = match ask(shard, &group, GroupOp::Sync(req)).await {
-                Some(GroupReply::Sync(s)) => s,
-                _ => SyncResult::error(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+            let res = match denied(&group) {
+                true => SyncResult::error(GROUP_DENIED),
+                false => match ask(shard, &group, GroupOp::Sync(req)).await {
+                    Some(GroupReply::Sync(s)) => s,
+                    _ => SyncResult::error(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+                },
             };
             let mut resp = SyncGroupResponse::default()
                 .with_error_code(res.error.code())
@@ -283,9 +293,12 @@ pub async fn handle(
         api_key::HEARTBEAT => {
             let req = decode_all(r, |r| decode_heartbeat(r, v))?;
             let group = req.group_id.clone();
-            let code = match ask(shard, &group, GroupOp::Heartbeat(req)).await {
-                Some(GroupReply::Code(c)) => c,
-                _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
+            let code = match denied(&group) {
+                true => GROUP_DENIED,
+                false => match ask(shard, &group, GroupOp::Heartbeat(req)).await {
+                    Some(GroupReply::Code(c)) => c,
+                    _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                },
             };
             frame(
                 spec,
@@ -296,18 +309,23 @@ pub async fn handle(
         api_key::LEAVE_GROUP => {
             let req = decode_all(r, |r| decode_leave_group(r, v))?;
             let group = req.group_id.clone();
-            let (code, members) = match ask(shard, &group, GroupOp::Leave(req)).await {
-                Some(GroupReply::Leave(c, m)) => (c, m),
-                _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new()),
+            let (code, members) = match denied(&group) {
+                true => (GROUP_DENIED, Vec::new()),
+                false => match ask(shard, &group, GroupOp::Leave(req)).await {
+                    Some(GroupReply::Leave(c, m)) => (c, m),
+                    _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new()),
+                },
             };
             let mut resp = LeaveGroupResponse::default().with_error_code(code.code());
             if v >= 3 {
                 resp = resp
-                    .with_error_code(if code == ErrorCode::COORDINATOR_NOT_AVAILABLE {
-                        code.code()
-                    } else {
-                        0
-                    })
+                    .with_error_code(
+                        if code == ErrorCode::COORDINATOR_NOT_AVAILABLE || code == GROUP_DENIED {
+                            code.code()
+                        } else {
+                            0
+                        },
+                    )
                     .with_members(
                         members
                             .into_iter()
@@ -322,7 +340,7 @@ pub async fn handle(
             }
             frame(spec, header, &resp)
         }
-        _ => admin::handle(shard, spec, header, r).await,
+        _ => admin::handle(shard, spec, header, r, conn).await,
     }
 }
 
@@ -335,7 +353,7 @@ async fn find_coordinator(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    listener: &str,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| decode_find_coordinator(r, v))?;
@@ -344,8 +362,28 @@ async fn find_coordinator(
         // Kafka creates `__transaction_state` at the first transactional request.
         super::txn::ensure_txn_topic(shard).await;
     }
+    let listener = conn.listener;
+    use tributary_security::acl::{AclOperation, ResourceType};
+    // DESCRIBE on the group or the transactional id, as in Kafka.
+    let denied = |key: &str| {
+        let rt = if txn {
+            ResourceType::TransactionalId
+        } else {
+            ResourceType::Group
+        };
+        (req.key_type == KEY_GROUP || txn) && !shard.allowed(conn, AclOperation::Describe, rt, key)
+    };
     let answer = |key: &str| -> (ErrorCode, Option<String>) {
-        if req.key_type != KEY_GROUP && !txn {
+        if denied(key) {
+            (
+                if txn {
+                    ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                } else {
+                    ErrorCode::GROUP_AUTHORIZATION_FAILED
+                },
+                None,
+            )
+        } else if req.key_type != KEY_GROUP && !txn {
             (
                 ErrorCode::INVALID_REQUEST,
                 Some(format!("unknown coordinator key type {}", req.key_type)),
@@ -458,6 +496,37 @@ fn unstable_code(offset: i64) -> i16 {
 /// OffsetCommit, or TxnOffsetCommit with `txn` (producer id, epoch), through the group's
 /// coordinator shard: per partition, its error. Partitions of topics that do not exist are
 /// answered here, as Kafka does.
+/// Kafka's checks on an offset commit: READ on the group (every partition refused
+/// GROUP_AUTHORIZATION_FAILED without it), then READ on each topic (TOPIC_AUTHORIZATION_FAILED).
+/// The refused partitions leave `req` and are returned with their codes.
+pub fn authorize_commit(
+    shard: &Shard,
+    conn: super::Conn<'_>,
+    req: &mut OffsetCommitRequest,
+) -> TopicResults<ErrorCode> {
+    use tributary_security::acl::{AclOperation, ResourceType};
+    if shard.authorizer().is_none() {
+        return Vec::new();
+    }
+    let group_ok = shard.allowed(conn, AclOperation::Read, ResourceType::Group, &req.group_id);
+    let mut denied: TopicResults<ErrorCode> = Vec::new();
+    req.topics.retain(|(t, parts)| {
+        let code = if !group_ok {
+            ErrorCode::GROUP_AUTHORIZATION_FAILED
+        } else if !shard.allowed(conn, AclOperation::Read, ResourceType::Topic, t) {
+            ErrorCode::TOPIC_AUTHORIZATION_FAILED
+        } else {
+            return true;
+        };
+        denied.push((
+            t.clone(),
+            parts.iter().map(|p| (p.partition, code)).collect(),
+        ));
+        false
+    });
+    denied
+}
+
 pub async fn commit_offsets(
     shard: &Rc<Shard>,
     mut req: OffsetCommitRequest,
@@ -521,12 +590,20 @@ pub(super) mod admin {
         spec: &ApiSpec,
         header: &RequestHeader,
         r: &mut Reader,
+        conn: super::super::Conn<'_>,
     ) -> HandlerResult {
+        use tributary_security::acl::{AclOperation, ResourceType};
         let v = header.api_version;
         match spec.key {
             api_key::OFFSET_COMMIT => {
-                let req = decode_all(r, |r| decode_offset_commit(r, v))?;
-                let results = commit_offsets(shard, req, None).await;
+                let mut req = decode_all(r, |r| decode_offset_commit(r, v))?;
+                let denied = authorize_commit(shard, conn, &mut req);
+                let mut results = if req.topics.is_empty() {
+                    Vec::new()
+                } else {
+                    commit_offsets(shard, req, None).await
+                };
+                results.extend(denied);
                 let topics = results
                     .into_iter()
                     .map(|(t, ps)| {
@@ -554,11 +631,20 @@ pub(super) mod admin {
                 let mut answers = Vec::with_capacity(groups.len());
                 for g in groups {
                     let id = g.group_id.clone();
-                    let (code, mut topics, unstable) =
-                        match ask(shard, &id, GroupOp::Fetch(g)).await {
+                    // DESCRIBE on the group, as in Kafka.
+                    let allowed =
+                        shard.allowed(conn, AclOperation::Describe, ResourceType::Group, &id);
+                    let (code, mut topics, unstable) = match allowed {
+                        false => (
+                            ErrorCode::GROUP_AUTHORIZATION_FAILED,
+                            Vec::new(),
+                            Vec::new(),
+                        ),
+                        true => match ask(shard, &id, GroupOp::Fetch(g)).await {
                             Some(GroupReply::Fetch(c, t, u)) => (c, t, u),
                             _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new(), Vec::new()),
-                        };
+                        },
+                    };
                     // A partition a transaction holds an offset for: no offset yet, and
                     // UNSTABLE_OFFSET_COMMIT, so the consumer retries (KIP-447).
                     for (t, ps) in &mut topics {

@@ -19,12 +19,28 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
+    use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let req = decode_all(r, |r| init_producer_id::decode(r, v))?;
     let resp = InitProducerIdResponse::default();
     if req.transactional_id.is_some() {
-        return super::txn::init_producer_id(shard, spec, header, req).await;
+        return super::txn::init_producer_id(shard, spec, header, req, conn).await;
+    }
+    // An idempotent producer: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic
+    // (KIP-679), as in Kafka.
+    if !shard.allowed_on_cluster(conn, AclOperation::IdempotentWrite)
+        && !shard.allowed_on_any(conn, AclOperation::Write, ResourceType::Topic)
+    {
+        return frame(
+            spec,
+            header,
+            &resp
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
+                .with_error_code(ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code()),
+        );
     }
     let allocated = call(shard, ShardId(0), |reply| {
         ShardRequest::AllocateProducerId { reply }

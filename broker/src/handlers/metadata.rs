@@ -24,11 +24,20 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    listener: &str,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
+    use tributary_security::acl::{AclOperation, ResourceType};
+    let listener = conn.listener;
     let v = header.api_version;
     let req = decode_all(r, |r| metadata::decode(r, v))?;
     let mut catalog = shard.catalog();
+    let may_describe =
+        |t: &str| shard.allowed(conn, AclOperation::Describe, ResourceType::Topic, t);
+    // Auto-creation needs CREATE on the cluster or on the topic, as in Kafka.
+    let may_create = |t: &str| {
+        shard.allowed_on_cluster(conn, AclOperation::Create)
+            || shard.allowed(conn, AclOperation::Create, ResourceType::Topic, t)
+    };
     let requested: Option<Vec<Option<String>>> = req
         .topics
         .map(|ts| ts.into_iter().map(|t| t.name).collect());
@@ -37,6 +46,7 @@ pub async fn handle(
             .iter()
             .flatten()
             .filter(|n| !catalog.topics.contains_key(*n) && validate_topic_name(n).is_ok())
+            .filter(|n| may_create(n))
             .map(|n| NewTopic {
                 name: n.clone(),
                 partitions: shard.config.num_partitions,
@@ -54,13 +64,26 @@ pub async fn handle(
             catalog = shard.catalog();
         }
     }
+    // Every topic: only those the principal may describe. Named ones it may not:
+    // TOPIC_AUTHORIZATION_FAILED.
     let names: Vec<Option<String>> = match requested {
         Some(n) => n,
-        None => catalog.topics.keys().cloned().map(Some).collect(),
+        None => catalog
+            .topics
+            .keys()
+            .filter(|t| may_describe(t))
+            .cloned()
+            .map(Some)
+            .collect(),
     };
     let topics = names
         .iter()
         .map(|n| {
+            if let Some(name) = n.as_deref().filter(|n| !may_describe(n)) {
+                return MetadataResponseTopic::default()
+                    .with_name(Some(topic_name(name)))
+                    .with_error_code(ErrorCode::TOPIC_AUTHORIZATION_FAILED.code());
+            }
             let t = describe_topic(shard, &catalog, n.as_deref(), v);
             if v >= 8 {
                 let asked = req.include_topic_authorized_operations && t.error_code == 0;

@@ -1,6 +1,7 @@
 //! One handler per Kafka API. Each decodes its request with `tributary_protocol`, decides, asks
 //! the owning shards for partition work, and encodes one response frame.
 
+pub mod acls;
 pub mod alter_configs;
 pub mod api_versions;
 pub mod create_partitions;
@@ -65,7 +66,7 @@ pub async fn dispatch(
     conn: Conn<'_>,
 ) -> Result<PendingResponse, String> {
     if spec.key == api_key::PRODUCE {
-        return produce::start(shard, spec, header, &mut r).await;
+        return produce::start(shard, spec, header, &mut r, conn).await;
     }
     let result = handle(shard, spec, header, &mut r, conn).await;
     Ok(Box::pin(std::future::ready(result)))
@@ -81,10 +82,10 @@ async fn handle(
     let v = header.api_version;
     match spec.key {
         api_key::API_VERSIONS => api_versions::handle(spec, header, r),
-        api_key::METADATA => metadata::handle(shard, spec, header, r, conn.listener).await,
-        api_key::FETCH => fetch::handle(shard, spec, header, r).await,
+        api_key::METADATA => metadata::handle(shard, spec, header, r, conn).await,
+        api_key::FETCH => fetch::handle(shard, spec, header, r, conn).await,
         api_key::LIST_OFFSETS => list_offsets::handle(shard, spec, header, r).await,
-        api_key::CREATE_TOPICS => create_topics::handle(shard, spec, header, r).await,
+        api_key::CREATE_TOPICS => create_topics::handle(shard, spec, header, r, conn).await,
         api_key::CREATE_PARTITIONS => create_partitions::handle(shard, spec, header, r).await,
         api_key::ELECT_LEADERS => elect_leaders::handle(shard, spec, header, r).await,
         api_key::DESCRIBE_QUORUM => describe_quorum::handle(shard, spec, header, r).await,
@@ -98,9 +99,9 @@ async fn handle(
         api_key::OFFSET_FOR_LEADER_EPOCH => {
             offset_for_leader_epoch::handle(shard, spec, header, r).await
         }
-        api_key::DELETE_TOPICS => delete_topics::handle(shard, spec, header, r).await,
+        api_key::DELETE_TOPICS => delete_topics::handle(shard, spec, header, r, conn).await,
         api_key::DELETE_RECORDS => delete_records::handle(shard, spec, header, r).await,
-        api_key::INIT_PRODUCER_ID => init_producer_id::handle(shard, spec, header, r).await,
+        api_key::INIT_PRODUCER_ID => init_producer_id::handle(shard, spec, header, r, conn).await,
         api_key::ADD_PARTITIONS_TO_TXN
         | api_key::ADD_OFFSETS_TO_TXN
         | api_key::END_TXN
@@ -108,10 +109,13 @@ async fn handle(
         | api_key::WRITE_TXN_MARKERS
         | api_key::DESCRIBE_TRANSACTIONS
         | api_key::LIST_TRANSACTIONS
-        | api_key::DESCRIBE_PRODUCERS => txn::handle(shard, spec, header, r).await,
+        | api_key::DESCRIBE_PRODUCERS => txn::handle(shard, spec, header, r, conn).await,
         api_key::DESCRIBE_CONFIGS => describe_configs::handle(shard, spec, header, r),
         api_key::DESCRIBE_CLUSTER => {
             describe_cluster::handle(shard, spec, header, r, conn.listener).await
+        }
+        api_key::CREATE_ACLS | api_key::DESCRIBE_ACLS | api_key::DELETE_ACLS => {
+            acls::handle(shard, spec, header, r, conn).await
         }
         api_key::DESCRIBE_USER_SCRAM_CREDENTIALS | api_key::ALTER_USER_SCRAM_CREDENTIALS => {
             scram::handle(shard, spec, header, r).await

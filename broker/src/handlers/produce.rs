@@ -35,20 +35,39 @@ pub async fn start(
     spec: &'static ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    conn: super::Conn<'_>,
 ) -> Result<PendingResponse, String> {
+    use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let req = decode_all(r, |r| produce::decode(r, v))?;
     shard.produce_requests.set(shard.produce_requests.get() + 1);
     let catalog = shard.catalog();
     let acks_ok = matches!(req.acks, -1..=1);
     let acks = req.acks;
+    // Kafka's checks: WRITE on the transactional id (every partition refused without it),
+    // then WRITE on each topic.
+    let txn_denied = req.transactional_id.as_deref().is_some_and(|id| {
+        !shard.allowed(conn, AclOperation::Write, ResourceType::TransactionalId, id)
+    });
     let mut waits = Vec::new();
     for topic in &req.topics {
+        let topic_denied =
+            !shard.allowed(conn, AclOperation::Write, ResourceType::Topic, &topic.name);
         for p in &topic.partitions {
             let check = if !acks_ok {
                 Err((
                     ErrorCode::INVALID_REQUIRED_ACKS,
                     format!("acks must be -1, 0 or 1, got {}", req.acks),
+                ))
+            } else if txn_denied {
+                Err((
+                    ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "WRITE on the transactional id is not allowed".to_string(),
+                ))
+            } else if topic_denied {
+                Err((
+                    ErrorCode::TOPIC_AUTHORIZATION_FAILED,
+                    format!("WRITE on topic {} is not allowed", topic.name),
                 ))
             } else {
                 match check_partition(shard, &catalog, &topic.name, p.index, p.records.as_ref()) {

@@ -25,6 +25,8 @@ use tributary_protocol::requests::init_producer_id::InitProducerIdRequest;
 use tributary_protocol::requests::txn;
 use tributary_protocol::{ErrorCode, Reader};
 
+use tributary_security::acl::{AclOperation, ResourceType};
+
 use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::group::OFFSETS_TOPIC;
 use crate::routing::ShardId;
@@ -307,6 +309,7 @@ async fn add_partitions(
     shard: &Rc<Shard>,
     req: &txn::AddPartitionsToTxnRequest,
     v: i16,
+    conn: super::Conn<'_>,
 ) -> Vec<AddPartitionsToTxnTopicResult> {
     let catalog = shard.catalog();
     let known = |t: &str, p: i32| {
@@ -315,11 +318,24 @@ async fn add_partitions(
             .get(t)
             .is_some_and(|m| p >= 0 && p < m.partitions)
     };
+    // Kafka's checks: WRITE on the transactional id, then on each topic; a refused topic
+    // leaves the others OPERATION_NOT_ATTEMPTED.
+    let id_denied = !shard.allowed(
+        conn,
+        AclOperation::Write,
+        ResourceType::TransactionalId,
+        &req.transactional_id,
+    );
+    let topic_denied = |t: &str| !shard.allowed(conn, AclOperation::Write, ResourceType::Topic, t);
+    let any_topic_denied = req.topics.iter().any(|(t, _)| topic_denied(t));
     let all_known = req
         .topics
         .iter()
         .all(|(t, ps)| ps.iter().all(|p| known(t, *p)));
-    let code = if all_known {
+    let refused = id_denied || any_topic_denied;
+    let code = if refused {
+        ErrorCode::NONE
+    } else if all_known {
         let op = TxnOp::AddPartitions {
             id: req.transactional_id.clone(),
             producer: (req.producer_id, req.producer_epoch),
@@ -341,7 +357,13 @@ async fn add_partitions(
                 .with_results_by_partition(
                     ps.iter()
                         .map(|p| {
-                            let c = if all_known {
+                            let c = if id_denied {
+                                ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                            } else if topic_denied(t) {
+                                ErrorCode::TOPIC_AUTHORIZATION_FAILED
+                            } else if refused {
+                                ErrorCode::OPERATION_NOT_ATTEMPTED
+                            } else if all_known {
                                 code
                             } else if known(t, *p) {
                                 ErrorCode::OPERATION_NOT_ATTEMPTED
@@ -470,12 +492,25 @@ pub async fn init_producer_id(
     spec: &ApiSpec,
     header: &RequestHeader,
     req: InitProducerIdRequest,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     let id = req.transactional_id.clone().unwrap_or_default();
     let resp = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
+    if !shard.allowed(
+        conn,
+        AclOperation::Write,
+        ResourceType::TransactionalId,
+        &id,
+    ) {
+        return frame(
+            spec,
+            header,
+            &resp.with_error_code(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code()),
+        );
+    }
     let out = if !ensure_txn_topic(shard).await {
         Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
     } else {
@@ -503,12 +538,24 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
+    let id_denied =
+        |id: &str| !shard.allowed(conn, AclOperation::Write, ResourceType::TransactionalId, id);
     match spec.key {
         api_key::ADD_PARTITIONS_TO_TXN if v >= 4 => {
             use kafka_protocol::messages::add_partitions_to_txn_response::AddPartitionsToTxnResult;
             let batch = decode_all(r, |r| txn::decode_add_partitions_batch(r, v))?;
+            // The batched form is broker-to-broker: CLUSTER_ACTION on the cluster.
+            if !shard.allowed_on_cluster(conn, AclOperation::ClusterAction) {
+                return frame(
+                    spec,
+                    header,
+                    &AddPartitionsToTxnResponse::default()
+                        .with_error_code(ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code()),
+                );
+            }
             let mut results = Vec::with_capacity(batch.len());
             for entry in batch {
                 let req = &entry.request;
@@ -539,7 +586,7 @@ pub async fn handle(
                     }
                     topics
                 } else {
-                    add_partitions(shard, req, v).await
+                    add_partitions(shard, req, v, conn).await
                 };
                 results.push(
                     AddPartitionsToTxnResult::default()
@@ -555,7 +602,7 @@ pub async fn handle(
         }
         api_key::ADD_PARTITIONS_TO_TXN => {
             let req = decode_all(r, |r| txn::decode_add_partitions(r, v))?;
-            let results = add_partitions(shard, &req, v).await;
+            let results = add_partitions(shard, &req, v, conn).await;
             frame(
                 spec,
                 header,
@@ -567,12 +614,18 @@ pub async fn handle(
             // The group's offsets partition joins the transaction: its marker makes the
             // transaction's offsets visible.
             let p = shard.groups.group_partition(&req.group_id);
-            let op = TxnOp::AddPartitions {
-                id: req.transactional_id,
-                producer: (req.producer_id, req.producer_epoch),
-                partitions: vec![(OFFSETS_TOPIC.to_string(), p)],
+            let code = if id_denied(&req.transactional_id) {
+                ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            } else if !shard.allowed(conn, AclOperation::Read, ResourceType::Group, &req.group_id) {
+                ErrorCode::GROUP_AUTHORIZATION_FAILED
+            } else {
+                let op = TxnOp::AddPartitions {
+                    id: req.transactional_id,
+                    producer: (req.producer_id, req.producer_epoch),
+                    partitions: vec![(OFFSETS_TOPIC.to_string(), p)],
+                };
+                ask_code(shard, op, v).await
             };
-            let code = ask_code(shard, op, v).await;
             frame(
                 spec,
                 header,
@@ -581,12 +634,16 @@ pub async fn handle(
         }
         api_key::END_TXN => {
             let req = decode_all(r, |r| txn::decode_end_txn(r, v))?;
-            let op = TxnOp::End {
-                id: req.transactional_id,
-                producer: (req.producer_id, req.producer_epoch),
-                commit: req.committed,
+            let code = if id_denied(&req.transactional_id) {
+                ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            } else {
+                let op = TxnOp::End {
+                    id: req.transactional_id,
+                    producer: (req.producer_id, req.producer_epoch),
+                    commit: req.committed,
+                };
+                ask_code(shard, op, v).await
             };
-            let code = ask_code(shard, op, v).await;
             frame(
                 spec,
                 header,
@@ -595,7 +652,8 @@ pub async fn handle(
         }
         api_key::TXN_OFFSET_COMMIT => {
             let req = decode_all(r, |r| txn::decode_txn_offset_commit(r, v))?;
-            let commit = OffsetCommitRequest {
+            let txn_denied = id_denied(&req.transactional_id);
+            let mut commit = OffsetCommitRequest {
                 group_id: req.group_id,
                 generation_id: req.generation_id,
                 member_id: req.member_id,
@@ -618,7 +676,32 @@ pub async fn handle(
                     .collect(),
             };
             let producer = (req.producer_id, req.producer_epoch);
-            let results = super::groups::commit_offsets(shard, commit, Some(producer)).await;
+            // WRITE on the transactional id, then READ on the group and each topic.
+            let denied: Vec<(String, Vec<(i32, ErrorCode)>)> = if txn_denied {
+                std::mem::take(&mut commit.topics)
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        let codes = ps
+                            .iter()
+                            .map(|p| {
+                                (
+                                    p.partition,
+                                    ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                )
+                            })
+                            .collect();
+                        (t, codes)
+                    })
+                    .collect()
+            } else {
+                super::groups::authorize_commit(shard, conn, &mut commit)
+            };
+            let mut results = if commit.topics.is_empty() {
+                Vec::new()
+            } else {
+                super::groups::commit_offsets(shard, commit, Some(producer)).await
+            };
+            results.extend(denied);
             let topics = results
                 .into_iter()
                 .map(|(t, ps)| {
@@ -647,6 +730,8 @@ pub async fn handle(
                 WritableTxnMarkerTopicResult, WriteTxnMarkersResponse,
             };
             let req = decode_all(r, |r| txn::decode_write_markers(r, v))?;
+            // Coordinators send markers: CLUSTER_ACTION on the cluster.
+            let cluster_ok = shard.allowed_on_cluster(conn, AclOperation::ClusterAction);
             let mut results = Vec::with_capacity(req.len());
             for m in req {
                 let mut topics = Vec::with_capacity(m.topics.len());
@@ -661,7 +746,11 @@ pub async fn handle(
                             commit: m.commit,
                             coordinator_epoch: m.coordinator_epoch,
                         };
-                        let code = crate::txn::markers::write_here(shard, &marker).await;
+                        let code = if cluster_ok {
+                            crate::txn::markers::write_here(shard, &marker).await
+                        } else {
+                            ErrorCode::CLUSTER_AUTHORIZATION_FAILED
+                        };
                         parts.push(
                             WritableTxnMarkerPartitionResult::default()
                                 .with_partition_index(partition)

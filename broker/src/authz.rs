@@ -1,0 +1,86 @@
+//! Authorization on a shard: the ACLs of the metadata image, indexed by the security crate's
+//! `Authorizer` (Kafka's StandardAuthorizer rules), rebuilt on the shard when an image changes
+//! them, so a check reads only this shard's memory. With no `authorizer.class.name` every
+//! request is allowed, as in Kafka.
+
+use std::rc::Rc;
+
+use tributary_security::acl::{AclOperation, Authorizer, Decision, ResourceType};
+
+use crate::catalog::AclRecord;
+use crate::config::BrokerConfig;
+use crate::handlers::Conn;
+use crate::shard::Shard;
+
+/// The authorizer for `acls`, or `None` when no authorizer is configured.
+pub fn build(config: &BrokerConfig, acls: &[AclRecord]) -> Option<Rc<Authorizer>> {
+    if !config.authorizer_enabled {
+        return None;
+    }
+    let mut a = Authorizer::new(
+        config.super_users.clone(),
+        config.allow_everyone_if_no_acl_found,
+    );
+    // Bindings were validated before they reached the image; one that no longer validates
+    // (written by a newer version) is left out with a warning rather than failing them all.
+    for acl in acls {
+        if let Err(e) = a.add(vec![acl.binding()]) {
+            tracing::warn!(error = %e, ?acl, "an ACL of the metadata image is not valid here; ignored");
+        }
+    }
+    Some(Rc::new(a))
+}
+
+/// The client's address without its port: what ACL hosts match.
+pub fn host(peer: &str) -> &str {
+    match peer.rsplit_once(':') {
+        Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
+        None => peer,
+    }
+}
+
+impl Shard {
+    /// Whether the connection's principal may do `op` on the resource.
+    pub fn allowed(&self, conn: Conn<'_>, op: AclOperation, rt: ResourceType, name: &str) -> bool {
+        match self.authorizer() {
+            None => true,
+            Some(a) => {
+                a.authorize(conn.principal, host(conn.peer), op, rt, name) == Decision::Allowed
+            }
+        }
+    }
+
+    /// Whether `op` is allowed on the cluster resource.
+    pub fn allowed_on_cluster(&self, conn: Conn<'_>, op: AclOperation) -> bool {
+        self.allowed(
+            conn,
+            op,
+            ResourceType::Cluster,
+            tributary_security::acl::CLUSTER_RESOURCE_NAME,
+        )
+    }
+
+    /// Kafka's KIP-679 check: `op` on some resource of the type (an idempotent producer may
+    /// write if it may write to any topic).
+    pub fn allowed_on_any(&self, conn: Conn<'_>, op: AclOperation, rt: ResourceType) -> bool {
+        match self.authorizer() {
+            None => true,
+            Some(a) => {
+                a.authorize_by_resource_type(conn.principal, host(conn.peer), op, rt)
+                    == Decision::Allowed
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_is_the_address_without_its_port() {
+        assert_eq!(host("127.0.0.1:5000"), "127.0.0.1");
+        assert_eq!(host("[::1]:5000"), "::1");
+        assert_eq!(host("x"), "x");
+    }
+}

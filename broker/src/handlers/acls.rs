@@ -1,0 +1,275 @@
+//! CreateAcls, DescribeAcls and DeleteAcls: the ACLs live in the metadata image, so a change
+//! is one metadata command and every broker's authorizer follows it. As in Kafka: without an
+//! authorizer these answer SECURITY_DISABLED; changing ACLs needs ALTER on the cluster and
+//! describing them DESCRIBE (CLUSTER_AUTHORIZATION_FAILED otherwise); a binding Kafka would
+//! refuse is INVALID_REQUEST with Kafka's message, the valid ones of the request still created.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::create_acls_response::AclCreationResult;
+use kafka_protocol::messages::delete_acls_response::{
+    DeleteAclsFilterResult, DeleteAclsMatchingAcl,
+};
+use kafka_protocol::messages::describe_acls_response::{AclDescription, DescribeAclsResource};
+use kafka_protocol::messages::{CreateAclsResponse, DeleteAclsResponse, DescribeAclsResponse};
+use tributary_protocol::header::RequestHeader;
+use tributary_protocol::registry::{api_key, ApiSpec};
+use tributary_protocol::requests::acls::{self as req, AclFilter};
+use tributary_protocol::{ErrorCode, Reader};
+use tributary_security::acl::{
+    AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType,
+};
+
+use super::{decode_all, frame, str_bytes, Conn, HandlerResult};
+use crate::catalog::AclRecord;
+use crate::cluster::command::MetadataCommand;
+use crate::routing::ShardId;
+use crate::shard::{call, Shard, ShardRequest};
+
+/// Most bindings one request may create or delete (Kafka's cap on the records of one
+/// metadata operation).
+pub const ACLS_PER_REQUEST_MAX: usize = 10_000;
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    conn: Conn<'_>,
+) -> HandlerResult {
+    let v = header.api_version;
+    let disabled = shard.authorizer().is_none();
+    let no = |code: ErrorCode, msg: &str| (code, Some(msg.to_string()));
+    match spec.key {
+        api_key::CREATE_ACLS => {
+            let creations = decode_all(r, |r| req::decode_create(r, v))?;
+            let refuse = if disabled {
+                Some(no(
+                    ErrorCode::SECURITY_DISABLED,
+                    "No Authorizer is configured.",
+                ))
+            } else if !shard.allowed_on_cluster(conn, AclOperation::Alter) {
+                Some(no(
+                    ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
+                    "Cluster authorization failed: ALTER on the cluster is needed to create ACLs.",
+                ))
+            } else if creations.len() > ACLS_PER_REQUEST_MAX {
+                Some(no(
+                    ErrorCode::INVALID_REQUEST,
+                    "Too many ACLs in one request; send at most 10000.",
+                ))
+            } else {
+                None
+            };
+            let mut results: Vec<(ErrorCode, Option<String>)> = Vec::new();
+            let mut valid = Vec::new();
+            for c in &creations {
+                if let Some(r) = &refuse {
+                    results.push(r.clone());
+                    continue;
+                }
+                let b = AclBinding {
+                    resource_type: ResourceType::from_code(c.resource_type),
+                    name: c.resource_name.clone(),
+                    pattern_type: PatternType::from_code(c.pattern_type),
+                    principal: c.principal.clone(),
+                    host: c.host.clone(),
+                    operation: AclOperation::from_code(c.operation),
+                    permission: AclPermissionType::from_code(c.permission_type),
+                };
+                match b.validate() {
+                    Ok(()) => {
+                        valid.push(AclRecord::from_binding(&b));
+                        results.push((ErrorCode::NONE, None));
+                    }
+                    Err(e) => results.push((ErrorCode::INVALID_REQUEST, Some(e.to_string()))),
+                }
+            }
+            if !valid.is_empty() {
+                let (code, msg) = propose(shard, MetadataCommand::CreateAcls { acls: valid }).await;
+                if code.is_error() {
+                    for r in results.iter_mut().filter(|r| !r.0.is_error()) {
+                        *r = (code, msg.clone());
+                    }
+                }
+            }
+            frame(
+                spec,
+                header,
+                &CreateAclsResponse::default().with_results(
+                    results
+                        .into_iter()
+                        .map(|(code, msg)| {
+                            AclCreationResult::default()
+                                .with_error_code(code.code())
+                                .with_error_message(msg.map(|m| str_bytes(&m)))
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        api_key::DESCRIBE_ACLS => {
+            let f = decode_all(r, |r| req::decode_describe(r, v))?;
+            let mut resp = DescribeAclsResponse::default();
+            let refuse = if disabled {
+                Some(no(
+                    ErrorCode::SECURITY_DISABLED,
+                    "No Authorizer is configured.",
+                ))
+            } else if !shard.allowed_on_cluster(conn, AclOperation::Describe) {
+                Some(no(
+                    ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
+                    "Cluster authorization failed: DESCRIBE on the cluster is needed to describe ACLs.",
+                ))
+            } else {
+                None
+            };
+            let filter = binding_filter(&f);
+            let refuse = refuse.or_else(|| {
+                filter
+                    .validate()
+                    .err()
+                    .map(|e| (ErrorCode::INVALID_REQUEST, Some(e.to_string())))
+            });
+            if let Some((code, msg)) = refuse {
+                resp = resp
+                    .with_error_code(code.code())
+                    .with_error_message(msg.map(|m| str_bytes(&m)));
+                return frame(spec, header, &resp);
+            }
+            let matched: Vec<AclBinding> = match shard.authorizer() {
+                Some(a) => a.describe(&filter),
+                None => Vec::new(),
+            };
+            // Grouped by resource pattern, as Kafka answers.
+            let mut resources: Vec<DescribeAclsResource> = Vec::new();
+            for b in matched {
+                let same = resources.iter_mut().find(|x| {
+                    x.resource_type == b.resource_type.code()
+                        && x.resource_name.as_str() == b.name
+                        && x.pattern_type == b.pattern_type.code()
+                });
+                let d = AclDescription::default()
+                    .with_principal(str_bytes(&b.principal))
+                    .with_host(str_bytes(&b.host))
+                    .with_operation(b.operation.code())
+                    .with_permission_type(b.permission.code());
+                match same {
+                    Some(x) => x.acls.push(d),
+                    None => resources.push(
+                        DescribeAclsResource::default()
+                            .with_resource_type(b.resource_type.code())
+                            .with_resource_name(str_bytes(&b.name))
+                            .with_pattern_type(b.pattern_type.code())
+                            .with_acls(vec![d]),
+                    ),
+                }
+            }
+            frame(spec, header, &resp.with_resources(resources))
+        }
+        _ => {
+            let filters = decode_all(r, |r| req::decode_delete(r, v))?;
+            let refuse = if disabled {
+                Some(no(
+                    ErrorCode::SECURITY_DISABLED,
+                    "No Authorizer is configured.",
+                ))
+            } else if !shard.allowed_on_cluster(conn, AclOperation::Alter) {
+                Some(no(
+                    ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
+                    "Cluster authorization failed: ALTER on the cluster is needed to delete ACLs.",
+                ))
+            } else if filters.len() > ACLS_PER_REQUEST_MAX {
+                Some(no(
+                    ErrorCode::INVALID_REQUEST,
+                    "Too many filters in one request; send at most 10000.",
+                ))
+            } else {
+                None
+            };
+            let authorizer = shard.authorizer();
+            let mut results: Vec<(ErrorCode, Option<String>, Vec<AclBinding>)> = Vec::new();
+            let mut gone: Vec<AclRecord> = Vec::new();
+            for f in &filters {
+                if let Some((code, msg)) = &refuse {
+                    results.push((*code, msg.clone(), Vec::new()));
+                    continue;
+                }
+                let filter = binding_filter(f);
+                if let Err(e) = filter.validate() {
+                    results.push((ErrorCode::INVALID_REQUEST, Some(e.to_string()), Vec::new()));
+                    continue;
+                }
+                let matched = authorizer
+                    .as_ref()
+                    .map(|a| a.describe(&filter))
+                    .unwrap_or_default();
+                gone.extend(matched.iter().map(AclRecord::from_binding));
+                results.push((ErrorCode::NONE, None, matched));
+            }
+            if !gone.is_empty() {
+                gone.sort();
+                gone.dedup();
+                let (code, msg) = propose(shard, MetadataCommand::DeleteAcls { acls: gone }).await;
+                if code.is_error() {
+                    for r in results.iter_mut().filter(|r| !r.0.is_error()) {
+                        *r = (code, msg.clone(), Vec::new());
+                    }
+                }
+            }
+            frame(
+                spec,
+                header,
+                &DeleteAclsResponse::default().with_filter_results(
+                    results
+                        .into_iter()
+                        .map(|(code, msg, matched)| {
+                            DeleteAclsFilterResult::default()
+                                .with_error_code(code.code())
+                                .with_error_message(msg.map(|m| str_bytes(&m)))
+                                .with_matching_acls(
+                                    matched
+                                        .iter()
+                                        .map(|b| {
+                                            DeleteAclsMatchingAcl::default()
+                                                .with_resource_type(b.resource_type.code())
+                                                .with_resource_name(str_bytes(&b.name))
+                                                .with_pattern_type(b.pattern_type.code())
+                                                .with_principal(str_bytes(&b.principal))
+                                                .with_host(str_bytes(&b.host))
+                                                .with_operation(b.operation.code())
+                                                .with_permission_type(b.permission.code())
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+            )
+        }
+    }
+}
+
+fn binding_filter(f: &AclFilter) -> AclBindingFilter {
+    AclBindingFilter {
+        resource_type: ResourceType::from_code(f.resource_type),
+        name: f.resource_name.clone(),
+        pattern_type: PatternType::from_code(f.pattern_type),
+        principal: f.principal.clone(),
+        host: f.host.clone(),
+        operation: AclOperation::from_code(f.operation),
+        permission: AclPermissionType::from_code(f.permission_type),
+    }
+}
+
+async fn propose(shard: &Rc<Shard>, cmd: MetadataCommand) -> (ErrorCode, Option<String>) {
+    call(shard, ShardId(0), |reply| ShardRequest::ProposeMetadata {
+        command: Box::new(cmd),
+        reply,
+    })
+    .await
+    .unwrap_or((
+        ErrorCode::UNKNOWN_SERVER_ERROR,
+        Some("the controller shard did not answer".into()),
+    ))
+}

@@ -1,0 +1,412 @@
+//! ACLs over the wire, with Kafka's StandardAuthorizer rules: a broker whose only listener is
+//! SASL_PLAINTEXT (PLAIN users admin, alice, bob; admin a super user), ACLs created, described
+//! and deleted with the ACL APIs, and the matrix — nothing allowed without an ACL, a LITERAL
+//! and a PREFIXED allow, DENY beating ALLOW, WRITE implying DESCRIBE, `User:*`, topics hidden
+//! from Metadata, groups, transactional ids and the cluster's own operations.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use kafka_protocol::messages::create_acls_request::AclCreation;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, CreateAclsRequest, CreateAclsResponse, CreateTopicsRequest,
+    CreateTopicsResponse, DeleteAclsRequest, DeleteAclsResponse, DescribeAclsRequest,
+    DescribeAclsResponse, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse,
+    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, SaslAuthenticateRequest,
+    SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse, TopicName,
+    TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+use tributary_broker::server::BrokerHandle;
+
+use common::{start_broker, RawConn};
+
+const JAAS: &str = r#"org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret";"#;
+const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+const SECURITY_DISABLED: i16 = 54;
+const INVALID_REQUEST: i16 = 42;
+
+// Kafka's codes.
+const TOPIC: i8 = 2;
+const GROUP: i8 = 3;
+const CLUSTER: i8 = 4;
+const TRANSACTIONAL_ID: i8 = 5;
+const ANY: i8 = 1;
+const LITERAL: i8 = 3;
+const PREFIXED: i8 = 4;
+const ALL: i8 = 2;
+const READ: i8 = 3;
+const WRITE: i8 = 4;
+const CREATE: i8 = 5;
+const DENY: i8 = 2;
+const ALLOW: i8 = 3;
+
+fn broker(dir: &std::path::Path, authorizer: bool) -> (BrokerHandle, SocketAddr) {
+    let mut props = vec![
+        ("listeners", "SASL_PLAINTEXT://127.0.0.1:0"),
+        ("sasl.enabled.mechanisms", "PLAIN"),
+        ("listener.name.sasl_plaintext.plain.sasl.jaas.config", JAAS),
+        ("super.users", "User:admin"),
+    ];
+    if authorizer {
+        props.push((
+            "authorizer.class.name",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        ));
+    }
+    let b = start_broker(dir, 1, &props);
+    let addr = b.addr;
+    (b, addr)
+}
+
+/// A connection authenticated as `user` with PLAIN.
+fn login(addr: SocketAddr, user: &str) -> RawConn {
+    let mut c = RawConn::connect(addr);
+    let h: SaslHandshakeResponse = c.request(
+        ApiKey::SaslHandshake,
+        1,
+        &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+    );
+    assert_eq!(h.error_code, 0);
+    let a: SaslAuthenticateResponse = c.request(
+        ApiKey::SaslAuthenticate,
+        2,
+        &SaslAuthenticateRequest::default()
+            .with_auth_bytes(format!("\0{user}\0{user}-secret").into_bytes().into()),
+    );
+    assert_eq!(a.error_code, 0, "{user} logs in");
+    c
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn acl(rt: i8, name: &str, pattern: i8, principal: &str, op: i8, perm: i8) -> AclCreation {
+    AclCreation::default()
+        .with_resource_type(rt)
+        .with_resource_name(s(name))
+        .with_resource_pattern_type(pattern)
+        .with_principal(s(principal))
+        .with_host(s("*"))
+        .with_operation(op)
+        .with_permission_type(perm)
+}
+
+fn create_acls(c: &mut RawConn, acls: Vec<AclCreation>) -> Vec<i16> {
+    let r: CreateAclsResponse = c.request(
+        ApiKey::CreateAcls,
+        3,
+        &CreateAclsRequest::default().with_creations(acls),
+    );
+    r.results.iter().map(|x| x.error_code).collect()
+}
+
+fn create_topic(c: &mut RawConn, name: &str) -> i16 {
+    let r: CreateTopicsResponse = c.request(
+        ApiKey::CreateTopics,
+        7,
+        &CreateTopicsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(TopicName(s(name)))
+                .with_num_partitions(1)
+                .with_replication_factor(1)]),
+    );
+    r.topics[0].error_code
+}
+
+fn produce(c: &mut RawConn, topic: &str) -> i16 {
+    let batch = tributary_protocol::record_batch::build_batch(
+        &[(None, Some(b"v"))],
+        1_700_000_000_000,
+        None,
+    );
+    let r: ProduceResponse = c.request(
+        ApiKey::Produce,
+        9,
+        &ProduceRequest::default()
+            .with_acks(1)
+            .with_timeout_ms(5000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(s(topic)))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(batch.freeze()))])]),
+    );
+    r.responses[0].partition_responses[0].error_code
+}
+
+fn fetch(c: &mut RawConn, topic: &str) -> (i16, usize) {
+    let r: FetchResponse = c.request(
+        ApiKey::Fetch,
+        12,
+        &FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(10)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(s(topic)))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(1 << 20)])]),
+    );
+    let p = &r.responses[0].partitions[0];
+    (p.error_code, p.records.as_ref().map_or(0, |b| b.len()))
+}
+
+fn metadata(c: &mut RawConn, topics: Option<&[&str]>) -> Vec<(String, i16)> {
+    let r: MetadataResponse = c.request(
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default()
+            .with_allow_auto_topic_creation(false)
+            .with_topics(topics.map(|ts| {
+                ts.iter()
+                    .map(|t| MetadataRequestTopic::default().with_name(Some(TopicName(s(t)))))
+                    .collect()
+            })),
+    );
+    r.topics
+        .iter()
+        .map(|t| {
+            (
+                t.name.as_ref().map(|n| n.to_string()).unwrap_or_default(),
+                t.error_code,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_acl_matrix_over_the_wire() {
+    let dir = tempfile::tempdir().unwrap();
+    let (b, addr) = broker(dir.path(), true);
+    let mut admin = login(addr, "admin");
+    let mut alice = login(addr, "alice");
+    let mut bob = login(addr, "bob");
+    for t in ["orders", "logs-app", "logs-web", "secret"] {
+        assert_eq!(
+            create_topic(&mut admin, t),
+            0,
+            "a super user may do anything"
+        );
+    }
+    // Nothing is allowed without an ACL: no topic shows, none can be written or created.
+    assert!(metadata(&mut alice, None).is_empty());
+    assert_eq!(
+        metadata(&mut alice, Some(&["orders"])),
+        [("orders".to_string(), TOPIC_AUTHORIZATION_FAILED)]
+    );
+    assert_eq!(produce(&mut alice, "orders"), TOPIC_AUTHORIZATION_FAILED);
+    assert_eq!(create_topic(&mut alice, "mine"), TOPIC_AUTHORIZATION_FAILED);
+    // Only ALTER on the cluster changes ACLs.
+    assert_eq!(
+        create_acls(
+            &mut bob,
+            vec![acl(TOPIC, "orders", LITERAL, "User:bob", ALL, ALLOW)]
+        ),
+        [CLUSTER_AUTHORIZATION_FAILED]
+    );
+    // A bad binding is INVALID_REQUEST; the valid ones of the request are still created.
+    assert_eq!(
+        create_acls(
+            &mut admin,
+            vec![
+                acl(TOPIC, "orders", LITERAL, "User:alice", WRITE, ALLOW),
+                acl(TOPIC, "logs-", PREFIXED, "User:alice", READ, ALLOW),
+                acl(GROUP, "g-alice", LITERAL, "User:alice", READ, ALLOW),
+                acl(TOPIC, "logs-web", LITERAL, "User:*", READ, DENY),
+                acl(TOPIC, "x", LITERAL, "alice-without-type", READ, ALLOW),
+                acl(
+                    CLUSTER,
+                    "kafka-cluster",
+                    LITERAL,
+                    "User:alice",
+                    CREATE,
+                    ALLOW
+                ),
+            ]
+        ),
+        [0, 0, 0, 0, INVALID_REQUEST, 0]
+    );
+    // LITERAL WRITE: alice writes orders, and WRITE implies DESCRIBE (she sees it).
+    assert_eq!(produce(&mut alice, "orders"), 0);
+    let seen: Vec<String> = metadata(&mut alice, None)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        seen,
+        ["logs-app", "logs-web", "orders"],
+        "READ and WRITE imply DESCRIBE"
+    );
+    // PREFIXED READ: alice reads logs-app; the DENY for User:* beats it on logs-web.
+    assert_eq!(produce(&mut admin, "logs-app"), 0);
+    assert_eq!(produce(&mut admin, "logs-web"), 0);
+    let (code, bytes) = fetch(&mut alice, "logs-app");
+    assert_eq!(code, 0);
+    assert!(bytes > 0);
+    assert_eq!(fetch(&mut alice, "logs-web").0, TOPIC_AUTHORIZATION_FAILED);
+    assert_eq!(fetch(&mut alice, "secret").0, TOPIC_AUTHORIZATION_FAILED);
+    // Reading orders is not writing it.
+    assert_eq!(fetch(&mut alice, "orders").0, TOPIC_AUTHORIZATION_FAILED);
+    // CREATE on the cluster lets alice create topics.
+    assert_eq!(create_topic(&mut alice, "mine"), 0);
+    // Groups: READ on g-alice only.
+    let join = |c: &mut RawConn, group: &str| -> i16 {
+        let r: JoinGroupResponse = c.request(
+            ApiKey::JoinGroup,
+            5,
+            &JoinGroupRequest::default()
+                .with_group_id(kafka_protocol::messages::GroupId(s(group)))
+                .with_session_timeout_ms(10_000)
+                .with_rebalance_timeout_ms(10_000)
+                .with_member_id(s(""))
+                .with_protocol_type(s("consumer")),
+        );
+        r.error_code
+    };
+    assert_eq!(join(&mut bob, "g-alice"), GROUP_AUTHORIZATION_FAILED);
+    assert_ne!(join(&mut alice, "g-alice"), GROUP_AUTHORIZATION_FAILED);
+    let fc: FindCoordinatorResponse = bob.request(
+        ApiKey::FindCoordinator,
+        3,
+        &FindCoordinatorRequest::default()
+            .with_key(s("g-alice"))
+            .with_key_type(0),
+    );
+    assert_eq!(fc.error_code, GROUP_AUTHORIZATION_FAILED);
+    // Transactional ids and idempotent producers.
+    let init = |c: &mut RawConn, id: Option<&str>| -> i16 {
+        let r: InitProducerIdResponse = c.request(
+            ApiKey::InitProducerId,
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(id.map(|i| TransactionalId(s(i))))
+                .with_transaction_timeout_ms(60_000),
+        );
+        r.error_code
+    };
+    assert_eq!(
+        init(&mut alice, Some("tx-a")),
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    );
+    assert_eq!(init(&mut bob, None), CLUSTER_AUTHORIZATION_FAILED);
+    assert_eq!(
+        init(&mut alice, None),
+        0,
+        "WRITE on a topic allows idempotence (KIP-679)"
+    );
+    assert_eq!(
+        create_acls(
+            &mut admin,
+            vec![acl(
+                TRANSACTIONAL_ID,
+                "tx-",
+                PREFIXED,
+                "User:alice",
+                WRITE,
+                ALLOW
+            )]
+        ),
+        [0]
+    );
+    assert_eq!(init(&mut alice, Some("tx-a")), 0);
+    // A follower's fetch needs CLUSTER_ACTION.
+    let r: FetchResponse = bob.request(
+        ApiKey::Fetch,
+        12,
+        &FetchRequest::default()
+            .with_replica_id(BrokerId(7))
+            .with_topics(vec![]),
+    );
+    assert_eq!(r.error_code, CLUSTER_AUTHORIZATION_FAILED);
+    // DescribeAcls lists what was made; DeleteAcls takes the deny away.
+    let d: DescribeAclsResponse = admin.request(
+        ApiKey::DescribeAcls,
+        3,
+        &DescribeAclsRequest::default()
+            .with_resource_type_filter(TOPIC)
+            .with_resource_name_filter(None)
+            .with_principal_filter(None)
+            .with_host_filter(None)
+            .with_pattern_type_filter(ANY)
+            .with_operation(ANY)
+            .with_permission_type(ANY),
+    );
+    assert_eq!(d.error_code, 0);
+    let names: Vec<String> = d
+        .resources
+        .iter()
+        .map(|r| r.resource_name.to_string())
+        .collect();
+    assert_eq!(names, ["logs-", "logs-web", "orders"]);
+    let del: DeleteAclsResponse = admin.request(
+        ApiKey::DeleteAcls,
+        3,
+        &DeleteAclsRequest::default().with_filters(vec![DeleteAclsFilter::default()
+            .with_resource_type_filter(TOPIC)
+            .with_resource_name_filter(Some(s("logs-web")))
+            .with_principal_filter(None)
+            .with_host_filter(None)
+            .with_pattern_type_filter(LITERAL)
+            .with_operation(ANY)
+            .with_permission_type(DENY)]),
+    );
+    assert_eq!(del.filter_results[0].error_code, 0);
+    assert_eq!(del.filter_results[0].matching_acls.len(), 1);
+    assert_eq!(fetch(&mut alice, "logs-web").0, 0, "the deny is gone");
+    // bob may not describe ACLs.
+    let d: DescribeAclsResponse = bob.request(
+        ApiKey::DescribeAcls,
+        3,
+        &DescribeAclsRequest::default()
+            .with_resource_type_filter(ANY)
+            .with_resource_name_filter(None)
+            .with_principal_filter(None)
+            .with_host_filter(None)
+            .with_pattern_type_filter(ANY)
+            .with_operation(ANY)
+            .with_permission_type(ANY),
+    );
+    assert_eq!(d.error_code, CLUSTER_AUTHORIZATION_FAILED);
+    // ACLs are in the metadata log: a restart keeps them.
+    drop((admin, alice, bob));
+    b.shutdown().unwrap();
+    let (b, addr) = broker(dir.path(), true);
+    let mut alice = login(addr, "alice");
+    assert_eq!(produce(&mut alice, "orders"), 0);
+    assert_eq!(produce(&mut alice, "secret"), TOPIC_AUTHORIZATION_FAILED);
+    b.shutdown().unwrap();
+}
+
+#[test]
+fn without_an_authorizer_acl_requests_are_security_disabled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (b, addr) = broker(dir.path(), false);
+    let mut alice = login(addr, "alice");
+    assert_eq!(
+        create_acls(
+            &mut alice,
+            vec![acl(TOPIC, "t", LITERAL, "User:alice", READ, ALLOW)]
+        ),
+        [SECURITY_DISABLED]
+    );
+    // Everything is allowed.
+    assert_eq!(create_topic(&mut alice, "t"), 0);
+    assert_eq!(produce(&mut alice, "t"), 0);
+    b.shutdown().unwrap();
+}
