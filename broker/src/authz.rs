@@ -60,6 +60,20 @@ impl Shard {
         )
     }
 
+    /// The authorized-operations bit field Metadata, DescribeGroups and DescribeCluster report:
+    /// `all` (every operation of the type) without an authorizer, else what the ACLs allow.
+    pub fn authorized_ops(&self, conn: Conn<'_>, rt: ResourceType, name: &str, all: i32) -> i32 {
+        match self.authorizer() {
+            None => all,
+            Some(a) => tributary_security::acl::to_bitfield(&a.authorized_operations(
+                conn.principal,
+                host(conn.peer),
+                rt,
+                name,
+            )),
+        }
+    }
+
     /// Kafka's KIP-679 check: `op` on some resource of the type (an idempotent producer may
     /// write if it may write to any topic).
     pub fn allowed_on_any(&self, conn: Conn<'_>, op: AclOperation, rt: ResourceType) -> bool {

@@ -334,6 +334,71 @@ fn the_acl_matrix_over_the_wire() {
             .with_topics(vec![]),
     );
     assert_eq!(r.error_code, CLUSTER_AUTHORIZATION_FAILED);
+    // Administrative APIs: bob may look at and change nothing.
+    {
+        use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+        use kafka_protocol::messages::list_offsets_request::{
+            ListOffsetsPartition, ListOffsetsTopic,
+        };
+        use kafka_protocol::messages::*;
+        let r: DescribeConfigsResponse = bob.request(
+            ApiKey::DescribeConfigs,
+            4,
+            &DescribeConfigsRequest::default().with_resources(vec![
+                DescribeConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s("orders"))
+                    .with_configuration_keys(None),
+            ]),
+        );
+        assert_eq!(r.results[0].error_code, TOPIC_AUTHORIZATION_FAILED);
+        let r: ListOffsetsResponse = bob.request(
+            ApiKey::ListOffsets,
+            7,
+            &ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_topics(vec![ListOffsetsTopic::default()
+                    .with_name(TopicName(s("orders")))
+                    .with_partitions(vec![ListOffsetsPartition::default()
+                        .with_partition_index(0)
+                        .with_timestamp(-1)])]),
+        );
+        assert_eq!(
+            r.topics[0].partitions[0].error_code,
+            TOPIC_AUTHORIZATION_FAILED
+        );
+        let r: DescribeLogDirsResponse = bob.request(
+            ApiKey::DescribeLogDirs,
+            4,
+            &DescribeLogDirsRequest::default().with_topics(None),
+        );
+        assert_eq!(r.error_code, CLUSTER_AUTHORIZATION_FAILED);
+        let r: DeleteGroupsResponse = bob.request(
+            ApiKey::DeleteGroups,
+            2,
+            &DeleteGroupsRequest::default()
+                .with_groups_names(vec![kafka_protocol::messages::GroupId(s("g-alice"))]),
+        );
+        assert_eq!(r.results[0].error_code, GROUP_AUTHORIZATION_FAILED);
+        let r: DescribeUserScramCredentialsResponse = bob.request(
+            ApiKey::DescribeUserScramCredentials,
+            0,
+            &DescribeUserScramCredentialsRequest::default().with_users(None),
+        );
+        assert_eq!(r.error_code, CLUSTER_AUTHORIZATION_FAILED);
+        // Metadata reports what the ACLs allow alice on orders: WRITE and the DESCRIBE it
+        // implies (bits 4 and 8).
+        let r: MetadataResponse = alice.request(
+            ApiKey::Metadata,
+            10,
+            &MetadataRequest::default()
+                .with_topics(Some(vec![
+                    MetadataRequestTopic::default().with_name(Some(TopicName(s("orders"))))
+                ]))
+                .with_include_topic_authorized_operations(true),
+        );
+        assert_eq!(r.topics[0].topic_authorized_operations, (1 << 4) | (1 << 8));
+    }
     // DescribeAcls lists what was made; DeleteAcls takes the deny away.
     let d: DescribeAclsResponse = admin.request(
         ApiKey::DescribeAcls,

@@ -25,12 +25,32 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
+    use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let req = decode_all(r, |r| alter_configs::decode(r, spec.key, v))?;
     let mut results = Vec::with_capacity(req.resources.len());
     for res in req.resources {
+        // ALTER_CONFIGS on the topic, or on the cluster for a broker, as in Kafka.
+        let allowed = match res.resource_type {
+            RESOURCE_TOPIC => shard.allowed(
+                conn,
+                AclOperation::AlterConfigs,
+                ResourceType::Topic,
+                &res.resource_name,
+            ),
+            _ => shard.allowed_on_cluster(conn, AclOperation::AlterConfigs),
+        };
         let (code, msg) = match res.resource_type {
+            _ if !allowed => (
+                if res.resource_type == RESOURCE_TOPIC {
+                    ErrorCode::TOPIC_AUTHORIZATION_FAILED
+                } else {
+                    ErrorCode::CLUSTER_AUTHORIZATION_FAILED
+                },
+                Some("ALTER_CONFIGS is not allowed".to_string()),
+            ),
             RESOURCE_TOPIC if crate::group::is_internal(&res.resource_name) => (
                 ErrorCode::INVALID_REQUEST,
                 Some(format!(

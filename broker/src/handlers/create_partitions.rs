@@ -24,7 +24,9 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
+    use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let req = decode_all(r, |r| create_partitions::decode(r, v))?;
     let live: Vec<i32> = shard.catalog().live_brokers().map(|b| b.id).collect();
@@ -38,7 +40,16 @@ pub async fn handle(
     let mut outcomes: Vec<Option<Outcome>> = req
         .topics
         .iter()
-        .map(|t| check_shape(t, named[t.name.as_str()] > 1, &live).err())
+        .map(|t| {
+            // ALTER on the topic, as in Kafka.
+            if !shard.allowed(conn, AclOperation::Alter, ResourceType::Topic, &t.name) {
+                return Some((
+                    ErrorCode::TOPIC_AUTHORIZATION_FAILED,
+                    Some(format!("ALTER on topic {} is not allowed", t.name)),
+                ));
+            }
+            check_shape(t, named[t.name.as_str()] > 1, &live).err()
+        })
         .collect();
     let (idx, growths): (Vec<usize>, Vec<PartitionGrowth>) = req
         .topics

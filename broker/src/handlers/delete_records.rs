@@ -19,14 +19,22 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
+    use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let req = decode_all(r, |r| delete_records::decode(r, v))?;
     let catalog = shard.catalog();
     let mut topics = Vec::with_capacity(req.topics.len());
     for (name, partitions) in &req.topics {
+        // DELETE on the topic, as in Kafka.
+        let denied = !shard.allowed(conn, AclOperation::Delete, ResourceType::Topic, name);
         let deletes = partitions.iter().map(|&(partition, offset)| {
-            let access = catalog.check_leader(name, partition, shard.config.node_id);
+            let access = if denied {
+                Err(ErrorCode::TOPIC_AUTHORIZATION_FAILED)
+            } else {
+                catalog.check_leader(name, partition, shard.config.node_id)
+            };
             let topic = name.clone();
             async move {
                 let (error, low) = if let Err(code) = access {

@@ -39,7 +39,9 @@ pub fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
+    use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let req = decode_all(r, |r| describe_configs::decode(r, v))?;
     let catalog = shard.catalog();
@@ -51,7 +53,25 @@ pub fn handle(
             let base = DescribeConfigsResult::default()
                 .with_resource_type(res.resource_type)
                 .with_resource_name(str_bytes(&res.resource_name));
+            // DESCRIBE_CONFIGS on the topic, or on the cluster for a broker, as in Kafka.
+            let allowed = match res.resource_type {
+                RESOURCE_TOPIC => shard.allowed(
+                    conn,
+                    AclOperation::DescribeConfigs,
+                    ResourceType::Topic,
+                    &res.resource_name,
+                ),
+                _ => shard.allowed_on_cluster(conn, AclOperation::DescribeConfigs),
+            };
             let entries: Result<Vec<Entry>, (ErrorCode, String)> = match res.resource_type {
+                _ if !allowed => Err((
+                    if res.resource_type == RESOURCE_TOPIC {
+                        ErrorCode::TOPIC_AUTHORIZATION_FAILED
+                    } else {
+                        ErrorCode::CLUSTER_AUTHORIZATION_FAILED
+                    },
+                    "DESCRIBE_CONFIGS is not allowed".to_string(),
+                )),
                 RESOURCE_TOPIC => match catalog.topics.get(&res.resource_name) {
                     Some(t) => Ok(TOPIC_KEYS
                         .iter()

@@ -727,6 +727,7 @@ pub(super) mod admin {
             }
             api_key::LIST_GROUPS => {
                 let states = decode_all(r, |r| decode_list_groups(r, v))?;
+                let cluster_describe = shard.allowed_on_cluster(conn, AclOperation::Describe);
                 let lists = futures::future::join_all((0..shard.shards).map(|s| {
                     call(shard, ShardId(s), |reply| ShardRequest::Group {
                         op: Box::new(GroupOp::List),
@@ -742,6 +743,12 @@ pub(super) mod admin {
                     })
                     .filter(|(_, _, state)| {
                         states.is_empty() || states.iter().any(|s| s.eq_ignore_ascii_case(state))
+                    })
+                    // DESCRIBE on the cluster lists every group; otherwise those the principal
+                    // may describe, as in Kafka.
+                    .filter(|(id, _, _)| {
+                        cluster_describe
+                            || shard.allowed(conn, AclOperation::Describe, ResourceType::Group, id)
                     })
                     .map(|(id, ptype, state)| {
                         let g = ListedGroup::default()
@@ -770,6 +777,14 @@ pub(super) mod admin {
                 );
                 let mut groups = Vec::with_capacity(ids.len());
                 for id in ids {
+                    if !shard.allowed(conn, AclOperation::Describe, ResourceType::Group, &id) {
+                        groups.push(
+                            DescribedGroup::default()
+                                .with_group_id(GroupId(str_bytes(&id)))
+                                .with_error_code(ErrorCode::GROUP_AUTHORIZATION_FAILED.code()),
+                        );
+                        continue;
+                    }
                     let d = match ask(shard, &id, GroupOp::Describe(id.clone())).await {
                         Some(GroupReply::Describe(d)) => d,
                         _ => Described {
@@ -819,10 +834,15 @@ pub(super) mod admin {
                 let ids = decode_all(r, |r| decode_group_ids(r, api_key::DELETE_GROUPS, v))?;
                 let mut results = Vec::with_capacity(ids.len());
                 for id in ids {
-                    let code = match ask(shard, &id, GroupOp::Delete(id.clone())).await {
-                        Some(GroupReply::Code(c)) => c,
-                        _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
-                    };
+                    let code =
+                        if !shard.allowed(conn, AclOperation::Delete, ResourceType::Group, &id) {
+                            ErrorCode::GROUP_AUTHORIZATION_FAILED
+                        } else {
+                            match ask(shard, &id, GroupOp::Delete(id.clone())).await {
+                                Some(GroupReply::Code(c)) => c,
+                                _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                            }
+                        };
                     results.push(
                         DeletableGroupResult::default()
                             .with_group_id(GroupId(str_bytes(&id)))
@@ -838,10 +858,15 @@ pub(super) mod admin {
             api_key::OFFSET_DELETE => {
                 let req = decode_all(r, |r| decode_offset_delete(r, v))?;
                 let id = req.group_id.clone();
-                let (code, topics) = match ask(shard, &id, GroupOp::OffsetDelete(req)).await {
-                    Some(GroupReply::OffsetDelete(c, t)) => (c, t),
-                    Some(GroupReply::Code(c)) => (c, Vec::new()),
-                    _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new()),
+                // DELETE on the group, as in Kafka.
+                let allowed = shard.allowed(conn, AclOperation::Delete, ResourceType::Group, &id);
+                let (code, topics) = match allowed {
+                    false => (ErrorCode::GROUP_AUTHORIZATION_FAILED, Vec::new()),
+                    true => match ask(shard, &id, GroupOp::OffsetDelete(req)).await {
+                        Some(GroupReply::OffsetDelete(c, t)) => (c, t),
+                        Some(GroupReply::Code(c)) => (c, Vec::new()),
+                        _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new()),
+                    },
                 };
                 let topics = topics
                     .into_iter()

@@ -24,18 +24,27 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
+    use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let req = decode_all(r, |r| list_offsets::decode(r, v))?;
     let catalog = shard.catalog();
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
+        // DESCRIBE on the topic, as in Kafka.
+        let denied = !shard.allowed(conn, AclOperation::Describe, ResourceType::Topic, &t.name);
         let lookups = t.partitions.iter().map(|p| {
             let epoch = catalog
                 .partition(&t.name, p.partition)
                 .map_or(0, |r| r.leader_epoch);
-            let access = catalog
-                .check_leader(&t.name, p.partition, shard.config.node_id)
+            let access = if denied {
+                Err(ErrorCode::TOPIC_AUTHORIZATION_FAILED)
+            } else {
+                Ok(())
+            };
+            let access = access
+                .and_then(|()| catalog.check_leader(&t.name, p.partition, shard.config.node_id))
                 .and_then(|()| {
                     match super::fetch::check_leader_epoch(p.current_leader_epoch, epoch) {
                         ErrorCode::NONE => Ok(()),

@@ -87,7 +87,13 @@ pub async fn handle(
             let t = describe_topic(shard, &catalog, n.as_deref(), v);
             if v >= 8 {
                 let asked = req.include_topic_authorized_operations && t.error_code == 0;
-                t.with_topic_authorized_operations(when(asked, ops::TOPIC))
+                let allowed = match (asked, n.as_deref()) {
+                    (true, Some(name)) => {
+                        shard.authorized_ops(conn, ResourceType::Topic, name, ops::TOPIC)
+                    }
+                    _ => ops::TOPIC,
+                };
+                t.with_topic_authorized_operations(when(asked, allowed))
             } else {
                 t
             }
@@ -122,7 +128,12 @@ pub async fn handle(
     if (8..=10).contains(&v) {
         resp = resp.with_cluster_authorized_operations(when(
             req.include_cluster_authorized_operations,
-            ops::CLUSTER,
+            shard.authorized_ops(
+                conn,
+                ResourceType::Cluster,
+                tributary_security::acl::CLUSTER_RESOURCE_NAME,
+                ops::CLUSTER,
+            ),
         ));
     }
     frame(spec, header, &resp)

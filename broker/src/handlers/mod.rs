@@ -80,13 +80,16 @@ async fn handle(
     conn: Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
+    if let Some(refused) = cluster_gate(shard, spec, header, conn) {
+        return refused;
+    }
     match spec.key {
         api_key::API_VERSIONS => api_versions::handle(spec, header, r),
         api_key::METADATA => metadata::handle(shard, spec, header, r, conn).await,
         api_key::FETCH => fetch::handle(shard, spec, header, r, conn).await,
-        api_key::LIST_OFFSETS => list_offsets::handle(shard, spec, header, r).await,
+        api_key::LIST_OFFSETS => list_offsets::handle(shard, spec, header, r, conn).await,
         api_key::CREATE_TOPICS => create_topics::handle(shard, spec, header, r, conn).await,
-        api_key::CREATE_PARTITIONS => create_partitions::handle(shard, spec, header, r).await,
+        api_key::CREATE_PARTITIONS => create_partitions::handle(shard, spec, header, r, conn).await,
         api_key::ELECT_LEADERS => elect_leaders::handle(shard, spec, header, r).await,
         api_key::DESCRIBE_QUORUM => describe_quorum::handle(shard, spec, header, r).await,
         api_key::ALTER_PARTITION_REASSIGNMENTS => {
@@ -100,7 +103,7 @@ async fn handle(
             offset_for_leader_epoch::handle(shard, spec, header, r).await
         }
         api_key::DELETE_TOPICS => delete_topics::handle(shard, spec, header, r, conn).await,
-        api_key::DELETE_RECORDS => delete_records::handle(shard, spec, header, r).await,
+        api_key::DELETE_RECORDS => delete_records::handle(shard, spec, header, r, conn).await,
         api_key::INIT_PRODUCER_ID => init_producer_id::handle(shard, spec, header, r, conn).await,
         api_key::ADD_PARTITIONS_TO_TXN
         | api_key::ADD_OFFSETS_TO_TXN
@@ -110,7 +113,7 @@ async fn handle(
         | api_key::DESCRIBE_TRANSACTIONS
         | api_key::LIST_TRANSACTIONS
         | api_key::DESCRIBE_PRODUCERS => txn::handle(shard, spec, header, r, conn).await,
-        api_key::DESCRIBE_CONFIGS => describe_configs::handle(shard, spec, header, r),
+        api_key::DESCRIBE_CONFIGS => describe_configs::handle(shard, spec, header, r, conn),
         api_key::DESCRIBE_CLUSTER => {
             describe_cluster::handle(shard, spec, header, r, conn.listener).await
         }
@@ -118,7 +121,7 @@ async fn handle(
             acls::handle(shard, spec, header, r, conn).await
         }
         api_key::DESCRIBE_USER_SCRAM_CREDENTIALS | api_key::ALTER_USER_SCRAM_CREDENTIALS => {
-            scram::handle(shard, spec, header, r).await
+            scram::handle(shard, spec, header, r, conn).await
         }
         api_key::FIND_COORDINATOR
         | api_key::JOIN_GROUP
@@ -132,12 +135,81 @@ async fn handle(
         | api_key::DELETE_GROUPS
         | api_key::OFFSET_DELETE => groups::handle(shard, spec, header, r, conn).await,
         api_key::ALTER_CONFIGS | api_key::INCREMENTAL_ALTER_CONFIGS => {
-            alter_configs::handle(shard, spec, header, r).await
+            alter_configs::handle(shard, spec, header, r, conn).await
         }
         other => Err(format!(
             "API key {other} v{v} is registered but has no handler"
         )),
     }
+}
+
+/// The cluster-wide administrative APIs need an operation on the cluster resource, as in
+/// Kafka (ALTER to change, DESCRIBE to look): refused whole with CLUSTER_AUTHORIZATION_FAILED.
+fn cluster_gate(
+    shard: &Rc<Shard>,
+    spec: &'static ApiSpec,
+    header: &RequestHeader,
+    conn: Conn<'_>,
+) -> Option<HandlerResult> {
+    use kafka_protocol::messages::*;
+    use tributary_security::acl::AclOperation;
+    shard.authorizer()?;
+    let op = match spec.key {
+        api_key::ELECT_LEADERS | api_key::ALTER_PARTITION_REASSIGNMENTS => AclOperation::Alter,
+        api_key::LIST_PARTITION_REASSIGNMENTS
+        | api_key::DESCRIBE_QUORUM
+        | api_key::DESCRIBE_LOG_DIRS
+        | api_key::DESCRIBE_CLUSTER => AclOperation::Describe,
+        _ => return None,
+    };
+    if shard.allowed_on_cluster(conn, op) {
+        return None;
+    }
+    let code = tributary_protocol::ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code();
+    let msg = Some(str_bytes(&format!(
+        "Cluster authorization failed: {} on the cluster is needed",
+        op.name()
+    )));
+    Some(match spec.key {
+        api_key::ELECT_LEADERS => frame(
+            spec,
+            header,
+            &ElectLeadersResponse::default().with_error_code(code),
+        ),
+        api_key::ALTER_PARTITION_REASSIGNMENTS => frame(
+            spec,
+            header,
+            &AlterPartitionReassignmentsResponse::default()
+                .with_error_code(code)
+                .with_error_message(msg),
+        ),
+        api_key::LIST_PARTITION_REASSIGNMENTS => frame(
+            spec,
+            header,
+            &ListPartitionReassignmentsResponse::default()
+                .with_error_code(code)
+                .with_error_message(msg),
+        ),
+        api_key::DESCRIBE_QUORUM => frame(
+            spec,
+            header,
+            &DescribeQuorumResponse::default()
+                .with_error_code(code)
+                .with_error_message(msg),
+        ),
+        api_key::DESCRIBE_LOG_DIRS => frame(
+            spec,
+            header,
+            &DescribeLogDirsResponse::default().with_error_code(code),
+        ),
+        _ => frame(
+            spec,
+            header,
+            &DescribeClusterResponse::default()
+                .with_error_code(code)
+                .with_error_message(msg),
+        ),
+    })
 }
 
 pub(crate) fn frame<M: Encodable>(

@@ -31,13 +31,47 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
+    use tributary_security::acl::AclOperation;
     let v = header.api_version;
+    let denied = ErrorCode::CLUSTER_AUTHORIZATION_FAILED;
     if spec.key == api_key::DESCRIBE_USER_SCRAM_CREDENTIALS {
         let users = decode_all(r, |r| req::decode_describe_scram(r, v))?;
+        // DESCRIBE on the cluster, as in Kafka.
+        if !shard.allowed_on_cluster(conn, AclOperation::Describe) {
+            return frame(
+                spec,
+                header,
+                &DescribeUserScramCredentialsResponse::default().with_error_code(denied.code()),
+            );
+        }
         return frame(spec, header, &describe(shard, users));
     }
     let request = decode_all(r, |r| req::decode_alter_scram(r, v))?;
+    // ALTER on the cluster: every user refused without it.
+    if !shard.allowed_on_cluster(conn, AclOperation::Alter) {
+        let users: Vec<&String> = request
+            .deletions
+            .iter()
+            .map(|(u, _)| u)
+            .chain(request.upsertions.iter().map(|u| &u.name))
+            .collect();
+        return frame(
+            spec,
+            header,
+            &AlterUserScramCredentialsResponse::default().with_results(
+                users
+                    .into_iter()
+                    .map(|u| {
+                        AlterUserScramCredentialsResult::default()
+                            .with_user(str_bytes(u))
+                            .with_error_code(denied.code())
+                    })
+                    .collect(),
+            ),
+        );
+    }
     let resp = alter(shard, request).await;
     frame(spec, header, &resp)
 }

@@ -782,7 +782,19 @@ pub async fn handle(
             let ids = decode_all(r, |r| txn::decode_describe_transactions(r, v))?;
             let mut states = Vec::with_capacity(ids.len());
             for id in ids {
-                let reply = ask(shard, TxnOp::Describe(id.clone())).await;
+                // DESCRIBE on the transactional id, as in Kafka.
+                let reply = if shard.allowed(
+                    conn,
+                    AclOperation::Describe,
+                    ResourceType::TransactionalId,
+                    &id,
+                ) {
+                    ask(shard, TxnOp::Describe(id.clone())).await
+                } else {
+                    Some(TxnReply::Described(Err(
+                        ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    )))
+                };
                 let out = TransactionState::default()
                     .with_transactional_id(transactional_id(&id))
                     .with_producer_id(ProducerId(-1))
@@ -858,6 +870,15 @@ pub async fn handle(
                     req.state_filters.is_empty()
                         || req.state_filters.iter().any(|f| f == m.state.name())
                 })
+                // Only the ids the principal may describe, as in Kafka.
+                .filter(|m| {
+                    shard.allowed(
+                        conn,
+                        AclOperation::Describe,
+                        ResourceType::TransactionalId,
+                        &m.transactional_id,
+                    )
+                })
                 .filter(|m| {
                     req.producer_id_filters.is_empty()
                         || req.producer_id_filters.contains(&m.producer_id)
@@ -894,8 +915,12 @@ pub async fn handle(
             let mut out = Vec::with_capacity(topics.len());
             for (topic, partitions) in topics {
                 let mut parts = Vec::with_capacity(partitions.len());
+                // READ on the topic, as in Kafka.
+                let denied = !shard.allowed(conn, AclOperation::Read, ResourceType::Topic, &topic);
                 for p in partitions {
-                    let answer = if catalog.partition(&topic, p).is_none() {
+                    let answer = if denied {
+                        Err(ErrorCode::TOPIC_AUTHORIZATION_FAILED)
+                    } else if catalog.partition(&topic, p).is_none() {
                         Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
                     } else {
                         let op = TxnOp::Producers {
