@@ -173,3 +173,17 @@ def sasl_broker(tmp_path):
     yield b
     if b.proc is not None:
         assert b.stop() == 0, "broker must exit 0 on SIGTERM"
+
+
+@pytest.fixture
+def acl_broker(tmp_path):
+    """A SASL broker checking every request against ACLs; admin is a super user."""
+    b = SaslBroker(tmp_path / "data")
+    b.extra += [
+        "--set", "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "--set", "super.users=User:admin",
+    ]
+    b.start()
+    yield b
+    if b.proc is not None:
+        assert b.stop() == 0, "broker must exit 0 on SIGTERM"

@@ -97,3 +97,38 @@ def test_kcat(sasl_broker, mechanism, user, password):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[-2:] == ["one", "two"]
+
+
+def test_acls_with_the_admin_client(acl_broker):
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
+                                       AclPermissionType, NewTopic, ResourcePatternType,
+                                       ResourceType)
+    admin = AdminClient(conf(acl_broker, "PLAIN", "admin", "admin-secret"))
+    for f in admin.create_topics([NewTopic("acl-t", 1, 1)]).values():
+        f.result()
+    # alice may not write without an ACL: the delivery fails TOPIC_AUTHORIZATION_FAILED.
+    reports = []
+    p = Producer(conf(acl_broker, "PLAIN", "alice", "alice-secret", **{"message.timeout.ms": 5000}))
+    p.produce("acl-t", b"x", on_delivery=lambda err, msg: reports.append(err))
+    p.flush(10)
+    assert reports and reports[0] is not None
+    assert reports[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, reports
+    binding = AclBinding(ResourceType.TOPIC, "acl-", ResourcePatternType.PREFIXED, "User:alice", "*",
+                         AclOperation.WRITE, AclPermissionType.ALLOW)
+    for f in admin.create_acls([binding]).values():
+        assert f.result() is None
+    listed = admin.describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY,
+                                                  None, None, AclOperation.ANY,
+                                                  AclPermissionType.ANY)).result()
+    assert [b.name for b in listed] == ["acl-"]
+    reports.clear()
+    # A new producer: librdkafka remembers the topic's authorization failure from its metadata.
+    p = Producer(conf(acl_broker, "PLAIN", "alice", "alice-secret", **{"message.timeout.ms": 5000}))
+    p.produce("acl-t", b"y", on_delivery=lambda err, msg: reports.append(err))
+    p.flush(10)
+    assert reports == [None]
+    deleted = admin.delete_acls([AclBindingFilter(ResourceType.TOPIC, "acl-", ResourcePatternType.PREFIXED,
+                                                  None, None, AclOperation.ANY,
+                                                  AclPermissionType.ANY)])
+    for f in deleted.values():
+        assert len(f.result()) == 1
