@@ -46,7 +46,7 @@ impl BrokerConfig {
 }
 
 /// SASL mechanisms a SASL listener may offer.
-pub const SASL_MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+pub const SASL_MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
 
 /// `listener.name.NAME.MECHANISM.sasl.jaas.config`: the one per-listener key served so far.
 fn check_listener_key(key: &str, rest: &str) -> Result<()> {
@@ -148,7 +148,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "advertised.listeners", default: "", kind: ConfigKind::List, doc: "NAME://host:port clients are told to connect to (Metadata, FindCoordinator). Empty: --advertised-listener, else the client listener." },
     BrokerKey { name: "listener.security.protocol.map", default: DEFAULT_PROTOCOL_MAP, kind: ConfigKind::List, doc: "NAME:PROTOCOL for each listener name: how its connections are secured (PLAINTEXT, SASL_PLAINTEXT; SSL and SASL_SSL once TLS is built). Listeners named in controller.listener.names are the quorum's." },
     BrokerKey { name: "inter.broker.listener.name", default: "", kind: ConfigKind::String, doc: "The listener brokers register with and reach each other on (replication, transaction markers). Empty: the first PLAINTEXT listener, else the first listener. Must be PLAINTEXT when the node talks to other brokers." },
-    BrokerKey { name: "sasl.enabled.mechanisms", default: "GSSAPI", kind: ConfigKind::List, doc: "SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI, Kafka's default, is not supported: set this when a listener uses SASL). PLAIN's users come from listener.name.NAME.plain.sasl.jaas.config; SCRAM's credentials from the cluster metadata (--add-scram, AlterUserScramCredentials)." },
+    BrokerKey { name: "sasl.enabled.mechanisms", default: "GSSAPI", kind: ConfigKind::List, doc: "SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (unsecured tokens only, as Kafka's default validator: for tests and trusted networks) (GSSAPI, Kafka's default, is not supported: set this when a listener uses SASL). PLAIN's users come from listener.name.NAME.plain.sasl.jaas.config; SCRAM's credentials from the cluster metadata (--add-scram, AlterUserScramCredentials)." },
     BrokerKey { name: "connections.max.reauth.ms", default: "0", kind: ConfigKind::Long, doc: "A SASL session's lifetime (KIP-368): clients re-authenticate before it ends, and a connection whose session ended is closed at its next request. 0: sessions never end." },
     BrokerKey { name: "authorizer.class.name", default: "", kind: ConfigKind::String, doc: "Empty: every request is allowed. org.apache.kafka.metadata.authorizer.StandardAuthorizer (or kafka.security.authorizer.AclAuthorizer): requests are checked against the ACLs in the cluster metadata (CreateAcls, DescribeAcls, DeleteAcls) with Kafka's rules." },
     BrokerKey { name: "super.users", default: "", kind: ConfigKind::String, doc: "Principals allowed everything whatever the ACLs, separated by semicolons: User:admin;User:ops. With a PLAINTEXT inter-broker listener the brokers are User:ANONYMOUS: list it for replication and markers to pass." },

@@ -79,6 +79,7 @@ impl ListenerCtx {
 /// A mechanism in progress (its state is its own).
 pub enum Exchange {
     Plain,
+    OAuthBearer,
     Scram(Box<ScramServer<BoxedScramLookup>>),
 }
 
@@ -190,6 +191,7 @@ pub fn handshake(
     }
     let exchange = match mechanism.as_str() {
         "PLAIN" => Exchange::Plain,
+        "OAUTHBEARER" => Exchange::OAuthBearer,
         m => match ScramMechanism::from_name(m) {
             Some(mech) => Exchange::Scram(Box::new(scram_server(
                 mech,
@@ -245,11 +247,22 @@ pub fn step(
             "a SASL token arrived with no mechanism chosen (send SaslHandshake first)".into(),
         );
     };
+    // When the credential itself expires (an OAUTHBEARER token), ms since the epoch.
+    let mut credential_expiry: Option<i64> = None;
     let (out, user) = match exchange {
         Exchange::Plain => {
             let users = &listener.plain_users;
             let user = tributary_security::plain::verify(token, |u| users.get(u).cloned())
                 .map_err(|e| e.to_string())?;
+            (Vec::new(), Some(user))
+        }
+        Exchange::OAuthBearer => {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            let (user, exp) = tributary_security::oauthbearer::verify(token, now_ms)
+                .map_err(|e| e.to_string())?;
+            credential_expiry = Some(exp.saturating_sub(now_ms).max(0));
             (Vec::new(), Some(user))
         }
         Exchange::Scram(server) => {
@@ -275,7 +288,12 @@ pub fn step(
     if renewing.is_none() {
         info!(listener = %listener.name, %principal, mechanism = %mechanism, "authenticated");
     }
-    let lifetime = listener.reauth;
+    // As Kafka: with re-authentication on, a session ends at connections.max.reauth.ms or
+    // when its credential expires, whichever is first.
+    let lifetime = listener.reauth.map(|d| match credential_expiry {
+        Some(left) => d.min(Duration::from_millis(left as u64)),
+        None => d,
+    });
     *state = AuthState::Authenticated {
         principal,
         expires: lifetime.map(|d| now + d),

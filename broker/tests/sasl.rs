@@ -42,7 +42,7 @@ fn broker(dir: &std::path::Path, extra: &[(&str, &str)]) -> (BrokerHandle, Socke
         ),
         (
             "sasl.enabled.mechanisms",
-            "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
         ),
         ("listener.name.sasl_plaintext.plain.sasl.jaas.config", JAAS),
     ];
@@ -145,6 +145,20 @@ fn clients_authenticate_with_plain_and_scram() {
     let (b, sasl) = broker(dir.path(), &[]);
     round_trip(sasl, "PLAIN", "alice", "alice-secret", "t-plain");
     round_trip(sasl, "SCRAM-SHA-256", "scram-user", "scram-secret", "t-256");
+    // OAUTHBEARER with librdkafka's unsecured token: the principal is the token's subject.
+    {
+        let p: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", sasl.to_string())
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .set("sasl.mechanisms", "OAUTHBEARER")
+            .set("enable.sasl.oauthbearer.unsecure.jwt", "true")
+            .set("sasl.oauthbearer.config", "principal=carol")
+            .create()
+            .unwrap();
+        p.send(BaseRecord::<(), str>::to("t-oauth").payload("o"))
+            .unwrap();
+        p.flush(T).expect("OAUTHBEARER as carol");
+    }
     // A SCRAM-SHA-512 credential set over the wire (AlterUserScramCredentials, salted by the
     // client) is usable at once.
     let salt = b"0123456789abcdef".to_vec();
@@ -230,7 +244,19 @@ fn bad_sasl_inputs_get_kafkas_answers() {
     let resp = handshake(&mut c, 1, "GSSAPI");
     assert_eq!(resp.error_code, UNSUPPORTED_SASL_MECHANISM);
     let offered: Vec<String> = resp.mechanisms.iter().map(|m| m.to_string()).collect();
-    assert_eq!(offered, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]);
+    assert_eq!(
+        offered,
+        ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+    );
+    // OAUTHBEARER: a signed (not unsecured) or expired token is refused, then closed.
+    let mut c = RawConn::connect(sasl);
+    assert_eq!(handshake(&mut c, 1, "OAUTHBEARER").error_code, 0);
+    let resp = authenticate(
+        &mut c,
+        b"n,,\x01auth=Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln\x01\x01".to_vec(),
+    );
+    assert_eq!(resp.error_code, SASL_AUTHENTICATION_FAILED);
+    assert!(c.is_closed());
     assert!(c.is_closed());
     // A request before authentication closes the connection (ApiVersions is allowed).
     let mut c = RawConn::connect(sasl);

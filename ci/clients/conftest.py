@@ -150,7 +150,7 @@ class SaslBroker(Broker):
             "--set", "num.partitions=1",
             "--set", "group.initial.rebalance.delay.ms=0",
             "--set", f"listeners=PLAINTEXT://127.0.0.1:{self.port},SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
-            "--set", "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "--set", "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
             "--set", f"listener.name.sasl_plaintext.plain.sasl.jaas.config={PLAIN_JAAS}",
         ]
         for cred in ("SCRAM-SHA-256=[name=s256,password=s256-secret]",

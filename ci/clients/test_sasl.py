@@ -132,3 +132,16 @@ def test_acls_with_the_admin_client(acl_broker):
                                                   AclPermissionType.ANY)])
     for f in deleted.values():
         assert len(f.result()) == 1
+
+
+def test_confluent_oauthbearer_unsecured_token(sasl_broker):
+    c = {
+        "bootstrap.servers": sasl_broker.sasl_bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "OAUTHBEARER",
+        "enable.sasl.oauthbearer.unsecure.jwt": True,
+        "sasl.oauthbearer.config": "principal=dave",
+    }
+    p = Producer(c)
+    p.produce("oauth", b"o")
+    assert p.flush(30) == 0
