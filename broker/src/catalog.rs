@@ -229,6 +229,9 @@ pub struct Catalog {
     /// The ACLs (CreateAcls / DeleteAcls), sorted and without duplicates.
     #[serde(default)]
     pub acls: Vec<AclRecord>,
+    /// Client quotas (AlterClientQuotas), one record per entity.
+    #[serde(default)]
+    pub client_quotas: Vec<crate::quota::QuotaRecord>,
     /// Topic names by topic id, built on first use (fetches from v13 name topics by id).
     #[serde(skip)]
     pub topic_ids: TopicIdIndex,
@@ -268,6 +271,7 @@ impl Catalog {
             next_producer_id: 0,
             scram: BTreeMap::new(),
             acls: Vec::new(),
+            client_quotas: Vec::new(),
             topic_ids: TopicIdIndex::default(),
         }
     }

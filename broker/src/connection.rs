@@ -205,6 +205,8 @@ pub async fn serve_connection(
     let receive_timeout = Duration::from_millis(shard.config.socket_request_receive_timeout_ms);
     let mut queued = 0u64;
     let mut auth = AuthState::new(&listener);
+    // How long a quota holds the connection back after its latest request (KIP-219).
+    let throttle = Cell::new(Duration::ZERO);
     // Set by a request whose response is the connection's last (a failed authentication).
     let mut close_after = false;
     'requests: loop {
@@ -301,10 +303,18 @@ pub async fn serve_connection(
                 reply
             }
             Ok(fixed) => {
+                // Only quotas need the client id before the handler decodes it.
+                let client_id = if shard.catalog().client_quotas.is_empty() {
+                    String::new()
+                } else {
+                    client_id_of(&r)
+                };
                 let conn = handlers::Conn {
                     peer: &peer,
                     listener: &listener.name,
                     principal: auth.principal().unwrap_or(sasl::ANONYMOUS),
+                    client_id: &client_id,
+                    throttle: &throttle,
                 };
                 handle_frame(&shard, fixed, r, conn).await
             }
@@ -330,9 +340,27 @@ pub async fn serve_connection(
         if close_after || shard.draining.get() {
             break;
         }
+        // Over a quota: the response is on its way with throttle_time_ms; nothing more is read
+        // from this client until that time has passed, as Kafka mutes the channel.
+        let hold = throttle.replace(Duration::ZERO);
+        if !hold.is_zero() {
+            glommio::timer::sleep(hold).await;
+        }
     }
     drop(tx);
     let _ = writer_task.await;
+}
+
+/// The request header's client id, read ahead of the header's decoding ("" when absent or
+/// unreadable: the header decode that follows reports a bad one).
+fn client_id_of(r: &Reader) -> String {
+    let mut copy = r.clone();
+    let fixed = copy.i16("api key").and_then(|_| copy.i16("api version"));
+    let fixed = fixed.and_then(|_| copy.i32("correlation id"));
+    match fixed.and_then(|_| copy.nullable_string("client id", false)) {
+        Ok(Some(id)) => id,
+        _ => String::new(),
+    }
 }
 
 fn is_sasl_api(key: i16) -> bool {

@@ -16,6 +16,7 @@ pub mod inter_broker;
 pub mod limits;
 pub mod metrics;
 pub mod partition_dirs;
+pub mod quota;
 pub mod replica;
 pub mod routing;
 pub mod sasl;

@@ -264,6 +264,8 @@ pub struct Shard {
     broker_config: RefCell<Arc<BrokerConfig>>,
     /// The ACLs of the current image, indexed; `None` without an authorizer.
     authorizer: RefCell<Option<Rc<tributary_security::acl::Authorizer>>>,
+    /// What each (user, client id) produced and fetched through this shard, for quotas.
+    pub(crate) quota_sensors: RefCell<crate::quota::QuotaSensors>,
     peers: Vec<async_channel::Sender<ShardRequest>>,
     catalog: RefCell<Arc<Catalog>>,
     partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
@@ -334,6 +336,7 @@ impl Shard {
             config,
             broker_config,
             authorizer,
+            quota_sensors: Default::default(),
             peers,
             catalog: RefCell::new(catalog),
             partitions: RefCell::new(HashMap::new()),

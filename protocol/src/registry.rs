@@ -52,6 +52,8 @@ pub mod api_key {
     pub const DESCRIBE_ACLS: i16 = 29;
     pub const CREATE_ACLS: i16 = 30;
     pub const DELETE_ACLS: i16 = 31;
+    pub const DESCRIBE_CLIENT_QUOTAS: i16 = 48;
+    pub const ALTER_CLIENT_QUOTAS: i16 = 49;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,9 +133,17 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
         0,
         0,
     ),
-    spec(api_key::DESCRIBE_ACLS, "DescribeAcls", 0, 3, 2),
-    spec(api_key::CREATE_ACLS, "CreateAcls", 0, 3, 2),
-    spec(api_key::DELETE_ACLS, "DeleteAcls", 0, 3, 2),
+    spec(api_key::DESCRIBE_ACLS, "DescribeAcls", 1, 3, 2),
+    spec(api_key::CREATE_ACLS, "CreateAcls", 1, 3, 2),
+    spec(api_key::DELETE_ACLS, "DeleteAcls", 1, 3, 2),
+    spec(
+        api_key::DESCRIBE_CLIENT_QUOTAS,
+        "DescribeClientQuotas",
+        0,
+        1,
+        1,
+    ),
+    spec(api_key::ALTER_CLIENT_QUOTAS, "AlterClientQuotas", 0, 1, 1),
     spec(api_key::DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4, 4),
     spec(api_key::DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, 0),
     spec(api_key::OFFSET_COMMIT, "OffsetCommit", 2, 8, 8),

@@ -50,6 +50,11 @@ pub enum MetadataCommand {
     CreateAcls {
         acls: Vec<crate::catalog::AclRecord>,
     },
+    /// Kafka's AlterClientQuotas: per entity, values set (`Some`) or removed (`None`); an
+    /// entity left with no value goes.
+    AlterClientQuotas {
+        changes: Vec<crate::quota::QuotaChange>,
+    },
     /// Kafka's DeleteAcls: exactly these bindings (the proposer matched its filters against
     /// its image) go; one already gone changes nothing.
     DeleteAcls {
@@ -176,6 +181,30 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             image.acls.extend(acls);
             image.acls.sort();
             image.acls.dedup();
+            Outcome::Done
+        }
+        C::AlterClientQuotas { changes } => {
+            for (entity, ops) in changes {
+                let i = match image.client_quotas.iter().position(|q| q.entity == entity) {
+                    Some(i) => i,
+                    None => {
+                        image.client_quotas.push(crate::quota::QuotaRecord {
+                            entity,
+                            values: BTreeMap::new(),
+                        });
+                        image.client_quotas.len() - 1
+                    }
+                };
+                for (key, value) in ops {
+                    match value {
+                        Some(v) => image.client_quotas[i].values.insert(key, v),
+                        None => image.client_quotas[i].values.remove(&key),
+                    };
+                }
+                if image.client_quotas[i].values.is_empty() {
+                    image.client_quotas.remove(i);
+                }
+            }
             Outcome::Done
         }
         C::DeleteAcls { acls } => {

@@ -148,6 +148,9 @@ pub async fn handle(
     let results = read_and_wait(shard, context.items(), budget, deadline, &denied).await;
     let (error, session_id, include) =
         finish_session(shard, v >= TOPIC_IDS_FROM, &context, &results);
+    // consumer_byte_rate: the bytes this fetch returns count against it.
+    let bytes: u64 = results.iter().map(|r| r.records.len() as u64).sum();
+    let throttle = shard.throttle(conn, crate::quota::CONSUMER_BYTE_RATE, bytes);
     let mut topics = response_topics(context.items(), results, &include);
     let endpoints = leader_hints(shard, v, &mut topics);
     // Record bytes are not copied into the response: they are pieces of the frame, written to
@@ -158,9 +161,10 @@ pub async fn handle(
         header.correlation_id,
         spec.response_header_flexible(v),
     );
-    fetch::encode_response(
+    fetch::encode_throttled_response(
         &mut out,
         v,
+        throttle.as_millis().min(i32::MAX as u128) as i32,
         error,
         session_id,
         read_committed,

@@ -21,6 +21,7 @@ pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
+pub mod quotas;
 pub mod scram;
 pub mod txn;
 
@@ -56,6 +57,11 @@ pub struct Conn<'a> {
     pub listener: &'a str,
     /// Who authenticated on the connection (`User:NAME`; `User:ANONYMOUS` without SASL).
     pub principal: &'a str,
+    /// The request header's client id ("" when none).
+    pub client_id: &'a str,
+    /// Set by a handler whose request put the client over a quota: the connection reads
+    /// nothing more for this long after queueing the response (KIP-219).
+    pub throttle: &'a std::cell::Cell<std::time::Duration>,
 }
 
 pub async fn dispatch(
@@ -116,6 +122,9 @@ async fn handle(
         api_key::DESCRIBE_CONFIGS => describe_configs::handle(shard, spec, header, r, conn),
         api_key::DESCRIBE_CLUSTER => {
             describe_cluster::handle(shard, spec, header, r, conn.listener).await
+        }
+        api_key::DESCRIBE_CLIENT_QUOTAS | api_key::ALTER_CLIENT_QUOTAS => {
+            quotas::handle(shard, spec, header, r, conn).await
         }
         api_key::CREATE_ACLS | api_key::DESCRIBE_ACLS | api_key::DELETE_ACLS => {
             acls::handle(shard, spec, header, r, conn).await

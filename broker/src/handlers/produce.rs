@@ -46,6 +46,15 @@ pub async fn start(
     let acks = req.acks;
     // Kafka's checks: WRITE on the transactional id (every partition refused without it),
     // then WRITE on each topic.
+    // producer_byte_rate: the request's record bytes count against it.
+    let bytes: u64 = req
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len() as u64))
+        .sum();
+    let throttle = shard.throttle(conn, crate::quota::PRODUCER_BYTE_RATE, bytes);
+    let throttle_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
     let txn_denied = req.transactional_id.as_deref().is_some_and(|id| {
         !shard.allowed(conn, AclOperation::Write, ResourceType::TransactionalId, id)
     });
@@ -165,6 +174,7 @@ pub async fn start(
             spec,
             &header,
             &ProduceResponse::default()
+                .with_throttle_time_ms(throttle_ms)
                 .with_responses(topics)
                 .with_node_endpoints(endpoints),
         )

@@ -272,8 +272,32 @@ pub fn encode_response(
     topics: &[FetchTopicResponse],
     node_endpoints: &[NodeEndpoint],
 ) {
+    encode_throttled_response(
+        out,
+        version,
+        0,
+        error,
+        session_id,
+        read_committed,
+        topics,
+        node_endpoints,
+    );
+}
+
+/// [`encode_response`] telling the client how long a quota holds it back (KIP-219).
+#[allow(clippy::too_many_arguments)]
+pub fn encode_throttled_response(
+    out: &mut FrameBuilder,
+    version: i16,
+    throttle_time_ms: i32,
+    error: ErrorCode,
+    session_id: i32,
+    read_committed: bool,
+    topics: &[FetchTopicResponse],
+    node_endpoints: &[NodeEndpoint],
+) {
     let flex = flexible(api_key::FETCH, version);
-    out.put_i32(0); // throttle_time_ms
+    out.put_i32(throttle_time_ms);
     if version >= 7 {
         out.put_i16(error.code());
         out.put_i32(session_id);

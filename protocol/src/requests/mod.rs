@@ -21,6 +21,7 @@ pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
+pub mod quotas;
 pub mod sasl;
 pub mod txn;
 
