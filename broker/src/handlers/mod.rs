@@ -106,7 +106,7 @@ async fn handle(
         }
         api_key::DESCRIBE_LOG_DIRS => describe_log_dirs::handle(shard, spec, header, r).await,
         api_key::OFFSET_FOR_LEADER_EPOCH => {
-            offset_for_leader_epoch::handle(shard, spec, header, r).await
+            offset_for_leader_epoch::handle(shard, spec, header, r, conn).await
         }
         api_key::DELETE_TOPICS => delete_topics::handle(shard, spec, header, r, conn).await,
         api_key::DELETE_RECORDS => delete_records::handle(shard, spec, header, r, conn).await,

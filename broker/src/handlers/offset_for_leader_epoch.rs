@@ -50,15 +50,26 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
+    conn: super::Conn<'_>,
 ) -> HandlerResult {
+    use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let req = decode_all(r, |r| offset_for_leader_epoch::decode(r, v))?;
     let catalog = shard.catalog();
+    // As Kafka: CLUSTER_ACTION on the cluster lets a broker ask about any topic; a client
+    // needs DESCRIBE on each.
+    let cluster_action = shard.allowed_on_cluster(conn, AclOperation::ClusterAction);
     let mut topics = Vec::with_capacity(req.topics.len());
     for (name, queries) in &req.topics {
+        let denied = !cluster_action
+            && !shard.allowed(conn, AclOperation::Describe, ResourceType::Topic, name);
         let mut partitions = Vec::with_capacity(queries.len());
         for q in queries {
-            let access = catalog.check_leader(name, q.partition, shard.config.node_id);
+            let access = if denied {
+                Err(ErrorCode::TOPIC_AUTHORIZATION_FAILED)
+            } else {
+                catalog.check_leader(name, q.partition, shard.config.node_id)
+            };
             let current = catalog
                 .partition(name, q.partition)
                 .map_or(0, |r| r.leader_epoch);
