@@ -145,3 +145,32 @@ def test_confluent_oauthbearer_unsecured_token(sasl_broker):
     p = Producer(c)
     p.produce("oauth", b"o")
     assert p.flush(30) == 0
+
+
+def test_trib_with_a_command_config(sasl_broker, tmp_path):
+    import os
+    trib_bin = os.environ.get("TRIB_BIN", os.path.join(os.path.dirname(
+        os.environ.get("TRIBUTARY_BIN", "target/release/tributary")), "trib"))
+    props = tmp_path / "client.properties"
+    props.write_text(
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
+        'username="s512" password="s512-secret";\n')
+
+    def trib(*args, stdin=None):
+        return subprocess.run([trib_bin, "--bootstrap", sasl_broker.sasl_bootstrap,
+                               "--command-config", str(props), *args],
+                              input=stdin, capture_output=True, text=True, timeout=60)
+
+    r = trib("topics", "create", "via-trib", "--partitions", "1")
+    assert r.returncode == 0, r.stderr
+    r = trib("produce", "via-trib", stdin="a\nb\n")
+    assert r.returncode == 0, r.stderr
+    r = trib("consume", "via-trib", "--from-beginning", "--max-messages", "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["a", "b"]
+    # A wrong password fails with the broker's reason.
+    props.write_text(props.read_text().replace("s512-secret", "wrong"))
+    r = trib("topics", "list")
+    assert r.returncode != 0

@@ -77,6 +77,9 @@ pub fn client_config(cli: &Cli) -> ClientConfig {
     c.set("bootstrap.servers", &cli.bootstrap)
         .set("socket.timeout.ms", cli.timeout_ms.to_string())
         .set("log_level", "3");
+    for (k, v) in &cli.security {
+        c.set(k, v);
+    }
     c
 }
 
@@ -280,6 +283,11 @@ pub(crate) fn exchange(cli: &Cli, request: &[u8]) -> Result<Vec<u8>> {
 
 /// As [`exchange`], with the broker at `host_port`.
 pub(crate) fn exchange_at(cli: &Cli, host_port: &str, request: &[u8]) -> Result<Vec<u8>> {
+    if !crate::security::is_plaintext(&cli.security) {
+        return Err(anyhow!(
+            "this command sends raw Kafka requests, which trib speaks to PLAINTEXT listeners only; point --bootstrap at a PLAINTEXT listener and leave out --command-config"
+        ));
+    }
     let addr = host_port
         .to_socket_addrs()
         .ok()

@@ -1,6 +1,8 @@
 //! `trib`: the operator's command line for Tributary and any Kafka-compatible broker — topics
 //! and their reassignment, console produce and consume, consumer groups, leader elections,
 //! transactions and producers, and cluster information — built on librdkafka, with raw requests for the admin calls it lacks.
+//! `--command-config` takes Kafka's client security properties (SASL, TLS) for librdkafka's
+//! commands; the raw requests speak to PLAINTEXT listeners only.
 //! Exit status 0 on success; otherwise one line on stderr naming the cause.
 
 #![forbid(unsafe_code)]
@@ -9,6 +11,7 @@ mod admin;
 mod groups;
 mod io;
 mod reassign;
+mod security;
 mod txn;
 
 use std::time::Duration;
@@ -34,6 +37,13 @@ pub struct Cli {
     /// How long to wait for the broker on each request.
     #[arg(long, global = true, default_value_t = 10_000)]
     pub timeout_ms: u64,
+    /// Kafka client properties for a secured listener (security.protocol, sasl.mechanism,
+    /// sasl.jaas.config, ssl.truststore.location, ...), as kafka-topics.sh --command-config.
+    #[arg(long, global = true, env = "TRIB_COMMAND_CONFIG")]
+    pub command_config: Option<std::path::PathBuf>,
+    /// The librdkafka settings `command_config` stands for.
+    #[arg(skip)]
+    pub security: Vec<(String, String)>,
     #[command(subcommand)]
     command: Command,
 }
@@ -92,7 +102,16 @@ fn main() {
         }
         default_hook(info);
     }));
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Some(path) = &cli.command_config {
+        match security::load(path) {
+            Ok(settings) => cli.security = settings,
+            Err(e) => {
+                eprintln!("trib: {e:#}");
+                std::process::exit(1);
+            }
+        }
+    }
     if let Err(e) = run(&cli) {
         eprintln!("trib: {e:#}");
         std::process::exit(1);
