@@ -2,8 +2,9 @@
 //! with rcgen for 127.0.0.1), librdkafka clients producing and consuming over SSL, over
 //! SASL_SSL with PLAIN and with a client certificate (`ssl.client.auth=required`), and the bad
 //! inputs: plaintext Kafka bytes on the SSL port, a client without a certificate where one is
-//! required, a TLS client on the PLAINTEXT port, a silent client — each closing only its own
-//! connection — and keystores that stop start-up with the key named.
+//! required, a certificate that no `ssl.principal.mapping.rules` rule maps, a TLS client on the
+//! PLAINTEXT port, a silent client — each closing only its own connection — and keystores that
+//! stop start-up with the key named.
 
 mod common;
 
@@ -242,15 +243,43 @@ fn mutual_tls_needs_a_trusted_client_certificate() {
     let data = dir.path().join("data");
     let ca = path(&pki.ca);
     // Per-listener keys: only the SSL listener asks for client certificates.
+    // STRICT is an SSL listener whose principal mapping matches only bob's certificate.
     let b = broker(
         &data,
         &pki,
         &[
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0,STRICT://127.0.0.1:0",
+            ),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,STRICT:SSL",
+            ),
             ("listener.name.ssl.ssl.client.auth", "required"),
             ("listener.name.ssl.ssl.truststore.location", ca.as_str()),
+            ("listener.name.strict.ssl.client.auth", "required"),
+            ("listener.name.strict.ssl.truststore.location", ca.as_str()),
+            (
+                "listener.name.strict.ssl.principal.mapping.rules",
+                "RULE:^CN=bob$/bob/",
+            ),
         ],
     );
     let ssl = listener(&b, "SSL");
+    let cert_client = |addr: SocketAddr, cert: &Path, key: &Path| {
+        let mut c = tls_client(addr, &pki);
+        c.set("ssl.certificate.location", path(cert))
+            .set("ssl.key.location", path(key));
+        c
+    };
+    // alice's certificate is trusted, but no rule maps its subject to a principal: the
+    // connection closes after the handshake.
+    assert!(!gets_metadata(cert_client(
+        listener(&b, "STRICT"),
+        &pki.client_cert,
+        &pki.client_key
+    )));
     let with_cert = |cert: &Path, key: &Path| {
         let mut c = tls_client(ssl, &pki);
         c.set("ssl.certificate.location", path(cert))
