@@ -178,7 +178,7 @@ impl BrokerConfig {
                 rules
             },
         };
-        let tls = ListenerTls {
+        let mut tls = ListenerTls {
             settings,
             per_listener,
             prefix: format!("listener.name.{}.", name.to_ascii_lowercase()),
@@ -204,7 +204,6 @@ impl BrokerConfig {
                 )
             })?
         };
-        let mut tls = tls;
         tls.settings.client_auth = client_auth;
         tls.settings
             .principal_mapper()
@@ -1408,6 +1407,60 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn ssl_keys_per_listener_win_and_secrets_stay_out_of_values() {
+        use tributary_security::tls::ClientAuth;
+        let c = BrokerConfig::build(input(&[
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093,SASL_SSL://127.0.0.1:9094",
+            ),
+            ("sasl.enabled.mechanisms", "SCRAM-SHA-256"),
+            ("ssl.keystore.location", "/etc/broker.pem"),
+            ("ssl.keystore.key", "KEY"),
+            ("ssl.client.auth", "requested"),
+            ("listener.name.ssl.ssl.client.auth", "REQUIRED"),
+            (
+                "listener.name.ssl.ssl.keystore.location",
+                "/etc/ssl-listener.pem",
+            ),
+        ]))
+        .unwrap();
+        let ssl = c.listener_tls("SSL").unwrap();
+        assert_eq!(ssl.settings.client_auth, ClientAuth::Required);
+        assert_eq!(
+            ssl.settings.keystore_location.as_deref(),
+            Some(std::path::Path::new("/etc/ssl-listener.pem"))
+        );
+        assert_eq!(ssl.settings.keystore_key.as_deref(), Some("KEY"));
+        assert_eq!(ssl.settings.principal_mapping_rules, "DEFAULT");
+        assert_eq!(
+            ssl.key("ssl.keystore.location"),
+            "listener.name.ssl.ssl.keystore.location"
+        );
+        assert_eq!(
+            ssl.key("ssl.truststore.location"),
+            "ssl.truststore.location"
+        );
+        let sasl_ssl = c.listener_tls("SASL_SSL").unwrap();
+        assert_eq!(sasl_ssl.settings.client_auth, ClientAuth::Requested);
+        assert_eq!(
+            sasl_ssl.settings.keystore_location.as_deref(),
+            Some(std::path::Path::new("/etc/broker.pem"))
+        );
+        assert!(!c.values.contains_key("ssl.keystore.key"));
+        assert!(!format!("{c:?}").contains("KEY\""));
+        let e = BrokerConfig::build(input(&[
+            ("listeners", "SSL://127.0.0.1:9093"),
+            ("ssl.principal.mapping.rules", "RULE:broken"),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains("ssl.principal.mapping.rules"), "{e}");
+        let e = BrokerConfig::build(input(&[("listener.name.ssl.ssl.cipher.suites", "x")]))
+            .unwrap_err();
+        assert!(e.to_string().contains("listener.name.NAME.KEY"), "{e}");
     }
 
     #[test]
