@@ -48,20 +48,168 @@ impl BrokerConfig {
 /// SASL mechanisms a SASL listener may offer.
 pub const SASL_MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
 
-/// `listener.name.NAME.MECHANISM.sasl.jaas.config`: the one per-listener key served so far.
+/// The `ssl.*` keys a TLS listener (SSL, SASL_SSL) reads. Each is a broker key and may be set
+/// per listener as `listener.name.NAME.KEY`, which wins over the broker's.
+pub const SSL_KEYS: &[&str] = &[
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.certificate.chain",
+    "ssl.keystore.key",
+    "ssl.key.password",
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "ssl.client.auth",
+    "ssl.principal.mapping.rules",
+];
+
+/// The `ssl.*` keys whose values are secrets (a private key, its password). They are not in
+/// [`BROKER_KEYS`], whose values DescribeConfigs shows to any client: they are accepted from
+/// `--config` and `--set` and kept in [`BrokerConfig::secret_props`] only.
+pub const SSL_SECRET_KEYS: &[&str] = &["ssl.keystore.key", "ssl.key.password"];
+
+/// The only keystore and truststore type served (`ssl.keystore.type`, `ssl.truststore.type`).
+pub const SSL_STORE_TYPE: &str = "PEM";
+
+/// Per-listener keys served: `listener.name.NAME.MECHANISM.sasl.jaas.config` and
+/// `listener.name.NAME.ssl.…` (every key of [`SSL_KEYS`]).
 fn check_listener_key(key: &str, rest: &str) -> Result<()> {
     let ok = rest.split_once('.').is_some_and(|(name, suffix)| {
         !name.is_empty()
-            && SASL_MECHANISMS
-                .iter()
-                .any(|m| suffix == format!("{}.sasl.jaas.config", m.to_ascii_lowercase()))
+            && (SSL_KEYS.contains(&suffix)
+                || SASL_MECHANISMS
+                    .iter()
+                    .any(|m| suffix == format!("{}.sasl.jaas.config", m.to_ascii_lowercase())))
     });
     if !ok {
         bail!(
-            "unknown config key {key:?}; per-listener keys served are listener.name.NAME.MECHANISM.sasl.jaas.config (NAME and MECHANISM in lower case, e.g. listener.name.sasl_plaintext.plain.sasl.jaas.config)"
+            "unknown config key {key:?}; per-listener keys served are listener.name.NAME.MECHANISM.sasl.jaas.config and listener.name.NAME.KEY for the keys {} (NAME and MECHANISM in lower case, e.g. listener.name.sasl_plaintext.plain.sasl.jaas.config, listener.name.ssl.ssl.keystore.location)",
+            SSL_KEYS.join(", ")
         );
     }
     Ok(())
+}
+
+/// A secret config value: kept whole, never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[hidden]")
+    }
+}
+
+/// A TLS listener's settings, and which of its keys were set for the listener itself (so an
+/// error can name the key the operator wrote).
+#[derive(Debug, Clone)]
+pub struct ListenerTls {
+    pub settings: tributary_security::tls::TlsSettings,
+    /// The `ssl.*` keys set as `listener.name.NAME.KEY`.
+    per_listener: Vec<&'static str>,
+    /// `listener.name.NAME.` with NAME in lower case.
+    prefix: String,
+}
+
+impl ListenerTls {
+    /// The key an `ssl.*` setting was read from: the per-listener one when that was set.
+    pub fn key(&self, key: &str) -> String {
+        match self.per_listener.contains(&key) {
+            true => format!("{}{key}", self.prefix),
+            false => key.to_string(),
+        }
+    }
+
+    /// A TLS configuration error with the key it names as the operator wrote it.
+    pub fn explain(&self, error: &tributary_security::tls::TlsError) -> String {
+        let message = error.to_string();
+        let named = SSL_KEYS
+            .iter()
+            .filter(|k| message.starts_with(*k))
+            .max_by_key(|k| k.len());
+        match named {
+            Some(k) => format!("config {}{}", self.key(k), &message[k.len()..]),
+            None => format!("config {message}"),
+        }
+    }
+}
+
+impl BrokerConfig {
+    /// An `ssl.*` value for listener `name`: `listener.name.NAME.KEY` if set, else the broker's
+    /// ("" when neither is set), and whether it was the listener's own.
+    fn ssl_value(&self, name: &str, key: &'static str) -> (String, bool) {
+        let own = format!("listener.name.{}.{key}", name.to_ascii_lowercase());
+        if let Some(v) = self.listener_props.get(&own) {
+            return (v.clone(), true);
+        }
+        let broker = match SSL_SECRET_KEYS.contains(&key) {
+            true => self.secret_props.get(key).map(|s| s.0.clone()),
+            false => self.values.get(key).map(|(v, _)| v.clone()),
+        };
+        (broker.unwrap_or_default(), false)
+    }
+
+    /// The TLS settings of listener `name`, checked without reading any file (the keystore and
+    /// truststore are read when the listener starts).
+    pub fn listener_tls(&self, name: &str) -> Result<ListenerTls> {
+        use tributary_security::tls::{ClientAuth, TlsSettings};
+        let mut per_listener = Vec::new();
+        let mut get = |key: &'static str| {
+            let (v, own) = self.ssl_value(name, key);
+            if own {
+                per_listener.push(key);
+            }
+            v.trim().to_string()
+        };
+        let keystore_type = get("ssl.keystore.type");
+        let truststore_type = get("ssl.truststore.type");
+        let client_auth = get("ssl.client.auth");
+        let rules = get("ssl.principal.mapping.rules");
+        let optional = |v: String| (!v.is_empty()).then_some(v);
+        let settings = TlsSettings {
+            keystore_location: optional(get("ssl.keystore.location")).map(PathBuf::from),
+            keystore_certificate_chain: optional(get("ssl.keystore.certificate.chain")),
+            keystore_key: optional(get("ssl.keystore.key")),
+            key_password: optional(get("ssl.key.password")),
+            truststore_location: optional(get("ssl.truststore.location")).map(PathBuf::from),
+            client_auth: ClientAuth::None,
+            principal_mapping_rules: if rules.is_empty() {
+                tributary_security::tls::PRINCIPAL_MAPPING_RULES_DEFAULT.to_string()
+            } else {
+                rules
+            },
+        };
+        let mut tls = ListenerTls {
+            settings,
+            per_listener,
+            prefix: format!("listener.name.{}.", name.to_ascii_lowercase()),
+        };
+        for (key, value) in [
+            ("ssl.keystore.type", keystore_type),
+            ("ssl.truststore.type", truststore_type),
+        ] {
+            if !value.is_empty() && !value.eq_ignore_ascii_case(SSL_STORE_TYPE) {
+                bail!(
+                    "config {}={value}: only PEM stores are supported (listener {name}); convert the store to PEM (e.g. keytool -importkeystore -deststoretype PKCS12, then openssl pkcs12 -nodes) and set {SSL_STORE_TYPE}",
+                    tls.key(key)
+                );
+            }
+        }
+        let client_auth = if client_auth.is_empty() {
+            ClientAuth::None
+        } else {
+            client_auth.parse().map_err(|_| {
+                anyhow!(
+                    "config {}={client_auth}: is not one of required, requested, none (listener {name})",
+                    tls.key("ssl.client.auth")
+                )
+            })?
+        };
+        tls.settings.client_auth = client_auth;
+        tls.settings
+            .principal_mapper()
+            .map_err(|e| anyhow!("{} (listener {name})", tls.explain(&e)))?;
+        Ok(tls)
+    }
 }
 
 /// A SASL listener needs mechanisms that are built, and PLAIN needs its users.
@@ -146,10 +294,17 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "controller.quorum.voters", default: "", kind: ConfigKind::List, doc: "The metadata quorum, as id@host:port entries (the voters' CONTROLLER listeners), e.g. 1@10.0.0.1:9093,2@10.0.0.2:9093,3@10.0.0.3:9093. Empty: this node is the one voter of its own quorum." },
     BrokerKey { name: "listeners", default: "", kind: ConfigKind::List, doc: "NAME://host:port entries: one PLAINTEXT listener for clients and, with several voters, the one named in controller.listener.names for the quorum. Empty: clients on --listen, no quorum listener." },
     BrokerKey { name: "advertised.listeners", default: "", kind: ConfigKind::List, doc: "NAME://host:port clients are told to connect to (Metadata, FindCoordinator). Empty: --advertised-listener, else the client listener." },
-    BrokerKey { name: "listener.security.protocol.map", default: DEFAULT_PROTOCOL_MAP, kind: ConfigKind::List, doc: "NAME:PROTOCOL for each listener name: how its connections are secured (PLAINTEXT, SASL_PLAINTEXT; SSL and SASL_SSL once TLS is built). Listeners named in controller.listener.names are the quorum's." },
+    BrokerKey { name: "listener.security.protocol.map", default: DEFAULT_PROTOCOL_MAP, kind: ConfigKind::List, doc: "NAME:PROTOCOL for each listener name: how its connections are secured (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL). Listeners named in controller.listener.names are the quorum's." },
     BrokerKey { name: "inter.broker.listener.name", default: "", kind: ConfigKind::String, doc: "The listener brokers register with and reach each other on (replication, transaction markers). Empty: the first PLAINTEXT listener, else the first listener. Must be PLAINTEXT when the node talks to other brokers." },
     BrokerKey { name: "sasl.enabled.mechanisms", default: "GSSAPI", kind: ConfigKind::List, doc: "SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (unsecured tokens only, as Kafka's default validator: for tests and trusted networks) (GSSAPI, Kafka's default, is not supported: set this when a listener uses SASL). PLAIN's users come from listener.name.NAME.plain.sasl.jaas.config; SCRAM's credentials from the cluster metadata (--add-scram, AlterUserScramCredentials)." },
     BrokerKey { name: "connections.max.reauth.ms", default: "0", kind: ConfigKind::Long, doc: "A SASL session's lifetime (KIP-368): clients re-authenticate before it ends, and a connection whose session ended is closed at its next request. 0: sessions never end." },
+    BrokerKey { name: "ssl.keystore.type", default: "PEM", kind: ConfigKind::String, doc: "The format of the keystore of TLS listeners (SSL, SASL_SSL): only PEM." },
+    BrokerKey { name: "ssl.keystore.location", default: "", kind: ConfigKind::String, doc: "A PEM file holding the broker's certificate chain (its own certificate first) and its unencrypted private key (PKCS#8, RSA or EC), for TLS listeners. Read at start-up. Per listener: listener.name.NAME.ssl.keystore.location." },
+    BrokerKey { name: "ssl.keystore.certificate.chain", default: "", kind: ConfigKind::String, doc: "The broker's certificate chain as inline PEM, with ssl.keystore.key, instead of ssl.keystore.location." },
+    BrokerKey { name: "ssl.truststore.type", default: "PEM", kind: ConfigKind::String, doc: "The format of the truststore: only PEM." },
+    BrokerKey { name: "ssl.truststore.location", default: "", kind: ConfigKind::String, doc: "A PEM file of the CA certificates that sign client certificates; needed when ssl.client.auth is requested or required." },
+    BrokerKey { name: "ssl.client.auth", default: "none", kind: ConfigKind::String, doc: "Whether TLS clients must present a certificate signed by the truststore: none, requested (a client without one is User:ANONYMOUS) or required. On an SSL listener the principal is User: followed by the certificate's subject, mapped by ssl.principal.mapping.rules." },
+    BrokerKey { name: "ssl.principal.mapping.rules", default: "DEFAULT", kind: ConfigKind::String, doc: "Rules mapping a client certificate's subject (RFC 2253, e.g. CN=alice,OU=eng,O=acme) to a user name, as Kafka writes them: RULE:pattern/replacement/[LU], DEFAULT (the subject as it is)." },
     BrokerKey { name: "authorizer.class.name", default: "", kind: ConfigKind::String, doc: "Empty: every request is allowed. org.apache.kafka.metadata.authorizer.StandardAuthorizer (or kafka.security.authorizer.AclAuthorizer): requests are checked against the ACLs in the cluster metadata (CreateAcls, DescribeAcls, DeleteAcls) with Kafka's rules." },
     BrokerKey { name: "super.users", default: "", kind: ConfigKind::String, doc: "Principals allowed everything whatever the ACLs, separated by semicolons: User:admin;User:ops. With a PLAINTEXT inter-broker listener the brokers are User:ANONYMOUS: list it for replication and markers to pass." },
     BrokerKey { name: "allow.everyone.if.no.acl.found", default: "false", kind: ConfigKind::Bool, doc: "With an authorizer: allow a request on a resource no ACL names (false: deny it)." },
@@ -252,6 +407,9 @@ pub struct BrokerConfig {
     /// Per-listener keys, `listener.name.NAME.…` (NAME lower case), e.g.
     /// `listener.name.sasl_plaintext.plain.sasl.jaas.config`.
     pub listener_props: BTreeMap<String, String>,
+    /// Broker-level keys whose values are secrets ([`SSL_SECRET_KEYS`]): never in `values`,
+    /// which DescribeConfigs shows.
+    pub secret_props: BTreeMap<&'static str, Secret>,
     /// The ports listeners other than the inter-broker one were bound to, by name (those given
     /// port 0 get theirs at start-up).
     pub bound: BTreeMap<String, u16>,
@@ -507,10 +665,15 @@ impl BrokerConfig {
             .map(|k| (k.name, (k.default.to_string(), false)))
             .collect();
         let mut listener_props = BTreeMap::new();
+        let mut secret_props = BTreeMap::new();
         for (k, v) in input.properties {
             if let Some(rest) = k.strip_prefix("listener.name.") {
                 check_listener_key(&k, rest)?;
                 listener_props.insert(k.clone(), v);
+                continue;
+            }
+            if let Some(secret) = SSL_SECRET_KEYS.iter().find(|s| **s == k) {
+                secret_props.insert(*secret, Secret(v));
                 continue;
             }
             let Some(key) = BROKER_KEYS.iter().find(|d| d.name == k) else {
@@ -924,6 +1087,7 @@ impl BrokerConfig {
                 0,
             )?,
             listener_props,
+            secret_props,
             bound: BTreeMap::new(),
             scram_unknown_user_key: tributary_security::scram::generate_unknown_user_key()
                 .map_err(|e| anyhow!("{e}"))?,
@@ -944,6 +1108,9 @@ impl BrokerConfig {
         };
         check_replica_fetch_wait(&cfg)?;
         check_sasl(&cfg)?;
+        for l in cfg.listeners.iter().filter(|l| l.protocol.is_tls()) {
+            cfg.listener_tls(&l.name)?;
+        }
         if let Some(budget) = cfg.queued_max_request_bytes {
             if budget < cfg.socket_request_max_bytes {
                 bail!(
@@ -1260,6 +1427,60 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn ssl_keys_per_listener_win_and_secrets_stay_out_of_values() {
+        use tributary_security::tls::ClientAuth;
+        let c = BrokerConfig::build(input(&[
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093,SASL_SSL://127.0.0.1:9094",
+            ),
+            ("sasl.enabled.mechanisms", "SCRAM-SHA-256"),
+            ("ssl.keystore.location", "/etc/broker.pem"),
+            ("ssl.keystore.key", "KEY"),
+            ("ssl.client.auth", "requested"),
+            ("listener.name.ssl.ssl.client.auth", "REQUIRED"),
+            (
+                "listener.name.ssl.ssl.keystore.location",
+                "/etc/ssl-listener.pem",
+            ),
+        ]))
+        .unwrap();
+        let ssl = c.listener_tls("SSL").unwrap();
+        assert_eq!(ssl.settings.client_auth, ClientAuth::Required);
+        assert_eq!(
+            ssl.settings.keystore_location.as_deref(),
+            Some(std::path::Path::new("/etc/ssl-listener.pem"))
+        );
+        assert_eq!(ssl.settings.keystore_key.as_deref(), Some("KEY"));
+        assert_eq!(ssl.settings.principal_mapping_rules, "DEFAULT");
+        assert_eq!(
+            ssl.key("ssl.keystore.location"),
+            "listener.name.ssl.ssl.keystore.location"
+        );
+        assert_eq!(
+            ssl.key("ssl.truststore.location"),
+            "ssl.truststore.location"
+        );
+        let sasl_ssl = c.listener_tls("SASL_SSL").unwrap();
+        assert_eq!(sasl_ssl.settings.client_auth, ClientAuth::Requested);
+        assert_eq!(
+            sasl_ssl.settings.keystore_location.as_deref(),
+            Some(std::path::Path::new("/etc/broker.pem"))
+        );
+        assert!(!c.values.contains_key("ssl.keystore.key"));
+        assert!(!format!("{c:?}").contains("KEY\""));
+        let e = BrokerConfig::build(input(&[
+            ("listeners", "SSL://127.0.0.1:9093"),
+            ("ssl.principal.mapping.rules", "RULE:broken"),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains("ssl.principal.mapping.rules"), "{e}");
+        let e = BrokerConfig::build(input(&[("listener.name.ssl.ssl.cipher.suites", "x")]))
+            .unwrap_err();
+        assert!(e.to_string().contains("listener.name.NAME.KEY"), "{e}");
     }
 
     #[test]

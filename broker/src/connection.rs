@@ -1,16 +1,19 @@
-//! One client connection: read a frame, decode its header, start the handler, and write the
-//! responses strictly in request order, as Kafka does for each connection. A produce request may
-//! wait to be durable while the next requests are read and started. Framing errors and
-//! undecodable requests close this connection and nothing else.
+//! One client connection: on a TLS listener (SSL, SASL_SSL) the handshake first, then read a
+//! frame, decode its header, start the handler, and write the responses strictly in request
+//! order, as Kafka does for each connection. A produce request may wait to be durable while the
+//! next requests are read and started. Framing errors, undecodable requests and failed TLS
+//! handshakes close this connection and nothing else.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use event_listener::Event;
-use futures::io::{AsyncReadExt, AsyncWriteExt};
+use futures::future::LocalBoxFuture;
+use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use futures::FutureExt;
 use glommio::channels::local_channel;
 use glommio::net::TcpStream;
@@ -19,6 +22,7 @@ use tributary_protocol::frame::{request_frame_length, FRAME_PREFIX_BYTES};
 use tributary_protocol::header::{decode_request_header, peek_fixed};
 use tributary_protocol::registry::{self, api_key};
 use tributary_protocol::Reader;
+use tributary_security::tls::{self, PrincipalMapper, TlsError, TlsSettings, TlsStream};
 
 use crate::handlers;
 use crate::handlers::PendingResponse;
@@ -141,11 +145,48 @@ type Queued = (
     Option<(usize, Instant)>,
 );
 
+/// A TLS listener's handshake: the rustls server configuration built from its `ssl.*` keys at
+/// start-up, and its `ssl.principal.mapping.rules`. The configuration lives inside the closure,
+/// so the broker names no rustls type; every shard shares it.
+#[derive(Clone)]
+pub struct TlsAcceptor {
+    accept: Arc<dyn Fn(TcpStream) -> LocalBoxFuture<'static, TlsAccepted> + Send + Sync>,
+    mapper: Arc<PrincipalMapper>,
+}
+
+type TlsAccepted = Result<TlsStream<TcpStream>, TlsError>;
+
+impl std::fmt::Debug for TlsAcceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsAcceptor")
+            .field("principal_mapping_rules", &self.mapper.to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsAcceptor {
+    /// Reads the keystore and truststore (blocking: call it at start-up, off the shards).
+    pub fn new(settings: &TlsSettings) -> Result<Self, TlsError> {
+        let config = tls::server_config(settings)?;
+        let mapper = Arc::new(settings.principal_mapper()?);
+        let accept = move |stream: TcpStream| -> LocalBoxFuture<'static, TlsAccepted> {
+            Box::pin(tls::accept(config.clone(), stream))
+        };
+        Ok(Self {
+            accept: Arc::new(accept),
+            mapper,
+        })
+    }
+}
+
+/// Serves one accepted connection until it closes; on a TLS listener (`tls`) the handshake
+/// comes first.
 pub async fn serve_connection(
     shard: Rc<Shard>,
     stream: TcpStream,
     slot: ConnectionSlot,
     listener: Rc<ListenerCtx>,
+    tls: Option<TlsAcceptor>,
 ) {
     // The connection's place under max.connections is given back when this returns.
     let _slot = slot;
@@ -154,6 +195,77 @@ pub async fn serve_connection(
         .map(|a| a.to_string())
         .unwrap_or_default();
     let _ = stream.set_nodelay(true);
+    let Some(tls) = tls else {
+        let auth = AuthState::new(&listener);
+        serve_requests(shard, stream, peer, listener, auth).await;
+        return;
+    };
+    let Some(stream) = tls_handshake(&shard, &tls, stream, &peer, &listener).await else {
+        return;
+    };
+    let auth = if listener.is_sasl() {
+        // SASL_SSL: the principal is the one SASL authenticates, as on SASL_PLAINTEXT.
+        AuthState::new(&listener)
+    } else {
+        match stream.principal(&tls.mapper) {
+            Ok(principal) => AuthState::Authenticated {
+                principal,
+                expires: None,
+            },
+            Err(error) => {
+                warn!(%peer, listener = %listener.name, %error, "closing connection: no principal for the client certificate");
+                return;
+            }
+        }
+    };
+    serve_requests(shard, stream, peer, listener, auth).await;
+}
+
+/// The TLS handshake of a new connection, within socket.request.receive.timeout.ms; `None`
+/// (the connection is dropped, so closed) when it fails or takes longer.
+async fn tls_handshake(
+    shard: &Shard,
+    tls: &TlsAcceptor,
+    stream: TcpStream,
+    peer: &str,
+    listener: &ListenerCtx,
+) -> Option<TlsStream<TcpStream>> {
+    let timeout = Duration::from_millis(shard.config.socket_request_receive_timeout_ms);
+    let handshake = (tls.accept)(stream);
+    let outcome = futures_lite::future::or(async { Some(handshake.await) }, async {
+        glommio::timer::sleep(timeout).await;
+        None
+    })
+    .await;
+    match outcome {
+        Some(Ok(stream)) => Some(stream),
+        Some(Err(TlsError::Handshake(error)))
+            if error.kind() == std::io::ErrorKind::UnexpectedEof =>
+        {
+            debug!(%peer, listener = %listener.name, %error, "connection closed during the TLS handshake");
+            None
+        }
+        Some(Err(error)) => {
+            warn!(%peer, listener = %listener.name, %error, "closing connection: TLS handshake failed");
+            None
+        }
+        None => {
+            warn!(%peer, listener = %listener.name, timeout_ms = timeout.as_millis() as u64, "closing connection: the TLS handshake did not finish within socket.request.receive.timeout.ms");
+            None
+        }
+    }
+}
+
+/// The request loop over a plaintext or TLS byte stream.
+async fn serve_requests<S>(
+    shard: Rc<Shard>,
+    stream: S,
+    peer: String,
+    listener: Rc<ListenerCtx>,
+    mut auth: AuthState,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
     let (mut reader, mut writer) = futures::io::AsyncReadExt::split(stream);
     // Responses are written strictly in request order by this task; the reader below may run
     // ahead by up to CONNECTION_INFLIGHT_MAX requests while produce requests wait to be durable.
@@ -204,7 +316,6 @@ pub async fn serve_connection(
     let idle = Duration::from_millis(shard.config.connections_max_idle_ms);
     let receive_timeout = Duration::from_millis(shard.config.socket_request_receive_timeout_ms);
     let mut queued = 0u64;
-    let mut auth = AuthState::new(&listener);
     // How long a quota holds the connection back after its latest request (KIP-219).
     let throttle = Cell::new(Duration::ZERO);
     // Set by a request whose response is the connection's last (a failed authentication).
@@ -234,6 +345,10 @@ pub async fn serve_connection(
         }
         let len = match request_frame_length(prefix, shard.config.socket_request_max_bytes) {
             Ok(len) => len,
+            Err(e) if looks_like_tls(&prefix) => {
+                warn!(%peer, listener = %listener.name, error = %e, "closing connection: bad frame; it starts like a TLS handshake, so the client may use SSL on a listener without TLS");
+                break;
+            }
             Err(e) => {
                 warn!(%peer, error = %e, "closing connection: bad frame");
                 break;
@@ -361,6 +476,12 @@ fn client_id_of(r: &Reader) -> String {
         Ok(Some(id)) => id,
         _ => String::new(),
     }
+}
+
+/// Whether a connection's first bytes are a TLS handshake record (content type 22, major
+/// version 3), for the log line that closes it.
+fn looks_like_tls(prefix: &[u8; FRAME_PREFIX_BYTES]) -> bool {
+    prefix[0] == 22 && prefix[1] == 3
 }
 
 fn is_sasl_api(key: i16) -> bool {

@@ -1,6 +1,8 @@
 //! Starting and stopping the broker: one pinned glommio executor per selected CPU, each a shard
-//! with its own listener on the shared port (SO_REUSEPORT), and an orderly shutdown.
+//! with its own listener on the shared port (SO_REUSEPORT), and an orderly shutdown. TLS
+//! listeners' keystores and truststores are read here, once, before any shard starts.
 
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +19,7 @@ use crate::catalog::Catalog;
 use crate::cluster::config::ListenerSpec;
 use crate::cluster::node::MetadataNode;
 use crate::config::BrokerConfig;
-use crate::connection::serve_connection;
+use crate::connection::{serve_connection, TlsAcceptor};
 use crate::controller::Controller;
 use crate::limits::{ConnectionLimits, ConnectionQuotas};
 use crate::routing::ShardId;
@@ -121,6 +123,24 @@ fn ensure_fd_limit(data_dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// Builds every TLS listener's server configuration, reading its keystore and truststore; an
+/// unusable one stops start-up with a message naming the key. A controller-only node serves no
+/// clients, so it has none.
+fn tls_acceptors(config: &BrokerConfig) -> Result<BTreeMap<String, TlsAcceptor>> {
+    let mut out = BTreeMap::new();
+    if !config.cluster.roles.broker {
+        return Ok(out);
+    }
+    for l in config.listeners.iter().filter(|l| l.protocol.is_tls()) {
+        let tls = config.listener_tls(&l.name)?;
+        let acceptor = TlsAcceptor::new(&tls.settings)
+            .map_err(|e| anyhow!("listener {}: {}", l.name, tls.explain(&e)))?;
+        info!(listener = %l.name, protocol = l.protocol.name(), client_auth = %tls.settings.client_auth, "TLS listener configured");
+        out.insert(l.name.clone(), acceptor);
+    }
+    Ok(out)
+}
+
 pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
@@ -134,6 +154,7 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         ));
     }
     ensure_fd_limit(&config.data_dir)?;
+    let tls = tls_acceptors(&config)?;
     let legacy = crate::cluster::node::read_legacy(&config.data_dir, config.node_id)?;
     let mut config = config;
     // A controller-only node serves no clients: it has no client listener, and its address is
@@ -202,6 +223,7 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         let connections = connections.clone();
         let extra_addrs: Vec<(SocketAddr, ListenerSpec)> =
             extra.iter().map(|(_, a, l)| (*a, l.clone())).collect();
+        let tls = tls.clone();
         // Shard 0 serves the metrics endpoint.
         let metrics = config
             .metrics_listen
@@ -220,6 +242,7 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
                 let front = Front {
                     addr: serves_clients.then_some(addr),
                     extra: extra_addrs,
+                    tls,
                     connections,
                     metrics,
                 };
@@ -278,6 +301,8 @@ struct Front {
     addr: Option<SocketAddr>,
     /// The other client listeners.
     extra: Vec<(SocketAddr, ListenerSpec)>,
+    /// The TLS listeners' handshakes, by listener name.
+    tls: BTreeMap<String, TlsAcceptor>,
     connections: Arc<ConnectionQuotas>,
     /// Shard 0's: where to serve metrics.
     metrics: Option<MetricsFront>,
@@ -315,6 +340,7 @@ async fn run_shard(
     let Front {
         addr,
         extra,
+        tls,
         connections,
         metrics,
     } = front;
@@ -408,8 +434,9 @@ async fn run_shard(
     let accept: Vec<_> = listeners
         .into_iter()
         .map(|(l, spec)| {
+            let acceptor = tls.get(&spec.name).cloned();
             let ctx = Rc::new(ListenerCtx::new(&config, spec));
-            glommio::spawn_local(accept_loop(shard.clone(), l, ctx)).detach()
+            glommio::spawn_local(accept_loop(shard.clone(), l, ctx, acceptor)).detach()
         })
         .collect();
     let ticker = glommio::spawn_local(group_ticker(shard.clone())).detach();
@@ -536,9 +563,14 @@ where
     }
 }
 
-async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, ctx: Rc<ListenerCtx>) {
+async fn accept_loop(
+    shard: Rc<Shard>,
+    listener: TcpListener,
+    ctx: Rc<ListenerCtx>,
+    tls: Option<TlsAcceptor>,
+) {
     while let Some(stream) = accept_until_drained(&shard, &listener, &ctx.name).await {
-        admit(&shard, stream, &ctx);
+        admit(&shard, stream, &ctx, &tls);
     }
 }
 
@@ -570,14 +602,25 @@ pub(crate) async fn accept_until_drained(
 }
 
 /// Starts serving `stream` if the connection limits allow it; otherwise closes it at once.
-fn admit(shard: &Rc<Shard>, stream: glommio::net::TcpStream, ctx: &Rc<ListenerCtx>) {
+fn admit(
+    shard: &Rc<Shard>,
+    stream: glommio::net::TcpStream,
+    ctx: &Rc<ListenerCtx>,
+    tls: &Option<TlsAcceptor>,
+) {
     let Ok(peer) = stream.peer_addr() else {
         return; // Already gone.
     };
     match shard.connections.admit(peer.ip()) {
         Ok(slot) => {
-            glommio::spawn_local(serve_connection(shard.clone(), stream, slot, ctx.clone()))
-                .detach();
+            glommio::spawn_local(serve_connection(
+                shard.clone(),
+                stream,
+                slot,
+                ctx.clone(),
+                tls.clone(),
+            ))
+            .detach();
         }
         Err(refused) => {
             let n = shard.connections_refused.get() + 1;

@@ -187,3 +187,86 @@ def acl_broker(tmp_path):
     yield b
     if b.proc is not None:
         assert b.stop() == 0, "broker must exit 0 on SIGTERM"
+
+
+def make_certificates(d):
+    """A CA, a broker certificate for 127.0.0.1 and localhost, and a client certificate
+    (CN=alice), made with the openssl CLI into directory `d`; returns their paths."""
+    d = str(d)
+    os.makedirs(d, exist_ok=True)
+    p = lambda name: os.path.join(d, name)  # noqa: E731
+
+    def openssl(*args):
+        out = subprocess.run(["openssl", *args], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            "-keyout", p("ca-key.pem"), "-out", p("ca.pem"), "-subj", "/CN=tributary test CA",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    for name, subject, ext in (
+        ("server", "/CN=broker",
+         "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"),
+        ("client", "/CN=alice/OU=eng", "extendedKeyUsage=clientAuth\n"),
+    ):
+        with open(p(f"{name}.ext"), "w") as f:
+            f.write(ext + "basicConstraints=CA:FALSE\n")
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", p(f"{name}-key.pem"),
+                "-out", p(f"{name}.csr"), "-subj", subject)
+        openssl("x509", "-req", "-in", p(f"{name}.csr"), "-CA", p("ca.pem"),
+                "-CAkey", p("ca-key.pem"), "-CAcreateserial", "-days", "2",
+                "-out", p(f"{name}-cert.pem"), "-extfile", p(f"{name}.ext"))
+    # The broker's keystore: its certificate, then its key, in one PEM file.
+    with open(p("server.pem"), "w") as out:
+        for part in ("server-cert.pem", "server-key.pem"):
+            with open(p(part)) as f:
+                out.write(f.read())
+    return {
+        "ca": p("ca.pem"),
+        "keystore": p("server.pem"),
+        "client_cert": p("client-cert.pem"),
+        "client_key": p("client-key.pem"),
+    }
+
+
+class TlsBroker(Broker):
+    """A broker with a PLAINTEXT, an SSL, a SASL_SSL (PLAIN) and a mutual-TLS listener (MTLS,
+    an SSL listener with ssl.client.auth=required), certificates from `make_certificates`."""
+
+    def __init__(self, data_dir, certs):
+        self.ssl_port = free_port()
+        self.sasl_ssl_port = free_port()
+        self.mtls_port = free_port()
+        super().__init__(data_dir)
+        self.certs = certs
+        self.extra = [
+            "--set", "num.partitions=1",
+            "--set", "group.initial.rebalance.delay.ms=0",
+            "--set", "listeners=" + ",".join([
+                f"PLAINTEXT://127.0.0.1:{self.port}",
+                f"SSL://127.0.0.1:{self.ssl_port}",
+                f"SASL_SSL://127.0.0.1:{self.sasl_ssl_port}",
+                f"MTLS://127.0.0.1:{self.mtls_port}",
+            ]),
+            "--set", "listener.security.protocol.map="
+                     "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,MTLS:SSL",
+            "--set", f"ssl.keystore.location={certs['keystore']}",
+            "--set", "listener.name.mtls.ssl.client.auth=required",
+            "--set", f"listener.name.mtls.ssl.truststore.location={certs['ca']}",
+            "--set", "sasl.enabled.mechanisms=PLAIN",
+            "--set", f"listener.name.sasl_ssl.plain.sasl.jaas.config={PLAIN_JAAS}",
+        ]
+
+    def bootstrap_of(self, listener):
+        port = {"SSL": self.ssl_port, "SASL_SSL": self.sasl_ssl_port,
+                "MTLS": self.mtls_port, "PLAINTEXT": self.port}[listener]
+        return f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+def tls_broker(tmp_path):
+    b = TlsBroker(tmp_path / "data", make_certificates(tmp_path / "certs"))
+    b.start()
+    yield b
+    if b.proc is not None:
+        assert b.stop() == 0, "broker must exit 0 on SIGTERM"

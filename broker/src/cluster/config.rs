@@ -112,6 +112,11 @@ impl SecurityProtocol {
     pub fn is_sasl(self) -> bool {
         matches!(self, Self::SaslPlaintext | Self::SaslSsl)
     }
+
+    /// Whether connections run TLS (SSL, SASL_SSL).
+    pub fn is_tls(self) -> bool {
+        matches!(self, Self::Ssl | Self::SaslSsl)
+    }
 }
 
 /// One listener clients connect to: where it binds, how it is secured and what clients
@@ -249,13 +254,6 @@ pub fn parse(
                 l.name
             ),
         };
-        if matches!(protocol, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl) {
-            bail!(
-                "config listeners: listener {} uses {}, and TLS listeners are not built yet; use PLAINTEXT or SASL_PLAINTEXT",
-                l.name,
-                protocol.name()
-            );
-        }
         all.push(ListenerSpec {
             name: l.name.clone(),
             protocol,
@@ -289,10 +287,10 @@ pub fn parse(
     let talks_to_brokers = voters.len() > 1 || !roles.controller;
     if let Some(l) = all
         .first()
-        .filter(|l| talks_to_brokers && l.protocol.is_sasl())
+        .filter(|l| talks_to_brokers && l.protocol != SecurityProtocol::Plaintext)
     {
         bail!(
-            "config inter.broker.listener.name: listener {} uses {}, and brokers do not authenticate to each other yet; add a PLAINTEXT listener for brokers (e.g. INTERNAL://host:port with INTERNAL:PLAINTEXT in listener.security.protocol.map) and name it in inter.broker.listener.name",
+            "config inter.broker.listener.name: listener {} uses {}, but brokers connect to each other in plaintext for now (no SASL or TLS between brokers yet); add a PLAINTEXT listener for brokers (e.g. INTERNAL://host:port with INTERNAL:PLAINTEXT in listener.security.protocol.map) and name it in inter.broker.listener.name",
             l.name,
             l.protocol.name()
         );
@@ -595,6 +593,28 @@ mod tests {
         let (_, l) = run(&[("listeners", "SASL_PLAINTEXT://127.0.0.1:9094")]).unwrap();
         assert_eq!(l.all.len(), 1);
         assert_eq!(l.listen, "127.0.0.1:9094");
+        // TLS listeners, with Kafka's default protocol map; the inter-broker listener is still
+        // the PLAINTEXT one.
+        let (_, l) = run(&[(
+            "listeners",
+            "SSL://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9095",
+        )])
+        .unwrap();
+        let protocols: Vec<SecurityProtocol> = l.all.iter().map(|x| x.protocol).collect();
+        assert_eq!(
+            protocols,
+            [
+                SecurityProtocol::Plaintext,
+                SecurityProtocol::Ssl,
+                SecurityProtocol::SaslSsl
+            ]
+        );
+        assert!(l.all[1].protocol.is_tls() && !l.all[1].protocol.is_sasl());
+        assert!(l.all[2].protocol.is_tls() && l.all[2].protocol.is_sasl());
+        // A single node may serve only TLS clients, as with SASL.
+        let (_, l) = run(&[("listeners", "SSL://127.0.0.1:9093")]).unwrap();
+        assert_eq!(l.listen, "127.0.0.1:9093");
+        assert_eq!(l.all[0].protocol, SecurityProtocol::Ssl);
     }
 
     #[test]
@@ -665,10 +685,6 @@ mod tests {
                 "appears twice",
             ),
             (
-                &[("listeners", "SSL://127.0.0.1:1")],
-                "TLS listeners are not built yet",
-            ),
-            (
                 &[("listeners", "EXTERNAL://127.0.0.1:1")],
                 "no security protocol defined for listener EXTERNAL",
             ),
@@ -695,7 +711,30 @@ mod tests {
                         "SASL_PLAINTEXT://127.0.0.1:1,CONTROLLER://127.0.0.1:3",
                     ),
                 ],
-                "brokers do not authenticate to each other yet",
+                "brokers connect to each other in plaintext",
+            ),
+            (
+                &[
+                    ("node.id", "1"),
+                    ("controller.quorum.voters", "1@127.0.0.1:3,2@127.0.0.1:4"),
+                    (
+                        "listeners",
+                        "SSL://127.0.0.1:1,SASL_SSL://127.0.0.1:2,CONTROLLER://127.0.0.1:3",
+                    ),
+                ],
+                "listener SSL uses SSL, but brokers connect to each other in plaintext",
+            ),
+            (
+                &[
+                    ("node.id", "1"),
+                    ("controller.quorum.voters", "1@127.0.0.1:3,2@127.0.0.1:4"),
+                    (
+                        "listeners",
+                        "PLAINTEXT://127.0.0.1:1,SASL_SSL://127.0.0.1:2,CONTROLLER://127.0.0.1:3",
+                    ),
+                    ("inter.broker.listener.name", "SASL_SSL"),
+                ],
+                "listener SASL_SSL uses SASL_SSL, but brokers connect to each other in plaintext",
             ),
             (
                 &[("listener.security.protocol.map", "X:TLS")],

@@ -1,0 +1,461 @@
+//! TLS over the wire: a broker with PLAINTEXT, SSL and SASL_SSL listeners (certificates made
+//! with rcgen for 127.0.0.1), librdkafka clients producing and consuming over SSL, over
+//! SASL_SSL with PLAIN and with a client certificate (`ssl.client.auth=required`), and the bad
+//! inputs: plaintext Kafka bytes on the SSL port, a client without a certificate where one is
+//! required, a certificate that no `ssl.principal.mapping.rules` rule maps, a TLS client on the
+//! PLAINTEXT port, a silent client — each closing only its own connection — and keystores that
+//! stop start-up with the key named.
+
+mod common;
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest};
+use kafka_protocol::protocol::StrBytes;
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use tributary_broker::config::{BrokerConfig, ConfigInput};
+use tributary_broker::server::BrokerHandle;
+
+use common::{start_broker, RawConn};
+
+const JAAS: &str = r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";"#;
+const T: Duration = Duration::from_secs(30);
+
+/// PEM files of a CA, a server certificate for 127.0.0.1 and localhost, and a client
+/// certificate (CN=alice), written into `dir`.
+struct Pki {
+    ca: PathBuf,
+    /// The server's certificate and key in one file (`ssl.keystore.location`).
+    server: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+    /// A client certificate from a CA the broker does not trust.
+    rogue_cert: PathBuf,
+    rogue_key: PathBuf,
+}
+
+fn authority(name: &str) -> (rcgen::Certificate, KeyPair) {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    (params.self_signed(&key).unwrap(), key)
+}
+
+/// A certificate signed by the CA: (certificate PEM, key PEM).
+fn signed(
+    ca: &(rcgen::Certificate, KeyPair),
+    names: &[&str],
+    cn: &str,
+    usage: ExtendedKeyUsagePurpose,
+) -> (String, String) {
+    let key = KeyPair::generate().unwrap();
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let mut params = CertificateParams::new(names).unwrap();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.extended_key_usages = vec![usage];
+    let cert = params.signed_by(&key, &ca.0, &ca.1).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+fn pki(dir: &Path) -> Pki {
+    let ca = authority("tributary test CA");
+    let rogue_ca = authority("someone else's CA");
+    let (server_cert, server_key) = signed(
+        &ca,
+        &["127.0.0.1", "localhost"],
+        "broker",
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let (client_cert, client_key) = signed(&ca, &[], "alice", ExtendedKeyUsagePurpose::ClientAuth);
+    let (rogue_cert, rogue_key) = signed(
+        &rogue_ca,
+        &[],
+        "mallory",
+        ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    let write = |name: &str, pem: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).unwrap();
+        path
+    };
+    Pki {
+        ca: write("ca.pem", &ca.0.pem()),
+        server: write("server.pem", &format!("{server_cert}{server_key}")),
+        client_cert: write("client.pem", &client_cert),
+        client_key: write("client-key.pem", &client_key),
+        rogue_cert: write("rogue.pem", &rogue_cert),
+        rogue_key: write("rogue-key.pem", &rogue_key),
+    }
+}
+
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// A broker with PLAINTEXT, SSL and SASL_SSL listeners; `extra` adds or overrides keys.
+fn broker(data: &Path, pki: &Pki, extra: &[(&str, &str)]) -> BrokerHandle {
+    let server = path(&pki.server);
+    let mut props = vec![
+        (
+            "listeners",
+            "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        ),
+        ("ssl.keystore.location", server.as_str()),
+        ("sasl.enabled.mechanisms", "PLAIN"),
+        ("listener.name.sasl_ssl.plain.sasl.jaas.config", JAAS),
+    ];
+    props.extend_from_slice(extra);
+    start_broker(data, 1, &props)
+}
+
+fn listener(b: &BrokerHandle, name: &str) -> SocketAddr {
+    b.listeners
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("listener {name}"))
+        .1
+}
+
+/// A librdkafka client config over SSL trusting the test CA.
+fn tls_client(addr: SocketAddr, pki: &Pki) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", addr.to_string())
+        .set("security.protocol", "SSL")
+        .set("ssl.ca.location", path(&pki.ca))
+        .set("message.timeout.ms", "10000");
+    c
+}
+
+/// Produces three records and reads them back with clients made by `client`.
+fn round_trip(client: impl Fn() -> ClientConfig, topic: &str) {
+    let p: BaseProducer = client().create().unwrap();
+    for i in 0..3 {
+        let v = format!("{topic}-{i}");
+        p.send(BaseRecord::<(), String>::to(topic).payload(&v))
+            .unwrap();
+    }
+    p.flush(T).unwrap_or_else(|e| panic!("{topic}: {e}"));
+    let c: BaseConsumer = client()
+        .set("group.id", format!("g-{topic}"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    c.subscribe(&[topic]).unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + T;
+    while got.len() < 3 && Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            got.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+        }
+    }
+    assert_eq!(
+        got,
+        [0, 1, 2].map(|i| format!("{topic}-{i}")),
+        "{topic}: records read back"
+    );
+}
+
+/// Whether a client made by `client` gets the cluster's metadata within a few seconds.
+fn gets_metadata(client: ClientConfig) -> bool {
+    let c: BaseConsumer = client.create().unwrap();
+    c.fetch_metadata(None, Duration::from_secs(5)).is_ok()
+}
+
+fn api_versions(conn: &mut RawConn) -> kafka_protocol::messages::ApiVersionsResponse {
+    conn.request(
+        ApiKey::ApiVersions,
+        3,
+        &ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("t"))
+            .with_client_software_version(StrBytes::from_static_str("1")),
+    )
+}
+
+/// Reads until the broker closes the connection (failing after the socket's read timeout):
+/// what it sent before closing, at most a TLS alert record.
+fn read_until_closed(conn: &mut RawConn) -> Vec<u8> {
+    let mut got = Vec::new();
+    match conn.stream.read_to_end(&mut got) {
+        Ok(_) => got,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => got,
+        Err(e) => panic!("the broker did not close the connection: {e} (read {got:?})"),
+    }
+}
+
+#[test]
+fn clients_produce_and_consume_over_ssl_and_sasl_ssl() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path());
+    let data = dir.path().join("data");
+    let b = broker(&data, &pki, &[]);
+    let ssl = listener(&b, "SSL");
+    let sasl_ssl = listener(&b, "SASL_SSL");
+    round_trip(|| tls_client(ssl, &pki), "t-ssl");
+    round_trip(
+        || {
+            let mut c = tls_client(sasl_ssl, &pki);
+            c.set("security.protocol", "SASL_SSL")
+                .set("sasl.mechanisms", "PLAIN")
+                .set("sasl.username", "alice")
+                .set("sasl.password", "alice-secret");
+            c
+        },
+        "t-sasl-ssl",
+    );
+    // A wrong password over SASL_SSL is refused as over SASL_PLAINTEXT.
+    let mut wrong = tls_client(sasl_ssl, &pki);
+    wrong
+        .set("security.protocol", "SASL_SSL")
+        .set("sasl.mechanisms", "PLAIN")
+        .set("sasl.username", "alice")
+        .set("sasl.password", "wrong");
+    assert!(!gets_metadata(wrong), "a wrong password is refused");
+    // Metadata on the SSL listener names the brokers' SSL endpoints.
+    let c: BaseConsumer = tls_client(ssl, &pki).create().unwrap();
+    let md = c.fetch_metadata(Some("t-ssl"), T).unwrap();
+    assert_eq!(md.brokers()[0].port() as u16, ssl.port());
+    // The PLAINTEXT listener is unchanged.
+    round_trip(
+        || {
+            let mut c = ClientConfig::new();
+            c.set("bootstrap.servers", b.addr.to_string());
+            c
+        },
+        "t-plain",
+    );
+    b.shutdown().unwrap();
+}
+
+#[test]
+fn mutual_tls_needs_a_trusted_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path());
+    let data = dir.path().join("data");
+    let ca = path(&pki.ca);
+    // Per-listener keys: only the SSL listener asks for client certificates.
+    // STRICT is an SSL listener whose principal mapping matches only bob's certificate.
+    let b = broker(
+        &data,
+        &pki,
+        &[
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0,STRICT://127.0.0.1:0",
+            ),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,STRICT:SSL",
+            ),
+            ("listener.name.ssl.ssl.client.auth", "required"),
+            ("listener.name.ssl.ssl.truststore.location", ca.as_str()),
+            ("listener.name.strict.ssl.client.auth", "required"),
+            ("listener.name.strict.ssl.truststore.location", ca.as_str()),
+            (
+                "listener.name.strict.ssl.principal.mapping.rules",
+                "RULE:^CN=bob$/bob/",
+            ),
+        ],
+    );
+    let ssl = listener(&b, "SSL");
+    let cert_client = |addr: SocketAddr, cert: &Path, key: &Path| {
+        let mut c = tls_client(addr, &pki);
+        c.set("ssl.certificate.location", path(cert))
+            .set("ssl.key.location", path(key));
+        c
+    };
+    // alice's certificate is trusted, but no rule maps its subject to a principal: the
+    // connection closes after the handshake.
+    assert!(!gets_metadata(cert_client(
+        listener(&b, "STRICT"),
+        &pki.client_cert,
+        &pki.client_key
+    )));
+    let with_cert = |cert: &Path, key: &Path| {
+        let mut c = tls_client(ssl, &pki);
+        c.set("ssl.certificate.location", path(cert))
+            .set("ssl.key.location", path(key));
+        c
+    };
+    round_trip(|| with_cert(&pki.client_cert, &pki.client_key), "t-mtls");
+    // No certificate, or one from a CA the broker does not trust: the handshake fails.
+    assert!(!gets_metadata(tls_client(ssl, &pki)), "no certificate");
+    assert!(
+        !gets_metadata(with_cert(&pki.rogue_cert, &pki.rogue_key)),
+        "an untrusted certificate"
+    );
+    // The SASL_SSL listener still takes clients without a certificate.
+    let mut sasl = tls_client(listener(&b, "SASL_SSL"), &pki);
+    sasl.set("security.protocol", "SASL_SSL")
+        .set("sasl.mechanisms", "PLAIN")
+        .set("sasl.username", "admin")
+        .set("sasl.password", "admin-secret");
+    assert!(gets_metadata(sasl));
+    // And the trusted client is still served.
+    assert!(gets_metadata(with_cert(&pki.client_cert, &pki.client_key)));
+    b.shutdown().unwrap();
+}
+
+#[test]
+fn bad_tls_inputs_close_only_their_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path());
+    let data = dir.path().join("data");
+    let b = broker(
+        &data,
+        &pki,
+        &[("socket.request.receive.timeout.ms", "1500")],
+    );
+    let ssl = listener(&b, "SSL");
+    // A plaintext connection that is being served throughout.
+    let mut plain = RawConn::connect(b.addr);
+    assert_eq!(api_versions(&mut plain).error_code, 0);
+    // Plaintext Kafka bytes on the SSL port: closed, with at most a TLS alert.
+    let mut c = RawConn::connect(ssl);
+    let req = c.encode_request(
+        ApiKey::ApiVersions,
+        3,
+        &ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("t"))
+            .with_client_software_version(StrBytes::from_static_str("1")),
+    );
+    c.send_raw(&req);
+    let got = read_until_closed(&mut c);
+    assert!(
+        got.is_empty() || got[0] == 21,
+        "only a TLS alert before closing: {got:?}"
+    );
+    // A client that connects and sends nothing is closed once the handshake times out.
+    let started = Instant::now();
+    let mut silent = RawConn::connect(ssl);
+    assert!(read_until_closed(&mut silent).is_empty());
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1000) && waited < Duration::from_secs(15),
+        "closed after socket.request.receive.timeout.ms: {waited:?}"
+    );
+    // A TLS client on the PLAINTEXT port: its ClientHello is no Kafka frame.
+    assert!(!gets_metadata(tls_client(b.addr, &pki)));
+    // Every other connection is untouched, and the SSL listener still serves TLS clients.
+    assert_eq!(api_versions(&mut plain).error_code, 0);
+    assert!(gets_metadata(tls_client(ssl, &pki)));
+    b.shutdown().unwrap();
+}
+
+/// The start-up error of a broker with `props`, as text.
+fn start_error(data: &Path, props: &[(&str, &str)]) -> String {
+    let config = BrokerConfig::build(ConfigInput {
+        data_dir: data.to_path_buf(),
+        listen: "127.0.0.1:0".into(),
+        advertised_listener: None,
+        cores: Some(1),
+        cpus: None,
+        properties: std::iter::once(&("metrics.listen", ""))
+            .chain(props)
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    });
+    let config = match config {
+        Ok(c) => c,
+        Err(e) => return format!("{e:#}"),
+    };
+    match tributary_broker::server::start(config) {
+        Ok(b) => {
+            b.shutdown().unwrap();
+            panic!("the broker started with {props:?}")
+        }
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+/// Broker keys and values.
+type Props<'a> = &'a [(&'a str, &'a str)];
+
+#[test]
+fn bad_tls_settings_stop_start_up_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path());
+    let data = dir.path().join("data");
+    let listeners = ("listeners", "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0");
+    let missing = path(&dir.path().join("nowhere.pem"));
+    let ca = path(&pki.ca);
+    let server = path(&pki.server);
+    let cases: &[(Props, &[&str])] = &[
+        (&[listeners], &["listener SSL", "ssl.keystore"]),
+        (
+            &[
+                listeners,
+                ("listener.name.ssl.ssl.keystore.location", missing.as_str()),
+            ],
+            &["listener.name.ssl.ssl.keystore.location=", "nowhere.pem"],
+        ),
+        (
+            // The CA file holds no key.
+            &[listeners, ("ssl.keystore.location", ca.as_str())],
+            &["config ssl.keystore.location=", "no private key"],
+        ),
+        (
+            &[
+                listeners,
+                ("ssl.keystore.location", server.as_str()),
+                ("ssl.client.auth", "required"),
+            ],
+            &["ssl.truststore.location"],
+        ),
+        (
+            &[
+                listeners,
+                ("ssl.keystore.location", server.as_str()),
+                ("listener.name.ssl.ssl.keystore.type", "JKS"),
+            ],
+            &["listener.name.ssl.ssl.keystore.type=JKS", "only PEM"],
+        ),
+        (
+            &[
+                listeners,
+                ("ssl.keystore.location", server.as_str()),
+                ("ssl.client.auth", "sometimes"),
+            ],
+            &["ssl.client.auth=sometimes"],
+        ),
+        (
+            &[
+                listeners,
+                ("ssl.keystore.location", server.as_str()),
+                ("ssl.key.password", "secret"),
+            ],
+            &["ssl.key.password", "not supported"],
+        ),
+        (
+            &[("listener.name.ssl.ssl.keystore.pasword", "x")],
+            &["unknown config key", "listener.name.NAME.KEY"],
+        ),
+    ];
+    for (props, want) in cases {
+        let e = start_error(&data, props);
+        for w in *want {
+            assert!(e.contains(w), "{props:?}: {e}");
+        }
+    }
+    // The secrets never reach the keys DescribeConfigs shows.
+    let config = BrokerConfig::build(ConfigInput {
+        data_dir: data.clone(),
+        listen: "127.0.0.1:0".into(),
+        advertised_listener: None,
+        cores: Some(1),
+        cpus: None,
+        properties: vec![("ssl.key.password".into(), "hunter2".into())],
+    })
+    .unwrap();
+    assert!(!format!("{:?}", config.values).contains("hunter2"));
+    assert!(!format!("{config:?}").contains("hunter2"));
+}
