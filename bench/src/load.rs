@@ -41,6 +41,10 @@ const DRAIN_POLL_INTERVAL: Duration = Duration::from_micros(200);
 pub struct LoadArgs {
     #[arg(long, default_value = "127.0.0.1:9092")]
     pub bootstrap: String,
+    /// A librdkafka client setting for every client of the run (repeatable), e.g.
+    /// `-X security.protocol=SSL -X ssl.ca.location=ca.pem` to measure a TLS listener.
+    #[arg(short = 'X', long = "client-config", value_name = "KEY=VALUE")]
+    pub client_config: Vec<String>,
     #[arg(long, default_value = "bench")]
     pub topic: String,
     /// Create the topic with this many partitions (an existing topic is used as is).
@@ -257,7 +261,23 @@ fn client(args: &LoadArgs) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &args.bootstrap)
         .set("log_level", "3");
+    for kv in &args.client_config {
+        // Checked when the arguments are read (`check_client_config`).
+        if let Some((k, v)) = kv.split_once('=') {
+            c.set(k.trim(), v.trim());
+        }
+    }
     c
+}
+
+/// Every `-X` is KEY=VALUE.
+pub fn check_client_config(args: &LoadArgs) -> Result<()> {
+    for kv in &args.client_config {
+        if !kv.contains('=') {
+            anyhow::bail!("-X {kv:?}: expected KEY=VALUE, e.g. -X security.protocol=SSL");
+        }
+    }
+    Ok(())
 }
 
 pub fn create_topic(args: &LoadArgs) -> Result<()> {

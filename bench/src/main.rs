@@ -64,9 +64,9 @@ enum Mode {
 
 fn main() {
     let result: Result<()> = match Cli::parse().mode {
-        Mode::Produce(a) => load::produce(&a),
-        Mode::Consume(a) => load::consume(&a),
-        Mode::E2e(a) => load::e2e(&a),
+        Mode::Produce(a) => load::check_client_config(&a).and_then(|()| load::produce(&a)),
+        Mode::Consume(a) => load::check_client_config(&a).and_then(|()| load::consume(&a)),
+        Mode::E2e(a) => load::check_client_config(&a).and_then(|()| load::e2e(&a)),
         Mode::Machine { dir, size_mb } => machine::measure(&dir, size_mb).map(|v| println!("{v}")),
         Mode::Compare { a, b, report } => report::compare(&a, &b, report.as_deref()),
         Mode::Failover(a) => failover::run(&a),
