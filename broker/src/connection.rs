@@ -418,17 +418,10 @@ async fn serve_requests<S>(
                 reply
             }
             Ok(fixed) => {
-                // Only quotas need the client id before the handler decodes it.
-                let client_id = if shard.catalog().client_quotas.is_empty() {
-                    String::new()
-                } else {
-                    client_id_of(&r)
-                };
                 let conn = handlers::Conn {
                     peer: &peer,
                     listener: &listener.name,
                     principal: auth.principal().unwrap_or(sasl::ANONYMOUS),
-                    client_id: &client_id,
                     throttle: &throttle,
                 };
                 handle_frame(&shard, fixed, r, conn).await
@@ -464,18 +457,6 @@ async fn serve_requests<S>(
     }
     drop(tx);
     let _ = writer_task.await;
-}
-
-/// The request header's client id, read ahead of the header's decoding ("" when absent or
-/// unreadable: the header decode that follows reports a bad one).
-fn client_id_of(r: &Reader) -> String {
-    let mut copy = r.clone();
-    let fixed = copy.i16("api key").and_then(|_| copy.i16("api version"));
-    let fixed = fixed.and_then(|_| copy.i32("correlation id"));
-    match fixed.and_then(|_| copy.nullable_string("client id", false)) {
-        Ok(Some(id)) => id,
-        _ => String::new(),
-    }
 }
 
 /// Whether a connection's first bytes are a TLS handshake record (content type 22, major

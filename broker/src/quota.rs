@@ -153,14 +153,17 @@ impl QuotaSensors {
 }
 
 impl crate::shard::Shard {
-    /// Records `bytes` a request moved against the connection's `key` quota; how long the
-    /// connection is to hold back (zero without a quota or within it).
+    /// Records `bytes` a request moved against the `key` quota of the connection's user and
+    /// the request's client id (its header's); how long the connection is to hold back (zero
+    /// without a quota or within it).
     pub fn throttle(
         &self,
         conn: crate::handlers::Conn<'_>,
+        client_id: Option<&str>,
         key: &'static str,
         bytes: u64,
     ) -> Duration {
+        let client_id = client_id.unwrap_or_default();
         let user = conn
             .principal
             .strip_prefix("User:")
@@ -169,12 +172,12 @@ impl crate::shard::Shard {
         if catalog.client_quotas.is_empty() {
             return Duration::ZERO;
         }
-        let Some(quota) = quota_for(&catalog, user, conn.client_id, key) else {
+        let Some(quota) = quota_for(&catalog, user, client_id, key) else {
             return Duration::ZERO;
         };
         let d = self.quota_sensors.borrow_mut().record(
             Instant::now(),
-            (user, conn.client_id),
+            (user, client_id),
             key,
             quota,
             bytes,

@@ -124,6 +124,16 @@ fn a_producer_over_its_byte_rate_is_throttled() {
             .with_match_type(0)
             .with_match(Some(s("raw-test")))]),
     );
+    // A filter naming an entity type Kafka does not know is INVALID_REQUEST.
+    let bad: DescribeClientQuotasResponse = c.request(
+        ApiKey::DescribeClientQuotas,
+        1,
+        &DescribeClientQuotasRequest::default().with_components(vec![ComponentData::default()
+            .with_entity_type(s("ip"))
+            .with_match_type(2)
+            .with_match(None)]),
+    );
+    assert_eq!(bad.error_code, INVALID_REQUEST);
     let entries = described.entries.expect("entries");
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].values[0].key.as_str(), "producer_byte_rate");

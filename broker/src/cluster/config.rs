@@ -98,17 +98,6 @@ impl SecurityProtocol {
         }
     }
 
-    pub fn from_id(id: i16) -> Option<Self> {
-        [
-            Self::Plaintext,
-            Self::Ssl,
-            Self::SaslPlaintext,
-            Self::SaslSsl,
-        ]
-        .into_iter()
-        .find(|p| p.id() == id)
-    }
-
     pub fn is_sasl(self) -> bool {
         matches!(self, Self::SaslPlaintext | Self::SaslSsl)
     }

@@ -23,8 +23,7 @@ use tributary_security::acl::{
 use super::{decode_all, frame, str_bytes, Conn, HandlerResult};
 use crate::catalog::AclRecord;
 use crate::cluster::command::MetadataCommand;
-use crate::routing::ShardId;
-use crate::shard::{call, Shard, ShardRequest};
+use crate::shard::Shard;
 
 /// Most bindings one request may create or delete (Kafka's cap on the records of one
 /// metadata operation).
@@ -38,29 +37,16 @@ pub async fn handle(
     conn: Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
-    let disabled = shard.authorizer().is_none();
-    let no = |code: ErrorCode, msg: &str| (code, Some(msg.to_string()));
     match spec.key {
         api_key::CREATE_ACLS => {
             let creations = decode_all(r, |r| req::decode_create(r, v))?;
-            let refuse = if disabled {
-                Some(no(
-                    ErrorCode::SECURITY_DISABLED,
-                    "No Authorizer is configured.",
-                ))
-            } else if !shard.allowed_on_cluster(conn, AclOperation::Alter) {
-                Some(no(
-                    ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
-                    "Cluster authorization failed: ALTER on the cluster is needed to create ACLs.",
-                ))
-            } else if creations.len() > ACLS_PER_REQUEST_MAX {
-                Some(no(
-                    ErrorCode::INVALID_REQUEST,
-                    "Too many ACLs in one request; send at most 10000.",
-                ))
-            } else {
-                None
-            };
+            let refuse = refusal(
+                shard,
+                conn,
+                AclOperation::Alter,
+                "create ACLs",
+                creations.len(),
+            );
             let mut results: Vec<(ErrorCode, Option<String>)> = Vec::new();
             let mut valid = Vec::new();
             for c in &creations {
@@ -86,7 +72,9 @@ pub async fn handle(
                 }
             }
             if !valid.is_empty() {
-                let (code, msg) = propose(shard, MetadataCommand::CreateAcls { acls: valid }).await;
+                let (code, msg) =
+                    super::propose_metadata(shard, MetadataCommand::CreateAcls { acls: valid })
+                        .await;
                 if code.is_error() {
                     for r in results.iter_mut().filter(|r| !r.0.is_error()) {
                         *r = (code, msg.clone());
@@ -111,19 +99,7 @@ pub async fn handle(
         api_key::DESCRIBE_ACLS => {
             let f = decode_all(r, |r| req::decode_describe(r, v))?;
             let mut resp = DescribeAclsResponse::default();
-            let refuse = if disabled {
-                Some(no(
-                    ErrorCode::SECURITY_DISABLED,
-                    "No Authorizer is configured.",
-                ))
-            } else if !shard.allowed_on_cluster(conn, AclOperation::Describe) {
-                Some(no(
-                    ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
-                    "Cluster authorization failed: DESCRIBE on the cluster is needed to describe ACLs.",
-                ))
-            } else {
-                None
-            };
+            let refuse = refusal(shard, conn, AclOperation::Describe, "describe ACLs", 1);
             let filter = binding_filter(&f);
             let refuse = refuse.or_else(|| {
                 filter
@@ -169,24 +145,13 @@ pub async fn handle(
         }
         _ => {
             let filters = decode_all(r, |r| req::decode_delete(r, v))?;
-            let refuse = if disabled {
-                Some(no(
-                    ErrorCode::SECURITY_DISABLED,
-                    "No Authorizer is configured.",
-                ))
-            } else if !shard.allowed_on_cluster(conn, AclOperation::Alter) {
-                Some(no(
-                    ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
-                    "Cluster authorization failed: ALTER on the cluster is needed to delete ACLs.",
-                ))
-            } else if filters.len() > ACLS_PER_REQUEST_MAX {
-                Some(no(
-                    ErrorCode::INVALID_REQUEST,
-                    "Too many filters in one request; send at most 10000.",
-                ))
-            } else {
-                None
-            };
+            let refuse = refusal(
+                shard,
+                conn,
+                AclOperation::Alter,
+                "delete ACLs",
+                filters.len(),
+            );
             let authorizer = shard.authorizer();
             let mut results: Vec<(ErrorCode, Option<String>, Vec<AclBinding>)> = Vec::new();
             let mut gone: Vec<AclRecord> = Vec::new();
@@ -210,7 +175,9 @@ pub async fn handle(
             if !gone.is_empty() {
                 gone.sort();
                 gone.dedup();
-                let (code, msg) = propose(shard, MetadataCommand::DeleteAcls { acls: gone }).await;
+                let (code, msg) =
+                    super::propose_metadata(shard, MetadataCommand::DeleteAcls { acls: gone })
+                        .await;
                 if code.is_error() {
                     for r in results.iter_mut().filter(|r| !r.0.is_error()) {
                         *r = (code, msg.clone(), Vec::new());
@@ -262,14 +229,37 @@ fn binding_filter(f: &AclFilter) -> AclBindingFilter {
     }
 }
 
-async fn propose(shard: &Rc<Shard>, cmd: MetadataCommand) -> (ErrorCode, Option<String>) {
-    call(shard, ShardId(0), |reply| ShardRequest::ProposeMetadata {
-        command: Box::new(cmd),
-        reply,
-    })
-    .await
-    .unwrap_or((
-        ErrorCode::UNKNOWN_SERVER_ERROR,
-        Some("the controller shard did not answer".into()),
-    ))
+/// Why a whole ACL request is refused, in Kafka's order: no authorizer (SECURITY_DISABLED), no
+/// `op` on the cluster (CLUSTER_AUTHORIZATION_FAILED), more than [`ACLS_PER_REQUEST_MAX`]
+/// bindings or filters (INVALID_REQUEST).
+fn refusal(
+    shard: &Shard,
+    conn: Conn<'_>,
+    op: AclOperation,
+    what: &str,
+    items: usize,
+) -> Option<(ErrorCode, Option<String>)> {
+    if shard.authorizer().is_none() {
+        Some((
+            ErrorCode::SECURITY_DISABLED,
+            Some("No Authorizer is configured.".into()),
+        ))
+    } else if !shard.allowed_on_cluster(conn, op) {
+        Some((
+            ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
+            Some(format!(
+                "Cluster authorization failed: {} on the cluster is needed to {what}.",
+                op.name()
+            )),
+        ))
+    } else if items > ACLS_PER_REQUEST_MAX {
+        Some((
+            ErrorCode::INVALID_REQUEST,
+            Some(format!(
+                "{items} items in one request; send at most {ACLS_PER_REQUEST_MAX}."
+            )),
+        ))
+    } else {
+        None
+    }
 }

@@ -150,7 +150,12 @@ pub async fn handle(
         finish_session(shard, v >= TOPIC_IDS_FROM, &context, &results);
     // consumer_byte_rate: the bytes this fetch returns count against it.
     let bytes: u64 = results.iter().map(|r| r.records.len() as u64).sum();
-    let throttle = shard.throttle(conn, crate::quota::CONSUMER_BYTE_RATE, bytes);
+    let throttle = shard.throttle(
+        conn,
+        header.client_id.as_deref(),
+        crate::quota::CONSUMER_BYTE_RATE,
+        bytes,
+    );
     let mut topics = response_topics(context.items(), results, &include);
     let endpoints = leader_hints(shard, v, &mut topics);
     // Record bytes are not copied into the response: they are pieces of the frame, written to

@@ -57,8 +57,6 @@ pub struct Conn<'a> {
     pub listener: &'a str,
     /// Who authenticated on the connection (`User:NAME`; `User:ANONYMOUS` without SASL).
     pub principal: &'a str,
-    /// The request header's client id ("" when none).
-    pub client_id: &'a str,
     /// Set by a handler whose request put the client over a quota: the connection reads
     /// nothing more for this long after queueing the response (KIP-219).
     pub throttle: &'a std::cell::Cell<std::time::Duration>,
@@ -150,6 +148,26 @@ async fn handle(
             "API key {other} v{v} is registered but has no handler"
         )),
     }
+}
+
+/// Proposes a metadata command a handler decided (ACLs, quotas, SCRAM credentials) through the
+/// controller's shard; its outcome as a code and message.
+pub(crate) async fn propose_metadata(
+    shard: &Rc<Shard>,
+    cmd: crate::cluster::command::MetadataCommand,
+) -> (tributary_protocol::ErrorCode, Option<String>) {
+    use crate::shard::{call, ShardRequest};
+    call(shard, crate::routing::ShardId(0), |reply| {
+        ShardRequest::ProposeMetadata {
+            command: Box::new(cmd),
+            reply,
+        }
+    })
+    .await
+    .unwrap_or((
+        tributary_protocol::ErrorCode::UNKNOWN_SERVER_ERROR,
+        Some("the controller shard did not answer".into()),
+    ))
 }
 
 /// The cluster-wide administrative APIs need an operation on the cluster resource, as in

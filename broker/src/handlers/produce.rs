@@ -53,7 +53,12 @@ pub async fn start(
         .flat_map(|t| t.partitions.iter())
         .map(|p| p.records.as_ref().map_or(0, |r| r.len() as u64))
         .sum();
-    let throttle = shard.throttle(conn, crate::quota::PRODUCER_BYTE_RATE, bytes);
+    let throttle = shard.throttle(
+        conn,
+        header.client_id.as_deref(),
+        crate::quota::PRODUCER_BYTE_RATE,
+        bytes,
+    );
     let throttle_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
     let txn_denied = req.transactional_id.as_deref().is_some_and(|id| {
         !shard.allowed(conn, AclOperation::Write, ResourceType::TransactionalId, id)

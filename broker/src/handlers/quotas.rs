@@ -20,8 +20,7 @@ use tributary_security::acl::AclOperation;
 use super::{decode_all, frame, str_bytes, Conn, HandlerResult};
 use crate::cluster::command::MetadataCommand;
 use crate::quota::{QuotaEntity, QUOTA_KEYS};
-use crate::routing::ShardId;
-use crate::shard::{call, Shard, ShardRequest};
+use crate::shard::Shard;
 
 const USER: &str = "user";
 const CLIENT_ID: &str = "client-id";
@@ -71,15 +70,8 @@ pub async fn handle(
         }
     }
     if !changes.is_empty() && !validate_only {
-        let (code, msg) = call(shard, ShardId(0), |reply| ShardRequest::ProposeMetadata {
-            command: Box::new(MetadataCommand::AlterClientQuotas { changes }),
-            reply,
-        })
-        .await
-        .unwrap_or((
-            ErrorCode::UNKNOWN_SERVER_ERROR,
-            Some("the controller shard did not answer".into()),
-        ));
+        let (code, msg) =
+            super::propose_metadata(shard, MetadataCommand::AlterClientQuotas { changes }).await;
         if code.is_error() {
             for r in results.iter_mut().filter(|r| !r.1.is_error()) {
                 r.1 = code;

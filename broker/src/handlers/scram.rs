@@ -23,8 +23,7 @@ use tributary_security::scram::{ScramCredential, ScramMechanism};
 use super::{decode_all, frame, str_bytes, HandlerResult};
 use crate::catalog::ScramRecord;
 use crate::cluster::command::MetadataCommand;
-use crate::routing::ShardId;
-use crate::shard::{call, Shard, ShardRequest};
+use crate::shard::Shard;
 
 pub async fn handle(
     shard: &Rc<Shard>,
@@ -268,15 +267,7 @@ async fn alter(
         .collect();
     if !changed.is_empty() {
         let cmd = MetadataCommand::AlterScramCredentials { upsert, delete };
-        let (code, msg) = call(shard, ShardId(0), |reply| ShardRequest::ProposeMetadata {
-            command: Box::new(cmd),
-            reply,
-        })
-        .await
-        .unwrap_or((
-            ErrorCode::UNKNOWN_SERVER_ERROR,
-            Some("the controller shard did not answer".into()),
-        ));
+        let (code, msg) = super::propose_metadata(shard, cmd).await;
         for u in changed {
             if !outcome.iter().any(|(x, _, _)| *x == u) {
                 outcome.push((u, code, msg.clone()));
