@@ -27,6 +27,7 @@ use tributary_security::tls::{self, PrincipalMapper, TlsError, TlsSettings, TlsS
 use crate::handlers;
 use crate::handlers::PendingResponse;
 use crate::limits::{ConnectionSlot, RequestGrant};
+use crate::metrics::Stage;
 use crate::sasl::{self, AuthState, ListenerCtx, Step};
 use crate::shard::Shard;
 
@@ -281,8 +282,13 @@ async fn serve_requests<S>(
         let answered = answered.clone();
         let answered_event = answered_event.clone();
         glommio::spawn_local(async move {
+            let produce_api = crate::metrics::api_index(api_key::PRODUCE);
+            let fetch_api = crate::metrics::api_index(api_key::FETCH);
             while let Some((pending, claimed, grant, timing)) = rx.recv().await {
                 let outcome = pending.await;
+                // Taken at once: set by the produce response future as it completed.
+                let durable_at = shard.response_ready.take();
+                let resolved = Instant::now();
                 shard.request_finished();
                 shard.spare_frames.give_back(claimed);
                 drop(grant);
@@ -306,6 +312,16 @@ async fn serve_requests<S>(
                 }
                 if let (Some((api, received)), false) = (timing, closed.get()) {
                     shard.metrics.observe_request(api, received.elapsed());
+                    if Some(api) == produce_api {
+                        let from = durable_at.unwrap_or(resolved);
+                        shard
+                            .metrics
+                            .observe_stage(Stage::ProduceRespond, from.elapsed());
+                    } else if Some(api) == fetch_api {
+                        shard
+                            .metrics
+                            .observe_stage(Stage::FetchSend, resolved.elapsed());
+                    }
                 }
                 answered.set(answered.get() + 1);
                 answered_event.notify(usize::MAX);
@@ -402,6 +418,11 @@ async fn serve_requests<S>(
         let fixed = peek_fixed(&r);
         let key = fixed.as_ref().ok().map(|&(key, _, _)| key);
         let pipelined = key == Some(api_key::PRODUCE);
+        if pipelined {
+            shard
+                .metrics
+                .observe_stage(Stage::ProduceReceive, received - started);
+        }
         let timing = key
             .and_then(crate::metrics::api_index)
             .map(|api| (api, received));

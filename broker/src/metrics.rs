@@ -22,12 +22,83 @@ use std::time::Duration;
 use tributary_protocol::registry::SUPPORTED_APIS;
 use tributary_storage::group_commit::SyncStats;
 
-/// Upper bounds of the request latency buckets, in seconds (100 µs to 10 s); one more bucket,
-/// `+Inf`, takes the rest.
-pub const LATENCY_BUCKETS_SECONDS: [f64; 16] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-    5.0, 10.0,
+/// Upper bounds of the latency buckets, in seconds (10 µs to 10 s); one more bucket, `+Inf`,
+/// takes the rest. They start at 10 µs because the stages of a request (a decode, an append, a
+/// hop between shards) take microseconds, and the tails this broker is held to are fractions of
+/// a millisecond above the disk's own sync time.
+pub const LATENCY_BUCKETS_SECONDS: [f64; 19] = [
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
+
+/// The stages a request's time is split into, each a histogram per shard
+/// (`tributary_produce_stage_seconds`, `tributary_fetch_stage_seconds`, `tributary_sync_round_seconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// From a produce request's first byte read to its last, including any wait for
+    /// `queued.max.request.bytes` to have room (the broker's request queue).
+    ProduceReceive,
+    /// Decoding, authorizing, quota accounting and validating every partition's batch, up to
+    /// the last batch handed to its shard.
+    ProduceValidate,
+    /// A batch handed to its owning shard until that shard starts appending it: the cross-shard
+    /// hop (a task spawn when the connection's shard owns the partition).
+    ProduceHop,
+    /// Appending a batch to the partition's log buffer (producer-state checks, offsets, index).
+    ProduceAppend,
+    /// An appended batch until it is durable by `flush.messages`: its write to the segment
+    /// file, the wait for the shard's next sync round and the sync itself.
+    ProduceDurable,
+    /// A durable batch of a replicated partition until the in-sync replicas have it (acks=all).
+    ProduceReplicate,
+    /// A produce response computed until written to the socket: the wait behind the
+    /// connection's earlier responses and the write itself.
+    ProduceRespond,
+    /// A fetch waiting for `min_bytes` or `max_wait_ms` (its long poll).
+    FetchWait,
+    /// Reading one partition's records for a fetch, from the tail cache, a read-ahead or the disk.
+    FetchRead,
+    /// A fetch response written to the socket.
+    FetchSend,
+    /// One group-commit sync round of the shard (`syncfs` or `fdatasync`s), or one direct
+    /// `fdatasync` when rounds are off: the sync itself, per round, not per request.
+    SyncRound,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 11] = [
+        Stage::ProduceReceive,
+        Stage::ProduceValidate,
+        Stage::ProduceHop,
+        Stage::ProduceAppend,
+        Stage::ProduceDurable,
+        Stage::ProduceReplicate,
+        Stage::ProduceRespond,
+        Stage::FetchWait,
+        Stage::FetchRead,
+        Stage::FetchSend,
+        Stage::SyncRound,
+    ];
+
+    /// The metric family and `stage` label value it is rendered as.
+    pub fn metric(self) -> (&'static str, &'static str) {
+        const PRODUCE: &str = "tributary_produce_stage_seconds";
+        const FETCH: &str = "tributary_fetch_stage_seconds";
+        match self {
+            Stage::ProduceReceive => (PRODUCE, "receive"),
+            Stage::ProduceValidate => (PRODUCE, "validate"),
+            Stage::ProduceHop => (PRODUCE, "hop"),
+            Stage::ProduceAppend => (PRODUCE, "append"),
+            Stage::ProduceDurable => (PRODUCE, "durable"),
+            Stage::ProduceReplicate => (PRODUCE, "replicate"),
+            Stage::ProduceRespond => (PRODUCE, "respond"),
+            Stage::FetchWait => (FETCH, "wait"),
+            Stage::FetchRead => (FETCH, "read"),
+            Stage::FetchSend => (FETCH, "send"),
+            Stage::SyncRound => ("tributary_sync_round_seconds", ""),
+        }
+    }
+}
 
 /// A latency histogram: per-bucket (not cumulative) counts, the last one `+Inf`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -83,6 +154,12 @@ pub struct ShardMetrics {
     requests: RefCell<Vec<Histogram>>,
     /// Traffic of the partitions this shard owns, by topic.
     topics: RefCell<HashMap<String, TopicCounters>>,
+    /// Per-stage latency, indexed as `Stage::ALL`.
+    stages: RefCell<[Histogram; Stage::ALL.len()]>,
+    /// Files made durable per sync round: how much each round shares.
+    files_per_round: RefCell<CountHistogram>,
+    /// Milliseconds of `throttle_time_ms` answered, by quota type.
+    throttle: RefCell<[Throttled; 2]>,
 }
 
 impl Default for ShardMetrics {
@@ -90,15 +167,78 @@ impl Default for ShardMetrics {
         Self {
             requests: RefCell::new(vec![Histogram::default(); SUPPORTED_APIS.len()]),
             topics: RefCell::new(HashMap::new()),
+            stages: RefCell::new([Histogram::default(); Stage::ALL.len()]),
+            files_per_round: RefCell::new(CountHistogram::default()),
+            throttle: RefCell::new([Throttled::default(); 2]),
         }
     }
 }
+
+/// Upper bounds of the files-per-sync-round buckets.
+pub const FILES_PER_ROUND_BUCKETS: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+
+/// A histogram of small counts: per-bucket (not cumulative) counts, the last one `+Inf`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CountHistogram {
+    pub buckets: [u64; FILES_PER_ROUND_BUCKETS.len() + 1],
+    pub sum: u64,
+    pub count: u64,
+}
+
+impl CountHistogram {
+    pub fn observe(&mut self, n: u64) {
+        let i = FILES_PER_ROUND_BUCKETS
+            .iter()
+            .position(|&b| n <= b)
+            .unwrap_or(FILES_PER_ROUND_BUCKETS.len());
+        self.buckets[i] += 1;
+        self.sum += n;
+        self.count += 1;
+    }
+
+    fn add(&mut self, other: &CountHistogram) {
+        for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
+            *a += b;
+        }
+        self.sum += other.sum;
+        self.count += other.count;
+    }
+}
+
+/// Responses a quota delayed and the delay they carried.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Throttled {
+    pub responses: u64,
+    pub millis: u64,
+}
+
+/// The quota types a throttle is counted under, as Kafka's `quota.type` tags them.
+pub const THROTTLE_TYPES: [&str; 2] = ["Produce", "Fetch"];
 
 impl ShardMetrics {
     /// A request of the API at registry index `api` was answered `elapsed` after it was read.
     pub fn observe_request(&self, api: usize, elapsed: Duration) {
         if let Some(h) = self.requests.borrow_mut().get_mut(api) {
             h.observe(elapsed);
+        }
+    }
+
+    /// One request, batch or round spent `elapsed` in `stage`.
+    pub fn observe_stage(&self, stage: Stage, elapsed: Duration) {
+        self.stages.borrow_mut()[stage as usize].observe(elapsed);
+    }
+
+    /// A sync round made `files` files durable in `elapsed`.
+    pub fn observe_sync_round(&self, files: usize, elapsed: Duration) {
+        self.observe_stage(Stage::SyncRound, elapsed);
+        self.files_per_round.borrow_mut().observe(files as u64);
+    }
+
+    /// A response of the quota type at `THROTTLE_TYPES[kind]` carried `throttle` of delay.
+    pub fn throttled(&self, kind: usize, throttle: Duration) {
+        if let Some(t) = self.throttle.borrow_mut().get_mut(kind) {
+            t.responses += 1;
+            t.millis += throttle.as_millis() as u64;
         }
     }
 
@@ -125,15 +265,27 @@ impl ShardMetrics {
 
     /// The request histograms and the counters of the topics `exists` keeps; the counters of
     /// deleted topics are dropped here, so the topic labels stay those of existing topics.
-    pub fn snapshot(
-        &self,
-        exists: impl Fn(&str) -> bool,
-    ) -> (Vec<Histogram>, Vec<(String, TopicCounters)>) {
+    pub fn snapshot(&self, exists: impl Fn(&str) -> bool) -> Recorded {
         let mut topics = self.topics.borrow_mut();
         topics.retain(|t, _| exists(t));
-        let topics = topics.iter().map(|(t, c)| (t.clone(), *c)).collect();
-        (self.requests.borrow().clone(), topics)
+        Recorded {
+            requests: self.requests.borrow().clone(),
+            topics: topics.iter().map(|(t, c)| (t.clone(), *c)).collect(),
+            stages: *self.stages.borrow(),
+            files_per_round: *self.files_per_round.borrow(),
+            throttle: *self.throttle.borrow(),
+        }
     }
+}
+
+/// What a shard's [`ShardMetrics`] have recorded, as a scrape takes it.
+#[derive(Debug, Clone, Default)]
+pub struct Recorded {
+    pub requests: Vec<Histogram>,
+    pub topics: Vec<(String, TopicCounters)>,
+    pub stages: [Histogram; Stage::ALL.len()],
+    pub files_per_round: CountHistogram,
+    pub throttle: [Throttled; 2],
 }
 
 /// The gauges of one partition.
@@ -151,8 +303,11 @@ pub struct PartitionGauges {
 #[derive(Debug, Clone, Default)]
 pub struct MetricsSnapshot {
     pub shard: usize,
-    pub requests: Vec<Histogram>,
-    pub topics: Vec<(String, TopicCounters)>,
+    /// What the shard's `ShardMetrics` recorded: request and stage histograms, topic traffic,
+    /// throttles.
+    pub recorded: Recorded,
+    /// Committed offsets of the groups this shard coordinates: (group, topic, partition, offset).
+    pub group_offsets: Vec<(String, String, i32, i64)>,
     pub partitions: Vec<PartitionGauges>,
     pub sync: SyncStats,
     pub fetch_reads: u64,
@@ -191,8 +346,11 @@ fn escape(v: &str) -> String {
 pub fn render(shards: &[MetricsSnapshot], connections_open: usize) -> String {
     let mut out = String::new();
     render_requests(&mut out, shards);
+    render_stages(&mut out, shards);
     render_topics(&mut out, shards);
     render_partitions(&mut out, shards);
+    render_group_lag(&mut out, shards);
+    render_throttles(&mut out, shards);
     header(
         &mut out,
         "kafka_server_socket_server_metrics_connection_count",
@@ -282,7 +440,7 @@ pub fn render_cluster(out: &mut String, q: &QuorumView, image: &crate::catalog::
 fn render_requests(out: &mut String, shards: &[MetricsSnapshot]) {
     let mut total = vec![Histogram::default(); SUPPORTED_APIS.len()];
     for s in shards {
-        for (t, h) in total.iter_mut().zip(s.requests.iter()) {
+        for (t, h) in total.iter_mut().zip(s.recorded.requests.iter()) {
             t.add(h);
         }
     }
@@ -302,32 +460,176 @@ fn render_requests(out: &mut String, shards: &[MetricsSnapshot]) {
         if h.count == 0 {
             continue;
         }
-        let mut cumulative = 0;
-        for (i, n) in h.buckets.iter().enumerate() {
-            cumulative += n;
-            let le = LATENCY_BUCKETS_SECONDS
-                .get(i)
-                .map_or_else(|| "+Inf".to_string(), |b| b.to_string());
-            let _ = writeln!(
-                out,
-                "{latency}_bucket{{request=\"{}\",le=\"{le}\"}} {cumulative}",
-                spec.name
-            );
-        }
-        let sum = h.sum_ns as f64 / 1e9;
-        let _ = writeln!(out, "{latency}_sum{{request=\"{}\"}} {sum}", spec.name);
+        write_histogram(out, latency, &format!("request=\"{}\"", spec.name), h);
+    }
+}
+
+/// One labelled series of a latency histogram: cumulative buckets, sum and count.
+fn write_histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
+    let sep = if labels.is_empty() { "" } else { "," };
+    let mut cumulative = 0;
+    for (i, n) in h.buckets.iter().enumerate() {
+        cumulative += n;
+        let le = LATENCY_BUCKETS_SECONDS
+            .get(i)
+            .map_or_else(|| "+Inf".to_string(), |b| b.to_string());
         let _ = writeln!(
             out,
-            "{latency}_count{{request=\"{}\"}} {}",
-            spec.name, h.count
+            "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}"
         );
+    }
+    let sum = h.sum_ns as f64 / 1e9;
+    let braces = |l: &str| {
+        if l.is_empty() {
+            String::new()
+        } else {
+            format!("{{{l}}}")
+        }
+    };
+    let _ = writeln!(out, "{name}_sum{} {sum}", braces(labels));
+    let _ = writeln!(out, "{name}_count{} {}", braces(labels), h.count);
+}
+
+/// The per-stage histograms, summed over shards, and the files each sync round covered.
+fn render_stages(out: &mut String, shards: &[MetricsSnapshot]) {
+    let mut total = [Histogram::default(); Stage::ALL.len()];
+    let mut files = CountHistogram::default();
+    for s in shards {
+        for (t, h) in total.iter_mut().zip(s.recorded.stages.iter()) {
+            t.add(h);
+        }
+        files.add(&s.recorded.files_per_round);
+    }
+    let helps = [
+        (
+            "tributary_produce_stage_seconds",
+            "A produce request's time by stage: receive (first to last byte, with the wait for request memory), validate (decode, authorize, validate, hand to shards), hop (to the owning shard), append, durable (write, sync-round wait and sync), replicate (to the ISR), respond (behind earlier responses, then written); per batch for hop to replicate, per request otherwise.",
+        ),
+        (
+            "tributary_fetch_stage_seconds",
+            "A fetch's time by stage: wait (long poll for min_bytes), read (per partition read), send (response written).",
+        ),
+        (
+            "tributary_sync_round_seconds",
+            "Duration of each group-commit sync round (or direct fdatasync).",
+        ),
+    ];
+    for (family, help) in helps {
+        header(out, family, "histogram", help);
+        for (stage, h) in Stage::ALL.iter().zip(total.iter()) {
+            let (name, label) = stage.metric();
+            if name != family {
+                continue;
+            }
+            let labels = if label.is_empty() {
+                String::new()
+            } else {
+                format!("stage=\"{label}\"")
+            };
+            write_histogram(out, name, &labels, h);
+        }
+    }
+    let name = "tributary_sync_round_files";
+    header(out, name, "histogram", "Files made durable per sync round.");
+    let mut cumulative = 0;
+    for (i, n) in files.buckets.iter().enumerate() {
+        cumulative += n;
+        let le = FILES_PER_ROUND_BUCKETS
+            .get(i)
+            .map_or_else(|| "+Inf".to_string(), |b| b.to_string());
+        let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+    }
+    let _ = writeln!(out, "{name}_sum {}", files.sum);
+    let _ = writeln!(out, "{name}_count {}", files.count);
+}
+
+/// Each group's committed offset and lag per partition, where this broker holds the
+/// partition (its high watermark is known here); named as the widely used Kafka exporter
+/// names them.
+fn render_group_lag(out: &mut String, shards: &[MetricsSnapshot]) {
+    let high_watermarks: HashMap<(&str, i32), i64> = shards
+        .iter()
+        .flat_map(|s| &s.partitions)
+        .map(|p| ((p.topic.as_str(), p.partition), p.high_watermark))
+        .collect();
+    let mut offsets: Vec<&(String, String, i32, i64)> =
+        shards.iter().flat_map(|s| &s.group_offsets).collect();
+    offsets.sort();
+    let current = "kafka_consumergroup_current_offset";
+    header(
+        out,
+        current,
+        "gauge",
+        "A group's committed offset, by group, topic and partition.",
+    );
+    for (g, t, p, o) in &offsets {
+        let _ = writeln!(
+            out,
+            "{current}{{consumergroup=\"{}\",topic=\"{}\",partition=\"{p}\"}} {o}",
+            escape(g),
+            escape(t)
+        );
+    }
+    let lag = "kafka_consumergroup_lag";
+    header(
+        out,
+        lag,
+        "gauge",
+        "High watermark minus the group's committed offset, for partitions this broker holds.",
+    );
+    for (g, t, p, o) in &offsets {
+        let Some(hw) = high_watermarks.get(&(t.as_str(), *p)) else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "{lag}{{consumergroup=\"{}\",topic=\"{}\",partition=\"{p}\"}} {}",
+            escape(g),
+            escape(t),
+            (hw - o).max(0)
+        );
+    }
+}
+
+/// Responses a quota delayed and their delay, as Kafka's `kafka.server:type=Produce|Fetch`
+/// `throttle-time` sensors count them.
+fn render_throttles(out: &mut String, shards: &[MetricsSnapshot]) {
+    let mut total = [Throttled::default(); 2];
+    for s in shards {
+        for (t, x) in total.iter_mut().zip(s.recorded.throttle.iter()) {
+            t.responses += x.responses;
+            t.millis += x.millis;
+        }
+    }
+    let series: [Series<Throttled, u64>; 2] = [
+        (
+            "tributary_quota_throttled_responses_total",
+            "Responses that carried a quota's throttle_time_ms, by quota type.",
+            |t| t.responses,
+        ),
+        (
+            "tributary_quota_throttle_seconds_total",
+            "Throttle time those responses carried, by quota type.",
+            |t| t.millis,
+        ),
+    ];
+    for (i, (name, help, value)) in series.into_iter().enumerate() {
+        header(out, name, "counter", help);
+        for (kind, t) in THROTTLE_TYPES.iter().zip(total.iter()) {
+            let v = value(t);
+            if i == 1 {
+                let _ = writeln!(out, "{name}{{type=\"{kind}\"}} {}", v as f64 / 1e3);
+            } else {
+                let _ = writeln!(out, "{name}{{type=\"{kind}\"}} {v}");
+            }
+        }
     }
 }
 
 fn render_topics(out: &mut String, shards: &[MetricsSnapshot]) {
     let mut topics: BTreeMap<&str, TopicCounters> = BTreeMap::new();
     for s in shards {
-        for (t, c) in &s.topics {
+        for (t, c) in &s.recorded.topics {
             let sum = topics.entry(t).or_default();
             sum.bytes_in += c.bytes_in;
             sum.messages_in += c.messages_in;
@@ -511,8 +813,8 @@ mod tests {
         h.observe(Duration::from_micros(100));
         h.observe(Duration::from_micros(101));
         h.observe(Duration::from_secs(11));
-        assert_eq!(h.buckets[0], 1);
-        assert_eq!(h.buckets[1], 1);
+        assert_eq!(h.buckets[3], 1);
+        assert_eq!(h.buckets[4], 1);
         assert_eq!(h.buckets[LATENCY_BUCKETS_SECONDS.len()], 1);
         assert_eq!(h.count, 3);
         assert_eq!(h.sum_ns, 11_000_201_000);
@@ -528,15 +830,14 @@ mod tests {
         a.fetched("t", 30);
         let produce = api_index(tributary_protocol::registry::api_key::PRODUCE).unwrap();
         a.observe_request(produce, Duration::from_millis(3));
-        let snap = |id, m: &ShardMetrics| {
-            let (requests, topics) = m.snapshot(|t| t != "gone");
-            MetricsSnapshot {
-                shard: id,
-                requests,
-                topics,
-                request_memory: Some((1000, 10)),
-                ..Default::default()
-            }
+        a.observe_stage(Stage::ProduceAppend, Duration::from_micros(20));
+        b.observe_stage(Stage::ProduceAppend, Duration::from_micros(40));
+        b.observe_sync_round(3, Duration::from_micros(700));
+        let snap = |id, m: &ShardMetrics| MetricsSnapshot {
+            shard: id,
+            recorded: m.snapshot(|t| t != "gone"),
+            request_memory: Some((1000, 10)),
+            ..Default::default()
         };
         let text = render(&[snap(0, &a), snap(1, &b)], 3);
         assert!(text.contains("kafka_server_brokertopicmetrics_bytesin_total{topic=\"t\"} 150\n"));
@@ -554,6 +855,16 @@ mod tests {
         ));
         assert!(text.contains("kafka_server_socket_server_metrics_connection_count 3\n"));
         assert!(text.contains("tributary_request_memory_used_bytes{shard=\"1\"} 10\n"));
+        assert!(text.contains(
+            "tributary_produce_stage_seconds_bucket{stage=\"append\",le=\"0.000025\"} 1\n"
+        ));
+        assert!(text.contains(
+            "tributary_produce_stage_seconds_bucket{stage=\"append\",le=\"0.00005\"} 2\n"
+        ));
+        assert!(text.contains("tributary_produce_stage_seconds_count{stage=\"append\"} 2\n"));
+        assert!(text.contains("tributary_sync_round_seconds_bucket{le=\"0.001\"} 1\n"));
+        assert!(text.contains("tributary_sync_round_files_bucket{le=\"2\"} 0\n"));
+        assert!(text.contains("tributary_sync_round_files_bucket{le=\"4\"} 1\n"));
         // Every sample line is `name{labels} value` or `name value`, after its TYPE line.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();

@@ -185,6 +185,10 @@ impl crate::shard::Shard {
         if d > conn.throttle.get() {
             conn.throttle.set(d);
         }
+        if !d.is_zero() {
+            let kind = usize::from(key != PRODUCER_BYTE_RATE);
+            self.metrics.throttled(kind, d);
+        }
         d
     }
 }

@@ -384,6 +384,15 @@ async fn run_shard(
         connections,
     ));
     shard.install_coordinator_write_waits();
+    {
+        // The shard's sync rounds, timed by the storage layer, land in its metrics.
+        let weak = Rc::downgrade(&shard);
+        tributary_storage::group_commit::observe_rounds(Box::new(move |files, elapsed| {
+            if let Some(shard) = weak.upgrade() {
+                shard.metrics.observe_sync_round(files, elapsed);
+            }
+        }));
+    }
     // Opens this shard's partitions, takes their replication roles and loads the groups of
     // the offsets partitions this node leads.
     shard.apply_catalog(catalog).await;

@@ -27,6 +27,7 @@ use crate::controller::Controller;
 use crate::group::{GroupConfig, GroupCoordinator, OFFSETS_TOPIC};
 use crate::handlers::groups::{GroupOp, GroupReply};
 use crate::limits::{ConnectionLimits, ConnectionQuotas, RequestMemory};
+use crate::metrics::Stage;
 use crate::partition_dirs;
 use crate::routing::{shard_for, ShardId};
 
@@ -37,6 +38,9 @@ pub struct ProduceResult {
     pub log_start_offset: i64,
     /// The time the broker stamped on the batch (`message.timestamp.type=LogAppendTime`), or -1.
     pub log_append_time_ms: i64,
+    /// When the owning shard answered (the batch durable, or refused): the start of the
+    /// response's `respond` stage.
+    pub answered: Option<Instant>,
 }
 
 impl ProduceResult {
@@ -46,6 +50,7 @@ impl ProduceResult {
             base_offset: -1,
             log_start_offset: -1,
             log_append_time_ms: -1,
+            answered: None,
         }
     }
 }
@@ -108,6 +113,8 @@ pub enum ShardRequest {
         acks: i16,
         /// How long an acks=all batch may wait for the ISR (the request's `timeout_ms`).
         timeout_ms: i32,
+        /// When the connection's shard handed it over: the start of its `hop` stage.
+        sent: Instant,
         reply: oneshot::Sender<ProduceResult>,
     },
     /// Reads up to `max_bytes` at `offset`. With `hard_limit` a first batch larger than
@@ -304,6 +311,11 @@ pub struct Shard {
     pub replicas: crate::replica::leader::ShardReplicas,
     /// Request latencies and per-topic traffic (`metrics.rs`).
     pub metrics: crate::metrics::ShardMetrics,
+    /// When the owning shards answered the produce response a connection's writer is about to
+    /// write: set by the response future as it completes, taken by the writer at once (one
+    /// thread, nothing runs between), so the `respond` stage starts when the data was durable
+    /// rather than when the writer got to it.
+    pub response_ready: Cell<Option<Instant>>,
 }
 
 impl Shard {
@@ -361,6 +373,7 @@ impl Shard {
                 session_slots,
             )),
             metrics: crate::metrics::ShardMetrics::default(),
+            response_ready: Cell::new(None),
         }
     }
 
@@ -681,7 +694,7 @@ impl Shard {
     /// This shard's counters and the gauges of its partitions, for a metrics scrape.
     fn metrics_snapshot(&self) -> crate::metrics::MetricsSnapshot {
         let catalog = self.catalog();
-        let (requests, topics) = self.metrics.snapshot(|t| catalog.topics.contains_key(t));
+        let recorded = self.metrics.snapshot(|t| catalog.topics.contains_key(t));
         let mut partitions: Vec<crate::metrics::PartitionGauges> = self
             .partitions
             .borrow()
@@ -706,8 +719,8 @@ impl Shard {
         let limited = self.config.queued_max_request_bytes.is_some();
         crate::metrics::MetricsSnapshot {
             shard: self.id.0,
-            requests,
-            topics,
+            recorded,
+            group_offsets: self.groups.committed_offsets(),
             partitions,
             sync: tributary_storage::group_commit::stats(),
             fetch_reads: self.fetch_reads.get(),
@@ -738,12 +751,16 @@ impl Shard {
                 batch,
                 acks,
                 timeout_ms,
+                sent,
                 reply,
             } => {
+                self.metrics
+                    .observe_stage(Stage::ProduceHop, sent.elapsed());
                 let timeout = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
-                let out = self
+                let mut out = self
                     .produce_local(&topic, partition, batch, acks, timeout)
                     .await;
+                out.answered = Some(Instant::now());
                 let _ = reply.send(out);
             }
             ShardRequest::Fetch {
@@ -1047,10 +1064,14 @@ impl Shard {
         } else {
             (batch, -1)
         };
+        let append_start = Instant::now();
         let appended = match epoch {
             Some(e) => part.append_with_epoch(&batch, e).await,
             None => part.append(&batch).await,
         };
+        let appended_at = Instant::now();
+        self.metrics
+            .observe_stage(Stage::ProduceAppend, appended_at - append_start);
         let outcome = match appended {
             Ok(o) => o,
             Err(e) => return fail(partition_error_code(&e)),
@@ -1069,15 +1090,23 @@ impl Shard {
                 }
             })
             .detach();
-        } else if let Err(e) = part.commit(outcome.last_offset + 1).await {
-            return fail(partition_error_code(&e));
+        } else {
+            let committed = part.commit(outcome.last_offset + 1).await;
+            self.metrics
+                .observe_stage(Stage::ProduceDurable, appended_at.elapsed());
+            if let Err(e) = committed {
+                return fail(partition_error_code(&e));
+            }
         }
         if let Some(epoch) = epoch {
             if acks == -1 {
                 let end = outcome.last_offset + 1;
+                let durable_at = Instant::now();
                 let waited = self
                     .wait_replicated(&part, topic, partition, end, epoch, timeout)
                     .await;
+                self.metrics
+                    .observe_stage(Stage::ProduceReplicate, durable_at.elapsed());
                 if let Err(code) = waited {
                     // Kafka's answer when the ISR shrank below the minimum meanwhile.
                     let code = match self.check_min_isr(topic, partition) {
@@ -1097,6 +1126,7 @@ impl Shard {
             base_offset: outcome.base_offset,
             log_start_offset: outcome.log_start_offset,
             log_append_time_ms,
+            answered: None,
         }
     }
 
@@ -1143,11 +1173,14 @@ impl Shard {
             return watermarks(error);
         }
         self.fetch_reads.set(self.fetch_reads.get() + 1);
+        let read_start = Instant::now();
         let read = match (read_committed, hard_limit) {
             (true, within) => part.read_committed(offset, max_bytes, within).await,
             (false, true) => part.read_within(offset, max_bytes).await,
             (false, false) => part.read(offset, max_bytes).await,
         };
+        self.metrics
+            .observe_stage(Stage::FetchRead, read_start.elapsed());
         match read {
             Ok(r) => {
                 self.fetch_read_bytes

@@ -298,6 +298,145 @@ fn scrape_shows_the_traffic_sent() {
         assert_eq!(requests, Some(*count), "{api}");
     }
     assert!(histograms >= 2, "Produce and Fetch at least");
+
+    // The per-stage histograms count what was sent: one hop, append and durable wait per
+    // batch appended, one receive and respond per produce request (all acks=all), one read per
+    // fetch read, one send per fetch, and the sync rounds cover exactly the files synced.
+    let total = |name: &str| -> f64 {
+        samples
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|s| s.2)
+            .sum()
+    };
+    let stage = |family: &str, stage: &str| -> f64 {
+        check_histogram(&samples, family, &[("stage", stage)])
+    };
+    let produce_family = "tributary_produce_stage_seconds";
+    let batches = total("tributary_batches_appended_total");
+    assert!(batches >= 1.0);
+    for s in ["hop", "append", "durable"] {
+        assert_eq!(stage(produce_family, s), batches, "stage {s}");
+    }
+    assert_eq!(
+        stage(produce_family, "replicate"),
+        0.0,
+        "one node replicates nothing"
+    );
+    for s in ["receive", "validate", "respond"] {
+        assert_eq!(stage(produce_family, s), produces.unwrap(), "stage {s}");
+    }
+    let fetch_family = "tributary_fetch_stage_seconds";
+    assert_eq!(
+        stage(fetch_family, "read"),
+        total("tributary_fetch_reads_total")
+    );
+    assert_eq!(stage(fetch_family, "send"), fetches.unwrap());
+    let rounds = check_histogram(&samples, "tributary_sync_round_seconds", &[]);
+    assert!(rounds >= total("tributary_group_commit_rounds_total") && rounds > 0.0);
+    assert_eq!(
+        value(&samples, "tributary_sync_round_files_sum", &[]),
+        Some(total("tributary_group_commit_files_synced_total"))
+    );
+    assert_eq!(
+        value(&samples, "tributary_sync_round_files_count", &[]),
+        Some(rounds)
+    );
+    broker.shutdown().unwrap();
+}
+
+/// Checks a histogram series' buckets (never decreasing, `+Inf` equal to `_count`) and
+/// returns its count.
+fn check_histogram(samples: &[Sample], family: &str, labels: &[(&str, &str)]) -> f64 {
+    let count = value(samples, &format!("{family}_count"), labels)
+        .unwrap_or_else(|| panic!("{family}{labels:?} has a count"));
+    let mut buckets: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|(n, l, _)| {
+            n == &format!("{family}_bucket")
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.get(*k).is_some_and(|x| x == v))
+        })
+        .map(|(_, l, v)| (l["le"].parse::<f64>().unwrap(), *v))
+        .collect();
+    buckets.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
+    assert!(
+        buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+        "{family}{labels:?}: {buckets:?}"
+    );
+    assert_eq!(buckets.last().map(|b| b.0), Some(f64::INFINITY));
+    assert_eq!(buckets.last().unwrap().1, count, "{family}{labels:?}");
+    count
+}
+
+#[test]
+fn consumer_group_lag_is_the_high_watermark_less_the_committed_offset() {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+    const RECORDS: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, &[]);
+    let metrics = broker.metrics_addr.expect("metrics endpoint on");
+    let topic = "lagged";
+    rd_create_topics(
+        broker.addr,
+        &[rdkafka::admin::NewTopic::new(
+            topic,
+            2,
+            rdkafka::admin::TopicReplication::Fixed(1),
+        )],
+    );
+    let messages: Vec<(Option<String>, String)> =
+        (0..RECORDS).map(|i| (None, format!("m{i}"))).collect();
+    rd_produce(broker.addr, topic, &[], &messages);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.addr.to_string())
+        .set("group.id", "behind")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(3))
+        .unwrap();
+    tpl.add_partition_offset(topic, 1, Offset::Offset(0))
+        .unwrap();
+    consumer
+        .commit(&tpl, CommitMode::Sync)
+        .expect("offsets committed");
+
+    let (status, body) = get(metrics, "/metrics");
+    assert_eq!(status, 200);
+    let samples = parse(&body);
+    let labels = |p: &'static str| {
+        [
+            ("consumergroup", "behind"),
+            ("topic", topic),
+            ("partition", p),
+        ]
+    };
+    assert_eq!(
+        value(&samples, "kafka_consumergroup_current_offset", &labels("0")),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(&samples, "kafka_consumergroup_current_offset", &labels("1")),
+        Some(0.0)
+    );
+    let mut lag = 0.0;
+    for (p, committed) in [("0", 3.0), ("1", 0.0)] {
+        let hw = value(
+            &samples,
+            "kafka_log_log_highwatermark",
+            &[("topic", topic), ("partition", p)],
+        )
+        .unwrap();
+        let l = value(&samples, "kafka_consumergroup_lag", &labels(p)).unwrap();
+        assert_eq!(l, hw - committed, "partition {p}");
+        lag += l;
+    }
+    assert_eq!(lag, (RECORDS - 3) as f64);
     broker.shutdown().unwrap();
 }
 

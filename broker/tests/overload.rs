@@ -11,7 +11,7 @@ mod common;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -52,6 +52,33 @@ fn free_addr() -> SocketAddr {
         .unwrap()
         .local_addr()
         .unwrap()
+}
+
+/// Prints the broker's warnings and errors when the test fails: its log lives in a temporary
+/// directory that is gone by the time anyone could read it.
+struct LogOnFailure(PathBuf);
+
+impl Drop for LogOnFailure {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let Ok(text) = std::fs::read_to_string(&self.0) else {
+            return;
+        };
+        let notable: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .collect();
+        eprintln!(
+            "--- the broker's last warnings and errors ({} of {}) ---",
+            notable.len().min(40),
+            notable.len()
+        );
+        for line in &notable[notable.len().saturating_sub(40)..] {
+            eprintln!("{line}");
+        }
+    }
 }
 
 /// The broker binary in its own process, so its memory can be measured.
@@ -477,10 +504,11 @@ fn produce_flood_holds_memory_to_its_budgets_and_loses_nothing_acknowledged() {
     const BUDGET: u64 = 64 << 20;
     let flood_secs = env_num("FLOOD_SECS", 6);
     let kill_rounds = env_num("FLOOD_KILL_ROUNDS", 2);
-    let dir = tempfile::tempdir().unwrap();
+    let mut dir = tempfile::tempdir().unwrap();
+    let _log = LogOnFailure(dir.path().join("broker.log"));
     if std::env::var("FLOOD_KEEP").is_ok() {
         println!("data and broker log in {}", dir.path().display());
-        std::mem::forget(dir.path().to_path_buf());
+        dir.disable_cleanup(true);
     }
     let addr = free_addr();
     let props: Vec<(&str, String)> = vec![
@@ -603,6 +631,7 @@ fn an_acks_zero_flood_is_held_to_the_request_budget() {
     const BUDGET: u64 = 64 << 20;
     const PARTITIONS: i32 = 60;
     let dir = tempfile::tempdir().unwrap();
+    let _log = LogOnFailure(dir.path().join("broker.log"));
     let addr = free_addr();
     let props: Vec<(&str, String)> = vec![
         ("queued.max.request.bytes", BUDGET.to_string()),

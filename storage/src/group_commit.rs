@@ -88,6 +88,27 @@ thread_local! {
     };
 }
 
+/// Told each sync round's (or direct `fdatasync`'s) file count and duration, on the shard's
+/// thread: how a shard's metrics see its rounds without this crate knowing about them.
+pub type RoundObserver = Box<dyn Fn(usize, Duration)>;
+
+thread_local! {
+    static OBSERVER: RefCell<Option<RoundObserver>> = const { RefCell::new(None) };
+}
+
+/// Sets this thread's (shard's) round observer, replacing any earlier one.
+pub fn observe_rounds(observer: RoundObserver) {
+    OBSERVER.with(|o| *o.borrow_mut() = Some(observer));
+}
+
+fn observed(files: usize, elapsed: Duration) {
+    OBSERVER.with(|o| {
+        if let Some(f) = o.borrow().as_ref() {
+            f(files, elapsed);
+        }
+    });
+}
+
 /// This thread's (shard's) sync statistics.
 pub fn stats() -> SyncStats {
     STATS.with(Cell::get)
@@ -110,7 +131,10 @@ pub async fn sync(file: Rc<SegmentFile>, policy: SyncPolicy) -> io::Result<()> {
             s.files += 1;
             s.fdatasyncs += 1;
         });
-        return file.fdatasync().await;
+        let start = Instant::now();
+        let result = file.fdatasync().await;
+        observed(1, start.elapsed());
+        return result;
     }
     let (done, result) = oneshot::channel();
     let start = ROUNDS.with(|r| {
@@ -152,6 +176,8 @@ async fn drive() {
             s.rounds += 1;
             s.files += members.len() as u64;
         });
+        let files = members.len();
+        let round_start = Instant::now();
         let mut by_device: Vec<((u32, u32), Vec<Member>)> = Vec::new();
         for m in members {
             let device = m.file.device();
@@ -166,6 +192,7 @@ async fn drive() {
                 .map(|(_, group)| sync_filesystem_group(group, syncfs_min_files)),
         )
         .await;
+        observed(files, round_start.elapsed());
     }
 }
 

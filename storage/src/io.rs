@@ -110,28 +110,56 @@ impl SegmentFile {
         self.write_blocks(Rc::new(image.buf), position).await
     }
 
-    /// Writes whole aligned blocks at the aligned `position`; a short write is an error.
+    /// Writes whole aligned blocks at the aligned `position`. A short write — which the kernel
+    /// may return for a large direct write, e.g. when it cannot pin every page at once — is
+    /// continued from the last whole block it wrote, with the rest copied to a new buffer; a
+    /// write that makes no progress is an error.
     async fn write_blocks(
         &self,
         buf: Rc<glommio::io::DmaBuffer>,
         position: u64,
     ) -> std::io::Result<()> {
+        let align = self.alignment();
         assert_eq!(
-            position % self.alignment(),
+            position % align,
             0,
             "direct writes start on a block boundary"
         );
         faults::check(&self.path, faults::FileOp::Write)?;
         let padded = buf.len();
-        let written = self
+        let first = if padded as u64 > align
+            && faults::check(&self.path, faults::FileOp::ShortWrite).is_err()
+        {
+            let mut one = self.file.alloc_dma_buffer(align as usize);
+            one.as_bytes_mut()
+                .copy_from_slice(&buf.as_bytes()[..align as usize]);
+            Rc::new(one)
+        } else {
+            buf.clone()
+        };
+        let mut written = self
             .file
-            .write_rc_at(buf, position)
+            .write_rc_at(first, position)
             .await
             .map_err(std::io::Error::from)?;
-        if written != padded {
-            return Err(std::io::Error::other(format!(
-                "short write at position {position}: {written} of {padded} bytes"
-            )));
+        while written < padded {
+            // Blocks past the last whole one written are written again: same bytes, same place.
+            let done = (written as u64 / align * align) as usize;
+            let rest = &buf.as_bytes()[done..];
+            let mut tail = self.file.alloc_dma_buffer(rest.len());
+            tail.as_bytes_mut().copy_from_slice(rest);
+            let at = position + done as u64;
+            let more = self
+                .file
+                .write_rc_at(Rc::new(tail), at)
+                .await
+                .map_err(std::io::Error::from)?;
+            if more == 0 {
+                return Err(std::io::Error::other(format!(
+                    "direct write made no progress at position {at}: {done} of {padded} bytes written"
+                )));
+            }
+            written = done + more;
         }
         Ok(())
     }
@@ -390,6 +418,9 @@ pub mod faults {
         Sync,
         /// A `syncfs` of the filesystem holding a directory (the rule matches the directory).
         SyncFs,
+        /// A direct write of more than one block writes only its first block, as the kernel
+        /// may (the rule's errno is not used).
+        ShortWrite,
     }
 
     struct Rule {

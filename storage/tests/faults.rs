@@ -267,3 +267,35 @@ fn a_corrupt_batch_in_a_closed_segment_is_never_served() {
         assert_eq!(out.base_offset, 400);
     });
 }
+
+#[test]
+fn short_direct_writes_are_continued_and_nothing_is_lost() {
+    on_executor(|path| async move {
+        let dir = path.join("short-0");
+        let p = Partition::open(dir.clone(), CONFIG).await.unwrap();
+        let pattern = dir.display().to_string();
+        // Every write of more than one block writes only its first block.
+        faults::inject(&pattern, FileOp::ShortWrite, 0, None);
+        // Batches of a few KiB each: every flush writes several blocks.
+        let big = |i: u64| {
+            let v = format!("{}-{}", value(i), "y".repeat(5000 + (i as usize % 7) * 300));
+            build_batch(&[(None, Some(v.as_bytes()))], 1_000 + i as i64, None).to_vec()
+        };
+        for i in 0..12 {
+            let out = p.append(&big(i)).await.unwrap();
+            p.sync_to(out.last_offset + 1).await.unwrap();
+        }
+        faults::clear(&pattern);
+        assert!(!p.is_offline());
+        let before = contents(&p, 0).await;
+        assert_eq!(before.len(), 12);
+        p.close().await.unwrap();
+        // What is on disk is what was acknowledged: reopened, the log holds every batch.
+        let p = Partition::open(dir, CONFIG).await.unwrap();
+        assert_eq!(contents(&p, 0).await, before);
+        for (i, (offset, v)) in before.iter().enumerate() {
+            assert_eq!(*offset, i as i64);
+            assert!(v.starts_with(&value(i as u64)), "{v:.40}");
+        }
+    });
+}

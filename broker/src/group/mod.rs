@@ -692,6 +692,19 @@ impl GroupCoordinator {
             })
     }
 
+    /// Every group's committed offsets as (group, topic, partition, offset), for the metrics
+    /// endpoint's consumer lag.
+    pub fn committed_offsets(&self) -> Vec<(String, String, i32, i64)> {
+        let groups = self.groups.borrow();
+        let mut out = Vec::new();
+        for (name, g) in groups.iter() {
+            for ((topic, partition), c) in &g.offsets {
+                out.push((name.clone(), topic.clone(), *partition, c.offset));
+            }
+        }
+        out
+    }
+
     /// Committed offsets: (offset, leader_epoch, metadata) per partition; -1 when none.
     pub fn fetch_offsets(&self, req: &OffsetFetchGroup) -> TopicResults<(i64, i32, String)> {
         let groups = self.groups.borrow();

@@ -383,7 +383,11 @@ async fn read_and_wait(
         .zip(&known)
         .map(|(i, k)| (i.topic.clone(), i.partition, !k.is_error()))
         .collect();
+    let wait_start = Instant::now();
     wait::wait(shard, &watched, tally, deadline).await;
+    shard
+        .metrics
+        .observe_stage(crate::metrics::Stage::FetchWait, wait_start.elapsed());
     read_all(shard, items, &known, max_bytes, read_committed)
         .await
         .results

@@ -7,6 +7,8 @@
 
 use std::rc::Rc;
 
+use std::time::Instant;
+
 use futures::channel::oneshot;
 
 use bytes::Bytes;
@@ -24,6 +26,7 @@ use tributary_storage::codec::{self, CodecError};
 use super::{decode_all, frame, str_bytes, topic_name, PendingResponse};
 use crate::catalog::{Catalog, TopicMeta};
 use crate::config::BrokerConfig;
+use crate::metrics::Stage;
 use crate::shard::{ProduceResult, Shard, ShardRequest};
 
 /// Validates the request and hands every partition's batch to its owning shard, in request
@@ -39,6 +42,7 @@ pub async fn start(
 ) -> Result<PendingResponse, String> {
     use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
+    let validate_start = Instant::now();
     let req = decode_all(r, |r| produce::decode(r, v))?;
     shard.produce_requests.set(shard.produce_requests.get() + 1);
     let catalog = shard.catalog();
@@ -114,6 +118,7 @@ pub async fn start(
                                 batch,
                                 acks,
                                 timeout_ms: req.timeout_ms,
+                                sent: Instant::now(),
                                 reply,
                             },
                         )
@@ -124,6 +129,9 @@ pub async fn start(
             waits.push((topic.name.clone(), p.index, outcome));
         }
     }
+    shard
+        .metrics
+        .observe_stage(Stage::ProduceValidate, validate_start.elapsed());
     let header = header.clone();
     let shard = shard.clone();
     Ok(Box::pin(async move {
@@ -139,6 +147,8 @@ pub async fn start(
             };
             results.push((t, p, res));
         }
+        let answered = results.iter().filter_map(|(_, _, (r, _))| r.answered).max();
+        shard.response_ready.set(answered);
         if acks == 0 {
             return Ok(None);
         }
