@@ -363,6 +363,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "producer.state.partition.max.producers", default: "10000", kind: ConfigKind::Int, doc: "Most idempotent producers a partition keeps state for (Kafka has no such bound); a new one evicts the least recently used, whose next batch is then accepted at any sequence." },
     BrokerKey { name: "queued.max.requests", default: "500", kind: ConfigKind::Int, doc: "Depth of each shard's queue of requests forwarded from other shards." },
     BrokerKey { name: "shard.io.memory.bytes", default: "1048576", kind: ConfigKind::Long, doc: "Registered io_uring buffer memory per shard; locked memory, keep within RLIMIT_MEMLOCK." },
+    BrokerKey { name: "numa.node", default: "", kind: ConfigKind::Int, doc: "Put the shards on this NUMA node's CPUs (those in the process's affinity mask; with --cores K the first K), as --numa-node does. Unset: every CPU of the mask, or --cores/--cpus." },
     BrokerKey { name: "shard.spin.before.park.us", default: "0", kind: ConfigKind::Long, doc: "Microseconds a shard spins before sleeping when idle: lower latency for more CPU." },
     BrokerKey { name: "metrics.listen", default: "127.0.0.1:9644", kind: ConfigKind::String, doc: "HOST:PORT of the Prometheus metrics endpoint (/metrics, /health), served by shard 0; empty: no endpoint." },
     BrokerKey { name: "shutdown.drain.timeout.ms", default: "10000", kind: ConfigKind::Long, doc: "How long shutdown waits for in-flight requests to finish before closing logs." },
@@ -596,32 +597,9 @@ pub fn parse_timestamp_type(key: &str, v: &str) -> Result<bool> {
     }
 }
 
-/// Parses `0,2-5` into CPU ids.
+/// Parses `--cpus` (`0,2-5`, the Linux CPU list format) into CPU ids.
 pub fn parse_cpu_list(list: &str) -> Result<Vec<usize>> {
-    let mut cpus = Vec::new();
-    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        if let Some((a, b)) = part.split_once('-') {
-            let a: usize = a
-                .trim()
-                .parse()
-                .with_context(|| format!("--cpus: bad CPU {a:?}"))?;
-            let b: usize = b
-                .trim()
-                .parse()
-                .with_context(|| format!("--cpus: bad CPU {b:?}"))?;
-            if a > b {
-                bail!("--cpus: range {part} is backwards");
-            }
-            cpus.extend(a..=b);
-        } else {
-            cpus.push(
-                part.parse()
-                    .with_context(|| format!("--cpus: bad CPU {part:?}"))?,
-            );
-        }
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
+    let cpus = crate::numa::parse_cpulist(list).map_err(|e| anyhow!("--cpus {list:?}: {e}"))?;
     if cpus.is_empty() {
         bail!("--cpus: no CPUs listed");
     }
@@ -648,6 +626,8 @@ pub struct ConfigInput {
     pub advertised_listener: Option<String>,
     pub cores: Option<usize>,
     pub cpus: Option<String>,
+    /// `--numa-node`: the shards go on this NUMA node's CPUs (overrides `numa.node`).
+    pub numa_node: Option<usize>,
     pub properties: Vec<(String, String)>,
 }
 
@@ -732,10 +712,29 @@ impl BrokerConfig {
             None => (listen.ip().to_string(), listen.port()),
         };
         let allowed = allowed_cpus();
-        let cpus = match (&input.cores, &input.cpus) {
-            (Some(_), Some(_)) => bail!("give --cores or --cpus, not both"),
-            (Some(0), None) => bail!("--cores must be at least 1"),
-            (Some(n), None) => {
+        let numa_node = match input.numa_node {
+            Some(n) => Some((n, format!("--numa-node {n}"))),
+            None if set("numa.node") => {
+                let n: usize = parse_num("numa.node", &get("numa.node"), 0)?;
+                Some((n, format!("config numa.node={n}")))
+            }
+            None => None,
+        };
+        let cpus = match (numa_node, &input.cores, &input.cpus) {
+            (Some((_, what)), _, Some(_)) => bail!(
+                "{what} and --cpus both choose the shards' CPUs: give one (--numa-node with --cores K takes the node's first K CPUs)"
+            ),
+            (Some((node, what)), cores, None) => {
+                let sysfs = std::path::Path::new(crate::numa::SYSFS_ROOT);
+                let topology = crate::numa::Topology::read(sysfs, &allowed)
+                    .with_context(|| format!("{what}: reading the NUMA topology"))?;
+                topology
+                    .select(node, &allowed, *cores)
+                    .map_err(|e| anyhow!("{what}: {e}"))?
+            }
+            (None, Some(_), Some(_)) => bail!("give --cores or --cpus, not both"),
+            (None, Some(0), None) => bail!("--cores must be at least 1"),
+            (None, Some(n), None) => {
                 if *n > allowed.len() {
                     bail!(
                         "--cores {n}: only {} CPUs are in this process's affinity mask",
@@ -744,14 +743,14 @@ impl BrokerConfig {
                 }
                 allowed[..*n].to_vec()
             }
-            (None, Some(list)) => {
+            (None, None, Some(list)) => {
                 let cpus = parse_cpu_list(list)?;
                 if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
                     bail!("--cpus: CPU {bad} is not in this process's affinity mask {allowed:?}");
                 }
                 cpus
             }
-            (None, None) => allowed,
+            (None, None, None) => allowed,
         };
         let cfg = BrokerConfig {
             data_dir: input.data_dir,
@@ -1422,6 +1421,7 @@ mod tests {
             advertised_listener: None,
             cores: None,
             cpus: None,
+            numa_node: None,
             properties: props
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -1748,6 +1748,53 @@ mod tests {
         assert!(parse_properties("garbage").is_err());
         assert_eq!(parse_cpu_list("0,2-4").unwrap(), vec![0, 2, 3, 4]);
         assert!(parse_cpu_list("4-2").is_err());
+    }
+
+    #[test]
+    fn numa_node_selection_errors_name_their_source() {
+        let numa = |node: Option<usize>, cpus: Option<&str>, props: &[(&str, &str)]| {
+            let mut i = input(props);
+            i.numa_node = node;
+            i.cpus = cpus.map(str::to_string);
+            BrokerConfig::build(i).map(|c| c.cpus)
+        };
+        let e = numa(Some(0), Some("0"), &[]).unwrap_err().to_string();
+        assert!(e.contains("--numa-node 0 and --cpus"), "{e}");
+        let e = numa(None, Some("0"), &[("numa.node", "0")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("config numa.node=0 and --cpus"), "{e}");
+        let e = numa(None, None, &[("numa.node", "first")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("numa.node") && e.contains("not a whole number"),
+            "{e}"
+        );
+        // No machine has this many nodes: the error lists the ones it has.
+        let e = numa(Some(100_000), None, &[]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--numa-node 100000: no such NUMA node") && e.contains("node 0 (CPUs"),
+            "{e}"
+        );
+        // The flag wins over the key.
+        let e = numa(Some(100_000), None, &[("numa.node", "0")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--numa-node 100000"), "{e}");
+    }
+
+    #[test]
+    fn cpu_lists_name_the_flag() {
+        let e = parse_cpu_list("0-x").unwrap_err().to_string();
+        assert!(
+            e.contains("--cpus \"0-x\"") && e.contains("bad entry"),
+            "{e}"
+        );
+        assert!(parse_cpu_list(" , ")
+            .unwrap_err()
+            .to_string()
+            .contains("no CPUs"));
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod handlers;
 pub mod inter_broker;
 pub mod limits;
 pub mod metrics;
+pub mod numa;
 pub mod partition_dirs;
 pub mod quota;
 pub mod replica;

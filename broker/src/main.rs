@@ -39,6 +39,10 @@ struct Cli {
     /// Exact CPUs to pin shards to, e.g. `0,2-5`.
     #[arg(long)]
     cpus: Option<String>,
+    /// Put the shards on this NUMA node's CPUs (those in the affinity mask); with `--cores K`,
+    /// its first K. Also the config key `numa.node`.
+    #[arg(long, value_name = "N", conflicts_with = "cpus")]
+    numa_node: Option<usize>,
     /// Kafka-style properties file (`key=value` lines).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -86,6 +90,7 @@ fn main() -> Result<()> {
         advertised_listener: cli.advertised_listener,
         cores: cli.cores,
         cpus: cli.cpus,
+        numa_node: cli.numa_node,
         properties,
     })?;
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;

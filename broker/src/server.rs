@@ -194,9 +194,15 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     }
     let config = Arc::new(config);
     let shards = config.cpus.len();
-    let queue = config.queued_max_requests;
-    let (senders, receivers): (Vec<_>, Vec<_>) =
-        (0..shards).map(|_| async_channel::bounded(queue)).unzip();
+    crate::numa::log_placement(
+        std::path::Path::new(crate::numa::SYSFS_ROOT),
+        &config.cpus,
+        &crate::config::allowed_cpus(),
+    );
+    // Each shard builds its own request queue inside its executor (why: `run_shard`) and
+    // announces it here; once all have, every shard gets the full list of peers.
+    let (queue_tx, queue_rx) = std::sync::mpsc::channel::<(usize, ShardQueue)>();
+    let mut peer_lists = Vec::with_capacity(shards);
     // Dynamic connection limits in the metadata image apply once shard 0 applies it, before
     // any shard accepts.
     let connections = ConnectionQuotas::new(ConnectionLimits::from_config(&config));
@@ -207,10 +213,12 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     let mut legacy = Some(legacy);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::with_capacity(shards);
-    for (i, (rx, image_rx)) in receivers.into_iter().zip(image_rxs).enumerate() {
+    for (i, image_rx) in image_rxs.into_iter().enumerate() {
         let cpu = config.cpus[i];
         let config = config.clone();
-        let peers = senders.clone();
+        let announce = queue_tx.clone();
+        let (peers_tx, peers_rx) = oneshot::channel::<Vec<ShardQueue>>();
+        peer_lists.push(peers_tx);
         let metadata = if i == 0 {
             Metadata::Open {
                 legacy: legacy.take().flatten().map(Box::new),
@@ -237,8 +245,16 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
             .name(&format!("shard-{i}"))
             .io_memory(config.shard_io_memory_bytes)
             .spin_before_park(Duration::from_micros(config.shard_spin_before_park_us));
+        // The shard's request queue is built inside its executor, on its CPU: see `run_shard`.
         let handle = builder
             .spawn(move || async move {
+                let (tx, rx) = async_channel::bounded(config.queued_max_requests);
+                let _ = announce.send((i, tx));
+                drop(announce);
+                // Dropped unsent: start-up failed elsewhere.
+                let Ok(peers) = peers_rx.await else {
+                    return;
+                };
                 let front = Front {
                     addr: serves_clients.then_some(addr),
                     extra: extra_addrs,
@@ -250,6 +266,18 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
             })
             .map_err(|e| anyhow!("cannot start the executor for shard {i} on CPU {cpu}: {e}"))?;
         threads.push(handle);
+    }
+    drop(queue_tx);
+    let mut queues: Vec<Option<ShardQueue>> = vec![None; shards];
+    for _ in 0..shards {
+        let (i, tx) = queue_rx
+            .recv()
+            .map_err(|_| anyhow!("a shard exited during start-up"))?;
+        queues[i] = Some(tx);
+    }
+    let senders: Vec<ShardQueue> = queues.into_iter().flatten().collect();
+    for peers in peer_lists {
+        let _ = peers.send(senders.clone());
     }
     drop(ready_tx);
     drop(image_txs);
@@ -295,6 +323,9 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     })
 }
 
+/// The sending side of a shard's queue of requests from other shards.
+type ShardQueue = async_channel::Sender<ShardRequest>;
+
 /// Where a shard listens (`None`: nowhere, on a controller-only node), and the connection
 /// counts every shard's listener shares.
 struct Front {
@@ -328,6 +359,15 @@ enum Metadata {
     From(async_channel::Receiver<Arc<Catalog>>),
 }
 
+/// Runs shard `id` inside its executor, whose thread glommio pins to the shard's CPU before
+/// anything here runs, until it is stopped.
+///
+/// Linux's default memory policy (local allocation) places a page on the NUMA node of the CPU
+/// that first touches it, not of the thread that allocated it. So everything a shard keeps for
+/// long is built here and in the executor closure (its request queue, the `Shard` with its
+/// partitions, caches and buffers; glommio builds the io_uring memory after pinning too), on
+/// the shard's own node; built in `start`, on the main thread, it would sit on whichever node
+/// that ran on, a cross-node access away for shards on other nodes.
 async fn run_shard(
     id: ShardId,
     config: Arc<BrokerConfig>,

@@ -337,6 +337,7 @@ mod tests {
             advertised_listener: None,
             cores: None,
             cpus: None,
+            numa_node: None,
             properties: Vec::new(),
         })
         .unwrap();

@@ -359,6 +359,7 @@ fn start_error(data: &Path, props: &[(&str, &str)]) -> String {
         advertised_listener: None,
         cores: Some(1),
         cpus: None,
+        numa_node: None,
         properties: std::iter::once(&("metrics.listen", ""))
             .chain(props)
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -453,6 +454,7 @@ fn bad_tls_settings_stop_start_up_naming_the_key() {
         advertised_listener: None,
         cores: Some(1),
         cpus: None,
+        numa_node: None,
         properties: vec![("ssl.key.password".into(), "hunter2".into())],
     })
     .unwrap();

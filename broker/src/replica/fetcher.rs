@@ -360,6 +360,7 @@ mod tests {
             advertised_listener: None,
             cores: None,
             cpus: None,
+            numa_node: None,
             properties: [
                 ("replica.fetch.max.bytes", "4096"),
                 ("replica.fetch.wait.max.ms", "250"),

@@ -105,6 +105,7 @@ pub fn start_broker(dir: &Path, cores: usize, props: &[(&str, &str)]) -> BrokerH
         advertised_listener: None,
         cores: Some(cores.min(tributary_broker::config::allowed_cpus().len())),
         cpus: None,
+        numa_node: None,
         // Brokers of parallel tests must not share the default metrics port; a test's own
         // `metrics.listen` comes later and wins.
         properties: std::iter::once(&("metrics.listen", "127.0.0.1:0"))
