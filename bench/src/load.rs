@@ -1,6 +1,7 @@
 //! The load modes: `produce` (ack latency; with `--transactional-id`, in transactions whose
 //! `commit_transaction` latency is measured too), `consume` (read throughput) and `e2e` (producers
-//! and consumers together; latency from a timestamp embedded in each payload).
+//! and consumers together; latency from a timestamp embedded in each payload). Each can measure
+//! the broker's CPU over the run (`--broker-pid`) and always measures its own.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,6 +19,7 @@ use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer}
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde_json::json;
 
+use crate::cpu;
 use crate::report::{self, Run};
 
 /// Highest latency recorded; slower samples count as this.
@@ -99,6 +101,14 @@ pub struct LoadArgs {
     /// Write summary.json, latency.hgrm, latency.svg and throughput.svg here.
     #[arg(long)]
     pub report: Option<std::path::PathBuf>,
+    /// Process id of a broker whose CPU (utime + stime, all its threads) over the run is
+    /// reported, in total and per GB; repeatable for a cluster on this machine.
+    #[arg(long = "broker-pid", value_name = "PID")]
+    pub broker_pids: Vec<u32>,
+    /// Fill payloads with pseudo-random bytes rather than zeros (set by `run`, whose workloads
+    /// say random payloads; compression would shrink zeros to nothing).
+    #[arg(skip)]
+    pub random_payload: bool,
 }
 
 impl LoadArgs {
@@ -137,7 +147,7 @@ impl LoadArgs {
             .map(|prefix| format!("{prefix}-{p}"))
     }
 
-    fn target(&self) -> Option<u64> {
+    pub(crate) fn target(&self) -> Option<u64> {
         match (self.messages, self.duration) {
             (Some(n), _) => Some(n),
             (None, Some(_)) => None,
@@ -155,11 +165,12 @@ impl LoadArgs {
             "idempotence": self.idempotence || self.transactional_id.is_some(),
             "transactional_id": self.transactional_id,
             "transaction_records": self.transactional_id.as_ref().map(|_| self.transaction_records),
+            "broker_pids": self.broker_pids,
         })
     }
 }
 
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -172,10 +183,10 @@ fn new_histogram() -> Histogram<u64> {
 
 /// Counters and the latency histograms shared by the workers and the progress reporter.
 #[derive(Default)]
-struct Shared {
-    done: AtomicU64,
-    errors: AtomicU64,
-    stop: AtomicBool,
+pub(crate) struct Shared {
+    pub(crate) done: AtomicU64,
+    pub(crate) errors: AtomicU64,
+    pub(crate) stop: AtomicBool,
     latency_us: Mutex<Option<Histogram<u64>>>,
     /// Each transaction's commit, from its last send until `commit_transaction` returned (the
     /// flush of its records, then EndTxn); empty unless the run is transactional.
@@ -183,7 +194,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         let s = Shared::default();
         *s.latency_us.lock().expect("fresh mutex") = Some(new_histogram());
         *s.commit_us.lock().expect("fresh mutex") = Some(new_histogram());
@@ -211,7 +222,7 @@ impl Shared {
             .and_then(|h| h.clone())
             .unwrap_or_else(new_histogram)
     }
-    fn record(&self, us: u64) {
+    pub(crate) fn record(&self, us: u64) {
         if let Ok(mut h) = self.latency_us.lock() {
             if let Some(h) = h.as_mut() {
                 let _ = h.record(us.clamp(1, LATENCY_MAX_US));
@@ -219,7 +230,7 @@ impl Shared {
         }
         self.done.fetch_add(1, Ordering::Relaxed);
     }
-    fn p99(&self) -> u64 {
+    pub(crate) fn p99(&self) -> u64 {
         self.latency_us
             .lock()
             .ok()
@@ -230,13 +241,46 @@ impl Shared {
             })
             .unwrap_or(0)
     }
-    fn histogram(&self) -> Histogram<u64> {
+    pub(crate) fn histogram(&self) -> Histogram<u64> {
         self.latency_us
             .lock()
             .ok()
             .and_then(|h| h.clone())
             .unwrap_or_else(new_histogram)
     }
+    /// Empties the latency histogram (the end of a warm-up); the counters keep counting.
+    pub(crate) fn reset_latency(&self) {
+        if let Ok(mut h) = self.latency_us.lock() {
+            *h = Some(new_histogram());
+        }
+    }
+    /// Counts one consumed message of `payload`; with `e2e`, records its latency from the send
+    /// timestamp in its first 8 bytes.
+    pub(crate) fn consumed(&self, payload: &[u8], e2e: bool, bytes: &AtomicU64) {
+        bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
+        if e2e && payload.len() >= 8 {
+            let mut ts = [0u8; 8];
+            ts.copy_from_slice(&payload[..8]);
+            self.record(now_ns().saturating_sub(u64::from_be_bytes(ts)) / 1000);
+        } else {
+            self.done.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// `len` pseudo-random bytes (xorshift64*), different for each `seed`: incompressible payloads
+/// without a dependency on a random-number crate.
+pub(crate) fn random_payload(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(len);
+    out
 }
 
 struct AckCtx {
@@ -257,7 +301,7 @@ impl ProducerContext for AckCtx {
     }
 }
 
-fn client(args: &LoadArgs) -> ClientConfig {
+pub(crate) fn client(args: &LoadArgs) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &args.bootstrap)
         .set("log_level", "3");
@@ -329,7 +373,7 @@ fn producer_config(args: &LoadArgs, p: usize) -> ClientConfig {
 }
 
 /// Runs `producers` producer threads; with `record_latency` each ack's latency is recorded.
-fn spawn_producers(
+pub(crate) fn spawn_producers(
     args: &LoadArgs,
     shared: &Arc<Shared>,
     record_latency: bool,
@@ -353,7 +397,11 @@ fn spawn_producers(
             shared: shared.clone(),
             sent_total: sent_total.clone(),
             sent: 0,
-            payload: vec![0u8; args.message_size.max(8)],
+            payload: if args.random_payload {
+                random_payload(args.message_size.max(8), now_ns() ^ p as u64)
+            } else {
+                vec![0u8; args.message_size.max(8)]
+            },
             next: Instant::now(),
         };
         handles.push(std::thread::spawn(move || -> Result<()> {
@@ -546,15 +594,7 @@ fn spawn_consumers(
                 }
                 let Some(m) = polled else { continue };
                 let m = m.context("consuming")?;
-                let payload = m.payload().unwrap_or_default();
-                bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
-                if e2e && payload.len() >= 8 {
-                    let mut ts = [0u8; 8];
-                    ts.copy_from_slice(&payload[..8]);
-                    shared.record(now_ns().saturating_sub(u64::from_be_bytes(ts)) / 1000);
-                } else {
-                    shared.done.fetch_add(1, Ordering::Relaxed);
-                }
+                shared.consumed(m.payload().unwrap_or_default(), e2e, &bytes);
             }
             Ok(())
         }));
@@ -598,6 +638,8 @@ fn progress(
     per_second
 }
 
+/// Summarises a run. `bytes` is the payload it moved: produced for `produce`, consumed for
+/// `consume` and `e2e`; the CPU figures are per GB of it.
 fn finish(
     args: &LoadArgs,
     mode: &str,
@@ -605,6 +647,7 @@ fn finish(
     seconds: f64,
     bytes: u64,
     per_second: &[u64],
+    cpu: &cpu::Usage,
 ) -> Result<()> {
     let h = shared.histogram();
     let commits = shared.commit_histogram();
@@ -619,6 +662,7 @@ fn finish(
         per_second,
         config: args.config(),
         broker: &args.bootstrap,
+        cpu: Some(cpu),
     });
     if let Some(dir) = &args.report {
         report::write_report(dir, &s, &h)?;
@@ -635,7 +679,7 @@ fn finish(
     Ok(())
 }
 
-fn join_all(handles: Vec<std::thread::JoinHandle<Result<()>>>) -> Result<()> {
+pub(crate) fn join_all(handles: Vec<std::thread::JoinHandle<Result<()>>>) -> Result<()> {
     for h in handles {
         h.join()
             .map_err(|_| anyhow::anyhow!("a worker thread panicked"))??;
@@ -648,6 +692,7 @@ pub fn produce(args: &LoadArgs) -> Result<()> {
     create_topic(args)?;
     let shared = Shared::new();
     let sent = Arc::new(AtomicU64::new(0));
+    let meter = cpu::Meter::start(&args.broker_pids)?;
     let start = Instant::now();
     let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
     let handles = spawn_producers(args, &shared, true, &sent)?;
@@ -660,6 +705,7 @@ pub fn produce(args: &LoadArgs) -> Result<()> {
     });
     join_all(handles)?;
     let secs = start.elapsed().as_secs_f64();
+    let usage = meter.stop();
     let msgs = shared.done.load(Ordering::Relaxed);
     finish(
         args,
@@ -668,6 +714,7 @@ pub fn produce(args: &LoadArgs) -> Result<()> {
         secs,
         msgs * args.message_size as u64,
         &per_second,
+        &usage,
     )
 }
 
@@ -697,12 +744,14 @@ pub fn consume(args: &LoadArgs) -> Result<()> {
     let shared = Shared::new();
     let bytes = Arc::new(AtomicU64::new(0));
     let ready = Arc::new(AtomicU64::new(0));
+    let meter = cpu::Meter::start(&args.broker_pids)?;
     let start = Instant::now();
     let handles = spawn_consumers(args, &shared, Offset::Beginning, false, &bytes, &ready)?;
     let per_second = progress(&shared, args.message_size, Some(target), || {
         shared.done.load(Ordering::Relaxed) >= target
     });
     let secs = start.elapsed().as_secs_f64();
+    let usage = meter.stop();
     shared.stop.store(true, Ordering::Relaxed);
     join_all(handles)?;
     finish(
@@ -712,6 +761,7 @@ pub fn consume(args: &LoadArgs) -> Result<()> {
         secs,
         bytes.load(Ordering::Relaxed),
         &per_second,
+        &usage,
     )
 }
 
@@ -732,6 +782,7 @@ pub fn e2e(args: &LoadArgs) -> Result<()> {
     std::thread::sleep(Duration::from_millis(1500));
     let producer_side = Shared::new();
     let sent = Arc::new(AtomicU64::new(0));
+    let meter = cpu::Meter::start(&args.broker_pids)?;
     let start = Instant::now();
     let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
     let producers = spawn_producers(args, &producer_side, false, &sent)?;
@@ -744,6 +795,7 @@ pub fn e2e(args: &LoadArgs) -> Result<()> {
         (produced_all && drained) || start.elapsed() > Duration::from_secs(3600)
     });
     let secs = start.elapsed().as_secs_f64();
+    let usage = meter.stop();
     shared.stop.store(true, Ordering::Relaxed);
     join_all(producers)?;
     join_all(consumers)?;
@@ -758,6 +810,7 @@ pub fn e2e(args: &LoadArgs) -> Result<()> {
         secs,
         bytes.load(Ordering::Relaxed),
         &per_second,
+        &usage,
     )
 }
 
@@ -786,6 +839,20 @@ mod tests {
             Ok(()) => panic!("{mode} with these flags should be refused"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn random_payloads_have_the_length_asked_and_differ_by_seed() {
+        let a = random_payload(1021, 1);
+        assert_eq!(a.len(), 1021);
+        assert_ne!(a, random_payload(1021, 2));
+        assert_eq!(a, random_payload(1021, 1));
+        // Not a run of one byte: every byte value turns up in 64 KiB.
+        let mut seen = [false; 256];
+        for b in random_payload(1 << 16, 7) {
+            seen[b as usize] = true;
+        }
+        assert!(seen.iter().all(|s| *s));
     }
 
     #[test]

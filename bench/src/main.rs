@@ -4,19 +4,23 @@
 //! Modes: `produce` (throughput and acknowledgement latency; with `--transactional-id`, in
 //! transactions, adding the commit latency), `consume` (read throughput),
 //! `e2e` (producers and consumers together; latency from a timestamp in each payload), `machine`
-//! (the disk and loopback limits to quote results against), `compare` (two runs side by side)
-//! and `failover` (a three-node cluster of its own whose partition leader it kills repeatedly:
-//! the produce stall per kill, and whether every acknowledged message survives exactly once).
+//! (the disk, loopback, memcpy and CRC32C limits to quote results against), `compare` (two runs
+//! side by side), `failover` (a three-node cluster of its own whose partition leader it kills repeatedly:
+//! the produce stall per kill, and whether every acknowledged message survives exactly once)
+//! and `run` (an OpenMessaging Benchmark workload file, replayed).
 //! Each load mode prints a progress line per second and a summary; `--json` adds one JSON object
-//! on the last stdout line, `--report DIR` writes the HDR distribution and SVG pictures.
+//! on the last stdout line, `--report DIR` writes the HDR distribution and SVG pictures, and
+//! `--broker-pid PID` adds the broker's CPU-seconds, in total and per GB.
 
 #![forbid(unsafe_code)]
 
 mod cluster;
+mod cpu;
 mod failover;
 mod load;
 mod machine;
 mod report;
+mod workload;
 
 use std::path::PathBuf;
 
@@ -41,7 +45,8 @@ enum Mode {
     Consume(load::LoadArgs),
     /// Produce and consume together; latency from send to receipt.
     E2e(load::LoadArgs),
-    /// Measure this machine's limits: O_DIRECT write/read, fdatasync latency, loopback TCP.
+    /// Measure this machine's limits: O_DIRECT write/read, fdatasync latency, loopback TCP,
+    /// memcpy and CRC32C bandwidth, and the copy floor in CPU-seconds per GB.
     Machine {
         /// Directory on the filesystem the broker's data lives on.
         #[arg(long, default_value = "./data")]
@@ -53,6 +58,9 @@ enum Mode {
     /// Start a three-node cluster, kill its partition leader repeatedly under acks=all
     /// produce; report the ack gap per kill and check nothing acknowledged is lost.
     Failover(failover::FailoverArgs),
+    /// Replay an OpenMessaging Benchmark workload file (bench/workloads/): producers at its
+    /// rate, one consumer group per subscription; publish and end-to-end latency.
+    Run(workload::RunArgs),
     /// Print the ratios of two JSON summaries (B/A); with --report draw them together.
     Compare {
         a: PathBuf,
@@ -70,6 +78,7 @@ fn main() {
         Mode::Machine { dir, size_mb } => machine::measure(&dir, size_mb).map(|v| println!("{v}")),
         Mode::Compare { a, b, report } => report::compare(&a, &b, report.as_deref()),
         Mode::Failover(a) => failover::run(&a),
+        Mode::Run(a) => workload::run(&a),
     };
     if let Err(e) = result {
         eprintln!("tributary-bench: {e:#}");

@@ -25,24 +25,19 @@ pub struct Run<'a> {
     pub per_second: &'a [u64],
     pub config: Value,
     pub broker: &'a str,
+    /// CPU the broker(s) and this process spent over the measured phase.
+    pub cpu: Option<&'a crate::cpu::Usage>,
 }
 
 pub fn summary(run: &Run<'_>) -> Value {
     let h = run.latency_us;
-    let q = |p: f64| {
-        if h.is_empty() {
-            0
-        } else {
-            h.value_at_quantile(p)
-        }
-    };
     let mut s = json!({
         "mode": run.mode,
         "msgs": run.msgs,
         "msgs_per_sec": run.msgs as f64 / run.seconds.max(1e-9),
         "mb_per_sec": run.bytes as f64 / run.seconds.max(1e-9) / 1e6,
         "seconds": run.seconds,
-        "latency_us": {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "p999": q(0.999), "p9999": q(0.9999), "max": h.max()},
+        "latency_us": latency_json(h),
         "latency_percentiles_us": PLOT_PERCENTILES.iter().map(|p| json!([p, if h.is_empty() { 0 } else { h.value_at_percentile(*p) }])).collect::<Vec<_>>(),
         "throughput_per_second": run.per_second,
         "config": run.config,
@@ -61,7 +56,46 @@ pub fn summary(run: &Run<'_>) -> Value {
             "transactions": c.len(), "p50": q(0.5), "p99": q(0.99), "max": c.max(),
         });
     }
+    if let Some(cpu) = run.cpu {
+        if let (Some(obj), Value::Object(fields)) = (s.as_object_mut(), cpu.to_json(run.bytes)) {
+            obj.extend(fields);
+        }
+    }
     s
+}
+
+/// The latency fields of a summary (`latency_us`, and `e2e_latency_us` in `run`).
+pub fn latency_json(h: &Histogram<u64>) -> Value {
+    let q = |p: f64| {
+        if h.is_empty() {
+            0
+        } else {
+            h.value_at_quantile(p)
+        }
+    };
+    json!({"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "p999": q(0.999), "p9999": q(0.9999), "max": h.max()})
+}
+
+/// The CPU line of a summary, if the run measured any.
+pub fn cpu_line(s: &Value) -> Option<String> {
+    let bench = s["bench_cpu_s"].as_f64()?;
+    let per_gb = |v: &Value| {
+        v.as_f64()
+            .map(|x| format!(" = {x:.2} s/GB"))
+            .unwrap_or_default()
+    };
+    let broker = match s["broker_cpu_s"].as_f64() {
+        Some(b) => format!(
+            "broker {b:.2} s{} (io_uring workers at least {:.2} s), ",
+            per_gb(&s["broker_cpu_s_per_gb"]),
+            s["broker_io_uring_worker_cpu_s"].as_f64().unwrap_or(0.0)
+        ),
+        None => String::new(),
+    };
+    Some(format!(
+        "CPU: {broker}bench {bench:.2} s{}",
+        per_gb(&s["bench_cpu_s_per_gb"])
+    ))
 }
 
 pub fn print_summary(s: &Value) {
@@ -90,6 +124,9 @@ pub fn print_summary(s: &Value) {
             c["transactions"], c["p50"], c["p99"], c["max"]
         );
     }
+    if let Some(line) = cpu_line(s) {
+        println!("{line}");
+    }
 }
 
 /// Writes summary.json, latency.hgrm, latency.svg and throughput.svg into `dir`.
@@ -97,6 +134,14 @@ pub fn write_report(dir: &Path, s: &Value, h: &Histogram<u64>) -> Result<()> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating report directory {}", dir.display()))?;
     std::fs::write(dir.join("summary.json"), serde_json::to_string_pretty(s)?)?;
+    std::fs::write(dir.join("latency.hgrm"), hgrm(h))?;
+    std::fs::write(dir.join("latency.svg"), latency_svg(&[("run", s)]))?;
+    std::fs::write(dir.join("throughput.svg"), throughput_svg(&[("run", s)]))?;
+    Ok(())
+}
+
+/// The percentile distribution of `h` in HdrHistogram's text format.
+pub fn hgrm(h: &Histogram<u64>) -> String {
     let mut hgrm = String::from("       Value     Percentile TotalCount 1/(1-Percentile)\n\n");
     if !h.is_empty() {
         for v in h.iter_quantiles(1) {
@@ -115,10 +160,7 @@ pub fn write_report(dir: &Path, s: &Value, h: &Histogram<u64>) -> Result<()> {
             ));
         }
     }
-    std::fs::write(dir.join("latency.hgrm"), hgrm)?;
-    std::fs::write(dir.join("latency.svg"), latency_svg(&[("run", s)]))?;
-    std::fs::write(dir.join("throughput.svg"), throughput_svg(&[("run", s)]))?;
-    Ok(())
+    hgrm
 }
 
 const COLORS: &[&str] = &["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
@@ -247,33 +289,14 @@ pub fn compare(a_path: &Path, b_path: &Path, report: Option<&Path>) -> Result<()
             .with_context(|| format!("{} is not a tributary-bench JSON summary", p.display()))
     };
     let (a, b) = (load(a_path)?, load(b_path)?);
-    println!("{:<16} {:>14} {:>14} {:>8}", "metric", "A", "B", "B/A");
-    let rows: [(&str, &Value, &Value); 8] = [
-        ("msgs_per_sec", &a["msgs_per_sec"], &b["msgs_per_sec"]),
-        ("mb_per_sec", &a["mb_per_sec"], &b["mb_per_sec"]),
-        ("p50_us", &a["latency_us"]["p50"], &b["latency_us"]["p50"]),
-        ("p90_us", &a["latency_us"]["p90"], &b["latency_us"]["p90"]),
-        ("p99_us", &a["latency_us"]["p99"], &b["latency_us"]["p99"]),
-        (
-            "p999_us",
-            &a["latency_us"]["p999"],
-            &b["latency_us"]["p999"],
-        ),
-        (
-            "p9999_us",
-            &a["latency_us"]["p9999"],
-            &b["latency_us"]["p9999"],
-        ),
-        ("max_us", &a["latency_us"]["max"], &b["latency_us"]["max"]),
-    ];
-    for (name, x, y) in rows {
-        let (x, y) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+    println!("{:<20} {:>14} {:>14} {:>8}", "metric", "A", "B", "B/A");
+    for (name, x, y) in compare_rows(&a, &b) {
         let ratio = if x > 0.0 {
             format!("{:.3}", y / x)
         } else {
             "-".into()
         };
-        println!("{name:<16} {x:>14.1} {y:>14.1} {ratio:>8}");
+        println!("{name:<20} {:>14} {:>14} {ratio:>8}", figure(x), figure(y));
     }
     if let Some(dir) = report {
         std::fs::create_dir_all(dir)?;
@@ -283,6 +306,59 @@ pub fn compare(a_path: &Path, b_path: &Path, report: Option<&Path>) -> Result<()
         eprintln!("wrote {}", dir.join("compare-latency.svg").display());
     }
     Ok(())
+}
+
+/// A figure for `compare`: one decimal, or three below 100 (CPU-seconds per GB are often < 1).
+fn figure(x: f64) -> String {
+    if x.abs() < 100.0 {
+        format!("{x:.3}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// Rows always compared, as (name, path into the summary).
+const COMPARE_ROWS: &[(&str, &[&str])] = &[
+    ("msgs_per_sec", &["msgs_per_sec"]),
+    ("mb_per_sec", &["mb_per_sec"]),
+    ("p50_us", &["latency_us", "p50"]),
+    ("p90_us", &["latency_us", "p90"]),
+    ("p99_us", &["latency_us", "p99"]),
+    ("p999_us", &["latency_us", "p999"]),
+    ("p9999_us", &["latency_us", "p9999"]),
+    ("max_us", &["latency_us", "max"]),
+];
+
+/// Rows compared when either summary has them: `run`'s consume side and end-to-end latency, and
+/// the CPU figures of runs given `--broker-pid` (the bench's own CPU is in every newer summary).
+const OPTIONAL_COMPARE_ROWS: &[(&str, &[&str])] = &[
+    ("consume_msgs_per_sec", &["consume", "msgs_per_sec"]),
+    ("e2e_p50_us", &["e2e_latency_us", "p50"]),
+    ("e2e_p99_us", &["e2e_latency_us", "p99"]),
+    ("e2e_p999_us", &["e2e_latency_us", "p999"]),
+    ("e2e_max_us", &["e2e_latency_us", "max"]),
+    ("broker_cpu_s", &["broker_cpu_s"]),
+    ("broker_cpu_s_per_gb", &["broker_cpu_s_per_gb"]),
+    ("bench_cpu_s", &["bench_cpu_s"]),
+    ("bench_cpu_s_per_gb", &["bench_cpu_s_per_gb"]),
+];
+
+/// The (name, A, B) rows `compare` prints; a figure missing from one side counts as 0.
+fn compare_rows(a: &Value, b: &Value) -> Vec<(&'static str, f64, f64)> {
+    let get = |v: &Value, path: &[&str]| path.iter().fold(v, |v, k| &v[*k]).as_f64();
+    let mut rows: Vec<_> = COMPARE_ROWS
+        .iter()
+        .map(|(name, path)| (*name, get(a, path), get(b, path)))
+        .collect();
+    rows.extend(
+        OPTIONAL_COMPARE_ROWS
+            .iter()
+            .map(|(name, path)| (*name, get(a, path), get(b, path)))
+            .filter(|(_, x, y)| x.is_some() || y.is_some()),
+    );
+    rows.into_iter()
+        .map(|(name, x, y)| (name, x.unwrap_or(0.0), y.unwrap_or(0.0)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -308,6 +384,7 @@ mod tests {
             per_second: &[10],
             config: json!({}),
             broker: "127.0.0.1:9092",
+            cpu: None,
         }
     }
 
@@ -343,5 +420,48 @@ mod tests {
         let s = summary(&run(&h, Some(&c)));
         assert_eq!(s["commit_latency_us"]["transactions"], 0);
         assert_eq!(s["commit_latency_us"]["p99"], 0);
+    }
+
+    #[test]
+    fn cpu_figures_join_the_summary_per_gb_of_its_bytes() {
+        let h = histogram(&[100]);
+        let cpu = crate::cpu::Usage {
+            broker_pids: vec![11, 12],
+            broker_cpu_s: Some(0.5),
+            broker_io_uring_worker_cpu_s: Some(0.1),
+            bench_cpu_s: 1.0,
+        };
+        let mut r = run(&h, None);
+        r.bytes = 250_000_000;
+        r.cpu = Some(&cpu);
+        let s = summary(&r);
+        assert_eq!(s["broker_cpu_s"], 0.5);
+        assert_eq!(s["broker_cpu_s_per_gb"], 2.0);
+        assert_eq!(s["bench_cpu_s_per_gb"], 4.0);
+        assert_eq!(s["broker_pids"], json!([11, 12]));
+        let line = cpu_line(&s).expect("a CPU line");
+        assert!(line.contains("broker 0.50 s = 2.00 s/GB"), "{line}");
+        assert!(line.contains("bench 1.00 s = 4.00 s/GB"), "{line}");
+        assert!(cpu_line(&summary(&run(&h, None))).is_none());
+    }
+
+    #[test]
+    fn compare_shows_cpu_and_e2e_rows_only_when_a_side_has_them() {
+        let old = json!({"msgs_per_sec": 100.0, "latency_us": {"p99": 10}});
+        let rows = compare_rows(&old, &old);
+        let names: Vec<&str> = rows.iter().map(|r| r.0).collect();
+        let always: Vec<&str> = COMPARE_ROWS.iter().map(|r| r.0).collect();
+        assert_eq!(names, always);
+        let new = json!({"msgs_per_sec": 200.0, "broker_cpu_s": 3.0, "broker_cpu_s_per_gb": 1.5,
+                         "e2e_latency_us": {"p99": 40}});
+        let rows = compare_rows(&old, &new);
+        let find = |n: &str| rows.iter().find(|r| r.0 == n).copied();
+        assert_eq!(find("msgs_per_sec"), Some(("msgs_per_sec", 100.0, 200.0)));
+        assert_eq!(
+            find("broker_cpu_s_per_gb"),
+            Some(("broker_cpu_s_per_gb", 0.0, 1.5))
+        );
+        assert_eq!(find("e2e_p99_us"), Some(("e2e_p99_us", 0.0, 40.0)));
+        assert_eq!(find("bench_cpu_s"), None);
     }
 }
