@@ -336,6 +336,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.retention.check.interval.ms", default: "300000", kind: ConfigKind::Long, doc: "How often each shard looks for segments that retention allows deleting." },
     BrokerKey { name: "log.index.interval.bytes", default: "4096", kind: ConfigKind::Int, doc: "Bytes of log between sparse index entries: how far a fetch or timestamp lookup scans at most past an index entry (topic override: index.interval.bytes)." },
     BrokerKey { name: "log.write.ahead.bytes", default: "1048576", kind: ConfigKind::Long, doc: "Largest append buffer of a partition: appends are copied into aligned buffers sized to hold what the partition wrote between its last two flushes, up to this, and a buffer that fills is written at once, ahead of the commit." },
+    BrokerKey { name: "log.segment.zero.ahead.bytes", default: "4194304", kind: ConfigKind::Long, doc: "Zeros written to the active segment ahead of its end, so appends overwrite blocks inside the file instead of growing it: such a direct write is issued at once rather than by an io_uring worker thread, and the sync after it commits no file-size change. Only flushes of at most 1/64 of it do so (latency-bound ones: zeroing doubles the bytes written). A segment is trimmed to its data when it rolls or closes. 0 turns it off." },
     BrokerKey { name: "log.flush.syncfs.min.files", default: "2", kind: ConfigKind::Int, doc: "Group commit across partitions: a shard's sync round that covers at least this many segment files on one filesystem makes them durable with one syncfs (one journal commit and device flush) instead of one fdatasync each. syncfs also flushes other programs' dirty data on that filesystem: on a data disk shared with heavy writers set 0 (no rounds: each partition fdatasyncs at once)." },
     BrokerKey { name: "log.flush.syncfs.max.dirty.bytes", default: "16777216", kind: ConfigKind::Long, doc: "A sync round uses syncfs only while the machine's dirty and under-writeback page cache (/proc/meminfo) is below this: syncfs writes back and waits for other programs' dirty data on the filesystem (the broker's own direct writes leave only some filesystem metadata, about 1.5 MB with 64 busy partitions). 0: never syncfs." },
     BrokerKey { name: "log.read.ahead.budget.bytes", default: "67108864", kind: ConfigKind::Long, doc: "Memory each shard may hold in log chunks read ahead for consumers reading in order; 0 turns read-ahead off." },
@@ -448,6 +449,7 @@ pub struct BrokerConfig {
     pub log_index_interval_bytes: u64,
     pub log_flush_interval_messages: i64,
     pub log_write_ahead_bytes: u64,
+    pub log_segment_zero_ahead_bytes: u64,
     pub log_flush_syncfs_min_files: usize,
     pub log_flush_syncfs_max_dirty_bytes: u64,
     pub log_read_ahead_budget_bytes: u64,
@@ -835,6 +837,11 @@ impl BrokerConfig {
                 "log.write.ahead.bytes",
                 &get("log.write.ahead.bytes"),
                 4096,
+            )?,
+            log_segment_zero_ahead_bytes: parse_num(
+                "log.segment.zero.ahead.bytes",
+                &get("log.segment.zero.ahead.bytes"),
+                0,
             )?,
             log_flush_syncfs_min_files: parse_num(
                 "log.flush.syncfs.min.files",

@@ -436,6 +436,7 @@ impl Shard {
             cleaner_buffer_bytes: c.log_cleaner_dedupe_buffer_size,
             cleaner_batch_inflated_max_bytes: c.log_cleaner_batch_inflated_max_bytes,
             write_ahead_bytes: c.log_write_ahead_bytes,
+            zero_ahead_bytes: c.log_segment_zero_ahead_bytes,
             read_ahead_budget_bytes: c.log_read_ahead_budget_bytes,
             tail_cache_partition_bytes: c.log_tail_cache_partition_bytes,
             tail_cache_budget_bytes: c.log_tail_cache_bytes,

@@ -22,12 +22,17 @@ const PROPS: &[(&str, &str)] = &[
     ("offsets.topic.segment.bytes", "1024"),
 ];
 
+/// Bytes of the segment files up to their last non-zero byte: the active segment carries zeros
+/// written ahead of its end (`log.segment.zero.ahead.bytes`), which hold no data.
 fn log_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .unwrap()
         .flatten()
         .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-        .map(|e| e.metadata().unwrap().len())
+        .map(|e| {
+            let bytes = std::fs::read(e.path()).unwrap_or_default();
+            bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i as u64 + 1)
+        })
         .sum()
 }
 

@@ -51,7 +51,13 @@ pub async fn prime_executor_io(data_dir: &Path) -> std::io::Result<()> {
 pub struct SegmentFile {
     file: DmaFile,
     path: PathBuf,
+    /// The file's size as this handle's writes and truncations left it; `None` until
+    /// [`SegmentFile::zero_ahead`] first needs it.
+    size: std::cell::Cell<Option<u64>>,
 }
+
+/// Largest single write of zeros by [`SegmentFile::zero_ahead`].
+const ZERO_WRITE_MAX_BYTES: usize = 1 << 20;
 
 impl SegmentFile {
     /// Opens (creating if asked) a segment file for direct reads and writes.
@@ -66,7 +72,52 @@ impl SegmentFile {
         Ok(Self {
             file,
             path: path.to_path_buf(),
+            size: std::cell::Cell::new(None),
         })
+    }
+
+    /// Makes sure the file extends, with zeros written to disk, at least `ahead / 2` bytes past
+    /// `end`; when it does not, it writes zeros up to `ahead` bytes past `end`.
+    ///
+    /// Why: a direct write past the end of the file changes its size (metadata), so on ext4
+    /// and XFS it cannot be issued without blocking — io_uring hands it to a worker thread —
+    /// and the `fdatasync` after it must commit that metadata too. A write over blocks already
+    /// written inside the file is a plain overwrite: issued at once from the shard's ring, and
+    /// the sync after it only flushes the device cache. Zeros past the log's end are what a
+    /// torn write leaves anyway: recovery cuts the active segment back to its last whole batch,
+    /// and sealing or closing a segment trims it to its data.
+    pub async fn zero_ahead(&self, end: u64, ahead: u64) -> std::io::Result<()> {
+        if ahead == 0 {
+            return Ok(());
+        }
+        let size = match self.size.get() {
+            Some(s) => s,
+            None => self.file_size().await?,
+        };
+        self.size.set(Some(size));
+        if end.saturating_add(ahead / 2) <= size {
+            return Ok(());
+        }
+        let align = self.alignment();
+        let mut at = size.div_ceil(align) * align;
+        let to = (end + ahead).div_ceil(align) * align;
+        let mut zeros: Option<Rc<glommio::io::DmaBuffer>> = None;
+        while at < to {
+            let len = ((to - at) as usize).min(ZERO_WRITE_MAX_BYTES);
+            let buf = match &zeros {
+                Some(z) if z.len() == len => z.clone(),
+                _ => {
+                    let mut b = self.file.alloc_dma_buffer(len);
+                    b.as_bytes_mut().fill(0);
+                    let b = Rc::new(b);
+                    zeros = Some(b.clone());
+                    b
+                }
+            };
+            self.write_blocks(buf, at).await?;
+            at += len as u64;
+        }
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -161,6 +212,9 @@ impl SegmentFile {
             }
             written = done + more;
         }
+        if let Some(size) = self.size.get() {
+            self.size.set(Some(size.max(position + padded as u64)));
+        }
         Ok(())
     }
 
@@ -176,7 +230,14 @@ impl SegmentFile {
 
     pub async fn truncate(&self, size: u64) -> std::io::Result<()> {
         faults::check(&self.path, faults::FileOp::Write)?;
-        self.file.truncate(size).await.map_err(std::io::Error::from)
+        // Unknown until the truncation is done: a failed one may have changed it or not.
+        self.size.set(None);
+        self.file
+            .truncate(size)
+            .await
+            .map_err(std::io::Error::from)?;
+        self.size.set(Some(size));
+        Ok(())
     }
 
     pub async fn close(self) -> std::io::Result<()> {

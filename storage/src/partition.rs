@@ -107,6 +107,10 @@ pub struct LogConfig {
     /// Largest append buffer (`log.write.ahead.bytes`): appends copy into aligned buffers sized
     /// to hold a flush interval, up to this; a buffer that fills is written ahead of the commit.
     pub write_ahead_bytes: u64,
+    /// Zeros written ahead of the active segment's end (`log.segment.zero.ahead.bytes`), so
+    /// appends overwrite blocks inside the file rather than extend it; see
+    /// [`crate::io::SegmentFile::zero_ahead`]. 0: off.
+    pub zero_ahead_bytes: u64,
     /// Bytes a shard may hold in chunks read ahead for sequential readers, over all its
     /// partitions (`log.read.ahead.budget.bytes`); 0 turns read-ahead off.
     pub read_ahead_budget_bytes: u64,
@@ -142,6 +146,7 @@ impl LogConfig {
         cleaner_buffer_bytes: 128 << 20,
         cleaner_batch_inflated_max_bytes: 64 << 20,
         write_ahead_bytes: 1 << 20,
+        zero_ahead_bytes: 0,
         read_ahead_budget_bytes: 64 << 20,
         tail_cache_partition_bytes: 1 << 20,
         tail_cache_budget_bytes: 64 << 20,
@@ -300,6 +305,10 @@ fn wall_clock_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
+
+/// A flush of at most `zero_ahead_bytes / this` bytes gets zeros written ahead of it (64 KiB
+/// with the 4 MiB default).
+pub const ZERO_AHEAD_SMALL_FLUSH_DIVISOR: u64 = 64;
 
 fn storage_err(dir: &Path, detail: impl std::fmt::Display) -> PartitionError {
     PartitionError::Storage {
@@ -850,6 +859,17 @@ impl Partition {
                 .borrow_mut()
                 .sealed_tails
                 .retain(|t| !Rc::ptr_eq(&t.file, &tail.file));
+        }
+        // Zeros ahead only for small flushes: they are the latency-bound ones (a few requests
+        // per sync round), and zeroing doubles the bytes written. Large flushes at high rates
+        // gain little from avoiding a worker hand-off and would pay for it in disk bandwidth.
+        let ahead = self.config.get().zero_ahead_bytes;
+        let flushing: usize = active_writes.iter().map(|(_, b)| b.len()).sum();
+        if ahead > 0 && (flushing as u64) <= ahead / ZERO_AHEAD_SMALL_FLUSH_DIVISOR {
+            active_file
+                .zero_ahead(active_end, ahead)
+                .await
+                .map_err(|e| storage_err(&self.dir, e))?;
         }
         self.write_chunks(&active_file, active_writes).await?;
         if sync {

@@ -138,13 +138,28 @@ fn eio_on_read_takes_the_partition_offline() {
 /// the same value at the same offset, and appending continues without a gap.
 #[test]
 fn power_loss_keeps_every_synced_record() {
+    power_loss(CONFIG, "powerloss-0");
+}
+
+/// The same with zeros written ahead of the active segment's end: a cut may keep some of them,
+/// with garbage after.
+#[test]
+fn power_loss_with_zeros_written_ahead_keeps_every_synced_record() {
+    let config = LogConfig {
+        zero_ahead_bytes: 64 * 1024,
+        ..CONFIG
+    };
+    power_loss(config, "powerloss-zeros-0");
+}
+
+fn power_loss(config: LogConfig, name: &'static str) {
     let mut rng = SeededRng::from_env("power loss");
     on_executor(move |path| async move {
-        let pdir = path.join("powerloss-0");
+        let pdir = path.join(name);
         let mut next_value = 0u64;
         let mut acknowledged: Vec<(i64, String)> = Vec::new();
         for round in 0..40 {
-            let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+            let p = Partition::open(pdir.clone(), config).await.unwrap();
             let got = contents(&p, 0).await;
             assert!(
                 got.len() >= acknowledged.len(),
@@ -297,5 +312,67 @@ fn short_direct_writes_are_continued_and_nothing_is_lost() {
             assert_eq!(*offset, i as i64);
             assert!(v.starts_with(&value(i as u64)), "{v:.40}");
         }
+    });
+}
+
+/// The bytes of a partition's segment files on disk.
+fn file_bytes(dir: &std::path::Path) -> u64 {
+    sorted_segments(dir)
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum()
+}
+
+#[test]
+fn zeros_written_ahead_are_recovered_past_and_trimmed() {
+    on_executor(|path| async move {
+        let dir = path.join("zeroahead-0");
+        const AHEAD: u64 = 256 * 1024;
+        let config = LogConfig {
+            zero_ahead_bytes: AHEAD,
+            ..CONFIG
+        };
+        let p = Partition::open(dir.clone(), config).await.unwrap();
+        let mut acknowledged = 0;
+        for i in 0..20 {
+            let out = p.append(&batch(i)).await.unwrap();
+            p.sync_to(out.last_offset + 1).await.unwrap();
+            acknowledged += 1;
+        }
+        // Small synced flushes run ahead of the data with zeros.
+        assert!(
+            file_bytes(&dir) >= p.size_bytes() + AHEAD / 2,
+            "{} on disk for {} of data",
+            file_bytes(&dir),
+            p.size_bytes()
+        );
+        let before = contents(&p, 0).await;
+        assert_eq!(before.len(), acknowledged);
+        // A crash: no close, the zeros stay; recovery cuts the file back to its last batch.
+        drop(p);
+        let p = Partition::open(dir.clone(), config).await.unwrap();
+        assert_eq!(contents(&p, 0).await, before);
+        assert_eq!(file_bytes(&dir), p.size_bytes(), "trimmed by recovery");
+        // Enough more to roll segments (16 KiB each): sealed ones are trimmed to their data,
+        // and so is the active one at close.
+        for i in 20..400 {
+            let out = p.append(&batch(i)).await.unwrap();
+            p.sync_to(out.last_offset + 1).await.unwrap();
+        }
+        assert!(sorted_segments(&dir).len() > 3);
+        let all = contents(&p, 0).await;
+        assert_eq!(all.len(), 400);
+        p.close().await.unwrap();
+        assert_eq!(
+            file_bytes(&dir),
+            {
+                let q = Partition::open(dir.clone(), config).await.unwrap();
+                assert_eq!(contents(&q, 0).await, all);
+                let size = q.size_bytes();
+                q.close().await.unwrap();
+                size
+            },
+            "every segment trimmed to its data"
+        );
     });
 }
