@@ -1,6 +1,7 @@
 //! `trib`: the operator's command line for Tributary and any Kafka-compatible broker — topics
 //! and their reassignment, console produce and consume, consumer groups, leader elections,
 //! transactions and producers, and cluster information — built on librdkafka, with raw requests for the admin calls it lacks.
+//! `trib top`, a live view of throughput and latencies, reads the brokers' metrics endpoints instead.
 //! `--command-config` takes Kafka's client security properties (SASL, TLS) for librdkafka's
 //! commands; the raw requests speak to PLAINTEXT listeners only.
 //! Exit status 0 on success; otherwise one line on stderr naming the cause.
@@ -12,6 +13,7 @@ mod groups;
 mod io;
 mod reassign;
 mod security;
+mod top;
 mod txn;
 
 use std::time::Duration;
@@ -78,6 +80,8 @@ enum Command {
     /// Producers a partition remembers (idempotent and transactional).
     #[command(subcommand)]
     Producers(txn::ProducersCommand),
+    /// Live throughput and latencies from brokers' metrics endpoints (`metrics.listen`).
+    Top(top::TopArgs),
 }
 
 fn run(cli: &Cli) -> Result<()> {
@@ -90,6 +94,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Leaders(c) => reassign::leaders(cli, c),
         Command::Transactions(c) => txn::transactions(cli, c),
         Command::Producers(c) => txn::producers(cli, c),
+        Command::Top(a) => top::top(cli, a),
     }
 }
 
