@@ -31,7 +31,10 @@ fn log_bytes(dir: &Path) -> u64 {
         .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
         .map(|e| {
             let bytes = std::fs::read(e.path()).unwrap_or_default();
-            bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i as u64 + 1)
+            bytes
+                .iter()
+                .rposition(|&b| b != 0)
+                .map_or(0, |i| i as u64 + 1)
         })
         .sum()
 }

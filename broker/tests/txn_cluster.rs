@@ -252,7 +252,7 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(6_000);
-    let (mut cluster, all) = start_cluster(&["replica.lag.time.max.ms=3000"]);
+    let (cluster, all) = start_cluster(&["replica.lag.time.max.ms=3000"]);
     rd_create_topics(
         cluster.nodes[0].client,
         &[
@@ -283,7 +283,11 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
         .unwrap();
     consumer.subscribe(&["ctp-in"]).unwrap();
     let (mut round, mut failures) = (0usize, 0usize);
-    let mut killed: Option<(usize, Instant)> = None;
+    // The killed node comes back 6 s later from a thread of its own: the loop may be held up
+    // meanwhile inside a client call that waits for the cluster.
+    let client0 = cluster.nodes[0].client;
+    let cluster = std::sync::Arc::new(std::sync::Mutex::new(cluster));
+    let mut respawn: Option<std::thread::JoinHandle<()>> = None;
     let mut committed: HashMap<i32, i64> = HashMap::new();
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
@@ -293,13 +297,6 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
             break;
         }
         assert!(Instant::now() < deadline, "only {done} of {n} processed");
-        if let Some((i, at)) = killed {
-            if at.elapsed() > Duration::from_secs(6) {
-                cluster.spawn(i);
-                cluster.wait_listening(i);
-                killed = None;
-            }
-        }
         let mut batch = Vec::new();
         let started = Instant::now();
         while batch.len() < 200 && started.elapsed() < Duration::from_secs(2) {
@@ -320,10 +317,16 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
         let outcome = if round == 4 {
             // kill -9 the coordinator between the transaction's writes and its commit: the
             // producer's offsets and commit go to its successor.
-            let i = (coordinator(cluster.nodes[0].client, "ctp-kill", 1) - 1) as usize;
+            let i = (coordinator(client0, "ctp-kill", 1) - 1) as usize;
             process(&p, &consumer, &batch, true, || {
-                cluster.kill(i);
-                killed = Some((i, Instant::now()));
+                cluster.lock().unwrap().kill(i);
+                let cluster = cluster.clone();
+                respawn = Some(std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_secs(6));
+                    let mut cluster = cluster.lock().unwrap();
+                    cluster.spawn(i);
+                    cluster.wait_listening(i);
+                }));
             })
         } else {
             process(&p, &consumer, &batch, !round.is_multiple_of(5), || {})
@@ -352,6 +355,9 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
                 rewind(&consumer, &mut committed);
             }
         }
+    }
+    if let Some(r) = respawn {
+        r.join().expect("the killed node restarted");
     }
     assert!(failures >= 2, "the loop saw its injected failures");
     let mut got = common::read_topic(&all, "ctp-out", 3, "read_committed", n);
