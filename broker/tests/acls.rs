@@ -475,3 +475,144 @@ fn without_an_authorizer_acl_requests_are_security_disabled() {
     assert_eq!(produce(&mut alice, "t"), 0);
     b.shutdown().unwrap();
 }
+
+/// OffsetFetch and OffsetDelete check each topic as Kafka does: DESCRIBE to see a topic's
+/// committed offset (a named topic without it answers TOPIC_AUTHORIZATION_FAILED, a fetch of
+/// all the group's offsets leaves it out), READ to delete it (a topic without it keeps its
+/// offset).
+#[test]
+fn group_offsets_are_checked_per_topic() {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_delete_request::{
+        OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::{
+        GroupId, OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest,
+        OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse,
+    };
+    const DELETE: i8 = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let (b, addr) = broker(dir.path(), true);
+    let mut admin = login(addr, "admin");
+    for t in ["seen", "hidden"] {
+        assert_eq!(create_topic(&mut admin, t), 0);
+    }
+    let commit: OffsetCommitResponse = admin.request(
+        ApiKey::OffsetCommit,
+        8,
+        &OffsetCommitRequest::default()
+            .with_group_id(GroupId(s("offsets")))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(
+                [("seen", 5), ("hidden", 7)]
+                    .into_iter()
+                    .map(|(t, o)| {
+                        OffsetCommitRequestTopic::default()
+                            .with_name(TopicName(s(t)))
+                            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                                .with_partition_index(0)
+                                .with_committed_offset(o)])
+                    })
+                    .collect(),
+            ),
+    );
+    assert!(commit
+        .topics
+        .iter()
+        .all(|t| t.partitions.iter().all(|p| p.error_code == 0)));
+    assert_eq!(
+        create_acls(
+            &mut admin,
+            vec![
+                acl(GROUP, "offsets", LITERAL, "User:alice", READ, ALLOW),
+                acl(GROUP, "offsets", LITERAL, "User:alice", DELETE, ALLOW),
+                acl(TOPIC, "seen", LITERAL, "User:alice", READ, ALLOW),
+            ],
+        ),
+        vec![0, 0, 0]
+    );
+    let fetch = |c: &mut RawConn, topics: Option<&[&str]>| -> Vec<(String, i64, i16)> {
+        let r: OffsetFetchResponse = c.request(
+            ApiKey::OffsetFetch,
+            7,
+            &OffsetFetchRequest::default()
+                .with_group_id(GroupId(s("offsets")))
+                .with_topics(topics.map(|ts| {
+                    ts.iter()
+                        .map(|t| {
+                            OffsetFetchRequestTopic::default()
+                                .with_name(TopicName(s(t)))
+                                .with_partition_indexes(vec![0])
+                        })
+                        .collect()
+                })),
+        );
+        assert_eq!(r.error_code, 0);
+        let mut out: Vec<(String, i64, i16)> = r
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (t.name.to_string(), p.committed_offset, p.error_code))
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let mut alice = login(addr, "alice");
+    assert_eq!(
+        fetch(&mut alice, Some(&["seen", "hidden"])),
+        vec![
+            ("hidden".to_string(), -1, TOPIC_AUTHORIZATION_FAILED),
+            ("seen".to_string(), 5, 0)
+        ]
+    );
+    assert_eq!(
+        fetch(&mut alice, None),
+        vec![("seen".to_string(), 5, 0)],
+        "a topic alice may not describe is left out"
+    );
+    let delete: OffsetDeleteResponse = alice.request(
+        ApiKey::OffsetDelete,
+        0,
+        &OffsetDeleteRequest::default()
+            .with_group_id(GroupId(s("offsets")))
+            .with_topics(
+                ["seen", "hidden"]
+                    .into_iter()
+                    .map(|t| {
+                        OffsetDeleteRequestTopic::default()
+                            .with_name(TopicName(s(t)))
+                            .with_partitions(vec![
+                                OffsetDeleteRequestPartition::default().with_partition_index(0)
+                            ])
+                    })
+                    .collect(),
+            ),
+    );
+    assert_eq!(delete.error_code, 0);
+    let mut codes: Vec<(String, i16)> = delete
+        .topics
+        .iter()
+        .map(|t| (t.name.to_string(), t.partitions[0].error_code))
+        .collect();
+    codes.sort();
+    assert_eq!(
+        codes,
+        vec![
+            ("hidden".to_string(), TOPIC_AUTHORIZATION_FAILED),
+            ("seen".to_string(), 0)
+        ]
+    );
+    assert_eq!(
+        fetch(&mut admin, Some(&["seen", "hidden"])),
+        vec![("hidden".to_string(), 7, 0), ("seen".to_string(), -1, 0)],
+        "only the offset alice may read was deleted"
+    );
+    drop((admin, alice));
+    b.shutdown().unwrap();
+}

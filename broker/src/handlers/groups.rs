@@ -484,12 +484,16 @@ async fn find_coordinator(
 
 /// Marks, in an OffsetFetch answer, a partition whose offset a transaction holds.
 const UNSTABLE_OFFSET: i64 = -2;
+/// Marks, in an OffsetFetch answer, a partition of a topic the principal may not DESCRIBE.
+const TOPIC_DENIED_OFFSET: i64 = -3;
 
-fn unstable_code(offset: i64) -> i16 {
-    if offset == UNSTABLE_OFFSET {
-        ErrorCode::UNSTABLE_OFFSET_COMMIT.code()
-    } else {
-        0
+/// A partition's error in an OffsetFetch answer from its (possibly marked) offset; `otherwise`
+/// for an ordinary offset.
+fn partition_code(offset: i64, otherwise: i16) -> i16 {
+    match offset {
+        UNSTABLE_OFFSET => ErrorCode::UNSTABLE_OFFSET_COMMIT.code(),
+        TOPIC_DENIED_OFFSET => ErrorCode::TOPIC_AUTHORIZATION_FAILED.code(),
+        _ => otherwise,
     }
 }
 
@@ -631,6 +635,7 @@ pub(super) mod admin {
                 let mut answers = Vec::with_capacity(groups.len());
                 for g in groups {
                     let id = g.group_id.clone();
+                    let all_topics = g.topics.is_none();
                     // DESCRIBE on the group, as in Kafka.
                     let allowed =
                         shard.allowed(conn, AclOperation::Describe, ResourceType::Group, &id);
@@ -654,6 +659,23 @@ pub(super) mod admin {
                             }
                         }
                     }
+                    // DESCRIBE on each topic, as in Kafka: a topic asked for by name without
+                    // it answers TOPIC_AUTHORIZATION_FAILED, and a fetch of all the group's
+                    // offsets leaves it out.
+                    let visible = |t: &str| {
+                        shard.allowed(conn, AclOperation::Describe, ResourceType::Topic, t)
+                    };
+                    if all_topics {
+                        topics.retain(|(t, _)| visible(t));
+                    } else {
+                        for (t, ps) in &mut topics {
+                            if !visible(t) {
+                                for (_, entry) in ps.iter_mut() {
+                                    *entry = (TOPIC_DENIED_OFFSET, -1, String::new());
+                                }
+                            }
+                        }
+                    }
                     answers.push((id, code, topics));
                 }
                 let resp = if v >= 8 {
@@ -673,7 +695,7 @@ pub(super) mod admin {
                                                             .with_committed_offset(o.max(-1))
                                                             .with_committed_leader_epoch(e)
                                                             .with_metadata(Some(str_bytes(&md)))
-                                                            .with_error_code(unstable_code(o))
+                                                            .with_error_code(partition_code(o, 0))
                                                     })
                                                     .collect(),
                                             )
@@ -702,11 +724,10 @@ pub(super) mod admin {
                                                     .with_partition_index(p)
                                                     .with_committed_offset(o.max(-1))
                                                     .with_metadata(Some(str_bytes(&md)))
-                                                    .with_error_code(if v < 2 {
-                                                        code.code()
-                                                    } else {
-                                                        unstable_code(o)
-                                                    });
+                                                    .with_error_code(partition_code(
+                                                        o,
+                                                        if v < 2 { code.code() } else { 0 },
+                                                    ));
                                                 if v >= 5 {
                                                     part.with_committed_leader_epoch(e)
                                                 } else {
@@ -856,11 +877,18 @@ pub(super) mod admin {
                 )
             }
             api_key::OFFSET_DELETE => {
-                let req = decode_all(r, |r| decode_offset_delete(r, v))?;
+                let mut req = decode_all(r, |r| decode_offset_delete(r, v))?;
                 let id = req.group_id.clone();
-                // DELETE on the group, as in Kafka.
+                // DELETE on the group, and READ on each topic, as in Kafka: a topic without it
+                // keeps its offsets and answers TOPIC_AUTHORIZATION_FAILED.
                 let allowed = shard.allowed(conn, AclOperation::Delete, ResourceType::Group, &id);
-                let (code, topics) = match allowed {
+                let (readable, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut req.topics)
+                    .into_iter()
+                    .partition(|(t, _)| {
+                        shard.allowed(conn, AclOperation::Read, ResourceType::Topic, t)
+                    });
+                req.topics = readable;
+                let (code, mut topics) = match allowed {
                     false => (ErrorCode::GROUP_AUTHORIZATION_FAILED, Vec::new()),
                     true => match ask(shard, &id, GroupOp::OffsetDelete(req)).await {
                         Some(GroupReply::OffsetDelete(c, t)) => (c, t),
@@ -868,6 +896,15 @@ pub(super) mod admin {
                         _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new()),
                     },
                 };
+                if code == ErrorCode::NONE {
+                    for (t, ps) in denied {
+                        let ps = ps
+                            .into_iter()
+                            .map(|p| (p, ErrorCode::TOPIC_AUTHORIZATION_FAILED))
+                            .collect();
+                        topics.push((t, ps));
+                    }
+                }
                 let topics = topics
                     .into_iter()
                     .map(|(t, ps)| {
