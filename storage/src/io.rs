@@ -56,8 +56,15 @@ pub struct SegmentFile {
     size: std::cell::Cell<Option<u64>>,
 }
 
-/// Largest single write of zeros by [`SegmentFile::zero_ahead`].
-const ZERO_WRITE_MAX_BYTES: usize = 1 << 20;
+/// Bytes of each write of zeros by [`SegmentFile::zero_ahead`]: every one is this long, from one
+/// buffer of zeros per shard that all of them share (a write only reads its buffer), so zeroing
+/// ahead of many partitions at once costs no memory per partition.
+const ZERO_WRITE_BYTES: usize = 256 << 10;
+
+thread_local! {
+    static ZEROS: std::cell::RefCell<Option<Rc<glommio::io::DmaBuffer>>> =
+        const { std::cell::RefCell::new(None) };
+}
 
 impl SegmentFile {
     /// Opens (creating if asked) a segment file for direct reads and writes.
@@ -100,22 +107,19 @@ impl SegmentFile {
         }
         let align = self.alignment();
         let mut at = size.div_ceil(align) * align;
-        let to = (end + ahead).div_ceil(align) * align;
-        let mut zeros: Option<Rc<glommio::io::DmaBuffer>> = None;
-        while at < to {
-            let len = ((to - at) as usize).min(ZERO_WRITE_MAX_BYTES);
-            let buf = match &zeros {
-                Some(z) if z.len() == len => z.clone(),
-                _ => {
-                    let mut b = self.file.alloc_dma_buffer(len);
+        let to = end + ahead;
+        let zeros = ZEROS.with(|z| {
+            z.borrow_mut()
+                .get_or_insert_with(|| {
+                    let mut b = self.file.alloc_dma_buffer(ZERO_WRITE_BYTES);
                     b.as_bytes_mut().fill(0);
-                    let b = Rc::new(b);
-                    zeros = Some(b.clone());
-                    b
-                }
-            };
-            self.write_blocks(buf, at).await?;
-            at += len as u64;
+                    Rc::new(b)
+                })
+                .clone()
+        });
+        while at < to {
+            self.write_blocks(zeros.clone(), at).await?;
+            at += ZERO_WRITE_BYTES as u64;
         }
         Ok(())
     }

@@ -280,6 +280,9 @@ pub struct Partition {
     /// Offsets below this were in the range of the last cleaning pass.
     cleaned_through: Cell<i64>,
     flushing: Cell<bool>,
+    /// Whether the last flush of the active segment was small (see
+    /// [`ZERO_AHEAD_SMALL_FLUSH_DIVISOR`]).
+    last_flush_small: Cell<bool>,
     flushed: Event,
     advanced: Event,
     /// Fired whenever the log end offset moves (appends, truncations): replica fetches wait on it.
@@ -306,8 +309,8 @@ fn wall_clock_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// A flush of at most `zero_ahead_bytes / this` bytes gets zeros written ahead of it (64 KiB
-/// with the 4 MiB default).
+/// A flush of at most `zero_ahead_bytes / this` bytes is small (16 KiB with the 1 MiB default);
+/// zeros are written ahead of a small flush that follows another small one.
 pub const ZERO_AHEAD_SMALL_FLUSH_DIVISOR: u64 = 64;
 
 fn storage_err(dir: &Path, detail: impl std::fmt::Display) -> PartitionError {
@@ -579,6 +582,7 @@ impl Partition {
             maintenance: Semaphore::new(1),
             cleaned_through: Cell::new(cleaned_through),
             flushing: Cell::new(false),
+            last_flush_small: Cell::new(false),
             flushed: Event::new(),
             advanced: Event::new(),
             appended: Event::new(),
@@ -860,12 +864,18 @@ impl Partition {
                 .sealed_tails
                 .retain(|t| !Rc::ptr_eq(&t.file, &tail.file));
         }
-        // Zeros ahead only for small flushes: they are the latency-bound ones (a few requests
-        // per sync round), and zeroing doubles the bytes written. Large flushes at high rates
-        // gain little from avoiding a worker hand-off and would pay for it in disk bandwidth.
+        // Zeros ahead only where flushes stay small: a partition written a few requests per
+        // sync round, whose latency is the point, and where zeroing costs little bandwidth. A
+        // busy partition's flushes are large, or alternate large and small (the rest of a large
+        // batch), and would pay for the zeros in disk bandwidth and in data held while flushes
+        // take longer, for little gain.
         let ahead = self.config.get().zero_ahead_bytes;
         let flushing: usize = active_writes.iter().map(|(_, b)| b.len()).sum();
-        if ahead > 0 && (flushing as u64) <= ahead / ZERO_AHEAD_SMALL_FLUSH_DIVISOR {
+        let small = (flushing as u64) <= ahead / ZERO_AHEAD_SMALL_FLUSH_DIVISOR;
+        let after_small = self
+            .last_flush_small
+            .replace(small && !active_writes.is_empty());
+        if ahead > 0 && small && after_small {
             active_file
                 .zero_ahead(active_end, ahead)
                 .await
