@@ -749,3 +749,65 @@ fn a_transactional_produce_outside_its_transaction_is_refused() {
     assert_eq!(read_all(b.addr, "kip890", 1, "read_uncommitted"), ["v"]);
     b.shutdown().unwrap();
 }
+
+/// A READ_COMMITTED fetch waiting for `min_bytes` is not woken by records of an open
+/// transaction — visible, but not readable — and answers once the transaction commits.
+#[test]
+fn a_read_committed_fetch_waits_for_the_last_stable_offset() {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path());
+    let addr = b.addr;
+    rd_create_topics(
+        addr,
+        &[NewTopic::new("waits", 1, TopicReplication::Fixed(1))],
+    );
+    let p = txn_producer(addr, "waiter", &[]);
+    p.begin_transaction().unwrap();
+    send(&p, "waits", 0, values("open", 5));
+    // While the fetch waits: more of the open transaction, then the commit.
+    let writer = std::thread::spawn(move || {
+        for round in 0..3 {
+            std::thread::sleep(Duration::from_millis(300));
+            send(&p, "waits", 0, values(&format!("more-{round}"), 5));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        p.commit_transaction(T).unwrap();
+        Instant::now()
+    });
+    let mut c = RawConn::connect(addr);
+    let started = Instant::now();
+    let r: FetchResponse = c.request(
+        ApiKey::Fetch,
+        11,
+        &FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(10_000)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_isolation_level(1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("waits")))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(1 << 20)])]),
+    );
+    let answered = Instant::now();
+    let committed_at = writer.join().unwrap();
+    let part = &r.responses[0].partitions[0];
+    assert_eq!(part.error_code, 0);
+    assert!(
+        answered + Duration::from_millis(50) >= committed_at,
+        "answered {:?} after the fetch began, before the commit at {:?}",
+        answered - started,
+        committed_at - started
+    );
+    assert!(
+        part.records.as_ref().is_some_and(|r| !r.is_empty()),
+        "the committed records"
+    );
+    assert!(part.last_stable_offset > 0);
+    b.shutdown().unwrap();
+}

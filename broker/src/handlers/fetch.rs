@@ -372,7 +372,14 @@ async fn read_and_wait(
     let baselines = items
         .iter()
         .zip(&first.results)
-        .map(|(i, r)| Baseline::new(i.fetch_offset, i.partition_max_bytes.max(0) as usize, r))
+        .map(|(i, r)| {
+            Baseline::new(
+                i.fetch_offset,
+                i.partition_max_bytes.max(0) as usize,
+                r,
+                read_committed,
+            )
+        })
         .collect();
     let tally = Tally::new(baselines, min_bytes);
     if tally.satisfied() {

@@ -36,6 +36,8 @@ pub struct WatchUpdate {
     pub index: usize,
     pub visible_bytes: u64,
     pub high_watermark: i64,
+    /// What a READ_COMMITTED fetch may read up to.
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
     /// Deleted, moved or offline: the fetch must answer now.
     pub gone: bool,
@@ -51,27 +53,50 @@ pub struct Baseline {
     pub partition_max_bytes: usize,
     /// Bytes the first read returned.
     pub read_bytes: usize,
-    /// The read stopped before the high watermark: the partition has more than it returned.
+    /// The read stopped before what it may read up to (the high watermark, or the last stable
+    /// offset for READ_COMMITTED): the partition has more than it returned.
     pub more: bool,
     pub visible_bytes: u64,
+    /// A READ_COMMITTED fetch: bytes above the last stable offset are not readable, so new
+    /// bytes count only once the last stable offset has moved past `stable`.
+    pub read_committed: bool,
+    /// The last stable offset when the first read was made.
+    pub stable: i64,
 }
 
 impl Baseline {
-    pub fn new(fetch_offset: i64, partition_max_bytes: usize, read: &FetchResult) -> Self {
+    pub fn new(
+        fetch_offset: i64,
+        partition_max_bytes: usize,
+        read: &FetchResult,
+        read_committed: bool,
+    ) -> Self {
+        let readable_end = if read_committed {
+            read.last_stable_offset
+        } else {
+            read.high_watermark
+        };
         Self {
             fetch_offset,
             partition_max_bytes,
             read_bytes: read.records.len(),
-            more: records_end(&read.records).is_some_and(|end| end < read.high_watermark),
+            more: records_end(&read.records).is_some_and(|end| end < readable_end),
             visible_bytes: read.visible_bytes,
+            read_committed,
+            stable: read.last_stable_offset,
         }
     }
 
     /// Bytes a read from the fetch offset would return now, by Kafka's count: the new bytes past
-    /// the position, at most the partition's limit.
-    fn available(&self, visible_bytes: u64) -> usize {
+    /// the position, at most the partition's limit. For READ_COMMITTED nothing new is readable
+    /// until the last stable offset moves (bytes of open transactions are visible but not
+    /// readable); once it has, the new visible bytes are an upper bound of the readable ones.
+    fn available(&self, visible_bytes: u64, last_stable_offset: i64) -> usize {
         if self.more {
             return self.partition_max_bytes;
+        }
+        if self.read_committed && last_stable_offset <= self.stable {
+            return self.read_bytes.min(self.partition_max_bytes);
         }
         let new = visible_bytes.saturating_sub(self.visible_bytes) as usize;
         self.read_bytes
@@ -111,7 +136,7 @@ impl Tally {
     pub fn new(baselines: Vec<Baseline>, min_bytes: usize) -> Self {
         let available = baselines
             .iter()
-            .map(|b| b.available(b.visible_bytes))
+            .map(|b| b.available(b.visible_bytes, b.stable))
             .collect();
         Self {
             baselines,
@@ -132,7 +157,7 @@ impl Tally {
                 continue;
             };
             ends |= b.ends_wait(u);
-            self.available[u.index] = b.available(u.visible_bytes);
+            self.available[u.index] = b.available(u.visible_bytes, u.last_stable_offset);
         }
         ends || self.satisfied()
     }
@@ -295,6 +320,7 @@ fn partition_state(part: Option<&Partition>, index: usize) -> WatchUpdate {
             index,
             visible_bytes: p.visible_bytes(),
             high_watermark: p.high_watermark(),
+            last_stable_offset: p.last_stable_offset(),
             log_start_offset: p.log_start_offset(),
             gone: p.is_offline(),
         },
@@ -302,6 +328,7 @@ fn partition_state(part: Option<&Partition>, index: usize) -> WatchUpdate {
             index,
             visible_bytes: 0,
             high_watermark: -1,
+            last_stable_offset: -1,
             log_start_offset: -1,
             gone: true,
         },
@@ -337,6 +364,7 @@ mod tests {
             index,
             visible_bytes,
             high_watermark: hw,
+            last_stable_offset: hw,
             log_start_offset: 0,
             gone: false,
         }
@@ -347,8 +375,8 @@ mod tests {
         let empty = read(Bytes::new(), 10, 500);
         let mut tally = Tally::new(
             vec![
-                Baseline::new(10, 1000, &empty),
-                Baseline::new(10, 100, &empty),
+                Baseline::new(10, 1000, &empty, false),
+                Baseline::new(10, 100, &empty, false),
             ],
             600,
         );
@@ -365,13 +393,13 @@ mod tests {
             tributary_protocol::record_batch::build_batch(&[(None, Some(b"v"))], 1, None).freeze();
         // One batch (offset 0) returned while the high watermark is 5: more is there.
         let short = read(batch.clone(), 5, 0);
-        let b = Baseline::new(0, 4096, &short);
+        let b = Baseline::new(0, 4096, &short, false);
         assert!(b.more);
         assert_eq!(Tally::new(vec![b], 4096).available, vec![4096]);
         let at_end = read(batch.clone(), 1, 0);
-        let b = Baseline::new(0, 4096, &at_end);
+        let b = Baseline::new(0, 4096, &at_end, false);
         assert!(!b.more);
-        assert_eq!(b.available(0), batch.len());
+        assert_eq!(b.available(0, 1), batch.len());
         // Two batches, offsets 0-1 and 2: the end is after the last one.
         let mut two = tributary_protocol::record_batch::build_batch(
             &[(None, Some(b"a")), (None, Some(b"b"))],
@@ -384,15 +412,15 @@ mod tests {
         two.extend_from_slice(&second);
         let two = two.freeze();
         assert_eq!(records_end(&two), Some(3));
-        assert!(!Baseline::new(0, 4096, &read(two.clone(), 3, 0)).more);
-        assert!(Baseline::new(0, 4096, &read(two, 4, 0)).more);
+        assert!(!Baseline::new(0, 4096, &read(two.clone(), 3, 0), false).more);
+        assert!(Baseline::new(0, 4096, &read(two, 4, 0), false).more);
         assert_eq!(records_end(&[]), None);
     }
 
     #[test]
     fn deletion_and_the_log_start_passing_the_offset_end_the_wait() {
         let empty = read(Bytes::new(), 10, 0);
-        let mut tally = Tally::new(vec![Baseline::new(10, 1000, &empty)], 1 << 20);
+        let mut tally = Tally::new(vec![Baseline::new(10, 1000, &empty, false)], 1 << 20);
         assert!(!tally.apply(&[update(0, 0, 10)]));
         let mut moved = update(0, 0, 10);
         moved.log_start_offset = 11;
@@ -406,5 +434,35 @@ mod tests {
         );
         // An update for an index the fetch does not have is ignored.
         assert!(!tally.apply(&[update(7, 0, 9)]));
+    }
+
+    #[test]
+    fn read_committed_counts_new_bytes_only_once_the_last_stable_offset_moves() {
+        // Offsets 10.. of an open transaction are visible (high watermark 15) but not stable
+        // (last stable offset 10): the first read returned nothing.
+        let mut first = read(Bytes::new(), 15, 500);
+        first.last_stable_offset = 10;
+        let b = Baseline::new(10, 1000, &first, true);
+        assert!(!b.more);
+        let mut tally = Tally::new(vec![b], 1);
+        assert!(!tally.satisfied());
+        // More of the transaction is appended: visible, still not readable.
+        let mut open = update(0, 900, 20);
+        open.last_stable_offset = 10;
+        assert!(!tally.apply(&[open]), "bytes above the LSO do not count");
+        // The transaction commits: the LSO moves, and the bytes count.
+        let committed = update(0, 950, 21);
+        assert!(tally.apply(&[committed]));
+        // The same moves for a READ_UNCOMMITTED fetch counted at once.
+        let mut tally = Tally::new(vec![Baseline::new(10, 1000, &first, false)], 1);
+        assert!(tally.apply(&[open]));
+        // A READ_COMMITTED read that stopped at the LSO, below the high watermark, has not
+        // stopped short: what lies between is not readable yet.
+        let batch =
+            tributary_protocol::record_batch::build_batch(&[(None, Some(b"v"))], 1, None).freeze();
+        let mut upto = read(batch, 5, 0);
+        upto.last_stable_offset = 1;
+        assert!(!Baseline::new(0, 4096, &upto, true).more);
+        assert!(Baseline::new(0, 4096, &upto, false).more);
     }
 }
