@@ -466,28 +466,46 @@ fn render_requests(out: &mut String, shards: &[MetricsSnapshot]) {
 
 /// One labelled series of a latency histogram: cumulative buckets, sum and count.
 fn write_histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
+    let sum = h.sum_ns as f64 / 1e9;
+    write_buckets(
+        out,
+        (name, labels),
+        &LATENCY_BUCKETS_SECONDS,
+        &h.buckets,
+        sum,
+        h.count,
+    );
+}
+
+/// A histogram series from per-bucket counts (one more than `bounds`, the last `+Inf`):
+/// cumulative `_bucket` lines, then `_sum` and `_count`.
+fn write_buckets<B: std::fmt::Display>(
+    out: &mut String,
+    (name, labels): (&str, &str),
+    bounds: &[B],
+    buckets: &[u64],
+    sum: impl std::fmt::Display,
+    count: u64,
+) {
     let sep = if labels.is_empty() { "" } else { "," };
     let mut cumulative = 0;
-    for (i, n) in h.buckets.iter().enumerate() {
+    for (i, n) in buckets.iter().enumerate() {
         cumulative += n;
-        let le = LATENCY_BUCKETS_SECONDS
+        let le = bounds
             .get(i)
-            .map_or_else(|| "+Inf".to_string(), |b| b.to_string());
+            .map_or_else(|| "+Inf".to_string(), ToString::to_string);
         let _ = writeln!(
             out,
             "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}"
         );
     }
-    let sum = h.sum_ns as f64 / 1e9;
-    let braces = |l: &str| {
-        if l.is_empty() {
-            String::new()
-        } else {
-            format!("{{{l}}}")
-        }
+    let labels = if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
     };
-    let _ = writeln!(out, "{name}_sum{} {sum}", braces(labels));
-    let _ = writeln!(out, "{name}_count{} {}", braces(labels), h.count);
+    let _ = writeln!(out, "{name}_sum{labels} {sum}");
+    let _ = writeln!(out, "{name}_count{labels} {count}");
 }
 
 /// The per-stage histograms, summed over shards, and the files each sync round covered.
@@ -531,16 +549,14 @@ fn render_stages(out: &mut String, shards: &[MetricsSnapshot]) {
     }
     let name = "tributary_sync_round_files";
     header(out, name, "histogram", "Files made durable per sync round.");
-    let mut cumulative = 0;
-    for (i, n) in files.buckets.iter().enumerate() {
-        cumulative += n;
-        let le = FILES_PER_ROUND_BUCKETS
-            .get(i)
-            .map_or_else(|| "+Inf".to_string(), |b| b.to_string());
-        let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
-    }
-    let _ = writeln!(out, "{name}_sum {}", files.sum);
-    let _ = writeln!(out, "{name}_count {}", files.count);
+    write_buckets(
+        out,
+        (name, ""),
+        &FILES_PER_ROUND_BUCKETS,
+        &files.buckets,
+        files.sum,
+        files.count,
+    );
 }
 
 /// Each group's committed offset and lag per partition, where this broker holds the
@@ -601,27 +617,22 @@ fn render_throttles(out: &mut String, shards: &[MetricsSnapshot]) {
             t.millis += x.millis;
         }
     }
-    let series: [Series<Throttled, u64>; 2] = [
+    let series: [Series<Throttled, f64>; 2] = [
         (
             "tributary_quota_throttled_responses_total",
             "Responses that carried a quota's throttle_time_ms, by quota type.",
-            |t| t.responses,
+            |t| t.responses as f64,
         ),
         (
             "tributary_quota_throttle_seconds_total",
             "Throttle time those responses carried, by quota type.",
-            |t| t.millis,
+            |t| t.millis as f64 / 1e3,
         ),
     ];
-    for (i, (name, help, value)) in series.into_iter().enumerate() {
+    for (name, help, value) in series {
         header(out, name, "counter", help);
         for (kind, t) in THROTTLE_TYPES.iter().zip(total.iter()) {
-            let v = value(t);
-            if i == 1 {
-                let _ = writeln!(out, "{name}{{type=\"{kind}\"}} {}", v as f64 / 1e3);
-            } else {
-                let _ = writeln!(out, "{name}{{type=\"{kind}\"}} {v}");
-            }
+            let _ = writeln!(out, "{name}{{type=\"{kind}\"}} {}", value(t));
         }
     }
 }

@@ -126,8 +126,10 @@ impl QuotaSensors {
         quota: f64,
         bytes: u64,
     ) -> Duration {
-        if self.rates.len() >= SENSORS_MAX {
-            // Forget the least recently used pair.
+        let id = (pair.0.to_string(), pair.1.to_string(), key);
+        // Only a new pair makes room, by forgetting the least recently used one: a pair
+        // already measured must not evict another (nor scan them all) on each request.
+        if self.rates.len() >= SENSORS_MAX && !self.rates.contains_key(&id) {
             if let Some(oldest) = self
                 .rates
                 .iter()
@@ -139,7 +141,7 @@ impl QuotaSensors {
         }
         let entry = self
             .rates
-            .entry((pair.0.to_string(), pair.1.to_string(), key))
+            .entry(id)
             .or_insert_with(|| (Rate::default(), now));
         entry.1 = now;
         entry.0.record(now, bytes);
@@ -163,15 +165,15 @@ impl crate::shard::Shard {
         key: &'static str,
         bytes: u64,
     ) -> Duration {
+        let catalog = self.catalog();
+        if catalog.client_quotas.is_empty() {
+            return Duration::ZERO;
+        }
         let client_id = client_id.unwrap_or_default();
         let user = conn
             .principal
             .strip_prefix("User:")
             .unwrap_or(conn.principal);
-        let catalog = self.catalog();
-        if catalog.client_quotas.is_empty() {
-            return Duration::ZERO;
-        }
         let Some(quota) = quota_for(&catalog, user, client_id, key) else {
             return Duration::ZERO;
         };
@@ -196,6 +198,38 @@ impl crate::shard::Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn at_capacity_only_a_new_pair_evicts_the_least_recently_used() {
+        let mut s = QuotaSensors::default();
+        let t0 = Instant::now();
+        let names: Vec<String> = (0..SENSORS_MAX).map(|i| format!("u{i}")).collect();
+        for (i, n) in names.iter().enumerate() {
+            s.record(
+                t0 + Duration::from_millis(i as u64),
+                (n, "c"),
+                PRODUCER_BYTE_RATE,
+                1e9,
+                1,
+            );
+        }
+        let later = t0 + Duration::from_secs(60);
+        // A pair already measured: nothing is forgotten.
+        s.record(later, ("u5", "c"), PRODUCER_BYTE_RATE, 1e9, 1);
+        assert_eq!(s.rates.len(), SENSORS_MAX);
+        assert!(s
+            .rates
+            .contains_key(&("u0".to_string(), "c".to_string(), PRODUCER_BYTE_RATE)));
+        // A new pair forgets the least recently used one (u0).
+        s.record(later, ("new", "c"), PRODUCER_BYTE_RATE, 1e9, 1);
+        assert_eq!(s.rates.len(), SENSORS_MAX);
+        assert!(!s
+            .rates
+            .contains_key(&("u0".to_string(), "c".to_string(), PRODUCER_BYTE_RATE)));
+        assert!(s
+            .rates
+            .contains_key(&("u5".to_string(), "c".to_string(), PRODUCER_BYTE_RATE)));
+    }
 
     #[test]
     fn a_client_over_its_quota_is_throttled_in_proportion() {
