@@ -60,7 +60,42 @@ pub const SSL_KEYS: &[&str] = &[
     "ssl.truststore.location",
     "ssl.client.auth",
     "ssl.principal.mapping.rules",
+    "ssl.allow.dn.changes",
+    "ssl.allow.san.changes",
 ];
+
+/// The `ssl.*` keys a running broker takes through IncrementalAlterConfigs / AlterConfigs, per
+/// broker (as Kafka's reconfigurable SSL configs): altering one of them — even to the value it
+/// has, once the file behind it changed — reloads the keystore and truststore of the TLS
+/// listeners for new connections. The inline keystore keys are not among them: a private key
+/// would travel in a request and sit in the metadata log.
+pub const SSL_RELOADABLE_KEYS: &[&str] = &[
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "ssl.allow.dn.changes",
+    "ssl.allow.san.changes",
+];
+
+/// The `ssl.*` key `key` stands for when it is a broker's `ssl.KEY` or a listener's
+/// `listener.name.NAME.ssl.KEY`, with the listener's name (lower case) in the second case.
+pub fn ssl_key(key: &str) -> Option<(&'static str, Option<&str>)> {
+    let (suffix, listener) = match key.strip_prefix("listener.name.") {
+        Some(rest) => {
+            let (name, suffix) = rest.split_once('.')?;
+            if name.is_empty() {
+                return None;
+            }
+            (suffix, Some(name))
+        }
+        None => (key, None),
+    };
+    SSL_KEYS
+        .iter()
+        .find(|k| **k == suffix)
+        .map(|k| (*k, listener))
+}
 
 /// The `ssl.*` keys whose values are secrets (a private key, its password). They are not in
 /// [`BROKER_KEYS`], whose values DescribeConfigs shows to any client: they are accepted from
@@ -108,6 +143,10 @@ pub struct ListenerTls {
     per_listener: Vec<&'static str>,
     /// `listener.name.NAME.` with NAME in lower case.
     prefix: String,
+    /// `ssl.allow.dn.changes`: a reloaded keystore may name another subject.
+    pub allow_dn_changes: bool,
+    /// `ssl.allow.san.changes`: a reloaded keystore may name other subject alternative names.
+    pub allow_san_changes: bool,
 }
 
 impl ListenerTls {
@@ -164,6 +203,8 @@ impl BrokerConfig {
         let truststore_type = get("ssl.truststore.type");
         let client_auth = get("ssl.client.auth");
         let rules = get("ssl.principal.mapping.rules");
+        let allow_dn_changes = get("ssl.allow.dn.changes");
+        let allow_san_changes = get("ssl.allow.san.changes");
         let optional = |v: String| (!v.is_empty()).then_some(v);
         let settings = TlsSettings {
             keystore_location: optional(get("ssl.keystore.location")).map(PathBuf::from),
@@ -182,7 +223,25 @@ impl BrokerConfig {
             settings,
             per_listener,
             prefix: format!("listener.name.{}.", name.to_ascii_lowercase()),
+            allow_dn_changes: false,
+            allow_san_changes: false,
         };
+        for (key, value, flag) in [
+            (
+                "ssl.allow.dn.changes",
+                allow_dn_changes,
+                &mut tls.allow_dn_changes,
+            ),
+            (
+                "ssl.allow.san.changes",
+                allow_san_changes,
+                &mut tls.allow_san_changes,
+            ),
+        ] {
+            if !value.is_empty() {
+                *flag = parse_bool(key, &value).map_err(|e| anyhow!("{e} (listener {name})"))?;
+            }
+        }
         for (key, value) in [
             ("ssl.keystore.type", keystore_type),
             ("ssl.truststore.type", truststore_type),
@@ -299,11 +358,13 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "sasl.enabled.mechanisms", default: "GSSAPI", kind: ConfigKind::List, doc: "SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (unsecured tokens only, as Kafka's default validator: for tests and trusted networks) (GSSAPI, Kafka's default, is not supported: set this when a listener uses SASL). PLAIN's users come from listener.name.NAME.plain.sasl.jaas.config; SCRAM's credentials from the cluster metadata (--add-scram, AlterUserScramCredentials)." },
     BrokerKey { name: "connections.max.reauth.ms", default: "0", kind: ConfigKind::Long, doc: "A SASL session's lifetime (KIP-368): clients re-authenticate before it ends, and a connection whose session ended is closed at its next request. 0: sessions never end." },
     BrokerKey { name: "ssl.keystore.type", default: "PEM", kind: ConfigKind::String, doc: "The format of the keystore of TLS listeners (SSL, SASL_SSL): only PEM." },
-    BrokerKey { name: "ssl.keystore.location", default: "", kind: ConfigKind::String, doc: "A PEM file holding the broker's certificate chain (its own certificate first) and its unencrypted private key (PKCS#8, RSA or EC), for TLS listeners. Read at start-up. Per listener: listener.name.NAME.ssl.keystore.location." },
+    BrokerKey { name: "ssl.keystore.location", default: "", kind: ConfigKind::String, doc: "A PEM file holding the broker's certificate chain (its own certificate first) and its unencrypted private key (PKCS#8, RSA or EC), for TLS listeners. Read at start-up, and again for new connections when it is altered for this broker (IncrementalAlterConfigs; the same path reloads a file that changed). Per listener: listener.name.NAME.ssl.keystore.location." },
     BrokerKey { name: "ssl.keystore.certificate.chain", default: "", kind: ConfigKind::String, doc: "The broker's certificate chain as inline PEM, with ssl.keystore.key, instead of ssl.keystore.location." },
     BrokerKey { name: "ssl.truststore.type", default: "PEM", kind: ConfigKind::String, doc: "The format of the truststore: only PEM." },
     BrokerKey { name: "ssl.truststore.location", default: "", kind: ConfigKind::String, doc: "A PEM file of the CA certificates that sign client certificates; needed when ssl.client.auth is requested or required." },
     BrokerKey { name: "ssl.client.auth", default: "none", kind: ConfigKind::String, doc: "Whether TLS clients must present a certificate signed by the truststore: none, requested (a client without one is User:ANONYMOUS) or required. On an SSL listener the principal is User: followed by the certificate's subject, mapped by ssl.principal.mapping.rules." },
+    BrokerKey { name: "ssl.allow.dn.changes", default: "false", kind: ConfigKind::Bool, doc: "Whether a keystore reloaded while the broker runs (by altering ssl.keystore.location) may hold a certificate with another subject than the one served (KIP-978). Per listener: listener.name.NAME.ssl.allow.dn.changes." },
+    BrokerKey { name: "ssl.allow.san.changes", default: "false", kind: ConfigKind::Bool, doc: "Whether a keystore reloaded while the broker runs may hold a certificate with other subject alternative names than the one served (KIP-978)." },
     BrokerKey { name: "ssl.principal.mapping.rules", default: "DEFAULT", kind: ConfigKind::String, doc: "Rules mapping a client certificate's subject (RFC 2253, e.g. CN=alice,OU=eng,O=acme) to a user name, as Kafka writes them: RULE:pattern/replacement/[LU], DEFAULT (the subject as it is)." },
     BrokerKey { name: "authorizer.class.name", default: "", kind: ConfigKind::String, doc: "Empty: every request is allowed. org.apache.kafka.metadata.authorizer.StandardAuthorizer (or kafka.security.authorizer.AclAuthorizer): requests are checked against the ACLs in the cluster metadata (CreateAcls, DescribeAcls, DeleteAcls) with Kafka's rules." },
     BrokerKey { name: "super.users", default: "", kind: ConfigKind::String, doc: "Principals allowed everything whatever the ACLs, separated by semicolons: User:admin;User:ops. With a PLAINTEXT inter-broker listener the brokers are User:ANONYMOUS: list it for replication and markers to pass." },
@@ -1371,12 +1432,48 @@ fn dynamic_key(key: &str) -> Option<&'static DynamicKey> {
 }
 
 pub fn is_dynamic(key: &str) -> bool {
-    dynamic_key(key).is_some()
+    dynamic_key(key).is_some() || is_reloadable_ssl_key(key)
+}
+
+/// Whether `key` is one of [`SSL_RELOADABLE_KEYS`], for the broker or one listener.
+pub fn is_reloadable_ssl_key(key: &str) -> bool {
+    ssl_key(key).is_some_and(|(k, _)| SSL_RELOADABLE_KEYS.contains(&k))
+}
+
+/// Checks a reloadable `ssl.*` value without reading the file it names (the controller loads
+/// the keystore before the change is stored).
+fn validate_ssl_dynamic(key: &str, value: &str) -> std::result::Result<(), String> {
+    let Some((ssl, _)) = ssl_key(key) else {
+        return Err(format!("unknown broker config {key:?}"));
+    };
+    if !SSL_RELOADABLE_KEYS.contains(&ssl) {
+        return Err(format!(
+            "{key} cannot be changed while the broker runs (reloadable: {}); to serve another certificate, write its chain and key to a PEM file and alter ssl.keystore.location (or listener.name.NAME.ssl.keystore.location) to it",
+            SSL_RELOADABLE_KEYS.join(", ")
+        ));
+    }
+    let value = value.trim();
+    match ssl {
+        "ssl.keystore.type" | "ssl.truststore.type"
+            if !value.eq_ignore_ascii_case(SSL_STORE_TYPE) =>
+        {
+            Err(format!(
+                "{key}={value}: only {SSL_STORE_TYPE} stores are supported"
+            ))
+        }
+        "ssl.allow.dn.changes" | "ssl.allow.san.changes" => parse_bool(key, value)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        _ => Ok(()),
+    }
 }
 
 /// Checks a dynamic broker config value; the error names the key and the allowed values.
 pub fn validate_dynamic(key: &str, value: &str) -> std::result::Result<(), String> {
     use crate::topic_config::{check_value, TOPIC_KEYS};
+    if ssl_key(key).is_some() {
+        return validate_ssl_dynamic(key, value);
+    }
     let Some(d) = dynamic_key(key) else {
         return Err(match BROKER_KEYS.iter().any(|k| k.name == key) {
             true => format!("{key} is read-only: it cannot be changed while the broker runs (set it with --config or --set and restart)"),
@@ -1406,6 +1503,17 @@ impl BrokerConfig {
         for layer in layers {
             for (k, v) in layer.iter() {
                 validate_dynamic(k, v)?;
+                if let Some((ssl, listener)) = ssl_key(k) {
+                    match listener {
+                        Some(_) => {
+                            c.listener_props.insert(k.clone(), v.trim().to_string());
+                        }
+                        None => {
+                            c.values.insert(ssl, (v.trim().to_string(), true));
+                        }
+                    }
+                    continue;
+                }
                 let d = dynamic_key(k).ok_or_else(|| format!("{k} is not dynamic"))?;
                 (d.apply)(&mut c, v)?;
                 if let Some(key) = BROKER_KEYS.iter().find(|b| b.name == k) {
@@ -1434,6 +1542,60 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn reloadable_ssl_keys_change_per_listener_and_inline_keys_do_not() {
+        assert_eq!(
+            ssl_key("ssl.keystore.location"),
+            Some(("ssl.keystore.location", None))
+        );
+        assert_eq!(
+            ssl_key("listener.name.ssl.ssl.truststore.location"),
+            Some(("ssl.truststore.location", Some("ssl")))
+        );
+        assert_eq!(ssl_key("listener.name..ssl.keystore.location"), None);
+        assert_eq!(ssl_key("log.segment.bytes"), None);
+        assert!(is_dynamic("listener.name.external.ssl.keystore.location"));
+        assert!(validate_dynamic("ssl.keystore.location", "/etc/new.pem").is_ok());
+        let e = validate_dynamic("listener.name.ssl.ssl.keystore.type", "JKS").unwrap_err();
+        assert!(e.contains("only PEM"), "{e}");
+        let e = validate_dynamic("ssl.allow.dn.changes", "maybe").unwrap_err();
+        assert!(e.contains("true or false"), "{e}");
+        let e = validate_dynamic("listener.name.ssl.ssl.keystore.key", "KEY").unwrap_err();
+        assert!(e.contains("alter ssl.keystore.location"), "{e}");
+        assert!(!e.contains("KEY\""), "the value is not echoed: {e}");
+        let e = validate_dynamic("ssl.client.auth", "required").unwrap_err();
+        assert!(e.contains("cannot be changed while the broker runs"), "{e}");
+        // Applied: the listener's key to its listener, the broker's to every listener without one.
+        let c = BrokerConfig::build(input(&[
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093,B://127.0.0.1:9094",
+            ),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,SSL:SSL,B:SSL",
+            ),
+            ("ssl.keystore.location", "/etc/static.pem"),
+        ]))
+        .unwrap();
+        let layer: BTreeMap<String, String> = [
+            ("listener.name.b.ssl.keystore.location", "/etc/b.pem"),
+            ("ssl.truststore.location", "/etc/ca.pem"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let d = c.with_dynamic(&[&layer]).unwrap();
+        let b = d.listener_tls("B").unwrap().settings;
+        assert_eq!(b.keystore_location, Some(PathBuf::from("/etc/b.pem")));
+        assert_eq!(b.truststore_location, Some(PathBuf::from("/etc/ca.pem")));
+        let ssl = d.listener_tls("SSL").unwrap().settings;
+        assert_eq!(
+            ssl.keystore_location,
+            Some(PathBuf::from("/etc/static.pem"))
+        );
     }
 
     #[test]

@@ -153,6 +153,10 @@ type Queued = (
 pub struct TlsAcceptor {
     accept: Arc<dyn Fn(TcpStream) -> LocalBoxFuture<'static, TlsAccepted> + Send + Sync>,
     mapper: Arc<PrincipalMapper>,
+    /// The settings it was built from, and who its certificate says the broker is: a reload
+    /// compares both with the new ones.
+    pub(crate) settings: Arc<TlsSettings>,
+    pub(crate) identity: Arc<tls::CertIdentity>,
 }
 
 type TlsAccepted = Result<TlsStream<TcpStream>, TlsError>;
@@ -169,6 +173,7 @@ impl TlsAcceptor {
     /// Reads the keystore and truststore (blocking: call it at start-up, off the shards).
     pub fn new(settings: &TlsSettings) -> Result<Self, TlsError> {
         let config = tls::server_config(settings)?;
+        let identity = Arc::new(tls::keystore_identity(settings)?);
         let mapper = Arc::new(settings.principal_mapper()?);
         let accept = move |stream: TcpStream| -> LocalBoxFuture<'static, TlsAccepted> {
             Box::pin(tls::accept(config.clone(), stream))
@@ -176,6 +181,8 @@ impl TlsAcceptor {
         Ok(Self {
             accept: Arc::new(accept),
             mapper,
+            settings: Arc::new(settings.clone()),
+            identity,
         })
     }
 }

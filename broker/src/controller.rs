@@ -574,7 +574,7 @@ impl Controller {
     /// keys and values get INVALID_REQUEST, as Kafka answers a broker resource.
     pub async fn alter_broker_configs(
         &self,
-        _shard: &Rc<Shard>,
+        shard: &Rc<Shard>,
         change: BrokerConfigChange,
     ) -> (ErrorCode, Option<String>) {
         let Ok(_guard) = self.lock.acquire_permit(1).await else {
@@ -582,6 +582,22 @@ impl Controller {
         };
         let catalog = self.node.image();
         let resource = change.broker.map_or_else(String::new, |b| b.to_string());
+        // A keystore is one broker's: its TLS keys change per broker only, as in Kafka.
+        let tls_keys: Vec<&str> = change
+            .configs
+            .iter()
+            .map(|(name, _, _)| name.as_str())
+            .filter(|name| crate::config::ssl_key(name).is_some())
+            .collect();
+        if change.broker.is_none() && !tls_keys.is_empty() {
+            return (
+                ErrorCode::INVALID_REQUEST,
+                Some(format!(
+                    "Cannot update these configs at default cluster level, broker id must be specified: {}",
+                    tls_keys.join(", ")
+                )),
+            );
+        }
         let current = match change.broker {
             None => catalog.broker_configs.cluster.clone(),
             Some(b) => catalog
@@ -606,15 +622,63 @@ impl Controller {
                 );
             }
         }
-        if change.validate_only || configs == current {
+        // The listeners' handshakes the change gives, built (the files read) and checked
+        // before anything is stored.
+        let reloaded = if tls_keys.is_empty() {
+            None
+        } else {
+            let candidate = match shard
+                .config
+                .with_dynamic(&[&catalog.broker_configs.cluster, &configs])
+            {
+                Ok(c) => c,
+                Err(e) => return (ErrorCode::INVALID_CONFIG, Some(e)),
+            };
+            match crate::tls_reload::prepare(&shard.tls_acceptors(), &candidate) {
+                Ok(acceptors) => Some(acceptors),
+                Err(e) => {
+                    warn!(broker = %resource, error = %e, "refusing a TLS reload");
+                    return (ErrorCode::INVALID_CONFIG, Some(e));
+                }
+            }
+        };
+        if change.validate_only {
             return (ErrorCode::NONE, None);
         }
-        info!(broker = %resource, ?configs, "altering dynamic broker configs");
-        self.answer(MetadataCommand::SetBrokerConfigs {
-            broker: change.broker,
-            configs,
-        })
-        .await
+        if configs != current {
+            info!(broker = %resource, ?configs, "altering dynamic broker configs");
+            let stored = self
+                .answer(MetadataCommand::SetBrokerConfigs {
+                    broker: change.broker,
+                    configs,
+                })
+                .await;
+            if stored.0 != ErrorCode::NONE {
+                return stored;
+            }
+        }
+        if let Some(acceptors) = reloaded {
+            // Answered once every shard of this node serves the new handshakes.
+            let listeners: Vec<String> = acceptors.keys().cloned().collect();
+            for to in (0..shard.shards).map(crate::routing::ShardId) {
+                if to == shard.id {
+                    shard.install_tls(acceptors.clone());
+                    continue;
+                }
+                let (reply, installed) = futures::channel::oneshot::channel();
+                let acceptors = acceptors.clone();
+                shard
+                    .forward(
+                        to,
+                        crate::shard::ShardRequest::InstallTls { acceptors, reply },
+                    )
+                    .await;
+                let _ = installed.await;
+            }
+            info!(broker = %resource, ?listeners, "TLS keystores and truststores reloaded for new connections");
+            crate::tls_reload::log_served(&acceptors, "reloaded");
+        }
+        (ErrorCode::NONE, None)
     }
 }
 

@@ -23,5 +23,6 @@ pub mod routing;
 pub mod sasl;
 pub mod server;
 pub mod shard;
+pub mod tls_reload;
 pub mod topic_config;
 pub mod txn;

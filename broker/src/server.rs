@@ -123,24 +123,6 @@ fn ensure_fd_limit(data_dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-/// Builds every TLS listener's server configuration, reading its keystore and truststore; an
-/// unusable one stops start-up with a message naming the key. A controller-only node serves no
-/// clients, so it has none.
-fn tls_acceptors(config: &BrokerConfig) -> Result<BTreeMap<String, TlsAcceptor>> {
-    let mut out = BTreeMap::new();
-    if !config.cluster.roles.broker {
-        return Ok(out);
-    }
-    for l in config.listeners.iter().filter(|l| l.protocol.is_tls()) {
-        let tls = config.listener_tls(&l.name)?;
-        let acceptor = TlsAcceptor::new(&tls.settings)
-            .map_err(|e| anyhow!("listener {}: {}", l.name, tls.explain(&e)))?;
-        info!(listener = %l.name, protocol = l.protocol.name(), client_auth = %tls.settings.client_auth, "TLS listener configured");
-        out.insert(l.name.clone(), acceptor);
-    }
-    Ok(out)
-}
-
 pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
@@ -154,7 +136,8 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         ));
     }
     ensure_fd_limit(&config.data_dir)?;
-    let tls = tls_acceptors(&config)?;
+    let tls = crate::tls_reload::build(&config)?;
+    crate::tls_reload::log_served(&tls, "static configs");
     let legacy = crate::cluster::node::read_legacy(&config.data_dir, config.node_id)?;
     let mut config = config;
     // A controller-only node serves no clients: it has no client listener, and its address is
@@ -424,6 +407,13 @@ async fn run_shard(
         connections,
     ));
     shard.install_coordinator_write_waits();
+    // Static keystores first; then those the image's dynamic configs set for this broker.
+    let dynamic_tls = crate::tls_reload::dynamic_at_start(&tls, &shard.broker_config());
+    if id.0 == 0 {
+        crate::tls_reload::log_served(&dynamic_tls, "dynamic configs");
+    }
+    shard.install_tls(tls);
+    shard.install_tls(dynamic_tls);
     {
         // The shard's sync rounds, timed by the storage layer, land in its metrics.
         let weak = Rc::downgrade(&shard);
@@ -483,9 +473,8 @@ async fn run_shard(
     let accept: Vec<_> = listeners
         .into_iter()
         .map(|(l, spec)| {
-            let acceptor = tls.get(&spec.name).cloned();
             let ctx = Rc::new(ListenerCtx::new(&config, spec));
-            glommio::spawn_local(accept_loop(shard.clone(), l, ctx, acceptor)).detach()
+            glommio::spawn_local(accept_loop(shard.clone(), l, ctx)).detach()
         })
         .collect();
     let ticker = glommio::spawn_local(group_ticker(shard.clone())).detach();
@@ -612,14 +601,23 @@ where
     }
 }
 
-async fn accept_loop(
-    shard: Rc<Shard>,
-    listener: TcpListener,
-    ctx: Rc<ListenerCtx>,
-    tls: Option<TlsAcceptor>,
-) {
+/// Accepts `listener`'s connections; on a TLS listener each gets the handshake the shard holds
+/// when it arrives (a reload swaps it for the connections after).
+async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, ctx: Rc<ListenerCtx>) {
+    let tls = ctx.protocol.is_tls();
     while let Some(stream) = accept_until_drained(&shard, &listener, &ctx.name).await {
-        admit(&shard, stream, &ctx, &tls);
+        let acceptor = match tls {
+            true => match shard.tls_acceptor(&ctx.name) {
+                Some(a) => Some(a),
+                // Never served in the clear: a TLS listener without its handshake refuses.
+                None => {
+                    warn!(listener = %ctx.name, "no TLS configuration for this listener; closing the connection");
+                    continue;
+                }
+            },
+            false => None,
+        };
+        admit(&shard, stream, &ctx, &acceptor);
     }
 }
 

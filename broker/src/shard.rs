@@ -195,6 +195,11 @@ pub enum ShardRequest {
         validate_only: bool,
         reply: oneshot::Sender<Vec<(ErrorCode, Option<String>)>>,
     },
+    /// Serve these TLS listeners' handshakes (by name) to new connections: a reloaded keystore.
+    InstallTls {
+        acceptors: std::collections::BTreeMap<String, crate::connection::TlsAcceptor>,
+        reply: oneshot::Sender<()>,
+    },
     /// AlterConfigs / IncrementalAlterConfigs on a broker resource, for the controller.
     AlterBrokerConfigs {
         change: crate::controller::BrokerConfigChange,
@@ -269,6 +274,9 @@ pub struct Shard {
     pub config: Arc<BrokerConfig>,
     /// The effective config: `config` with the catalog's dynamic broker configs applied.
     broker_config: RefCell<Arc<BrokerConfig>>,
+    /// The TLS listeners' handshakes by listener name, for the connections accepted next
+    /// (`tls_reload`).
+    tls: RefCell<std::collections::BTreeMap<String, crate::connection::TlsAcceptor>>,
     /// The ACLs of the current image, indexed; `None` without an authorizer.
     authorizer: RefCell<Option<Rc<tributary_security::acl::Authorizer>>>,
     /// What each (user, client id) produced and fetched through this shard, for quotas.
@@ -347,6 +355,7 @@ impl Shard {
             shards: peers.len(),
             config,
             broker_config,
+            tls: Default::default(),
             authorizer,
             quota_sensors: Default::default(),
             peers,
@@ -392,6 +401,27 @@ impl Shard {
     /// AlterConfigs is visible on every shard before that request is answered.
     pub fn broker_config(&self) -> Arc<BrokerConfig> {
         self.broker_config.borrow().clone()
+    }
+
+    /// The handshake a new connection on TLS listener `name` gets.
+    pub fn tls_acceptor(&self, name: &str) -> Option<crate::connection::TlsAcceptor> {
+        self.tls.borrow().get(name).cloned()
+    }
+
+    /// All TLS listeners' handshakes, as served now.
+    pub fn tls_acceptors(
+        &self,
+    ) -> std::collections::BTreeMap<String, crate::connection::TlsAcceptor> {
+        self.tls.borrow().clone()
+    }
+
+    /// Serves `acceptors` (by listener name) to the connections accepted from now on; other
+    /// listeners keep theirs.
+    pub fn install_tls(
+        &self,
+        acceptors: std::collections::BTreeMap<String, crate::connection::TlsAcceptor>,
+    ) {
+        self.tls.borrow_mut().extend(acceptors);
     }
 
     pub fn owner(&self, topic: &str, partition: i32) -> ShardId {
@@ -458,7 +488,7 @@ impl Shard {
         }
     }
 
-    async fn forward(&self, to: ShardId, req: ShardRequest) {
+    pub(crate) async fn forward(&self, to: ShardId, req: ShardRequest) {
         if self.peers[to.0].send(req).await.is_err() {
             warn!(shard = to.0, "shard is gone; request dropped");
         }
@@ -903,6 +933,10 @@ impl Shard {
                     ],
                 };
                 let _ = reply.send(out);
+            }
+            ShardRequest::InstallTls { acceptors, reply } => {
+                self.install_tls(acceptors);
+                let _ = reply.send(());
             }
             ShardRequest::AlterBrokerConfigs { change, reply } => {
                 let out = match &self.controller {

@@ -461,3 +461,166 @@ fn bad_tls_settings_stop_start_up_naming_the_key() {
     assert!(!format!("{:?}", config.values).contains("hunter2"));
     assert!(!format!("{config:?}").contains("hunter2"));
 }
+
+/// IncrementalAlterConfigs SET of `configs` on broker resource `name`: the error code and message.
+fn incremental_alter(addr: SocketAddr, name: &str, configs: &[(&str, &str)]) -> (i16, String) {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
+    };
+    use kafka_protocol::messages::incremental_alter_configs_response::IncrementalAlterConfigsResponse;
+    let mut raw = RawConn::connect(addr);
+    let resp: IncrementalAlterConfigsResponse = raw.request(
+        ApiKey::IncrementalAlterConfigs,
+        1,
+        &IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(4)
+                .with_resource_name(StrBytes::from_string(name.into()))
+                .with_configs(
+                    configs
+                        .iter()
+                        .map(|(k, v)| {
+                            AlterableConfig::default()
+                                .with_name(StrBytes::from_string(k.to_string()))
+                                .with_config_operation(0)
+                                .with_value(Some(StrBytes::from_string(v.to_string())))
+                        })
+                        .collect(),
+                ),
+        ]),
+    );
+    let r = &resp.responses[0];
+    let msg = r.error_message.as_deref().map(ToString::to_string);
+    (r.error_code, msg.unwrap_or_default())
+}
+
+#[test]
+fn a_keystore_altered_at_runtime_serves_new_connections_and_survives_a_restart() {
+    const INVALID_REQUEST: i16 = 42;
+    const INVALID_CONFIG: i16 = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path());
+    let data = dir.path().join("data");
+    // Server certificates from other CAs: a client trusting only that CA connects only while
+    // the broker serves that certificate.
+    let server_from = |ca_name: &str, names: &[&str], cn: &str| {
+        let ca = authority(ca_name);
+        let (cert, key) = signed(&ca, names, cn, ExtendedKeyUsagePurpose::ServerAuth);
+        let ca_path = dir.path().join(format!("{ca_name}-ca.pem"));
+        std::fs::write(&ca_path, ca.0.pem()).unwrap();
+        (format!("{cert}{key}"), ca_path)
+    };
+    let same_names = ["127.0.0.1", "localhost"];
+    let (second, second_ca) = server_from("second", &same_names, "broker");
+    let (third, third_ca) = server_from("third", &same_names, "broker");
+    let (fewer_names, fewer_ca) = server_from("fewer", &["127.0.0.1"], "broker");
+    let (renamed, _) = server_from("renamed", &same_names, "another-broker");
+    let file = |name: &str, pem: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, pem).unwrap();
+        path(&p)
+    };
+    let second_path = file("second.pem", &second);
+    let fewer_path = file("fewer.pem", &fewer_names);
+    let renamed_path = file("renamed.pem", &renamed);
+    let trusting = |addr: SocketAddr, ca: &Path| {
+        let mut c = tls_client(addr, &pki);
+        c.set("ssl.ca.location", path(ca));
+        c
+    };
+    let key = "listener.name.ssl.ssl.keystore.location";
+
+    let b = broker(&data, &pki, &[]);
+    let ssl = listener(&b, "SSL");
+    assert!(gets_metadata(tls_client(ssl, &pki)));
+    assert!(!gets_metadata(trusting(ssl, &second_ca)));
+    // A client connected before the reload keeps its connection.
+    let before: BaseConsumer = tls_client(ssl, &pki).create().unwrap();
+    before.fetch_metadata(None, T).unwrap();
+
+    // Refused, each saying why: the cluster-wide level (a keystore is one broker's), a file
+    // that is not there, an inline private key, another subject, other names.
+    let (code, msg) = incremental_alter(b.addr, "", &[(key, &second_path)]);
+    assert_eq!(code, INVALID_REQUEST, "{msg}");
+    assert!(msg.contains("broker id must be specified"), "{msg}");
+    let missing = path(&dir.path().join("missing.pem"));
+    let (code, msg) = incremental_alter(b.addr, "0", &[(key, &missing)]);
+    assert_eq!(code, INVALID_CONFIG, "{msg}");
+    assert!(msg.contains(key) && msg.contains("missing.pem"), "{msg}");
+    let (code, msg) = incremental_alter(b.addr, "0", &[("ssl.keystore.key", "KEY")]);
+    assert_eq!(code, INVALID_REQUEST, "{msg}");
+    assert!(msg.contains("ssl.keystore.location"), "{msg}");
+    let (code, msg) = incremental_alter(b.addr, "0", &[(key, &renamed_path)]);
+    assert_eq!(code, INVALID_CONFIG, "{msg}");
+    assert!(
+        msg.contains("listener.name.ssl.ssl.allow.dn.changes"),
+        "{msg}"
+    );
+    let (code, msg) = incremental_alter(b.addr, "0", &[(key, &fewer_path)]);
+    assert_eq!(code, INVALID_CONFIG, "{msg}");
+    assert!(msg.contains("subject alternative names"), "{msg}");
+    assert!(
+        gets_metadata(tls_client(ssl, &pki)),
+        "still the first keystore"
+    );
+
+    // Another CA's certificate with the same subject and names: new connections get it, the
+    // SASL_SSL listener (the broker-wide keystore) and the open connection are untouched.
+    let (code, msg) = incremental_alter(b.addr, "0", &[(key, &second_path)]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(gets_metadata(trusting(ssl, &second_ca)));
+    assert!(!gets_metadata(tls_client(ssl, &pki)));
+    before.fetch_metadata(None, T).unwrap();
+    let mut sasl = tls_client(listener(&b, "SASL_SSL"), &pki);
+    sasl.set("security.protocol", "SASL_SSL")
+        .set("sasl.mechanisms", "PLAIN")
+        .set("sasl.username", "admin")
+        .set("sasl.password", "admin-secret");
+    assert!(gets_metadata(sasl));
+
+    // The same path again, after the file changed: reloaded, as Kafka does.
+    std::fs::write(dir.path().join("second.pem"), &third).unwrap();
+    assert!(
+        gets_metadata(trusting(ssl, &second_ca)),
+        "not before the alter"
+    );
+    let (code, msg) = incremental_alter(b.addr, "0", &[(key, &second_path)]);
+    assert_eq!(code, 0, "{msg}");
+    assert!(gets_metadata(trusting(ssl, &third_ca)));
+    assert!(!gets_metadata(trusting(ssl, &second_ca)));
+
+    // Fewer names, allowed for this listener.
+    let (code, msg) = incremental_alter(
+        b.addr,
+        "0",
+        &[
+            (key, &fewer_path),
+            ("listener.name.ssl.ssl.allow.san.changes", "true"),
+        ],
+    );
+    assert_eq!(code, 0, "{msg}");
+    assert!(gets_metadata(trusting(ssl, &fewer_ca)));
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        ClientConfig::new()
+            .set("bootstrap.servers", b.addr.to_string())
+            .create()
+            .unwrap();
+    let opts = rdkafka::admin::AdminOptions::new().request_timeout(Some(T));
+    let res = futures::executor::block_on(
+        admin.describe_configs([&rdkafka::admin::ResourceSpecifier::Broker(0)], &opts),
+    )
+    .unwrap();
+    let entries = res.into_iter().next().unwrap().unwrap().entries;
+    let e = entries.iter().find(|e| e.name == key).expect("described");
+    assert_eq!(e.value.as_deref(), Some(fewer_path.as_str()));
+    assert_eq!(e.source, rdkafka::admin::ConfigSource::DynamicBroker);
+    drop(admin);
+    b.shutdown().unwrap();
+
+    // After a restart with the same static configs, the dynamic keystore is served.
+    let b = broker(&data, &pki, &[]);
+    let ssl = listener(&b, "SSL");
+    assert!(gets_metadata(trusting(ssl, &fewer_ca)));
+    assert!(!gets_metadata(tls_client(ssl, &pki)));
+    b.shutdown().unwrap();
+}

@@ -215,6 +215,70 @@ pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, TlsErr
     Ok(Arc::new(config))
 }
 
+/// Who a keystore's own certificate says the broker is. Kafka refuses a reloaded keystore whose
+/// certificate names another subject or other subject alternative names than the one in use,
+/// unless the listener allows it (`ssl.allow.dn.changes`, `ssl.allow.san.changes`, KIP-978): a
+/// client that pinned the old identity would stop connecting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertIdentity {
+    /// The subject in RFC 2253 form (`CN=broker,O=acme`).
+    pub subject: String,
+    /// The subject alternative names (`DNS:localhost`, `IP:127.0.0.1`, …), sorted: Kafka
+    /// compares them as a set.
+    pub subject_alt_names: Vec<String>,
+}
+
+/// The identity of the certificate a listener with `settings` would serve (reads the keystore).
+pub fn keystore_identity(settings: &TlsSettings) -> Result<CertIdentity, TlsError> {
+    use x509_parser::extensions::GeneralName;
+    let (chain, _, setting) = load_keystore(settings)?;
+    let Some(leaf) = chain.first() else {
+        return Err(TlsError::config(setting, "holds no certificate"));
+    };
+    let unreadable = |error: String| {
+        TlsError::config(
+            setting.clone(),
+            format!("holds a certificate that cannot be read: {error}"),
+        )
+    };
+    let subject = subject_dn_rfc2253(leaf.as_ref()).map_err(|e| unreadable(e.to_string()))?;
+    let (_, certificate) =
+        X509Certificate::from_der(leaf.as_ref()).map_err(|e| unreadable(e.to_string()))?;
+    let mut subject_alt_names: Vec<String> = match certificate.subject_alternative_name() {
+        Ok(Some(extension)) => extension
+            .value
+            .general_names
+            .iter()
+            .map(|name| match name {
+                GeneralName::DNSName(dns) => format!("DNS:{dns}"),
+                GeneralName::IPAddress(bytes) => match bytes.len() {
+                    4 => format!(
+                        "IP:{}",
+                        std::net::Ipv4Addr::from([bytes[0], bytes[1], bytes[2], bytes[3]])
+                    ),
+                    16 => {
+                        let mut octets = [0u8; 16];
+                        octets.copy_from_slice(bytes);
+                        format!("IP:{}", std::net::Ipv6Addr::from(octets))
+                    }
+                    _ => format!("IP:{bytes:02x?}"),
+                },
+                GeneralName::RFC822Name(mail) => format!("email:{mail}"),
+                GeneralName::URI(uri) => format!("URI:{uri}"),
+                other => format!("{other:?}"),
+            })
+            .collect(),
+        Ok(None) => Vec::new(),
+        Err(error) => return Err(unreadable(error.to_string())),
+    };
+    subject_alt_names.sort();
+    subject_alt_names.dedup();
+    Ok(CertIdentity {
+        subject,
+        subject_alt_names,
+    })
+}
+
 fn keystore_rejected(setting: &str, error: rustls::Error) -> TlsError {
     let problem = match error {
         rustls::Error::InconsistentKeys(_) => "holds a private key that does not belong to the \
@@ -803,5 +867,36 @@ mod tests {
             error.as_deref(),
             Some("ssl.client.auth=sometimes is not one of required, requested, none")
         );
+    }
+
+    #[test]
+    fn keystore_identity_names_the_subject_and_sorted_alt_names() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                .unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "broker");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "acme");
+        let cert = params.self_signed(&key).unwrap();
+        let settings = TlsSettings {
+            keystore_certificate_chain: Some(cert.pem()),
+            keystore_key: Some(key.serialize_pem()),
+            ..TlsSettings::default()
+        };
+        let identity = keystore_identity(&settings).unwrap();
+        assert_eq!(identity.subject, "O=acme,CN=broker");
+        assert_eq!(
+            identity.subject_alt_names,
+            ["DNS:localhost", "IP:127.0.0.1"]
+        );
+        let missing = keystore_identity(&TlsSettings::default()).unwrap_err();
+        assert!(missing
+            .to_string()
+            .starts_with("ssl.keystore.location is not set"));
     }
 }

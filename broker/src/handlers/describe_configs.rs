@@ -26,7 +26,7 @@ const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
 
 struct Entry {
-    name: &'static str,
+    name: std::borrow::Cow<'static, str>,
     value: String,
     source: i8,
     read_only: bool,
@@ -77,7 +77,7 @@ pub fn handle(
                         .iter()
                         .map(|k| match t.configs.get(k.name) {
                             Some(val) => Entry {
-                                name: k.name,
+                                name: k.name.into(),
                                 value: val.clone(),
                                 source: SOURCE_DYNAMIC_TOPIC,
                                 read_only: false,
@@ -85,7 +85,7 @@ pub fn handle(
                                 doc: k.doc,
                             },
                             None => Entry {
-                                name: k.name,
+                                name: k.name.into(),
                                 value: topic_default(&effective, k.name),
                                 source: k
                                     .broker_key
@@ -119,20 +119,20 @@ pub fn handle(
                         .filter(|e| {
                             res.configuration_keys
                                 .as_ref()
-                                .is_none_or(|keys| keys.iter().any(|k| k == e.name))
+                                .is_none_or(|keys| keys.iter().any(|k| *k == e.name))
                         })
                         .map(|e| {
                             // An unset key with no default (log.retention.ms) is null, as in Kafka.
                             let value = (!e.value.is_empty()).then(|| str_bytes(&e.value));
                             let mut c = DescribeConfigsResourceResult::default()
-                                .with_name(str_bytes(e.name))
+                                .with_name(str_bytes(&e.name))
                                 .with_value(value.clone())
                                 .with_read_only(e.read_only)
                                 .with_config_source(e.source)
                                 .with_is_sensitive(false);
                             if req.include_synonyms {
                                 c = c.with_synonyms(vec![DescribeConfigsSynonym::default()
-                                    .with_name(str_bytes(e.name))
+                                    .with_name(str_bytes(&e.name))
                                     .with_value(value.clone())
                                     .with_source(e.source)]);
                             }
@@ -204,7 +204,7 @@ fn broker_entries(
                 (value, source)
             };
             Some(Entry {
-                name: k.name,
+                name: k.name.into(),
                 value,
                 source,
                 read_only: !is_dynamic(k.name),
@@ -212,5 +212,35 @@ fn broker_entries(
                 doc: k.doc,
             })
         })
+        .chain(listener_entries(own, &dynamic.cluster))
         .collect()
+}
+
+/// The per-listener keys (`listener.name.NAME.ssl.…`) set dynamically, as Kafka lists them
+/// beside the broker keys.
+fn listener_entries<'a>(
+    own: Option<&'a std::collections::BTreeMap<String, String>>,
+    cluster: &'a std::collections::BTreeMap<String, String>,
+) -> impl Iterator<Item = Entry> + 'a {
+    let layers = own
+        .into_iter()
+        .map(|o| (o, SOURCE_DYNAMIC_BROKER))
+        .chain(std::iter::once((cluster, SOURCE_DYNAMIC_DEFAULT_BROKER)));
+    layers.flat_map(|(layer, source)| {
+        layer
+            .iter()
+            .filter(|(k, _)| k.starts_with("listener.name."))
+            .filter_map(move |(k, v)| {
+                let (ssl, _) = crate::config::ssl_key(k)?;
+                let key = BROKER_KEYS.iter().find(|b| b.name == ssl)?;
+                Some(Entry {
+                    name: k.clone().into(),
+                    value: v.clone(),
+                    source,
+                    read_only: false,
+                    kind: key.kind,
+                    doc: key.doc,
+                })
+            })
+    })
 }
