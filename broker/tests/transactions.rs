@@ -811,3 +811,58 @@ fn a_read_committed_fetch_waits_for_the_last_stable_offset() {
     assert!(part.last_stable_offset > 0);
     b.shutdown().unwrap();
 }
+
+/// WriteTxnMarkers is what coordinators send partition leaders; a client can send it too. Its
+/// bad inputs get Kafka's codes and disturb nothing: no producer id, a producer epoch older
+/// than the partition knows, a coordinator epoch older than the last marker's.
+#[test]
+fn bad_write_txn_markers_get_kafkas_codes() {
+    use kafka_protocol::messages::write_txn_markers_request::{
+        WritableTxnMarker, WritableTxnMarkerTopic,
+    };
+    use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+    const INVALID_REQUEST: i16 = 42;
+    const INVALID_PRODUCER_EPOCH: i16 = 47;
+    const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path());
+    rd_create_topics(
+        b.addr,
+        &[NewTopic::new("markers", 1, TopicReplication::Fixed(1))],
+    );
+    let mut raw = RawConn::connect(b.addr);
+    let mut marker = |pid: i64, epoch: i16, coordinator_epoch: i32| -> i16 {
+        let r: WriteTxnMarkersResponse = raw.request(
+            ApiKey::WriteTxnMarkers,
+            1,
+            &WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch)
+                .with_transaction_result(false)
+                .with_coordinator_epoch(coordinator_epoch)
+                .with_topics(vec![WritableTxnMarkerTopic::default()
+                    .with_name(TopicName(StrBytes::from_static_str("markers")))
+                    .with_partition_indexes(vec![0])])]),
+        );
+        r.markers[0].topics[0].partitions[0].error_code
+    };
+    assert_eq!(
+        marker(-1, 0, 0),
+        INVALID_REQUEST,
+        "a marker names a producer"
+    );
+    assert_eq!(marker(7, 3, 5), 0);
+    assert_eq!(marker(7, 2, 5), INVALID_PRODUCER_EPOCH);
+    assert_eq!(marker(7, 3, 4), TRANSACTION_COORDINATOR_FENCED);
+    assert_eq!(marker(7, 4, 5), 0, "a newer epoch is taken");
+    // The partition still takes and serves records.
+    let p = txn_producer(b.addr, "after-markers", &[]);
+    p.begin_transaction().unwrap();
+    send(&p, "markers", 0, values("after", 3));
+    p.commit_transaction(T).unwrap();
+    assert_eq!(
+        read_all(b.addr, "markers", 1, "read_committed"),
+        values("after", 3)
+    );
+    b.shutdown().unwrap();
+}

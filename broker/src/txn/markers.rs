@@ -188,6 +188,10 @@ const MARKER_RESPONSE_BYTES_MAX: usize = 1 << 20;
 /// (NOT_LEADER_OR_FOLLOWER otherwise; none is needed for a partition that no longer exists):
 /// a coordinator's own partitions, and WriteTxnMarkers from another broker's coordinator.
 pub async fn write_here(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
+    // A marker closes a producer's transaction: without a producer there is none to close.
+    if marker.producer_id < 0 {
+        return ErrorCode::INVALID_REQUEST;
+    }
     let catalog = shard.catalog();
     let Some(placed) = catalog.partition(&marker.topic, marker.partition) else {
         return ErrorCode::NONE;
@@ -225,9 +229,14 @@ pub async fn write_local(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
         .await;
     let end = match appended {
         Ok(out) => out.last_offset + 1,
+        // A fenced producer or coordinator epoch is the sender's to hear about, not a storage
+        // failure.
+        Err(e @ tributary_storage::PartitionError::Sequence(_)) => {
+            return crate::shard::partition_error_code(&e);
+        }
         Err(e) => {
             warn!(topic = %marker.topic, partition = marker.partition, error = %e, "appending a transaction marker failed");
-            return ErrorCode::KAFKA_STORAGE_ERROR;
+            return crate::shard::partition_error_code(&e);
         }
     };
     if let Err(e) = part.sync_to(end).await {
