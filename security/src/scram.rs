@@ -1,7 +1,8 @@
 //! SASL SCRAM-SHA-256 and SCRAM-SHA-512, the server side as Kafka speaks it (RFC 5802 and
 //! RFC 7677): the two mechanisms and their Kafka type ids, the salted credential a broker stores
 //! (and the `SCRAM-SHA-256=[name=...,password=...]` text form `kafka-storage --add-scram` takes),
-//! and the server's state machine over the three client messages.
+//! and the server's state machine over the three client messages — plus the client's side
+//! ([`ScramClient`]), for tools that authenticate to a broker.
 //!
 //! Pure logic: it never touches a socket, a clock or the credential store. The caller hands the
 //! server a lookup and the client's bytes, and sends back what `step` returns. It must not reveal
@@ -903,6 +904,314 @@ fn parse_client_final(
     })
 }
 
+/// Why the client side of a SCRAM exchange stopped. Like [`ScramError`], no variant holds the
+/// password, the salted password, a key or a proof, so each is fit for a log line or a user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScramClientError {
+    /// The user name is empty (SCRAM has no anonymous form).
+    #[error("{mechanism} needs a user name; it is empty")]
+    EmptyUser { mechanism: ScramMechanism },
+    /// The server's message breaks the SCRAM grammar or contradicts the exchange so far.
+    #[error("invalid {mechanism} {message} from the server: {reason}")]
+    Malformed {
+        mechanism: ScramMechanism,
+        /// "server-first message" or "server-final message".
+        message: &'static str,
+        reason: &'static str,
+    },
+    /// The server asked for an iteration count outside Kafka's bounds: too few would weaken
+    /// the proof the client sends, too many would keep the client hashing for minutes.
+    #[error("the server asked for {iterations} {mechanism} iterations; Kafka's bounds are {min} to {max}")]
+    Iterations {
+        mechanism: ScramMechanism,
+        iterations: u32,
+        min: u32,
+        max: u32,
+    },
+    /// The server ended the exchange with an `e=` error in its final message.
+    #[error("the server refused the {mechanism} proof: {error}")]
+    ServerError {
+        mechanism: ScramMechanism,
+        error: String,
+    },
+    /// The server's signature is not the one a holder of this password's credential makes: the
+    /// peer does not know the credential, so it is not the server it claims to be.
+    #[error("the server's {mechanism} signature does not verify: it does not hold this user's credential")]
+    ServerSignature { mechanism: ScramMechanism },
+    /// A method was called out of order (each runs once: first, final, verify).
+    #[error("{mechanism} client asked to {step} in state {state}")]
+    IllegalState {
+        mechanism: ScramMechanism,
+        step: &'static str,
+        state: &'static str,
+    },
+    /// The operating system's random source failed.
+    #[error("could not generate a random {mechanism} client nonce")]
+    Random { mechanism: ScramMechanism },
+}
+
+/// The client side of one SCRAM exchange, as Kafka's clients speak it: no channel binding
+/// (`n,,`), no authorization id, the password's UTF-8 bytes without SASLprep.
+///
+/// ```text
+/// client_first()              -> n,,n=user,r=<client nonce>
+/// client_final(server-first)  -> c=biws,r=<nonces>,p=<proof>
+/// verify_server_final(v=...)  -> Ok once the server proved it holds the credential
+/// ```
+///
+/// The exchange is not complete until [`ScramClient::verify_server_final`] returns `Ok`: a peer
+/// that accepts the proof but cannot sign the exchange is an impostor.
+pub struct ScramClient {
+    mechanism: ScramMechanism,
+    /// The user name with `=` and `,` escaped as a saslname.
+    saslname: String,
+    password: Vec<u8>,
+    nonce: String,
+    state: ClientState,
+}
+
+enum ClientState {
+    Start,
+    /// The client-first message without its gs2 header, for the auth message.
+    SentFirst {
+        client_first_bare: String,
+    },
+    SentFinal {
+        server_signature: Vec<u8>,
+    },
+    Complete,
+    Failed,
+}
+
+impl ClientState {
+    fn name(&self) -> &'static str {
+        match self {
+            ClientState::Start => "START",
+            ClientState::SentFirst { .. } => "SENT_CLIENT_FIRST",
+            ClientState::SentFinal { .. } => "SENT_CLIENT_FINAL",
+            ClientState::Complete => "COMPLETE",
+            ClientState::Failed => "FAILED",
+        }
+    }
+}
+
+/// The only gs2 header a Kafka client sends: no channel binding, no authorization id.
+const CLIENT_GS2_HEADER: &str = "n,,";
+const SERVER_FIRST: &str = "server-first message";
+const SERVER_FINAL: &str = "server-final message";
+
+impl ScramClient {
+    /// A client for `user` and `password` with a fresh random nonce of [`SERVER_NONCE_BYTES`]
+    /// (the same length a server uses).
+    pub fn new(
+        mechanism: ScramMechanism,
+        user: &str,
+        password: &str,
+    ) -> Result<ScramClient, ScramClientError> {
+        let bytes = random_bytes(SERVER_NONCE_BYTES, "nonce")
+            .map_err(|_| ScramClientError::Random { mechanism })?;
+        Self::with_nonce(mechanism, user, password, URL_SAFE_NO_PAD.encode(bytes))
+    }
+
+    /// As [`ScramClient::new`] with this client nonce. For tests and known-answer vectors only:
+    /// a fixed nonce lets a recorded exchange be replayed.
+    ///
+    /// # Panics
+    /// If the nonce is empty or holds a character SCRAM does not allow in a nonce; this is a
+    /// programming error.
+    pub fn with_nonce(
+        mechanism: ScramMechanism,
+        user: &str,
+        password: &str,
+        nonce: impl Into<String>,
+    ) -> Result<ScramClient, ScramClientError> {
+        let nonce = nonce.into();
+        assert!(
+            !nonce.is_empty() && nonce.bytes().all(is_nonce_byte),
+            "a SCRAM nonce is printable, not empty, and has no comma"
+        );
+        if user.is_empty() {
+            return Err(ScramClientError::EmptyUser { mechanism });
+        }
+        Ok(ScramClient {
+            mechanism,
+            saslname: user.replace('=', "=3D").replace(',', "=2C"),
+            password: password.as_bytes().to_vec(),
+            nonce,
+            state: ClientState::Start,
+        })
+    }
+
+    /// The mechanism this client speaks.
+    pub fn mechanism(&self) -> ScramMechanism {
+        self.mechanism
+    }
+
+    /// True once the server's signature verified.
+    pub fn is_complete(&self) -> bool {
+        matches!(self.state, ClientState::Complete)
+    }
+
+    fn illegal(&self, step: &'static str) -> ScramClientError {
+        ScramClientError::IllegalState {
+            mechanism: self.mechanism,
+            step,
+            state: self.state.name(),
+        }
+    }
+
+    /// The client-first message, sent in the first SaslAuthenticate request.
+    pub fn client_first(&mut self) -> Result<Vec<u8>, ScramClientError> {
+        if !matches!(self.state, ClientState::Start) {
+            return Err(self.illegal("send the client-first message"));
+        }
+        let client_first_bare = format!("n={},r={}", self.saslname, self.nonce);
+        let message = format!("{CLIENT_GS2_HEADER}{client_first_bare}").into_bytes();
+        self.state = ClientState::SentFirst { client_first_bare };
+        Ok(message)
+    }
+
+    /// Takes the server-first message and returns the client-final message with the proof.
+    /// Any error ends the exchange.
+    pub fn client_final(&mut self, server_first: &[u8]) -> Result<Vec<u8>, ScramClientError> {
+        let state = std::mem::replace(&mut self.state, ClientState::Failed);
+        let ClientState::SentFirst { client_first_bare } = state else {
+            self.state = state;
+            return Err(self.illegal("answer the server-first message"));
+        };
+        let mechanism = self.mechanism;
+        let malformed = |reason| ScramClientError::Malformed {
+            mechanism,
+            message: SERVER_FIRST,
+            reason,
+        };
+        let text = server_text(mechanism, server_first, SERVER_FIRST)?;
+        let mut fields = text.split(',');
+        let first_field = fields.next().unwrap_or_default();
+        if first_field.starts_with("m=") {
+            return Err(malformed(
+                "it demands an extension (m=) Kafka does not define",
+            ));
+        }
+        let Some(nonce) = first_field.strip_prefix("r=") else {
+            return Err(malformed("no nonce (r=) first"));
+        };
+        if nonce.len() <= self.nonce.len()
+            || !nonce.starts_with(&self.nonce)
+            || !nonce.bytes().all(is_nonce_byte)
+        {
+            return Err(malformed(
+                "the nonce (r=) does not extend the client's nonce with printable characters",
+            ));
+        }
+        let Some(salt) = fields.next().and_then(|f| f.strip_prefix("s=")) else {
+            return Err(malformed("no salt (s=) after the nonce"));
+        };
+        let salt = STANDARD
+            .decode(salt)
+            .map_err(|_| malformed("the salt (s=) is not valid base64"))?;
+        if salt.is_empty() {
+            return Err(malformed("the salt (s=) is empty"));
+        }
+        let Some(iterations) = fields.next().and_then(|f| f.strip_prefix("i=")) else {
+            return Err(malformed("no iteration count (i=) after the salt"));
+        };
+        let iterations: u32 = iterations
+            .parse()
+            .map_err(|_| malformed("the iteration count (i=) is not a positive integer"))?;
+        let (min, max) = (mechanism.min_iterations(), mechanism.max_iterations());
+        if !(min..=max).contains(&iterations) {
+            return Err(ScramClientError::Iterations {
+                mechanism,
+                iterations,
+                min,
+                max,
+            });
+        }
+        // Later attributes are extensions RFC 5802 tells a client to ignore.
+        let without_proof = format!("c={},r={nonce}", STANDARD.encode(CLIENT_GS2_HEADER));
+        let auth_message = format!("{client_first_bare},{text},{without_proof}");
+        let salted = mechanism.salted_password(&self.password, &salt, iterations);
+        let client_key = mechanism.hmac(&salted, b"Client Key");
+        let stored_key = mechanism.hash(&client_key);
+        let client_signature = mechanism.hmac(&stored_key, auth_message.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&client_signature)
+            .map(|(k, s)| k ^ s)
+            .collect();
+        let server_key = mechanism.hmac(&salted, b"Server Key");
+        self.state = ClientState::SentFinal {
+            server_signature: mechanism.hmac(&server_key, auth_message.as_bytes()),
+        };
+        Ok(format!("{without_proof},p={}", STANDARD.encode(proof)).into_bytes())
+    }
+
+    /// Checks the server-final message: `v=` must carry the signature only a holder of the
+    /// user's credential can make; `e=` is the server's refusal.
+    pub fn verify_server_final(&mut self, server_final: &[u8]) -> Result<(), ScramClientError> {
+        let state = std::mem::replace(&mut self.state, ClientState::Failed);
+        let ClientState::SentFinal { server_signature } = state else {
+            self.state = state;
+            return Err(self.illegal("verify the server-final message"));
+        };
+        let mechanism = self.mechanism;
+        let malformed = |reason| ScramClientError::Malformed {
+            mechanism,
+            message: SERVER_FINAL,
+            reason,
+        };
+        let text = server_text(mechanism, server_final, SERVER_FINAL)?;
+        let first_field = text.split(',').next().unwrap_or_default();
+        if let Some(error) = first_field.strip_prefix("e=") {
+            return Err(ScramClientError::ServerError {
+                mechanism,
+                error: error.to_string(),
+            });
+        }
+        let Some(signature) = first_field.strip_prefix("v=") else {
+            return Err(malformed("neither a verifier (v=) nor an error (e=)"));
+        };
+        let signature = STANDARD
+            .decode(signature)
+            .map_err(|_| malformed("the verifier (v=) is not valid base64"))?;
+        let matches: bool = signature.ct_eq(&server_signature).into();
+        if !matches {
+            return Err(ScramClientError::ServerSignature { mechanism });
+        }
+        self.state = ClientState::Complete;
+        Ok(())
+    }
+}
+
+impl fmt::Debug for ScramClient {
+    // The password stays out of logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScramClient")
+            .field("mechanism", &self.mechanism)
+            .field("saslname", &self.saslname)
+            .field("state", &self.state.name())
+            .finish()
+    }
+}
+
+/// A server message as text, after the size and UTF-8 checks.
+fn server_text<'a>(
+    mechanism: ScramMechanism,
+    msg: &'a [u8],
+    message: &'static str,
+) -> Result<&'a str, ScramClientError> {
+    let malformed = |reason| ScramClientError::Malformed {
+        mechanism,
+        message,
+        reason,
+    };
+    if msg.len() > SCRAM_MESSAGE_BYTES_MAX {
+        return Err(malformed("it is over the SCRAM message size limit"));
+    }
+    std::str::from_utf8(msg).map_err(|_| malformed("not UTF-8"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1486,5 +1795,126 @@ mod tests {
             let mut server = cheap_server(ScramMechanism::Sha256);
             let _ = server.step(msg.as_bytes());
         }
+    }
+}
+
+/// [`ScramClient`] against [`ScramServer`]: the two halves written apart must agree.
+#[cfg(test)]
+mod client_tests {
+    use super::*;
+
+    fn server(
+        mechanism: ScramMechanism,
+        user: &str,
+        password: &str,
+    ) -> ScramServer<BoxedScramLookup> {
+        let credential = ScramCredential::generate(mechanism, password.as_bytes(), 4096).unwrap();
+        let user = user.to_string();
+        let lookup: BoxedScramLookup =
+            Box::new(move |name: &str| (name == user).then_some(credential));
+        ScramServer::new(mechanism, lookup)
+    }
+
+    /// Runs one exchange; the server's error if it refused the client, else the client's
+    /// verdict on the server-final message.
+    fn run(
+        client: &mut ScramClient,
+        server: &mut ScramServer<BoxedScramLookup>,
+    ) -> Result<Result<(), ScramClientError>, ScramError> {
+        let server_first = server.step(&client.client_first().unwrap())?;
+        let client_final = client.client_final(&server_first).unwrap();
+        let server_final = server.step(&client_final)?;
+        Ok(client.verify_server_final(&server_final))
+    }
+
+    #[test]
+    fn client_and_server_agree_for_both_mechanisms() {
+        for m in ScramMechanism::ALL {
+            // A name with the two characters a saslname escapes.
+            let mut server = server(m, "al,i=ce", "alice-secret");
+            let mut client = ScramClient::new(m, "al,i=ce", "alice-secret").unwrap();
+            run(&mut client, &mut server).unwrap().unwrap();
+            assert!(client.is_complete(), "{m}");
+            assert!(server.is_complete(), "{m}");
+            assert_eq!(server.authenticated_user(), Some("al,i=ce"), "{m}");
+            // Each step runs once.
+            let again = client.client_first().unwrap_err();
+            assert!(
+                matches!(again, ScramClientError::IllegalState { .. }),
+                "{again}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_wrong_password_is_refused_by_the_server() {
+        for m in ScramMechanism::ALL {
+            let mut server = server(m, "alice", "alice-secret");
+            let mut client = ScramClient::new(m, "alice", "hunter2").unwrap();
+            let err = run(&mut client, &mut server).unwrap_err();
+            assert_eq!(err, ScramError::InvalidCredentials { mechanism: m });
+            assert!(!client.is_complete());
+            assert!(!format!("{client:?}").contains("hunter2"));
+        }
+    }
+
+    #[test]
+    fn a_server_without_the_credential_fails_the_signature_check() {
+        let m = ScramMechanism::Sha512;
+        let mut server = server(m, "alice", "alice-secret");
+        let mut client = ScramClient::new(m, "alice", "alice-secret").unwrap();
+        let server_first = server.step(&client.client_first().unwrap()).unwrap();
+        let client_final = client.client_final(&server_first).unwrap();
+        server.step(&client_final).unwrap();
+        // An impostor that accepts any proof signs with a key it made up.
+        let forged = format!("v={}", STANDARD.encode(vec![0u8; m.hash_len()]));
+        assert_eq!(
+            client.verify_server_final(forged.as_bytes()).unwrap_err(),
+            ScramClientError::ServerSignature { mechanism: m }
+        );
+        assert!(!client.is_complete());
+    }
+
+    #[test]
+    fn bad_server_messages_are_named() {
+        let m = ScramMechanism::Sha256;
+        let first = |server_first: &str| {
+            let mut client = ScramClient::with_nonce(m, "alice", "pw", "cnonce").unwrap();
+            client.client_first().unwrap();
+            client.client_final(server_first.as_bytes())
+        };
+        let salt = STANDARD.encode(b"salt");
+        assert!(first(&format!("r=cnoncesnonce,s={salt},i=4096")).is_ok());
+        for (msg, want) in [
+            (format!("r=othersnonce,s={salt},i=4096"), "client's nonce"),
+            (format!("r=cnonce,s={salt},i=4096"), "client's nonce"),
+            (format!("m=x,r=cnoncesnonce,s={salt},i=4096"), "extension"),
+            ("r=cnoncesnonce,s=!!,i=4096".to_string(), "base64"),
+            ("r=cnoncesnonce,s=,i=4096".to_string(), "empty"),
+            (format!("r=cnoncesnonce,s={salt}"), "iteration"),
+            (format!("r=cnoncesnonce,s={salt},i=many"), "iteration"),
+            (format!("r=cnoncesnonce,s={salt},i=1000"), "bounds"),
+            (format!("r=cnoncesnonce,s={salt},i=100000000"), "bounds"),
+            ("e=other-error".to_string(), "nonce"),
+        ] {
+            let err = first(&msg).unwrap_err().to_string();
+            assert!(err.contains(want), "{msg}: {err}");
+        }
+        let mut client = ScramClient::with_nonce(m, "alice", "pw", "cnonce").unwrap();
+        client.client_first().unwrap();
+        client
+            .client_final(format!("r=cnoncesnonce,s={salt},i=4096").as_bytes())
+            .unwrap();
+        assert_eq!(
+            client.verify_server_final(b"e=invalid-proof").unwrap_err(),
+            ScramClientError::ServerError {
+                mechanism: m,
+                error: "invalid-proof".into()
+            }
+        );
+        assert_eq!(
+            ScramClient::new(m, "", "pw").unwrap_err(),
+            ScramClientError::EmptyUser { mechanism: m }
+        );
     }
 }

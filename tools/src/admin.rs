@@ -1,8 +1,6 @@
 //! `trib topics ...` and `trib cluster info`.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
@@ -275,38 +273,17 @@ pub fn cluster(cli: &Cli, cmd: &ClusterCommand) -> Result<()> {
     Ok(())
 }
 
-/// One request/response exchange on a fresh connection; returns the response after its length.
+/// One request/response exchange with the bootstrap broker; returns the response after its
+/// length.
 pub(crate) fn exchange(cli: &Cli, request: &[u8]) -> Result<Vec<u8>> {
     let first = cli.bootstrap.split(',').next().unwrap_or_default();
     exchange_at(cli, first, request)
 }
 
-/// As [`exchange`], with the broker at `host_port`.
+/// As [`exchange`], with the broker at `host_port`, over the listener's security protocol
+/// (`--command-config`).
 pub(crate) fn exchange_at(cli: &Cli, host_port: &str, request: &[u8]) -> Result<Vec<u8>> {
-    if !crate::security::is_plaintext(&cli.security) {
-        return Err(anyhow!(
-            "this command sends raw Kafka requests, which trib speaks to PLAINTEXT listeners only; point --bootstrap at a PLAINTEXT listener and leave out --command-config"
-        ));
-    }
-    let addr = host_port
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| anyhow!("{host_port} is not a HOST:PORT address"))?;
-    let mut s = TcpStream::connect_timeout(&addr, cli.timeout())
-        .with_context(|| format!("cannot reach the broker at {addr}"))?;
-    s.set_read_timeout(Some(cli.timeout()))?;
-    s.write_all(&(request.len() as i32).to_be_bytes())?;
-    s.write_all(request)?;
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)?;
-    let len = usize::try_from(i32::from_be_bytes(len)).context("negative response length")?;
-    if len > 1 << 20 {
-        bail!("response of {len} bytes is implausibly large");
-    }
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body)?;
-    Ok(body)
+    crate::raw::exchange_at(cli, host_port, request)
 }
 
 /// The cluster id and controller from DescribeCluster v0 (a flexible request, header v2).

@@ -2,8 +2,8 @@
 //! and their reassignment, console produce and consume, consumer groups, leader elections,
 //! transactions and producers, and cluster information — built on librdkafka, with raw requests for the admin calls it lacks.
 //! `trib top`, a live view of throughput and latencies, reads the brokers' metrics endpoints instead.
-//! `--command-config` takes Kafka's client security properties (SASL, TLS) for librdkafka's
-//! commands; the raw requests speak to PLAINTEXT listeners only.
+//! `--command-config` takes Kafka's client security properties (SASL, TLS), for librdkafka's
+//! commands and the raw requests alike.
 //! Exit status 0 on success; otherwise one line on stderr naming the cause.
 
 #![forbid(unsafe_code)]
@@ -11,6 +11,7 @@
 mod admin;
 mod groups;
 mod io;
+mod raw;
 mod reassign;
 mod security;
 mod top;

@@ -228,6 +228,9 @@ pub(crate) fn error_name(code: i16) -> String {
         15 => "COORDINATOR_NOT_AVAILABLE",
         16 => "NOT_COORDINATOR",
         105 => "TRANSACTIONAL_ID_NOT_FOUND",
+        33 => "UNSUPPORTED_SASL_MECHANISM",
+        34 => "ILLEGAL_SASL_STATE",
+        58 => "SASL_AUTHENTICATION_FAILED",
         -1 => "UNKNOWN_SERVER_ERROR",
         _ => return format!("error code {code}"),
     };
