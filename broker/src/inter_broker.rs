@@ -1,9 +1,13 @@
 //! Requests one broker sends another over the Kafka protocol — a follower's Fetch, a
-//! coordinator's WriteTxnMarkers — on a plain TCP connection: finding the broker's address in
+//! coordinator's WriteTxnMarkers — on a connection secured as the inter-broker listener is
+//! (plaintext, TLS, SASL, or both: [`InterBrokerSecurity`]): finding the broker's address in
 //! the image, connecting with a bound, framing a request with its header, and reading the one
 //! response that answers it, with the frame size checked before the buffer is allocated.
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -12,27 +16,79 @@ use glommio::net::TcpStream;
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
+use tributary_security::tls::{ServerName, TlsClientConfig, TlsStream};
+
 use crate::catalog::Catalog;
+use crate::config::BrokerConfig;
 
 /// A connection attempt that takes longer fails.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Where broker `id` takes requests, from the image.
-pub fn broker_addr(catalog: &Catalog, id: i32) -> Option<SocketAddr> {
-    let b = catalog.brokers.get(&id)?;
-    (b.host.as_str(), b.port).to_socket_addrs().ok()?.next()
+/// Where a broker takes requests: its address, and the host it registered (the name its
+/// certificate is verified against).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerAddr {
+    pub addr: SocketAddr,
+    pub host: String,
 }
 
-/// Connects to `addr` within [`CONNECT_TIMEOUT`], with TCP_NODELAY.
-pub async fn connect(addr: SocketAddr) -> Result<TcpStream, String> {
+impl std::fmt::Display for BrokerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.addr.fmt(f)
+    }
+}
+
+/// Where broker `id` takes requests, from the image.
+pub fn broker_addr(catalog: &Catalog, id: i32) -> Option<BrokerAddr> {
+    let b = catalog.brokers.get(&id)?;
+    let addr = (b.host.as_str(), b.port).to_socket_addrs().ok()?.next()?;
+    Some(BrokerAddr {
+        addr,
+        host: b.host.clone(),
+    })
+}
+
+/// Connects to `to` within [`CONNECT_TIMEOUT`], with TCP_NODELAY, and secures the connection
+/// as `security` says: the TLS handshake and the SASL login are bounded by the same timeout.
+pub async fn connect(
+    security: &InterBrokerSecurity,
+    to: &BrokerAddr,
+    client: &str,
+) -> Result<BrokerStream, String> {
+    let addr = to.addr;
     let stream = glommio::timer::timeout(CONNECT_TIMEOUT, async {
-        TcpStream::connect(addr)
+        let stream = TcpStream::connect(addr)
             .await
-            .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e.to_string())))
+            .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e.to_string())))?;
+        let _ = stream.set_nodelay(true);
+        let mut stream = match &security.tls {
+            None => BrokerStream::Plain(stream),
+            Some(config) => {
+                let name = ServerName::try_from(to.host.clone()).map_err(|e| {
+                    glommio::GlommioError::IoError(std::io::Error::other(format!(
+                        "{:?} is not a name to verify a certificate against: {e}",
+                        to.host
+                    )))
+                })?;
+                let tls = tributary_security::tls::connect(config.clone(), name, stream)
+                    .await
+                    .map_err(|e| {
+                        glommio::GlommioError::IoError(std::io::Error::other(format!(
+                            "{TLS_FAILED}{e}; check the inter-broker listener's ssl.truststore.location holds the CA of every broker's certificate, and that each certificate names its host"
+                        )))
+                    })?;
+                BrokerStream::Tls(Box::new(tls))
+            }
+        };
+        if let Some(login) = &security.login {
+            authenticate(&mut stream, login, client)
+                .await
+                .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e)))?;
+        }
+        Ok(stream)
     })
     .await
     .map_err(|e| e.to_string())?;
-    let _ = stream.set_nodelay(true);
     Ok(stream)
 }
 
@@ -63,7 +119,7 @@ pub fn encode<R: Encodable>(
 /// Sends `request` and reads its response: an error for a frame over `frame_max` bytes, a
 /// response to another request, or bytes left after the response.
 pub async fn exchange<S: Decodable>(
-    stream: &mut TcpStream,
+    stream: &mut (impl futures::io::AsyncRead + futures::io::AsyncWrite + Unpin),
     request: &[u8],
     key: ApiKey,
     version: i16,
@@ -100,4 +156,393 @@ pub async fn exchange<S: Decodable>(
         return Err(format!("{} bytes after the response", bytes.remaining()));
     }
     Ok(resp)
+}
+
+/// How this broker connects to the others: as its inter-broker listener (the first of
+/// `config.listeners`) secures connections — TLS verified against that listener's truststore,
+/// presenting its keystore; SASL with `sasl.mechanism.inter.broker.protocol` and the user and
+/// password of that listener's JAAS config for the mechanism, as Kafka's brokers log in.
+#[derive(Clone, Default)]
+pub struct InterBrokerSecurity {
+    tls: Option<Arc<TlsClientConfig>>,
+    login: Option<Login>,
+}
+
+#[derive(Clone)]
+struct Login {
+    mechanism: String,
+    username: String,
+    password: crate::config::Secret,
+}
+
+impl std::fmt::Debug for InterBrokerSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterBrokerSecurity")
+            .field("tls", &self.tls.is_some())
+            .field("sasl", &self.login.as_ref().map(|l| &l.mechanism))
+            .finish()
+    }
+}
+
+impl InterBrokerSecurity {
+    /// From the inter-broker listener's settings; an error names the key to set.
+    pub fn from_config(config: &BrokerConfig) -> anyhow::Result<Self> {
+        use anyhow::{anyhow, bail};
+        let Some(listener) = config.listeners.first() else {
+            return Ok(Self::default());
+        };
+        let protocol = listener.protocol;
+        let tls = match protocol.is_tls() {
+            false => None,
+            true => {
+                let settings = config.listener_tls(&listener.name)?;
+                let client =
+                    tributary_security::tls::client_config(&settings.settings).map_err(|e| {
+                        anyhow!(
+                            "inter-broker listener {}: {}",
+                            listener.name,
+                            settings.explain(&e)
+                        )
+                    })?;
+                Some(client)
+            }
+        };
+        let login = match protocol.is_sasl() {
+            false => None,
+            true => {
+                let mechanism = config
+                    .values
+                    .get("sasl.mechanism.inter.broker.protocol")
+                    .map(|(v, _)| v.trim().to_ascii_uppercase())
+                    .unwrap_or_default();
+                if !INTER_BROKER_MECHANISMS.contains(&mechanism.as_str()) {
+                    bail!(
+                        "config sasl.mechanism.inter.broker.protocol={mechanism}: the inter-broker listener {} uses {}, so brokers log in to each other with SASL; set it to one of {} (and enable it in sasl.enabled.mechanisms)",
+                        listener.name,
+                        protocol.name(),
+                        INTER_BROKER_MECHANISMS.join(", ")
+                    );
+                }
+                if !config.sasl_enabled_mechanisms.contains(&mechanism) {
+                    bail!(
+                        "config sasl.mechanism.inter.broker.protocol={mechanism} is not in sasl.enabled.mechanisms; add it there, so brokers accept the login they make"
+                    );
+                }
+                let key = format!(
+                    "listener.name.{}.{}.sasl.jaas.config",
+                    listener.name.to_ascii_lowercase(),
+                    mechanism.to_ascii_lowercase()
+                );
+                let missing = || {
+                    anyhow!(
+                        "config {key}: brokers log in to each other with {mechanism} as the user and password it names; set it, e.g. {} required username=\"broker\" password=\"...\";",
+                        if mechanism == "PLAIN" {
+                            "org.apache.kafka.common.security.plain.PlainLoginModule"
+                        } else {
+                            "org.apache.kafka.common.security.scram.ScramLoginModule"
+                        }
+                    )
+                };
+                let text = config.listener_props.get(&key).ok_or_else(missing)?;
+                let jaas = tributary_security::jaas::JaasConfig::parse(text)
+                    .map_err(|e| anyhow!("config {key}: {e}"))?;
+                let (Some(username), Some(password)) = (jaas.username(), jaas.password()) else {
+                    return Err(missing());
+                };
+                Some(Login {
+                    mechanism,
+                    username: username.to_string(),
+                    password: crate::config::Secret(password.to_string()),
+                })
+            }
+        };
+        Ok(Self { tls, login })
+    }
+}
+
+/// Whether a [`connect`] error is a failed TLS handshake or SASL login (a configuration to fix)
+/// rather than a broker that cannot be reached.
+pub fn is_security_failure(error: &str) -> bool {
+    error.contains(TLS_FAILED) || error.contains(SASL_FAILED)
+}
+
+const TLS_FAILED: &str = "TLS with the broker failed: ";
+const SASL_FAILED: &str = " login as ";
+
+/// The SASL mechanisms a broker logs in to other brokers with.
+pub const INTER_BROKER_MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+
+/// A connection to another broker: plain TCP, or TLS over it.
+pub enum BrokerStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl futures::io::AsyncRead for BrokerStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            BrokerStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            BrokerStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl futures::io::AsyncWrite for BrokerStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            BrokerStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            BrokerStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            BrokerStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            BrokerStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            BrokerStream::Plain(s) => Pin::new(s).poll_close(cx),
+            BrokerStream::Tls(s) => Pin::new(s.as_mut()).poll_close(cx),
+        }
+    }
+}
+
+/// The SASL handshake frames are small; a bigger answer is not a broker's.
+const SASL_RESPONSE_BYTES_MAX: usize = 64 * 1024;
+
+/// Logs in to the broker at the other end of `stream` as `login` says: SaslHandshake v1, then
+/// SaslAuthenticate v2 until the mechanism is done. The error names the mechanism and user,
+/// never the password.
+async fn authenticate(
+    stream: &mut BrokerStream,
+    login: &Login,
+    client: &str,
+) -> Result<(), String> {
+    use kafka_protocol::messages::{
+        SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+        SaslHandshakeResponse,
+    };
+    let failed = |what: String| {
+        format!(
+            "SASL {} login as {:?} failed: {what}; check sasl.mechanism.inter.broker.protocol and the inter-broker listener's JAAS user and password (and that the user exists on every broker)",
+            login.mechanism, login.username
+        )
+    };
+    let handshake = encode(
+        ApiKey::SaslHandshake,
+        1,
+        0,
+        client,
+        &SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_string(login.mechanism.clone())),
+    );
+    let shook: SaslHandshakeResponse = exchange(
+        stream,
+        &handshake,
+        ApiKey::SaslHandshake,
+        1,
+        0,
+        SASL_RESPONSE_BYTES_MAX,
+    )
+    .await?;
+    if shook.error_code != 0 {
+        return Err(failed(format!(
+            "the broker refused the mechanism (error {}; it offers {:?})",
+            shook.error_code,
+            shook
+                .mechanisms
+                .iter()
+                .map(|m| m.to_string())
+                .collect::<Vec<_>>()
+        )));
+    }
+    let mut client_login = ClientLogin::new(login).map_err(failed)?;
+    let mut token = client_login.first().map_err(failed)?;
+    for correlation in 1.. {
+        let frame = encode(
+            ApiKey::SaslAuthenticate,
+            2,
+            correlation,
+            client,
+            &SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token)),
+        );
+        let answer: SaslAuthenticateResponse = exchange(
+            stream,
+            &frame,
+            ApiKey::SaslAuthenticate,
+            2,
+            correlation,
+            SASL_RESPONSE_BYTES_MAX,
+        )
+        .await?;
+        if answer.error_code != 0 {
+            return Err(failed(format!(
+                "error {}: {}",
+                answer.error_code,
+                answer.error_message.as_deref().unwrap_or("")
+            )));
+        }
+        match client_login.next(&answer.auth_bytes).map_err(failed)? {
+            Some(next) => token = next,
+            None => return Ok(()),
+        }
+        if correlation > 4 {
+            return Err(failed("the exchange did not end".to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// The client side of one SASL login.
+enum ClientLogin {
+    /// PLAIN: one message, `\0user\0password`.
+    Plain(Vec<u8>),
+    Scram(Box<tributary_security::scram::ScramClient>),
+}
+
+impl ClientLogin {
+    fn new(login: &Login) -> Result<Self, String> {
+        use tributary_security::scram::{ScramClient, ScramMechanism};
+        if login.mechanism == "PLAIN" {
+            let mut token = Vec::with_capacity(2 + login.username.len() + login.password.0.len());
+            token.push(0);
+            token.extend_from_slice(login.username.as_bytes());
+            token.push(0);
+            token.extend_from_slice(login.password.0.as_bytes());
+            return Ok(ClientLogin::Plain(token));
+        }
+        let mechanism = ScramMechanism::from_name(&login.mechanism)
+            .ok_or_else(|| format!("{} is not a SCRAM mechanism", login.mechanism))?;
+        ScramClient::new(mechanism, &login.username, &login.password.0)
+            .map(|c| ClientLogin::Scram(Box::new(c)))
+            .map_err(|e| e.to_string())
+    }
+
+    /// The first message.
+    fn first(&mut self) -> Result<Vec<u8>, String> {
+        match self {
+            ClientLogin::Plain(token) => Ok(std::mem::take(token)),
+            ClientLogin::Scram(c) => c.client_first().map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The message answering the server's `answer`, or `None` once logged in.
+    fn next(&mut self, answer: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        match self {
+            ClientLogin::Plain(_) => Ok(None),
+            ClientLogin::Scram(c) if c.is_complete() => Ok(None),
+            // The server's first message carries the nonce; its final one the signature.
+            ClientLogin::Scram(c) if answer.starts_with(b"r=") => {
+                c.client_final(answer).map(Some).map_err(|e| e.to_string())
+            }
+            ClientLogin::Scram(c) => c
+                .verify_server_final(answer)
+                .map(|()| None)
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ConfigInput;
+
+    fn config(props: &[(&str, &str)]) -> BrokerConfig {
+        let mut all = vec![
+            (
+                "listeners",
+                "INTERNAL://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092",
+            ),
+            (
+                "listener.security.protocol.map",
+                "INTERNAL:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            ),
+            ("inter.broker.listener.name", "INTERNAL"),
+            ("sasl.enabled.mechanisms", "SCRAM-SHA-256"),
+        ];
+        all.extend_from_slice(props);
+        BrokerConfig::build(ConfigInput {
+            data_dir: "./data".into(),
+            listen: "127.0.0.1:9092".into(),
+            advertised_listener: None,
+            cores: None,
+            cpus: None,
+            numa_node: None,
+            properties: all
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        })
+        .unwrap()
+    }
+
+    fn refused(props: &[(&str, &str)]) -> String {
+        format!(
+            "{:#}",
+            InterBrokerSecurity::from_config(&config(props)).unwrap_err()
+        )
+    }
+
+    #[test]
+    fn a_sasl_inter_broker_listener_needs_a_mechanism_and_a_login() {
+        let e = refused(&[]);
+        assert!(
+            e.contains("sasl.mechanism.inter.broker.protocol=GSSAPI"),
+            "{e}"
+        );
+        let e = refused(&[("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-512")]);
+        assert!(e.contains("not in sasl.enabled.mechanisms"), "{e}");
+        let e = refused(&[("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-256")]);
+        assert!(
+            e.contains("listener.name.internal.scram-sha-256.sasl.jaas.config")
+                && e.contains("username="),
+            "{e}"
+        );
+        let e = refused(&[
+            ("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-256"),
+            (
+                "listener.name.internal.scram-sha-256.sasl.jaas.config",
+                "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"b\";",
+            ),
+        ]);
+        assert!(e.contains("username=\"broker\""), "{e}");
+        let ok = InterBrokerSecurity::from_config(&config(&[
+            ("sasl.mechanism.inter.broker.protocol", "scram-sha-256"),
+            (
+                "listener.name.internal.scram-sha-256.sasl.jaas.config",
+                "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"b\" password=\"secret-pw\";",
+            ),
+        ]))
+        .unwrap();
+        let shown = format!("{ok:?}");
+        assert!(
+            shown.contains("SCRAM-SHA-256") && !shown.contains("secret-pw"),
+            "{shown}"
+        );
+        assert!(ok.tls.is_none());
+    }
+
+    #[test]
+    fn a_plain_login_is_one_message() {
+        let login = Login {
+            mechanism: "PLAIN".into(),
+            username: "broker".into(),
+            password: crate::config::Secret("pw".into()),
+        };
+        let mut c = ClientLogin::new(&login).unwrap();
+        assert_eq!(c.first().unwrap(), b"\0broker\0pw");
+        assert_eq!(c.next(b"").unwrap(), None);
+    }
 }

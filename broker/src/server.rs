@@ -138,6 +138,10 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     ensure_fd_limit(&config.data_dir)?;
     let tls = crate::tls_reload::build(&config)?;
     crate::tls_reload::log_served(&tls, "static configs");
+    let inter_broker = match config.cluster.roles.broker {
+        true => crate::inter_broker::InterBrokerSecurity::from_config(&config)?,
+        false => Default::default(),
+    };
     let legacy = crate::cluster::node::read_legacy(&config.data_dir, config.node_id)?;
     let mut config = config;
     // A controller-only node serves no clients: it has no client listener, and its address is
@@ -215,6 +219,7 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         let extra_addrs: Vec<(SocketAddr, ListenerSpec)> =
             extra.iter().map(|(_, a, l)| (*a, l.clone())).collect();
         let tls = tls.clone();
+        let inter_broker = inter_broker.clone();
         // Shard 0 serves the metrics endpoint.
         let metrics = config
             .metrics_listen
@@ -242,6 +247,7 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
                     addr: serves_clients.then_some(addr),
                     extra: extra_addrs,
                     tls,
+                    inter_broker,
                     connections,
                     metrics,
                 };
@@ -317,6 +323,8 @@ struct Front {
     extra: Vec<(SocketAddr, ListenerSpec)>,
     /// The TLS listeners' handshakes, by listener name.
     tls: BTreeMap<String, TlsAcceptor>,
+    /// How the shard connects to other brokers.
+    inter_broker: crate::inter_broker::InterBrokerSecurity,
     connections: Arc<ConnectionQuotas>,
     /// Shard 0's: where to serve metrics.
     metrics: Option<MetricsFront>,
@@ -364,6 +372,7 @@ async fn run_shard(
         addr,
         extra,
         tls,
+        inter_broker,
         connections,
         metrics,
     } = front;
@@ -414,6 +423,7 @@ async fn run_shard(
     }
     shard.install_tls(tls);
     shard.install_tls(dynamic_tls);
+    shard.set_inter_broker(inter_broker);
     {
         // The shard's sync rounds, timed by the storage layer, land in its metrics.
         let weak = Rc::downgrade(&shard);

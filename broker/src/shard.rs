@@ -277,6 +277,8 @@ pub struct Shard {
     /// The TLS listeners' handshakes by listener name, for the connections accepted next
     /// (`tls_reload`).
     tls: RefCell<std::collections::BTreeMap<String, crate::connection::TlsAcceptor>>,
+    /// How this broker connects to the others (set once at start-up).
+    inter_broker: RefCell<crate::inter_broker::InterBrokerSecurity>,
     /// The ACLs of the current image, indexed; `None` without an authorizer.
     authorizer: RefCell<Option<Rc<tributary_security::acl::Authorizer>>>,
     /// What each (user, client id) produced and fetched through this shard, for quotas.
@@ -356,6 +358,7 @@ impl Shard {
             config,
             broker_config,
             tls: Default::default(),
+            inter_broker: Default::default(),
             authorizer,
             quota_sensors: Default::default(),
             peers,
@@ -401,6 +404,15 @@ impl Shard {
     /// AlterConfigs is visible on every shard before that request is answered.
     pub fn broker_config(&self) -> Arc<BrokerConfig> {
         self.broker_config.borrow().clone()
+    }
+
+    /// How to connect to another broker.
+    pub fn inter_broker(&self) -> crate::inter_broker::InterBrokerSecurity {
+        self.inter_broker.borrow().clone()
+    }
+
+    pub fn set_inter_broker(&self, security: crate::inter_broker::InterBrokerSecurity) {
+        self.inter_broker.replace(security);
     }
 
     /// The handshake a new connection on TLS listener `name` gets.

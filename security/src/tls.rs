@@ -21,15 +21,18 @@ use rustls::{
     ClientConfig, ClientConnection, Connection, RootCertStore, ServerConfig, ServerConnection,
 };
 use rustls_pki_types::pem::{PemObject, SectionKind};
+pub use rustls_pki_types::ServerName;
 use rustls_pki_types::{
     CertificateDer, PrivateKeyDer, PrivatePkcs1KeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer,
-    ServerName,
 };
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 mod principal;
 
 pub use principal::{subject_dn_rfc2253, PrincipalMapper};
+/// The client side's configuration and the name a server is verified against, for callers of
+/// [`connect`] that do not depend on rustls themselves.
+pub use rustls::ClientConfig as TlsClientConfig;
 
 /// The largest PEM file (keystore or truststore) read; a CA bundle of a few hundred certificates
 /// is well under 1 MiB, so anything bigger is the wrong file.
@@ -356,14 +359,30 @@ fn client_verifier(
              certificates",
         ));
     };
+    let (roots, setting) = load_roots(path, "client certificates")?;
+    let mut builder =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
+    if settings.client_auth == ClientAuth::Requested {
+        builder = builder.allow_unauthenticated();
+    }
+    builder
+        .build()
+        .map_err(|error| TlsError::config(setting, format!("cannot verify clients: {error}")))
+}
+
+/// The CA certificates of the truststore at `path` (which sign `what`), and the setting they
+/// came from (for messages).
+fn load_roots(path: &Path, what: &str) -> Result<(RootCertStore, String), TlsError> {
     let setting = format!("ssl.truststore.location={}", path.display());
     let pem = read_pem_file(&setting, path)?;
     let contents = PemContents::parse(&setting, &pem)?;
     if contents.certificates.is_empty() {
         return Err(TlsError::config(
             setting,
-            "holds no CA certificate; put the PEM certificates (-----BEGIN CERTIFICATE-----) of \
-             the CAs that sign client certificates in it",
+            format!(
+                "holds no CA certificate; put the PEM certificates (-----BEGIN CERTIFICATE-----) \
+                 of the CAs that sign {what} in it"
+            ),
         ));
     }
     let mut roots = RootCertStore::empty();
@@ -378,14 +397,33 @@ fn client_verifier(
             )
         })?;
     }
-    let mut builder =
-        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
-    if settings.client_auth == ClientAuth::Requested {
-        builder = builder.allow_unauthenticated();
-    }
-    builder
-        .build()
-        .map_err(|error| TlsError::config(setting, format!("cannot verify clients: {error}")))
+    Ok((roots, setting))
+}
+
+/// The client side of a broker's TLS connections to other brokers, from its inter-broker
+/// listener's settings: the other brokers' certificates are verified against the listener's
+/// truststore (their names included, as Kafka's default `ssl.endpoint.identification.algorithm`
+/// does), and the broker presents its own keystore, for listeners that ask for a client
+/// certificate.
+pub fn client_config(settings: &TlsSettings) -> Result<Arc<ClientConfig>, TlsError> {
+    let Some(path) = &settings.truststore_location else {
+        return Err(TlsError::config(
+            "ssl.truststore.location",
+            "is not set: a broker connecting to other brokers over TLS verifies their \
+             certificates against it; set it (for the inter-broker listener) to a PEM file of \
+             the CAs that sign the brokers' certificates",
+        ));
+    };
+    let (roots, _) = load_roots(path, "the brokers' certificates")?;
+    let (chain, key, keystore_setting) = load_keystore(settings)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| TlsError::config("ssl.protocol", format!("cannot be set up: {error}")))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|error| keystore_rejected(&keystore_setting, error))?;
+    Ok(Arc::new(config))
 }
 
 fn read_pem_file(setting: &str, path: &Path) -> Result<Vec<u8>, TlsError> {

@@ -273,17 +273,6 @@ pub fn parse(
         let l = all.remove(inter_index);
         all.insert(0, l);
     }
-    let talks_to_brokers = voters.len() > 1 || !roles.controller;
-    if let Some(l) = all
-        .first()
-        .filter(|l| talks_to_brokers && l.protocol != SecurityProtocol::Plaintext)
-    {
-        bail!(
-            "config inter.broker.listener.name: listener {} uses {}, but brokers connect to each other in plaintext for now (no SASL or TLS between brokers yet); add a PLAINTEXT listener for brokers (e.g. INTERNAL://host:port with INTERNAL:PLAINTEXT in listener.security.protocol.map) and name it in inter.broker.listener.name",
-            l.name,
-            l.protocol.name()
-        );
-    }
     let (listen, advertised) = match all.first() {
         Some(l) => (l.listen.clone(), l.advertised.clone()),
         None => (cli_listen.to_string(), cli_advertised.map(str::to_string)),
@@ -690,40 +679,6 @@ mod tests {
                     ("advertised.listeners", "SASL_PLAINTEXT://h:1"),
                 ],
                 "not a listener clients are served on",
-            ),
-            (
-                &[
-                    ("node.id", "1"),
-                    ("controller.quorum.voters", "1@127.0.0.1:3,2@127.0.0.1:4"),
-                    (
-                        "listeners",
-                        "SASL_PLAINTEXT://127.0.0.1:1,CONTROLLER://127.0.0.1:3",
-                    ),
-                ],
-                "brokers connect to each other in plaintext",
-            ),
-            (
-                &[
-                    ("node.id", "1"),
-                    ("controller.quorum.voters", "1@127.0.0.1:3,2@127.0.0.1:4"),
-                    (
-                        "listeners",
-                        "SSL://127.0.0.1:1,SASL_SSL://127.0.0.1:2,CONTROLLER://127.0.0.1:3",
-                    ),
-                ],
-                "listener SSL uses SSL, but brokers connect to each other in plaintext",
-            ),
-            (
-                &[
-                    ("node.id", "1"),
-                    ("controller.quorum.voters", "1@127.0.0.1:3,2@127.0.0.1:4"),
-                    (
-                        "listeners",
-                        "PLAINTEXT://127.0.0.1:1,SASL_SSL://127.0.0.1:2,CONTROLLER://127.0.0.1:3",
-                    ),
-                    ("inter.broker.listener.name", "SASL_SSL"),
-                ],
-                "listener SASL_SSL uses SASL_SSL, but brokers connect to each other in plaintext",
             ),
             (
                 &[("listener.security.protocol.map", "X:TLS")],

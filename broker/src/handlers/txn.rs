@@ -271,7 +271,8 @@ async fn verify_remote(
     let client = format!("tributary-partition-leader-{}", shard.config.node_id);
     let frame = crate::inter_broker::encode(ApiKey::AddPartitionsToTxn, 4, 1, &client, &req);
     let exchange = async {
-        let mut stream = crate::inter_broker::connect(addr).await?;
+        let mut stream =
+            crate::inter_broker::connect(&shard.inter_broker(), &addr, &client).await?;
         crate::inter_broker::exchange::<AddPartitionsToTxnResponse>(
             &mut stream,
             &frame,

@@ -7,12 +7,11 @@
 //!
 //! The task ends when the shard follows nothing from that leader any more.
 
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use glommio::net::TcpStream;
+
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -67,8 +66,11 @@ struct Item {
 pub async fn run(shard: Rc<Shard>, leader: i32) {
     info!(leader, shard = shard.id.0, "replica fetcher started");
     let settings = FetchSettings::from_config(&shard.config);
-    let mut conn: Option<TcpStream> = None;
+    let mut conn: Option<crate::inter_broker::BrokerStream> = None;
     let mut correlation = 0i32;
+    // The last connection error warned about: a leader that is down is the usual case (debug),
+    // but a TLS or login failure is the operator's to fix, said once until it changes.
+    let mut warned = String::new();
     loop {
         if shard.draining.get() {
             break;
@@ -82,8 +84,20 @@ pub async fn run(shard: Rc<Shard>, leader: i32) {
             continue;
         };
         if conn.is_none() {
-            match crate::inter_broker::connect(addr).await {
-                Ok(s) => conn = Some(s),
+            let client = format!("tributary-replica-{}", shard.config.node_id);
+            match crate::inter_broker::connect(&shard.inter_broker(), &addr, &client).await {
+                Ok(s) => {
+                    conn = Some(s);
+                    warned.clear();
+                }
+                Err(e) if crate::inter_broker::is_security_failure(&e) => {
+                    if e != warned {
+                        warn!(leader, %addr, error = %e, "cannot follow the leader: the secured connection failed");
+                        warned = e;
+                    }
+                    glommio::timer::sleep(BACKOFF).await;
+                    continue;
+                }
                 Err(e) => {
                     debug!(leader, %addr, error = %e, "cannot reach the leader");
                     glommio::timer::sleep(BACKOFF).await;
@@ -152,7 +166,7 @@ fn followed(shard: &Shard, leader: i32) -> Vec<Item> {
     items
 }
 
-fn leader_addr(shard: &Shard, leader: i32) -> Option<SocketAddr> {
+fn leader_addr(shard: &Shard, leader: i32) -> Option<crate::inter_broker::BrokerAddr> {
     crate::inter_broker::broker_addr(&shard.catalog(), leader)
 }
 

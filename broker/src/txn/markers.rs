@@ -139,7 +139,8 @@ async fn send_remote(
     let client = format!("tributary-txn-coordinator-{}", shard.config.node_id);
     let frame = crate::inter_broker::encode(ApiKey::WriteTxnMarkers, 1, 1, &client, &req);
     let answer = async {
-        let mut stream = crate::inter_broker::connect(addr).await?;
+        let mut stream =
+            crate::inter_broker::connect(&shard.inter_broker(), &addr, &client).await?;
         crate::inter_broker::exchange::<WriteTxnMarkersResponse>(
             &mut stream,
             &frame,

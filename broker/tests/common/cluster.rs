@@ -43,6 +43,8 @@ pub struct Node {
     pub prefix: Vec<String>,
     /// `process.roles`: `broker,controller` unless set with [`Cluster::with_roles`].
     pub roles: &'static str,
+    /// Extra `--set` values of this node only, after the cluster's.
+    pub extra: Vec<String>,
     pub child: Option<Child>,
 }
 
@@ -92,6 +94,7 @@ impl Cluster {
                 metrics: h.metrics,
                 prefix: h.prefix,
                 roles: "broker,controller",
+                extra: Vec::new(),
                 child: None,
             })
             .collect();
@@ -166,7 +169,7 @@ impl Cluster {
             None => Command::new(broker),
         };
         cmd.arg("--data-dir").arg(&node.dir).arg("--cores").arg("1");
-        for s in set.iter().chain(&extra) {
+        for s in set.iter().chain(&extra).chain(&node.extra) {
             cmd.arg("--set").arg(s);
         }
         node.child = Some(
