@@ -159,7 +159,7 @@ pub struct ShardMetrics {
     /// Files made durable per sync round: how much each round shares.
     files_per_round: RefCell<CountHistogram>,
     /// Milliseconds of `throttle_time_ms` answered, by quota type.
-    throttle: RefCell<[Throttled; 2]>,
+    throttle: RefCell<[Throttled; THROTTLE_TYPES.len()]>,
 }
 
 impl Default for ShardMetrics {
@@ -169,7 +169,7 @@ impl Default for ShardMetrics {
             topics: RefCell::new(HashMap::new()),
             stages: RefCell::new([Histogram::default(); Stage::ALL.len()]),
             files_per_round: RefCell::new(CountHistogram::default()),
-            throttle: RefCell::new([Throttled::default(); 2]),
+            throttle: RefCell::new([Throttled::default(); THROTTLE_TYPES.len()]),
         }
     }
 }
@@ -213,7 +213,7 @@ pub struct Throttled {
 }
 
 /// The quota types a throttle is counted under, as Kafka's `quota.type` tags them.
-pub const THROTTLE_TYPES: [&str; 2] = ["Produce", "Fetch"];
+pub const THROTTLE_TYPES: [&str; 3] = ["Produce", "Fetch", "Request"];
 
 impl ShardMetrics {
     /// A request of the API at registry index `api` was answered `elapsed` after it was read.
@@ -285,7 +285,7 @@ pub struct Recorded {
     pub topics: Vec<(String, TopicCounters)>,
     pub stages: [Histogram; Stage::ALL.len()],
     pub files_per_round: CountHistogram,
-    pub throttle: [Throttled; 2],
+    pub throttle: [Throttled; THROTTLE_TYPES.len()],
 }
 
 /// The gauges of one partition.
@@ -607,10 +607,10 @@ fn render_group_lag(out: &mut String, shards: &[MetricsSnapshot]) {
     }
 }
 
-/// Responses a quota delayed and their delay, as Kafka's `kafka.server:type=Produce|Fetch`
+/// Responses a quota delayed and their delay, as Kafka's `kafka.server:type=Produce|Fetch|Request`
 /// `throttle-time` sensors count them.
 fn render_throttles(out: &mut String, shards: &[MetricsSnapshot]) {
-    let mut total = [Throttled::default(); 2];
+    let mut total = [Throttled::default(); THROTTLE_TYPES.len()];
     for s in shards {
         for (t, x) in total.iter_mut().zip(s.recorded.throttle.iter()) {
             t.responses += x.responses;

@@ -1,30 +1,52 @@
-//! Client quotas (Kafka's `producer_byte_rate` and `consumer_byte_rate`, KIP-13/KIP-55): the
-//! quota configs live in the metadata image, set with AlterClientQuotas by user, client id or
-//! both (with `<default>` entities); each shard measures the bytes each (user, client id)
-//! produces and fetches through it over a sliding window of samples and, past the quota, tells
-//! the client how long to hold back (`throttle_time_ms`) and reads nothing more from that
-//! connection until then (KIP-219). A quota holds per shard: a client on one connection sees
-//! the broker's quota, one spread over k shards of a broker up to k times it.
+//! Client quotas (Kafka's `producer_byte_rate` and `consumer_byte_rate`, KIP-13/KIP-55, and
+//! `request_percentage`, KIP-124): the quota configs live in the metadata image, set with
+//! AlterClientQuotas by user, client id or both (with `<default>` entities); each shard measures
+//! the bytes each (user, client id) produces and fetches through it, and the shard time its
+//! requests take, over a sliding window of samples and, past the quota, tells the client how long
+//! to hold back (`throttle_time_ms`) and reads nothing more from that connection until then
+//! (KIP-219). A quota holds per shard: a client on one connection sees the broker's quota, one
+//! spread over k shards of a broker up to k times it.
+//!
+//! A request's time is the time the shard spent polling its handler (decoding, deciding,
+//! encoding), not the time it waited — for a long-polling fetch, a rebalance, another shard or
+//! the disk — as Kafka counts a request handler thread's time and not a request's wait in
+//! purgatory. `request_percentage` is a share of one shard's time: 100 is a whole shard.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use serde::{Deserialize, Serialize};
+use tributary_protocol::frame::{FrameBuilder, ResponseFrame, FRAME_PREFIX_BYTES};
+use tributary_protocol::registry::{api_key, ApiSpec};
+use tributary_protocol::Reader;
 
 use crate::catalog::Catalog;
 
 /// The quota keys served.
 pub const PRODUCER_BYTE_RATE: &str = "producer_byte_rate";
 pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
-pub const QUOTA_KEYS: &[&str] = &[PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE];
+pub const REQUEST_PERCENTAGE: &str = "request_percentage";
+/// Also the index of each key's rate in a pair's sensor.
+pub const QUOTA_KEYS: &[&str] = &[PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE];
 /// Kafka's `quota.window.num` and `quota.window.size.seconds` defaults: the rate is measured
 /// over this many samples of this length.
 pub const WINDOW_SAMPLES: usize = 11;
 pub const SAMPLE_LENGTH: Duration = Duration::from_secs(1);
-/// The longest a single response throttles its connection (Kafka caps it at one window).
+/// The longest a single response throttles its connection for a byte rate (one window).
 pub const THROTTLE_MAX: Duration = Duration::from_secs(WINDOW_SAMPLES as u64);
-/// (user, client id) pairs a shard measures at most; the least recently used is forgotten.
+/// The longest a single response throttles its connection for its request time: Kafka's
+/// `ClientRequestQuotaManager` bounds it by one sample, so a client past its quota by a burst
+/// comes back within a second and is measured again.
+pub const REQUEST_THROTTLE_MAX: Duration = SAMPLE_LENGTH;
+/// `quota.sensors.max` by default: (user, client id) pairs a shard measures at most; when a new
+/// pair comes past it the least recently used is forgotten.
 pub const SENSORS_MAX: usize = 10_000;
+/// Nanoseconds of shard time per second that make one percent of a shard.
+const NANOS_PER_SECOND_PER_PERCENT: f64 = 1e7;
 
 /// One quota entity: its user part and client-id part, each absent, the default (`Some(None)`)
 /// or a name.
@@ -72,17 +94,43 @@ pub fn quota_for(catalog: &Catalog, user: &str, client: &str, key: &str) -> Opti
     })
 }
 
-/// Bytes per sample over the last [`WINDOW_SAMPLES`] samples.
+/// APIs whose requests no request quota counts or throttles, as in Kafka: ApiVersions and the
+/// SASL exchange, which a client needs before it can be anyone (Kafka answers them during
+/// authentication, outside its request handlers), and the brokers' own requests (cluster
+/// actions: WriteTxnMarkers here; a follower's Fetch is told apart by its replica id).
+pub fn request_quota_exempt(key: i16) -> bool {
+    matches!(
+        key,
+        api_key::API_VERSIONS
+            | api_key::SASL_HANDSHAKE
+            | api_key::SASL_AUTHENTICATE
+            | api_key::WRITE_TXN_MARKERS
+    )
+}
+
+/// Whether a Fetch request (`body` just past its header) comes from a follower replica.
+fn from_follower(body: &Reader, version: i16) -> bool {
+    use tributary_protocol::requests::fetch;
+    let mut r = body.clone();
+    if version < fetch::REPLICA_STATE_FROM {
+        // The replica id is the body's first field.
+        r.i32("replica_id").is_ok_and(|id| id >= 0)
+    } else {
+        fetch::decode(&mut r, version).is_ok_and(|f| f.replica_id >= 0)
+    }
+}
+
+/// Amount per sample over the last [`WINDOW_SAMPLES`] samples.
 #[derive(Debug, Default)]
 struct Rate {
     samples: VecDeque<(Instant, u64)>,
 }
 
 impl Rate {
-    fn record(&mut self, now: Instant, bytes: u64) {
+    fn record(&mut self, now: Instant, amount: u64) {
         match self.samples.back_mut() {
-            Some((start, n)) if now.duration_since(*start) < SAMPLE_LENGTH => *n += bytes,
-            _ => self.samples.push_back((now, bytes)),
+            Some((start, n)) if now.duration_since(*start) < SAMPLE_LENGTH => *n += amount,
+            _ => self.samples.push_back((now, amount)),
         }
         while self.samples.len() > WINDOW_SAMPLES {
             self.samples.pop_front();
@@ -97,7 +145,7 @@ impl Rate {
         }
     }
 
-    /// Bytes per second over the window, and the window's length: as Kafka, at least
+    /// Amount per second over the window, and the window's length: as Kafka, at least
     /// (samples - 1) whole samples, so a first burst is not measured over a few microseconds.
     fn rate(&self, now: Instant) -> (f64, Duration) {
         let total: u64 = self.samples.iter().map(|(_, n)| n).sum();
@@ -109,48 +157,291 @@ impl Rate {
     }
 }
 
-/// A shard's measurements.
+/// One (user, client id) pair's rates, one per quota key, and when it last recorded.
+#[derive(Debug)]
+struct Sensor {
+    rates: [Rate; QUOTA_KEYS.len()],
+    used: Instant,
+}
+
+/// A shard's measurements, by user then client id, so that a pair already measured is found
+/// from borrowed names, without allocating.
 #[derive(Debug, Default)]
 pub struct QuotaSensors {
-    rates: HashMap<(String, String, &'static str), (Rate, Instant)>,
+    users: HashMap<String, HashMap<String, Sensor>>,
+    pairs: usize,
 }
 
 impl QuotaSensors {
-    /// Records `bytes` against `key`'s quota for the pair; the throttle time when the pair
-    /// is over `quota` bytes/s (Kafka's `(rate - quota) / quota * window`), else zero.
-    pub fn record(
+    /// Records `amount` against `key`'s quota for the pair, keeping at most `max_pairs` pairs;
+    /// the throttle time when the pair is over `quota` per second (Kafka's
+    /// `(rate - quota) / quota * window`, at most `cap`), else zero.
+    fn record(
         &mut self,
         now: Instant,
         pair: (&str, &str),
-        key: &'static str,
-        quota: f64,
-        bytes: u64,
+        key: usize,
+        (quota, cap): (f64, Duration),
+        amount: u64,
+        max_pairs: usize,
     ) -> Duration {
-        let id = (pair.0.to_string(), pair.1.to_string(), key);
+        let known = self
+            .users
+            .get(pair.0)
+            .is_some_and(|clients| clients.contains_key(pair.1));
         // Only a new pair makes room, by forgetting the least recently used one: a pair
         // already measured must not evict another (nor scan them all) on each request.
-        if self.rates.len() >= SENSORS_MAX && !self.rates.contains_key(&id) {
-            if let Some(oldest) = self
-                .rates
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| k.clone())
-            {
-                self.rates.remove(&oldest);
+        if !known {
+            if self.pairs >= max_pairs.max(1) {
+                self.forget_least_recently_used();
             }
+            self.users.entry(pair.0.to_string()).or_default().insert(
+                pair.1.to_string(),
+                Sensor {
+                    rates: Default::default(),
+                    used: now,
+                },
+            );
+            self.pairs += 1;
         }
-        let entry = self
-            .rates
-            .entry(id)
-            .or_insert_with(|| (Rate::default(), now));
-        entry.1 = now;
-        entry.0.record(now, bytes);
-        let (rate, window) = entry.0.rate(now);
+        let Some(sensor) = self
+            .users
+            .get_mut(pair.0)
+            .and_then(|clients| clients.get_mut(pair.1))
+        else {
+            return Duration::ZERO;
+        };
+        sensor.used = now;
+        let Some(rate) = sensor.rates.get_mut(key) else {
+            return Duration::ZERO;
+        };
+        rate.record(now, amount);
+        let (rate, window) = rate.rate(now);
         if quota <= 0.0 || rate <= quota {
             return Duration::ZERO;
         }
         let secs = (rate - quota) / quota * window.as_secs_f64();
-        Duration::from_secs_f64(secs.min(THROTTLE_MAX.as_secs_f64()))
+        Duration::from_secs_f64(secs.min(cap.as_secs_f64()))
+    }
+
+    fn forget_least_recently_used(&mut self) {
+        let oldest = self
+            .users
+            .iter()
+            .flat_map(|(u, clients)| clients.iter().map(move |(c, s)| (s.used, u, c)))
+            .min_by_key(|(used, _, _)| *used)
+            .map(|(_, u, c)| (u.clone(), c.clone()));
+        let Some((user, client)) = oldest else { return };
+        if let Some(clients) = self.users.get_mut(&user) {
+            if clients.remove(&client).is_some() {
+                self.pairs -= 1;
+            }
+            if clients.is_empty() {
+                self.users.remove(&user);
+            }
+        }
+    }
+
+    /// A byte rate's record: `bytes` against a quota of `quota` bytes per second.
+    pub fn record_bytes(
+        &mut self,
+        now: Instant,
+        pair: (&str, &str),
+        key: &str,
+        quota: f64,
+        bytes: u64,
+        max_pairs: usize,
+    ) -> Duration {
+        let Some(k) = QUOTA_KEYS.iter().position(|q| *q == key) else {
+            return Duration::ZERO;
+        };
+        self.record(now, pair, k, (quota, THROTTLE_MAX), bytes, max_pairs)
+    }
+
+    /// A request's record: `busy` of shard time against a quota of `percent` of one shard.
+    pub fn record_request(
+        &mut self,
+        now: Instant,
+        pair: (&str, &str),
+        percent: f64,
+        busy: Duration,
+        max_pairs: usize,
+    ) -> Duration {
+        let nanos = u64::try_from(busy.as_nanos()).unwrap_or(u64::MAX);
+        let quota = percent * NANOS_PER_SECOND_PER_PERCENT;
+        self.record(
+            now,
+            pair,
+            REQUEST_KEY,
+            (quota, REQUEST_THROTTLE_MAX),
+            nanos,
+            max_pairs,
+        )
+    }
+}
+
+/// `REQUEST_PERCENTAGE`'s index in [`QUOTA_KEYS`].
+const REQUEST_KEY: usize = 2;
+
+/// A future that sums the time spent inside its polls: the shard time a request handler takes,
+/// without the time it waits.
+pub struct Busy<'a, F: ?Sized> {
+    inner: Pin<&'a mut F>,
+    spent: Duration,
+}
+
+impl<'a, F: Future + ?Sized> Busy<'a, F> {
+    pub fn new(inner: Pin<&'a mut F>) -> Self {
+        Self {
+            inner,
+            spent: Duration::ZERO,
+        }
+    }
+}
+
+impl<F: Future + ?Sized> Future for Busy<'_, F> {
+    type Output = (F::Output, Duration);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let started = Instant::now();
+        let polled = self.inner.as_mut().poll(cx);
+        self.spent += started.elapsed();
+        polled.map(|out| (out, self.spent))
+    }
+}
+
+/// Where a response's `throttle_time_ms` sits, in bytes after the response header: first in
+/// the body for most APIs from the version that has it, after the error code for
+/// OffsetDelete. `None` for an API without one at `version`, and for Produce (after its
+/// partitions) and ApiVersions (after its API list, and exempt), whose place depends on what
+/// comes before it.
+pub fn throttle_field_at(key: i16, version: i16) -> Option<usize> {
+    use api_key::*;
+    let from = match key {
+        OFFSET_DELETE => return Some(2),
+        FETCH | FIND_COORDINATOR | HEARTBEAT | LEAVE_GROUP | SYNC_GROUP | DESCRIBE_GROUPS
+        | LIST_GROUPS | DELETE_TOPICS => 1,
+        LIST_OFFSETS | JOIN_GROUP | CREATE_TOPICS | OFFSET_FOR_LEADER_EPOCH => 2,
+        METADATA | OFFSET_COMMIT | OFFSET_FETCH => 3,
+        DELETE_RECORDS
+        | INIT_PRODUCER_ID
+        | ADD_PARTITIONS_TO_TXN
+        | ADD_OFFSETS_TO_TXN
+        | END_TXN
+        | TXN_OFFSET_COMMIT
+        | DESCRIBE_ACLS
+        | CREATE_ACLS
+        | DELETE_ACLS
+        | DESCRIBE_CONFIGS
+        | ALTER_CONFIGS
+        | DESCRIBE_LOG_DIRS
+        | CREATE_PARTITIONS
+        | DELETE_GROUPS
+        | ELECT_LEADERS
+        | INCREMENTAL_ALTER_CONFIGS
+        | ALTER_PARTITION_REASSIGNMENTS
+        | LIST_PARTITION_REASSIGNMENTS
+        | DESCRIBE_CLIENT_QUOTAS
+        | ALTER_CLIENT_QUOTAS
+        | DESCRIBE_USER_SCRAM_CREDENTIALS
+        | ALTER_USER_SCRAM_CREDENTIALS
+        | DESCRIBE_CLUSTER
+        | DESCRIBE_PRODUCERS
+        | DESCRIBE_TRANSACTIONS
+        | LIST_TRANSACTIONS => 0,
+        _ => return None,
+    };
+    (version >= from).then_some(0)
+}
+
+/// `frame`, answering `throttle` in its `throttle_time_ms` when that is longer than what the
+/// response already carries (a byte-rate quota's): the client is told the longer of the two, as
+/// Kafka answers Produce and Fetch, not their sum. The handlers encode their responses before
+/// their request time is known, so the field is set in the encoded frame: in place where it
+/// sits at a fixed place, by decoding and encoding again for Produce. A response without the
+/// field is left as it is; the connection is still held back.
+pub fn with_throttle_time(
+    spec: &ApiSpec,
+    version: i16,
+    frame: ResponseFrame,
+    throttle: Duration,
+) -> ResponseFrame {
+    let ms = i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX);
+    let header = FRAME_PREFIX_BYTES + 4 + usize::from(spec.response_header_flexible(version));
+    if spec.key == api_key::PRODUCE {
+        return produce_with_throttle_time(spec, version, frame, header, ms);
+    }
+    let Some(at) = throttle_field_at(spec.key, version).map(|at| header + at) else {
+        return frame;
+    };
+    let Some((first, rest)) = frame.pieces().split_first() else {
+        return frame;
+    };
+    if first.len() < at + 4 {
+        return frame;
+    }
+    let (first, rest) = (first.clone(), rest.to_vec());
+    drop(frame);
+    let mut first = first
+        .try_into_mut()
+        .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+    let carried = i32::from_be_bytes([first[at], first[at + 1], first[at + 2], first[at + 3]]);
+    first[at..at + 4].copy_from_slice(&carried.max(ms).to_be_bytes());
+    if rest.is_empty() {
+        return first.into();
+    }
+    // A fetch response in pieces: its first piece patched, the records still referenced.
+    let mut out = FrameBuilder::new();
+    out.extend_from_slice(&first);
+    for piece in &rest {
+        out.put_records(piece);
+    }
+    out.finish()
+}
+
+/// A Produce response's `throttle_time_ms` follows its partitions: the response is decoded,
+/// given the longer throttle and encoded again (it carries no records).
+fn produce_with_throttle_time(
+    spec: &ApiSpec,
+    version: i16,
+    frame: ResponseFrame,
+    header: usize,
+    ms: i32,
+) -> ResponseFrame {
+    use kafka_protocol::messages::ProduceResponse;
+    use kafka_protocol::protocol::Decodable;
+    let bytes = frame.to_vec();
+    if bytes.len() < header {
+        return frame;
+    }
+    let correlation_id = i32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+    let mut body = bytes::Bytes::from(bytes).split_off(header);
+    let Ok(resp) = ProduceResponse::decode(&mut body, version) else {
+        return frame;
+    };
+    let carried = resp.throttle_time_ms;
+    let resp = resp.with_throttle_time_ms(carried.max(ms));
+    let mut out = BytesMut::new();
+    match tributary_protocol::response::encode_frame(&mut out, spec, version, correlation_id, &resp)
+    {
+        Ok(()) => out.into(),
+        Err(_) => frame,
+    }
+}
+
+/// The connection's user: its principal's name.
+fn user_of<'a>(conn: &crate::handlers::Conn<'a>) -> &'a str {
+    conn.principal
+        .strip_prefix("User:")
+        .unwrap_or(conn.principal)
+}
+
+/// The index in `metrics::THROTTLE_TYPES` a throttle for `key` is counted under.
+fn throttle_kind(key: &str) -> usize {
+    match key {
+        PRODUCER_BYTE_RATE => 0,
+        CONSUMER_BYTE_RATE => 1,
+        _ => 2,
     }
 }
 
@@ -165,99 +456,435 @@ impl crate::shard::Shard {
         key: &'static str,
         bytes: u64,
     ) -> Duration {
-        let catalog = self.catalog();
-        if catalog.client_quotas.is_empty() {
+        if !self.has_client_quotas() {
             return Duration::ZERO;
         }
+        let catalog = self.catalog();
         let client_id = client_id.unwrap_or_default();
-        let user = conn
-            .principal
-            .strip_prefix("User:")
-            .unwrap_or(conn.principal);
+        let user = user_of(&conn);
         let Some(quota) = quota_for(&catalog, user, client_id, key) else {
             return Duration::ZERO;
         };
-        let d = self.quota_sensors.borrow_mut().record(
+        let d = self.quota_sensors.borrow_mut().record_bytes(
             Instant::now(),
             (user, client_id),
             key,
             quota,
             bytes,
+            self.config.quota_sensors_max,
         );
+        self.held_back(conn, key, d);
+        d
+    }
+
+    /// The `request_percentage` quota of the connection's user and the request's client id,
+    /// `None` when none applies or the request is exempt ([`request_quota_exempt`], a
+    /// follower's fetch). With no quota set at all it returns before any other work.
+    pub fn request_quota(
+        &self,
+        conn: crate::handlers::Conn<'_>,
+        (key, version): (i16, i16),
+        client_id: Option<&str>,
+        body: &Reader,
+    ) -> Option<f64> {
+        if !self.has_client_quotas() || request_quota_exempt(key) {
+            return None;
+        }
+        let quota = quota_for(
+            &self.catalog(),
+            user_of(&conn),
+            client_id.unwrap_or_default(),
+            REQUEST_PERCENTAGE,
+        )?;
+        if key == api_key::FETCH && from_follower(body, version) {
+            return None;
+        }
+        Some(quota)
+    }
+
+    /// Records `busy` of shard time a request took against its `request_percentage` quota of
+    /// `percent`; how long the connection is to hold back (zero within the quota).
+    pub fn record_request_time(
+        &self,
+        conn: crate::handlers::Conn<'_>,
+        client_id: Option<&str>,
+        percent: f64,
+        busy: Duration,
+    ) -> Duration {
+        let d = self.quota_sensors.borrow_mut().record_request(
+            Instant::now(),
+            (user_of(&conn), client_id.unwrap_or_default()),
+            percent,
+            busy,
+            self.config.quota_sensors_max,
+        );
+        self.held_back(conn, REQUEST_PERCENTAGE, d);
+        d
+    }
+
+    /// The connection holds back for the longest throttle its request earned (a Produce or
+    /// Fetch past both a byte rate and its request quota waits the longer, not both).
+    fn held_back(&self, conn: crate::handlers::Conn<'_>, key: &str, d: Duration) {
         if d > conn.throttle.get() {
             conn.throttle.set(d);
         }
         if !d.is_zero() {
-            let kind = usize::from(key != PRODUCER_BYTE_RATE);
-            self.metrics.throttled(kind, d);
+            self.metrics.throttled(throttle_kind(key), d);
         }
-        d
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tributary_protocol::registry::SUPPORTED_APIS;
+
+    impl QuotaSensors {
+        fn has(&self, user: &str, client: &str) -> bool {
+            self.users
+                .get(user)
+                .is_some_and(|clients| clients.contains_key(client))
+        }
+    }
 
     #[test]
     fn at_capacity_only_a_new_pair_evicts_the_least_recently_used() {
         let mut s = QuotaSensors::default();
         let t0 = Instant::now();
-        let names: Vec<String> = (0..SENSORS_MAX).map(|i| format!("u{i}")).collect();
+        let max = 100;
+        let names: Vec<String> = (0..max).map(|i| format!("u{i}")).collect();
         for (i, n) in names.iter().enumerate() {
-            s.record(
-                t0 + Duration::from_millis(i as u64),
-                (n, "c"),
-                PRODUCER_BYTE_RATE,
-                1e9,
-                1,
-            );
+            let at = t0 + Duration::from_millis(i as u64);
+            s.record_bytes(at, (n, "c"), PRODUCER_BYTE_RATE, 1e9, 1, max);
         }
         let later = t0 + Duration::from_secs(60);
-        // A pair already measured: nothing is forgotten.
-        s.record(later, ("u5", "c"), PRODUCER_BYTE_RATE, 1e9, 1);
-        assert_eq!(s.rates.len(), SENSORS_MAX);
-        assert!(s
-            .rates
-            .contains_key(&("u0".to_string(), "c".to_string(), PRODUCER_BYTE_RATE)));
+        // A pair already measured, by any key: nothing is forgotten.
+        s.record_bytes(later, ("u5", "c"), PRODUCER_BYTE_RATE, 1e9, 1, max);
+        s.record_request(later, ("u6", "c"), 50.0, Duration::from_micros(1), max);
+        assert_eq!(s.pairs, max);
+        assert!(s.has("u0", "c"));
         // A new pair forgets the least recently used one (u0).
-        s.record(later, ("new", "c"), PRODUCER_BYTE_RATE, 1e9, 1);
-        assert_eq!(s.rates.len(), SENSORS_MAX);
-        assert!(!s
-            .rates
-            .contains_key(&("u0".to_string(), "c".to_string(), PRODUCER_BYTE_RATE)));
-        assert!(s
-            .rates
-            .contains_key(&("u5".to_string(), "c".to_string(), PRODUCER_BYTE_RATE)));
+        s.record_bytes(later, ("new", "c"), PRODUCER_BYTE_RATE, 1e9, 1, max);
+        assert_eq!(s.pairs, max);
+        assert!(!s.has("u0", "c"));
+        assert!(s.has("u5", "c") && s.has("u6", "c") && s.has("new", "c"));
+        // A smaller bound (quota.sensors.max lowered) shrinks the sensors one new pair at a time.
+        s.record_request(later, ("newer", "c"), 50.0, Duration::ZERO, 10);
+        assert_eq!(s.pairs, max);
+        assert_eq!(s.users.values().map(HashMap::len).sum::<usize>(), s.pairs);
     }
 
     #[test]
     fn a_client_over_its_quota_is_throttled_in_proportion() {
         let mut s = QuotaSensors::default();
         let t0 = Instant::now();
+        let rec = |s: &mut QuotaSensors, pair, key, bytes| {
+            s.record_bytes(t0, pair, key, 100_000.0, bytes, SENSORS_MAX)
+        };
         // 100 KB against a 100 KB/s quota over a 10 s minimum window: 10 KB/s, no throttle.
         assert_eq!(
-            s.record(t0, ("alice", "c"), PRODUCER_BYTE_RATE, 100_000.0, 100_000),
+            rec(&mut s, ("alice", "c"), PRODUCER_BYTE_RATE, 100_000),
             Duration::ZERO
         );
         // 2 MB more: 2.1 MB over 10 s is 210 KB/s, 1.1 times over: 11 s, capped.
-        let d = s.record(t0, ("alice", "c"), PRODUCER_BYTE_RATE, 100_000.0, 2_000_000);
+        let d = rec(&mut s, ("alice", "c"), PRODUCER_BYTE_RATE, 2_000_000);
         assert!(d >= Duration::from_secs(10), "{d:?}");
         // Another pair and another key are measured apart.
         assert_eq!(
-            s.record(t0, ("bob", "c"), PRODUCER_BYTE_RATE, 100_000.0, 100_000),
+            rec(&mut s, ("bob", "c"), PRODUCER_BYTE_RATE, 100_000),
             Duration::ZERO
         );
         assert_eq!(
-            s.record(t0, ("alice", "c"), CONSUMER_BYTE_RATE, 100_000.0, 100_000),
+            rec(&mut s, ("alice", "c"), CONSUMER_BYTE_RATE, 100_000),
             Duration::ZERO
         );
         // Old samples leave the window.
         let later = t0 + SAMPLE_LENGTH * (WINDOW_SAMPLES as u32 + 2);
         assert_eq!(
-            s.record(later, ("alice", "c"), PRODUCER_BYTE_RATE, 100_000.0, 1),
+            s.record_bytes(
+                later,
+                ("alice", "c"),
+                PRODUCER_BYTE_RATE,
+                100_000.0,
+                1,
+                SENSORS_MAX
+            ),
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn request_time_is_a_share_of_one_shard_throttled_up_to_one_sample() {
+        let mut s = QuotaSensors::default();
+        let t0 = Instant::now();
+        let pair = ("alice", "app");
+        // 10 % of a shard over the 10 s minimum window is 1 s of shard time.
+        let mut rec = |busy_ms: u64| {
+            s.record_request(t0, pair, 10.0, Duration::from_millis(busy_ms), SENSORS_MAX)
+        };
+        assert_eq!(rec(900), Duration::ZERO, "0.9 s: 9 %");
+        assert_eq!(rec(100), Duration::ZERO, "1 s: exactly 10 %");
+        // 1.05 s: 10.5 %, 5 % over: 5 % of the 10 s window.
+        let d = rec(50);
+        assert!(
+            d.abs_diff(Duration::from_millis(500)) < Duration::from_millis(5),
+            "{d:?}"
+        );
+        // Far over: bounded by one sample (Kafka's request quota bound), not the window.
+        assert_eq!(rec(10_000), REQUEST_THROTTLE_MAX);
+        // The byte rates of the same pair are measured apart.
+        assert_eq!(
+            s.record_bytes(t0, pair, PRODUCER_BYTE_RATE, 1.0, 1, SENSORS_MAX),
+            Duration::ZERO
+        );
+        // 100 is one whole shard: a shard busy for the client all the time stays within it.
+        let mut whole = QuotaSensors::default();
+        for i in 0..10u64 {
+            let at = t0 + SAMPLE_LENGTH * i as u32;
+            let d = whole.record_request(at, pair, 100.0, SAMPLE_LENGTH, SENSORS_MAX);
+            assert_eq!(d, Duration::ZERO, "second {i}");
+        }
+    }
+
+    #[test]
+    fn busy_time_counts_polls_not_waits() {
+        let waited = Duration::from_millis(30);
+        let mut fut = std::pin::pin!(async {
+            std::thread::sleep(Duration::from_millis(5));
+            futures::pending!();
+            7
+        });
+        let started = Instant::now();
+        let mut busy = Busy::new(fut.as_mut());
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut busy).poll(&mut cx).is_pending());
+        // Waiting between polls is not the request's time.
+        std::thread::sleep(waited);
+        let Poll::Ready((out, spent)) = Pin::new(&mut busy).poll(&mut cx) else {
+            panic!("the second poll completes");
+        };
+        assert_eq!(out, 7);
+        assert!(spent >= Duration::from_millis(5), "{spent:?}");
+        assert!(spent < started.elapsed() - waited + Duration::from_millis(1));
+    }
+
+    #[test]
+    fn the_sensors_bound_is_the_config_keys_default() {
+        let key = crate::config::BROKER_KEYS
+            .iter()
+            .find(|k| k.name == "quota.sensors.max")
+            .expect("quota.sensors.max is a broker key");
+        assert_eq!(key.default, SENSORS_MAX.to_string());
+    }
+
+    #[test]
+    fn exempt_apis_are_kafkas() {
+        for key in [
+            api_key::API_VERSIONS,
+            api_key::SASL_HANDSHAKE,
+            api_key::SASL_AUTHENTICATE,
+            api_key::WRITE_TXN_MARKERS,
+        ] {
+            assert!(request_quota_exempt(key), "{key}");
+        }
+        for key in [
+            api_key::PRODUCE,
+            api_key::FETCH,
+            api_key::METADATA,
+            api_key::LIST_OFFSETS,
+            api_key::JOIN_GROUP,
+            api_key::ALTER_CLIENT_QUOTAS,
+        ] {
+            assert!(!request_quota_exempt(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn a_followers_fetch_is_told_apart_at_every_version() {
+        use kafka_protocol::messages::{BrokerId, FetchRequest};
+        use kafka_protocol::protocol::Encodable;
+        for v in [4, 12, 14, 15, 16] {
+            for (replica, follower) in [(-1, false), (3, true)] {
+                let mut req = FetchRequest::default().with_max_wait_ms(500);
+                if v < 15 {
+                    req = req.with_replica_id(BrokerId(replica));
+                } else {
+                    req.replica_state.replica_id = BrokerId(replica);
+                }
+                let mut b = BytesMut::new();
+                req.encode(&mut b, v).unwrap();
+                let body = Reader::new(b.freeze());
+                assert_eq!(from_follower(&body, v), follower, "v{v} replica {replica}");
+            }
+        }
+    }
+
+    /// Each registered API's response with `throttle_time_ms` set to `ms`, encoded at `v`
+    /// (`None` when the API has no such field, or not at `v`).
+    fn encoded_with_throttle(key: i16, v: i16, ms: i32) -> Option<Vec<u8>> {
+        use kafka_protocol::messages::*;
+        use kafka_protocol::protocol::Encodable;
+        macro_rules! enc {
+            ($t:ty) => {{
+                let mut b = BytesMut::new();
+                <$t>::default()
+                    .with_throttle_time_ms(ms)
+                    .encode(&mut b, v)
+                    .ok()
+                    .map(|()| b.to_vec())
+            }};
+        }
+        match key {
+            api_key::PRODUCE => enc!(ProduceResponse),
+            api_key::FETCH => enc!(FetchResponse),
+            api_key::LIST_OFFSETS => enc!(ListOffsetsResponse),
+            api_key::METADATA => enc!(MetadataResponse),
+            api_key::API_VERSIONS => enc!(ApiVersionsResponse),
+            api_key::CREATE_TOPICS => enc!(CreateTopicsResponse),
+            api_key::DELETE_TOPICS => enc!(DeleteTopicsResponse),
+            api_key::DELETE_RECORDS => enc!(DeleteRecordsResponse),
+            api_key::INIT_PRODUCER_ID => enc!(InitProducerIdResponse),
+            api_key::ADD_PARTITIONS_TO_TXN => enc!(AddPartitionsToTxnResponse),
+            api_key::ADD_OFFSETS_TO_TXN => enc!(AddOffsetsToTxnResponse),
+            api_key::END_TXN => enc!(EndTxnResponse),
+            api_key::TXN_OFFSET_COMMIT => enc!(TxnOffsetCommitResponse),
+            api_key::DESCRIBE_PRODUCERS => enc!(DescribeProducersResponse),
+            api_key::DESCRIBE_TRANSACTIONS => enc!(DescribeTransactionsResponse),
+            api_key::LIST_TRANSACTIONS => enc!(ListTransactionsResponse),
+            api_key::DESCRIBE_USER_SCRAM_CREDENTIALS => {
+                enc!(DescribeUserScramCredentialsResponse)
+            }
+            api_key::ALTER_USER_SCRAM_CREDENTIALS => enc!(AlterUserScramCredentialsResponse),
+            api_key::DESCRIBE_ACLS => enc!(DescribeAclsResponse),
+            api_key::CREATE_ACLS => enc!(CreateAclsResponse),
+            api_key::DELETE_ACLS => enc!(DeleteAclsResponse),
+            api_key::DESCRIBE_CLIENT_QUOTAS => enc!(DescribeClientQuotasResponse),
+            api_key::ALTER_CLIENT_QUOTAS => enc!(AlterClientQuotasResponse),
+            api_key::DESCRIBE_CONFIGS => enc!(DescribeConfigsResponse),
+            api_key::DESCRIBE_CLUSTER => enc!(DescribeClusterResponse),
+            api_key::OFFSET_COMMIT => enc!(OffsetCommitResponse),
+            api_key::OFFSET_FETCH => enc!(OffsetFetchResponse),
+            api_key::FIND_COORDINATOR => enc!(FindCoordinatorResponse),
+            api_key::JOIN_GROUP => enc!(JoinGroupResponse),
+            api_key::HEARTBEAT => enc!(HeartbeatResponse),
+            api_key::LEAVE_GROUP => enc!(LeaveGroupResponse),
+            api_key::SYNC_GROUP => enc!(SyncGroupResponse),
+            api_key::DESCRIBE_GROUPS => enc!(DescribeGroupsResponse),
+            api_key::LIST_GROUPS => enc!(ListGroupsResponse),
+            api_key::DELETE_GROUPS => enc!(DeleteGroupsResponse),
+            api_key::OFFSET_DELETE => enc!(OffsetDeleteResponse),
+            api_key::ALTER_CONFIGS => enc!(AlterConfigsResponse),
+            api_key::CREATE_PARTITIONS => enc!(CreatePartitionsResponse),
+            api_key::ELECT_LEADERS => enc!(ElectLeadersResponse),
+            api_key::ALTER_PARTITION_REASSIGNMENTS => enc!(AlterPartitionReassignmentsResponse),
+            api_key::LIST_PARTITION_REASSIGNMENTS => enc!(ListPartitionReassignmentsResponse),
+            api_key::DESCRIBE_LOG_DIRS => enc!(DescribeLogDirsResponse),
+            api_key::OFFSET_FOR_LEADER_EPOCH => enc!(OffsetForLeaderEpochResponse),
+            api_key::INCREMENTAL_ALTER_CONFIGS => enc!(IncrementalAlterConfigsResponse),
+            // No throttle_time_ms in these responses.
+            api_key::SASL_HANDSHAKE
+            | api_key::SASL_AUTHENTICATE
+            | api_key::WRITE_TXN_MARKERS
+            | api_key::DESCRIBE_QUORUM => None,
+            other => panic!("API key {other} is registered: add its response type here"),
+        }
+    }
+
+    #[test]
+    fn the_throttle_field_is_where_every_registered_response_encodes_it() {
+        let sentinel = 0x5a6b_7c0d_i32.to_be_bytes();
+        for spec in SUPPORTED_APIS {
+            for v in spec.min_version..=spec.max_version {
+                let body = encoded_with_throttle(spec.key, v, i32::from_be_bytes(sentinel));
+                let actual = body.and_then(|b| {
+                    (0..b.len().saturating_sub(3)).find(|&i| b[i..i + 4] == sentinel)
+                });
+                let expected = throttle_field_at(spec.key, v);
+                match spec.key {
+                    // Set by decoding and encoding again (Produce), or exempt (ApiVersions).
+                    api_key::PRODUCE | api_key::API_VERSIONS => {
+                        assert_eq!(expected, None, "{} v{v}", spec.name);
+                    }
+                    _ => assert_eq!(expected, actual, "{} v{v}", spec.name),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_longer_throttle_is_set_in_an_encoded_response() {
+        use kafka_protocol::messages::{MetadataResponse, ProduceResponse};
+        use kafka_protocol::protocol::Decodable;
+        let spec = |key| {
+            SUPPORTED_APIS
+                .iter()
+                .find(|s| s.key == key)
+                .expect("registered")
+        };
+        let decode_body = |frame: &ResponseFrame, flexible: bool| {
+            let b = frame.to_vec();
+            assert_eq!(
+                i32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize,
+                b.len() - 4
+            );
+            assert_eq!(i32::from_be_bytes([b[4], b[5], b[6], b[7]]), 42);
+            bytes::Bytes::from(b).split_off(8 + usize::from(flexible))
+        };
+        for v in [9, 12] {
+            let metadata = spec(api_key::METADATA);
+            let mut out = BytesMut::new();
+            let resp = MetadataResponse::default().with_cluster_id(Some("c".into()));
+            tributary_protocol::response::encode_frame(&mut out, metadata, v, 42, &resp).unwrap();
+            let frame = with_throttle_time(metadata, v, out.into(), Duration::from_millis(1500));
+            let got = MetadataResponse::decode(
+                &mut decode_body(&frame, metadata.response_header_flexible(v)),
+                v,
+            )
+            .unwrap();
+            assert_eq!(got.throttle_time_ms, 1500);
+            assert_eq!(got.cluster_id.as_deref(), Some("c"));
+        }
+        let produce = spec(api_key::PRODUCE);
+        for (v, carried, want) in [(8, 3000, 3000), (9, 0, 1500), (10, 1000, 1500)] {
+            let mut out = BytesMut::new();
+            let resp = ProduceResponse::default().with_throttle_time_ms(carried);
+            tributary_protocol::response::encode_frame(&mut out, produce, v, 42, &resp).unwrap();
+            let frame = with_throttle_time(produce, v, out.into(), Duration::from_millis(1500));
+            let got = ProduceResponse::decode(
+                &mut decode_body(&frame, produce.response_header_flexible(v)),
+                v,
+            )
+            .unwrap();
+            assert_eq!(got.throttle_time_ms, want, "v{v}: the longer one");
+        }
+        // A response in pieces (a fetch's records): the first piece is patched, the records
+        // are still the buffer they were read into.
+        let fetch = spec(api_key::FETCH);
+        let records = bytes::Bytes::from(vec![9u8; 8192]);
+        let mut b = FrameBuilder::new();
+        tributary_protocol::header::begin_response(&mut b, 42, true);
+        b.extend_from_slice(&250i32.to_be_bytes());
+        b.extend_from_slice(&[1, 2, 3]);
+        b.put_records(&records);
+        b.extend_from_slice(&[4, 5]);
+        let before = b.finish().to_vec();
+        let mut b = FrameBuilder::new();
+        tributary_protocol::header::begin_response(&mut b, 42, true);
+        b.extend_from_slice(&250i32.to_be_bytes());
+        b.extend_from_slice(&[1, 2, 3]);
+        b.put_records(&records);
+        b.extend_from_slice(&[4, 5]);
+        let frame = with_throttle_time(fetch, 12, b.finish(), Duration::from_millis(700));
+        assert!(frame
+            .pieces()
+            .iter()
+            .any(|p| p.as_ptr() == records.as_ptr()));
+        let after = frame.to_vec();
+        assert_eq!(after.len(), before.len());
+        assert_eq!(&after[9..13], &700i32.to_be_bytes());
+        assert_eq!(after[..9], before[..9]);
+        assert_eq!(after[13..], before[13..]);
     }
 
     #[test]
@@ -286,6 +913,19 @@ mod tests {
             "the default user comes before clients"
         );
         assert_eq!(quota_for(&c, "bob", "app", CONSUMER_BYTE_RATE), None);
+        // request_percentage resolves the same way, apart from the byte rates.
+        c.client_quotas[4]
+            .values
+            .insert(REQUEST_PERCENTAGE.to_string(), 25.0);
+        c.client_quotas[0]
+            .values
+            .insert(REQUEST_PERCENTAGE.to_string(), 50.0);
+        assert_eq!(
+            quota_for(&c, "alice", "app", REQUEST_PERCENTAGE),
+            Some(25.0)
+        );
+        assert_eq!(quota_for(&c, "bob", "x", REQUEST_PERCENTAGE), Some(50.0));
+        assert_eq!(q(&c, "alice", "app"), Some(1.0));
         c.client_quotas.remove(2);
         assert_eq!(q(&c, "bob", "app"), Some(7.0));
         assert_eq!(q(&c, "bob", "x"), Some(8.0));

@@ -398,6 +398,12 @@ impl Shard {
         self.catalog.borrow().clone()
     }
 
+    /// Whether any client quota is set: the quota checks return at once when none is, without
+    /// taking the catalog.
+    pub fn has_client_quotas(&self) -> bool {
+        !self.catalog.borrow().client_quotas.is_empty()
+    }
+
     /// The effective broker config: the static config with the dynamic broker configs of the
     /// current catalog snapshot applied (per-broker over cluster-wide over static). Code that
     /// honours a dynamic key reads it here, per use, instead of from `config`; a change made by

@@ -1,7 +1,8 @@
 //! Client quotas over the wire: AlterClientQuotas and DescribeClientQuotas with Kafka's
-//! checks, and a producer past its `producer_byte_rate` told `throttle_time_ms` and held back —
-//! its connection reads nothing more until the throttle time has passed — while another
-//! connection is served at once.
+//! checks, and a producer past its `producer_byte_rate` — or a client past its
+//! `request_percentage` of the shard's time — told `throttle_time_ms` and held back (its
+//! connection reads nothing more until the throttle time has passed) while another connection,
+//! or another client id, is served at once.
 
 mod common;
 
@@ -14,9 +15,10 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{
     AlterClientQuotasRequest, AlterClientQuotasResponse, ApiKey, CreateTopicsRequest,
     CreateTopicsResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse,
-    ProduceRequest, ProduceResponse, TopicName,
+    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader,
+    ResponseHeader, TopicName,
 };
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use common::{start_broker, RawConn};
 
@@ -88,12 +90,12 @@ fn a_producer_over_its_byte_rate_is_throttled() {
                 .with_replication_factor(1)]),
     );
     assert_eq!(r.topics[0].error_code, 0);
-    // Kafka's checks: unknown keys and entity types, values that are not positive rates.
+    // Kafka's checks: keys not served, unknown entity types, values that are not positive.
     assert_eq!(
         alter(
             &mut c,
             vec![
-                entry(Some("x"), "request_percentage", 50.0, false),
+                entry(Some("x"), "controller_mutation_rate", 50.0, false),
                 entry(Some("x"), "producer_byte_rate", -1.0, false),
                 EntryData::default()
                     .with_entity(vec![EntityData::default()
@@ -170,5 +172,142 @@ fn a_producer_over_its_byte_rate_is_throttled() {
         ),
         [0]
     );
+    b.shutdown().unwrap();
+}
+
+/// Sends Metadata v12 (all topics) with client id `client_id`; its `throttle_time_ms`.
+fn metadata_as(c: &mut RawConn, client_id: &str, correlation: i32) -> i32 {
+    use bytes::BufMut;
+    let (key, v) = (ApiKey::Metadata, 12);
+    let mut body = bytes::BytesMut::new();
+    RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(v)
+        .with_correlation_id(correlation)
+        .with_client_id(Some(s(client_id)))
+        .encode(&mut body, key.request_header_version(v))
+        .unwrap();
+    MetadataRequest::default()
+        .with_topics(None)
+        .encode(&mut body, v)
+        .unwrap();
+    let mut frame = bytes::BytesMut::new();
+    frame.put_i32(body.len() as i32);
+    frame.put_slice(&body);
+    c.send_raw(&frame);
+    let mut resp = c.read_frame().expect("a response");
+    let header = ResponseHeader::decode(&mut resp, key.response_header_version(v)).unwrap();
+    assert_eq!(header.correlation_id, correlation);
+    let r = MetadataResponse::decode(&mut resp, v).expect("response decodes");
+    assert!(!r.brokers.is_empty());
+    r.throttle_time_ms
+}
+
+/// Requests `client_id` completes on `c` in `period`, and the throttle time they carried.
+fn requests_within(c: &mut RawConn, client_id: &str, period: Duration) -> (u32, u64) {
+    let started = Instant::now();
+    let (mut n, mut throttled_ms) = (0u32, 0u64);
+    // Bounded in count as well as time.
+    while started.elapsed() < period && n < 100_000 {
+        throttled_ms += metadata_as(c, client_id, n as i32) as u64;
+        n += 1;
+    }
+    (n, throttled_ms)
+}
+
+#[test]
+fn a_client_over_its_request_percentage_is_throttled() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = start_broker(dir.path(), 1, &[]);
+    let mut admin = RawConn::connect(b.addr);
+    // Values that are not a positive share of the shard are refused.
+    assert_eq!(
+        alter(
+            &mut admin,
+            vec![
+                entry(Some("busy"), "request_percentage", -1.0, false),
+                entry(Some("busy"), "request_percentage", 0.0, false),
+                entry(Some("busy"), "request_percentage", f64::NAN, false),
+            ]
+        ),
+        [INVALID_REQUEST, INVALID_REQUEST, INVALID_REQUEST]
+    );
+    // The client `busy` may use 1 % of the shard: 100 ms of handling over the 10 s window.
+    assert_eq!(
+        alter(
+            &mut admin,
+            vec![entry(Some("busy"), "request_percentage", 1.0, false)]
+        ),
+        [0]
+    );
+    let described: DescribeClientQuotasResponse = admin.request(
+        ApiKey::DescribeClientQuotas,
+        1,
+        &DescribeClientQuotasRequest::default().with_components(vec![ComponentData::default()
+            .with_entity_type(s("client-id"))
+            .with_match_type(0)
+            .with_match(Some(s("busy")))]),
+    );
+    let entries = described.entries.expect("entries");
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].values.len(), 1);
+    assert_eq!(entries[0].values[0].key.as_str(), "request_percentage");
+    assert_eq!(entries[0].values[0].value, 1.0);
+
+    // Cheap requests as fast as one connection sends them, until one is throttled.
+    let mut busy = RawConn::connect(b.addr);
+    let started = Instant::now();
+    let mut sent = 0;
+    let throttle_ms = loop {
+        assert!(
+            sent < 200_000 && started.elapsed() < Duration::from_secs(60),
+            "no throttle after {sent} requests in {:?}",
+            started.elapsed()
+        );
+        let t = metadata_as(&mut busy, "busy", sent);
+        sent += 1;
+        if t > 0 {
+            break t;
+        }
+    };
+    // Kafka bounds a request-quota throttle by one sample (quota.window.size.seconds).
+    assert!((1..=1_000).contains(&throttle_ms), "{throttle_ms}");
+    // The connection is held back: its next request is read only once the time has passed.
+    let before = Instant::now();
+    let next = metadata_as(&mut busy, "busy", sent);
+    let held = before.elapsed();
+    assert!(
+        held + Duration::from_millis(50) >= Duration::from_millis(throttle_ms as u64),
+        "held {held:?} of {throttle_ms} ms"
+    );
+    assert!(next > 0, "still over the quota: {next}");
+
+    // Another client id on the shard is not throttled, and is served many times faster.
+    let mut other = RawConn::connect(b.addr);
+    let (others, other_throttled) =
+        requests_within(&mut other, "other-app", Duration::from_secs(1));
+    assert_eq!(other_throttled, 0, "another client id is not throttled");
+    // The throttled client's rate is bounded: each answer holds it back in proportion to how
+    // far over the quota its shard time is, so it spends most of its time held back and gets
+    // a small fraction of the requests another client gets.
+    let (busies, busy_throttled) = requests_within(&mut busy, "busy", Duration::from_secs(3));
+    assert!(
+        busy_throttled >= 1_500,
+        "held back {busy_throttled} ms of 3 s by {busies} answers"
+    );
+    assert!(
+        busies * 20 <= others * 3,
+        "{others}/s for another client id, {busies} in 3 s for the throttled one"
+    );
+    // Removing the quota frees the client (once its last throttle has passed).
+    assert_eq!(
+        alter(
+            &mut admin,
+            vec![entry(Some("busy"), "request_percentage", 0.0, true)]
+        ),
+        [0]
+    );
+    std::thread::sleep(Duration::from_millis(1_100));
+    assert_eq!(metadata_as(&mut busy, "busy", 1_000_000), 0);
     b.shutdown().unwrap();
 }

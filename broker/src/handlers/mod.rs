@@ -69,10 +69,42 @@ pub async fn dispatch(
     mut r: Reader,
     conn: Conn<'_>,
 ) -> Result<PendingResponse, String> {
+    let v = header.api_version;
+    let client_id = header.client_id.as_deref();
+    // KIP-124: a request under a request_percentage quota is timed — the shard time its
+    // handler takes — and past the quota its response carries the throttle and the connection
+    // holds back. Without a quota nothing more is done.
+    let quota = shard.request_quota(conn, (spec.key, v), client_id, &r);
     if spec.key == api_key::PRODUCE {
-        return produce::start(shard, spec, header, &mut r, conn).await;
+        let Some(percent) = quota else {
+            return produce::start(shard, spec, header, &mut r, conn).await;
+        };
+        let start = std::pin::pin!(produce::start(shard, spec, header, &mut r, conn));
+        let (pending, busy) = crate::quota::Busy::new(start).await;
+        let pending = pending?;
+        let throttle = shard.record_request_time(conn, client_id, percent, busy);
+        if throttle.is_zero() {
+            return Ok(pending);
+        }
+        return Ok(Box::pin(async move {
+            let frame = pending.await?;
+            Ok(frame.map(|f| crate::quota::with_throttle_time(spec, v, f, throttle)))
+        }));
     }
-    let result = handle(shard, spec, header, &mut r, conn).await;
+    let result = match quota {
+        None => handle(shard, spec, header, &mut r, conn).await,
+        Some(percent) => {
+            let handled = std::pin::pin!(handle(shard, spec, header, &mut r, conn));
+            let (result, busy) = crate::quota::Busy::new(handled).await;
+            let throttle = shard.record_request_time(conn, client_id, percent, busy);
+            match result {
+                Ok(Some(frame)) if !throttle.is_zero() => Ok(Some(
+                    crate::quota::with_throttle_time(spec, v, frame, throttle),
+                )),
+                other => other,
+            }
+        }
+    };
     Ok(Box::pin(std::future::ready(result)))
 }
 

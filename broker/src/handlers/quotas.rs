@@ -1,8 +1,8 @@
 //! DescribeClientQuotas and AlterClientQuotas (KIP-546): quota configs by user, client id or
 //! both, with `<default>` entities (a null name), kept in the metadata image. Kafka's checks:
-//! entity types `user` and `client-id` (each at most once), the keys served
-//! (`producer_byte_rate`, `consumer_byte_rate`) with finite positive values; DESCRIBE_CONFIGS
-//! on the cluster to describe, ALTER_CONFIGS to alter.
+//! entity types `user` and `client-id` (each at most once; `ip` is not served), the keys served
+//! (`producer_byte_rate`, `consumer_byte_rate`, `request_percentage`) with finite positive
+//! values; DESCRIBE_CONFIGS on the cluster to describe, ALTER_CONFIGS to alter.
 
 use std::rc::Rc;
 
@@ -19,7 +19,7 @@ use tributary_security::acl::AclOperation;
 
 use super::{decode_all, frame, str_bytes, Conn, HandlerResult};
 use crate::cluster::command::MetadataCommand;
-use crate::quota::{QuotaEntity, QUOTA_KEYS};
+use crate::quota::{QuotaEntity, QUOTA_KEYS, REQUEST_PERCENTAGE};
 use crate::shard::Shard;
 
 const USER: &str = "user";
@@ -148,9 +148,12 @@ fn check_alteration(e: &req::QuotaAlteration) -> Result<Change, (ErrorCode, Stri
         if *remove {
             ops.push((key.clone(), None));
         } else if !value.is_finite() || *value <= 0.0 {
-            return bad(format!(
-                "{key}: {value} is not a positive number of bytes per second"
-            ));
+            let unit = if key == REQUEST_PERCENTAGE {
+                "percent of a shard's time (100 is one whole shard)"
+            } else {
+                "bytes per second"
+            };
+            return bad(format!("{key}: {value} is not a positive number of {unit}"));
         } else {
             ops.push((key.clone(), Some(*value)));
         }
