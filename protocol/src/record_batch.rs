@@ -494,6 +494,55 @@ pub fn with_records(header: &[u8], codec: i16, section: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The attributes bit saying a batch's `base_timestamp` holds its delete horizon (KIP-534): the
+/// time after which the log cleaner may remove the batch's tombstones or, for an
+/// end-transaction marker whose transaction has no data left, the marker itself.
+pub const ATTRIBUTE_DELETE_HORIZON: i16 = 0x40;
+const BASE_TIMESTAMP_POSITION: usize = 27;
+
+impl BatchHeader {
+    /// The batch's delete horizon (Kafka's `deleteHorizonMs`): its `base_timestamp` when the
+    /// delete-horizon attribute is set.
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes & ATTRIBUTE_DELETE_HORIZON != 0).then_some(self.base_timestamp)
+    }
+}
+
+/// A copy of an uncompressed, valid batch carrying the delete horizon `horizon_ms`, as Kafka's
+/// cleaner stamps one (KIP-534): the delete-horizon attribute set, `base_timestamp` = the
+/// horizon, and each record's timestamp delta re-encoded against it so every record keeps its
+/// timestamp; offsets, `max_timestamp` and producer fields stay; length and CRC are new.
+pub fn set_delete_horizon(batch: &[u8], horizon_ms: i64) -> Result<Vec<u8>, BatchError> {
+    let header = validate(batch, 0)?;
+    let views = records(batch)?;
+    let mut body = BytesMut::with_capacity(header.size());
+    let mut rec = BytesMut::new();
+    for r in &views {
+        // raw = length varint | attributes i8 | timestamp delta varlong | the rest.
+        let mut at = 0;
+        crate::records::get_varlong(r.raw, &mut at);
+        let attributes = r.raw[at];
+        at += 1;
+        crate::records::get_varlong(r.raw, &mut at);
+        let timestamp = header.base_timestamp.wrapping_add(r.timestamp_delta);
+        rec.clear();
+        rec.put_u8(attributes);
+        put_varint(&mut rec, timestamp.wrapping_sub(horizon_ms));
+        rec.put_slice(&r.raw[at..]);
+        put_varint(&mut body, rec.len() as i64);
+        body.put_slice(&rec);
+    }
+    let mut out = Vec::with_capacity(RECORD_BATCH_HEADER_BYTES + body.len());
+    out.extend_from_slice(&batch[..RECORD_BATCH_HEADER_BYTES]);
+    out.extend_from_slice(&body);
+    let attributes = header.attributes | ATTRIBUTE_DELETE_HORIZON;
+    out[ATTRIBUTES_POSITION..ATTRIBUTES_POSITION + 2].copy_from_slice(&attributes.to_be_bytes());
+    out[BASE_TIMESTAMP_POSITION..BASE_TIMESTAMP_POSITION + 8]
+        .copy_from_slice(&horizon_ms.to_be_bytes());
+    reseal(&mut out, header.records_count);
+    Ok(out)
+}
+
 #[cfg(test)]
 mod record_tests {
     use super::*;
@@ -543,6 +592,61 @@ mod record_tests {
         let h3 = validate(&b, 0).unwrap();
         assert!(!h3.is_log_append_time());
         assert_eq!(h3.max_timestamp, 1234);
+    }
+
+    #[test]
+    fn a_delete_horizon_keeps_every_record_and_its_timestamp() {
+        let records_of = |b: &[u8]| -> Vec<(i64, i32, Option<Vec<u8>>)> {
+            let h = validate(b, 0).unwrap();
+            records(b)
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    (
+                        h.base_timestamp + r.timestamp_delta,
+                        r.offset_delta,
+                        r.value.map(<[u8]>::to_vec),
+                    )
+                })
+                .collect()
+        };
+        let mut b = build_batch(
+            &[(Some(b"k"), Some(b"v")), (Some(b"k2"), None)],
+            1_000,
+            Some((4, 2, 7)),
+        );
+        assign_offset(&mut b, 50, 3);
+        let before = validate(&b, 0).unwrap();
+        assert_eq!(before.delete_horizon_ms(), None);
+        // A horizon far from the timestamps: the deltas grow to several varint bytes.
+        let stamped = set_delete_horizon(&b, 86_400_000_000).unwrap();
+        let h = validate(&stamped, 0).unwrap();
+        assert_eq!(h.delete_horizon_ms(), Some(86_400_000_000));
+        assert!(stamped.len() > b.len());
+        assert_eq!(records_of(&stamped), records_of(&b));
+        assert_eq!(
+            (
+                h.base_offset,
+                h.last_offset(),
+                h.records_count,
+                h.max_timestamp
+            ),
+            (50, 51, 2, before.max_timestamp)
+        );
+        assert_eq!(
+            (
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                h.partition_leader_epoch
+            ),
+            (4, 2, 7, before.partition_leader_epoch)
+        );
+        assert_eq!(h.attributes, before.attributes | ATTRIBUTE_DELETE_HORIZON);
+        // A horizon before the timestamps (negative deltas) and a second stamping work too.
+        let again = set_delete_horizon(&stamped, 10).unwrap();
+        assert_eq!(records_of(&again), records_of(&b));
+        assert_eq!(validate(&again, 0).unwrap().delete_horizon_ms(), Some(10));
     }
 
     #[test]

@@ -4,11 +4,14 @@
 //! that is a tombstone once it is older than `delete.retention.ms`. Offsets never change.
 //! Compressed batches are decompressed to read their keys; one whose records are all dropped
 //! goes, one that keeps only some is recompressed with those. Transactions: the batches of
-//! aborted transactions go whole and their keys never enter the map; control batches (markers)
-//! are kept and never enter it either.
+//! aborted transactions go whole and their keys never enter the map; control batches never
+//! enter it either. An end-transaction marker goes once no data batch of its transaction is
+//! left and `delete.retention.ms` has passed since a pass first found it so (KIP-534's delete
+//! horizon, stamped in the marker batch), unless it is its producer's last record
+//! ([`MarkerAction`]).
 //! Pure: `partition` reads and writes the segments.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use tributary_protocol::record_batch::{self, BatchHeader, RecordView};
@@ -176,7 +179,7 @@ fn retain_compressed(
 /// data batch inside one of its producer's aborted ranges `[first_offset, marker]` goes whole,
 /// as Kafka's cleaner discards aborted transactions (their records must never reach a
 /// READ_UNCOMMITTED reader of a compacted log either, and their keys must not supersede
-/// committed ones). Markers themselves are kept.
+/// committed ones). Markers are judged apart ([`marker_action`]).
 #[derive(Debug, Default)]
 pub struct AbortedRanges {
     by_producer: HashMap<i64, Vec<(i64, i64)>>,
@@ -210,6 +213,99 @@ impl AbortedRanges {
         let i = ranges.partition_point(|&(first, _)| first <= header.base_offset);
         i.checked_sub(1)
             .is_some_and(|i| header.base_offset <= ranges[i].1)
+    }
+}
+
+/// What a cleaning pass does with an end-transaction marker (Kafka's rule, KIP-98 with the
+/// KIP-534 delete horizon): a marker stays while any data batch of its transaction is left in
+/// the log — a reader needs it to learn how the transaction ended — and while it is its
+/// producer's last record ([`ActiveProducers`]). Once neither holds, the pass that finds it so
+/// stamps it with a delete horizon `delete.retention.ms` ahead, and the first pass at or after
+/// that horizon removes it, so a consumer that read the transaction's data before it was
+/// cleaned away has that long to read the marker too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerAction {
+    Keep,
+    /// Rewrite the marker with this delete horizon.
+    SetHorizon(i64),
+    Remove,
+}
+
+/// Decides a marker's fate. `empty`: no data batch of its transaction is left in the log (see
+/// [`TxnTracker`]); `protected`: it is its producer's last record; `delete_horizon`: the one
+/// it carries, if a previous pass stamped it.
+pub fn marker_action(
+    empty: bool,
+    protected: bool,
+    delete_horizon: Option<i64>,
+    now_ms: i64,
+    delete_retention_ms: i64,
+) -> MarkerAction {
+    if !empty || protected {
+        return MarkerAction::Keep;
+    }
+    match delete_horizon {
+        Some(horizon) if now_ms >= horizon => MarkerAction::Remove,
+        Some(_) => MarkerAction::Keep,
+        None => MarkerAction::SetHorizon(now_ms.saturating_add(delete_retention_ms.max(0))),
+    }
+}
+
+/// Which transactions have data left, as a pass reads the log from its start in order (Kafka's
+/// `CleanedTransactionMetadata`): a producer's transaction has data while a transactional data
+/// batch of it — committed or aborted, whatever the pass then does with it — was read since
+/// its previous marker. A marker read with none is one of an empty transaction: every batch of
+/// it was dropped by earlier passes (aborted, or all its records superseded).
+#[derive(Debug, Default)]
+pub struct TxnTracker {
+    with_data: HashSet<i64>,
+}
+
+impl TxnTracker {
+    /// A data batch read.
+    pub fn on_data(&mut self, header: &BatchHeader) {
+        if header.is_transactional() && !header.is_control() && header.has_producer_id() {
+            self.with_data.insert(header.producer_id);
+        }
+    }
+
+    /// An end-transaction marker of `producer_id` read: whether its transaction is empty.
+    pub fn on_marker(&mut self, producer_id: i64) -> bool {
+        !self.with_data.remove(&producer_id)
+    }
+}
+
+/// The producers the partition still remembers, with what of them the log must keep so that a
+/// replica or a restart rebuilding their state from the log keeps their epoch (fencing) and
+/// coordinator epoch: Kafka keeps the batch holding each such producer's last data offset
+/// (emptied of superseded records), or, for one with no data batch remembered, its markers of
+/// its current epoch. This cleaner does not keep emptied batches, so it keeps every marker
+/// after a remembered producer's last data batch instead — that ends the transaction Kafka's
+/// kept batch belongs to — and, for a producer with no data batch, its markers of its current
+/// epoch. A producer forgotten (expired) protects nothing.
+#[derive(Debug, Default)]
+pub struct ActiveProducers {
+    last: HashMap<i64, (i16, Option<i64>)>,
+}
+
+impl ActiveProducers {
+    /// From (producer id, epoch, last data offset) of each remembered producer.
+    pub fn new(producers: impl IntoIterator<Item = (i64, i16, Option<i64>)>) -> Self {
+        Self {
+            last: producers
+                .into_iter()
+                .map(|(id, epoch, last)| (id, (epoch, last)))
+                .collect(),
+        }
+    }
+
+    /// Whether the marker batch with `header` must stay for its producer's state.
+    pub fn protects(&self, header: &BatchHeader) -> bool {
+        match self.last.get(&header.producer_id) {
+            None => false,
+            Some(&(_, Some(last_data))) => header.base_offset > last_data,
+            Some(&(epoch, None)) => header.producer_epoch == epoch,
+        }
     }
 }
 
@@ -335,6 +431,70 @@ mod tests {
         assert!(!ranges.contains(&header(1, 15, 0)), "not transactional");
         assert!(!ranges.contains(&header(1, 20, 0x30)), "the marker stays");
         assert!(!ranges.contains(&header(3, 15, 0x10)), "another producer");
+    }
+
+    #[test]
+    fn a_marker_goes_only_when_its_transaction_is_empty_and_its_horizon_has_passed() {
+        use MarkerAction::*;
+        // Data of its transaction left, or its producer's last record: kept, never stamped.
+        assert_eq!(marker_action(false, false, None, 5_000, 1_000), Keep);
+        assert_eq!(marker_action(false, false, Some(10), 5_000, 1_000), Keep);
+        assert_eq!(marker_action(true, true, None, 5_000, 1_000), Keep);
+        assert_eq!(marker_action(true, true, Some(10), 5_000, 1_000), Keep);
+        // Empty: the first pass stamps it delete.retention.ms ahead, a pass at or after the
+        // horizon removes it.
+        assert_eq!(
+            marker_action(true, false, None, 5_000, 1_000),
+            SetHorizon(6_000)
+        );
+        assert_eq!(marker_action(true, false, Some(6_000), 5_999, 1_000), Keep);
+        assert_eq!(
+            marker_action(true, false, Some(6_000), 6_000, 1_000),
+            Remove
+        );
+        assert_eq!(
+            marker_action(true, false, None, i64::MAX - 1, i64::MAX),
+            SetHorizon(i64::MAX)
+        );
+    }
+
+    /// A header of producer `pid` at `base`, with `attributes` and `epoch`.
+    fn header_of(pid: i64, epoch: i16, base: i64, attributes: i16) -> BatchHeader {
+        let mut b = record_batch::build_batch(&[(None, Some(b"v"))], 0, Some((pid, epoch, 0)));
+        b[21..23].copy_from_slice(&i16::to_be_bytes(attributes));
+        let mut h = record_batch::parse_header(&b, 0).unwrap();
+        h.base_offset = base;
+        h
+    }
+
+    #[test]
+    fn a_transaction_is_empty_when_no_data_batch_of_it_was_read_since_the_last_marker() {
+        let mut t = TxnTracker::default();
+        t.on_data(&header_of(1, 0, 0, 0x10));
+        t.on_data(&header_of(2, 0, 1, 0)); // not transactional: no transaction
+        assert!(!t.on_marker(1), "producer 1's transaction has data");
+        assert!(t.on_marker(1), "a second marker ends an empty one");
+        assert!(t.on_marker(2));
+        // Aborted data counts as data until a pass drops it: its marker stays that pass.
+        t.on_data(&header_of(3, 0, 5, 0x10));
+        t.on_data(&header_of(1, 0, 6, 0x10));
+        assert!(!t.on_marker(3));
+        assert!(!t.on_marker(1));
+        assert!(t.on_marker(3));
+    }
+
+    #[test]
+    fn a_remembered_producers_last_marker_is_protected() {
+        let active = ActiveProducers::new([(1, 0, Some(10)), (2, 3, None)]);
+        let marker = |pid, epoch, base| header_of(pid, epoch, base, 0x30);
+        // Producer 1's last data batch ends at 10: the marker after it stays, earlier ones not.
+        assert!(active.protects(&marker(1, 0, 11)));
+        assert!(!active.protects(&marker(1, 0, 9)));
+        // Producer 2 has no data batch remembered: its markers of its current epoch stay.
+        assert!(active.protects(&marker(2, 3, 4)));
+        assert!(!active.protects(&marker(2, 2, 4)));
+        // A producer not remembered protects nothing.
+        assert!(!active.protects(&marker(7, 0, 100)));
     }
 
     #[test]

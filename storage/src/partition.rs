@@ -211,6 +211,8 @@ pub struct CleanStats {
     /// Segments that no longer exist because they were merged into the one before them.
     pub merged: usize,
     pub records_removed: u64,
+    /// End-transaction markers removed (counted in `records_removed` too).
+    pub markers_removed: u64,
     pub bytes_before: u64,
     pub bytes_after: u64,
 }

@@ -517,6 +517,15 @@ impl ProducerStateTable {
         self.ongoing.len()
     }
 
+    /// Each remembered producer's last record, as the cleaner needs it (Kafka's
+    /// `lastRecordsOfActiveProducers`): (producer id, epoch, last offset of its last data batch,
+    /// if any is remembered).
+    pub fn last_records(&self) -> impl Iterator<Item = (i64, i16, Option<i64>)> + '_ {
+        self.producers
+            .iter()
+            .map(|(&id, e)| (id, e.epoch, e.batches.back().map(|b| b.last_offset)))
+    }
+
     /// Every producer this partition remembers, by producer id (DescribeProducers).
     pub fn summaries(&self) -> Vec<ProducerSummary> {
         let mut out: Vec<ProducerSummary> = self

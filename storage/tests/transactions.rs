@@ -356,3 +356,297 @@ fn an_open_transaction_in_an_older_segment_comes_back_from_the_snapshots() {
         );
     });
 }
+
+/// A compacted log whose markers a pass may remove one second after it finds their
+/// transactions empty.
+const COMPACTED: LogConfig = LogConfig {
+    segment_bytes: 4 * 1024,
+    retention_ms: -1,
+    compact: true,
+    min_cleanable_dirty_ratio: 0.0,
+    delete_retention_ms: 1_000,
+    ..LogConfig::DEFAULT
+};
+
+/// Every batch from the log start: its header and bytes.
+async fn all_batches(
+    p: &Partition,
+) -> Vec<(tributary_protocol::record_batch::BatchHeader, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut offset = p.log_start_offset();
+    while offset < p.high_watermark() {
+        let r = p.read(offset, 1 << 20).await.unwrap();
+        let batches = validate_all(&r.records).unwrap();
+        let Some((_, last)) = batches.last() else {
+            break;
+        };
+        offset = last.last_offset() + 1;
+        out.extend(
+            batches
+                .iter()
+                .map(|(at, h)| (*h, r.records[*at..*at + h.size()].to_vec())),
+        );
+    }
+    out
+}
+
+/// (offset, producer id, delete horizon) of every control batch in the log.
+async fn markers(p: &Partition) -> Vec<(i64, i64, Option<i64>)> {
+    all_batches(p)
+        .await
+        .iter()
+        .filter(|(h, _)| h.is_control())
+        .map(|(h, _)| (h.base_offset, h.producer_id, h.delete_horizon_ms()))
+        .collect()
+}
+
+/// What a READ_COMMITTED consumer gets from the log start, as Kafka's consumer filters a fetch:
+/// (offset, key, value) of each record below the last stable offset, without the records of
+/// the aborted transactions the partition names (from a transaction's first offset, its
+/// producer's transactional batches are skipped up to that producer's next control batch).
+async fn consumed_committed(p: &Partition) -> Vec<(i64, String, String)> {
+    let lso = p.last_stable_offset();
+    let mut offset = p.log_start_offset();
+    let mut pending = p.aborted_transactions(offset, lso);
+    pending.sort_by_key(|&(_, first)| first);
+    let mut pending = std::collections::VecDeque::from(pending);
+    let mut aborting = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    loop {
+        let r = p.read_committed(offset, 1 << 20, false).await.unwrap();
+        let batches = validate_all(&r.records).unwrap();
+        let Some((_, last)) = batches.last() else {
+            return out;
+        };
+        offset = last.last_offset() + 1;
+        for (at, h) in &batches {
+            while pending
+                .front()
+                .is_some_and(|&(_, first)| first <= h.last_offset())
+            {
+                aborting.insert(pending.pop_front().unwrap().0);
+            }
+            if h.is_control() {
+                aborting.remove(&h.producer_id);
+                continue;
+            }
+            if h.is_transactional() && aborting.contains(&h.producer_id) {
+                continue;
+            }
+            let bytes = &r.records[*at..*at + h.size()];
+            let text =
+                |b: Option<&[u8]>| String::from_utf8(b.unwrap_or_default().to_vec()).unwrap();
+            for rec in tributary_protocol::record_batch::records(bytes).unwrap() {
+                out.push((
+                    h.base_offset + i64::from(rec.offset_delta),
+                    text(rec.key),
+                    text(rec.value),
+                ));
+            }
+        }
+    }
+}
+
+/// The latest committed value of each key a READ_COMMITTED consumer sees.
+async fn latest_committed(p: &Partition) -> std::collections::BTreeMap<String, String> {
+    consumed_committed(p)
+        .await
+        .into_iter()
+        .map(|(_, k, v)| (k, v))
+        .collect()
+}
+
+/// Plain batches overwriting `key` and filler keys, enough to roll a few segments.
+async fn overwrite(p: &Rc<Partition>, key: &str, batches: usize) {
+    for i in 0..batches {
+        let filler = format!("f{}", i % 20);
+        p.append(&build_batch(
+            &[
+                (Some(key.as_bytes()), Some(format!("new-{i}").as_bytes())),
+                (Some(filler.as_bytes()), Some(b"x")),
+            ],
+            1_000,
+            None,
+        ))
+        .await
+        .unwrap();
+    }
+}
+
+#[test]
+fn the_cleaner_removes_markers_of_empty_transactions_after_delete_retention() {
+    on_executor(move |path| async move {
+        let dir = path.join("t-0");
+        let p = Partition::open(dir.clone(), COMPACTED).await.unwrap();
+        // A: producer 1 commits "gone", whose records are overwritten below. B: producer 2
+        // aborts "aborted". C: producer 3 commits "live", never overwritten.
+        p.append(&batch(1, 0, true, "gone")).await.unwrap(); // 0..=1
+        let a = p.append_marker(1, 0, true, 0).await.unwrap().base_offset; // 2
+        p.append(&batch(2, 0, true, "aborted")).await.unwrap(); // 3..=4
+        let b = p.append_marker(2, 0, false, 0).await.unwrap().base_offset; // 5
+        p.append(&batch(3, 0, true, "live")).await.unwrap(); // 6..=7
+        let c = p.append_marker(3, 0, true, 0).await.unwrap().base_offset; // 8
+                                                                           // Each producer commits again, so none of A, B, C is its producer's last record.
+        for pid in 1..=3 {
+            p.append(&batch(pid, 2, true, &format!("p{pid}-later")))
+                .await
+                .unwrap();
+            p.append_marker(pid, 0, true, 0).await.unwrap();
+        }
+        overwrite(&p, "gone", 200).await;
+        sync(&p).await;
+        assert!(sorted_segments(&dir).len() > 3, "expected rolls");
+        let (hw, lso) = (p.high_watermark(), p.last_stable_offset());
+        assert_eq!(lso, hw);
+        let latest = latest_committed(&p).await;
+        assert_eq!(latest["gone"], "new-199");
+        assert_eq!(latest["live"], "two");
+        assert!(!latest.contains_key("aborted"));
+        assert_eq!(p.aborted_transactions(0, lso), vec![(2, 3)]);
+        let at = |list: &[(i64, i64, Option<i64>)], offset| {
+            list.iter().find(|m| m.0 == offset).map(|m| m.2)
+        };
+
+        // Pass 1 drops A's superseded records and B's aborted ones; their markers stay this
+        // pass (it read their data), unstamped, and B keeps its aborted-index entry.
+        let t = 10_000;
+        let first = p.clean(t).await.unwrap().expect("a pass");
+        assert!(first.records_removed > 0);
+        assert_eq!(first.markers_removed, 0);
+        let m = markers(&p).await;
+        assert_eq!(m.len(), 6, "{m:?}");
+        assert_eq!(
+            (at(&m, a), at(&m, b), at(&m, c)),
+            (Some(None), Some(None), Some(None))
+        );
+        assert_eq!(p.aborted_transactions(0, lso), vec![(2, 3)]);
+        let data: Vec<i64> = all_batches(&p)
+            .await
+            .iter()
+            .filter(|(h, _)| !h.is_control() && h.base_offset < 9)
+            .map(|(h, _)| h.base_offset)
+            .collect();
+        assert_eq!(
+            data,
+            vec![6],
+            "only C's data is left among the first transactions"
+        );
+        let consumed = consumed_committed(&p).await;
+        assert_eq!(latest_committed(&p).await, latest);
+
+        // Pass 2 finds A and B empty: stamped delete.retention.ms ahead; C is not.
+        let second = p.clean(t).await.unwrap().expect("a pass");
+        assert_eq!(second.markers_removed, 0);
+        let m = markers(&p).await;
+        let horizon = Some(Some(t + COMPACTED.delete_retention_ms));
+        assert_eq!(
+            (at(&m, a), at(&m, b), at(&m, c)),
+            (horizon, horizon, Some(None))
+        );
+        // Before the horizon they stay, however often the cleaner runs.
+        for _ in 0..2 {
+            let s = p.clean(t + 999).await.unwrap().expect("a pass");
+            assert_eq!(s.markers_removed, 0);
+        }
+        assert_eq!(markers(&p).await, m);
+        assert_eq!(p.aborted_transactions(0, lso), vec![(2, 3)]);
+
+        // At the horizon A's and B's markers go, and B's aborted-index entry with its marker;
+        // C's marker stays while its records do, and so do the later transactions' markers.
+        let third = p.clean(t + 1_000).await.unwrap().expect("a pass");
+        assert_eq!(third.markers_removed, 2, "{third:?}");
+        let m = markers(&p).await;
+        assert_eq!((at(&m, a), at(&m, b), at(&m, c)), (None, None, Some(None)));
+        assert_eq!(m.len(), 4, "{m:?}");
+        assert!(p.aborted_transactions(0, lso).is_empty());
+        // Offsets, the high watermark and the last stable offset are unchanged, and a
+        // READ_COMMITTED consumer gets the very records it got before the markers went.
+        assert_eq!((p.high_watermark(), p.last_stable_offset()), (hw, lso));
+        assert_eq!(consumed_committed(&p).await, consumed);
+        assert_eq!(latest_committed(&p).await, latest);
+        // C keeps its marker however late the cleaner runs.
+        p.clean(i64::MAX / 2).await.unwrap().expect("a pass");
+        assert_eq!(at(&markers(&p).await, c), Some(None));
+        let m = markers(&p).await;
+
+        // A crash and an open read the same log: from the index files, then with every index
+        // file gone, scanning and replaying each segment's batches.
+        drop(p);
+        let p = Partition::open(dir.clone(), COMPACTED).await.unwrap();
+        assert_eq!(markers(&p).await, m);
+        assert!(p.aborted_transactions(0, lso).is_empty());
+        assert_eq!((p.high_watermark(), p.last_stable_offset()), (hw, lso));
+        assert!(p.ongoing_transactions().is_empty());
+        assert_eq!(consumed_committed(&p).await, consumed);
+        p.close().await.unwrap();
+        drop(p);
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let f = f.unwrap().path();
+            if f.extension().is_some_and(|x| x == "index") {
+                std::fs::remove_file(f).unwrap();
+            }
+        }
+        let p = Partition::open(dir.clone(), COMPACTED).await.unwrap();
+        let stats = p.open_stats();
+        assert_eq!(
+            stats.scanned, stats.segments,
+            "every segment scanned: {stats:?}"
+        );
+        assert_eq!(markers(&p).await, m);
+        assert!(p.aborted_transactions(0, lso).is_empty());
+        assert!(p.ongoing_transactions().is_empty());
+        assert_eq!(p.last_stable_offset(), p.high_watermark());
+        assert_eq!(consumed_committed(&p).await, consumed);
+    });
+}
+
+#[test]
+fn a_producers_last_marker_stays_until_the_producer_is_forgotten() {
+    on_executor(move |path| async move {
+        let dir = path.join("t-0");
+        let p = Partition::open(dir.clone(), COMPACTED).await.unwrap();
+        p.append(&batch(5, 0, true, "solo")).await.unwrap(); // 0..=1
+        let marker = p.append_marker(5, 0, false, 0).await.unwrap().base_offset; // 2
+        overwrite(&p, "solo", 200).await;
+        sync(&p).await;
+        let lso = p.last_stable_offset();
+        // Its transaction is aborted and its data gone after one pass, but the marker carries
+        // producer 5's epoch and coordinator epoch: it stays while the partition remembers
+        // the producer, and so does its aborted-index entry.
+        for now in [10_000, 10_000, 20_000, i64::MAX / 2] {
+            let s = p.clean(now).await.unwrap().expect("a pass");
+            assert_eq!(s.markers_removed, 0);
+        }
+        assert_eq!(markers(&p).await, vec![(marker, 5, None)]);
+        assert_eq!(p.aborted_transactions(0, lso), vec![(5, 0)]);
+        // Forgotten (idle past producer.id.expiration.ms), it protects nothing: the next pass
+        // stamps the marker, the first at its horizon removes it.
+        let later = i64::MAX / 4;
+        assert_eq!(p.expire_producers(later), 1);
+        p.clean(30_000).await.unwrap().expect("a pass");
+        assert_eq!(markers(&p).await, vec![(marker, 5, Some(31_000))]);
+        // New segments meanwhile, and room for them in one: the pass that removes the marker
+        // merges its segment with them, and the merged segment's aborted index leaves the
+        // entry out.
+        overwrite(&p, "solo", 100).await;
+        sync(&p).await;
+        p.set_config(LogConfig {
+            segment_bytes: 64 * 1024,
+            ..COMPACTED
+        });
+        let lso = p.last_stable_offset();
+        assert_eq!(p.aborted_transactions(0, lso), vec![(5, 0)]);
+        let s = p.clean(31_000).await.unwrap().expect("a pass");
+        assert_eq!(s.markers_removed, 1);
+        assert!(s.merged > 0, "{s:?}");
+        assert!(markers(&p).await.is_empty());
+        assert!(p.aborted_transactions(0, lso).is_empty());
+        let latest = latest_committed(&p).await;
+        assert_eq!(latest["solo"], "new-99");
+        drop(p);
+        let p = Partition::open(dir, COMPACTED).await.unwrap();
+        assert!(markers(&p).await.is_empty());
+        assert!(p.aborted_transactions(0, lso).is_empty());
+        assert_eq!(latest_committed(&p).await, latest);
+    });
+}

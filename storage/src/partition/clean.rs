@@ -1,10 +1,17 @@
 //! Compaction of a partition: the cleaning pass that keeps the latest record per key, merges
 //! neighbouring segments, and the recovery of a merge a crash interrupted. Only segments below
-//! the last stable offset are cleaned; aborted transactions' batches go, markers stay (they
-//! are never removed: Kafka's removal of markers after `delete.retention.ms` is not done). It holds the
+//! the last stable offset are cleaned. Aborted transactions' batches go; an end-transaction
+//! marker goes as Kafka removes it (`cleaner::marker_action`): a pass that finds no data batch
+//! of its transaction left stamps it with a delete horizon `delete.retention.ms` ahead (KIP-534),
+//! and a pass at or after that horizon removes it — an ABORT marker with its aborted-index
+//! entry, which no reader needs once nothing of the transaction is left. A producer's last
+//! marker stays while the producer is remembered. Removal takes three passes after the data
+//! goes (the data's, the stamping's, the removal's), as in Kafka; passes run when dirty data
+//! calls for them, so a marker may outlive its horizon until the next one. It holds the
 //! maintenance lock, never the append lock, and swaps a rewritten segment in by rename.
 
 use super::*;
+use crate::txn::{batch_kind, BatchKind};
 
 impl Partition {
     /// Whether a compacted partition has enough new closed data since the last cleaning pass:
@@ -26,10 +33,10 @@ impl Partition {
     }
 
     /// One cleaning pass over the closed, durable segments of a compacted partition: build the
-    /// key → latest offset map, then rewrite each segment that holds superseded records or
-    /// expired tombstones, keeping every other record at its offset, and merge neighbours that
-    /// fit in one segment together. Appends and reads go on
-    /// meanwhile; the work is done in chunks with a yield between them. A rewritten segment
+    /// key → latest offset map, then rewrite each segment that holds superseded records,
+    /// expired tombstones, aborted data, or markers to stamp or remove, keeping every other
+    /// record at its offset, and merge neighbours that fit in one segment together. Appends
+    /// and reads go on meanwhile; the work is done in chunks with a yield between them. A rewritten segment
     /// replaces the old one by rename after it is synced; its old index file goes first, so a
     /// crash in between leaves a segment that is scanned on open, never a stale index.
     pub async fn clean(&self, now_ms: i64) -> Result<Option<CleanStats>, PartitionError> {
@@ -43,9 +50,10 @@ impl Partition {
         // wholly below the last stable offset: an undecided transaction is never cleaned, as
         // Kafka's cleaner stops at the first unstable offset.
         let lso = self.last_stable_offset();
-        let (mut targets, aborted): (Vec<CleanTarget>, _) = {
+        let (mut targets, aborted, active): (Vec<CleanTarget>, _, _) = {
             let st = self.state.borrow();
             let aborted = cleaner::AbortedRanges::new(st.segments.iter().flat_map(|s| &s.aborted));
+            let active = cleaner::ActiveProducers::new(st.producers.last_records());
             let targets = st
                 .segments
                 .windows(2)
@@ -60,7 +68,7 @@ impl Partition {
                     )
                 })
                 .collect();
-            (targets, aborted)
+            (targets, aborted, active)
         };
         if targets.is_empty() {
             return Ok(None);
@@ -68,13 +76,17 @@ impl Partition {
         let io = |e: std::io::Error| storage_err(&self.dir, e);
         let io_batch = |e: record_batch::BatchError| storage_err(&self.dir, e);
         // Pass 1: the latest offset of every key, over as many whole segments as the map holds,
-        // noting which segments hold a superseded record or an expired tombstone: only those
-        // are rewritten.
+        // noting which segments hold a superseded record, an expired tombstone, aborted data or
+        // a marker to act on: only those are rewritten. Markers are decided here, where the
+        // whole log before them is read, and acted on in pass 2 (`markers`, by offset).
         let horizon = now_ms.saturating_sub(config.delete_retention_ms);
         let mut map = KeyMap::with_budget(config.cleaner_buffer_bytes);
         let max_inflated = config.cleaner_batch_inflated_max_bytes as usize;
         let mut scratch = Vec::new();
         let mut garbage = vec![false; targets.len()];
+        let mut txns = cleaner::TxnTracker::default();
+        // (offset, action) of each marker to stamp or remove, in offset order.
+        let mut markers: Vec<(i64, cleaner::MarkerAction)> = Vec::new();
         let mut covered = 0;
         'segments: for (i, (base, file, size, _)) in targets.iter().enumerate() {
             let mut reader = SegmentReader::new(file.clone(), *base, *size, true);
@@ -82,11 +94,25 @@ impl Partition {
                 for e in &chunk.batches {
                     let batch = chunk.bytes_of(e);
                     let header = record_batch::parse_header(batch, 0).map_err(io_batch)?;
-                    if aborted.contains(&header) {
-                        garbage[i] = true;
+                    if header.is_control() {
+                        if let BatchKind::Marker(_) = batch_kind(&header, batch) {
+                            let action = cleaner::marker_action(
+                                txns.on_marker(header.producer_id),
+                                active.protects(&header),
+                                header.delete_horizon_ms(),
+                                now_ms,
+                                config.delete_retention_ms,
+                            );
+                            if action != cleaner::MarkerAction::Keep {
+                                markers.push((e.base_offset, action));
+                                garbage[i] = true;
+                            }
+                        }
                         continue;
                     }
-                    if header.is_control() {
+                    txns.on_data(&header);
+                    if aborted.contains(&header) {
+                        garbage[i] = true;
                         continue;
                     }
                     let records = match cleaner::batch_records(batch, &mut scratch, max_inflated) {
@@ -141,6 +167,10 @@ impl Partition {
                 .await
                 .map_err(io)?;
             let mut removed = 0u64;
+            // Offsets of the markers removed (the aborted-index entries of ABORT ones go too),
+            // and whether one was stamped.
+            let mut gone_markers: Vec<i64> = Vec::new();
+            let mut stamped = false;
             for (seg_base, file, size, _) in members {
                 let mut reader = SegmentReader::new(file.clone(), *seg_base, *size, true);
                 while let Some(chunk) = reader.next().await.map_err(io)? {
@@ -152,7 +182,32 @@ impl Partition {
                             continue;
                         }
                         if header.is_control() {
-                            out.push(batch, e).await.map_err(io)?;
+                            let action = markers
+                                .binary_search_by_key(&e.base_offset, |m| m.0)
+                                .map_or(cleaner::MarkerAction::Keep, |at| markers[at].1);
+                            match action {
+                                cleaner::MarkerAction::Keep => {
+                                    out.push(batch, e).await.map_err(io)?
+                                }
+                                cleaner::MarkerAction::Remove => {
+                                    removed += header.records_count.max(0) as u64;
+                                    gone_markers.push(e.base_offset);
+                                }
+                                cleaner::MarkerAction::SetHorizon(horizon) => {
+                                    match record_batch::set_delete_horizon(batch, horizon) {
+                                        Ok(b) => {
+                                            out.push(&b, e).await.map_err(io)?;
+                                            stamped = true;
+                                        }
+                                        Err(error) => {
+                                            // Pass 1 read its marker, so this is not expected;
+                                            // kept as it is, it is judged again next pass.
+                                            warn!(dir = %self.dir.display(), offset = e.base_offset, %error, "a transaction marker cannot be stamped with its delete horizon; it is kept as it is");
+                                            out.push(batch, e).await.map_err(io)?;
+                                        }
+                                    }
+                                }
+                            }
                             continue;
                         }
                         let keep = |r: &record_batch::RecordView<'_>| {
@@ -181,7 +236,7 @@ impl Partition {
                     glommio::yield_if_needed().await;
                 }
             }
-            if removed == 0 && members.len() == 1 {
+            if removed == 0 && !stamped && members.len() == 1 {
                 drop(out);
                 crate::io::remove_file(&tmp).await.map_err(io)?;
                 stats.bytes_after += sizes;
@@ -190,14 +245,16 @@ impl Partition {
             let mut cleaned = out.finish().await.map_err(io)?;
             stats.bytes_after += cleaned.size;
             if members.len() == 1 {
-                self.replace_segment(base, sizes, &tmp, &mut cleaned)
+                self.replace_segment(base, sizes, &tmp, &mut cleaned, &gone_markers)
                     .await?;
             } else {
-                self.merge_segments(members, &tmp, cleaned).await?;
+                self.merge_segments(members, &tmp, cleaned, &gone_markers)
+                    .await?;
                 stats.merged += members.len() - 1;
             }
             stats.rewritten += members.len();
             stats.records_removed += removed;
+            stats.markers_removed += gone_markers.len() as u64;
         }
         let last_base = targets.last().expect("covered > 0").0;
         let through = {
@@ -217,13 +274,15 @@ impl Partition {
 
     /// Swaps a cleaned segment in for the one at `base` (whose size was `old_size`): the old
     /// index file goes, the new file is renamed over the old one, and the new index (keeping
-    /// the old producer snapshot, which cleaning does not change) is written.
+    /// the old producer snapshot, which cleaning does not change, and the aborted-index
+    /// entries but those of the markers at `gone_markers`, which were removed) is written.
     async fn replace_segment(
         &self,
         base: i64,
         old_size: u64,
         tmp: &Path,
         cleaned: &mut Segment,
+        gone_markers: &[i64],
     ) -> Result<(), PartitionError> {
         let io = |e: std::io::Error| storage_err(&self.dir, e);
         let producers = read_index(&self.dir, base, old_size)
@@ -243,8 +302,11 @@ impl Partition {
             cleaned.next_offset = seg.next_offset;
             cleaned.first_timestamp = seg.first_timestamp;
             cleaned.max_timestamp = seg.max_timestamp;
-            // Its markers stay, so its aborted transactions do.
+            // The aborted transactions whose markers stay.
             cleaned.aborted = std::mem::take(&mut seg.aborted);
+            cleaned
+                .aborted
+                .retain(|t| gone_markers.binary_search(&t.last_offset).is_err());
             let index = cleaned.index_file(producers.as_ref());
             std::mem::swap(seg, cleaned);
             index
@@ -258,11 +320,14 @@ impl Partition {
     /// Swaps a cleaned copy of several neighbouring segments in for them. The copy is renamed to
     /// `<first>-<end>.swap` (and the directory synced) before any old file goes: from then on
     /// the swap is committed, and an open that finds the `.swap` finishes it (`finish_swap`).
+    /// The merged segment keeps the members' aborted-index entries but those of the markers at
+    /// `gone_markers`, which were removed.
     async fn merge_segments(
         &self,
         members: &[(i64, Rc<SegmentFile>, u64, i64)],
         tmp: &Path,
         mut merged: Segment,
+        gone_markers: &[i64],
     ) -> Result<(), PartitionError> {
         let io = |e: std::io::Error| storage_err(&self.dir, e);
         let (first, last) = (&members[0], &members[members.len() - 1]);
@@ -299,6 +364,7 @@ impl Partition {
             merged.aborted = st.segments[i..=j]
                 .iter_mut()
                 .flat_map(|s| std::mem::take(&mut s.aborted))
+                .filter(|t| gone_markers.binary_search(&t.last_offset).is_err())
                 .collect();
             let index = merged.index_file(producers.as_ref());
             st.segments.splice(i..=j, [merged]);
