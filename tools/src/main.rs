@@ -1,6 +1,7 @@
 //! `trib`: the operator's command line for Tributary and any Kafka-compatible broker — topics
 //! and their reassignment, console produce and consume, consumer groups, leader elections,
-//! transactions and producers, and cluster information — built on librdkafka, with raw requests for the admin calls it lacks.
+//! transactions and producers, ACLs, SCRAM users and client quotas, and cluster information —
+//! built on librdkafka, with raw requests for the admin calls it lacks.
 //! `trib top`, a live view of throughput and latencies, reads the brokers' metrics endpoints instead.
 //! `--command-config` takes Kafka's client security properties (SASL, TLS), for librdkafka's
 //! commands and the raw requests alike.
@@ -8,14 +9,17 @@
 
 #![forbid(unsafe_code)]
 
+mod acls;
 mod admin;
 mod groups;
 mod io;
+mod quotas;
 mod raw;
 mod reassign;
 mod security;
 mod top;
 mod txn;
+mod users;
 
 use std::time::Duration;
 
@@ -81,6 +85,15 @@ enum Command {
     /// Producers a partition remembers (idempotent and transactional).
     #[command(subcommand)]
     Producers(txn::ProducersCommand),
+    /// ACLs: list, create and delete (as kafka-acls.sh).
+    #[command(subcommand)]
+    Acls(acls::AclsCommand),
+    /// SCRAM credentials: create, delete and list users (as kafka-configs.sh --entity-type users).
+    #[command(subcommand)]
+    Users(users::UsersCommand),
+    /// Client quotas by user and client id: describe and alter.
+    #[command(subcommand)]
+    Quotas(quotas::QuotasCommand),
     /// Live throughput and latencies from brokers' metrics endpoints (`metrics.listen`).
     Top(top::TopArgs),
 }
@@ -95,6 +108,9 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Leaders(c) => reassign::leaders(cli, c),
         Command::Transactions(c) => txn::transactions(cli, c),
         Command::Producers(c) => txn::producers(cli, c),
+        Command::Acls(c) => acls::acls(cli, c),
+        Command::Users(c) => users::users(cli, c),
+        Command::Quotas(c) => quotas::quotas(cli, c),
         Command::Top(a) => top::top(cli, a),
     }
 }

@@ -16,6 +16,7 @@ use kafka_protocol::messages::{
     ListPartitionReassignmentsResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::ResponseError;
 
 use crate::Cli;
 
@@ -201,44 +202,64 @@ fn timeout_ms(cli: &Cli) -> i32 {
     i32::try_from(cli.timeout_ms).unwrap_or(i32::MAX)
 }
 
-fn check(code: i16, message: Option<&str>, what: &str) -> Result<()> {
+/// Ok for code 0; otherwise the error `what: NAME (message)`.
+pub(crate) fn check(code: i16, message: Option<&str>, what: &str) -> Result<()> {
     if code == 0 {
         return Ok(());
     }
-    match message {
-        Some(m) => bail!("{what}: {} ({m})", error_name(code)),
-        None => bail!("{what}: {}", error_name(code)),
-    }
+    bail!("{what}: {}", describe_error(code, message))
 }
 
 const ELECTION_NOT_NEEDED: i16 = 84;
 
-/// Kafka's names for the codes these calls answer with.
+/// Kafka's name for an error code (`CLUSTER_AUTHORIZATION_FAILED`), from the `kafka-protocol`
+/// crate's table of every code Kafka defines; a code it does not know is `error code N`.
 pub(crate) fn error_name(code: i16) -> String {
-    let name = match code {
-        3 => "UNKNOWN_TOPIC_OR_PARTITION",
-        7 => "REQUEST_TIMED_OUT",
-        39 => "INVALID_REPLICA_ASSIGNMENT",
-        41 => "NOT_CONTROLLER",
-        80 => "PREFERRED_LEADER_NOT_AVAILABLE",
-        83 => "ELIGIBLE_LEADERS_NOT_AVAILABLE",
-        ELECTION_NOT_NEEDED => "ELECTION_NOT_NEEDED",
-        85 => "NO_REASSIGNMENT_IN_PROGRESS",
-        6 => "NOT_LEADER_OR_FOLLOWER",
-        15 => "COORDINATOR_NOT_AVAILABLE",
-        16 => "NOT_COORDINATOR",
-        105 => "TRANSACTIONAL_ID_NOT_FOUND",
-        33 => "UNSUPPORTED_SASL_MECHANISM",
-        34 => "ILLEGAL_SASL_STATE",
-        58 => "SASL_AUTHENTICATION_FAILED",
-        -1 => "UNKNOWN_SERVER_ERROR",
-        _ => return format!("error code {code}"),
-    };
-    name.to_string()
+    match ResponseError::try_from_code(code) {
+        None => "NONE".to_string(),
+        Some(ResponseError::Unknown(code)) => format!("error code {code}"),
+        // The crate names each code in CamelCase after Kafka's `Errors` enum.
+        Some(known) => {
+            let camel = known.to_string();
+            let mut name = String::with_capacity(camel.len() + 8);
+            for (i, c) in camel.chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    name.push('_');
+                }
+                name.push(c.to_ascii_uppercase());
+            }
+            name
+        }
+    }
+}
+
+/// An error code with the broker's message for it: `NAME (message)`, or `NAME` without one.
+pub(crate) fn describe_error(code: i16, message: Option<&str>) -> String {
+    match message.filter(|m| !m.is_empty()) {
+        Some(m) => format!("{} ({m})", error_name(code)),
+        None => error_name(code),
+    }
+}
+
+/// Ends a command whose request carried several entries the broker answered one by one
+/// (`noun`: what they are, plural). One failure is the command's error; with several, each is
+/// printed on stderr and the error counts them. Either way the exit status is nonzero.
+pub(crate) fn entries_done(failures: Vec<String>, total: usize, noun: &str) -> Result<()> {
+    match failures.len() {
+        0 => Ok(()),
+        1 => bail!("{}", failures[0]),
+        n => {
+            for f in &failures {
+                eprintln!("trib: {f}");
+            }
+            bail!("{n} of {total} {noun} failed")
+        }
+    }
 }
 
 /// One request to the bootstrap broker and its decoded response.
-fn request<Req: Encodable, Resp: Decodable>(
+/// One request to the bootstrap broker and its decoded response.
+pub(crate) fn request<Req: Encodable, Resp: Decodable>(
     cli: &Cli,
     key: ApiKey,
     version: i16,
@@ -291,5 +312,28 @@ mod tests {
         assert!(e.contains("\"x\""), "{e}");
         assert_eq!(error_name(85), "NO_REASSIGNMENT_IN_PROGRESS");
         assert_eq!(error_name(999), "error code 999");
+    }
+
+    #[test]
+    fn error_codes_have_kafkas_names() {
+        for (code, name) in [
+            (-1, "UNKNOWN_SERVER_ERROR"),
+            (6, "NOT_LEADER_OR_FOLLOWER"),
+            (31, "CLUSTER_AUTHORIZATION_FAILED"),
+            (42, "INVALID_REQUEST"),
+            (54, "SECURITY_DISABLED"),
+            (58, "SASL_AUTHENTICATION_FAILED"),
+            (84, "ELECTION_NOT_NEEDED"),
+            (91, "RESOURCE_NOT_FOUND"),
+            (92, "DUPLICATE_RESOURCE"),
+            (105, "TRANSACTIONAL_ID_NOT_FOUND"),
+        ] {
+            assert_eq!(error_name(code), name);
+        }
+        assert_eq!(
+            describe_error(54, Some("No Authorizer is configured.")),
+            "SECURITY_DISABLED (No Authorizer is configured.)"
+        );
+        assert_eq!(describe_error(91, Some("")), "RESOURCE_NOT_FOUND");
     }
 }

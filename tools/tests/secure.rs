@@ -8,107 +8,17 @@
 //! empty `ssl.endpoint.identification.algorithm` that allows it), and a missing client
 //! certificate — each a nonzero exit with one line saying what to fix.
 
-use std::io::Read;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+use std::net::SocketAddr;
+use std::path::Path;
+
+use common::{command_config, path, pki, trib, Pki};
 use tributary_broker::config::{BrokerConfig, ConfigInput};
 use tributary_broker::server::{self, BrokerHandle};
 
-/// How long one `trib` run may take before the test gives up on it.
-const TRIB_DEADLINE: Duration = Duration::from_secs(60);
 const PLAIN_JAAS: &str = r#"org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";"#;
 const WRONG_PASSWORD: &str = "not-the-password";
-
-/// Runs `trib` with `args` to completion within `TRIB_DEADLINE`: (success, stdout, stderr).
-fn trib(args: &[&str]) -> (bool, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_trib"))
-        .args(args)
-        .env_remove("TRIB_BOOTSTRAP")
-        .env_remove("TRIB_COMMAND_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("trib starts");
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > TRIB_DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("trib {args:?} still running after {TRIB_DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    (status.success(), out.join().unwrap(), err.join().unwrap())
-}
-
-/// CA, broker and client PEM files: the broker's certificate names 127.0.0.1 only.
-struct Pki {
-    ca: PathBuf,
-    broker: PathBuf,
-    /// The client's certificate chain and key in one file (`ssl.keystore.location`).
-    client: PathBuf,
-}
-
-fn pki(dir: &Path) -> Pki {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.distinguished_name = rcgen::DistinguishedName::new();
-    ca.distinguished_name
-        .push(DnType::CommonName, "trib test CA");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca.self_signed(&ca_key).unwrap();
-    let signed = |names: &[&str], cn: &str, usage| {
-        let key = KeyPair::generate().unwrap();
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let mut params = CertificateParams::new(names).unwrap();
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.extended_key_usages = vec![usage];
-        let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
-        format!("{}{}", cert.pem(), key.serialize_pem())
-    };
-    let write = |name: &str, pem: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, pem).unwrap();
-        path
-    };
-    Pki {
-        ca: write("ca.pem", &ca.pem()),
-        broker: write(
-            "broker.pem",
-            &signed(
-                &["127.0.0.1"],
-                "broker",
-                ExtendedKeyUsagePurpose::ServerAuth,
-            ),
-        ),
-        client: write(
-            "client.pem",
-            &signed(&[], "carol", ExtendedKeyUsagePurpose::ClientAuth),
-        ),
-    }
-}
-
-fn path(p: &Path) -> String {
-    p.display().to_string()
-}
 
 /// A one-shard broker with PLAINTEXT, SASL_PLAINTEXT (PLAIN), SASL_SSL (PLAIN and
 /// SCRAM-SHA-512, user `admin` made before the first start) and SSL requiring a client
@@ -155,13 +65,6 @@ fn listener(b: &BrokerHandle, name: &str) -> SocketAddr {
         .find(|(n, _)| n == name)
         .unwrap_or_else(|| panic!("listener {name}"))
         .1
-}
-
-/// Writes a `--command-config` file.
-fn command_config(dir: &Path, name: &str, lines: &[String]) -> String {
-    let file = dir.join(name);
-    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
-    path(&file)
 }
 
 fn scram_ssl_config(dir: &Path, pki: &Pki, password: &str, name: &str) -> String {
