@@ -185,10 +185,12 @@ impl std::fmt::Debug for InterBrokerSecurity {
 }
 
 impl InterBrokerSecurity {
-    /// From the inter-broker listener's settings; an error names the key to set.
+    /// From the inter-broker listener's settings; an error names the key to set. A node alone
+    /// in its cluster (the only voter, and a controller) talks to no other broker: it needs none.
     pub fn from_config(config: &BrokerConfig) -> anyhow::Result<Self> {
         use anyhow::{anyhow, bail};
-        let Some(listener) = config.listeners.first() else {
+        let alone = config.cluster.voters.len() <= 1 && config.cluster.roles.controller;
+        let Some(listener) = config.listeners.first().filter(|_| !alone) else {
             return Ok(Self::default());
         };
         let protocol = listener.protocol;
@@ -472,6 +474,12 @@ mod tests {
             ("inter.broker.listener.name", "INTERNAL"),
             ("sasl.enabled.mechanisms", "SCRAM-SHA-256"),
         ];
+        // A node with other brokers to reach: a broker-only node of a quorum elsewhere.
+        all.extend_from_slice(&[
+            ("process.roles", "broker"),
+            ("node.id", "4"),
+            ("controller.quorum.voters", "1@127.0.0.1:9990"),
+        ]);
         all.extend_from_slice(props);
         BrokerConfig::build(ConfigInput {
             data_dir: "./data".into(),
@@ -532,6 +540,14 @@ mod tests {
             "{shown}"
         );
         assert!(ok.tls.is_none());
+        // Alone in its cluster, a node needs no inter-broker login.
+        let mut alone = config(&[]);
+        alone.cluster.roles.controller = true;
+        alone.cluster.voters.truncate(1);
+        assert!(InterBrokerSecurity::from_config(&alone)
+            .unwrap()
+            .login
+            .is_none());
     }
 
     #[test]

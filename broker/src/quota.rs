@@ -52,8 +52,46 @@ const NANOS_PER_SECOND_PER_PERCENT: f64 = 1e7;
 /// or a name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct QuotaEntity {
+    #[serde(with = "entity_part")]
     pub user: Option<Option<String>>,
+    #[serde(with = "entity_part")]
     pub client: Option<Option<String>>,
+}
+
+/// How an entity part is kept in the metadata log: absent as `null`, a name as its string, the
+/// default as `{"default":true}`. (Plain serde writes the default as `null` too, so it came
+/// back absent: a `<default>` quota lost its entity. Records written that way read as absent,
+/// as they always did.)
+mod entity_part {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Part {
+        Name(String),
+        Default { default: bool },
+    }
+
+    pub fn serialize<S: Serializer>(
+        part: &Option<Option<String>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match part {
+            None => s.serialize_none(),
+            Some(Some(name)) => Part::Name(name.clone()).serialize(s),
+            Some(None) => Part::Default { default: true }.serialize(s),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Option<String>>, D::Error> {
+        Ok(match Option::<Part>::deserialize(d)? {
+            None | Some(Part::Default { default: false }) => None,
+            Some(Part::Name(name)) => Some(Some(name)),
+            Some(Part::Default { default: true }) => Some(None),
+        })
+    }
 }
 
 /// An AlterClientQuotas change: per entity, each key set (`Some`) or removed (`None`).
@@ -537,6 +575,28 @@ impl crate::shard::Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entity_parts_survive_the_metadata_log() {
+        for (user, client) in [
+            (None, Some(Some("c".to_string()))),
+            (Some(None), None),
+            (Some(None), Some(None)),
+            (Some(Some("u".to_string())), Some(None)),
+            (Some(Some("u".to_string())), None),
+        ] {
+            let e = QuotaEntity { user, client };
+            let json = serde_json::to_string(&e).unwrap();
+            assert_eq!(
+                serde_json::from_str::<QuotaEntity>(&json).unwrap(),
+                e,
+                "{json}"
+            );
+        }
+        // Written before parts kept the default apart: null reads as absent, as it did.
+        let old: QuotaEntity = serde_json::from_str(r#"{"user":null,"client":"c"}"#).unwrap();
+        assert_eq!((old.user, old.client), (None, Some(Some("c".to_string()))));
+    }
     use tributary_protocol::registry::SUPPORTED_APIS;
 
     impl QuotaSensors {

@@ -39,8 +39,9 @@ pub enum QuotasCommand {
     Alter {
         #[command(flatten)]
         entity: Entity,
-        /// A quota to set, `KEY=VALUE` (producer_byte_rate, consumer_byte_rate, in bytes per
-        /// second); repeatable, or comma-separated.
+        /// A quota to set, `KEY=VALUE` (producer_byte_rate, consumer_byte_rate in bytes per
+        /// second; request_percentage in percent of one shard's time); repeatable, or
+        /// comma-separated.
         #[arg(long = "add", value_name = "KEY=VALUE")]
         add: Vec<String>,
         /// A quota to remove, by key; repeatable, or comma-separated.

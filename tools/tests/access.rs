@@ -377,13 +377,13 @@ fn acls_users_and_quotas_as_admin_and_as_alice() {
         "--user",
         "alice",
         "--delete",
-        "request_percentage",
+        "controller_mutation_rate",
     ]);
     assert!(
         err.contains("altering the quotas of user=alice: INVALID_REQUEST ("),
         "{err}"
     );
-    assert!(err.contains("request_percentage"), "{err}");
+    assert!(err.contains("controller_mutation_rate"), "{err}");
     let altered = admin.ok(&[
         "quotas",
         "alter",
@@ -594,12 +594,9 @@ fn bad_arguments_are_refused_before_sending() {
     );
 }
 
-/// `--user-default` and `--client-default` name the `<default>` entities. Ignored: the broker
-/// keeps a default entity's part as `Some(None)` and its metadata serialization turns that into
-/// `None`, so the quota comes back with an empty entity (`\tproducer_byte_rate=1000`); run it
-/// with `--ignored` once the broker keeps default entities.
+/// `--user-default` and `--client-default` name the `<default>` entities, and the broker keeps
+/// them apart from absent parts.
 #[test]
-#[ignore = "the broker loses the <default> part of a quota entity in its metadata image"]
 fn default_entities_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let pki = pki(dir.path());
