@@ -634,8 +634,8 @@ impl Controller {
                 Ok(c) => c,
                 Err(e) => return (ErrorCode::INVALID_CONFIG, Some(e)),
             };
-            match crate::tls_reload::prepare(&shard.tls_acceptors(), &candidate) {
-                Ok(acceptors) => Some(acceptors),
+            match crate::tls_reload::prepare(shard.tls_acceptors(), candidate).await {
+                Ok(built) => Some(built),
                 Err(e) => {
                     warn!(broker = %resource, error = %e, "refusing a TLS reload");
                     return (ErrorCode::INVALID_CONFIG, Some(e));
@@ -657,22 +657,22 @@ impl Controller {
                 return stored;
             }
         }
-        if let Some(acceptors) = reloaded {
+        if let Some((acceptors, inter_broker)) = reloaded {
             // Answered once every shard of this node serves the new handshakes.
             let listeners: Vec<String> = acceptors.keys().cloned().collect();
             for to in (0..shard.shards).map(crate::routing::ShardId) {
                 if to == shard.id {
                     shard.install_tls(acceptors.clone());
+                    shard.set_inter_broker(inter_broker.clone());
                     continue;
                 }
                 let (reply, installed) = futures::channel::oneshot::channel();
-                let acceptors = acceptors.clone();
-                shard
-                    .forward(
-                        to,
-                        crate::shard::ShardRequest::InstallTls { acceptors, reply },
-                    )
-                    .await;
+                let request = crate::shard::ShardRequest::InstallTls {
+                    acceptors: acceptors.clone(),
+                    inter_broker: inter_broker.clone(),
+                    reply,
+                };
+                shard.forward(to, request).await;
                 let _ = installed.await;
             }
             info!(broker = %resource, ?listeners, "TLS keystores and truststores reloaded for new connections");

@@ -55,6 +55,9 @@ pub async fn connect(
     to: &BrokerAddr,
     client: &str,
 ) -> Result<BrokerStream, String> {
+    if let Some(why) = &security.unusable {
+        return Err(format!("{UNUSABLE}{why}"));
+    }
     let addr = to.addr;
     let stream = glommio::timer::timeout(CONNECT_TIMEOUT, async {
         let stream = TcpStream::connect(addr)
@@ -62,7 +65,10 @@ pub async fn connect(
             .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e.to_string())))?;
         let _ = stream.set_nodelay(true);
         let mut stream = match &security.tls {
-            None => BrokerStream::Plain(stream),
+            None => BrokerStream {
+                io: Io::Plain(stream),
+                renew_at: None,
+            },
             Some(config) => {
                 let name = ServerName::try_from(to.host.clone()).map_err(|e| {
                     glommio::GlommioError::IoError(std::io::Error::other(format!(
@@ -77,13 +83,19 @@ pub async fn connect(
                             "{TLS_FAILED}{e}; check the inter-broker listener's ssl.truststore.location holds the CA of every broker's certificate, and that each certificate names its host"
                         )))
                     })?;
-                BrokerStream::Tls(Box::new(tls))
+                BrokerStream {
+                    io: Io::Tls(Box::new(tls)),
+                    renew_at: None,
+                }
             }
         };
         if let Some(login) = &security.login {
-            authenticate(&mut stream, login, client)
+            let lifetime = authenticate(&mut stream, login, client)
                 .await
                 .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e)))?;
+            // Renewed at 85% of the session, as Kafka's clients re-authenticate early.
+            stream.renew_at = lifetime
+                .map(|l| std::time::Instant::now() + l.mul_f64(SESSION_RENEWAL_SHARE));
         }
         Ok(stream)
     })
@@ -166,6 +178,9 @@ pub async fn exchange<S: Decodable>(
 pub struct InterBrokerSecurity {
     tls: Option<Arc<TlsClientConfig>>,
     login: Option<Login>,
+    /// Why a node expected to talk to no other broker could not secure connections to them:
+    /// every connection fails with it.
+    unusable: Option<String>,
 }
 
 #[derive(Clone)]
@@ -185,12 +200,26 @@ impl std::fmt::Debug for InterBrokerSecurity {
 }
 
 impl InterBrokerSecurity {
-    /// From the inter-broker listener's settings; an error names the key to set. A node alone
-    /// in its cluster (the only voter, and a controller) talks to no other broker: it needs none.
+    /// From the inter-broker listener's settings; an error names the key to set. The only
+    /// voter of its quorum, a controller, usually talks to no other broker (unless brokers join
+    /// it as observers): for it an unusable setting is no error, and each connection it makes
+    /// to another broker fails saying why.
     pub fn from_config(config: &BrokerConfig) -> anyhow::Result<Self> {
+        match Self::build(config) {
+            Ok(security) => Ok(security),
+            Err(e) if config.cluster.voters.len() <= 1 && config.cluster.roles.controller => {
+                Ok(Self {
+                    unusable: Some(format!("{e:#}")),
+                    ..Self::default()
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn build(config: &BrokerConfig) -> anyhow::Result<Self> {
         use anyhow::{anyhow, bail};
-        let alone = config.cluster.voters.len() <= 1 && config.cluster.roles.controller;
-        let Some(listener) = config.listeners.first().filter(|_| !alone) else {
+        let Some(listener) = config.listeners.first() else {
             return Ok(Self::default());
         };
         let protocol = listener.protocol;
@@ -258,26 +287,46 @@ impl InterBrokerSecurity {
                 })
             }
         };
-        Ok(Self { tls, login })
+        Ok(Self {
+            tls,
+            login,
+            unusable: None,
+        })
     }
 }
 
 /// Whether a [`connect`] error is a failed TLS handshake or SASL login (a configuration to fix)
 /// rather than a broker that cannot be reached.
 pub fn is_security_failure(error: &str) -> bool {
-    error.contains(TLS_FAILED) || error.contains(SASL_FAILED)
+    error.contains(TLS_FAILED) || error.contains(SASL_FAILED) || error.starts_with(UNUSABLE)
 }
 
 const TLS_FAILED: &str = "TLS with the broker failed: ";
 const SASL_FAILED: &str = " login as ";
+const UNUSABLE: &str = "connections to other brokers are not set up: ";
 
 /// The SASL mechanisms a broker logs in to other brokers with.
 pub const INTER_BROKER_MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
 /// A connection to another broker: plain TCP, or TLS over it.
-pub enum BrokerStream {
+pub struct BrokerStream {
+    io: Io,
+    /// When the SASL session the other broker granted (`connections.max.reauth.ms`) is near
+    /// its end: the connection is made again before then, or the broker would close it.
+    renew_at: Option<std::time::Instant>,
+}
+
+enum Io {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl BrokerStream {
+    /// Whether the connection's SASL session is about to end: connect again.
+    pub fn needs_renewal(&self) -> bool {
+        self.renew_at
+            .is_some_and(|at| std::time::Instant::now() >= at)
+    }
 }
 
 impl futures::io::AsyncRead for BrokerStream {
@@ -286,9 +335,9 @@ impl futures::io::AsyncRead for BrokerStream {
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            BrokerStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            BrokerStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        match &mut self.get_mut().io {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -299,26 +348,29 @@ impl futures::io::AsyncWrite for BrokerStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            BrokerStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            BrokerStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        match &mut self.get_mut().io {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            BrokerStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            BrokerStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        match &mut self.get_mut().io {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            BrokerStream::Plain(s) => Pin::new(s).poll_close(cx),
-            BrokerStream::Tls(s) => Pin::new(s.as_mut()).poll_close(cx),
+        match &mut self.get_mut().io {
+            Io::Plain(s) => Pin::new(s).poll_close(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_close(cx),
         }
     }
 }
+
+/// The share of a SASL session after which a connection is made again.
+const SESSION_RENEWAL_SHARE: f64 = 0.85;
 
 /// The SASL handshake frames are small; a bigger answer is not a broker's.
 const SASL_RESPONSE_BYTES_MAX: usize = 64 * 1024;
@@ -330,7 +382,7 @@ async fn authenticate(
     stream: &mut BrokerStream,
     login: &Login,
     client: &str,
-) -> Result<(), String> {
+) -> Result<Option<Duration>, String> {
     use kafka_protocol::messages::{
         SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
         SaslHandshakeResponse,
@@ -371,7 +423,8 @@ async fn authenticate(
     }
     let mut client_login = ClientLogin::new(login).map_err(failed)?;
     let mut token = client_login.first().map_err(failed)?;
-    for correlation in 1.. {
+    // PLAIN takes one round, SCRAM two: a broker asking for more is not one.
+    for correlation in 1..=4 {
         let frame = encode(
             ApiKey::SaslAuthenticate,
             2,
@@ -397,13 +450,13 @@ async fn authenticate(
         }
         match client_login.next(&answer.auth_bytes).map_err(failed)? {
             Some(next) => token = next,
-            None => return Ok(()),
-        }
-        if correlation > 4 {
-            return Err(failed("the exchange did not end".to_string()));
+            None => {
+                let lifetime = u64::try_from(answer.session_lifetime_ms).unwrap_or(0);
+                return Ok((lifetime > 0).then(|| Duration::from_millis(lifetime)));
+            }
         }
     }
-    Ok(())
+    Err(failed("the exchange did not end".to_string()))
 }
 
 /// The client side of one SASL login.

@@ -198,6 +198,7 @@ pub enum ShardRequest {
     /// Serve these TLS listeners' handshakes (by name) to new connections: a reloaded keystore.
     InstallTls {
         acceptors: std::collections::BTreeMap<String, crate::connection::TlsAcceptor>,
+        inter_broker: crate::inter_broker::InterBrokerSecurity,
         reply: oneshot::Sender<()>,
     },
     /// AlterConfigs / IncrementalAlterConfigs on a broker resource, for the controller.
@@ -952,8 +953,13 @@ impl Shard {
                 };
                 let _ = reply.send(out);
             }
-            ShardRequest::InstallTls { acceptors, reply } => {
+            ShardRequest::InstallTls {
+                acceptors,
+                inter_broker,
+                reply,
+            } => {
                 self.install_tls(acceptors);
+                self.set_inter_broker(inter_broker);
                 let _ = reply.send(());
             }
             ShardRequest::AlterBrokerConfigs { change, reply } => {

@@ -9,8 +9,9 @@
 //! next (`Shard::install_tls`); connections already open keep the session they made. Naming a
 //! key with the value it already has reloads a file that changed under the same path.
 //!
-//! The files are read on the shard: a few kilobytes, only at start-up and on an operator's
-//! request, never on the data path.
+//! The files are read on the executor's blocking thread when the broker runs (on the shard at
+//! start-up, before it serves). The broker's own connections to other brokers follow the
+//! reload too: they verify with the new truststore and present the new keystore.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +20,7 @@ use tracing::info;
 
 use crate::config::BrokerConfig;
 use crate::connection::TlsAcceptor;
+use crate::inter_broker::InterBrokerSecurity;
 
 /// Every TLS listener's handshake, by listener name, built from `config`; an unusable keystore
 /// or truststore is an error naming the key. A controller-only node serves no clients, so it
@@ -53,7 +55,27 @@ pub(crate) fn log_served(acceptors: &BTreeMap<String, TlsAcceptor>, why: &str) {
 /// `current` serves: each keystore must load, and its certificate keep the subject and the
 /// subject alternative names of the one served unless the listener allows them to change. The
 /// error says which listener and what differs.
-pub(crate) fn prepare(
+///
+/// The files are read on the executor's blocking thread; the brokers' side of the inter-broker
+/// listener (its truststore verifies the other brokers, its keystore is presented to them) is
+/// built from the same config and comes back with the handshakes.
+pub(crate) async fn prepare(
+    current: BTreeMap<String, TlsAcceptor>,
+    candidate: BrokerConfig,
+) -> std::result::Result<(BTreeMap<String, TlsAcceptor>, InterBrokerSecurity), String> {
+    let built = tributary_storage::io::blocking(move || {
+        let checked = check(&current, &candidate).and_then(|acceptors| {
+            let inter_broker =
+                InterBrokerSecurity::from_config(&candidate).map_err(|e| format!("{e:#}"))?;
+            Ok((acceptors, inter_broker))
+        });
+        Ok(checked)
+    })
+    .await;
+    built.map_err(|e| format!("reading the keystores failed: {e}"))?
+}
+
+fn check(
     current: &BTreeMap<String, TlsAcceptor>,
     candidate: &BrokerConfig,
 ) -> std::result::Result<BTreeMap<String, TlsAcceptor>, String> {

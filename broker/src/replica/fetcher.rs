@@ -83,6 +83,11 @@ pub async fn run(shard: Rc<Shard>, leader: i32) {
             glommio::timer::sleep(BACKOFF).await;
             continue;
         };
+        // A SASL session near its end: log in again on a new connection before the leader
+        // closes this one.
+        if conn.as_ref().is_some_and(|c| c.needs_renewal()) {
+            conn = None;
+        }
         if conn.is_none() {
             let client = format!("tributary-replica-{}", shard.config.node_id);
             match crate::inter_broker::connect(&shard.inter_broker(), &addr, &client).await {
