@@ -421,10 +421,12 @@ async fn authenticate(
                 .collect::<Vec<_>>()
         )));
     }
-    let mut client_login = ClientLogin::new(login).map_err(failed)?;
-    let mut token = client_login.first().map_err(failed)?;
-    // PLAIN takes one round, SCRAM two: a broker asking for more is not one.
-    for correlation in 1..=4 {
+    use tributary_security::sasl_client::{SaslLogin, SASL_ROUNDS_MAX};
+    let mut client_login = SaslLogin::new(&login.mechanism, &login.username, &login.password.0)
+        .map_err(|e| failed(e.to_string()))?;
+    let mut token = client_login.first().map_err(|e| failed(e.to_string()))?;
+    // A broker asking for more rounds than the mechanism takes is not following it.
+    for correlation in 1..=SASL_ROUNDS_MAX as i32 {
         let frame = encode(
             ApiKey::SaslAuthenticate,
             2,
@@ -448,7 +450,10 @@ async fn authenticate(
                 answer.error_message.as_deref().unwrap_or("")
             )));
         }
-        match client_login.next(&answer.auth_bytes).map_err(failed)? {
+        match client_login
+            .next(&answer.auth_bytes)
+            .map_err(|e| failed(e.to_string()))?
+        {
             Some(next) => token = next,
             None => {
                 let lifetime = u64::try_from(answer.session_lifetime_ms).unwrap_or(0);
@@ -457,56 +462,6 @@ async fn authenticate(
         }
     }
     Err(failed("the exchange did not end".to_string()))
-}
-
-/// The client side of one SASL login.
-enum ClientLogin {
-    /// PLAIN: one message, `\0user\0password`.
-    Plain(Vec<u8>),
-    Scram(Box<tributary_security::scram::ScramClient>),
-}
-
-impl ClientLogin {
-    fn new(login: &Login) -> Result<Self, String> {
-        use tributary_security::scram::{ScramClient, ScramMechanism};
-        if login.mechanism == "PLAIN" {
-            let mut token = Vec::with_capacity(2 + login.username.len() + login.password.0.len());
-            token.push(0);
-            token.extend_from_slice(login.username.as_bytes());
-            token.push(0);
-            token.extend_from_slice(login.password.0.as_bytes());
-            return Ok(ClientLogin::Plain(token));
-        }
-        let mechanism = ScramMechanism::from_name(&login.mechanism)
-            .ok_or_else(|| format!("{} is not a SCRAM mechanism", login.mechanism))?;
-        ScramClient::new(mechanism, &login.username, &login.password.0)
-            .map(|c| ClientLogin::Scram(Box::new(c)))
-            .map_err(|e| e.to_string())
-    }
-
-    /// The first message.
-    fn first(&mut self) -> Result<Vec<u8>, String> {
-        match self {
-            ClientLogin::Plain(token) => Ok(std::mem::take(token)),
-            ClientLogin::Scram(c) => c.client_first().map_err(|e| e.to_string()),
-        }
-    }
-
-    /// The message answering the server's `answer`, or `None` once logged in.
-    fn next(&mut self, answer: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        match self {
-            ClientLogin::Plain(_) => Ok(None),
-            ClientLogin::Scram(c) if c.is_complete() => Ok(None),
-            // The server's first message carries the nonce; its final one the signature.
-            ClientLogin::Scram(c) if answer.starts_with(b"r=") => {
-                c.client_final(answer).map(Some).map_err(|e| e.to_string())
-            }
-            ClientLogin::Scram(c) => c
-                .verify_server_final(answer)
-                .map(|()| None)
-                .map_err(|e| e.to_string()),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -601,17 +556,5 @@ mod tests {
             .unwrap()
             .login
             .is_none());
-    }
-
-    #[test]
-    fn a_plain_login_is_one_message() {
-        let login = Login {
-            mechanism: "PLAIN".into(),
-            username: "broker".into(),
-            password: crate::config::Secret("pw".into()),
-        };
-        let mut c = ClientLogin::new(&login).unwrap();
-        assert_eq!(c.first().unwrap(), b"\0broker\0pw");
-        assert_eq!(c.next(b"").unwrap(), None);
     }
 }

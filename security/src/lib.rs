@@ -8,5 +8,6 @@ pub mod acl;
 pub mod jaas;
 pub mod oauthbearer;
 pub mod plain;
+pub mod sasl_client;
 pub mod scram;
 pub mod tls;

@@ -30,9 +30,8 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore, StreamOwned};
-use tributary_security::scram::ScramClient;
 
-use crate::security::{RawMechanism, RawSasl, RawSecurity, RawTls};
+use crate::security::{RawSasl, RawSecurity, RawTls};
 use crate::Cli;
 
 /// The largest response trib reads; anything bigger is taken for a peer that is not a Kafka
@@ -278,36 +277,30 @@ impl Connection {
                 sasl.username
             )
         };
-        match sasl.mechanism {
-            RawMechanism::Plain => {
-                let mut token = Vec::with_capacity(2 + sasl.username.len() + sasl.password.len());
-                token.push(0);
-                token.extend_from_slice(sasl.username.as_bytes());
-                token.push(0);
-                token.extend_from_slice(sasl.password.as_bytes());
-                self.sasl_step(token)
-                    .map_err(|e| failed(format!("{e:#}")))?;
-            }
-            RawMechanism::Scram(mechanism) => {
-                let mut client = ScramClient::new(mechanism, &sasl.username, &sasl.password)
-                    .map_err(|e| failed(e.to_string()))?;
-                let first = client.client_first().map_err(|e| failed(e.to_string()))?;
-                let server_first = self
-                    .sasl_step(first)
-                    .map_err(|e| failed(format!("{e:#}")))?;
-                let last = client
-                    .client_final(&server_first)
-                    .map_err(|e| failed(e.to_string()))?;
-                let server_final = self.sasl_step(last).map_err(|e| failed(format!("{e:#}")))?;
-                client.verify_server_final(&server_final).map_err(|e| {
-                    anyhow!(
+        use tributary_security::sasl_client::{SaslLogin, SaslLoginError, SASL_ROUNDS_MAX};
+        use tributary_security::scram::ScramClientError;
+        let mut login = SaslLogin::new(name, &sasl.username, &sasl.password)
+            .map_err(|e| failed(e.to_string()))?;
+        let mut token = login.first().map_err(|e| failed(e.to_string()))?;
+        for _ in 0..SASL_ROUNDS_MAX {
+            let answer = self
+                .sasl_step(token)
+                .map_err(|e| failed(format!("{e:#}")))?;
+            match login.next(&answer) {
+                Ok(Some(next)) => token = next,
+                Ok(None) => return Ok(()),
+                Err(SaslLoginError::Scram(e @ ScramClientError::ServerSignature { .. })) => {
+                    bail!(
                         "the broker at {addr} accepted {:?}'s {name} proof but {e}; it is not the broker it claims to be, or its credential store was changed",
                         sasl.username
                     )
-                })?;
+                }
+                Err(e) => return Err(failed(e.to_string())),
             }
         }
-        Ok(())
+        Err(failed(format!(
+            "the broker asked for more than the {SASL_ROUNDS_MAX} rounds {name} takes"
+        )))
     }
 
     /// One SaslAuthenticate round trip: the server's token, or its refusal.
