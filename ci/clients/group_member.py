@@ -4,7 +4,12 @@ Prints one JSON line per assignment change: {"assigned": [partitions]}."""
 import json
 import sys
 
-from confluent_kafka import Consumer
+import security_mode
+
+# Before the client import: under TRIB_SUITE_SECURITY=SASL_SSL the child's clients connect
+# over SASL_SSL as the suite's do (the settings come through the environment).
+security_mode.install()
+from confluent_kafka import Consumer  # noqa: E402
 
 bootstrap, group, topic, strategy = sys.argv[1:5]
 instance = sys.argv[5] if len(sys.argv) > 5 else None
