@@ -56,14 +56,9 @@ def pytest_collection_modifyitems(config, items):
     own = pytest.mark.skip(reason=(
         "sets up its own SASL/TLS listeners, the same in either security mode: "
         "the PLAINTEXT run covers it"))
-    # trib's raw-request commands (cluster info, transactions, producers, leaders) speak to
-    # PLAINTEXT listeners only for now. The one place to remove when they speak SASL_SSL:
-    raw = pytest.mark.skip(reason="trib raw requests over SASL_SSL land separately")
     for item in items:
         if any(f in item.fixturenames for f in OWN_LISTENER_FIXTURES):
             item.add_marker(own)
-        elif item.get_closest_marker("trib_raw_requests"):
-            item.add_marker(raw)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -396,8 +391,9 @@ def make_certificates(d):
 
 
 class TlsBroker(Broker):
-    """A broker with a PLAINTEXT, an SSL, a SASL_SSL (PLAIN) and a mutual-TLS listener (MTLS,
-    an SSL listener with ssl.client.auth=required), certificates from `make_certificates`."""
+    """A broker with a PLAINTEXT, an SSL, a SASL_SSL (PLAIN, and SCRAM users s256 and s512) and
+    a mutual-TLS listener (MTLS, an SSL listener with ssl.client.auth=required), certificates
+    from `make_certificates`."""
 
     def __init__(self, data_dir, certs):
         self.ssl_port = free_port()
@@ -419,9 +415,14 @@ class TlsBroker(Broker):
             "--set", f"ssl.keystore.location={certs['keystore']}",
             "--set", "listener.name.mtls.ssl.client.auth=required",
             "--set", f"listener.name.mtls.ssl.truststore.location={certs['ca']}",
-            "--set", "sasl.enabled.mechanisms=PLAIN",
+            "--set", "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
             "--set", f"listener.name.sasl_ssl.plain.sasl.jaas.config={PLAIN_JAAS}",
         ]
+        for cred in ("SCRAM-SHA-256=[name=s256,password=s256-secret]",
+                     "SCRAM-SHA-512=[name=s512,password=s512-secret]"):
+            out = subprocess.run([BIN, "--data-dir", self.data_dir, "--add-scram", cred],
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
 
     def bootstrap_of(self, listener):
         port = {"SSL": self.ssl_port, "SASL_SSL": self.sasl_ssl_port,

@@ -1,7 +1,8 @@
-"""TLS over the wire with real clients: confluent-kafka (librdkafka) and kcat produce and
-consume on an SSL listener, on a SASL_SSL listener with PLAIN, and on a listener that requires
-a client certificate; a client without one, and a plaintext client on a TLS port, are refused
-while the broker keeps serving everyone else. Certificates come from the openssl CLI."""
+"""TLS over the wire with real clients: confluent-kafka (librdkafka), kafka-python and kcat
+produce and consume on an SSL listener, on a SASL_SSL listener with PLAIN, SCRAM-SHA-256 and
+SCRAM-SHA-512, and on a listener that requires a client certificate; a client without one, and a
+plaintext client on a TLS port, are refused while the broker keeps serving everyone else.
+Certificates come from the openssl CLI."""
 
 import socket
 import struct
@@ -12,15 +13,29 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 
+# Each listener a client is tested on; SASL_SSL once per mechanism, with its user.
+LISTENERS = ["SSL", "MTLS", "SASL_SSL", "SASL_SSL/SCRAM-SHA-256", "SASL_SSL/SCRAM-SHA-512"]
+USERS = {"PLAIN": ("alice", "alice-secret"), "SCRAM-SHA-256": ("s256", "s256-secret"),
+         "SCRAM-SHA-512": ("s512", "s512-secret")}
+
+
+def split(listener):
+    """`SASL_SSL/MECHANISM` → (SASL_SSL, MECHANISM); PLAIN when none is named."""
+    name, _, mechanism = listener.partition("/")
+    return name, mechanism or "PLAIN"
+
+
 def conf(broker, listener, **extra):
+    listener, mechanism = split(listener)
     c = {
         "bootstrap.servers": broker.bootstrap_of(listener),
         "security.protocol": "SASL_SSL" if listener == "SASL_SSL" else "SSL",
         "ssl.ca.location": broker.certs["ca"],
     }
     if listener == "SASL_SSL":
-        c.update({"sasl.mechanisms": "PLAIN", "sasl.username": "alice",
-                  "sasl.password": "alice-secret"})
+        user, password = USERS[mechanism]
+        c.update({"sasl.mechanisms": mechanism, "sasl.username": user,
+                  "sasl.password": password})
     if listener == "MTLS":
         c.update({"ssl.certificate.location": broker.certs["client_cert"],
                   "ssl.key.location": broker.certs["client_key"]})
@@ -28,9 +43,9 @@ def conf(broker, listener, **extra):
     return c
 
 
-@pytest.mark.parametrize("listener", ["SSL", "SASL_SSL", "MTLS"])
+@pytest.mark.parametrize("listener", LISTENERS)
 def test_confluent_produce_and_consume(tls_broker, listener):
-    topic = f"tls-{listener.lower()}"
+    topic = "tls-" + listener.lower().replace("/", "-")
     p = Producer(conf(tls_broker, listener))
     for i in range(20):
         p.produce(topic, f"{listener}-{i}".encode())
@@ -85,13 +100,13 @@ def test_bad_clients_are_refused_and_others_served(tls_broker):
     assert p.flush(30) == 0
 
 
-@pytest.mark.parametrize("listener", ["SSL", "SASL_SSL"])
+@pytest.mark.parametrize("listener", LISTENERS)
 def test_kcat(tls_broker, listener):
     c = conf(tls_broker, listener)
     args = ["kcat", "-b", c.pop("bootstrap.servers")]
     for k, v in c.items():
         args += ["-X", f"{k}={v}"]
-    topic = f"kc-{listener.lower()}"
+    topic = "kc-" + listener.lower().replace("/", "-")
     r = subprocess.run([*args, "-P", "-t", topic], input="one\ntwo\n",
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -99,3 +114,31 @@ def test_kcat(tls_broker, listener):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[-2:] == ["one", "two"]
+
+
+@pytest.mark.parametrize("listener", LISTENERS)
+def test_kafka_python(tls_broker, listener):
+    from kafka import KafkaConsumer, KafkaProducer
+    name, mechanism = split(listener)
+    security = {
+        "bootstrap_servers": tls_broker.bootstrap_of(name),
+        "security_protocol": "SASL_SSL" if name == "SASL_SSL" else "SSL",
+        "ssl_cafile": tls_broker.certs["ca"],
+    }
+    if name == "SASL_SSL":
+        user, password = USERS[mechanism]
+        security.update(sasl_mechanism=mechanism, sasl_plain_username=user,
+                        sasl_plain_password=password)
+    if name == "MTLS":
+        security.update(ssl_certfile=tls_broker.certs["client_cert"],
+                        ssl_keyfile=tls_broker.certs["client_key"])
+    topic = "kp-" + listener.lower().replace("/", "-")
+    p = KafkaProducer(**security)
+    for i in range(10):
+        p.send(topic, f"{listener}-{i}".encode()).get(timeout=30)
+    p.close()
+    c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10_000,
+                      group_id=f"g-{topic}", **security)
+    got = [m.value.decode() for m in c]
+    c.close()
+    assert got == [f"{listener}-{i}" for i in range(10)]

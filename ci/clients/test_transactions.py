@@ -110,7 +110,6 @@ def test_kafka_python_transactional_producer_commit_abort_and_fencing(txn_broker
     assert got == [f"keep-{i}" for i in range(10)] + ["second"]
 
 
-@pytest.mark.trib_raw_requests
 def test_trib_lists_and_describes_transactions_and_producers(txn_broker):
     import os
     import subprocess

@@ -60,7 +60,6 @@ def test_topics_produce_consume_and_groups(broker):
     assert trib(broker, "topics", "list").stdout.strip() == ""
 
 
-@pytest.mark.trib_raw_requests
 def test_cluster_info(broker):
     info = trib(broker, "cluster", "info").stdout
     assert "Broker 0 at 127.0.0.1" in info and "Controller: 0" in info and "Produce" in info and "v3-v10" in info
