@@ -47,6 +47,11 @@ pub struct LoadArgs {
     /// `-X security.protocol=SSL -X ssl.ca.location=ca.pem` to measure a TLS listener.
     #[arg(short = 'X', long = "client-config", value_name = "KEY=VALUE")]
     pub client_config: Vec<String>,
+    /// Kafka's client security properties for a secured listener (security.protocol,
+    /// sasl.mechanism, sasl.jaas.config, ssl.truststore.location, ...), as trib and
+    /// kafka-topics.sh --command-config take them; `-X` settings override them.
+    #[arg(long, value_name = "FILE")]
+    pub command_config: Option<std::path::PathBuf>,
     #[arg(long, default_value = "bench")]
     pub topic: String,
     /// Create the topic with this many partitions (an existing topic is used as is).
@@ -305,6 +310,9 @@ pub(crate) fn client(args: &LoadArgs) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &args.bootstrap)
         .set("log_level", "3");
+    for (k, v) in command_settings(&args.command_config) {
+        c.set(k, v);
+    }
     for kv in &args.client_config {
         // Checked when the arguments are read (`check_client_config`).
         if let Some((k, v)) = kv.split_once('=') {
@@ -314,14 +322,30 @@ pub(crate) fn client(args: &LoadArgs) -> ClientConfig {
     c
 }
 
-/// Every `-X` is KEY=VALUE.
+/// Every `-X` is KEY=VALUE, and `--command-config` reads.
 pub fn check_client_config(args: &LoadArgs) -> Result<()> {
     for kv in &args.client_config {
         if !kv.contains('=') {
             anyhow::bail!("-X {kv:?}: expected KEY=VALUE, e.g. -X security.protocol=SSL");
         }
     }
+    if let Some(path) = &args.command_config {
+        tributary_security::client_properties::load(path)
+            .map_err(|e| anyhow::anyhow!("--command-config: {e}"))?;
+    }
     Ok(())
+}
+
+/// The librdkafka settings of `--command-config` (checked readable by `check_client_config`
+/// before any client is made; a file that stopped reading since is said on stderr).
+pub(crate) fn command_settings(path: &Option<std::path::PathBuf>) -> Vec<(String, String)> {
+    let Some(path) = path else {
+        return Vec::new();
+    };
+    tributary_security::client_properties::load(path).unwrap_or_else(|e| {
+        eprintln!("--command-config: {e}");
+        Vec::new()
+    })
 }
 
 pub fn create_topic(args: &LoadArgs) -> Result<()> {
@@ -832,6 +856,37 @@ mod tests {
             Ok(cli) => cli.load,
             Err(e) => panic!("{flags:?} should parse: {e}"),
         }
+    }
+
+    #[test]
+    fn a_command_config_secures_every_client_and_x_overrides_it() {
+        let dir = std::env::temp_dir().join(format!("bench-cc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("client.properties");
+        std::fs::write(
+            &file,
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n\
+             sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"u\" password=\"p\";\n\
+             ssl.truststore.location=/ca.pem\n",
+        )
+        .unwrap();
+        let path = file.display().to_string();
+        let args = parse(&[
+            "--command-config",
+            &path,
+            "-X",
+            "ssl.ca.location=/other.pem",
+        ]);
+        check_client_config(&args).unwrap();
+        let c = client(&args);
+        assert_eq!(c.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(c.get("sasl.mechanisms"), Some("SCRAM-SHA-512"));
+        assert_eq!(c.get("sasl.username"), Some("u"));
+        assert_eq!(c.get("ssl.ca.location"), Some("/other.pem"));
+        std::fs::write(&file, "not a property\n").unwrap();
+        let e = check_client_config(&args).unwrap_err().to_string();
+        assert!(e.contains("line 1 is not key=value"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn refusal(args: &LoadArgs, mode: &str) -> String {

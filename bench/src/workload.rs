@@ -382,6 +382,9 @@ pub struct RunArgs {
     /// run's own settings, so it can override them.
     #[arg(short = 'X', long = "client-config", value_name = "KEY=VALUE")]
     pub client_config: Vec<String>,
+    /// Kafka's client security properties (as trib --command-config); `-X` overrides them.
+    #[arg(long, value_name = "FILE")]
+    pub command_config: Option<std::path::PathBuf>,
     /// A topic setting for the topics the run creates (repeatable), e.g.
     /// `--topic-config retention.bytes=1073741824` to bound the disk a long run fills.
     #[arg(long = "topic-config", value_name = "KEY=VALUE")]
@@ -482,6 +485,7 @@ impl RunArgs {
         LoadArgs {
             bootstrap: self.bootstrap.clone(),
             client_config: self.client_config.clone(),
+            command_config: self.command_config.clone(),
             topic: topic.to_string(),
             partitions: w.partitions_per_topic as i32,
             replication_factor: self.replication_factor,

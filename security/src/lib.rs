@@ -5,6 +5,7 @@
 //! authorizer with Kafka's semantics.
 
 pub mod acl;
+pub mod client_properties;
 pub mod jaas;
 pub mod oauthbearer;
 pub mod plain;

@@ -1,78 +1,22 @@
 //! `--command-config FILE`: Kafka's client properties (`security.protocol`, `sasl.mechanism`,
 //! `sasl.jaas.config`, `ssl.truststore.location`, …), as `kafka-topics.sh --command-config`
-//! takes them, turned into librdkafka's keys. PEM stores only: librdkafka reads no JKS.
+//! takes them, turned into librdkafka's keys (`tributary_security::client_properties`).
 //! [`raw`] reads the same keys back for trib's own connections (the raw-request commands).
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use tributary_security::scram::ScramMechanism;
 
 /// Reads `path` and returns the librdkafka settings it stands for.
 pub fn load(path: &Path) -> Result<Vec<(String, String)>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading --command-config {}", path.display()))?;
-    translate(&text).with_context(|| format!("in --command-config {}", path.display()))
+    tributary_security::client_properties::load(path)
+        .map_err(|e| anyhow::anyhow!("--command-config: {e}"))
 }
 
+#[cfg(test)]
 fn translate(text: &str) -> Result<Vec<(String, String)>> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    let mut set = |k: &str, v: &str| {
-        out.retain(|(x, _)| x != k);
-        out.push((k.to_string(), v.to_string()));
-    };
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
-            continue;
-        }
-        let Some((k, v)) = line.split_once('=') else {
-            bail!("line {}: {line:?} is not key=value", n + 1);
-        };
-        let (k, v) = (k.trim(), v.trim());
-        match k {
-            "security.protocol" => set(k, v),
-            "sasl.mechanism" => set("sasl.mechanisms", v),
-            "sasl.jaas.config" => {
-                let jaas = tributary_security::jaas::JaasConfig::parse(v)
-                    .map_err(|e| anyhow::anyhow!("sasl.jaas.config: {e}"))?;
-                match (jaas.option("username"), jaas.option("password")) {
-                    (Some(u), Some(p)) => {
-                        set("sasl.username", u);
-                        set("sasl.password", p);
-                    }
-                    _ => bail!(
-                        "sasl.jaas.config names no username and password; give both (username=\"...\" password=\"...\")"
-                    ),
-                }
-            }
-            "ssl.truststore.type" | "ssl.keystore.type" if !v.eq_ignore_ascii_case("PEM") => {
-                bail!("{k}={v}: only PEM stores can be read; convert the store to PEM")
-            }
-            "ssl.truststore.type" | "ssl.keystore.type" => {}
-            "ssl.truststore.location" => set("ssl.ca.location", v),
-            "ssl.keystore.location" => {
-                // One PEM file holding the certificate chain and the key, as the broker's.
-                set("ssl.certificate.location", v);
-                set("ssl.key.location", v);
-            }
-            // Kafka turns hostname verification off with an empty value, librdkafka with `none`.
-            "ssl.endpoint.identification.algorithm" if v.is_empty() => set(k, "none"),
-            "ssl.endpoint.identification.algorithm" if v.eq_ignore_ascii_case("https") => {
-                set(k, "https")
-            }
-            "ssl.endpoint.identification.algorithm" => bail!(
-                "line {}: ssl.endpoint.identification.algorithm={v} is neither https (check the broker's name) nor empty (do not)",
-                n + 1
-            ),
-            "ssl.key.password" => set(k, v),
-            other => bail!(
-                "line {}: {other} is not a client security property trib understands; use security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.location, ssl.keystore.location, ssl.key.password, ssl.endpoint.identification.algorithm",
-                n + 1
-            ),
-        }
-    }
-    Ok(out)
+    tributary_security::client_properties::translate(text).map_err(anyhow::Error::msg)
 }
 
 /// What trib's own connections (the raw-request commands) need of the settings: TLS for SSL
