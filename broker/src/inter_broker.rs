@@ -104,6 +104,70 @@ pub async fn connect(
     Ok(stream)
 }
 
+/// Idle connections a shard keeps to each other broker for the requests it sends them one at a
+/// time (transaction markers, KIP-890 verification), so each does not pay a new connection —
+/// with TLS and a SCRAM login, several round trips and a key derivation.
+pub const IDLE_CONNECTIONS_PER_BROKER: usize = 4;
+
+/// A shard's idle connections to other brokers, by address. A connection is taken for one
+/// exchange and given back only once its response was read whole, so a request abandoned
+/// half-way (a timeout) never leaves a reply behind for the next one.
+#[derive(Default)]
+pub struct ConnectionPool {
+    idle: std::cell::RefCell<std::collections::HashMap<SocketAddr, Vec<BrokerStream>>>,
+}
+
+impl ConnectionPool {
+    /// Sends `request` to `to` and reads its response: on an idle connection if there is one
+    /// (once more on a new one if that fails: the other broker may have closed it while idle),
+    /// else on a new connection secured as `security` says.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn call<S: Decodable>(
+        &self,
+        security: &InterBrokerSecurity,
+        to: &BrokerAddr,
+        client: &str,
+        request: &[u8],
+        key: ApiKey,
+        version: i16,
+        correlation: i32,
+        frame_max: usize,
+    ) -> Result<S, String> {
+        if let Some(mut stream) = self.take(to.addr) {
+            if let Ok(resp) =
+                exchange(&mut stream, request, key, version, correlation, frame_max).await
+            {
+                self.give_back(to.addr, stream);
+                return Ok(resp);
+            }
+        }
+        let mut stream = connect(security, to, client).await?;
+        let resp = exchange(&mut stream, request, key, version, correlation, frame_max).await?;
+        self.give_back(to.addr, stream);
+        Ok(resp)
+    }
+
+    /// An idle connection to `addr` whose SASL session is not about to end.
+    fn take(&self, addr: SocketAddr) -> Option<BrokerStream> {
+        let mut idle = self.idle.borrow_mut();
+        let streams = idle.get_mut(&addr)?;
+        while let Some(stream) = streams.pop() {
+            if !stream.needs_renewal() {
+                return Some(stream);
+            }
+        }
+        None
+    }
+
+    fn give_back(&self, addr: SocketAddr, stream: BrokerStream) {
+        let mut idle = self.idle.borrow_mut();
+        let streams = idle.entry(addr).or_default();
+        if streams.len() < IDLE_CONNECTIONS_PER_BROKER {
+            streams.push(stream);
+        }
+    }
+}
+
 /// `req` as one request frame: length prefix, header (request header v2 for flexible
 /// versions, v1 otherwise) and body.
 pub fn encode<R: Encodable>(

@@ -278,8 +278,10 @@ pub struct Shard {
     /// The TLS listeners' handshakes by listener name, for the connections accepted next
     /// (`tls_reload`).
     tls: RefCell<std::collections::BTreeMap<String, crate::connection::TlsAcceptor>>,
-    /// How this broker connects to the others (set once at start-up).
+    /// How this broker connects to the others (set at start-up and by a TLS reload).
     inter_broker: RefCell<crate::inter_broker::InterBrokerSecurity>,
+    /// Idle connections to other brokers, for markers and KIP-890 verification.
+    pub broker_connections: crate::inter_broker::ConnectionPool,
     /// The ACLs of the current image, indexed; `None` without an authorizer.
     authorizer: RefCell<Option<Rc<tributary_security::acl::Authorizer>>>,
     /// What each (user, client id) produced and fetched through this shard, for quotas.
@@ -360,6 +362,7 @@ impl Shard {
             broker_config,
             tls: Default::default(),
             inter_broker: Default::default(),
+            broker_connections: Default::default(),
             authorizer,
             quota_sensors: Default::default(),
             peers,

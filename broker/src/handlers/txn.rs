@@ -270,19 +270,17 @@ async fn verify_remote(
     ]);
     let client = format!("tributary-partition-leader-{}", shard.config.node_id);
     let frame = crate::inter_broker::encode(ApiKey::AddPartitionsToTxn, 4, 1, &client, &req);
-    let exchange = async {
-        let mut stream =
-            crate::inter_broker::connect(&shard.inter_broker(), &addr, &client).await?;
-        crate::inter_broker::exchange::<AddPartitionsToTxnResponse>(
-            &mut stream,
-            &frame,
-            ApiKey::AddPartitionsToTxn,
-            4,
-            1,
-            VERIFY_RESPONSE_BYTES_MAX,
-        )
-        .await
-    };
+    let security = shard.inter_broker();
+    let exchange = shard.broker_connections.call::<AddPartitionsToTxnResponse>(
+        &security,
+        &addr,
+        &client,
+        &frame,
+        ApiKey::AddPartitionsToTxn,
+        4,
+        1,
+        VERIFY_RESPONSE_BYTES_MAX,
+    );
     let answer = futures_lite::future::or(exchange, async {
         glommio::timer::sleep(crate::inter_broker::CONNECT_TIMEOUT * 2).await;
         Err("timed out".to_string())

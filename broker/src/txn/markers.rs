@@ -138,19 +138,17 @@ async fn send_remote(
         .with_coordinator_epoch(first.coordinator_epoch)]);
     let client = format!("tributary-txn-coordinator-{}", shard.config.node_id);
     let frame = crate::inter_broker::encode(ApiKey::WriteTxnMarkers, 1, 1, &client, &req);
-    let answer = async {
-        let mut stream =
-            crate::inter_broker::connect(&shard.inter_broker(), &addr, &client).await?;
-        crate::inter_broker::exchange::<WriteTxnMarkersResponse>(
-            &mut stream,
-            &frame,
-            ApiKey::WriteTxnMarkers,
-            1,
-            1,
-            MARKER_RESPONSE_BYTES_MAX,
-        )
-        .await
-    };
+    let security = shard.inter_broker();
+    let answer = shard.broker_connections.call::<WriteTxnMarkersResponse>(
+        &security,
+        &addr,
+        &client,
+        &frame,
+        ApiKey::WriteTxnMarkers,
+        1,
+        1,
+        MARKER_RESPONSE_BYTES_MAX,
+    );
     let timeout =
         Duration::from_millis(shard.config.offsets_commit_timeout_ms) + Duration::from_secs(5);
     let resp = match glommio::timer::timeout(timeout, async {
