@@ -624,7 +624,14 @@ impl Controller {
         }
         // The listeners' handshakes the change gives, built (the files read) and checked
         // before anything is stored.
-        let reloaded = if tls_keys.is_empty() {
+        // A replacing AlterConfigs may drop stored TLS keys without naming them: a reload too.
+        let ssl_values = |c: &std::collections::BTreeMap<String, String>| {
+            c.iter()
+                .filter(|(k, _)| crate::config::ssl_key(k).is_some())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect::<Vec<_>>()
+        };
+        let reloaded = if tls_keys.is_empty() && ssl_values(&current) == ssl_values(&configs) {
             None
         } else {
             let candidate = match shard

@@ -618,5 +618,21 @@ fn a_keystore_altered_at_runtime_serves_new_connections_and_survives_a_restart()
     let ssl = listener(&b, "SSL");
     assert!(gets_metadata(trusting(ssl, &fewer_ca)));
     assert!(!gets_metadata(tls_client(ssl, &pki)));
+    // A (replacing) AlterConfigs that leaves the keystore key out goes back to the static
+    // one — checked as any reload: the static certificate has other names.
+    let (code, msg) = common::raw_alter(b.addr, 4, "0", &[("max.connections", "1000")]);
+    assert_eq!(code, 40, "{msg}");
+    assert!(gets_metadata(trusting(ssl, &fewer_ca)));
+    let (code, msg) = common::raw_alter(
+        b.addr,
+        4,
+        "0",
+        &[
+            ("max.connections", "1000"),
+            ("listener.name.ssl.ssl.allow.san.changes", "true"),
+        ],
+    );
+    assert_eq!(code, 0, "{msg}");
+    assert!(gets_metadata(tls_client(ssl, &pki)));
     b.shutdown().unwrap();
 }
