@@ -543,6 +543,28 @@ pub fn set_delete_horizon(batch: &[u8], horizon_ms: i64) -> Result<Vec<u8>, Batc
     Ok(out)
 }
 
+/// `base_timestamp` of a batch with no records (Kafka's `RecordBatch.NO_TIMESTAMP`).
+pub const NO_TIMESTAMP: i64 = -1;
+
+/// The header of a valid batch as a batch of its own with no records, as Kafka's log cleaner
+/// writes a batch it keeps only for its producer's state (`DefaultRecordBatch.writeEmptyHeader`):
+/// base offset, last offset delta, partition leader epoch, producer id, epoch and base sequence,
+/// `max_timestamp` and the timestamp-type, transactional and control attributes stay; the
+/// records section is empty and uncompressed (compression none), the delete-horizon attribute is
+/// cleared, `base_timestamp` is [`NO_TIMESTAMP`], the record count 0; length and CRC are new.
+/// The offsets it spans hold no record, and its last sequence is still
+/// `base_sequence + last_offset_delta`.
+pub fn emptied(batch: &[u8]) -> Result<Vec<u8>, BatchError> {
+    let header = parse_header(batch, 0)?;
+    let mut out = batch[..RECORD_BATCH_HEADER_BYTES].to_vec();
+    let attributes = header.attributes & !(0x07 | ATTRIBUTE_DELETE_HORIZON);
+    out[ATTRIBUTES_POSITION..ATTRIBUTES_POSITION + 2].copy_from_slice(&attributes.to_be_bytes());
+    out[BASE_TIMESTAMP_POSITION..BASE_TIMESTAMP_POSITION + 8]
+        .copy_from_slice(&NO_TIMESTAMP.to_be_bytes());
+    reseal(&mut out, 0);
+    Ok(out)
+}
+
 #[cfg(test)]
 mod record_tests {
     use super::*;
@@ -592,6 +614,42 @@ mod record_tests {
         let h3 = validate(&b, 0).unwrap();
         assert!(!h3.is_log_append_time());
         assert_eq!(h3.max_timestamp, 1234);
+    }
+
+    #[test]
+    fn an_emptied_batch_keeps_its_offsets_producer_fields_and_timestamp_type() {
+        let recs = [(Some(&b"k"[..]), Some(&b"v"[..])); 3];
+        let mut b = build_transactional_batch(&recs, 1000, (7, 2, 40));
+        set_log_append_time(&mut b, 99_000);
+        assign_offset(&mut b, 500, 6);
+        // Claimed gzip with a delete horizon: neither survives emptying.
+        let mut claimed = b.to_vec();
+        let attributes = be_i16(&claimed, ATTRIBUTES_POSITION) | 1 | ATTRIBUTE_DELETE_HORIZON;
+        claimed[ATTRIBUTES_POSITION..ATTRIBUTES_POSITION + 2]
+            .copy_from_slice(&attributes.to_be_bytes());
+        reseal(&mut claimed, 3);
+        let original = validate(&claimed, 0).unwrap();
+        let e = emptied(&claimed).unwrap();
+        assert_eq!(e.len(), RECORD_BATCH_HEADER_BYTES);
+        let h = validate(&e, 0).expect("a valid batch, CRC included");
+        assert_eq!(h.records_count, 0);
+        assert_eq!(
+            (h.base_offset, h.last_offset(), h.partition_leader_epoch),
+            (500, 502, 6)
+        );
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (7, 2, 40)
+        );
+        assert_eq!(h.last_sequence(), original.last_sequence());
+        assert_eq!((h.base_timestamp, h.max_timestamp), (NO_TIMESTAMP, 99_000));
+        assert!(h.is_transactional() && h.is_log_append_time() && !h.is_control());
+        assert_eq!(h.compression(), 0);
+        assert_eq!(h.delete_horizon_ms(), None);
+        assert!(records(&e).unwrap().is_empty());
+        // Emptying an empty batch changes nothing.
+        assert_eq!(emptied(&e).unwrap(), e);
+        assert!(emptied(&e[..RECORD_BATCH_HEADER_BYTES - 1]).is_err());
     }
 
     #[test]

@@ -9,6 +9,15 @@
 //! left and `delete.retention.ms` has passed since a pass first found it so (KIP-534's delete
 //! horizon, stamped in the marker batch), unless it is its producer's last record
 //! ([`MarkerAction`]).
+//!
+//! Producer state: the data batch holding the last offset of a producer the partition still
+//! remembers stays, as an empty batch (no records, the same offsets and producer fields) when
+//! none of its records does — aborted or superseded — as Kafka's cleaner keeps it
+//! (`isBatchLastRecordOfProducer`, written by `writeEmptyHeader`). A replica copying the cleaned
+//! log, or an open rebuilding the producer state from it, then learns the producer's epoch and
+//! last sequence, and its next batch is neither refused as out of order nor a retry of its last
+//! one accepted twice ([`ActiveProducers`], [`keep_producer_state`]). Once the producer is
+//! forgotten the empty batch goes at the next pass.
 //! Pure: `partition` reads and writes the segments.
 
 use std::collections::{HashMap, HashSet};
@@ -120,6 +129,26 @@ pub enum Retained {
     /// was compressed; base offset, last offset delta, timestamps and producer fields unchanged
     /// (as Kafka's cleaner rewrites a batch), length, record count and CRC new.
     Some(Vec<u8>),
+    /// No record stays, but the batch holds its producer's last data offset: it stays with no
+    /// records ([`record_batch::emptied`]), for the producer's state ([`keep_producer_state`]).
+    Empty(Vec<u8>),
+}
+
+/// What replaces a data batch once its records were judged — `retained` as [`retain`] said, or
+/// [`Retained::None`] for a batch of an aborted transaction: a batch none of whose records stays
+/// is kept empty when it holds its producer's last data offset (`last_of_producer`, see
+/// [`ActiveProducers::holds_last_data`]), as Kafka's cleaner keeps it (`RETAIN_EMPTY`). A batch
+/// already empty is kept as it is; one whose header cannot be read (not expected: the pass
+/// parsed it) is kept whole. Whatever else `retained` says stands.
+pub fn keep_producer_state(batch: &[u8], retained: Retained, last_of_producer: bool) -> Retained {
+    if retained != Retained::None || !last_of_producer {
+        return retained;
+    }
+    match record_batch::parse_header(batch, 0) {
+        Ok(header) if header.records_count == 0 => Retained::All,
+        Ok(_) => record_batch::emptied(batch).map_or(Retained::All, Retained::Empty),
+        Err(_) => Retained::All,
+    }
 }
 
 /// Judges the records of `batch` (compressed ones decompressed, at most `max` bytes) and says
@@ -131,6 +160,10 @@ pub fn retain(
     mut keep: impl FnMut(&RecordView<'_>) -> bool,
 ) -> Result<(Retained, u64), String> {
     let header = record_batch::parse_header(batch, 0).map_err(|e| e.to_string())?;
+    if header.records_count == 0 {
+        // An empty batch (kept for its producer by an earlier pass): nothing to judge.
+        return Ok((Retained::None, 0));
+    }
     if header.compression() != 0 {
         return retain_compressed(&header, batch, max, keep);
     }
@@ -275,14 +308,16 @@ impl TxnTracker {
     }
 }
 
-/// The producers the partition still remembers, with what of them the log must keep so that a
-/// replica or a restart rebuilding their state from the log keeps their epoch (fencing) and
-/// coordinator epoch: Kafka keeps the batch holding each such producer's last data offset
-/// (emptied of superseded records), or, for one with no data batch remembered, its markers of
-/// its current epoch. This cleaner does not keep emptied batches, so it keeps every marker
-/// after a remembered producer's last data batch instead — that ends the transaction Kafka's
-/// kept batch belongs to — and, for a producer with no data batch, its markers of its current
-/// epoch. A producer forgotten (expired) protects nothing.
+/// The producers the partition still remembers (its producer state table when the pass
+/// starts), with what of them the log must keep so that a replica or a restart rebuilding their
+/// state from the log keeps their epoch (fencing), last sequence (idempotence) and coordinator
+/// epoch. As Kafka's cleaner, it keeps the data batch holding each such producer's last data
+/// offset, emptied of its records if none stays ([`ActiveProducers::holds_last_data`]), and, for
+/// a producer with no data batch remembered, its markers of its current epoch. It also keeps
+/// every marker after a remembered producer's last data batch, where Kafka keeps only those the
+/// kept batch's transaction needs: such a marker carries the producer's coordinator epoch, and
+/// there is at most one per transaction. A producer forgotten (expired or evicted) protects
+/// nothing.
 #[derive(Debug, Default)]
 pub struct ActiveProducers {
     last: HashMap<i64, (i16, Option<i64>)>,
@@ -306,6 +341,20 @@ impl ActiveProducers {
             Some(&(_, Some(last_data))) => header.base_offset > last_data,
             Some(&(epoch, None)) => header.producer_epoch == epoch,
         }
+    }
+
+    /// Whether the data batch with `header` holds its producer's last data offset (Kafka's
+    /// `isBatchLastRecordOfProducer`): its base sequence and last offset delta give the
+    /// producer's last sequence, its header the producer's epoch, so it stays — empty if none of
+    /// its records does ([`keep_producer_state`]).
+    pub fn holds_last_data(&self, header: &BatchHeader) -> bool {
+        if header.is_control() || !header.has_producer_id() {
+            return false;
+        }
+        matches!(
+            self.last.get(&header.producer_id),
+            Some(&(_, Some(last_data))) if last_data == header.last_offset()
+        )
     }
 }
 
@@ -495,6 +544,81 @@ mod tests {
         assert!(!active.protects(&marker(2, 2, 4)));
         // A producer not remembered protects nothing.
         assert!(!active.protects(&marker(7, 0, 100)));
+    }
+
+    #[test]
+    fn a_remembered_producers_last_data_batch_is_held() {
+        let active = ActiveProducers::new([(1, 0, Some(10)), (2, 3, None)]);
+        // A data batch of producer 1 spanning `base..=last`.
+        let data = |pid, base: i64, last: i64, attributes| {
+            let mut h = header_of(pid, 0, base, attributes);
+            h.last_offset_delta = (last - base) as i32;
+            h
+        };
+        assert!(active.holds_last_data(&data(1, 8, 10, 0)));
+        assert!(
+            active.holds_last_data(&data(1, 10, 10, 0x10)),
+            "transactional"
+        );
+        assert!(
+            !active.holds_last_data(&data(1, 8, 9, 0)),
+            "an earlier batch"
+        );
+        assert!(!active.holds_last_data(&data(1, 11, 12, 0)), "a later one");
+        assert!(!active.holds_last_data(&data(1, 10, 10, 0x30)), "a marker");
+        // No data batch remembered, or not remembered at all: nothing held.
+        assert!(!active.holds_last_data(&data(2, 8, 10, 0)));
+        assert!(!active.holds_last_data(&data(7, 8, 10, 0)));
+        let mut no_producer = data(1, 8, 10, 0);
+        no_producer.producer_id = record_batch::NO_PRODUCER_ID;
+        assert!(!active.holds_last_data(&no_producer));
+    }
+
+    #[test]
+    fn a_producers_last_batch_is_kept_empty_when_none_of_its_records_stays() {
+        let mut b = record_batch::build_batch(
+            &[(Some(b"a"), Some(b"1")), (Some(b"b"), Some(b"2"))],
+            1_000,
+            Some((4, 1, 17)),
+        );
+        record_batch::assign_offset(&mut b, 30, 2);
+        let b = b.to_vec();
+        let (none, dropped) = retain(&b, 1 << 20, |_| false).unwrap();
+        assert_eq!(dropped, 2);
+        // Not its producer's last: it goes.
+        assert_eq!(
+            keep_producer_state(&b, Retained::None, false),
+            Retained::None
+        );
+        // Its producer's last: an empty batch at the same offsets with its producer fields.
+        let Retained::Empty(e) = keep_producer_state(&b, none, true) else {
+            panic!("an empty batch");
+        };
+        let h = record_batch::validate(&e, 0).expect("a valid batch");
+        assert_eq!(
+            (h.records_count, h.base_offset, h.last_offset()),
+            (0, 30, 31)
+        );
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (4, 1, 17)
+        );
+        assert_eq!(h.last_sequence(), 18);
+        // Records that stay keep the batch as retain said.
+        assert_eq!(keep_producer_state(&b, Retained::All, true), Retained::All);
+        let (some, _) = retain(&b, 1 << 20, |r| r.key == Some(b"b")).unwrap();
+        assert!(matches!(
+            keep_producer_state(&b, some, true),
+            Retained::Some(_)
+        ));
+        // An empty batch has nothing to judge: it stays as it is while it is its producer's
+        // last, and goes once it is not.
+        assert_eq!(retain(&e, 1 << 20, |_| true).unwrap(), (Retained::None, 0));
+        assert_eq!(keep_producer_state(&e, Retained::None, true), Retained::All);
+        assert_eq!(
+            keep_producer_state(&e, Retained::None, false),
+            Retained::None
+        );
     }
 
     #[test]

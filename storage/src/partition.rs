@@ -213,6 +213,11 @@ pub struct CleanStats {
     pub records_removed: u64,
     /// End-transaction markers removed (counted in `records_removed` too).
     pub markers_removed: u64,
+    /// Data batches none of whose records stayed but kept empty, each holding its producer's
+    /// last data offset (their records are counted in `records_removed`), and empty batches
+    /// removed once their producer was forgotten.
+    pub batches_emptied: u64,
+    pub empty_batches_removed: u64,
     pub bytes_before: u64,
     pub bytes_after: u64,
 }

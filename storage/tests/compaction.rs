@@ -8,7 +8,8 @@ use std::rc::Rc;
 
 use common::{on_executor, sorted_segments};
 use tributary_protocol::record_batch::{build_batch, validate_all};
-use tributary_storage::{LogConfig, Partition};
+use tributary_storage::producer_state::SequenceError;
+use tributary_storage::{LogConfig, Partition, PartitionError};
 
 const CONFIG: LogConfig = LogConfig {
     segment_bytes: 4 * 1024,
@@ -421,5 +422,185 @@ fn compressed_batches_keep_only_their_latest_records() {
             let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
             assert_eq!(contents(&p).await, got, "codec {codec}: reopened");
         }
+    });
+}
+
+/// Milliseconds since the epoch: an open forgets producers idle past
+/// `producer.id.expiration.ms` by the wall clock, so batches that must outlive a reopen carry it.
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A batch of idempotent producer `pid` at `epoch` from sequence `seq`, one record per key,
+/// timestamps `ts`, `ts + 1`, ...
+fn produced(pid: i64, epoch: i16, seq: i32, keys: &[&str], ts: i64) -> Vec<u8> {
+    let recs: Vec<_> = keys
+        .iter()
+        .map(|k| (Some(k.as_bytes()), Some(&b"produced"[..])))
+        .collect();
+    build_batch(&recs, ts, Some((pid, epoch, seq))).to_vec()
+}
+
+/// Every batch from the log start, by header.
+async fn headers(p: &Partition) -> Vec<tributary_protocol::record_batch::BatchHeader> {
+    let mut out = Vec::new();
+    let mut offset = p.log_start_offset();
+    while offset < p.high_watermark() {
+        let r = p.read(offset, 1 << 20).await.unwrap();
+        let batches = validate_all(&r.records).unwrap();
+        let Some((_, last)) = batches.last() else {
+            break;
+        };
+        offset = last.last_offset() + 1;
+        out.extend(batches.iter().map(|(_, h)| *h));
+    }
+    out
+}
+
+/// Kafka's cleaner keeps the batch holding each remembered producer's last offset, as an empty
+/// batch when none of its records survives, so that the producer's epoch and last sequence
+/// survive in the log: a rebuild of the producer state from it (index files lost, or a replica
+/// copying it) still recognises the producer's retry and refuses a gap.
+#[test]
+fn a_remembered_producers_last_batch_stays_empty_and_keeps_its_sequence() {
+    on_executor(move |path| async move {
+        let pdir = path.join("c-0");
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        let now = wall_clock_ms();
+        // Producer 7 (epoch 2): two batches; its last, gzip-compressed, at sequences 2..=4.
+        // Producer 8: one batch, idle long enough to be forgotten.
+        let a = p
+            .append(&produced(7, 2, 0, &["x", "y"], now))
+            .await
+            .unwrap();
+        let last = compressed(&produced(7, 2, 2, &["x", "y", "z"], now), 1);
+        let b = p.append(&last).await.unwrap();
+        let c = p.append(&produced(8, 0, 0, &["u"], 1_000)).await.unwrap();
+        // Later records from no producer supersede every one of theirs, rolling segments.
+        for i in 0..150 {
+            let key = ["x", "y", "z", "u"][i % 4];
+            let value = format!("later-{i}");
+            let filler = format!("f{}", i % 10);
+            let recs = [
+                (Some(key.as_bytes()), Some(value.as_bytes())),
+                (Some(filler.as_bytes()), Some(&b"pad"[..])),
+            ];
+            p.append(&build_batch(&recs, now + 1, None)).await.unwrap();
+        }
+        p.sync_to(p.log_end_offset()).await.unwrap();
+        assert!(sorted_segments(&pdir).len() > 3, "expected rolls");
+        assert_eq!(p.expire_producers(now), 1, "producer 8 is idle");
+
+        let stats = p.clean(now).await.unwrap().expect("a pass");
+        assert_eq!(stats.batches_emptied, 1, "{stats:?}");
+        let kept: Vec<_> = headers(&p)
+            .await
+            .into_iter()
+            .filter(|h| h.has_producer_id())
+            .collect();
+        assert_eq!(kept.len(), 1, "only producer 7's last batch: {kept:?}");
+        let e = kept[0];
+        assert_eq!(
+            (e.base_offset, e.last_offset()),
+            (b.base_offset, b.last_offset)
+        );
+        assert_eq!(
+            (e.producer_id, e.producer_epoch, e.base_sequence),
+            (7, 2, 2)
+        );
+        assert_eq!((e.records_count, e.compression()), (0, 0));
+        assert_eq!(e.max_timestamp, now + 2, "the batch's max timestamp stays");
+        // Its records went, as removed records; none is read back.
+        assert!(stats.records_removed >= 6, "{stats:?}");
+        let got = contents(&p).await;
+        assert!((a.base_offset..=c.last_offset).all(|o| !got.contains_key(&o)));
+        // Reads: a removed offset before it gets the empty batch, the next offset there is; an
+        // offset inside it gets it too.
+        for at in [a.base_offset, b.base_offset + 1] {
+            let r = p.read(at, 1 << 20).await.unwrap();
+            assert_eq!(validate_all(&r.records).unwrap()[0].1, e, "read at {at}");
+        }
+        // A timestamp lookup passes it (its max timestamp is no record's) for the first record
+        // left, all of whose timestamps are later.
+        let first_left = *got.keys().next().unwrap();
+        assert!(first_left > b.last_offset);
+        let (offset, ts) = p.offset_for_timestamp(now).await.unwrap().expect("found");
+        assert_eq!(offset, first_left, "({offset}, {ts})");
+        assert!(ts > now);
+        // A second pass keeps it, counting nothing.
+        let again = p.clean(now).await.unwrap().expect("a pass");
+        assert_eq!((again.batches_emptied, again.empty_batches_removed), (0, 0));
+        assert_eq!(
+            headers(&p)
+                .await
+                .iter()
+                .filter(|h| h.has_producer_id())
+                .count(),
+            1
+        );
+
+        // A replica copying the cleaned log learns producer 7's epoch and last sequence.
+        let replica = Partition::open(path.join("r-0"), CONFIG).await.unwrap();
+        let mut offset = 0;
+        while offset < p.log_end_offset() {
+            let r = p.read_replica(offset, 1 << 20).await.unwrap();
+            offset = replica.append_as_follower(&r.records).await.unwrap();
+        }
+        let state = |p: &Partition| {
+            p.producers()
+                .iter()
+                .map(|s| (s.producer_id, s.epoch, s.last_sequence))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(state(&replica), vec![(7, 2, 4)]);
+
+        // A crash, then an open with every index file gone: the producer state is rebuilt by
+        // replaying the segments, the empty batch among them.
+        drop(p);
+        for f in std::fs::read_dir(&pdir).unwrap() {
+            let f = f.unwrap().path();
+            if f.extension().is_some_and(|x| x == "index") {
+                std::fs::remove_file(f).unwrap();
+            }
+        }
+        let p = Partition::open(pdir.clone(), CONFIG).await.unwrap();
+        assert_eq!(p.open_stats().scanned, p.open_stats().segments);
+        assert_eq!(state(&p), vec![(7, 2, 4)]);
+        // Producer 7's retry of its last batch is a duplicate, answered with its offsets; a gap
+        // is refused; its next batch in order is appended.
+        let retry = p.append(&last).await.unwrap();
+        assert!(retry.duplicate);
+        assert_eq!(
+            (retry.base_offset, retry.last_offset),
+            (b.base_offset, b.last_offset)
+        );
+        let gap = p.append(&produced(7, 2, 6, &["x"], now)).await;
+        assert!(
+            matches!(
+                gap,
+                Err(PartitionError::Sequence(SequenceError::OutOfOrder {
+                    expected: 5,
+                    ..
+                }))
+            ),
+            "{gap:?}"
+        );
+        let next = p.append(&produced(7, 2, 5, &["x"], now)).await.unwrap();
+        assert!(!next.duplicate);
+        p.sync_to(p.log_end_offset()).await.unwrap();
+
+        // Its last batch is now a later one: the next pass removes the empty batch.
+        let stats = p.clean(now).await.unwrap().expect("a pass");
+        assert_eq!(stats.empty_batches_removed, 1, "{stats:?}");
+        let left: Vec<i64> = headers(&p)
+            .await
+            .iter()
+            .filter(|h| h.has_producer_id())
+            .map(|h| h.base_offset)
+            .collect();
+        assert_eq!(left, vec![next.base_offset]);
     });
 }

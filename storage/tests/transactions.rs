@@ -7,7 +7,7 @@ mod common;
 use std::rc::Rc;
 
 use common::{on_executor, sorted_segments};
-use tributary_protocol::record_batch::{build_batch, validate_all};
+use tributary_protocol::record_batch::{build_batch, validate_all, BatchHeader};
 use tributary_storage::producer_state::SequenceError;
 use tributary_storage::{LogConfig, Partition, PartitionError};
 
@@ -610,19 +610,32 @@ fn a_producers_last_marker_stays_until_the_producer_is_forgotten() {
         overwrite(&p, "solo", 200).await;
         sync(&p).await;
         let lso = p.last_stable_offset();
-        // Its transaction is aborted and its data gone after one pass, but the marker carries
-        // producer 5's epoch and coordinator epoch: it stays while the partition remembers
-        // the producer, and so does its aborted-index entry.
+        // Its transaction is aborted, but its batch is producer 5's last data batch: it stays,
+        // emptied of its records, for the producer's epoch and sequence; the marker carries
+        // the producer's coordinator epoch. Both stay while the partition remembers the
+        // producer, and so does the aborted-index entry.
         for now in [10_000, 10_000, 20_000, i64::MAX / 2] {
             let s = p.clean(now).await.unwrap().expect("a pass");
             assert_eq!(s.markers_removed, 0);
         }
         assert_eq!(markers(&p).await, vec![(marker, 5, None)]);
         assert_eq!(p.aborted_transactions(0, lso), vec![(5, 0)]);
+        let producer_batches = |all: &[(BatchHeader, Vec<u8>)]| -> Vec<(i64, i64, i32)> {
+            all.iter()
+                .filter(|(h, _)| h.producer_id == 5 && !h.is_control())
+                .map(|(h, _)| (h.base_offset, h.last_offset(), h.records_count))
+                .collect()
+        };
+        assert_eq!(producer_batches(&all_batches(&p).await), vec![(0, 1, 0)]);
         // Forgotten (idle past producer.id.expiration.ms), it protects nothing: the next pass
-        // stamps the marker, the first at its horizon removes it.
+        // removes the empty batch (the marker stays that pass, which read a batch of its
+        // transaction), the one after stamps the marker, the first at its horizon removes it.
         let later = i64::MAX / 4;
         assert_eq!(p.expire_producers(later), 1);
+        let s = p.clean(30_000).await.unwrap().expect("a pass");
+        assert_eq!(s.empty_batches_removed, 1, "{s:?}");
+        assert!(producer_batches(&all_batches(&p).await).is_empty());
+        assert_eq!(markers(&p).await, vec![(marker, 5, None)]);
         p.clean(30_000).await.unwrap().expect("a pass");
         assert_eq!(markers(&p).await, vec![(marker, 5, Some(31_000))]);
         // New segments meanwhile, and room for them in one: the pass that removes the marker
@@ -648,5 +661,88 @@ fn a_producers_last_marker_stays_until_the_producer_is_forgotten() {
         assert!(markers(&p).await.is_empty());
         assert!(p.aborted_transactions(0, lso).is_empty());
         assert_eq!(latest_committed(&p).await, latest);
+    });
+}
+
+/// A committed transaction's batch that is its producer's last data batch stays, emptied of its
+/// superseded records, and so its marker stays too (its transaction has data). Replaying the
+/// log without index files opens the transaction at the empty batch and ends it at the marker:
+/// nothing is left open, the last stable offset is the high watermark, and the producer's
+/// epoch, last sequence and coordinator epoch come back.
+#[test]
+fn a_committed_producers_last_batch_stays_empty_with_its_marker() {
+    on_executor(move |path| async move {
+        let dir = path.join("t-0");
+        let p = Partition::open(dir.clone(), COMPACTED).await.unwrap();
+        // Wall-clock timestamps: an open forgets producers idle past producer.id.expiration.ms.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let data = tributary_protocol::record_batch::build_transactional_batch(
+            &[(Some(b"t"), Some(b"one")), (Some(b"t"), Some(b"two"))],
+            now,
+            (6, 1, 0),
+        )
+        .to_vec();
+        let first = p.append(&data).await.unwrap(); // 0..=1
+        let marker = p.append_marker(6, 1, true, 3).await.unwrap().base_offset; // 2
+        overwrite(&p, "t", 200).await;
+        sync(&p).await;
+        let (hw, lso) = (p.high_watermark(), p.last_stable_offset());
+        assert_eq!(lso, hw);
+        for at in [10_000, 20_000, i64::MAX / 2] {
+            let s = p.clean(at).await.unwrap().expect("a pass");
+            assert_eq!(s.markers_removed, 0, "{s:?}");
+        }
+        let producer_batches = |all: &[(BatchHeader, Vec<u8>)]| -> Vec<(i64, i64, i32, bool)> {
+            all.iter()
+                .filter(|(h, _)| h.producer_id == 6 && !h.is_control())
+                .map(|(h, _)| {
+                    (
+                        h.base_offset,
+                        h.last_offset(),
+                        h.records_count,
+                        h.is_transactional(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(
+            producer_batches(&all_batches(&p).await),
+            vec![(first.base_offset, first.last_offset, 0, true)]
+        );
+        assert_eq!(markers(&p).await, vec![(marker, 6, None)]);
+        let consumed = consumed_committed(&p).await;
+        assert!(consumed.iter().all(|(o, _, _)| *o > marker));
+        assert_eq!(latest_committed(&p).await["t"], "new-199");
+
+        // A crash, then an open with every index file gone: every segment is replayed.
+        drop(p);
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let f = f.unwrap().path();
+            if f.extension().is_some_and(|x| x == "index") {
+                std::fs::remove_file(f).unwrap();
+            }
+        }
+        let p = Partition::open(dir.clone(), COMPACTED).await.unwrap();
+        assert_eq!(p.open_stats().scanned, p.open_stats().segments);
+        assert!(p.ongoing_transactions().is_empty());
+        assert_eq!((p.high_watermark(), p.last_stable_offset()), (hw, lso));
+        let summary: Vec<_> = p
+            .producers()
+            .iter()
+            .map(|s| (s.producer_id, s.epoch, s.last_sequence, s.coordinator_epoch))
+            .collect();
+        assert_eq!(summary, vec![(6, 1, 1, 3)]);
+        assert_eq!(consumed_committed(&p).await, consumed);
+        // Its retry is a duplicate; an older epoch is fenced.
+        let retry = p.append(&data).await.unwrap();
+        assert!(retry.duplicate);
+        assert_eq!(retry.base_offset, first.base_offset);
+        assert!(matches!(
+            p.append_marker(6, 0, true, 3).await,
+            Err(PartitionError::Sequence(SequenceError::StaleEpoch { .. }))
+        ));
     });
 }

@@ -7,8 +7,13 @@
 //! entry, which no reader needs once nothing of the transaction is left. A producer's last
 //! marker stays while the producer is remembered. Removal takes three passes after the data
 //! goes (the data's, the stamping's, the removal's), as in Kafka; passes run when dirty data
-//! calls for them, so a marker may outlive its horizon until the next one. It holds the
-//! maintenance lock, never the append lock, and swaps a rewritten segment in by rename.
+//! calls for them, so a marker may outlive its horizon until the next one. The data batch
+//! holding a remembered producer's last offset (the producer state table when the pass starts)
+//! stays, as an empty batch if none of its records does (`cleaner::keep_producer_state`), so
+//! its producer's epoch and last sequence survive in the log; it counts as data of its
+//! transaction, whose marker then stays too, and it goes at the first pass after its producer is
+//! forgotten or writes a later batch. It holds the maintenance lock, never the append lock, and
+//! swaps a rewritten segment in by rename.
 
 use super::*;
 use crate::txn::{batch_kind, BatchKind};
@@ -111,8 +116,17 @@ impl Partition {
                         continue;
                     }
                     txns.on_data(&header);
+                    let last_of_producer = active.holds_last_data(&header);
+                    let empty = header.records_count == 0;
                     if aborted.contains(&header) {
-                        garbage[i] = true;
+                        // Its records go, and the batch unless it is already the empty one its
+                        // producer's state keeps.
+                        garbage[i] |= !(last_of_producer && empty);
+                        continue;
+                    }
+                    if empty {
+                        // Kept for a producer by an earlier pass: goes once that is forgotten.
+                        garbage[i] |= !last_of_producer;
                         continue;
                     }
                     let records = match cleaner::batch_records(batch, &mut scratch, max_inflated) {
@@ -171,16 +185,14 @@ impl Partition {
             // and whether one was stamped.
             let mut gone_markers: Vec<i64> = Vec::new();
             let mut stamped = false;
+            // Batches kept empty for their producer, and empty ones removed.
+            let (mut emptied, mut empties_removed) = (0u64, 0u64);
             for (seg_base, file, size, _) in members {
                 let mut reader = SegmentReader::new(file.clone(), *seg_base, *size, true);
                 while let Some(chunk) = reader.next().await.map_err(io)? {
                     for e in &chunk.batches {
                         let batch = chunk.bytes_of(e);
                         let header = record_batch::parse_header(batch, 0).map_err(io_batch)?;
-                        if aborted.contains(&header) {
-                            removed += header.records_count.max(0) as u64;
-                            continue;
-                        }
                         if header.is_control() {
                             let action = markers
                                 .binary_search_by_key(&e.base_offset, |m| m.0)
@@ -210,25 +222,36 @@ impl Partition {
                             }
                             continue;
                         }
-                        let keep = |r: &record_batch::RecordView<'_>| {
-                            let offset = e.base_offset + i64::from(r.offset_delta);
-                            cleaner::keep(
-                                &map,
-                                r.key,
-                                r.value.is_none(),
-                                offset,
-                                e.max_timestamp,
-                                horizon,
-                            )
+                        let (retained, dropped) = if aborted.contains(&header) {
+                            (cleaner::Retained::None, header.records_count.max(0) as u64)
+                        } else {
+                            let keep = |r: &record_batch::RecordView<'_>| {
+                                let offset = e.base_offset + i64::from(r.offset_delta);
+                                cleaner::keep(
+                                    &map,
+                                    r.key,
+                                    r.value.is_none(),
+                                    offset,
+                                    e.max_timestamp,
+                                    horizon,
+                                )
+                            };
+                            // Unreadable batches were reported by the first pass; kept whole.
+                            cleaner::retain(batch, max_inflated, keep)
+                                .unwrap_or((cleaner::Retained::All, 0))
                         };
-                        // Unreadable batches were reported by the first pass; kept whole.
-                        match cleaner::retain(batch, max_inflated, keep) {
-                            Ok((cleaner::Retained::All, _)) | Err(_) => {
-                                out.push(batch, e).await.map_err(io)?
+                        removed += dropped;
+                        let last_of_producer = active.holds_last_data(&header);
+                        match cleaner::keep_producer_state(batch, retained, last_of_producer) {
+                            cleaner::Retained::All => out.push(batch, e).await.map_err(io)?,
+                            cleaner::Retained::None => {
+                                if header.records_count == 0 {
+                                    empties_removed += 1;
+                                }
                             }
-                            Ok((cleaner::Retained::None, dropped)) => removed += dropped,
-                            Ok((cleaner::Retained::Some(b), dropped)) => {
-                                removed += dropped;
+                            cleaner::Retained::Some(b) => out.push(&b, e).await.map_err(io)?,
+                            cleaner::Retained::Empty(b) => {
+                                emptied += 1;
                                 out.push(&b, e).await.map_err(io)?;
                             }
                         }
@@ -236,7 +259,7 @@ impl Partition {
                     glommio::yield_if_needed().await;
                 }
             }
-            if removed == 0 && !stamped && members.len() == 1 {
+            if removed == 0 && empties_removed == 0 && !stamped && members.len() == 1 {
                 drop(out);
                 crate::io::remove_file(&tmp).await.map_err(io)?;
                 stats.bytes_after += sizes;
@@ -255,6 +278,8 @@ impl Partition {
             stats.rewritten += members.len();
             stats.records_removed += removed;
             stats.markers_removed += gone_markers.len() as u64;
+            stats.batches_emptied += emptied;
+            stats.empty_batches_removed += empties_removed;
         }
         let last_base = targets.last().expect("covered > 0").0;
         let through = {

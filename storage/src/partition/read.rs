@@ -398,7 +398,8 @@ impl Partition {
     /// timestamp; `None` if no record below the high watermark qualifies. The first segment whose
     /// newest timestamp reaches `timestamp` is searched through its time index; a compressed
     /// batch is decompressed (up to `cleaner_batch_inflated_max_bytes`) to find the record, and
-    /// one that cannot be answers with its first offset and max timestamp.
+    /// one that cannot be answers with its first offset and max timestamp. An empty batch (one
+    /// the cleaner kept for its producer's state) has no record to answer with and is passed.
     pub async fn offset_for_timestamp(
         &self,
         timestamp: i64,
@@ -430,15 +431,21 @@ impl Partition {
                 self.config.get().compact,
             );
             while let Some(chunk) = reader.next().await.map_err(|e| self.read_error(e))? {
-                let hit = chunk
+                let hits = chunk
                     .batches
                     .iter()
-                    .find(|e| e.last_offset >= lso && e.max_timestamp >= timestamp);
-                if let Some(e) = hit {
+                    .filter(|e| e.last_offset >= lso && e.max_timestamp >= timestamp);
+                for e in hits {
+                    let bytes = chunk.bytes_of(e);
+                    if record_batch::parse_header(bytes, 0).is_ok_and(|h| h.records_count == 0) {
+                        // Kept empty by the cleaner for its producer: no record to answer
+                        // with, as Kafka's timestamp search finds none in it.
+                        continue;
+                    }
                     // Kafka answers with the first record, not the first batch, at the timestamp.
                     let inflated_max = self.config.get().cleaner_batch_inflated_max_bytes;
                     let inflated_max = usize::try_from(inflated_max).unwrap_or(usize::MAX);
-                    let record = first_record_at(chunk.bytes_of(e), timestamp, lso, inflated_max);
+                    let record = first_record_at(bytes, timestamp, lso, inflated_max);
                     return Ok(Some(
                         record.unwrap_or((e.base_offset.max(lso), e.max_timestamp)),
                     ));
