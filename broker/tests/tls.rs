@@ -2,7 +2,8 @@
 //! with rcgen for 127.0.0.1), librdkafka clients producing and consuming over SSL, over
 //! SASL_SSL with PLAIN and with a client certificate (`ssl.client.auth=required`), and the bad
 //! inputs: plaintext Kafka bytes on the SSL port, a client without a certificate where one is
-//! required, a certificate that no `ssl.principal.mapping.rules` rule maps, a TLS client on the
+//! required, an untrusted or expired client certificate, a certificate that no
+//! `ssl.principal.mapping.rules` rule maps, a TLS client on the
 //! PLAINTEXT port, a silent client — each closing only its own connection — and keystores that
 //! stop start-up with the key named.
 
@@ -39,6 +40,9 @@ struct Pki {
     /// A client certificate from a CA the broker does not trust.
     rogue_cert: PathBuf,
     rogue_key: PathBuf,
+    /// A client certificate from the trusted CA whose validity ended in 2021.
+    expired_cert: PathBuf,
+    expired_key: PathBuf,
 }
 
 fn authority(name: &str) -> (rcgen::Certificate, KeyPair) {
@@ -83,6 +87,17 @@ fn pki(dir: &Path) -> Pki {
         "mallory",
         ExtendedKeyUsagePurpose::ClientAuth,
     );
+    let (expired_cert, expired_key) = {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, "alice");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let cert = params.signed_by(&key, &ca.0, &ca.1).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
     let write = |name: &str, pem: &str| {
         let path = dir.join(name);
         std::fs::write(&path, pem).unwrap();
@@ -95,6 +110,8 @@ fn pki(dir: &Path) -> Pki {
         client_key: write("client-key.pem", &client_key),
         rogue_cert: write("rogue.pem", &rogue_cert),
         rogue_key: write("rogue-key.pem", &rogue_key),
+        expired_cert: write("expired.pem", &expired_cert),
+        expired_key: write("expired-key.pem", &expired_key),
     }
 }
 
@@ -292,6 +309,10 @@ fn mutual_tls_needs_a_trusted_client_certificate() {
     assert!(
         !gets_metadata(with_cert(&pki.rogue_cert, &pki.rogue_key)),
         "an untrusted certificate"
+    );
+    assert!(
+        !gets_metadata(with_cert(&pki.expired_cert, &pki.expired_key)),
+        "an expired certificate from the trusted CA"
     );
     // The SASL_SSL listener still takes clients without a certificate.
     let mut sasl = tls_client(listener(&b, "SASL_SSL"), &pki);
