@@ -45,6 +45,9 @@ pub const REQUEST_THROTTLE_MAX: Duration = SAMPLE_LENGTH;
 /// `quota.sensors.max` by default: (user, client id) pairs a shard measures at most; when a new
 /// pair comes past it the least recently used is forgotten.
 pub const SENSORS_MAX: usize = 10_000;
+/// When the sensors are full, a new pair makes room for itself and this share of the rest
+/// (1/16): the oldest go together, in one scan.
+const EVICTED_SHARE: usize = 16;
 /// Nanoseconds of shard time per second that make one percent of a shard.
 const NANOS_PER_SECOND_PER_PERCENT: f64 = 1e7;
 
@@ -227,11 +230,11 @@ impl QuotaSensors {
             .users
             .get(pair.0)
             .is_some_and(|clients| clients.contains_key(pair.1));
-        // Only a new pair makes room, by forgetting the least recently used one: a pair
+        // Only a new pair makes room, by forgetting the least recently used ones: a pair
         // already measured must not evict another (nor scan them all) on each request.
         if !known {
             if self.pairs >= max_pairs.max(1) {
-                self.forget_least_recently_used();
+                self.forget_least_recently_used(self.pairs + 1 - max_pairs.max(1));
             }
             self.users.entry(pair.0.to_string()).or_default().insert(
                 pair.1.to_string(),
@@ -262,20 +265,34 @@ impl QuotaSensors {
         Duration::from_secs_f64(secs.min(cap.as_secs_f64()))
     }
 
-    fn forget_least_recently_used(&mut self) {
-        let oldest = self
+    /// Forgets at least `needed` pairs, the least recently used, and a sixteenth of them all
+    /// with them: a stream of new pairs (client ids are the client's to choose) pays one scan
+    /// per many pairs, not one per request.
+    fn forget_least_recently_used(&mut self, needed: usize) {
+        let mut all: Vec<(Instant, &String, &String)> = self
             .users
             .iter()
             .flat_map(|(u, clients)| clients.iter().map(move |(c, s)| (s.used, u, c)))
-            .min_by_key(|(used, _, _)| *used)
-            .map(|(_, u, c)| (u.clone(), c.clone()));
-        let Some((user, client)) = oldest else { return };
-        if let Some(clients) = self.users.get_mut(&user) {
-            if clients.remove(&client).is_some() {
-                self.pairs -= 1;
-            }
-            if clients.is_empty() {
-                self.users.remove(&user);
+            .collect();
+        let n = needed.max(all.len() / EVICTED_SHARE).min(all.len());
+        if n == 0 {
+            return;
+        }
+        if n < all.len() {
+            all.select_nth_unstable_by_key(n - 1, |(used, _, _)| *used);
+        }
+        let oldest: Vec<(String, String)> = all[..n]
+            .iter()
+            .map(|(_, u, c)| ((*u).clone(), (*c).clone()))
+            .collect();
+        for (user, client) in oldest {
+            if let Some(clients) = self.users.get_mut(&user) {
+                if clients.remove(&client).is_some() {
+                    self.pairs -= 1;
+                }
+                if clients.is_empty() {
+                    self.users.remove(&user);
+                }
             }
         }
     }
@@ -623,14 +640,19 @@ mod tests {
         s.record_request(later, ("u6", "c"), 50.0, Duration::from_micros(1), max);
         assert_eq!(s.pairs, max);
         assert!(s.has("u0", "c"));
-        // A new pair forgets the least recently used one (u0).
+        // A new pair forgets the least recently used ones: a sixteenth of them (u0..u5, not
+        // the recently used u5 and u6), in one scan; the next few new pairs need none.
         s.record_bytes(later, ("new", "c"), PRODUCER_BYTE_RATE, 1e9, 1, max);
-        assert_eq!(s.pairs, max);
-        assert!(!s.has("u0", "c"));
+        assert_eq!(s.pairs, max - max / 16 + 1);
+        for gone in ["u0", "u1", "u2", "u3", "u4", "u7"] {
+            assert!(!s.has(gone, "c"), "{gone}");
+        }
+        assert!(s.has("u8", "c"));
         assert!(s.has("u5", "c") && s.has("u6", "c") && s.has("new", "c"));
-        // A smaller bound (quota.sensors.max lowered) shrinks the sensors one new pair at a time.
+        // A smaller bound (quota.sensors.max lowered at a restart) is met at the next new pair.
         s.record_request(later, ("newer", "c"), 50.0, Duration::ZERO, 10);
-        assert_eq!(s.pairs, max);
+        assert_eq!(s.pairs, 10);
+        assert!(s.has("newer", "c"));
         assert_eq!(s.users.values().map(HashMap::len).sum::<usize>(), s.pairs);
     }
 
