@@ -603,6 +603,16 @@ impl GroupCoordinator {
             None => Err(ErrorCode::ILLEGAL_GENERATION),
         };
         if let Err(code) = check {
+            // Said at info: a refused commit is what a stuck consumer or transactional producer
+            // shows first, and the client's own report may name another broker.
+            info!(
+                group = %req.group_id,
+                member = %req.member_id,
+                generation = req.generation_id,
+                transactional = txn.is_some(),
+                error = ?code,
+                "offset commit refused"
+            );
             return all(code);
         }
         let ts = now_ms();
