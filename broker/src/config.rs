@@ -1530,11 +1530,11 @@ impl BrokerConfig {
     }
 }
 
+/// Unit tests' config input: `props` over the defaults, data in `./data`, `--listen`
+/// 127.0.0.1:9092.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn input(props: &[(&str, &str)]) -> ConfigInput {
+impl ConfigInput {
+    pub(crate) fn for_test(props: &[(&str, &str)]) -> ConfigInput {
         ConfigInput {
             data_dir: "./data".into(),
             listen: "127.0.0.1:9092".into(),
@@ -1547,6 +1547,15 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(props: &[(&str, &str)]) -> ConfigInput {
+        ConfigInput::for_test(props)
     }
 
     #[test]

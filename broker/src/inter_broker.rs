@@ -48,59 +48,89 @@ pub fn broker_addr(catalog: &Catalog, id: i32) -> Option<BrokerAddr> {
     })
 }
 
+/// Why a connection to another broker could not be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectError {
+    /// Not reached within [`CONNECT_TIMEOUT`], or refused: the broker may be down.
+    Unreachable(String),
+    /// The TLS handshake or the SASL login failed, or this node has no usable inter-broker
+    /// security: a configuration for the operator to fix, not a broker that is down.
+    Security(String),
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Unreachable(why) | ConnectError::Security(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<ConnectError> for String {
+    fn from(e: ConnectError) -> String {
+        e.to_string()
+    }
+}
+
 /// Connects to `to` within [`CONNECT_TIMEOUT`], with TCP_NODELAY, and secures the connection
 /// as `security` says: the TLS handshake and the SASL login are bounded by the same timeout.
 pub async fn connect(
     security: &InterBrokerSecurity,
     to: &BrokerAddr,
     client: &str,
-) -> Result<BrokerStream, String> {
+) -> Result<BrokerStream, ConnectError> {
     if let Some(why) = &security.unusable {
-        return Err(format!("{UNUSABLE}{why}"));
+        return Err(ConnectError::Security(format!(
+            "connections to other brokers are not set up: {why}"
+        )));
     }
-    let addr = to.addr;
-    let stream = glommio::timer::timeout(CONNECT_TIMEOUT, async {
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e.to_string())))?;
-        let _ = stream.set_nodelay(true);
-        let mut stream = match &security.tls {
-            None => BrokerStream {
-                io: Io::Plain(stream),
-                renew_at: None,
-            },
-            Some(config) => {
-                let name = ServerName::try_from(to.host.clone()).map_err(|e| {
-                    glommio::GlommioError::IoError(std::io::Error::other(format!(
-                        "{:?} is not a name to verify a certificate against: {e}",
-                        to.host
-                    )))
-                })?;
-                let tls = tributary_security::tls::connect(config.clone(), name, stream)
-                    .await
-                    .map_err(|e| {
-                        glommio::GlommioError::IoError(std::io::Error::other(format!(
-                            "{TLS_FAILED}{e}; check the inter-broker listener's ssl.truststore.location holds the CA of every broker's certificate, and that each certificate names its host"
-                        )))
-                    })?;
-                BrokerStream {
-                    io: Io::Tls(Box::new(tls)),
-                    renew_at: None,
-                }
-            }
-        };
-        if let Some(login) = &security.login {
-            let lifetime = authenticate(&mut stream, login, client)
+    let timed_out = async {
+        glommio::timer::sleep(CONNECT_TIMEOUT).await;
+        Err(ConnectError::Unreachable(format!(
+            "no connection to {} within {CONNECT_TIMEOUT:?}",
+            to.addr
+        )))
+    };
+    futures_lite::future::or(secured(security, to, client), timed_out).await
+}
+
+async fn secured(
+    security: &InterBrokerSecurity,
+    to: &BrokerAddr,
+    client: &str,
+) -> Result<BrokerStream, ConnectError> {
+    let stream = TcpStream::connect(to.addr)
+        .await
+        .map_err(|e| ConnectError::Unreachable(e.to_string()))?;
+    let _ = stream.set_nodelay(true);
+    let io = match &security.tls {
+        None => Io::Plain(stream),
+        Some(config) => {
+            let name = ServerName::try_from(to.host.clone()).map_err(|e| {
+                ConnectError::Security(format!(
+                    "{:?} is not a name to verify a certificate against: {e}",
+                    to.host
+                ))
+            })?;
+            let tls = tributary_security::tls::connect(config.clone(), name, stream)
                 .await
-                .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e)))?;
-            // Renewed at 85% of the session, as Kafka's clients re-authenticate early.
-            stream.renew_at = lifetime
-                .map(|l| std::time::Instant::now() + l.mul_f64(SESSION_RENEWAL_SHARE));
+                .map_err(|e| {
+                    ConnectError::Security(format!(
+                        "TLS with the broker failed: {e}; check the inter-broker listener's ssl.truststore.location holds the CA of every broker's certificate, and that each certificate names its host"
+                    ))
+                })?;
+            Io::Tls(Box::new(tls))
         }
-        Ok(stream)
-    })
-    .await
-    .map_err(|e| e.to_string())?;
+    };
+    let mut stream = BrokerStream { io, renew_at: None };
+    if let Some(login) = &security.login {
+        let lifetime = authenticate(&mut stream, login, client)
+            .await
+            .map_err(ConnectError::Security)?;
+        // Renewed at 85% of the session, as Kafka's clients re-authenticate early.
+        stream.renew_at =
+            lifetime.map(|l| std::time::Instant::now() + l.mul_f64(SESSION_RENEWAL_SHARE));
+    }
     Ok(stream)
 }
 
@@ -359,16 +389,6 @@ impl InterBrokerSecurity {
     }
 }
 
-/// Whether a [`connect`] error is a failed TLS handshake or SASL login (a configuration to fix)
-/// rather than a broker that cannot be reached.
-pub fn is_security_failure(error: &str) -> bool {
-    error.contains(TLS_FAILED) || error.contains(SASL_FAILED) || error.starts_with(UNUSABLE)
-}
-
-const TLS_FAILED: &str = "TLS with the broker failed: ";
-const SASL_FAILED: &str = " login as ";
-const UNUSABLE: &str = "connections to other brokers are not set up: ";
-
 /// The SASL mechanisms a broker logs in to other brokers with.
 pub const INTER_BROKER_MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
@@ -553,19 +573,7 @@ mod tests {
             ("controller.quorum.voters", "1@127.0.0.1:9990"),
         ]);
         all.extend_from_slice(props);
-        BrokerConfig::build(ConfigInput {
-            data_dir: "./data".into(),
-            listen: "127.0.0.1:9092".into(),
-            advertised_listener: None,
-            cores: None,
-            cpus: None,
-            numa_node: None,
-            properties: all
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        })
-        .unwrap()
+        BrokerConfig::build(ConfigInput::for_test(&all)).unwrap()
     }
 
     fn refused(props: &[(&str, &str)]) -> String {
@@ -620,5 +628,98 @@ mod tests {
             .unwrap()
             .login
             .is_none());
+    }
+
+    /// A broker stand-in on loopback: answers every request on a connection with an empty
+    /// ApiVersions v0 response for its correlation id, closes each connection after two
+    /// answers, and counts the connections it accepted.
+    fn answering_broker() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                for _ in 0..2 {
+                    let mut len = [0u8; 4];
+                    if conn.read_exact(&mut len).is_err() {
+                        break;
+                    }
+                    let mut frame = vec![0u8; u32::from_be_bytes(len) as usize];
+                    conn.read_exact(&mut frame).unwrap();
+                    // Response header v0 (the request's correlation id), then error 0 and no
+                    // API keys.
+                    let mut answer = vec![0, 0, 0, 10];
+                    answer.extend_from_slice(&frame[4..8]);
+                    answer.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+                    conn.write_all(&answer).unwrap();
+                }
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[test]
+    fn the_pool_reuses_a_connection_and_replaces_one_the_broker_closed() {
+        use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+        let (addr, accepted) = answering_broker();
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let pool = ConnectionPool::default();
+                let to = BrokerAddr {
+                    addr,
+                    host: "127.0.0.1".into(),
+                };
+                let security = InterBrokerSecurity::default();
+                let request = encode(
+                    ApiKey::ApiVersions,
+                    0,
+                    7,
+                    "t",
+                    &ApiVersionsRequest::default(),
+                );
+                for round in 0..3 {
+                    let answer: ApiVersionsResponse = pool
+                        .call(
+                            &security,
+                            &to,
+                            "t",
+                            &request,
+                            ApiKey::ApiVersions,
+                            0,
+                            7,
+                            1024,
+                        )
+                        .await
+                        .unwrap_or_else(|e| panic!("round {round}: {e}"));
+                    assert_eq!(answer.error_code, 0);
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        // Rounds 1 and 2 on one connection, which the broker then closed; round 3 found it
+        // closed and made a second.
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn an_unusable_setting_fails_each_connection_as_a_security_error() {
+        let security = InterBrokerSecurity {
+            unusable: Some("no login".into()),
+            ..InterBrokerSecurity::default()
+        };
+        let to = BrokerAddr {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            host: "127.0.0.1".into(),
+        };
+        let got = glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move { connect(&security, &to, "t").await.err() })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(matches!(got, Some(ConnectError::Security(why)) if why.ends_with("no login")));
     }
 }

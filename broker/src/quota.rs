@@ -944,20 +944,17 @@ mod tests {
         // are still the buffer they were read into.
         let fetch = spec(api_key::FETCH);
         let records = bytes::Bytes::from(vec![9u8; 8192]);
-        let mut b = FrameBuilder::new();
-        tributary_protocol::header::begin_response(&mut b, 42, true);
-        b.extend_from_slice(&250i32.to_be_bytes());
-        b.extend_from_slice(&[1, 2, 3]);
-        b.put_records(&records);
-        b.extend_from_slice(&[4, 5]);
-        let before = b.finish().to_vec();
-        let mut b = FrameBuilder::new();
-        tributary_protocol::header::begin_response(&mut b, 42, true);
-        b.extend_from_slice(&250i32.to_be_bytes());
-        b.extend_from_slice(&[1, 2, 3]);
-        b.put_records(&records);
-        b.extend_from_slice(&[4, 5]);
-        let frame = with_throttle_time(fetch, 12, b.finish(), Duration::from_millis(700));
+        let response = || {
+            let mut b = FrameBuilder::new();
+            tributary_protocol::header::begin_response(&mut b, 42, true);
+            b.extend_from_slice(&250i32.to_be_bytes());
+            b.extend_from_slice(&[1, 2, 3]);
+            b.put_records(&records);
+            b.extend_from_slice(&[4, 5]);
+            b.finish()
+        };
+        let before = response().to_vec();
+        let frame = with_throttle_time(fetch, 12, response(), Duration::from_millis(700));
         assert!(frame
             .pieces()
             .iter()

@@ -423,17 +423,11 @@ async fn run_shard(
     }
     shard.install_tls(tls);
     shard.install_tls(dynamic_tls);
-    // The brokers' side of the inter-broker listener, from the dynamic configs too.
-    let inter_broker = match crate::inter_broker::InterBrokerSecurity::from_config(
+    shard.set_inter_broker(crate::tls_reload::inter_broker_at_start(
+        inter_broker,
+        &config,
         &shard.broker_config(),
-    ) {
-        Ok(dynamic) => dynamic,
-        Err(e) => {
-            warn!(error = %format!("{e:#}"), "the dynamic TLS configs do not secure connections to other brokers; using the ones set at start-up");
-            inter_broker
-        }
-    };
-    shard.set_inter_broker(inter_broker);
+    ));
     {
         // The shard's sync rounds, timed by the storage layer, land in its metrics.
         let weak = Rc::downgrade(&shard);

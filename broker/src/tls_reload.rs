@@ -136,3 +136,36 @@ pub(crate) fn dynamic_at_start(
     }
     out
 }
+
+/// At start-up: the brokers' side of the inter-broker listener (`started`, built from the
+/// static config), built again from the effective config only when the image's dynamic TLS
+/// configs change that listener's settings — the only part of it they can change. One that
+/// does not load keeps `started`, with a warning.
+pub(crate) fn inter_broker_at_start(
+    started: InterBrokerSecurity,
+    config: &BrokerConfig,
+    effective: &BrokerConfig,
+) -> InterBrokerSecurity {
+    let changed = config.listeners.first().is_some_and(|l| {
+        match (
+            config.listener_tls(&l.name),
+            effective.listener_tls(&l.name),
+        ) {
+            (Ok(before), Ok(now)) => before.settings != now.settings,
+            _ => false,
+        }
+    });
+    if !changed {
+        return started;
+    }
+    match InterBrokerSecurity::from_config(effective) {
+        Ok(dynamic) => dynamic,
+        Err(e) => {
+            tracing::warn!(
+                error = %format!("{e:#}"),
+                "the dynamic TLS configs do not secure connections to other brokers; using the ones set at start-up"
+            );
+            started
+        }
+    }
+}

@@ -331,16 +331,8 @@ mod tests {
 
     #[test]
     fn every_default_is_valid() {
-        let cfg = crate::config::BrokerConfig::build(crate::config::ConfigInput {
-            data_dir: "./data".into(),
-            listen: "127.0.0.1:9092".into(),
-            advertised_listener: None,
-            cores: None,
-            cpus: None,
-            numa_node: None,
-            properties: Vec::new(),
-        })
-        .unwrap();
+        let cfg =
+            crate::config::BrokerConfig::build(crate::config::ConfigInput::for_test(&[])).unwrap();
         for k in TOPIC_KEYS {
             let d = (k.default)(&cfg);
             assert!(

@@ -272,11 +272,6 @@ fn segment_files(dir: &std::path::Path, topic: &str) -> usize {
 
 #[test]
 fn dynamic_broker_configs_take_effect_survive_a_restart_and_are_described() {
-    use kafka_protocol::messages::incremental_alter_configs_request::{
-        AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
-    };
-    use kafka_protocol::messages::incremental_alter_configs_response::IncrementalAlterConfigsResponse;
-    use kafka_protocol::protocol::StrBytes;
     let dir = tempfile::tempdir().unwrap();
     let props = [
         ("offsets.topic.num.partitions", "1"),
@@ -336,21 +331,9 @@ fn dynamic_broker_configs_take_effect_survive_a_restart_and_are_described() {
     );
 
     // A cluster-wide default, through IncrementalAlterConfigs with an empty broker name.
-    let mut raw = RawConn::connect(broker.addr);
-    let resp: IncrementalAlterConfigsResponse = raw.request(
-        ApiKey::IncrementalAlterConfigs,
-        1,
-        &IncrementalAlterConfigsRequest::default().with_resources(vec![
-            AlterConfigsResource::default()
-                .with_resource_type(4)
-                .with_resource_name(StrBytes::from_static_str(""))
-                .with_configs(vec![AlterableConfig::default()
-                    .with_name(StrBytes::from_static_str("log.flush.interval.ms"))
-                    .with_config_operation(0)
-                    .with_value(Some(StrBytes::from_static_str("5000")))]),
-        ]),
-    );
-    assert_eq!(resp.responses[0].error_code, 0, "{:?}", resp.responses[0]);
+    let (code, msg) =
+        common::incremental_alter(broker.addr, "", &[("log.flush.interval.ms", "5000")]);
+    assert_eq!(code, 0, "{msg}");
 
     let check = |addr| {
         let a = admin(addr);

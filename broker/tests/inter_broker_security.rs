@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 use rdkafka::admin::{NewTopic, TopicReplication};
 
-use common::cluster::{consume_group, free_addr, metadata, produce, Cluster};
+use common::cluster::{consume_group, free_addr, metadata, placement, produce, Cluster};
 use common::{rd_create_topics, wait_until};
 
 const TOPIC: &str = "secured";
@@ -43,15 +43,6 @@ fn pki(dir: &Path) -> (String, String) {
         ca_path.display().to_string(),
         broker_path.display().to_string(),
     )
-}
-
-/// (leader, isr) of partition 0.
-fn placement(bootstrap: &str) -> (i32, Vec<i32>) {
-    let m = metadata(bootstrap, Some(TOPIC));
-    let p = &m.topics()[0].partitions()[0];
-    let mut isr = p.isr().to_vec();
-    isr.sort_unstable();
-    (p.leader(), isr)
 }
 
 /// Three nodes whose INTERNAL listener (the inter-broker one) is SASL_SSL with `mechanism`;
@@ -101,7 +92,7 @@ fn replicate(cluster: &mut Cluster) {
         &[NewTopic::new(TOPIC, 1, TopicReplication::Fixed(3)).set("min.insync.replicas", "3")],
     );
     wait_until("every replica in sync", || {
-        placement(&all).1 == vec![1, 2, 3]
+        placement(&all, TOPIC).1 == vec![1, 2, 3]
     });
     // acks=all with min.insync.replicas=3: acknowledged only once both followers fetched it.
     produce(&all, TOPIC, &[0], 200, "secured");
@@ -126,7 +117,7 @@ fn brokers_replicate_over_sasl_ssl_with_plain() {
     std::thread::sleep(Duration::from_secs(4));
     let all = c.all_bootstrap();
     produce(&all, TOPIC, &[0], 50, "later");
-    assert_eq!(placement(&all).1, [1, 2, 3]);
+    assert_eq!(placement(&all, TOPIC).1, [1, 2, 3]);
     for i in 0..3 {
         assert!(
             !c.log(i).contains("the SASL session expired"),
@@ -182,7 +173,7 @@ fn brokers_replicate_over_sasl_ssl_with_scram_and_a_wrong_password_stays_out() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut isr = Vec::new();
     while Instant::now() < deadline {
-        let (leader, now) = placement(&all);
+        let (leader, now) = placement(&all, TOPIC);
         isr = now;
         if leader != 3 && isr == [1, 2] {
             break;

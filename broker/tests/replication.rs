@@ -20,19 +20,12 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tributary_protocol::record_batch::build_batch;
 
-use common::cluster::{metadata, produce, read_until_all, values_on_disk, Cluster, Writer};
+use common::cluster::{
+    metadata, placement, produce, read_until_all, values_on_disk, Cluster, Writer,
+};
 use common::{raw_alter, rd_create_topics, wait_until, RawConn};
 
 const TOPIC: &str = "replicated";
-
-/// (leader, isr) of partition 0, as `bootstrap` sees it.
-fn placement(bootstrap: &str) -> (i32, Vec<i32>) {
-    let m = metadata(bootstrap, Some(TOPIC));
-    let p = &m.topics()[0].partitions()[0];
-    let mut isr = p.isr().to_vec();
-    isr.sort_unstable();
-    (p.leader(), isr)
-}
 
 /// A consumer assigned partition 0 of `TOPIC` from its first offset.
 fn from_beginning(bootstrap: &str) -> BaseConsumer {
@@ -87,7 +80,7 @@ fn start(extra: &[&str], min_insync: &str) -> Cluster {
             .set("min.insync.replicas", min_insync)],
     );
     wait_until("every replica in sync", || {
-        placement(&all).1 == vec![1, 2, 3]
+        placement(&all, TOPIC).1 == vec![1, 2, 3]
     });
     cluster
 }
@@ -100,7 +93,7 @@ fn every_replica_leads_in_turn_and_nothing_acknowledged_is_lost() {
     produce(&all, TOPIC, &[0], 300, "a");
     let mut leaders_seen = Vec::new();
     for round in 0..3 {
-        let (leader, _) = placement(&all);
+        let (leader, _) = placement(&all, TOPIC);
         assert!(leader > 0, "round {round}: no leader");
         leaders_seen.push(leader);
         let li = (leader - 1) as usize;
@@ -113,7 +106,7 @@ fn every_replica_leads_in_turn_and_nothing_acknowledged_is_lost() {
             .collect::<Vec<_>>()
             .join(",");
         wait_until("another in-sync replica leads", || {
-            let (l, _) = placement(&others);
+            let (l, _) = placement(&others, TOPIC);
             l > 0 && l != leader
         });
         // The new leader holds every acknowledged record, in order, and takes new ones.
@@ -125,7 +118,7 @@ fn every_replica_leads_in_turn_and_nothing_acknowledged_is_lost() {
         cluster.spawn(li);
         cluster.wait_listening(li);
         wait_until("the returning replica back in the ISR", || {
-            placement(&all).1 == vec![1, 2, 3]
+            placement(&all, TOPIC).1 == vec![1, 2, 3]
         });
     }
     leaders_seen.sort_unstable();
@@ -152,8 +145,10 @@ fn an_unclean_election_waits_for_the_topic_to_allow_it_and_loses_what_only_the_i
         &[NewTopic::new(TOPIC, 1, TopicReplication::Fixed(2))
             .set("unclean.leader.election.enable", "false")],
     );
-    wait_until("both replicas in sync", || placement(&all).1.len() == 2);
-    let (a, isr) = placement(&all);
+    wait_until("both replicas in sync", || {
+        placement(&all, TOPIC).1.len() == 2
+    });
+    let (a, isr) = placement(&all, TOPIC);
     let b = isr.iter().copied().find(|&r| r != a).unwrap();
     let c = (1..=3).find(|r| !isr.contains(r)).unwrap();
     let (ai, bi, ci) = ((a - 1) as usize, (b - 1) as usize, (c - 1) as usize);
@@ -161,7 +156,7 @@ fn an_unclean_election_waits_for_the_topic_to_allow_it_and_loses_what_only_the_i
     // b dies: a alone is in sync and acknowledges what b never gets.
     cluster.kill(bi);
     let ac = format!("{},{}", cluster.bootstrap(ai), cluster.bootstrap(ci));
-    wait_until("b out of the ISR", || placement(&ac).1 == vec![a]);
+    wait_until("b out of the ISR", || placement(&ac, TOPIC).1 == vec![a]);
     produce(&ac, TOPIC, &[0], 20, "lost");
     // a freezes (it cannot take b back into its ISR) and b returns: the controller (b or c)
     // fences a, and only b, out of sync, is left to lead.
@@ -169,10 +164,14 @@ fn an_unclean_election_waits_for_the_topic_to_allow_it_and_loses_what_only_the_i
     cluster.spawn(bi);
     cluster.wait_listening(bi);
     let bc = format!("{},{}", cluster.bootstrap(bi), cluster.bootstrap(ci));
-    wait_until("the partition offline", || placement(&bc).0 == -1);
+    wait_until("the partition offline", || placement(&bc, TOPIC).0 == -1);
     // The topic does not allow an unclean election: it stays offline.
     std::thread::sleep(Duration::from_millis(2000));
-    assert_eq!(placement(&bc), (-1, vec![a]), "offline while not allowed");
+    assert_eq!(
+        placement(&bc, TOPIC),
+        (-1, vec![a]),
+        "offline while not allowed"
+    );
     let (code, msg) = raw_alter(
         cluster.nodes[ci].client,
         2,
@@ -180,7 +179,9 @@ fn an_unclean_election_waits_for_the_topic_to_allow_it_and_loses_what_only_the_i
         &[("unclean.leader.election.enable", "true")],
     );
     assert_eq!(code, 0, "{msg}");
-    wait_until("b elected uncleanly", || placement(&bc) == (b, vec![b]));
+    wait_until("b elected uncleanly", || {
+        placement(&bc, TOPIC) == (b, vec![b])
+    });
     let kept: Vec<String> = (0..50).map(|i| format!("kept-{i}")).collect();
     assert_eq!(read_all(&bc, kept.len()), kept, "what only a held is gone");
     // a returns, drops what b never had, and follows.
@@ -188,7 +189,7 @@ fn an_unclean_election_waits_for_the_topic_to_allow_it_and_loses_what_only_the_i
     wait_until("a back in the ISR", || {
         let mut both = vec![a, b];
         both.sort_unstable();
-        placement(&all) == (b, both)
+        placement(&all, TOPIC) == (b, both)
     });
     assert_eq!(read_all(&all, kept.len()), kept);
 }
@@ -214,7 +215,7 @@ fn too_few_in_sync_replicas_refuse_acks_all_but_not_acks_1() {
     // All three must be in sync; losing one (the quorum keeps two) is one too many.
     let mut cluster = start(&["replica.lag.time.max.ms=2000"], "3");
     let all = cluster.all_bootstrap();
-    let (leader, _) = placement(&all);
+    let (leader, _) = placement(&all, TOPIC);
     let li = (leader - 1) as usize;
     let leader_addr = cluster.nodes[li].client;
     assert_eq!(raw_produce(leader_addr, -1), 0);
@@ -223,7 +224,7 @@ fn too_few_in_sync_replicas_refuse_acks_all_but_not_acks_1() {
     cluster.kill(follower);
     let me = leader_addr.to_string();
     wait_until("the ISR without the dead follower", || {
-        !placement(&me).1.contains(&gone)
+        !placement(&me, TOPIC).1.contains(&gone)
     });
     assert_eq!(raw_produce(leader_addr, -1), 19, "NOT_ENOUGH_REPLICAS");
     assert_eq!(raw_produce(leader_addr, 1), 0, "acks=1 still works");
@@ -312,7 +313,7 @@ fn a_clean_stop_hands_leadership_over_at_once() {
     );
     let all = cluster.all_bootstrap();
     produce(&all, TOPIC, &[0], 50, "before");
-    let (leader, _) = placement(&all);
+    let (leader, _) = placement(&all, TOPIC);
     let li = (leader - 1) as usize;
     let stopped = std::time::Instant::now();
     let status = cluster.terminate(li).expect("the leader was running");
@@ -324,7 +325,7 @@ fn a_clean_stop_hands_leadership_over_at_once() {
         .map(|n| n.client.to_string())
         .collect::<Vec<_>>()
         .join(",");
-    let (now, isr) = placement(&others);
+    let (now, isr) = placement(&others, TOPIC);
     assert!(
         now > 0 && now != leader,
         "leadership moved before the broker exited: {now}"
@@ -343,7 +344,7 @@ fn a_clean_stop_hands_leadership_over_at_once() {
     cluster.spawn(li);
     cluster.wait_listening(li);
     wait_until("the restarted broker back in the ISR", || {
-        placement(&all).1 == vec![1, 2, 3]
+        placement(&all, TOPIC).1 == vec![1, 2, 3]
     });
     assert_eq!(read_all(&all, 100).len(), 100);
 }
@@ -353,7 +354,7 @@ fn a_returning_leader_truncates_what_it_never_replicated() {
     let mut cluster = start(&["replica.lag.time.max.ms=3000"], "2");
     let all = cluster.all_bootstrap();
     produce(&all, TOPIC, &[0], 100, "before");
-    let (leader, _) = placement(&all);
+    let (leader, _) = placement(&all, TOPIC);
     let li = (leader - 1) as usize;
     let followers: Vec<usize> = (0..3).filter(|&i| i != li).collect();
     // The followers freeze; the leader takes acks=1 writes nobody else gets, then dies.
@@ -374,7 +375,7 @@ fn a_returning_leader_truncates_what_it_never_replicated() {
         .collect::<Vec<_>>()
         .join(",");
     wait_until("a follower leads", || {
-        let (l, _) = placement(&others);
+        let (l, _) = placement(&others, TOPIC);
         l > 0 && l != leader
     });
     produce(&others, TOPIC, &[0], 30, "after");
@@ -382,7 +383,7 @@ fn a_returning_leader_truncates_what_it_never_replicated() {
     cluster.spawn(li);
     cluster.wait_listening(li);
     wait_until("the old leader back in the ISR", || {
-        placement(&all).1 == vec![1, 2, 3]
+        placement(&all, TOPIC).1 == vec![1, 2, 3]
     });
     let mut want: Vec<String> = (0..100).map(|i| format!("before-{i}")).collect();
     want.extend((0..30).map(|i| format!("after-{i}")));
@@ -434,7 +435,7 @@ fn displace_preferred_leader(cluster: &mut Cluster) -> i32 {
     cluster.spawn(pi);
     cluster.wait_listening(pi);
     wait_until("the preferred replica back in sync", || {
-        placement(&all).1 == vec![1, 2, 3]
+        placement(&all, TOPIC).1 == vec![1, 2, 3]
     });
     preferred
 }
@@ -536,11 +537,11 @@ fn random_faults_lose_nothing_acknowledged() {
         }
         // Every replica is back in the ISR within 30 s of each fault.
         let healed = std::time::Instant::now() + Duration::from_secs(30);
-        while placement(&all).1 != vec![1, 2, 3] {
+        while placement(&all, TOPIC).1 != vec![1, 2, 3] {
             if std::time::Instant::now() > healed {
                 panic!(
                     "round {round}: the ISR is not whole 30 s after the fault: {:?}",
-                    placement(&all)
+                    placement(&all, TOPIC)
                 );
             }
             std::thread::sleep(Duration::from_millis(200));

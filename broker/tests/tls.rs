@@ -24,7 +24,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use tributary_broker::config::{BrokerConfig, ConfigInput};
 use tributary_broker::server::BrokerHandle;
 
-use common::{start_broker, RawConn};
+use common::{incremental_alter, start_broker, RawConn};
 
 const JAAS: &str = r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";"#;
 const T: Duration = Duration::from_secs(30);
@@ -481,38 +481,6 @@ fn bad_tls_settings_stop_start_up_naming_the_key() {
     .unwrap();
     assert!(!format!("{:?}", config.values).contains("hunter2"));
     assert!(!format!("{config:?}").contains("hunter2"));
-}
-
-/// IncrementalAlterConfigs SET of `configs` on broker resource `name`: the error code and message.
-fn incremental_alter(addr: SocketAddr, name: &str, configs: &[(&str, &str)]) -> (i16, String) {
-    use kafka_protocol::messages::incremental_alter_configs_request::{
-        AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
-    };
-    use kafka_protocol::messages::incremental_alter_configs_response::IncrementalAlterConfigsResponse;
-    let mut raw = RawConn::connect(addr);
-    let resp: IncrementalAlterConfigsResponse = raw.request(
-        ApiKey::IncrementalAlterConfigs,
-        1,
-        &IncrementalAlterConfigsRequest::default().with_resources(vec![
-            AlterConfigsResource::default()
-                .with_resource_type(4)
-                .with_resource_name(StrBytes::from_string(name.into()))
-                .with_configs(
-                    configs
-                        .iter()
-                        .map(|(k, v)| {
-                            AlterableConfig::default()
-                                .with_name(StrBytes::from_string(k.to_string()))
-                                .with_config_operation(0)
-                                .with_value(Some(StrBytes::from_string(v.to_string())))
-                        })
-                        .collect(),
-                ),
-        ]),
-    );
-    let r = &resp.responses[0];
-    let msg = r.error_message.as_deref().map(ToString::to_string);
-    (r.error_code, msg.unwrap_or_default())
 }
 
 #[test]

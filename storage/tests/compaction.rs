@@ -6,7 +6,7 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
-use common::{on_executor, sorted_segments};
+use common::{all_batches, on_executor, sorted_segments};
 use tributary_protocol::record_batch::{build_batch, validate_all};
 use tributary_storage::producer_state::SequenceError;
 use tributary_storage::{LogConfig, Partition, PartitionError};
@@ -446,18 +446,7 @@ fn produced(pid: i64, epoch: i16, seq: i32, keys: &[&str], ts: i64) -> Vec<u8> {
 
 /// Every batch from the log start, by header.
 async fn headers(p: &Partition) -> Vec<tributary_protocol::record_batch::BatchHeader> {
-    let mut out = Vec::new();
-    let mut offset = p.log_start_offset();
-    while offset < p.high_watermark() {
-        let r = p.read(offset, 1 << 20).await.unwrap();
-        let batches = validate_all(&r.records).unwrap();
-        let Some((_, last)) = batches.last() else {
-            break;
-        };
-        offset = last.last_offset() + 1;
-        out.extend(batches.iter().map(|(_, h)| *h));
-    }
-    out
+    all_batches(p).await.into_iter().map(|(h, _)| h).collect()
 }
 
 /// Kafka's cleaner keeps the batch holding each remembered producer's last offset, as an empty

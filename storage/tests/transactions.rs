@@ -6,7 +6,7 @@ mod common;
 
 use std::rc::Rc;
 
-use common::{on_executor, sorted_segments};
+use common::{all_batches, on_executor, sorted_segments};
 use tributary_protocol::record_batch::{build_batch, validate_all, BatchHeader};
 use tributary_storage::producer_state::SequenceError;
 use tributary_storage::{LogConfig, Partition, PartitionError};
@@ -367,28 +367,6 @@ const COMPACTED: LogConfig = LogConfig {
     delete_retention_ms: 1_000,
     ..LogConfig::DEFAULT
 };
-
-/// Every batch from the log start: its header and bytes.
-async fn all_batches(
-    p: &Partition,
-) -> Vec<(tributary_protocol::record_batch::BatchHeader, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut offset = p.log_start_offset();
-    while offset < p.high_watermark() {
-        let r = p.read(offset, 1 << 20).await.unwrap();
-        let batches = validate_all(&r.records).unwrap();
-        let Some((_, last)) = batches.last() else {
-            break;
-        };
-        offset = last.last_offset() + 1;
-        out.extend(
-            batches
-                .iter()
-                .map(|(at, h)| (*h, r.records[*at..*at + h.size()].to_vec())),
-        );
-    }
-    out
-}
 
 /// (offset, producer id, delete horizon) of every control batch in the log.
 async fn markers(p: &Partition) -> Vec<(i64, i64, Option<i64>)> {

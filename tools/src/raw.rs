@@ -229,28 +229,10 @@ impl Connection {
         version: i16,
         req: &Req,
     ) -> Result<Resp> {
-        let header = RequestHeader::default()
-            .with_request_api_key(key as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(SASL_CORRELATION)
-            .with_client_id(Some(StrBytes::from_static_str("trib")));
-        let mut body = BytesMut::new();
-        header
-            .encode(&mut body, key.request_header_version(version))
-            .map_err(|e| anyhow!("encoding the {key:?} header: {e}"))?;
-        req.encode(&mut body, version)
-            .map_err(|e| anyhow!("encoding {key:?}: {e}"))?;
-        let mut resp = Bytes::from(self.exchange(&body)?);
-        let header = ResponseHeader::decode(&mut resp, key.response_header_version(version))
-            .map_err(|e| anyhow!("malformed {key:?} response header: {e}"))?;
-        if header.correlation_id != SASL_CORRELATION {
-            bail!(
-                "the broker at {} answered another request ({}) than {key:?}",
-                self.addr,
-                header.correlation_id
-            );
-        }
-        Resp::decode(&mut resp, version).map_err(|e| anyhow!("malformed {key:?} response: {e}"))
+        let body = encode_request(key, version, SASL_CORRELATION, req)?;
+        let answer = self.exchange(&body)?;
+        decode_response(answer, key, version, SASL_CORRELATION)
+            .with_context(|| format!("from the broker at {}", self.addr))
     }
 
     /// SaslHandshake, then the mechanism's SaslAuthenticate round trips.
@@ -589,6 +571,46 @@ impl ServerCertVerifier for ChainOnlyVerifier {
             .signature_verification_algorithms
             .supported_schemes()
     }
+}
+
+/// A request's header and body, as one frame's contents (without its length).
+pub(crate) fn encode_request<Req: Encodable>(
+    key: ApiKey,
+    version: i16,
+    correlation: i32,
+    req: &Req,
+) -> Result<BytesMut> {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation)
+        .with_client_id(Some(StrBytes::from_static_str("trib")));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, key.request_header_version(version))
+        .map_err(|e| anyhow!("encoding the {key:?} header: {e}"))?;
+    req.encode(&mut body, version)
+        .map_err(|e| anyhow!("encoding {key:?}: {e}"))?;
+    Ok(body)
+}
+
+/// The response to request `correlation` of `key` at `version`, from a frame's contents.
+pub(crate) fn decode_response<Resp: Decodable>(
+    answer: Vec<u8>,
+    key: ApiKey,
+    version: i16,
+    correlation: i32,
+) -> Result<Resp> {
+    let mut resp = Bytes::from(answer);
+    let header = ResponseHeader::decode(&mut resp, key.response_header_version(version))
+        .map_err(|e| anyhow!("malformed {key:?} response header: {e}"))?;
+    if header.correlation_id != correlation {
+        bail!(
+            "the broker answered another request ({}) than {key:?}",
+            header.correlation_id
+        );
+    }
+    Resp::decode(&mut resp, version).map_err(|e| anyhow!("malformed {key:?} response: {e}"))
 }
 
 #[cfg(test)]

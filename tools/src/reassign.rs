@@ -4,7 +4,6 @@
 //! `kafka-protocol` crate. The broker forwards them to the metadata quorum itself.
 
 use anyhow::{anyhow, bail, Context, Result};
-use bytes::{Bytes, BytesMut};
 use clap::Subcommand;
 use kafka_protocol::messages::alter_partition_reassignments_request::{
     ReassignablePartition, ReassignableTopic,
@@ -13,7 +12,7 @@ use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ApiKey, BrokerId,
     ElectLeadersRequest, ElectLeadersResponse, ListPartitionReassignmentsRequest,
-    ListPartitionReassignmentsResponse, RequestHeader, ResponseHeader, TopicName,
+    ListPartitionReassignmentsResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::ResponseError;
@@ -278,27 +277,9 @@ pub(crate) fn request_at<Req: Encodable, Resp: Decodable>(
     req: &Req,
 ) -> Result<Resp> {
     const CORRELATION: i32 = 1;
-    let header = RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(CORRELATION)
-        .with_client_id(Some(StrBytes::from_static_str("trib")));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, key.request_header_version(version))
-        .map_err(|e| anyhow!("encoding the request header: {e}"))?;
-    req.encode(&mut body, version)
-        .map_err(|e| anyhow!("encoding the request: {e}"))?;
-    let mut resp = Bytes::from(crate::admin::exchange_at(cli, host_port, &body)?);
-    let header = ResponseHeader::decode(&mut resp, key.response_header_version(version))
-        .map_err(|e| anyhow!("malformed response header: {e}"))?;
-    if header.correlation_id != CORRELATION {
-        bail!(
-            "the broker answered another request ({})",
-            header.correlation_id
-        );
-    }
-    Resp::decode(&mut resp, version).map_err(|e| anyhow!("malformed response: {e}"))
+    let body = crate::raw::encode_request(key, version, CORRELATION, req)?;
+    let answer = crate::admin::exchange_at(cli, host_port, &body)?;
+    crate::raw::decode_response(answer, key, version, CORRELATION)
 }
 
 #[cfg(test)]

@@ -12,9 +12,8 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{command_config, path, pki, trib, trib_with_input, Pki};
-use tributary_broker::config::{BrokerConfig, ConfigInput};
-use tributary_broker::server::{self, BrokerHandle};
+use common::{command_config, listener, path, pki, trib, trib_with_input, Pki};
+use tributary_broker::server::BrokerHandle;
 
 const ADMIN_PASSWORD: &str = "admin-secret";
 const ALICE_PASSWORD: &str = "alice-s3cret-pw";
@@ -26,7 +25,7 @@ const ALICE_READS_ORDERS: &str = "User:alice\t*\tREAD\tALLOW\tTOPIC\torders-\tPR
 
 /// A one-shard broker whose only listener is SASL_SSL with both SCRAM mechanisms, checking
 /// every request against the ACLs; `admin` (SCRAM-SHA-512) is made before the first start.
-fn start_broker(data: &Path, pki: &Pki) -> BrokerHandle {
+fn acl_broker(data: &Path, pki: &Pki) -> BrokerHandle {
     tributary_broker::sasl::add_bootstrap_scram(
         data,
         &format!("SCRAM-SHA-512=[name=admin,password={ADMIN_PASSWORD}]"),
@@ -34,7 +33,6 @@ fn start_broker(data: &Path, pki: &Pki) -> BrokerHandle {
     .expect("--add-scram");
     let keystore = path(&pki.broker);
     let props = [
-        ("metrics.listen", "127.0.0.1:0"),
         ("listeners", "SASL_SSL://127.0.0.1:0"),
         ("sasl.enabled.mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512"),
         ("ssl.keystore.location", keystore.as_str()),
@@ -44,20 +42,17 @@ fn start_broker(data: &Path, pki: &Pki) -> BrokerHandle {
         ),
         ("super.users", "User:admin"),
     ];
-    let config = BrokerConfig::build(ConfigInput {
-        data_dir: data.to_path_buf(),
-        listen: "127.0.0.1:0".into(),
-        advertised_listener: None,
-        cores: Some(1),
-        cpus: None,
-        numa_node: None,
-        properties: props
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    })
-    .expect("broker config");
-    server::start(config).expect("broker starts")
+    common::start_broker(data, &props)
+}
+
+/// The broker of these tests in `dir`, its PKI, and the address of its SASL_SSL listener.
+fn started(dir: &Path) -> (BrokerHandle, Pki, String) {
+    let pki = pki(dir);
+    let data = dir.join("data");
+    std::fs::create_dir(&data).unwrap();
+    let broker = acl_broker(&data, &pki);
+    let addr = listener(&broker, "SASL_SSL").to_string();
+    (broker, pki, addr)
 }
 
 fn scram_config(dir: &Path, pki: &Pki, mechanism: &str, user: &str, password: &str) -> String {
@@ -114,17 +109,7 @@ fn rows(out: &str, header: &str) -> Vec<String> {
 #[test]
 fn acls_users_and_quotas_as_admin_and_as_alice() {
     let dir = tempfile::tempdir().unwrap();
-    let pki = pki(dir.path());
-    let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
-    let broker = start_broker(&data, &pki);
-    let addr = broker
-        .listeners
-        .iter()
-        .find(|(n, _)| n == "SASL_SSL")
-        .expect("SASL_SSL listener")
-        .1
-        .to_string();
+    let (broker, pki, addr) = started(dir.path());
     let admin_config = scram_config(dir.path(), &pki, "SCRAM-SHA-512", "admin", ADMIN_PASSWORD);
     let alice_config = scram_config(dir.path(), &pki, "SCRAM-SHA-256", "alice", ALICE_PASSWORD);
     let admin = As {
@@ -599,17 +584,7 @@ fn bad_arguments_are_refused_before_sending() {
 #[test]
 fn default_entities_round_trip() {
     let dir = tempfile::tempdir().unwrap();
-    let pki = pki(dir.path());
-    let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
-    let broker = start_broker(&data, &pki);
-    let addr = broker
-        .listeners
-        .iter()
-        .find(|(n, _)| n == "SASL_SSL")
-        .expect("SASL_SSL listener")
-        .1
-        .to_string();
+    let (broker, pki, addr) = started(dir.path());
     let config = scram_config(dir.path(), &pki, "SCRAM-SHA-512", "admin", ADMIN_PASSWORD);
     let admin = As {
         addr: &addr,

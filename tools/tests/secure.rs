@@ -10,12 +10,10 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::path::Path;
 
-use common::{command_config, path, pki, trib, Pki};
-use tributary_broker::config::{BrokerConfig, ConfigInput};
-use tributary_broker::server::{self, BrokerHandle};
+use common::{command_config, listener, path, pki, trib, Pki};
+use tributary_broker::server::BrokerHandle;
 
 const PLAIN_JAAS: &str = r#"org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";"#;
 const WRONG_PASSWORD: &str = "not-the-password";
@@ -23,7 +21,7 @@ const WRONG_PASSWORD: &str = "not-the-password";
 /// A one-shard broker with PLAINTEXT, SASL_PLAINTEXT (PLAIN), SASL_SSL (PLAIN and
 /// SCRAM-SHA-512, user `admin` made before the first start) and SSL requiring a client
 /// certificate.
-fn start_broker(data: &Path, pki: &Pki) -> BrokerHandle {
+fn secured_broker(data: &Path, pki: &Pki) -> BrokerHandle {
     tributary_broker::sasl::add_bootstrap_scram(
         data,
         "SCRAM-SHA-512=[name=admin,password=admin-secret]",
@@ -31,7 +29,6 @@ fn start_broker(data: &Path, pki: &Pki) -> BrokerHandle {
     .expect("--add-scram");
     let (keystore, ca) = (path(&pki.broker), path(&pki.ca));
     let props = [
-        ("metrics.listen", "127.0.0.1:0"),
         (
             "listeners",
             "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SSL://127.0.0.1:0",
@@ -43,28 +40,7 @@ fn start_broker(data: &Path, pki: &Pki) -> BrokerHandle {
         ("listener.name.ssl.ssl.client.auth", "required"),
         ("listener.name.ssl.ssl.truststore.location", ca.as_str()),
     ];
-    let config = BrokerConfig::build(ConfigInput {
-        data_dir: data.to_path_buf(),
-        listen: "127.0.0.1:0".into(),
-        advertised_listener: None,
-        cores: Some(1),
-        cpus: None,
-        numa_node: None,
-        properties: props
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    })
-    .expect("broker config");
-    server::start(config).expect("broker starts")
-}
-
-fn listener(b: &BrokerHandle, name: &str) -> SocketAddr {
-    b.listeners
-        .iter()
-        .find(|(n, _)| n == name)
-        .unwrap_or_else(|| panic!("listener {name}"))
-        .1
+    common::start_broker(data, &props)
 }
 
 fn scram_ssl_config(dir: &Path, pki: &Pki, password: &str, name: &str) -> String {
@@ -147,7 +123,7 @@ fn raw_commands_speak_sasl_and_tls() {
     let pki = pki(dir.path());
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
-    let broker = start_broker(&data, &pki);
+    let broker = secured_broker(&data, &pki);
     let sasl_ssl = listener(&broker, "SASL_SSL").to_string();
     let sasl_plain = listener(&broker, "SASL_PLAINTEXT").to_string();
     let ssl = listener(&broker, "SSL");

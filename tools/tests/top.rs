@@ -1,8 +1,8 @@
 //! `trib top` against a real broker: while a producer writes to a topic, two refreshes of the
 //! view (piped, so as timestamped blocks) show the topic's bytes coming in and Produce requests.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,69 +11,16 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use tributary_broker::config::{BrokerConfig, ConfigInput};
-use tributary_broker::server::{self, BrokerHandle};
+
+use common::{start_broker, trib};
 
 const TOPIC: &str = "top-watched";
-/// How long `trib top --iterations 2 --interval-ms 500` may take before the test gives up on it.
-const TRIB_DEADLINE: Duration = Duration::from_secs(60);
 /// How long the producer runs at most, should the test fail before stopping it.
 const PRODUCE_DEADLINE: Duration = Duration::from_secs(90);
 const VALUE_BYTES: usize = 200;
 /// Records sent between flushes, and the pause after each flush: a steady trickle.
 const BURST: usize = 50;
 const PAUSE: Duration = Duration::from_millis(20);
-
-/// A one-shard broker on ephemeral ports for its clients and its metrics endpoint.
-fn start_broker(dir: &std::path::Path) -> BrokerHandle {
-    let config = BrokerConfig::build(ConfigInput {
-        data_dir: dir.to_path_buf(),
-        listen: "127.0.0.1:0".into(),
-        advertised_listener: None,
-        cores: Some(1),
-        cpus: None,
-        numa_node: None,
-        properties: vec![("metrics.listen".into(), "127.0.0.1:0".into())],
-    })
-    .expect("broker config");
-    server::start(config).expect("broker starts")
-}
-
-/// Runs `trib` with `args` to completion within `TRIB_DEADLINE`: (success, stdout, stderr).
-fn trib(args: &[&str]) -> (bool, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_trib"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("trib starts");
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > TRIB_DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "trib {args:?} still running after {TRIB_DEADLINE:?}; stderr: {}",
-                err.join().unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    (status.success(), out.join().unwrap(), err.join().unwrap())
-}
 
 /// The number a table cell starts with (`1.5KiB` → 1.5).
 fn leading_number(cell: &str) -> f64 {
@@ -99,7 +46,7 @@ fn row<'a>(block: &'a str, first: &str) -> Vec<&'a str> {
 #[test]
 fn top_shows_the_topic_being_produced_to() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = start_broker(dir.path());
+    let broker = start_broker(dir.path(), &[]);
     let metrics = broker.metrics_addr.expect("the metrics endpoint is on");
     let bootstrap = broker.addr.to_string();
 

@@ -95,7 +95,7 @@ pub async fn run(shard: Rc<Shard>, leader: i32) {
                     conn = Some(s);
                     warned.clear();
                 }
-                Err(e) if crate::inter_broker::is_security_failure(&e) => {
+                Err(crate::inter_broker::ConnectError::Security(e)) => {
                     if e != warned {
                         warn!(leader, %addr, error = %e, "cannot follow the leader: the secured connection failed");
                         warned = e;
@@ -373,22 +373,11 @@ mod tests {
 
     #[test]
     fn a_fetch_asks_for_what_the_config_says() {
-        let config = crate::config::BrokerConfig::build(crate::config::ConfigInput {
-            data_dir: "./data".into(),
-            listen: "127.0.0.1:9092".into(),
-            advertised_listener: None,
-            cores: None,
-            cpus: None,
-            numa_node: None,
-            properties: [
-                ("replica.fetch.max.bytes", "4096"),
-                ("replica.fetch.wait.max.ms", "250"),
-                ("replica.socket.timeout.ms", "7000"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        })
+        let config = crate::config::BrokerConfig::build(crate::config::ConfigInput::for_test(&[
+            ("replica.fetch.max.bytes", "4096"),
+            ("replica.fetch.wait.max.ms", "250"),
+            ("replica.socket.timeout.ms", "7000"),
+        ]))
         .unwrap();
         let settings = FetchSettings::from_config(&config);
         assert_eq!(settings.response_timeout, Duration::from_millis(7000));

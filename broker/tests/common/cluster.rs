@@ -321,6 +321,15 @@ pub fn broker_ids(m: &Metadata) -> Vec<i32> {
     ids
 }
 
+/// (leader, sorted ISR) of partition 0 of `topic`, as `bootstrap` sees it.
+pub fn placement(bootstrap: &str, topic: &str) -> (i32, Vec<i32>) {
+    let m = metadata(bootstrap, Some(topic));
+    let p = &m.topics()[0].partitions()[0];
+    let mut isr = p.isr().to_vec();
+    isr.sort_unstable();
+    (p.leader(), isr)
+}
+
 /// Each partition's leader, in partition order.
 pub fn leaders(bootstrap: &str, topic: &str) -> Vec<i32> {
     let m = metadata(bootstrap, Some(topic));

@@ -283,6 +283,39 @@ pub fn rd_consume(
     out
 }
 
+/// IncrementalAlterConfigs SET of `configs` on broker resource `name`: the error code and message.
+pub fn incremental_alter(addr: SocketAddr, name: &str, configs: &[(&str, &str)]) -> (i16, String) {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
+    };
+    use kafka_protocol::messages::incremental_alter_configs_response::IncrementalAlterConfigsResponse;
+    use kafka_protocol::protocol::StrBytes;
+    let mut raw = RawConn::connect(addr);
+    let resp: IncrementalAlterConfigsResponse = raw.request(
+        ApiKey::IncrementalAlterConfigs,
+        1,
+        &IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(4)
+                .with_resource_name(StrBytes::from_string(name.into()))
+                .with_configs(
+                    configs
+                        .iter()
+                        .map(|(k, v)| {
+                            AlterableConfig::default()
+                                .with_name(StrBytes::from_string(k.to_string()))
+                                .with_config_operation(0)
+                                .with_value(Some(StrBytes::from_string(v.to_string())))
+                        })
+                        .collect(),
+                ),
+        ]),
+    );
+    let r = &resp.responses[0];
+    let msg = r.error_message.as_deref().map(ToString::to_string);
+    (r.error_code, msg.unwrap_or_default())
+}
+
 /// AlterConfigs v1 on one resource, raw: its error code and message.
 pub fn raw_alter(
     addr: SocketAddr,

@@ -46,3 +46,25 @@ pub fn sorted_segments(dir: &Path) -> Vec<PathBuf> {
 pub fn segment_base(path: &Path) -> i64 {
     path.file_stem().unwrap().to_string_lossy().parse().unwrap()
 }
+
+/// Every batch from the log start: its header and bytes.
+pub async fn all_batches(
+    p: &tributary_storage::Partition,
+) -> Vec<(tributary_protocol::record_batch::BatchHeader, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut offset = p.log_start_offset();
+    while offset < p.high_watermark() {
+        let r = p.read(offset, 1 << 20).await.unwrap();
+        let batches = tributary_protocol::record_batch::validate_all(&r.records).unwrap();
+        let Some((_, last)) = batches.last() else {
+            break;
+        };
+        offset = last.last_offset() + 1;
+        out.extend(
+            batches
+                .iter()
+                .map(|(at, h)| (*h, r.records[*at..*at + h.size()].to_vec())),
+        );
+    }
+    out
+}

@@ -1,18 +1,48 @@
-//! What the secured-listener tests share: running the `trib` binary with a deadline, a test
-//! PKI made with rcgen, and `--command-config` files.
+//! What the tools' tests share: a one-shard broker started in the test process, running the
+//! `trib` binary with a deadline, a test PKI made with rcgen, and `--command-config` files.
 
 // Each test binary uses its own part of this module.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+use tributary_broker::config::{BrokerConfig, ConfigInput};
+use tributary_broker::server::{self, BrokerHandle};
 
 /// How long one `trib` run may take before the test gives up on it.
 pub const TRIB_DEADLINE: Duration = Duration::from_secs(60);
+
+/// A one-shard broker with its data in `data`, its listeners and metrics endpoint on ephemeral
+/// ports, and `props`.
+pub fn start_broker(data: &Path, props: &[(&str, &str)]) -> BrokerHandle {
+    let mut properties = vec![("metrics.listen".to_string(), "127.0.0.1:0".to_string())];
+    properties.extend(props.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let config = BrokerConfig::build(ConfigInput {
+        data_dir: data.to_path_buf(),
+        listen: "127.0.0.1:0".into(),
+        advertised_listener: None,
+        cores: Some(1),
+        cpus: None,
+        numa_node: None,
+        properties,
+    })
+    .expect("broker config");
+    server::start(config).expect("broker starts")
+}
+
+/// Where `b` serves listener `name`.
+pub fn listener(b: &BrokerHandle, name: &str) -> SocketAddr {
+    b.listeners
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("listener {name}"))
+        .1
+}
 
 /// Runs `trib` with `args` to completion within `TRIB_DEADLINE`: (success, stdout, stderr).
 pub fn trib(args: &[&str]) -> (bool, String, String) {
@@ -56,7 +86,10 @@ pub fn trib_with_input(args: &[&str], input: Option<&str>) -> (bool, String, Str
         if started.elapsed() > TRIB_DEADLINE {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("trib {args:?} still running after {TRIB_DEADLINE:?}");
+            panic!(
+                "trib {args:?} still running after {TRIB_DEADLINE:?}; stderr: {}",
+                err.join().unwrap()
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     };
