@@ -450,7 +450,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "max.broker.partitions", default: "100000", kind: ConfigKind::Int, doc: "Most partitions this broker holds, all topics together (KIP-578's proposed key; Kafka has no limit). CreateTopics, CreatePartitions and auto-creation past it fail with POLICY_VIOLATION." },
     BrokerKey { name: "group.max.size", default: "1000", kind: ConfigKind::Int, doc: "Most members a consumer group may have (GROUP_MAX_SIZE_REACHED)." },
     BrokerKey { name: "fetch.max.bytes", default: "57671680", kind: ConfigKind::Int, doc: "Most record bytes one Fetch response carries, whatever the client asks for (the first non-empty partition may exceed it, KIP-74); nothing is read past it." },
-    BrokerKey { name: "quota.sensors.max", default: "10000", kind: ConfigKind::Int, doc: "(user, client id) pairs each shard measures for client quotas (Kafka has no such bound); a new pair past it makes the shard forget the least recently measured one, whose rates start again from nothing." },
+    BrokerKey { name: "quota.sensors.max", default: "10000", kind: ConfigKind::Int, doc: "(user, client id) pairs each shard measures for client quotas (Kafka has no such bound); a new pair past it makes the shard forget the least recently measured ones (a sixteenth of them, in one scan), whose rates start again from nothing." },
     BrokerKey { name: "max.incremental.fetch.session.cache.slots", default: "1000", kind: ConfigKind::Int, doc: "Fetch sessions (KIP-227) the broker keeps, shared out evenly between the shards; when full, a new session is refused (the fetch is answered without one) unless one has been unused for 2 minutes. 0: no sessions." },
 ];
 
