@@ -181,18 +181,27 @@ class Broker:
                 "--set", "metrics.listen=127.0.0.1:0", *self.extra]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
 
+    def listener_ports(self):
+        """Every port this broker serves clients on."""
+        return [self.port]
+
     def wait_listening(self):
-        """A cluster node listens once a quorum elected a leader and it registered."""
+        """Waits until every listener accepts: each shard binds the listeners one after another,
+        so the first port accepting says nothing of the others. A cluster node listens once a
+        quorum elected a leader and it registered."""
         deadline = time.time() + 30
+        waiting = self.listener_ports()
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}")
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
+                socket.create_connection(("127.0.0.1", waiting[0]), timeout=0.2).close()
+                waiting.pop(0)
+                if not waiting:
+                    return self
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError("broker did not start listening within 30s")
+        raise RuntimeError(f"broker did not start listening on port(s) {waiting} within 30s")
 
     def stop(self, sig=signal.SIGTERM):
         """Stops the broker; with SIGTERM it must exit 0 after flushing."""
@@ -322,6 +331,9 @@ class SaslBroker(Broker):
         add_scram(self.data_dir, "SCRAM-SHA-256=[name=s256,password=s256-secret]",
                   "SCRAM-SHA-512=[name=s512,iterations=8192,password=s512-secret]")
 
+    def listener_ports(self):
+        return [self.port, self.sasl_port]
+
     @property
     def sasl_bootstrap(self):
         return f"127.0.0.1:{self.sasl_port}"
@@ -418,11 +430,11 @@ class TlsBroker(Broker):
             "--set", "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
             "--set", f"listener.name.sasl_ssl.plain.sasl.jaas.config={PLAIN_JAAS}",
         ]
-        for cred in ("SCRAM-SHA-256=[name=s256,password=s256-secret]",
-                     "SCRAM-SHA-512=[name=s512,password=s512-secret]"):
-            out = subprocess.run([BIN, "--data-dir", self.data_dir, "--add-scram", cred],
-                                 capture_output=True, text=True, timeout=60)
-            assert out.returncode == 0, out.stderr
+        add_scram(self.data_dir, "SCRAM-SHA-256=[name=s256,password=s256-secret]",
+                  "SCRAM-SHA-512=[name=s512,password=s512-secret]")
+
+    def listener_ports(self):
+        return [self.port, self.ssl_port, self.sasl_ssl_port, self.mtls_port]
 
     def bootstrap_of(self, listener):
         port = {"SSL": self.ssl_port, "SASL_SSL": self.sasl_ssl_port,
