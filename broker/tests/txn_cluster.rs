@@ -24,7 +24,7 @@ use common::{rd_create_topics, wait_until, RawConn};
 const T: Duration = Duration::from_secs(60);
 const TOPIC: &str = "xt";
 
-fn send(p: &BaseProducer, tag: &str, n: usize) -> Vec<String> {
+fn send(p: &TxnProducer, tag: &str, n: usize) -> Vec<String> {
     let mut sent = Vec::new();
     for i in 0..n {
         let v = format!("{tag}-{i}");
@@ -137,7 +137,7 @@ fn a_transaction_spans_brokers_and_survives_its_coordinator() {
 /// consumer's next offsets, committed together — or aborted (`Err(Canceled)`) when `commit` is
 /// false. `mid` runs once the outputs are written, before the offsets and the commit.
 fn process(
-    p: &BaseProducer,
+    p: &TxnProducer,
     consumer: &BaseConsumer,
     batch: &[(i32, i64, String)],
     commit: bool,
@@ -186,14 +186,42 @@ fn process(
     }
 }
 
-fn txn_producer(bootstrap: &str, id: &str) -> BaseProducer {
-    let p: BaseProducer = ClientConfig::new()
+/// The client's own log on the test's stderr (shown when a test fails, or with --nocapture):
+/// what a stalled transactional call was waiting for. `TXN_DEBUG` sets librdkafka's `debug`
+/// contexts (`eos,broker` tells the coordinator lookups).
+struct ClientLog;
+
+impl rdkafka::ClientContext for ClientLog {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        eprintln!(
+            "{}.{:03} librdkafka {level:?} {fac}: {message}",
+            at.as_secs(),
+            at.subsec_millis()
+        );
+    }
+}
+
+impl rdkafka::producer::ProducerContext for ClientLog {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: ()) {}
+}
+
+type TxnProducer = BaseProducer<ClientLog>;
+
+fn txn_producer(bootstrap: &str, id: &str) -> TxnProducer {
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", bootstrap)
         .set("transactional.id", id)
         .set("linger.ms", "5")
-        .set("transaction.timeout.ms", "30000")
-        .create()
-        .unwrap();
+        .set("transaction.timeout.ms", "30000");
+    if let Ok(contexts) = std::env::var("TXN_DEBUG") {
+        config.set("debug", contexts);
+    }
+    let p: TxnProducer = config.create_with_context(ClientLog).unwrap();
     let deadline = Instant::now() + T;
     while let Err(e) = p.init_transactions(T) {
         assert!(Instant::now() < deadline, "init_transactions: {e}");
@@ -314,6 +342,7 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
             continue;
         }
         round += 1;
+        let round_started = Instant::now();
         let outcome = if round == 4 {
             // kill -9 the coordinator between the transaction's writes and its commit: the
             // producer's offsets and commit go to its successor.
@@ -345,6 +374,8 @@ fn consume_transform_produce_holds_each_input_once_through_a_broker_kill() {
             }
             Err(e) => {
                 failures += 1;
+                // What a stalled soak shows first: which call failed, how, and how long it took.
+                eprintln!("round {round}: {e} after {:?}", round_started.elapsed());
                 if p.abort_transaction(T).is_err() {
                     // A fatal error: a new instance fences this one (its open transaction is
                     // aborted by the coordinator).
