@@ -27,19 +27,25 @@ const T: Duration = Duration::from_secs(30);
 
 /// A broker with small internal topics and a fast transaction cleaner.
 fn broker(dir: &std::path::Path) -> tributary_broker::server::BrokerHandle {
-    start_broker(
-        dir,
-        1,
-        &[
-            ("offsets.topic.num.partitions", "2"),
-            ("transaction.state.log.num.partitions", "2"),
-            (
-                "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-                "200",
-            ),
-            ("group.initial.rebalance.delay.ms", "0"),
-        ],
-    )
+    broker_with(dir, &[])
+}
+
+/// `broker`, with `extra` settings besides.
+fn broker_with(
+    dir: &std::path::Path,
+    extra: &[(&str, &str)],
+) -> tributary_broker::server::BrokerHandle {
+    let mut props = vec![
+        ("offsets.topic.num.partitions", "2"),
+        ("transaction.state.log.num.partitions", "2"),
+        (
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "200",
+        ),
+        ("group.initial.rebalance.delay.ms", "0"),
+    ];
+    props.extend_from_slice(extra);
+    start_broker(dir, 1, &props)
 }
 
 fn txn_producer(addr: SocketAddr, id: &str, extra: &[(&str, &str)]) -> BaseProducer {
@@ -534,6 +540,81 @@ fn transactions_and_producers_are_described_and_listed() {
     assert_eq!(
         d.transaction_states[0].transaction_state.as_str(),
         "CompleteCommit"
+    );
+    b.shutdown().unwrap();
+}
+
+/// `transactional.id.expiration.ms`: an id with no transaction open for that long is forgotten
+/// (DescribeTransactions answers TRANSACTIONAL_ID_NOT_FOUND), for good — its tombstone in
+/// `__transaction_state` outlives a restart — and starts afresh with a new producer id; an id
+/// with a transaction open is kept however long it has been.
+#[test]
+fn an_idle_transactional_id_expires_and_one_in_a_transaction_does_not() {
+    use kafka_protocol::messages::{DescribeTransactionsRequest, DescribeTransactionsResponse};
+    const NOT_FOUND: i16 = 105;
+    let dir = tempfile::tempdir().unwrap();
+    let expiring = [("transactional.id.expiration.ms", "1500")];
+    let b = broker_with(dir.path(), &expiring);
+    rd_create_topics(
+        b.addr,
+        &[NewTopic::new("idle", 1, TopicReplication::Fixed(1))],
+    );
+    let describe = |addr: SocketAddr, id: &'static str| {
+        let d: DescribeTransactionsResponse = RawConn::connect(addr).request(
+            ApiKey::DescribeTransactions,
+            0,
+            &DescribeTransactionsRequest::default().with_transactional_ids(vec![tid(id)]),
+        );
+        let s = &d.transaction_states[0];
+        (
+            s.error_code,
+            s.transaction_state.to_string(),
+            s.producer_id.0,
+        )
+    };
+    let idle = txn_producer(b.addr, "app-idle", &[]);
+    idle.begin_transaction().unwrap();
+    send(&idle, "idle", 0, values("done", 2));
+    idle.commit_transaction(T).unwrap();
+    let (code, state, first_pid) = describe(b.addr, "app-idle");
+    assert_eq!((code, state.as_str()), (0, "CompleteCommit"));
+    drop(idle);
+    let open = txn_producer(b.addr, "app-open", &[("transaction.timeout.ms", "60000")]);
+    open.begin_transaction().unwrap();
+    send(&open, "idle", 0, values("pending", 2));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while describe(b.addr, "app-idle").0 != NOT_FOUND {
+        assert!(
+            Instant::now() < deadline,
+            "app-idle is still known 20 s after its last transaction"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (code, state, _) = describe(b.addr, "app-open");
+    assert_eq!(
+        (code, state.as_str()),
+        (0, "Ongoing"),
+        "an id in a transaction never expires"
+    );
+    open.commit_transaction(T).unwrap();
+    drop(open);
+    b.shutdown().unwrap();
+    // Still forgotten after a restart: the tombstone is in the log, not only in memory.
+    let b = broker_with(dir.path(), &expiring);
+    assert_eq!(describe(b.addr, "app-idle").0, NOT_FOUND);
+    let again = txn_producer(b.addr, "app-idle", &[]);
+    again.begin_transaction().unwrap();
+    send(&again, "idle", 0, values("again", 1));
+    again.commit_transaction(T).unwrap();
+    let (code, _, pid) = describe(b.addr, "app-idle");
+    assert_eq!(code, 0);
+    assert_ne!(
+        pid, first_pid,
+        "a forgotten id starts with a new producer id"
+    );
+    assert_eq!(
+        read_all(b.addr, "idle", 1, "read_committed"),
+        [values("done", 2), values("pending", 2), values("again", 1)].concat()
     );
     b.shutdown().unwrap();
 }

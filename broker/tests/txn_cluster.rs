@@ -15,7 +15,7 @@ use rdkafka::admin::{NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use common::cluster::{broker_ids, leaders, metadata, Cluster};
@@ -209,7 +209,8 @@ impl rdkafka::producer::ProducerContext for ClientLog {
     fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: ()) {}
 }
 
-type TxnProducer = BaseProducer<ClientLog>;
+// Polled by a thread of its own: the client's log is printed while a transactional call blocks.
+type TxnProducer = ThreadedProducer<ClientLog>;
 
 fn txn_producer(bootstrap: &str, id: &str) -> TxnProducer {
     let mut config = ClientConfig::new();
@@ -217,9 +218,18 @@ fn txn_producer(bootstrap: &str, id: &str) -> TxnProducer {
         .set("bootstrap.servers", bootstrap)
         .set("transactional.id", id)
         .set("linger.ms", "5")
-        .set("transaction.timeout.ms", "30000");
+        .set("transaction.timeout.ms", "30000")
+        // librdkafka (2.12) sends TxnOffsetCommit through a group-coordinator lookup that
+        // ignores its timeout and waits for some broker connection to come up or go down
+        // (librdkafka issues 5456 and 5511). When the killed coordinator's broker handle was
+        // dropped from the metadata, and every other connection stays up, nothing wakes it:
+        // send_offsets_to_transaction hung until the brokers closed idle connections, ten
+        // minutes on. Connections the client itself closes when idle wake it within seconds.
+        .set("connections.max.idle.ms", "5000");
     if let Ok(contexts) = std::env::var("TXN_DEBUG") {
-        config.set("debug", contexts);
+        config
+            .set("debug", contexts)
+            .set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
     }
     let p: TxnProducer = config.create_with_context(ClientLog).unwrap();
     let deadline = Instant::now() + T;
