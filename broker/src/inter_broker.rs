@@ -134,20 +134,25 @@ async fn secured(
     Ok(stream)
 }
 
-/// Idle connections a shard keeps to each other broker for the requests it sends them one at a
-/// time (transaction markers, KIP-890 verification), so each does not pay a new connection —
-/// with TLS and a SCRAM login, several round trips and a key derivation.
-pub const IDLE_CONNECTIONS_PER_BROKER: usize = 4;
-
-/// A shard's idle connections to other brokers, by address. A connection is taken for one
-/// exchange and given back only once its response was read whole, so a request abandoned
-/// half-way (a timeout) never leaves a reply behind for the next one.
-#[derive(Default)]
+/// A shard's idle connections to other brokers, by address, for the requests it sends them one
+/// at a time (transaction markers, KIP-890 verification), so each does not pay a new connection
+/// — with TLS and a SCRAM login, several round trips and a key derivation. At most `max_idle`
+/// per broker (`inter.broker.connections.idle.max`). A connection is taken for one exchange and
+/// given back only once its response was read whole, so a request abandoned half-way (a
+/// timeout) never leaves a reply behind for the next one.
 pub struct ConnectionPool {
     idle: std::cell::RefCell<std::collections::HashMap<SocketAddr, Vec<BrokerStream>>>,
+    max_idle: usize,
 }
 
 impl ConnectionPool {
+    pub fn new(max_idle: usize) -> Self {
+        Self {
+            idle: Default::default(),
+            max_idle,
+        }
+    }
+
     /// Sends `request` to `to` and reads its response: on an idle connection if there is one
     /// (once more on a new one if that fails: the other broker may have closed it while idle),
     /// else on a new connection secured as `security` says.
@@ -192,7 +197,7 @@ impl ConnectionPool {
     fn give_back(&self, addr: SocketAddr, stream: BrokerStream) {
         let mut idle = self.idle.borrow_mut();
         let streams = idle.entry(addr).or_default();
-        if streams.len() < IDLE_CONNECTIONS_PER_BROKER {
+        if streams.len() < self.max_idle {
             streams.push(stream);
         }
     }
@@ -661,13 +666,13 @@ mod tests {
         (addr, accepted)
     }
 
-    #[test]
-    fn the_pool_reuses_a_connection_and_replaces_one_the_broker_closed() {
+    /// How many connections three calls through a pool keeping `max_idle` made.
+    fn connections_for_three_calls(max_idle: usize) -> usize {
         use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
         let (addr, accepted) = answering_broker();
         glommio::LocalExecutorBuilder::default()
             .spawn(move || async move {
-                let pool = ConnectionPool::default();
+                let pool = ConnectionPool::new(max_idle);
                 let to = BrokerAddr {
                     addr,
                     host: "127.0.0.1".into(),
@@ -700,9 +705,19 @@ mod tests {
             .unwrap()
             .join()
             .unwrap();
+        accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[test]
+    fn the_pool_reuses_a_connection_and_replaces_one_the_broker_closed() {
         // Rounds 1 and 2 on one connection, which the broker then closed; round 3 found it
         // closed and made a second.
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(connections_for_three_calls(4), 2);
+    }
+
+    #[test]
+    fn a_pool_keeping_no_idle_connection_connects_for_every_call() {
+        assert_eq!(connections_for_three_calls(0), 3);
     }
 
     #[test]

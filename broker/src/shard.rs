@@ -354,6 +354,8 @@ impl Shard {
         let session_slots = config
             .max_incremental_fetch_session_cache_slots
             .div_ceil(peers.len().max(1));
+        let broker_connections =
+            crate::inter_broker::ConnectionPool::new(config.inter_broker_connections_idle_max);
         Self {
             id,
             groups,
@@ -362,7 +364,7 @@ impl Shard {
             broker_config,
             tls: Default::default(),
             inter_broker: Default::default(),
-            broker_connections: Default::default(),
+            broker_connections,
             authorizer,
             quota_sensors: Default::default(),
             peers,
