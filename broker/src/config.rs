@@ -451,6 +451,8 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "group.max.size", default: "1000", kind: ConfigKind::Int, doc: "Most members a consumer group may have (GROUP_MAX_SIZE_REACHED)." },
     BrokerKey { name: "fetch.max.bytes", default: "57671680", kind: ConfigKind::Int, doc: "Most record bytes one Fetch response carries, whatever the client asks for (the first non-empty partition may exceed it, KIP-74); nothing is read past it." },
     BrokerKey { name: "inter.broker.connections.idle.max", default: "4", kind: ConfigKind::Int, doc: "Idle connections each shard keeps open to each other broker for the requests it sends one at a time — transaction markers and KIP-890 verification (Kafka has no such key; its marker channel holds one connection per broker). 0 opens a new connection, with its TLS handshake and SASL login, for every request." },
+    BrokerKey { name: "quota.window.num", default: "11", kind: ConfigKind::Int, doc: "Samples a client quota's rate is measured over (Kafka's key); a byte-rate throttle lasts at most the whole window." },
+    BrokerKey { name: "quota.window.size.seconds", default: "1", kind: ConfigKind::Int, doc: "Length of each quota sample in seconds (Kafka's key); a request-percentage throttle lasts at most one sample." },
     BrokerKey { name: "quota.sensors.max", default: "10000", kind: ConfigKind::Int, doc: "(user, client id) pairs each shard measures for client quotas (Kafka has no such bound); a new pair past it makes the shard forget the least recently measured ones (a sixteenth of them, in one scan), whose rates start again from nothing." },
     BrokerKey { name: "max.incremental.fetch.session.cache.slots", default: "1000", kind: ConfigKind::Int, doc: "Fetch sessions (KIP-227) the broker keeps, shared out evenly between the shards; when full, a new session is refused (the fetch is answered without one) unless one has been unused for 2 minutes. 0: no sessions." },
 ];
@@ -536,6 +538,8 @@ pub struct BrokerConfig {
     pub queued_max_requests: usize,
     /// `quota.sensors.max`: (user, client id) pairs a shard measures at most.
     pub quota_sensors_max: usize,
+    /// `quota.window.num` samples of `quota.window.size.seconds`.
+    pub quota_window: crate::quota::QuotaWindow,
     /// `inter.broker.connections.idle.max`: idle connections a shard keeps to each other broker.
     pub inter_broker_connections_idle_max: usize,
     pub max_connections: usize,
@@ -999,6 +1003,14 @@ impl BrokerConfig {
             )?,
             queued_max_requests: parse_num("queued.max.requests", &get("queued.max.requests"), 1)?,
             quota_sensors_max: parse_num("quota.sensors.max", &get("quota.sensors.max"), 1)?,
+            quota_window: crate::quota::QuotaWindow {
+                samples: parse_num("quota.window.num", &get("quota.window.num"), 1)?,
+                sample: std::time::Duration::from_secs(parse_num(
+                    "quota.window.size.seconds",
+                    &get("quota.window.size.seconds"),
+                    1,
+                )?),
+            },
             inter_broker_connections_idle_max: parse_num(
                 "inter.broker.connections.idle.max",
                 &get("inter.broker.connections.idle.max"),

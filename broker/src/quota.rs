@@ -32,16 +32,38 @@ pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
 pub const REQUEST_PERCENTAGE: &str = "request_percentage";
 /// Also the index of each key's rate in a pair's sensor.
 pub const QUOTA_KEYS: &[&str] = &[PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE];
-/// Kafka's `quota.window.num` and `quota.window.size.seconds` defaults: the rate is measured
-/// over this many samples of this length.
-pub const WINDOW_SAMPLES: usize = 11;
-pub const SAMPLE_LENGTH: Duration = Duration::from_secs(1);
-/// The longest a single response throttles its connection for a byte rate (one window).
-pub const THROTTLE_MAX: Duration = Duration::from_secs(WINDOW_SAMPLES as u64);
-/// The longest a single response throttles its connection for its request time: Kafka's
-/// `ClientRequestQuotaManager` bounds it by one sample, so a client past its quota by a burst
-/// comes back within a second and is measured again.
-pub const REQUEST_THROTTLE_MAX: Duration = SAMPLE_LENGTH;
+/// How rates are measured (Kafka's `quota.window.num` and `quota.window.size.seconds`): over
+/// the last `samples` samples of `sample` each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaWindow {
+    pub samples: usize,
+    pub sample: Duration,
+}
+
+impl Default for QuotaWindow {
+    /// Kafka's defaults: 11 samples of 1 s.
+    fn default() -> Self {
+        Self {
+            samples: 11,
+            sample: Duration::from_secs(1),
+        }
+    }
+}
+
+impl QuotaWindow {
+    /// The whole window; also the longest a single response throttles its connection for a
+    /// byte rate, as Kafka's `ClientQuotaManager` bounds it.
+    pub fn span(&self) -> Duration {
+        self.sample * self.samples as u32
+    }
+
+    /// The longest a single response throttles its connection for its request time: Kafka's
+    /// `ClientRequestQuotaManager` bounds it by one sample, so a client past its quota by a
+    /// burst comes back within a sample and is measured again.
+    pub fn request_throttle_max(&self) -> Duration {
+        self.sample
+    }
+}
 /// `quota.sensors.max` by default: (user, client id) pairs a shard measures at most; when a new
 /// pair comes past it the least recently used is forgotten.
 pub const SENSORS_MAX: usize = 10_000;
@@ -161,39 +183,41 @@ fn from_follower(body: &Reader, version: i16) -> bool {
     }
 }
 
-/// Amount per sample over the last [`WINDOW_SAMPLES`] samples.
+/// Amount per sample over the last samples of a [`QuotaWindow`].
 #[derive(Debug, Default)]
 struct Rate {
     samples: VecDeque<(Instant, u64)>,
 }
 
 impl Rate {
-    fn record(&mut self, now: Instant, amount: u64) {
+    fn record(&mut self, now: Instant, amount: u64, w: &QuotaWindow) {
         match self.samples.back_mut() {
-            Some((start, n)) if now.duration_since(*start) < SAMPLE_LENGTH => *n += amount,
+            Some((start, n)) if now.duration_since(*start) < w.sample => *n += amount,
             _ => self.samples.push_back((now, amount)),
         }
-        while self.samples.len() > WINDOW_SAMPLES {
+        while self.samples.len() > w.samples {
             self.samples.pop_front();
         }
         // Samples older than the window no longer count.
         while self
             .samples
             .front()
-            .is_some_and(|(s, _)| now.duration_since(*s) > SAMPLE_LENGTH * WINDOW_SAMPLES as u32)
+            .is_some_and(|(s, _)| now.duration_since(*s) > w.span())
         {
             self.samples.pop_front();
         }
     }
 
     /// Amount per second over the window, and the window's length: as Kafka, at least
-    /// (samples - 1) whole samples, so a first burst is not measured over a few microseconds.
-    fn rate(&self, now: Instant) -> (f64, Duration) {
+    /// (samples - 1) whole samples, so a first burst is not measured over a few microseconds
+    /// (and never less than a millisecond, for a window of one sample).
+    fn rate(&self, now: Instant, w: &QuotaWindow) -> (f64, Duration) {
         let total: u64 = self.samples.iter().map(|(_, n)| n).sum();
         let first = self.samples.front().map_or(now, |(s, _)| *s);
         let window = now
             .duration_since(first)
-            .max(SAMPLE_LENGTH * (WINDOW_SAMPLES as u32 - 1));
+            .max(w.sample * (w.samples.saturating_sub(1)) as u32)
+            .max(Duration::from_millis(1));
         (total as f64 / window.as_secs_f64(), window)
     }
 }
@@ -211,9 +235,17 @@ struct Sensor {
 pub struct QuotaSensors {
     users: HashMap<String, HashMap<String, Sensor>>,
     pairs: usize,
+    window: QuotaWindow,
 }
 
 impl QuotaSensors {
+    pub fn new(window: QuotaWindow) -> Self {
+        Self {
+            window,
+            ..Self::default()
+        }
+    }
+
     /// Records `amount` against `key`'s quota for the pair, keeping at most `max_pairs` pairs;
     /// the throttle time when the pair is over `quota` per second (Kafka's
     /// `(rate - quota) / quota * window`, at most `cap`), else zero.
@@ -256,8 +288,8 @@ impl QuotaSensors {
         let Some(rate) = sensor.rates.get_mut(key) else {
             return Duration::ZERO;
         };
-        rate.record(now, amount);
-        let (rate, window) = rate.rate(now);
+        rate.record(now, amount, &self.window);
+        let (rate, window) = rate.rate(now, &self.window);
         if quota <= 0.0 || rate <= quota {
             return Duration::ZERO;
         }
@@ -310,7 +342,8 @@ impl QuotaSensors {
         let Some(k) = QUOTA_KEYS.iter().position(|q| *q == key) else {
             return Duration::ZERO;
         };
-        self.record(now, pair, k, (quota, THROTTLE_MAX), bytes, max_pairs)
+        let cap = self.window.span();
+        self.record(now, pair, k, (quota, cap), bytes, max_pairs)
     }
 
     /// A request's record: `busy` of shard time against a quota of `percent` of one shard.
@@ -324,14 +357,8 @@ impl QuotaSensors {
     ) -> Duration {
         let nanos = u64::try_from(busy.as_nanos()).unwrap_or(u64::MAX);
         let quota = percent * NANOS_PER_SECOND_PER_PERCENT;
-        self.record(
-            now,
-            pair,
-            REQUEST_KEY,
-            (quota, REQUEST_THROTTLE_MAX),
-            nanos,
-            max_pairs,
-        )
+        let cap = self.window.request_throttle_max();
+        self.record(now, pair, REQUEST_KEY, (quota, cap), nanos, max_pairs)
     }
 }
 
@@ -681,7 +708,7 @@ mod tests {
             Duration::ZERO
         );
         // Old samples leave the window.
-        let later = t0 + SAMPLE_LENGTH * (WINDOW_SAMPLES as u32 + 2);
+        let later = t0 + QuotaWindow::default().span() + Duration::from_secs(2);
         assert_eq!(
             s.record_bytes(
                 later,
@@ -693,6 +720,42 @@ mod tests {
             ),
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn the_window_is_configurable() {
+        let w = QuotaWindow {
+            samples: 3,
+            sample: Duration::from_millis(500),
+        };
+        let mut s = QuotaSensors::new(w);
+        let t0 = Instant::now();
+        let pair = ("alice", "c");
+        // 1 MB against 100 KB/s, measured over at least two samples (1 s): nine times over,
+        // 9 s of throttle, bounded by the 1.5 s window.
+        let d = s.record_bytes(
+            t0,
+            pair,
+            PRODUCER_BYTE_RATE,
+            100_000.0,
+            1_000_000,
+            SENSORS_MAX,
+        );
+        assert_eq!(d, Duration::from_millis(1500));
+        // Past the window the burst no longer counts.
+        let later = t0 + Duration::from_secs(2);
+        let d = s.record_bytes(later, pair, PRODUCER_BYTE_RATE, 100_000.0, 1, SENSORS_MAX);
+        assert_eq!(d, Duration::ZERO);
+        // A request quota's throttle is bounded by one sample.
+        let d = s.record_request(t0, pair, 1.0, Duration::from_secs(5), SENSORS_MAX);
+        assert_eq!(d, Duration::from_millis(500));
+        // One sample: a first record is measured over no less than a millisecond.
+        let mut one = QuotaSensors::new(QuotaWindow {
+            samples: 1,
+            sample: Duration::from_secs(1),
+        });
+        let d = one.record_bytes(t0, pair, PRODUCER_BYTE_RATE, 1.0, 10, SENSORS_MAX);
+        assert_eq!(d, Duration::from_secs(1));
     }
 
     #[test]
@@ -713,7 +776,7 @@ mod tests {
             "{d:?}"
         );
         // Far over: bounded by one sample (Kafka's request quota bound), not the window.
-        assert_eq!(rec(10_000), REQUEST_THROTTLE_MAX);
+        assert_eq!(rec(10_000), QuotaWindow::default().request_throttle_max());
         // The byte rates of the same pair are measured apart.
         assert_eq!(
             s.record_bytes(t0, pair, PRODUCER_BYTE_RATE, 1.0, 1, SENSORS_MAX),
@@ -722,8 +785,9 @@ mod tests {
         // 100 is one whole shard: a shard busy for the client all the time stays within it.
         let mut whole = QuotaSensors::default();
         for i in 0..10u64 {
-            let at = t0 + SAMPLE_LENGTH * i as u32;
-            let d = whole.record_request(at, pair, 100.0, SAMPLE_LENGTH, SENSORS_MAX);
+            let second = Duration::from_secs(1);
+            let at = t0 + second * i as u32;
+            let d = whole.record_request(at, pair, 100.0, second, SENSORS_MAX);
             assert_eq!(d, Duration::ZERO, "second {i}");
         }
     }

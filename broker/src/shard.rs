@@ -356,6 +356,7 @@ impl Shard {
             .div_ceil(peers.len().max(1));
         let broker_connections =
             crate::inter_broker::ConnectionPool::new(config.inter_broker_connections_idle_max);
+        let quota_sensors = RefCell::new(crate::quota::QuotaSensors::new(config.quota_window));
         Self {
             id,
             groups,
@@ -366,7 +367,7 @@ impl Shard {
             inter_broker: Default::default(),
             broker_connections,
             authorizer,
-            quota_sensors: Default::default(),
+            quota_sensors,
             peers,
             catalog: RefCell::new(catalog),
             partitions: RefCell::new(HashMap::new()),
