@@ -581,6 +581,13 @@ impl crate::shard::Shard {
         if key == api_key::FETCH && from_follower(body, version) {
             return None;
         }
+        // As Kafka: an acks=0 produce is exempt from request throttling (it gets no response
+        // to carry a throttle); its bytes still count against a byte rate.
+        if key == api_key::PRODUCE
+            && tributary_protocol::requests::produce::acks(body, version) == Some(0)
+        {
+            return None;
+        }
         Some(quota)
     }
 

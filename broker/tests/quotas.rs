@@ -50,24 +50,7 @@ fn alter(c: &mut RawConn, entries: Vec<EntryData>) -> Vec<i16> {
 
 /// Produces `bytes` bytes in one record; (error code, throttle_time_ms).
 fn produce(c: &mut RawConn, bytes: usize) -> (i16, i32) {
-    let value = vec![7u8; bytes];
-    let batch = tributary_protocol::record_batch::build_batch(
-        &[(None, Some(&value[..]))],
-        1_700_000_000_000,
-        None,
-    );
-    let r: ProduceResponse = c.request(
-        ApiKey::Produce,
-        9,
-        &ProduceRequest::default()
-            .with_acks(1)
-            .with_timeout_ms(5000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(TopicName(s("q")))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(batch.freeze()))])]),
-    );
+    let r: ProduceResponse = c.request(ApiKey::Produce, 9, &produce_request(bytes, 1));
     (
         r.responses[0].partition_responses[0].error_code,
         r.throttle_time_ms,
@@ -175,10 +158,15 @@ fn a_producer_over_its_byte_rate_is_throttled() {
     b.shutdown().unwrap();
 }
 
-/// Sends Metadata v12 (all topics) with client id `client_id`; its `throttle_time_ms`.
-fn metadata_as(c: &mut RawConn, client_id: &str, correlation: i32) -> i32 {
+/// Sends `req` as version `v` of `key` with client id `client_id`.
+fn send_as(
+    c: &mut RawConn,
+    client_id: &str,
+    (key, v): (ApiKey, i16),
+    correlation: i32,
+    req: &impl Encodable,
+) {
     use bytes::BufMut;
-    let (key, v) = (ApiKey::Metadata, 12);
     let mut body = bytes::BytesMut::new();
     RequestHeader::default()
         .with_request_api_key(key as i16)
@@ -187,14 +175,41 @@ fn metadata_as(c: &mut RawConn, client_id: &str, correlation: i32) -> i32 {
         .with_client_id(Some(s(client_id)))
         .encode(&mut body, key.request_header_version(v))
         .unwrap();
-    MetadataRequest::default()
-        .with_topics(None)
-        .encode(&mut body, v)
-        .unwrap();
+    req.encode(&mut body, v).unwrap();
     let mut frame = bytes::BytesMut::new();
     frame.put_i32(body.len() as i32);
     frame.put_slice(&body);
     c.send_raw(&frame);
+}
+
+/// A Produce of one record of `bytes` bytes to partition 0 of `q`, with `acks`.
+fn produce_request(bytes: usize, acks: i16) -> ProduceRequest {
+    let value = vec![7u8; bytes];
+    let batch = tributary_protocol::record_batch::build_batch(
+        &[(None, Some(&value[..]))],
+        1_700_000_000_000,
+        None,
+    );
+    ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(s("q")))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(batch.freeze()))])])
+}
+
+/// Sends Metadata v12 (all topics) with client id `client_id`; its `throttle_time_ms`.
+fn metadata_as(c: &mut RawConn, client_id: &str, correlation: i32) -> i32 {
+    let (key, v) = (ApiKey::Metadata, 12);
+    send_as(
+        c,
+        client_id,
+        (key, v),
+        correlation,
+        &MetadataRequest::default().with_topics(None),
+    );
     let mut resp = c.read_frame().expect("a response");
     let header = ResponseHeader::decode(&mut resp, key.response_header_version(v)).unwrap();
     assert_eq!(header.correlation_id, correlation);
@@ -309,5 +324,72 @@ fn a_client_over_its_request_percentage_is_throttled() {
     );
     std::thread::sleep(Duration::from_millis(1_100));
     assert_eq!(metadata_as(&mut busy, "busy", 1_000_000), 0);
+    b.shutdown().unwrap();
+}
+
+/// As Kafka, an acks=0 produce (which gets no response to carry a throttle) is exempt from the
+/// request quota: a client sending only those is never held back for its shard time, while the
+/// same requests with acks=1 put it over the same quota.
+#[test]
+fn an_acks0_produce_is_exempt_from_the_request_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = start_broker(dir.path(), 1, &[]);
+    let mut admin = RawConn::connect(b.addr);
+    let r: CreateTopicsResponse = admin.request(
+        ApiKey::CreateTopics,
+        7,
+        &CreateTopicsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(TopicName(s("q")))
+                .with_num_partitions(1)
+                .with_replication_factor(1)]),
+    );
+    assert_eq!(r.topics[0].error_code, 0);
+    // 0.01 % of the shard: 1 ms of handling over the 10 s window.
+    for client in ["fire", "acked"] {
+        assert_eq!(
+            alter(
+                &mut admin,
+                vec![entry(Some(client), "request_percentage", 0.01, false)]
+            ),
+            [0]
+        );
+    }
+    let rounds = 200;
+    // acks=1: 200 produces of 64 KiB take far more than 1 ms; throttled before the end (each
+    // throttled answer holds the connection back, so the loop stops at the first).
+    let mut acked = RawConn::connect(b.addr);
+    let mut acked_throttle = 0;
+    for i in 0..rounds {
+        if acked_throttle > 0 {
+            break;
+        }
+        send_as(
+            &mut acked,
+            "acked",
+            (ApiKey::Produce, 9),
+            i,
+            &produce_request(64 << 10, 1),
+        );
+        let mut resp = acked.read_frame().expect("a produce response");
+        ResponseHeader::decode(&mut resp, ApiKey::Produce.response_header_version(9)).unwrap();
+        let r = ProduceResponse::decode(&mut resp, 9).unwrap();
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+        acked_throttle = acked_throttle.max(r.throttle_time_ms);
+    }
+    assert!(acked_throttle > 0, "acks=1 produces were never throttled");
+    // acks=0: the same work, no throttle on the connection's next request.
+    let mut fire = RawConn::connect(b.addr);
+    for i in 0..rounds {
+        send_as(
+            &mut fire,
+            "fire",
+            (ApiKey::Produce, 9),
+            i,
+            &produce_request(64 << 10, 0),
+        );
+    }
+    assert_eq!(metadata_as(&mut fire, "fire", rounds), 0);
     b.shutdown().unwrap();
 }

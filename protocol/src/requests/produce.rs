@@ -28,6 +28,15 @@ pub struct ProducePartition {
     pub records: Option<Bytes>,
 }
 
+/// A request's `acks` alone, read from a copy of `r` (the body, just past its header) without
+/// decoding the topics; `None` if the body is too short.
+pub fn acks(r: &Reader, version: i16) -> Option<i16> {
+    let flex = flexible(api_key::PRODUCE, version);
+    let mut r = r.clone();
+    r.nullable_string("transactional_id", flex).ok()?;
+    r.i16("acks").ok()
+}
+
 pub fn decode(r: &mut Reader, version: i16) -> Result<ProduceRequest, DecodeError> {
     let flex = flexible(api_key::PRODUCE, version);
     let transactional_id = r.nullable_string("transactional_id", flex)?;
@@ -100,6 +109,8 @@ mod tests {
                 Some(&b"abc"[..])
             );
             crate::requests::assert_prefixes_fail(&bytes, |r| decode(r, v));
+            assert_eq!(acks(&Reader::new(bytes.clone()), v), Some(-1));
+            assert_eq!(acks(&Reader::new(bytes.slice(..2)), v), None);
         }
     }
 }
