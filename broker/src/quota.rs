@@ -54,7 +54,7 @@ impl QuotaWindow {
     /// The whole window; also the longest a single response throttles its connection for a
     /// byte rate, as Kafka's `ClientQuotaManager` bounds it.
     pub fn span(&self) -> Duration {
-        self.sample * self.samples as u32
+        self.sample.saturating_mul(saturating_u32(self.samples))
     }
 
     /// The longest a single response throttles its connection for its request time: Kafka's
@@ -64,6 +64,11 @@ impl QuotaWindow {
         self.sample
     }
 }
+/// `n` as a multiplier of a duration (whatever `quota.window.num` an operator set).
+fn saturating_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 /// `quota.sensors.max` by default: (user, client id) pairs a shard measures at most; when a new
 /// pair comes past it the least recently used is forgotten.
 pub const SENSORS_MAX: usize = 10_000;
@@ -192,7 +197,9 @@ struct Rate {
 impl Rate {
     fn record(&mut self, now: Instant, amount: u64, w: &QuotaWindow) {
         match self.samples.back_mut() {
-            Some((start, n)) if now.duration_since(*start) < w.sample => *n += amount,
+            Some((start, n)) if now.duration_since(*start) < w.sample => {
+                *n = n.saturating_add(amount)
+            }
             _ => self.samples.push_back((now, amount)),
         }
         while self.samples.len() > w.samples {
@@ -212,11 +219,17 @@ impl Rate {
     /// (samples - 1) whole samples, so a first burst is not measured over a few microseconds
     /// (and never less than a millisecond, for a window of one sample).
     fn rate(&self, now: Instant, w: &QuotaWindow) -> (f64, Duration) {
-        let total: u64 = self.samples.iter().map(|(_, n)| n).sum();
+        let total = self
+            .samples
+            .iter()
+            .fold(0u64, |sum, (_, n)| sum.saturating_add(*n));
         let first = self.samples.front().map_or(now, |(s, _)| *s);
         let window = now
             .duration_since(first)
-            .max(w.sample * (w.samples.saturating_sub(1)) as u32)
+            .max(
+                w.sample
+                    .saturating_mul(saturating_u32(w.samples.saturating_sub(1))),
+            )
             .max(Duration::from_millis(1));
         (total as f64 / window.as_secs_f64(), window)
     }
@@ -294,7 +307,7 @@ impl QuotaSensors {
             return Duration::ZERO;
         }
         let secs = (rate - quota) / quota * window.as_secs_f64();
-        Duration::from_secs_f64(secs.min(cap.as_secs_f64()))
+        Duration::try_from_secs_f64(secs.min(cap.as_secs_f64())).unwrap_or(cap)
     }
 
     /// Forgets at least `needed` pairs, the least recently used, and a sixteenth of them all
@@ -763,6 +776,15 @@ mod tests {
         });
         let d = one.record_bytes(t0, pair, PRODUCER_BYTE_RATE, 1.0, 10, SENSORS_MAX);
         assert_eq!(d, Duration::from_secs(1));
+        // An absurd window is measured, not a panic.
+        let mut huge = QuotaSensors::new(QuotaWindow {
+            samples: usize::MAX,
+            sample: Duration::from_secs(u64::MAX / 2),
+        });
+        let d = huge.record_bytes(t0, pair, PRODUCER_BYTE_RATE, 1.0, 10, SENSORS_MAX);
+        assert_eq!(d, Duration::ZERO);
+        let d = huge.record_bytes(t0, pair, PRODUCER_BYTE_RATE, 1e-300, u64::MAX, SENSORS_MAX);
+        assert!(d > Duration::from_secs(1 << 40), "{d:?}");
     }
 
     #[test]
