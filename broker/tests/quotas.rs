@@ -48,6 +48,21 @@ fn alter(c: &mut RawConn, entries: Vec<EntryData>) -> Vec<i16> {
     r.entries.iter().map(|e| e.error_code).collect()
 }
 
+/// Creates topic `q`, one partition, that the produce helpers write to.
+fn create_q(c: &mut RawConn) {
+    let r: CreateTopicsResponse = c.request(
+        ApiKey::CreateTopics,
+        7,
+        &CreateTopicsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(TopicName(s("q")))
+                .with_num_partitions(1)
+                .with_replication_factor(1)]),
+    );
+    assert_eq!(r.topics[0].error_code, 0);
+}
+
 /// Produces `bytes` bytes in one record; (error code, throttle_time_ms).
 fn produce(c: &mut RawConn, bytes: usize) -> (i16, i32) {
     let r: ProduceResponse = c.request(ApiKey::Produce, 9, &produce_request(bytes, 1));
@@ -62,17 +77,7 @@ fn a_producer_over_its_byte_rate_is_throttled() {
     let dir = tempfile::tempdir().unwrap();
     let b = start_broker(dir.path(), 1, &[]);
     let mut c = RawConn::connect(b.addr);
-    let r: CreateTopicsResponse = c.request(
-        ApiKey::CreateTopics,
-        7,
-        &CreateTopicsRequest::default()
-            .with_timeout_ms(10_000)
-            .with_topics(vec![CreatableTopic::default()
-                .with_name(TopicName(s("q")))
-                .with_num_partitions(1)
-                .with_replication_factor(1)]),
-    );
-    assert_eq!(r.topics[0].error_code, 0);
+    create_q(&mut c);
     // Kafka's checks: keys not served, unknown entity types, values that are not positive.
     assert_eq!(
         alter(
@@ -335,17 +340,7 @@ fn an_acks0_produce_is_exempt_from_the_request_quota() {
     let dir = tempfile::tempdir().unwrap();
     let b = start_broker(dir.path(), 1, &[]);
     let mut admin = RawConn::connect(b.addr);
-    let r: CreateTopicsResponse = admin.request(
-        ApiKey::CreateTopics,
-        7,
-        &CreateTopicsRequest::default()
-            .with_timeout_ms(10_000)
-            .with_topics(vec![CreatableTopic::default()
-                .with_name(TopicName(s("q")))
-                .with_num_partitions(1)
-                .with_replication_factor(1)]),
-    );
-    assert_eq!(r.topics[0].error_code, 0);
+    create_q(&mut admin);
     // 0.01 % of the shard: 1 ms of handling over the 10 s window.
     for client in ["fire", "acked"] {
         assert_eq!(
