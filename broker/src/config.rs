@@ -2,9 +2,10 @@
 //! validated up front. Every limit has a key here; an unknown key or a bad value stops start-up
 //! with a message naming the key.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 
@@ -113,11 +114,12 @@ fn check_listener_key(key: &str, rest: &str) -> Result<()> {
             && (SSL_KEYS.contains(&suffix)
                 || SASL_MECHANISMS
                     .iter()
-                    .any(|m| suffix == format!("{}.sasl.jaas.config", m.to_ascii_lowercase())))
+                    .any(|m| suffix == format!("{}.sasl.jaas.config", m.to_ascii_lowercase()))
+                || suffix == "oauthbearer.sasl.server.callback.handler.class")
     });
     if !ok {
         bail!(
-            "unknown config key {key:?}; per-listener keys served are listener.name.NAME.MECHANISM.sasl.jaas.config and listener.name.NAME.KEY for the keys {} (NAME and MECHANISM in lower case, e.g. listener.name.sasl_plaintext.plain.sasl.jaas.config, listener.name.ssl.ssl.keystore.location)",
+            "unknown config key {key:?}; per-listener keys served are listener.name.NAME.MECHANISM.sasl.jaas.config, listener.name.NAME.oauthbearer.sasl.server.callback.handler.class and listener.name.NAME.KEY for the keys {} (NAME and MECHANISM in lower case, e.g. listener.name.sasl_plaintext.plain.sasl.jaas.config, listener.name.ssl.ssl.keystore.location)",
             SSL_KEYS.join(", ")
         );
     }
@@ -355,7 +357,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "advertised.listeners", default: "", kind: ConfigKind::List, doc: "NAME://host:port clients are told to connect to (Metadata, FindCoordinator). Empty: --advertised-listener, else the client listener." },
     BrokerKey { name: "listener.security.protocol.map", default: DEFAULT_PROTOCOL_MAP, kind: ConfigKind::List, doc: "NAME:PROTOCOL for each listener name: how its connections are secured (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL). Listeners named in controller.listener.names are the quorum's." },
     BrokerKey { name: "inter.broker.listener.name", default: "", kind: ConfigKind::String, doc: "The listener brokers register with and reach each other on (replication, transaction markers). Empty: the first PLAINTEXT listener, else the first listener. On an SSL or SASL_SSL one brokers verify each other's certificates against its ssl.truststore.location and present its keystore; on a SASL one they log in with sasl.mechanism.inter.broker.protocol as its JAAS config's user." },
-    BrokerKey { name: "sasl.enabled.mechanisms", default: "GSSAPI", kind: ConfigKind::List, doc: "SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (unsecured tokens only, as Kafka's default validator: for tests and trusted networks) (GSSAPI, Kafka's default, is not supported: set this when a listener uses SASL). PLAIN's users come from listener.name.NAME.plain.sasl.jaas.config; SCRAM's credentials from the cluster metadata (--add-scram, AlterUserScramCredentials)." },
+    BrokerKey { name: "sasl.enabled.mechanisms", default: "GSSAPI", kind: ConfigKind::List, doc: "SASL mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (unsecured tokens, as Kafka's default validator, unless a listener's oauthbearer.sasl.server.callback.handler.class asks for signed ones) (GSSAPI, Kafka's default, is not supported: set this when a listener uses SASL). PLAIN's users come from listener.name.NAME.plain.sasl.jaas.config; SCRAM's credentials from the cluster metadata (--add-scram, AlterUserScramCredentials)." },
     BrokerKey { name: "sasl.mechanism.inter.broker.protocol", default: "GSSAPI", kind: ConfigKind::String, doc: "The SASL mechanism a broker logs in to other brokers with when its inter-broker listener is SASL_PLAINTEXT or SASL_SSL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, with the user and password of that listener's listener.name.NAME.MECHANISM.sasl.jaas.config (username=, password=). GSSAPI, Kafka's default, is not supported." },
     BrokerKey { name: "connections.max.reauth.ms", default: "0", kind: ConfigKind::Long, doc: "A SASL session's lifetime (KIP-368): clients re-authenticate before it ends, and a connection whose session ended is closed at its next request. 0: sessions never end." },
     BrokerKey { name: "ssl.keystore.type", default: "PEM", kind: ConfigKind::String, doc: "The format of the keystore of TLS listeners (SSL, SASL_SSL): only PEM." },
@@ -451,6 +453,11 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "group.max.size", default: "1000", kind: ConfigKind::Int, doc: "Most members a consumer group may have (GROUP_MAX_SIZE_REACHED)." },
     BrokerKey { name: "fetch.max.bytes", default: "57671680", kind: ConfigKind::Int, doc: "Most record bytes one Fetch response carries, whatever the client asks for (the first non-empty partition may exceed it, KIP-74); nothing is read past it." },
     BrokerKey { name: "inter.broker.connections.idle.max", default: "4", kind: ConfigKind::Int, doc: "Idle connections each shard keeps open to each other broker for the requests it sends one at a time — transaction markers and KIP-890 verification (Kafka has no such key; its marker channel holds one connection per broker). 0 opens a new connection, with its TLS handshake and SASL login, for every request." },
+    BrokerKey { name: "sasl.oauthbearer.jwks.endpoint.url", default: "", kind: ConfigKind::String, doc: "The JSON Web Key Set signed OAUTHBEARER tokens are checked against, on listeners whose oauthbearer.sasl.server.callback.handler.class is Kafka's OAuthBearerValidatorCallbackHandler: a file URL (file:///PATH), read at start-up." },
+    BrokerKey { name: "sasl.oauthbearer.expected.audience", default: "", kind: ConfigKind::List, doc: "A signed token's aud claim must name one of these (empty: not checked)." },
+    BrokerKey { name: "sasl.oauthbearer.expected.issuer", default: "", kind: ConfigKind::String, doc: "A signed token's iss claim must be this (empty: not checked)." },
+    BrokerKey { name: "sasl.oauthbearer.sub.claim.name", default: "sub", kind: ConfigKind::String, doc: "The claim of a signed token naming the principal." },
+    BrokerKey { name: "sasl.oauthbearer.clock.skew.seconds", default: "30", kind: ConfigKind::Int, doc: "How far a signed token's exp may have passed, or its nbf be ahead, and still be accepted." },
     BrokerKey { name: "quota.window.num", default: "11", kind: ConfigKind::Int, doc: "Samples a client quota's rate is measured over (Kafka's key); a byte-rate throttle lasts at most the whole window." },
     BrokerKey { name: "quota.window.size.seconds", default: "1", kind: ConfigKind::Int, doc: "Length of each quota sample in seconds (Kafka's key); a request-percentage throttle lasts at most one sample." },
     BrokerKey { name: "quota.sensors.max", default: "10000", kind: ConfigKind::Int, doc: "(user, client id) pairs each shard measures for client quotas (Kafka has no such bound); a new pair past it makes the shard forget the least recently measured ones (a sixteenth of them, in one scan), whose rates start again from nothing." },
@@ -483,6 +490,10 @@ pub struct BrokerConfig {
     pub bound: BTreeMap<String, u16>,
     /// Random per process: salts the fake SCRAM credential an unknown user is answered with.
     pub scram_unknown_user_key: [u8; 32],
+    /// The SASL listeners validating signed OAUTHBEARER tokens (their
+    /// `oauthbearer.sasl.server.callback.handler.class` is Kafka's validator), by listener name,
+    /// with the JWKS read at start-up. Other listeners take unsecured tokens.
+    pub oauth_validators: HashMap<String, Arc<tributary_security::oauthbearer::SignedValidator>>,
     /// `authorizer.class.name` names Kafka's standard authorizer: requests are checked
     /// against the ACLs.
     pub authorizer_enabled: bool,
@@ -826,7 +837,7 @@ impl BrokerConfig {
             }
             (None, None, None) => allowed,
         };
-        let cfg = BrokerConfig {
+        let mut cfg = BrokerConfig {
             data_dir: input.data_dir,
             listen,
             advertised_host,
@@ -1181,6 +1192,7 @@ impl BrokerConfig {
             listener_props,
             secret_props,
             bound: BTreeMap::new(),
+            oauth_validators: HashMap::new(),
             scram_unknown_user_key: tributary_security::scram::generate_unknown_user_key()
                 .map_err(|e| anyhow!("{e}"))?,
             authorizer_enabled: match get("authorizer.class.name").trim() {
@@ -1200,6 +1212,7 @@ impl BrokerConfig {
         };
         check_replica_fetch_wait(&cfg)?;
         check_sasl(&cfg)?;
+        cfg.oauth_validators = oauth_validators(&cfg)?;
         for l in cfg.listeners.iter().filter(|l| l.protocol.is_tls()) {
             cfg.listener_tls(&l.name)?;
         }
@@ -1213,6 +1226,100 @@ impl BrokerConfig {
         }
         Ok(cfg)
     }
+}
+
+/// Kafka's validator of signed OAUTHBEARER tokens (KIP-768), under its package before and after
+/// Kafka 3.4.
+pub const OAUTH_VALIDATOR_CLASSES: &[&str] = &[
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerValidatorCallbackHandler",
+];
+
+/// The signed-token validators of the SASL listeners that set
+/// `listener.name.NAME.oauthbearer.sasl.server.callback.handler.class` to Kafka's validator:
+/// the JWKS named by `sasl.oauthbearer.jwks.endpoint.url` (a `file:` URL) is read and checked
+/// here, so a missing or unusable one stops start-up with a message naming the key.
+fn oauth_validators(
+    cfg: &BrokerConfig,
+) -> Result<HashMap<String, Arc<tributary_security::oauthbearer::SignedValidator>>> {
+    let mut out = HashMap::new();
+    for l in cfg.listeners.iter().filter(|l| l.protocol.is_sasl()) {
+        let key = format!(
+            "listener.name.{}.oauthbearer.sasl.server.callback.handler.class",
+            l.name.to_ascii_lowercase()
+        );
+        let Some(class) = cfg.listener_props.get(&key).map(|c| c.trim()) else {
+            continue;
+        };
+        if !OAUTH_VALIDATOR_CLASSES.contains(&class) {
+            bail!(
+                "config {key}={class}: not a validator Tributary has; set {} to check signed tokens against a JWKS, or leave it unset for unsecured tokens",
+                OAUTH_VALIDATOR_CLASSES[0]
+            );
+        }
+        if !cfg
+            .sasl_enabled_mechanisms
+            .iter()
+            .any(|m| m == "OAUTHBEARER")
+        {
+            bail!("config {key} is set, but OAUTHBEARER is not in sasl.enabled.mechanisms");
+        }
+        let url_key = "sasl.oauthbearer.jwks.endpoint.url";
+        let url = cfg.values[url_key].0.trim().to_string();
+        let path = match url.strip_prefix("file://") {
+            Some(path) if path.starts_with('/') => PathBuf::from(path),
+            _ if url.is_empty() => bail!(
+                "config {url_key} is not set, but {key} validates signed tokens: set it to the JWKS file, file:///PATH"
+            ),
+            _ => bail!(
+                "config {url_key}={url}: only a file URL (file:///PATH) is supported; fetch the identity provider's JWKS into a file"
+            ),
+        };
+        let bytes = std::fs::read(&path)
+            .map_err(|e| anyhow!("config {url_key}: cannot read {}: {e}", path.display()))?;
+        let jwks = tributary_security::oauthbearer::Jwks::parse(&bytes).map_err(|e| {
+            anyhow!(
+                "config {url_key}: {} is not a usable JWKS: {e}",
+                path.display()
+            )
+        })?;
+        let list = |k: &str| -> Vec<String> {
+            cfg.values[k]
+                .0
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        let issuer = cfg.values["sasl.oauthbearer.expected.issuer"]
+            .0
+            .trim()
+            .to_string();
+        let sub_claim = cfg.values["sasl.oauthbearer.sub.claim.name"]
+            .0
+            .trim()
+            .to_string();
+        if sub_claim.is_empty() {
+            bail!("config sasl.oauthbearer.sub.claim.name is empty; set the claim naming the principal (Kafka's default: sub)");
+        }
+        let skew: i64 = parse_num(
+            "sasl.oauthbearer.clock.skew.seconds",
+            &cfg.values["sasl.oauthbearer.clock.skew.seconds"].0,
+            0,
+        )?;
+        out.insert(
+            l.name.clone(),
+            Arc::new(tributary_security::oauthbearer::SignedValidator {
+                jwks,
+                audience: list("sasl.oauthbearer.expected.audience"),
+                issuer: (!issuer.is_empty()).then_some(issuer),
+                sub_claim,
+                clock_skew_ms: skew.saturating_mul(1000),
+            }),
+        );
+    }
+    Ok(out)
 }
 
 /// Kafka's two checks on `replica.fetch.wait.max.ms`: a leader holding a fetch longer than the
@@ -1576,6 +1683,76 @@ mod tests {
 
     fn input(props: &[(&str, &str)]) -> ConfigInput {
         ConfigInput::for_test(props)
+    }
+
+    #[test]
+    fn a_signed_oauthbearer_listener_needs_a_usable_jwks_file() {
+        let dir = std::env::temp_dir().join(format!("trib-jwks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.json");
+        std::fs::write(
+            &good,
+            r#"{"keys":[{"kty":"RSA","kid":"a","n":"AQAB","e":"AQAB"}]}"#,
+        )
+        .unwrap();
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, "{}").unwrap();
+        let class_key =
+            "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class";
+        let build = |class: &str, url: &str, mechanisms: &str| {
+            BrokerConfig::build(input(&[
+                ("listeners", "SASL_PLAINTEXT://127.0.0.1:9092"),
+                ("sasl.enabled.mechanisms", mechanisms),
+                (class_key, class),
+                ("sasl.oauthbearer.jwks.endpoint.url", url),
+            ]))
+        };
+        let kafka = OAUTH_VALIDATOR_CLASSES[0];
+        let url = |p: &std::path::Path| format!("file://{}", p.display());
+        let c = build(kafka, &url(&good), "OAUTHBEARER").unwrap();
+        assert_eq!(c.oauth_validators["SASL_PLAINTEXT"].jwks.len(), 1);
+        assert_eq!(c.oauth_validators["SASL_PLAINTEXT"].sub_claim, "sub");
+        // Kafka before 3.4 named it under `secured`.
+        assert!(build(OAUTH_VALIDATOR_CLASSES[1], &url(&good), "OAUTHBEARER").is_ok());
+        for (class, u, mechanisms, want) in [
+            (
+                "com.example.Mine",
+                url(&good),
+                "OAUTHBEARER",
+                "not a validator",
+            ),
+            (kafka, String::new(), "OAUTHBEARER", "is not set"),
+            (
+                kafka,
+                "https://idp.example/jwks".into(),
+                "OAUTHBEARER",
+                "only a file URL",
+            ),
+            (
+                kafka,
+                url(&dir.join("missing.json")),
+                "OAUTHBEARER",
+                "cannot read",
+            ),
+            (kafka, url(&bad), "OAUTHBEARER", "not a usable JWKS"),
+            (
+                kafka,
+                url(&good),
+                "SCRAM-SHA-256",
+                "not in sasl.enabled.mechanisms",
+            ),
+        ] {
+            let e = build(class, &u, mechanisms).unwrap_err().to_string();
+            assert!(e.contains(want), "{want}: {e}");
+        }
+        // Without the class, the listener takes unsecured tokens (Kafka's default).
+        let c = BrokerConfig::build(input(&[
+            ("listeners", "SASL_PLAINTEXT://127.0.0.1:9092"),
+            ("sasl.enabled.mechanisms", "OAUTHBEARER"),
+        ]))
+        .unwrap();
+        assert!(c.oauth_validators.is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

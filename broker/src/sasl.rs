@@ -37,6 +37,9 @@ pub struct ListenerCtx {
     pub mechanisms: Vec<String>,
     /// PLAIN's users and passwords, from `listener.name.NAME.plain.sasl.jaas.config`.
     plain_users: HashMap<String, String>,
+    /// Signed OAUTHBEARER tokens are checked against a JWKS (Kafka's validator set for this
+    /// listener); `None`: unsecured tokens, Kafka's default.
+    oauth: Option<std::sync::Arc<tributary_security::oauthbearer::SignedValidator>>,
     /// `connections.max.reauth.ms`; `None`: sessions never end.
     pub reauth: Option<Duration>,
     /// Salts the fake credential SCRAM answers an unknown user with, the same on every
@@ -56,6 +59,7 @@ impl ListenerCtx {
             .and_then(|jaas| tributary_security::jaas::JaasConfig::parse(jaas).ok())
             .map(|j| tributary_security::jaas::plain_users(&j))
             .unwrap_or_default();
+        let oauth = config.oauth_validators.get(&spec.name).cloned();
         Self {
             name: spec.name,
             protocol: spec.protocol,
@@ -65,6 +69,7 @@ impl ListenerCtx {
                 Vec::new()
             },
             plain_users,
+            oauth,
             reauth: (config.connections_max_reauth_ms > 0)
                 .then(|| Duration::from_millis(config.connections_max_reauth_ms)),
             unknown_user_key: config.scram_unknown_user_key,
@@ -260,8 +265,11 @@ pub fn step(
             let now_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64);
-            let (user, exp) = tributary_security::oauthbearer::verify(token, now_ms)
-                .map_err(|e| e.to_string())?;
+            let (user, exp) = match &listener.oauth {
+                Some(validator) => validator.verify(token, now_ms),
+                None => tributary_security::oauthbearer::verify(token, now_ms),
+            }
+            .map_err(|e| e.to_string())?;
             credential_expiry = Some(exp.saturating_sub(now_ms).max(0));
             (Vec::new(), Some(user))
         }

@@ -410,3 +410,157 @@ fn scram_credentials_are_described_and_altered_with_kafkas_checks() {
     assert!(describe(None).results.is_empty());
     b.shutdown().unwrap();
 }
+
+/// Signs OAUTHBEARER tokens (ES256) for librdkafka, as an identity provider would: `sub`,
+/// `iss`, `aud` and an hour's `exp`, under key id `kid`.
+struct SignedTokens {
+    key: ring::signature::EcdsaKeyPair,
+    kid: &'static str,
+    /// Messages delivered, and messages failed, through a producer with these tokens.
+    delivered: std::sync::atomic::AtomicUsize,
+    failed: std::sync::atomic::AtomicUsize,
+}
+
+impl SignedTokens {
+    fn new(kid: &'static str) -> Self {
+        use ring::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
+        Self {
+            key,
+            kid,
+            delivered: Default::default(),
+            failed: Default::default(),
+        }
+    }
+
+    /// The public key as a JWKS document.
+    fn jwks(&self) -> String {
+        use base64::Engine as _;
+        use ring::signature::KeyPair as _;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+        let point = self.key.public_key().as_ref();
+        serde_json::json!({"keys": [{"kty": "EC", "crv": "P-256", "kid": self.kid, "use": "sig",
+            "x": b64(&point[1..33]), "y": b64(&point[33..65])}]})
+        .to_string()
+    }
+
+    fn token(&self, sub: &str, exp_secs: i64) -> String {
+        use base64::Engine as _;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+        let header = serde_json::json!({"alg": "ES256", "kid": self.kid});
+        let claims = serde_json::json!({"sub": sub, "iss": "https://issuer.test",
+            "aud": "tributary", "exp": exp_secs});
+        let input = format!(
+            "{}.{}",
+            b64(header.to_string().as_bytes()),
+            b64(claims.to_string().as_bytes())
+        );
+        let sig = self
+            .key
+            .sign(&ring::rand::SystemRandom::new(), input.as_bytes())
+            .unwrap();
+        format!("{input}.{}", b64(sig.as_ref()))
+    }
+}
+
+impl rdkafka::ClientContext for SignedTokens {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        let exp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs() as i64
+            + 3600;
+        Ok(rdkafka::client::OAuthToken {
+            token: self.token("dave", exp),
+            principal_name: "dave".into(),
+            lifetime_ms: exp * 1000,
+        })
+    }
+}
+
+impl rdkafka::producer::ProducerContext for SignedTokens {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        let count = match result {
+            Ok(_) => &self.delivered,
+            Err(_) => &self.failed,
+        };
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// OAUTHBEARER with Kafka's `OAuthBearerValidatorCallbackHandler` on the listener (KIP-768):
+/// librdkafka's signed token from the identity provider whose key is in the JWKS file is
+/// accepted; one signed by another key, and an unsecured one, are refused.
+#[test]
+fn signed_oauthbearer_tokens_are_checked_against_the_jwks() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = SignedTokens::new("idp-1");
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(&jwks, provider.jwks()).unwrap();
+    let url = format!("file://{}", jwks.display());
+    let (_b, sasl) = broker(
+        &dir.path().join("data"),
+        &[
+            (
+                "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class",
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+            ),
+            ("sasl.oauthbearer.jwks.endpoint.url", &url),
+            ("sasl.oauthbearer.expected.audience", "tributary"),
+            ("sasl.oauthbearer.expected.issuer", "https://issuer.test"),
+        ],
+    );
+    let producer = |tokens: SignedTokens| -> rdkafka::producer::ThreadedProducer<SignedTokens> {
+        ClientConfig::new()
+            .set("bootstrap.servers", sasl.to_string())
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .set("sasl.mechanisms", "OAUTHBEARER")
+            .set("message.timeout.ms", "5000")
+            .create_with_context(tokens)
+            .unwrap()
+    };
+    let p = producer(provider);
+    p.send(BaseRecord::<(), str>::to("t-signed").payload("s"))
+        .unwrap();
+    p.flush(T).expect("flushed");
+    let count = |c: &std::sync::atomic::AtomicUsize| c.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        count(&p.context().delivered),
+        1,
+        "a token signed by the provider's key is accepted"
+    );
+    drop(p);
+    // The same claims under another key of the same id: the signature does not verify.
+    let p = producer(SignedTokens::new("idp-1"));
+    p.send(BaseRecord::<(), str>::to("t-signed").payload("x"))
+        .unwrap();
+    let _ = p.flush(Duration::from_secs(8));
+    assert_eq!(
+        (count(&p.context().delivered), count(&p.context().failed)),
+        (0, 1),
+        "a token from another key is refused"
+    );
+    drop(p);
+    // An unsecured token, which the default validator takes, is refused here.
+    let mut c = RawConn::connect(sasl);
+    assert_eq!(handshake(&mut c, 1, "OAUTHBEARER").error_code, 0);
+    let resp = authenticate(
+        &mut c,
+        b"n,,\x01auth=Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4IiwiZXhwIjo0MTAwMDAwMDAwfQ.\x01\x01"
+            .to_vec(),
+    );
+    assert_eq!(resp.error_code, SASL_AUTHENTICATION_FAILED);
+    assert!(resp
+        .error_message
+        .as_deref()
+        .is_some_and(|m| m.contains("unsecured")));
+    assert!(c.is_closed());
+}
