@@ -211,15 +211,8 @@ impl SignedValidator {
     fn validate(&self, token: &str, now_ms: i64) -> Result<(String, i64), OAuthError> {
         use ring::signature;
         let invalid = OAuthError::Invalid;
-        let mut segments = token.split('.');
-        let (Some(header_b64), Some(payload_b64), Some(signature_b64), None) = (
-            segments.next(),
-            segments.next(),
-            segments.next(),
-            segments.next(),
-        ) else {
-            return Err(invalid("not three dot-separated parts"));
-        };
+        let (header_b64, payload_b64, signature_b64) =
+            jws_parts(token).ok_or(invalid("not three dot-separated parts"))?;
         let header = json_object(header_b64).ok_or(invalid("its header is not base64url JSON"))?;
         let alg = header.get("alg").and_then(|a| a.as_str()).unwrap_or("");
         let kid = header.get("kid").and_then(|k| k.as_str());
@@ -321,6 +314,20 @@ impl SignedValidator {
     }
 }
 
+/// A compact JWS's header, payload and signature.
+fn jws_parts(token: &str) -> Option<(&str, &str, &str)> {
+    let mut segments = token.split('.');
+    match (
+        segments.next(),
+        segments.next(),
+        segments.next(),
+        segments.next(),
+    ) {
+        (Some(h), Some(p), Some(s), None) => Some((h, p, s)),
+        _ => None,
+    }
+}
+
 /// A base64url-encoded JSON object.
 fn json_object(part: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
     let bytes = URL_SAFE_NO_PAD.decode(part.trim_end_matches('=')).ok()?;
@@ -331,15 +338,8 @@ fn json_object(part: &str) -> Option<serde_json::Map<String, serde_json::Value>>
 }
 
 fn validate_unsecured(token: &str, now_ms: i64) -> Result<(String, i64), OAuthError> {
-    let mut segments = token.split('.');
-    let (Some(header), Some(payload), Some(signature), None) = (
-        segments.next(),
-        segments.next(),
-        segments.next(),
-        segments.next(),
-    ) else {
-        return Err(OAuthError::NotUnsecured("not three dot-separated parts"));
-    };
+    let (header, payload, signature) =
+        jws_parts(token).ok_or(OAuthError::NotUnsecured("not three dot-separated parts"))?;
     if !signature.is_empty() {
         return Err(OAuthError::NotUnsecured("it carries a signature"));
     }
