@@ -89,10 +89,20 @@ def suite_security(tmp_path_factory):
                 os.environ[k] = v
 
 
+_GIVEN_PORTS = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port not handed out before in this session. A port is free when picked and
+    released at once, so the kernel may pick it again for the next call; brokers bind their
+    client ports with SO_REUSEPORT, so two of them given one port would split its connections."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN_PORTS:
+            _GIVEN_PORTS.add(port)
+            return port
 
 
 def add_scram(data_dir, *creds):

@@ -17,11 +17,23 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 /// Short timeouts, so fencing and elections happen within a test's patience.
 pub const SESSION_TIMEOUT_MS: u64 = 2000;
 
+/// A loopback address no other caller in this test process was given. The port is free when
+/// picked and released at once, so the kernel may pick it again for the next caller — another
+/// test's cluster running in parallel. Brokers bind their client ports with SO_REUSEPORT (one
+/// socket per shard), so two brokers given one port would both listen on it and split its
+/// connections between them; a port handed out twice is passed over.
 pub fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        if GIVEN.lock().unwrap().insert(addr.port()) {
+            return addr;
+        }
+    }
 }
 
 /// Where one node listens and how its process starts.

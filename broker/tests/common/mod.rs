@@ -169,7 +169,12 @@ impl RawConn {
     pub fn request<R: Encodable, S: Decodable>(&mut self, key: ApiKey, version: i16, req: &R) -> S {
         let frame = self.encode_request(key, version, req);
         self.send_raw(&frame);
-        let mut resp = self.read_frame().expect("a response");
+        let mut resp = self.read_frame().unwrap_or_else(|| {
+            panic!(
+                "no {key:?} response from {:?}: the connection closed, or nothing came within the read timeout",
+                self.stream.peer_addr()
+            )
+        });
         let header =
             ResponseHeader::decode(&mut resp, key.response_header_version(version)).unwrap();
         assert_eq!(header.correlation_id, self.correlation);
