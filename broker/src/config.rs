@@ -1686,6 +1686,35 @@ mod tests {
     }
 
     #[test]
+    fn quota_windows_and_the_idle_pool_take_their_bounds() {
+        let c = BrokerConfig::build(input(&[
+            ("quota.window.num", "3"),
+            ("quota.window.size.seconds", "2"),
+            ("inter.broker.connections.idle.max", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.quota_window,
+            crate::quota::QuotaWindow {
+                samples: 3,
+                sample: std::time::Duration::from_secs(2)
+            }
+        );
+        assert_eq!(c.inter_broker_connections_idle_max, 0);
+        for (key, value) in [
+            ("quota.window.num", "0"),
+            ("quota.window.size.seconds", "0"),
+            ("quota.window.num", "many"),
+            ("inter.broker.connections.idle.max", "-1"),
+        ] {
+            let e = BrokerConfig::build(input(&[(key, value)]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{key}={value}: {e}");
+        }
+    }
+
+    #[test]
     fn a_signed_oauthbearer_listener_needs_a_usable_jwks_file() {
         let dir = std::env::temp_dir().join(format!("trib-jwks-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -21,7 +21,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use tributary_broker::config::{BrokerConfig, ConfigInput};
+use tributary_broker::config::BrokerConfig;
 use tributary_broker::server::BrokerHandle;
 
 use common::{incremental_alter, start_broker, RawConn};
@@ -374,18 +374,9 @@ fn bad_tls_inputs_close_only_their_connection() {
 
 /// The start-up error of a broker with `props`, as text.
 fn start_error(data: &Path, props: &[(&str, &str)]) -> String {
-    let config = BrokerConfig::build(ConfigInput {
-        data_dir: data.to_path_buf(),
-        listen: "127.0.0.1:0".into(),
-        advertised_listener: None,
-        cores: Some(1),
-        cpus: None,
-        numa_node: None,
-        properties: std::iter::once(&("metrics.listen", ""))
-            .chain(props)
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    });
+    let mut all = vec![("metrics.listen", "")];
+    all.extend_from_slice(props);
+    let config = BrokerConfig::build(common::config_input(data, 1, &all));
     let config = match config {
         Ok(c) => c,
         Err(e) => return format!("{e:#}"),
@@ -469,15 +460,11 @@ fn bad_tls_settings_stop_start_up_naming_the_key() {
         }
     }
     // The secrets never reach the keys DescribeConfigs shows.
-    let config = BrokerConfig::build(ConfigInput {
-        data_dir: data.clone(),
-        listen: "127.0.0.1:0".into(),
-        advertised_listener: None,
-        cores: Some(1),
-        cpus: None,
-        numa_node: None,
-        properties: vec![("ssl.key.password".into(), "hunter2".into())],
-    })
+    let config = BrokerConfig::build(common::config_input(
+        &data,
+        1,
+        &[("ssl.key.password", "hunter2")],
+    ))
     .unwrap();
     assert!(!format!("{:?}", config.values).contains("hunter2"));
     assert!(!format!("{config:?}").contains("hunter2"));

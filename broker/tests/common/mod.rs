@@ -97,23 +97,30 @@ pub fn rd_create_topics(addr: SocketAddr, topics: &[rdkafka::admin::NewTopic<'_>
     assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
 }
 
-pub fn start_broker(dir: &Path, cores: usize, props: &[(&str, &str)]) -> BrokerHandle {
-    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
-    let config = BrokerConfig::build(ConfigInput {
+/// A broker's start-up input: data in `dir`, the client listener on an ephemeral port, `cores`
+/// shards (at most the CPUs allowed), `props` over the defaults.
+pub fn config_input(dir: &Path, cores: usize, props: &[(&str, &str)]) -> ConfigInput {
+    ConfigInput {
         data_dir: dir.to_path_buf(),
         listen: "127.0.0.1:0".into(),
         advertised_listener: None,
         cores: Some(cores.min(tributary_broker::config::allowed_cpus().len())),
         cpus: None,
         numa_node: None,
-        // Brokers of parallel tests must not share the default metrics port; a test's own
-        // `metrics.listen` comes later and wins.
-        properties: std::iter::once(&("metrics.listen", "127.0.0.1:0"))
-            .chain(props)
+        properties: props
+            .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-    })
-    .expect("config");
+    }
+}
+
+pub fn start_broker(dir: &Path, cores: usize, props: &[(&str, &str)]) -> BrokerHandle {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    // Brokers of parallel tests must not share the default metrics port; a test's own
+    // `metrics.listen` comes later and wins.
+    let mut all = vec![("metrics.listen", "127.0.0.1:0")];
+    all.extend_from_slice(props);
+    let config = BrokerConfig::build(config_input(dir, cores, &all)).expect("config");
     server::start(config).expect("broker starts")
 }
 
