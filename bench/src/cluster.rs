@@ -1,24 +1,66 @@
 //! A three-node Tributary cluster on 127.0.0.1, run as child processes for `failover`: free
-//! ports, one data directory and one log file per node, `kill -9` and restart of one node, and a
-//! Drop guard that kills every node still running whether the run ends in success, an error or
-//! a panic. It knows nothing of Kafka: finding leaders and ISRs is the caller's job.
+//! ports, one data directory and one log file per node, `kill -9`, SIGSTOP/SIGCONT, SIGTERM and
+//! restart of one node, and a Drop guard that kills every node still running whether the run
+//! ends in success, an error or a panic. It knows nothing of Kafka: finding leaders, followers,
+//! controllers and ISRs is the caller's job.
+//!
+//! Signals other than SIGKILL go through the system's `kill` command: the crate forbids unsafe
+//! code, and `libc::kill` is an unsafe call.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
 /// Nodes in the cluster: the smallest controller quorum that survives losing one.
 pub const NODES: usize = 3;
+/// How often `wait_exit` looks whether a terminated node has exited.
+const EXIT_POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// A signal `signal` sends, by the name the `kill` command takes.
+#[derive(Clone, Copy, Debug)]
+pub enum Signal {
+    /// Freeze the process: its sockets stay open, it answers nothing.
+    Stop,
+    /// Thaw a stopped process.
+    Cont,
+    /// Ask for a clean exit: the broker runs its controlled shutdown.
+    Term,
+}
+
+impl Signal {
+    fn name(self) -> &'static str {
+        match self {
+            Signal::Stop => "STOP",
+            Signal::Cont => "CONT",
+            Signal::Term => "TERM",
+        }
+    }
+}
+
+/// How a terminated node ended.
+#[derive(Debug)]
+pub enum Exit {
+    /// It exited by itself within the timeout, after this long.
+    Exited(ExitStatus, Duration),
+    /// It was still running at the timeout and was killed with SIGKILL.
+    Killed,
+}
 
 struct Node {
     id: i32,
     client_port: u16,
     controller_port: u16,
     child: Option<Child>,
+    /// Sent SIGTERM and not waited for yet (`wait_exit`): its exit is expected, not a crash.
+    terminating_since: Option<Instant>,
+    /// A terminating node's exit as `check_alive` saw it, and how long after the SIGTERM, so
+    /// the time of a shutdown is measured while the caller sleeps, not when it asks.
+    exited: Option<(ExitStatus, Duration)>,
 }
 
 pub struct Cluster {
@@ -70,6 +112,8 @@ impl Cluster {
                 client_port: ports[2 * i],
                 controller_port: ports[2 * i + 1],
                 child: None,
+                terminating_since: None,
+                exited: None,
             })
             .collect();
         let voters = nodes
@@ -143,6 +187,9 @@ impl Cluster {
         if node.child.is_some() {
             bail!("node {id} is already running");
         }
+        if node.terminating_since.is_some() {
+            bail!("node {id} was sent SIGTERM; wait for its exit (wait_exit) before starting it");
+        }
         let mut cmd = Command::new(&broker);
         cmd.arg("--data-dir")
             .arg(&data_dir)
@@ -175,7 +222,8 @@ impl Cluster {
         let Some(mut child) = node.child.take() else {
             bail!("node {id} is not running");
         };
-        // `Child::kill` is SIGKILL on Unix.
+        node.terminating_since = None;
+        // `Child::kill` is SIGKILL on Unix; it works on a stopped process too.
         child.kill().with_context(|| format!("killing node {id}"))?;
         child.wait().with_context(|| format!("reaping node {id}"))?;
         Ok(())
@@ -186,16 +234,94 @@ impl Cluster {
         self.spawn(id)
     }
 
+    /// The ids of the nodes running now (a stopped node counts; a terminating one does not).
+    pub fn running(&self) -> Vec<i32> {
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some() && n.terminating_since.is_none())
+            .map(|n| n.id)
+            .collect()
+    }
+
+    /// Sends `signal` to node `id` with the `kill` command. After `Signal::Term` the node's exit
+    /// is expected: `check_alive` ignores it and `wait_exit` reaps it.
+    pub fn signal(&mut self, id: i32, signal: Signal) -> Result<()> {
+        let node = self.node_mut(id)?;
+        let Some(child) = node.child.as_ref() else {
+            bail!(
+                "node {id} is not running; cannot send it SIG{}",
+                signal.name()
+            );
+        };
+        let pid = child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-s", signal.name(), &pid])
+            .status()
+            .with_context(|| {
+                format!(
+                    "running `kill -s {} {pid}` for node {id}; is the `kill` command installed?",
+                    signal.name()
+                )
+            })?;
+        if !status.success() {
+            bail!(
+                "`kill -s {} {pid}` (node {id}) failed: {status}",
+                signal.name()
+            );
+        }
+        if matches!(signal, Signal::Term) {
+            node.terminating_since = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// Waits until `timeout` after its SIGTERM for node `id` to exit, and reaps it (or takes
+    /// the exit `check_alive` already reaped); past the timeout it is killed with SIGKILL
+    /// instead, so a shutdown that hangs costs a bounded time.
+    pub fn wait_exit(&mut self, id: i32, timeout: Duration) -> Result<Exit> {
+        let node = self.node_mut(id)?;
+        let Some(since) = node.terminating_since.take() else {
+            bail!("node {id} was not sent SIGTERM; nothing to wait for");
+        };
+        if let Some((status, took)) = node.exited.take() {
+            return Ok(Exit::Exited(status, took));
+        }
+        let Some(mut child) = node.child.take() else {
+            bail!("node {id} is not running");
+        };
+        let deadline = since + timeout;
+        loop {
+            if let Some(status) = child
+                .try_wait()
+                .with_context(|| format!("waiting for node {id} to exit"))?
+            {
+                return Ok(Exit::Exited(status, since.elapsed()));
+            }
+            if Instant::now() >= deadline {
+                child.kill().with_context(|| format!("killing node {id}"))?;
+                child.wait().with_context(|| format!("reaping node {id}"))?;
+                return Ok(Exit::Killed);
+            }
+            std::thread::sleep(EXIT_POLL_INTERVAL);
+        }
+    }
+
     /// Fails if a node that should be running has exited, naming its log.
     pub fn check_alive(&mut self) -> Result<()> {
         let mut dead = None;
         for node in &mut self.nodes {
-            if let Some(child) = node.child.as_mut() {
-                if let Some(status) = child.try_wait()? {
-                    node.child = None;
-                    dead = Some((node.id, status));
-                    break;
-                }
+            let Some(child) = node.child.as_mut() else {
+                continue;
+            };
+            let Some(status) = child.try_wait()? else {
+                continue;
+            };
+            node.child = None;
+            if let Some(since) = node.terminating_since {
+                node.exited = Some((status, since.elapsed()));
+            } else {
+                dead = Some((node.id, status));
+                break;
             }
         }
         if let Some((id, status)) = dead {

@@ -1,70 +1,93 @@
-//! `tributary-bench failover`: how long acks=all produce stalls when a partition's leader is
-//! killed, and whether any acknowledged message is lost or doubled.
+//! `tributary-bench failover`: how long acks=all produce stalls when a node of a three-node
+//! cluster fails, and whether any acknowledged message is lost or doubled.
 //!
-//! It starts a three-node cluster (`cluster.rs`), creates a 1-partition topic with RF=3 and
+//! It starts a three-node cluster (`cluster.rs`), creates a topic with RF=3 and
 //! min.insync.replicas=2, and runs an idempotent acks=all producer at a fixed rate whose every
-//! message carries a sequence number, stamping the time of each ack. Then `--kills` times: find
-//! the partition leader, `kill -9` it, restart it `--restart-after` seconds later, wait until it
-//! listens again, the ISR is full and acks flow, plus a settling pause. The gap of a kill is the
-//! longest interval between two consecutive acks around it. At the end it stops producing,
-//! flushes, reads the partition back and checks every acknowledged sequence number is there
-//! exactly once.
+//! message carries a sequence number (message `seq` goes to partition `seq % partitions`),
+//! stamping the time of each ack. Then one of two runs:
 //!
-//! The arithmetic (gaps per kill, percentiles, the exactly-once tally) is plain functions over
-//! recorded times and numbers, unit-tested without a cluster; the rest only drives processes
-//! and clients. Every wait is bounded by a named timeout.
+//! - `--fault ROLE-ACTION` (default `leader-kill`), `--kills` times: find the victim — partition
+//!   0's leader, a follower of it, or the active controller (asked with DescribeCluster,
+//!   `controller.rs`; measured on a partition it does not lead when there is one, so the gap is
+//!   the controller's failover alone) — and kill -9 it and restart it after `--restart-after`,
+//!   SIGSTOP it and SIGCONT it after `--stop-for`, or SIGTERM it (controlled shutdown) and
+//!   restart it once it has exited and `--restart-after` has passed. Then wait until it listens
+//!   again, every ISR is full and acks flow on the measured partition, plus a settling pause.
+//!   The gap of a fault is the longest interval between two consecutive acks around it
+//!   (`gaps::kill_gaps`); the summary gives p50/p99/max.
+//! - `--fault mixed`: a seeded schedule of every kind, and the share of writable seconds
+//!   (`mixed.rs`).
+//!
+//! At the end it stops producing, flushes, reads every partition back and checks every
+//! acknowledged sequence number is there exactly once (`readback.rs`). The arithmetic is `gaps.rs` and
+//! `faults.rs`; this file only drives processes and clients, and every wait is bounded by a
+//! named timeout.
 
-use std::collections::{HashMap, HashSet};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use serde_json::json;
+use rdkafka::ClientContext;
+use serde_json::{json, Value};
 
-use crate::cluster::{Cluster, NODES};
+use crate::cluster::{Cluster, Exit, Signal, NODES};
+use crate::faults::{self, Action, Fault, FaultChoice, Role};
+use crate::gaps;
+use crate::readback::{read_back, Delivery};
 
 /// How long a fresh cluster may take to elect a controller, register its brokers and accept
 /// the topic.
 const CLUSTER_READY_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long to wait for the partition to have a leader before a kill.
-const LEADER_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long to wait for every partition to have a leader (and the victim to be known) before
+/// a fault.
+pub(crate) const LEADER_TIMEOUT: Duration = Duration::from_secs(60);
 /// One Metadata request; a dead node makes librdkafka try another.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
+/// One DescribeCluster to one node. A frozen node accepts the connection and never answers,
+/// so this bounds what asking it costs.
+const CONTROLLER_ASK_TIMEOUT: Duration = Duration::from_secs(2);
 /// Pause between two polls of the cluster's state.
-const POLL_INTERVAL: Duration = Duration::from_millis(200);
-/// Pause after a kill's recovery before the next kill, so each kill starts from a steady
-/// state.
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// Pause after a fault's recovery before the next fault, so each starts from a steady state.
 const SETTLE_AFTER_ISR: Duration = Duration::from_secs(2);
-/// Before a kill, the last ack must be at most this old: each kill starts with acks flowing,
-/// not inside the tail of the previous stall.
+/// Before a fault, every partition's last ack must be at most this old: each fault starts
+/// with acks flowing, not inside the tail of the previous stall.
 const ACK_FRESH: Duration = Duration::from_millis(500);
+/// How long a SIGTERM'd node may take for its controlled shutdown and exit before it is killed
+/// with SIGKILL (and the fault reported as forced). The broker's own shutdown waits are a few
+/// seconds; this is far above them.
+pub(crate) const TERM_EXIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// librdkafka's `message.timeout.ms`: far longer than any failover, so a message is retried
 /// until it is acknowledged instead of failing.
 const MESSAGE_TIMEOUT_MS: u64 = 300_000;
 /// Messages the producer may hold unacknowledged (a 30 s stall at 2,000 msg/s is 60,000).
 const PRODUCER_QUEUE_MESSAGES_MAX: usize = 1_000_000;
-/// Flushing after the last kill.
+/// Flushing after the last fault.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(120);
-/// Reading the partition back.
-const READ_BACK_TIMEOUT: Duration = Duration::from_secs(300);
 /// Acks recorded (16 bytes each); past this the run fails rather than grow without bound.
 /// At 2,000 msg/s it is more than an hour.
 const ACK_RECORDS_MAX: usize = 10_000_000;
 /// Bytes of each payload that carry the sequence number (big-endian `u64`).
-const SEQ_BYTES: usize = 8;
+pub(crate) const SEQ_BYTES: usize = 8;
+/// Partitions of the topic at most: the bench keeps state per partition, and three `--cores 1`
+/// nodes holding far more replicas would measure their own overload instead of failover.
+const PARTITIONS_MAX: usize = 64;
+/// Partitions of a mixed run without `--partitions`: two leaders per node.
+const MIXED_PARTITIONS: usize = 6;
+/// The longest any seconds flag may be (a day), so every conversion to a `Duration` is sound.
+const SECONDS_FLAG_MAX: f64 = 86_400.0;
 
 #[derive(Args, Clone)]
 pub struct FailoverArgs {
@@ -75,26 +98,50 @@ pub struct FailoverArgs {
     /// end; kept on failure.
     #[arg(long, default_value = "./failover-cluster")]
     pub dir: PathBuf,
-    /// Leader kills.
-    #[arg(long, default_value_t = 20)]
+    /// ROLE-ACTION: ROLE `leader` (of partition 0), `follower` (a replica of partition 0 that
+    /// is not its leader) or `controller` (the active controller); ACTION `kill` (kill -9,
+    /// restart after --restart-after), `stop` (SIGSTOP, SIGCONT after --stop-for) or `term`
+    /// (SIGTERM: controlled shutdown, restart after --restart-after). Or `mixed`: a seeded
+    /// schedule of all nine for --duration seconds, reporting the writable seconds.
+    #[arg(long, default_value = "leader-kill")]
+    pub fault: FaultChoice,
+    /// Faults of a single-kind run.
+    #[arg(long, visible_alias = "faults", default_value_t = 20)]
     pub kills: usize,
-    /// Messages per second.
+    /// Messages per second, over all partitions.
     #[arg(long, default_value_t = 2000.0)]
     pub rate: f64,
     #[arg(long, default_value_t = 1024)]
     pub message_size: usize,
     #[arg(long, default_value_t = 5)]
     pub linger_ms: u64,
-    /// Seconds between killing the leader and restarting it.
+    /// Seconds between killing (or SIGTERM of) the victim and restarting it.
     #[arg(long, default_value_t = 8.0)]
     pub restart_after: f64,
-    /// Seconds the restarted node may take to listen again, with a full ISR and acks flowing,
+    /// Seconds a stopped victim stays frozen before SIGCONT.
+    #[arg(long, default_value_t = 5.0)]
+    pub stop_for: f64,
+    /// Seconds the healed node may take to listen again, with every ISR full and acks flowing,
     /// before the run fails.
     #[arg(long, default_value_t = 120.0)]
     pub isr_timeout: f64,
-    /// Seconds after a kill in which a stall must begin to count as that kill's.
+    /// Seconds after a fault in which a stall must begin to count as that fault's.
     #[arg(long, default_value_t = 30.0)]
     pub window: f64,
+    /// Partitions of the topic, written round robin. Default: 6 for `mixed`, 3 for a
+    /// controller fault (so there is a partition the controller does not lead), else 1.
+    #[arg(long)]
+    pub partitions: Option<usize>,
+    /// Seconds a mixed run measures, after its warm-up.
+    #[arg(long, default_value_t = 180.0)]
+    pub duration: f64,
+    /// Seconds between two faults of a mixed run.
+    #[arg(long, default_value_t = 9.0)]
+    pub fault_every: f64,
+    /// Seed of a mixed run's schedule, printed at its start: the same seed gives the same
+    /// faults. Default: from the clock.
+    #[arg(long)]
+    pub seed: Option<u64>,
     #[arg(long, default_value = "failover")]
     pub topic: String,
     /// Extra broker setting for every node (repeatable), e.g.
@@ -109,22 +156,69 @@ pub struct FailoverArgs {
     pub json: bool,
 }
 
-/// One kill as it happened, with times measured from the start of producing.
-struct Kill {
-    leader: i32,
-    at: Duration,
-    /// From the restart until the node listened again, the ISR was full and an ack had come
-    /// after that.
-    recovered: Duration,
+impl FailoverArgs {
+    /// The topic's partitions: `--partitions`, or the default for the fault kind.
+    pub fn partitions(&self) -> usize {
+        self.partitions.unwrap_or(match self.fault {
+            FaultChoice::Mixed => MIXED_PARTITIONS,
+            FaultChoice::One(f) if f.role == Role::Controller => NODES,
+            FaultChoice::One(_) => 1,
+        })
+    }
+
+    pub fn secs(v: f64) -> Duration {
+        Duration::from_secs_f64(v)
+    }
 }
 
-/// Sequence numbers acknowledged, with when.
-struct Acks {
-    start: Instant,
-    acked: Mutex<Vec<(u64, Duration)>>,
-    errors: AtomicU64,
-    first_error: Mutex<Option<String>>,
+/// Sequence numbers acknowledged, with when (from `start`).
+pub(crate) struct Acks {
+    pub start: Instant,
+    pub acked: Mutex<Vec<(u64, Duration)>>,
+    /// Per partition, its last ack's time in nanoseconds from `start` plus one (0: none yet),
+    /// so the waits poll it without taking the ack list's lock from the delivery callback.
+    last: Vec<AtomicU64>,
+    pub errors: AtomicU64,
+    pub first_error: Mutex<Option<String>>,
     overflow: AtomicBool,
+}
+
+impl Acks {
+    fn new(partitions: usize) -> Self {
+        Acks {
+            start: Instant::now(),
+            acked: Mutex::new(Vec::new()),
+            last: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
+            errors: AtomicU64::new(0),
+            first_error: Mutex::new(None),
+            overflow: AtomicBool::new(false),
+        }
+    }
+
+    /// The time of partition `p`'s last ack.
+    pub fn last_on(&self, p: usize) -> Option<Duration> {
+        match self.last[p].load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(Duration::from_nanos(n - 1)),
+        }
+    }
+
+    /// Whether every partition had an ack at most `ACK_FRESH` ago.
+    pub fn fresh(&self) -> bool {
+        let now = self.start.elapsed();
+        (0..self.last.len()).all(|p| {
+            self.last_on(p)
+                .is_some_and(|t| now.saturating_sub(t) <= ACK_FRESH)
+        })
+    }
+
+    pub fn snapshot(&self) -> Result<Vec<(u64, Duration)>> {
+        Ok(self
+            .acked
+            .lock()
+            .map_err(|_| anyhow!("ack list poisoned"))?
+            .clone())
+    }
 }
 
 struct SeqContext {
@@ -139,6 +233,9 @@ impl ProducerContext for SeqContext {
         match result {
             Ok(_) => {
                 let at = self.acks.start.elapsed();
+                let p = seq % self.acks.last.len();
+                let nanos = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX - 1);
+                self.acks.last[p].fetch_max(nanos + 1, Ordering::Relaxed);
                 if let Ok(mut acked) = self.acks.acked.lock() {
                     if acked.len() < ACK_RECORDS_MAX {
                         acked.push((seq as u64, at));
@@ -157,16 +254,24 @@ impl ProducerContext for SeqContext {
     }
 }
 
-fn client(bootstrap: &str) -> ClientConfig {
+pub(crate) fn client(bootstrap: &str) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", bootstrap).set("log_level", "3");
     c
 }
 
+/// What a run drives: the cluster, a metadata client and the running producer.
+pub(crate) struct Bench<'a> {
+    pub cluster: &'a mut Cluster,
+    pub args: &'a FailoverArgs,
+    pub partitions: usize,
+    pub probe: BaseConsumer,
+    pub acks: Arc<Acks>,
+    pub producer: JoinHandle<Result<()>>,
+}
+
 pub fn run(args: &FailoverArgs) -> Result<()> {
-    if args.kills == 0 || args.rate <= 0.0 || args.message_size < SEQ_BYTES {
-        bail!("--kills and --rate must be positive and --message-size at least {SEQ_BYTES}");
-    }
+    check_args(args)?;
     let mut cluster = Cluster::start(&args.broker, &args.dir, &args.set)?;
     let result = run_on(&mut cluster, args);
     if result.is_err() || args.keep_dir {
@@ -175,9 +280,54 @@ pub fn run(args: &FailoverArgs) -> Result<()> {
     result
 }
 
+fn check_args(args: &FailoverArgs) -> Result<()> {
+    if args.kills == 0 || args.rate <= 0.0 || args.message_size < SEQ_BYTES {
+        bail!("--kills and --rate must be positive and --message-size at least {SEQ_BYTES}");
+    }
+    if !args.rate.is_finite() {
+        bail!(
+            "--rate {} is not a number of messages per second",
+            args.rate
+        );
+    }
+    let seconds = [
+        ("--restart-after", args.restart_after),
+        ("--stop-for", args.stop_for),
+        ("--isr-timeout", args.isr_timeout),
+        ("--window", args.window),
+        ("--duration", args.duration),
+        ("--fault-every", args.fault_every),
+    ];
+    for (flag, v) in seconds {
+        if !(0.0..=SECONDS_FLAG_MAX).contains(&v) {
+            bail!("{flag} {v} is out of range; give 0 to {SECONDS_FLAG_MAX}");
+        }
+    }
+    let p = args.partitions();
+    if p == 0 || p > PARTITIONS_MAX {
+        bail!("--partitions {p}: give 1 to {PARTITIONS_MAX}");
+    }
+    let every_min = faults::HEAL_AFTER_MIN + faults::HEALED_BEFORE_NEXT_MIN;
+    if args.fault == FaultChoice::Mixed && FailoverArgs::secs(args.fault_every) < every_min {
+        bail!(
+            "--fault-every {} s leaves no time to heal a fault before the next; give at least {} s",
+            args.fault_every,
+            every_min.as_secs()
+        );
+    }
+    Ok(())
+}
+
+/// How a single-kind or a mixed run ended, before the read-back.
+enum Outcome {
+    One(Fault, Vec<Done>),
+    Mixed(crate::mixed::MixedRun),
+}
+
 fn run_on(cluster: &mut Cluster, args: &FailoverArgs) -> Result<()> {
+    let partitions = args.partitions();
     let bootstrap = cluster.bootstrap();
-    eprintln!("failover: cluster at {bootstrap}");
+    eprintln!("failover: cluster at {bootstrap}, fault {}", args.fault);
     let probe: BaseConsumer = client(&bootstrap)
         .create()
         .context("creating a metadata client")?;
@@ -190,49 +340,59 @@ fn run_on(cluster: &mut Cluster, args: &FailoverArgs) -> Result<()> {
             Ok((md.brokers().len() == NODES).then_some(()))
         },
     )?;
-    create_topic(cluster, &bootstrap, &args.topic)?;
+    create_topic(cluster, &bootstrap, &args.topic, partitions)?;
     wait_for(
         cluster,
         CLUSTER_READY_TIMEOUT,
-        "a leader and a full ISR",
-        || Ok(partition_state(&probe, &args.topic)?.filter(|s| s.full())),
+        "a leader and a full ISR on every partition",
+        || {
+            let states = partition_states(&probe, &args.topic, partitions)?;
+            Ok(states.iter().all(PartitionState::full).then_some(()))
+        },
     )?;
-
-    let acks = Arc::new(Acks {
-        start: Instant::now(),
-        acked: Mutex::new(Vec::new()),
-        errors: AtomicU64::new(0),
-        first_error: Mutex::new(None),
-        overflow: AtomicBool::new(false),
-    });
+    let acks = Arc::new(Acks::new(partitions));
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
-    let producer = spawn_producer(args, &bootstrap, &acks, &stop, &sent)?;
-    // Let the producer reach a steady state before the first kill.
-    sleep_checked(cluster, &producer, SETTLE_AFTER_ISR)?;
-    let kills = kill_loop(cluster, args, &probe, &acks, &producer);
+    let producer = spawn_producer(args, &bootstrap, &acks, &stop, &sent, partitions)?;
+    let mut b = Bench {
+        cluster,
+        args,
+        partitions,
+        probe,
+        acks: acks.clone(),
+        producer,
+    };
+    // Let the producer reach a steady state before the first fault.
+    let outcome =
+        sleep_checked(b.cluster, &b.producer, SETTLE_AFTER_ISR).and_then(|()| match args.fault {
+            FaultChoice::One(fault) => fault_loop(&mut b, fault).map(|d| Outcome::One(fault, d)),
+            FaultChoice::Mixed => crate::mixed::run(&mut b).map(Outcome::Mixed),
+        });
     stop.store(true, Ordering::Relaxed);
-    let joined = producer
+    let joined = b
+        .producer
         .join()
-        .map_err(|_| anyhow::anyhow!("the producer thread panicked"));
-    let kills = kills?;
+        .map_err(|_| anyhow!("the producer thread panicked"));
+    let outcome = outcome?;
     joined??;
-    let end = acks.start.elapsed();
     if acks.overflow.load(Ordering::Relaxed) {
-        bail!("more than {ACK_RECORDS_MAX} acks; lower --rate or --kills");
+        bail!("more than {ACK_RECORDS_MAX} acks; lower --rate, --kills or --duration");
     }
-    let acked = acks
-        .acked
-        .lock()
-        .map_err(|_| anyhow::anyhow!("ack list poisoned"))?
-        .clone();
-    let read = read_back(&bootstrap, &args.topic)?;
-    report(args, &kills, &acked, &read, &acks, &sent, end)
+    let end = acks.start.elapsed();
+    let acked = acks.snapshot()?;
+    let read = read_back(&bootstrap, &args.topic, partitions)?;
+    let mut delivery = Delivery::new(&acked, &read, &acks, &sent, partitions);
+    delivery.seconds = end.as_secs_f64();
+    match outcome {
+        Outcome::One(fault, done) => report(args, fault, &done, &acked, &delivery)?,
+        Outcome::Mixed(m) => crate::mixed::report(args, &m, &acked, partitions, &delivery)?,
+    }
+    delivery.check()
 }
 
 /// Calls `f` every `POLL_INTERVAL` until it gives a value, failing after `timeout` with the last
 /// error it returned; also fails as soon as a node exits on its own.
-fn wait_for<T>(
+pub(crate) fn wait_for<T>(
     cluster: &mut Cluster,
     timeout: Duration,
     what: &str,
@@ -257,14 +417,23 @@ fn wait_for<T>(
     }
 }
 
-fn create_topic(cluster: &mut Cluster, bootstrap: &str, topic: &str) -> Result<()> {
+fn create_topic(
+    cluster: &mut Cluster,
+    bootstrap: &str,
+    topic: &str,
+    partitions: usize,
+) -> Result<()> {
     let admin: AdminClient<DefaultClientContext> = client(bootstrap)
         .create()
         .context("creating the admin client")?;
     let options = AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT));
     wait_for(cluster, CLUSTER_READY_TIMEOUT, "CreateTopics", || {
-        let new = NewTopic::new(topic, 1, TopicReplication::Fixed(NODES as i32))
-            .set("min.insync.replicas", "2");
+        let new = NewTopic::new(
+            topic,
+            partitions as i32,
+            TopicReplication::Fixed(NODES as i32),
+        )
+        .set("min.insync.replicas", "2");
         let results = futures::executor::block_on(admin.create_topics([&new], &options))?;
         for r in results {
             match r {
@@ -274,34 +443,163 @@ fn create_topic(cluster: &mut Cluster, bootstrap: &str, topic: &str) -> Result<(
         }
         Ok(Some(()))
     })?;
-    eprintln!("failover: created {topic} (1 partition, RF={NODES}, min.insync.replicas=2)");
+    eprintln!(
+        "failover: created {topic} ({partitions} partitions, RF={NODES}, min.insync.replicas=2)"
+    );
     Ok(())
 }
 
-struct PartitionState {
-    leader: i32,
-    isr: Vec<i32>,
+pub(crate) struct PartitionState {
+    /// -1 while the partition has no leader.
+    pub leader: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
 }
 
 impl PartitionState {
-    fn full(&self) -> bool {
+    pub fn full(&self) -> bool {
         self.leader >= 0 && self.isr.len() == NODES
     }
 }
 
-/// Partition 0's leader and ISR as a fresh Metadata request reports them.
-fn partition_state(probe: &BaseConsumer, topic: &str) -> Result<Option<PartitionState>> {
+/// Every partition's leader, replicas and ISR as a fresh Metadata request reports them, in
+/// partition order; a partition with an error (no leader) has leader -1.
+pub(crate) fn partition_states(
+    probe: &BaseConsumer,
+    topic: &str,
+    partitions: usize,
+) -> Result<Vec<PartitionState>> {
     let md = probe.fetch_metadata(Some(topic), METADATA_TIMEOUT)?;
-    Ok(md
+    let t = md
         .topics()
         .iter()
-        .find(|t| t.name() == topic && t.error().is_none())
-        .and_then(|t| t.partitions().iter().find(|p| p.id() == 0))
-        .filter(|p| p.error().is_none())
-        .map(|p| PartitionState {
-            leader: p.leader(),
-            isr: p.isr().to_vec(),
-        }))
+        .find(|t| t.name() == topic)
+        .with_context(|| format!("topic {topic} missing from the metadata"))?;
+    if let Some(e) = t.error() {
+        bail!("topic {topic}: {e:?}");
+    }
+    (0..partitions)
+        .map(|p| {
+            let m = t
+                .partitions()
+                .iter()
+                .find(|m| m.id() == p as i32)
+                .with_context(|| format!("partition {p} of {topic} missing from the metadata"))?;
+            Ok(PartitionState {
+                leader: if m.error().is_some() { -1 } else { m.leader() },
+                replicas: m.replicas().to_vec(),
+                isr: m.isr().to_vec(),
+            })
+        })
+        .collect()
+}
+
+/// The running nodes and their client listeners.
+pub(crate) fn live_addrs(cluster: &Cluster) -> Result<Vec<(i32, SocketAddr)>> {
+    cluster
+        .running()
+        .into_iter()
+        .map(|id| Ok((id, cluster.client_addr(id)?)))
+        .collect()
+}
+
+/// The active controller as every node in `nodes` reports it with DescribeCluster; `None`
+/// while they disagree (during an election a node that knows no leader names itself).
+fn controller(nodes: &[(i32, SocketAddr)]) -> Result<Option<i32>> {
+    let mut seen = None;
+    for (id, addr) in nodes {
+        let c = crate::controller::controller_at(*addr, CONTROLLER_ASK_TIMEOUT)
+            .with_context(|| format!("asking node {id} for the controller"))?;
+        match seen {
+            None => seen = Some(c),
+            Some(s) if s != c => return Ok(None),
+            Some(_) => {}
+        }
+    }
+    Ok(seen)
+}
+
+/// The node a fault hits and the partition its gap is measured on.
+#[derive(Clone, Debug)]
+pub(crate) struct Target {
+    pub node: i32,
+    pub partition: usize,
+    /// The measured partition's leader when the fault was injected.
+    pub leader: i32,
+    /// For a controller fault: whether the controller led the measured partition too (it led
+    /// every partition, so none isolates the controller's failover).
+    pub controller_led: Option<bool>,
+}
+
+/// Resolves `role` against the cluster's state now: `partition`'s leader or its `pick`-th
+/// follower (`faults::pick_follower`), or the controller. `None` while the partition has no
+/// leader or the nodes do not agree on a controller.
+pub(crate) fn resolve(
+    role: Role,
+    partition: usize,
+    pick: usize,
+    states: &[PartitionState],
+    nodes: &[(i32, SocketAddr)],
+) -> Result<Option<Target>> {
+    let on = |node: i32, p: usize| Target {
+        node,
+        partition: p,
+        leader: states[p].leader,
+        controller_led: None,
+    };
+    let s = &states[partition];
+    Ok(match role {
+        Role::Leader => (s.leader >= 0).then(|| on(s.leader, partition)),
+        Role::Follower if s.leader < 0 => None,
+        Role::Follower => {
+            faults::pick_follower(&s.replicas, &s.isr, s.leader, pick).map(|n| on(n, partition))
+        }
+        Role::Controller => {
+            let Some(c) = controller(nodes)? else {
+                return Ok(None);
+            };
+            let leaders: Vec<i32> = states.iter().map(|s| s.leader).collect();
+            let (p, led) = match faults::partition_not_led_by(&leaders, c) {
+                Some(p) => (p, false),
+                None => (partition, true),
+            };
+            Some(Target {
+                controller_led: Some(led),
+                ..on(c, p)
+            })
+        }
+    })
+}
+
+/// Puts `action` on `node`: kill -9, SIGSTOP, or SIGTERM (without waiting for the exit).
+pub(crate) fn inject(cluster: &mut Cluster, action: Action, node: i32) -> Result<()> {
+    match action {
+        Action::Kill => cluster.kill(node),
+        Action::Stop => cluster.signal(node, Signal::Stop),
+        Action::Term => cluster.signal(node, Signal::Term),
+    }
+}
+
+/// Heals `action` on `node`: a restart (for a term, once the node has exited, bounded by
+/// `TERM_EXIT_TIMEOUT`), or SIGCONT. For a term, how the node exited.
+pub(crate) fn heal(cluster: &mut Cluster, action: Action, node: i32) -> Result<Option<Exit>> {
+    match action {
+        Action::Kill => cluster.restart(node).map(|()| None),
+        Action::Stop => cluster.signal(node, Signal::Cont).map(|()| None),
+        Action::Term => {
+            let exit = cluster.wait_exit(node, TERM_EXIT_TIMEOUT)?;
+            cluster.restart(node)?;
+            Ok(Some(exit))
+        }
+    }
+}
+
+/// What `heal` did, for the progress lines.
+pub(crate) fn heal_name(action: Action) -> &'static str {
+    match action {
+        Action::Kill | Action::Term => "restart",
+        Action::Stop => "SIGCONT",
+    }
 }
 
 fn spawn_producer(
@@ -310,6 +608,7 @@ fn spawn_producer(
     acks: &Arc<Acks>,
     stop: &Arc<AtomicBool>,
     sent: &Arc<AtomicU64>,
+    partitions: usize,
 ) -> Result<JoinHandle<Result<()>>> {
     let producer: ThreadedProducer<SeqContext> = client(bootstrap)
         .set("enable.idempotence", "true")
@@ -337,8 +636,9 @@ fn spawn_producer(
             next += interval;
             payload[..SEQ_BYTES].copy_from_slice(&(seq as u64).to_be_bytes());
             loop {
+                // Round robin by sequence number, so an ack's partition is `seq % partitions`.
                 let rec = BaseRecord::with_opaque_to(&topic, seq)
-                    .partition(0)
+                    .partition((seq % partitions) as i32)
                     .payload(payload.as_slice())
                     .key(&[] as &[u8]);
                 match producer.send(rec) {
@@ -357,13 +657,13 @@ fn spawn_producer(
         }
         producer
             .flush(FLUSH_TIMEOUT)
-            .context("flushing the producer after the last kill")?;
+            .context("flushing the producer after the last fault")?;
         Ok(())
     }))
 }
 
 /// Sleeps `d`, failing early if a node died on its own or the producer stopped.
-fn sleep_checked(
+pub(crate) fn sleep_checked(
     cluster: &mut Cluster,
     producer: &JoinHandle<Result<()>>,
     d: Duration,
@@ -379,377 +679,239 @@ fn sleep_checked(
     Ok(())
 }
 
-fn kill_loop(
-    cluster: &mut Cluster,
-    args: &FailoverArgs,
-    probe: &BaseConsumer,
-    acks: &Acks,
-    producer: &JoinHandle<Result<()>>,
-) -> Result<Vec<Kill>> {
-    let mut kills = Vec::with_capacity(args.kills);
-    for i in 1..=args.kills {
-        let leader = wait_for(cluster, LEADER_TIMEOUT, "a leader and fresh acks", || {
-            let now = acks.start.elapsed();
-            if last_ack(acks)?.is_none_or(|t| now.saturating_sub(t) > ACK_FRESH) {
-                return Ok(None);
-            }
-            Ok(partition_state(probe, &args.topic)?
-                .filter(|s| s.leader >= 0)
-                .map(|s| s.leader))
-        })?;
-        let at = acks.start.elapsed();
-        cluster.kill(leader)?;
-        eprintln!("kill {i}/{}: node {leader} (leader) killed", args.kills);
-        sleep_checked(
-            cluster,
-            producer,
-            Duration::from_secs_f64(args.restart_after),
-        )?;
-        cluster.restart(leader)?;
-        let restarted = Instant::now();
-        let timeout = Duration::from_secs_f64(args.isr_timeout);
-        let log = cluster.log_path(leader);
-        let addr = cluster.client_addr(leader)?;
-        // A node that comes back before the controller fenced it was never out of the ISR, so
-        // a full ISR alone proves nothing: the node must also be listening again (it listens
-        // only once registered) and the producer must have had an ack since.
-        let mut listening_at = None;
-        wait_for(
-            cluster,
-            timeout,
-            "the node to listen, a full ISR and a fresh ack",
+/// One fault of a single-kind run as it happened, with times from the start of producing.
+struct Done {
+    target: Target,
+    at: Duration,
+    /// For a term: how the node exited.
+    exit: Option<Exit>,
+    /// From the heal (restart or SIGCONT) until the node listened again, every ISR was full
+    /// and an ack had come on the measured partition after that.
+    recovered: Duration,
+}
+
+fn fault_loop(b: &mut Bench, fault: Fault) -> Result<Vec<Done>> {
+    let n = b.args.kills;
+    let hold = FailoverArgs::secs(match fault.action {
+        Action::Stop => b.args.stop_for,
+        Action::Kill | Action::Term => b.args.restart_after,
+    });
+    let mut done = Vec::with_capacity(n);
+    for i in 1..=n {
+        let nodes = live_addrs(b.cluster)?;
+        let (acks, probe, args, partitions) = (&b.acks, &b.probe, b.args, b.partitions);
+        let target = wait_for(
+            b.cluster,
+            LEADER_TIMEOUT,
+            "a leader on every partition, the victim and fresh acks",
             || {
-                if listening_at.is_none() {
-                    if TcpStream::connect_timeout(&addr, POLL_INTERVAL).is_err() {
-                        return Ok(None);
-                    }
-                    listening_at = Some(acks.start.elapsed());
+                if !acks.fresh() {
+                    return Ok(None);
                 }
-                let full = partition_state(probe, &args.topic)?.is_some_and(|s| s.full());
-                let last_ack = last_ack(acks)?;
-                Ok((full && last_ack > listening_at).then_some(()))
+                let states = partition_states(probe, &args.topic, partitions)?;
+                if states.iter().any(|s| s.leader < 0) {
+                    return Ok(None);
+                }
+                resolve(fault.role, 0, i, &states, &nodes)
             },
-        )
-        .with_context(|| format!("after restarting node {leader} (log {})", log.display()))?;
-        let recovered = restarted.elapsed();
-        sleep_checked(cluster, producer, SETTLE_AFTER_ISR)?;
-        let times = ack_times(&acks.acked.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
-        let gap = kill_gaps(&times, &[at], Duration::from_secs_f64(args.window))[0];
+        )?;
+        let at = b.acks.start.elapsed();
+        inject(b.cluster, fault.action, target.node)?;
         eprintln!(
-            "kill {i}/{}: node {leader}: ack gap {} ms, recovered {:.1}s after its restart",
-            args.kills,
-            gap.map_or("none".into(), |g| g.as_millis().to_string()),
-            recovered.as_secs_f64()
+            "fault {i}/{n}: {fault} on node {} (partition {} led by node {}{})",
+            target.node,
+            target.partition,
+            target.leader,
+            match target.controller_led {
+                Some(true) => "; the controller leads every partition",
+                _ => "",
+            }
         );
-        kills.push(Kill {
-            leader,
+        sleep_checked(b.cluster, &b.producer, hold)?;
+        let exit = heal(b.cluster, fault.action, target.node)?;
+        let recovered = wait_recovered(b, fault.action, &target)?;
+        sleep_checked(b.cluster, &b.producer, SETTLE_AFTER_ISR)?;
+        let times = gaps::times_by_partition(&b.acks.snapshot()?, b.partitions);
+        let window = FailoverArgs::secs(b.args.window);
+        let gap = gaps::kill_gaps(&times[target.partition], &[at], window)[0];
+        eprintln!(
+            "fault {i}/{n}: node {}: ack gap {} ms, recovered {:.1}s after its {}",
+            target.node,
+            gap.map_or("none".into(), |g| g.as_millis().to_string()),
+            recovered.as_secs_f64(),
+            heal_name(fault.action)
+        );
+        done.push(Done {
+            target,
             at,
+            exit,
             recovered,
         });
     }
-    Ok(kills)
+    Ok(done)
 }
 
-/// Reads partition 0 from the beginning to its high watermark; returns the sequence numbers.
-fn read_back(bootstrap: &str, topic: &str) -> Result<Vec<u64>> {
-    let consumer: BaseConsumer = client(bootstrap)
-        .set("group.id", "tributary-bench-failover")
-        .set("enable.auto.commit", "false")
-        .create()
-        .context("creating the read-back consumer")?;
-    let (low, high) = consumer
-        .fetch_watermarks(topic, 0, READ_BACK_TIMEOUT)
-        .context("offsets of the failover partition")?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    consumer.assign(&tpl).context("assigning the partition")?;
-    let deadline = Instant::now() + READ_BACK_TIMEOUT;
-    let mut seqs = Vec::new();
-    let mut next = low;
-    eprintln!("failover: reading back offsets {low}..{high}");
-    while next < high {
-        if Instant::now() >= deadline {
-            bail!("read back only to offset {next} of {high} in {READ_BACK_TIMEOUT:?}");
-        }
-        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        let m = m.context("reading back")?;
-        let payload = m.payload().unwrap_or_default();
-        let Some(head) = payload.get(..SEQ_BYTES) else {
-            bail!(
-                "offset {}: a {}-byte payload carries no sequence number",
-                m.offset(),
-                payload.len()
-            );
-        };
-        let mut b = [0u8; SEQ_BYTES];
-        b.copy_from_slice(head);
-        seqs.push(u64::from_be_bytes(b));
-        next = m.offset() + 1;
-    }
-    Ok(seqs)
+/// Waits until the healed node listens again, every ISR is full and the measured partition
+/// had an ack since; returns how long that took from the heal.
+fn wait_recovered(b: &mut Bench, action: Action, target: &Target) -> Result<Duration> {
+    let healed = Instant::now();
+    let timeout = FailoverArgs::secs(b.args.isr_timeout);
+    let log = b.cluster.log_path(target.node);
+    let addr = b.cluster.client_addr(target.node)?;
+    let (acks, probe, args, partitions) = (&b.acks, &b.probe, b.args, b.partitions);
+    // A node that comes back before the controller fenced it was never out of the ISR, so a
+    // full ISR alone proves nothing: a restarted node must also be listening again (it listens
+    // only once registered) and the producer must have had an ack since. A thawed node kept
+    // its listening socket (the kernel accepted for it while it was frozen), so for it the
+    // clock starts at the SIGCONT.
+    let mut since = (action == Action::Stop).then(|| acks.start.elapsed());
+    wait_for(
+        b.cluster,
+        timeout,
+        "the node to listen, a full ISR on every partition and a fresh ack",
+        || {
+            if since.is_none() {
+                if TcpStream::connect_timeout(&addr, POLL_INTERVAL).is_err() {
+                    return Ok(None);
+                }
+                since = Some(acks.start.elapsed());
+            }
+            let states = partition_states(probe, &args.topic, partitions)?;
+            let full = states.iter().all(PartitionState::full);
+            Ok((full && acks.last_on(target.partition) > since).then_some(()))
+        },
+    )
+    .with_context(|| {
+        format!(
+            "after the {} of node {} (log {})",
+            heal_name(action),
+            target.node,
+            log.display()
+        )
+    })?;
+    Ok(healed.elapsed())
 }
 
 fn report(
     args: &FailoverArgs,
-    kills: &[Kill],
+    fault: Fault,
+    done: &[Done],
     acked: &[(u64, Duration)],
-    read: &[u64],
-    acks: &Acks,
-    sent: &AtomicU64,
-    end: Duration,
+    delivery: &Delivery,
 ) -> Result<()> {
-    let times = ack_times(acked);
-    let at: Vec<Duration> = kills.iter().map(|k| k.at).collect();
-    let gaps = kill_gaps(&times, &at, Duration::from_secs_f64(args.window))
+    let times = gaps::times_by_partition(acked, args.partitions());
+    let at: Vec<(usize, Duration)> = done.iter().map(|d| (d.target.partition, d.at)).collect();
+    let gaps = gaps::fault_gaps(&times, &at, FailoverArgs::secs(args.window))
         .into_iter()
         .enumerate()
-        .map(|(i, g)| g.with_context(|| format!("kill {}: no ack after it", i + 1)))
+        .map(|(i, g)| g.with_context(|| format!("fault {}: no ack after it", i + 1)))
         .collect::<Result<Vec<Duration>>>()?;
     let mut sorted = gaps.clone();
     sorted.sort();
-    let q = |p: f64| percentile(&sorted, p).as_millis() as u64;
-    let seqs: Vec<u64> = acked.iter().map(|(s, _)| *s).collect();
-    let t = tally(&seqs, read);
-    let errors = acks.errors.load(Ordering::Relaxed);
+    let q = |p: f64| gaps::percentile(&sorted, p).as_millis() as u64;
     let ms: Vec<u64> = gaps.iter().map(|g| g.as_millis() as u64).collect();
-    for (i, (k, g)) in kills.iter().zip(&ms).enumerate() {
+    for (i, (d, g)) in done.iter().zip(&ms).enumerate() {
         println!(
-            "kill {:>2}: node {} at {:>7.1}s  ack gap {:>6} ms  recovered {:>5.1}s after restart",
+            "{fault} {:>2}: node {} at {:>7.1}s  partition {}  ack gap {:>6} ms  recovered {:>5.1}s \
+             after {}{}",
             i + 1,
-            k.leader,
-            k.at.as_secs_f64(),
+            d.target.node,
+            d.at.as_secs_f64(),
+            d.target.partition,
             g,
-            k.recovered.as_secs_f64()
+            d.recovered.as_secs_f64(),
+            heal_name(fault.action),
+            detail(d)
         );
     }
+    let led = done
+        .iter()
+        .filter(|d| d.target.controller_led == Some(true))
+        .count();
     println!(
-        "failover {} kills: ack gap p50 {} ms, p99 {} ms, max {} ms; {} sent, {} acked, {} read back, \
-         {} lost, {} duplicates, {} present but not acked, {} delivery errors",
-        kills.len(), q(0.5), q(0.99), q(1.0), sent.load(Ordering::Relaxed), t.acked, t.read,
-        t.lost, t.duplicates, t.unacked_present, errors
+        "failover {fault}, {} faults: ack gap p50 {} ms, p99 {} ms, max {} ms; {}",
+        done.len(),
+        q(0.5),
+        q(0.99),
+        q(1.0),
+        delivery.line()
     );
-    if let Some(e) = acks.first_error.lock().ok().and_then(|e| e.clone()) {
-        println!("first delivery error: {e}");
+    if fault.role == Role::Controller {
+        println!(
+            "controller faults measured on a partition the controller did not lead: {} of {}",
+            done.len() - led,
+            done.len()
+        );
     }
+    delivery.print_first_error();
     if args.json {
-        let s = json!({
-            "mode": "failover",
-            "kills": kills.len(),
-            "leaders": kills.iter().map(|k| k.leader).collect::<Vec<_>>(),
-            "gaps_ms": ms,
-            "gap_ms": {"p50": q(0.5), "p99": q(0.99), "max": q(1.0)},
-            "recovered_after_restart_s": kills.iter().map(|k| k.recovered.as_secs_f64()).collect::<Vec<_>>(),
-            "seconds": end.as_secs_f64(),
-            "sent": sent.load(Ordering::Relaxed),
-            "acked": t.acked, "read": t.read, "lost": t.lost, "duplicates": t.duplicates,
-            "unacked_present": t.unacked_present, "delivery_errors": errors,
-            "config": {
-                "rate": args.rate, "message_size": args.message_size, "linger_ms": args.linger_ms,
-                "restart_after_s": args.restart_after, "window_s": args.window, "set": args.set,
-            },
-            "git_sha": env!("TRIBUTARY_GIT_SHA"),
-        });
-        println!("{s}");
-    }
-    if t.lost > 0 || t.duplicates > 0 {
-        bail!(
-            "{} acknowledged messages lost, {} duplicated",
-            t.lost,
-            t.duplicates
+        println!(
+            "{}",
+            report_json(args, fault, done, &ms, [q(0.5), q(0.99), q(1.0)], delivery)
         );
     }
     Ok(())
 }
 
-fn last_ack(acks: &Acks) -> Result<Option<Duration>> {
-    let acked = acks
-        .acked
-        .lock()
-        .map_err(|_| anyhow::anyhow!("ack list poisoned"))?;
-    Ok(acked.last().map(|(_, at)| *at))
+/// A fault line's tail: how a terminated node exited, whether the controller led the partition.
+fn detail(d: &Done) -> String {
+    let exit = match &d.exit {
+        Some(Exit::Exited(status, took)) => {
+            format!(
+                "  exited {:.1}s after SIGTERM ({status})",
+                took.as_secs_f64()
+            )
+        }
+        Some(Exit::Killed) => format!(
+            "  still running {}s after SIGTERM: killed",
+            TERM_EXIT_TIMEOUT.as_secs()
+        ),
+        None => String::new(),
+    };
+    let led = if d.target.controller_led == Some(true) {
+        "  (the controller led it)"
+    } else {
+        ""
+    };
+    format!("{exit}{led}")
 }
 
-fn ack_times(acked: &[(u64, Duration)]) -> Vec<Duration> {
-    let mut t: Vec<Duration> = acked.iter().map(|(_, at)| *at).collect();
-    t.sort();
-    t
-}
-
-/// Each kill's gap: the longest interval between two consecutive acks (`acks` sorted) that
-/// ends after the kill and no later than the next kill, and begins less than `after` past it.
-/// The interval that spans the kill (last ack before it to first ack after) always counts; so
-/// does a second stall soon after recovery. An interval that spans a later kill belongs to that
-/// later kill, so no interval is counted twice. `kills` must be in order; `None` for a kill
-/// with no ack after it before the next one.
-pub fn kill_gaps(acks: &[Duration], kills: &[Duration], after: Duration) -> Vec<Option<Duration>> {
-    kills
+fn report_json(
+    args: &FailoverArgs,
+    fault: Fault,
+    done: &[Done],
+    ms: &[u64],
+    [p50, p99, max]: [u64; 3],
+    delivery: &Delivery,
+) -> Value {
+    let shutdown: Vec<Option<f64>> = done
         .iter()
-        .enumerate()
-        .map(|(i, kill)| {
-            let next = kills.get(i + 1);
-            // The first ack after the kill ends the first interval that may count.
-            let first_after = acks.partition_point(|t| t <= kill).max(1);
-            acks.get(first_after - 1..)
-                .unwrap_or_default()
-                .windows(2)
-                .take_while(|w| next.is_none_or(|n| w[1] <= *n) && w[0] < *kill + after)
-                .filter(|w| w[1] > *kill)
-                .map(|w| w[1] - w[0])
-                .max()
+        .map(|d| match &d.exit {
+            Some(Exit::Exited(_, took)) => Some(took.as_secs_f64()),
+            _ => None,
         })
-        .collect()
-}
-
-/// Nearest-rank percentile of sorted values (`q` in 0..=1): the smallest value with at least a
-/// fraction `q` of the values at or below it. Of 20 values p50 is the 10th and p99 the 20th.
-pub fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub struct Tally {
-    /// Distinct sequence numbers acknowledged.
-    pub acked: u64,
-    /// Records read back.
-    pub read: u64,
-    /// Acknowledged sequence numbers not read back.
-    pub lost: u64,
-    /// Records read back beyond the first copy of their sequence number.
-    pub duplicates: u64,
-    /// Distinct sequence numbers read back that were never acknowledged (a send that failed on
-    /// the client side after the broker wrote it).
-    pub unacked_present: u64,
-}
-
-/// Checks every acknowledged sequence number was read back exactly once.
-pub fn tally(acked: &[u64], read: &[u64]) -> Tally {
-    let mut counts: HashMap<u64, u64> = HashMap::with_capacity(read.len());
-    for s in read {
-        *counts.entry(*s).or_default() += 1;
-    }
-    let acked_set: HashSet<u64> = acked.iter().copied().collect();
-    Tally {
-        acked: acked_set.len() as u64,
-        read: read.len() as u64,
-        lost: acked_set.iter().filter(|s| !counts.contains_key(s)).count() as u64,
-        duplicates: counts.values().map(|c| c - 1).sum(),
-        unacked_present: counts.keys().filter(|s| !acked_set.contains(s)).count() as u64,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ms(v: u64) -> Duration {
-        Duration::from_millis(v)
-    }
-
-    /// Acks every 5 ms from 0 to `until_ms`, except in the holes given.
-    fn steady(until_ms: u64, holes: &[(u64, u64)]) -> Vec<Duration> {
-        (0..until_ms)
-            .step_by(5)
-            .filter(|t| !holes.iter().any(|(a, b)| t > a && t < b))
-            .map(ms)
-            .collect()
-    }
-
-    #[test]
-    fn the_gap_is_the_interval_that_spans_the_kill() {
-        let acks = steady(20_000, &[(5_000, 8_500)]);
-        assert_eq!(
-            kill_gaps(&acks, &[ms(5_001)], ms(30_000)),
-            vec![Some(ms(3_500))]
-        );
-        // A kill that stalls nothing shows the ack spacing.
-        assert_eq!(
-            kill_gaps(&acks, &[ms(12_001)], ms(30_000)),
-            vec![Some(ms(5))]
-        );
-    }
-
-    #[test]
-    fn a_second_stall_after_recovery_counts_if_it_begins_within_the_window() {
-        // Kill at 5 s, acks back at 8.5 s, a second stall from 9 s to 14 s.
-        let acks = steady(30_000, &[(5_000, 8_500), (9_000, 14_000)]);
-        assert_eq!(
-            kill_gaps(&acks, &[ms(5_001)], ms(30_000)),
-            vec![Some(ms(5_000))]
-        );
-        // With a 3 s window the second stall begins too late to count.
-        assert_eq!(
-            kill_gaps(&acks, &[ms(5_001)], ms(3_000)),
-            vec![Some(ms(3_500))]
-        );
-    }
-
-    #[test]
-    fn a_stall_that_spans_the_next_kill_belongs_to_the_next_kill() {
-        // Kill 1 at 10 s (acks back at 13 s, one more ack at 13.005 s); kill 2 at 15 s finds
-        // acks stalled since 13.005 s and they come back at 24 s.
-        let mut acks = steady(40_000, &[(10_000, 13_000), (13_005, 24_000)]);
-        acks.sort();
-        let gaps = kill_gaps(&acks, &[ms(10_001), ms(15_000)], ms(30_000));
-        assert_eq!(gaps, vec![Some(ms(3_000)), Some(ms(10_995))]);
-    }
-
-    #[test]
-    fn no_ack_after_the_kill_gives_none() {
-        let acks = steady(1_000, &[]);
-        assert_eq!(kill_gaps(&acks, &[ms(2_000)], ms(30_000)), vec![None]);
-        assert_eq!(kill_gaps(&[], &[ms(0)], ms(30_000)), vec![None]);
-        // The only ack after kill 1 comes after kill 2.
-        assert_eq!(
-            kill_gaps(&[ms(0), ms(50)], &[ms(10), ms(20)], ms(30_000)),
-            vec![None, Some(ms(50))]
-        );
-    }
-
-    #[test]
-    fn nearest_rank_percentiles_of_twenty_kills() {
-        let sorted: Vec<Duration> = (1..=20).map(|s| ms(s * 100)).collect();
-        assert_eq!(percentile(&sorted, 0.5), ms(1_000));
-        assert_eq!(percentile(&sorted, 0.99), ms(2_000));
-        assert_eq!(percentile(&sorted, 1.0), ms(2_000));
-        assert_eq!(percentile(&sorted, 0.0), ms(100));
-        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
-        assert_eq!(percentile(&[ms(7)], 0.99), ms(7));
-    }
-
-    #[test]
-    fn exactly_once_read_back_is_clean() {
-        let acked: Vec<u64> = (0..1_000).collect();
-        let t = tally(&acked, &acked);
-        assert_eq!(
-            t,
-            Tally {
-                acked: 1_000,
-                read: 1_000,
-                lost: 0,
-                duplicates: 0,
-                unacked_present: 0
-            }
-        );
-    }
-
-    #[test]
-    fn lost_duplicated_and_unacked_records_are_counted() {
-        let acked: Vec<u64> = (0..100).collect();
-        // 10, 11 and 12 missing; 50 three times and 60 twice; 100 written but never acked.
-        let mut read: Vec<u64> = (0..100).filter(|s| !(10..13).contains(s)).collect();
-        read.extend([50, 50, 60, 100]);
-        let t = tally(&acked, &read);
-        assert_eq!(t.acked, 100);
-        assert_eq!(t.read, 101);
-        assert_eq!(t.lost, 3);
-        assert_eq!(t.duplicates, 3);
-        assert_eq!(t.unacked_present, 1);
-    }
+        .collect();
+    let mut v = json!({
+        "mode": "failover",
+        "fault": fault.to_string(),
+        "kills": done.len(),
+        "partitions": args.partitions(),
+        "targets": done.iter().map(|d| d.target.node).collect::<Vec<_>>(),
+        "leaders": done.iter().map(|d| d.target.leader).collect::<Vec<_>>(),
+        "measured_partitions": done.iter().map(|d| d.target.partition).collect::<Vec<_>>(),
+        "controller_led_partition": done.iter().map(|d| d.target.controller_led).collect::<Vec<_>>(),
+        "shutdown_s": shutdown,
+        "shutdowns_forced": done.iter().filter(|d| matches!(d.exit, Some(Exit::Killed))).count(),
+        "gaps_ms": ms,
+        "gap_ms": {"p50": p50, "p99": p99, "max": max},
+        "recovered_after_heal_s": done.iter().map(|d| d.recovered.as_secs_f64()).collect::<Vec<_>>(),
+        "config": {
+            "rate": args.rate, "message_size": args.message_size, "linger_ms": args.linger_ms,
+            "restart_after_s": args.restart_after, "stop_for_s": args.stop_for,
+            "window_s": args.window, "set": args.set,
+        },
+        "git_sha": env!("TRIBUTARY_GIT_SHA"),
+    });
+    delivery.add_to(&mut v);
+    v
 }

@@ -15,10 +15,15 @@
 #![forbid(unsafe_code)]
 
 mod cluster;
+mod controller;
 mod cpu;
 mod failover;
+mod faults;
+mod gaps;
 mod load;
 mod machine;
+mod mixed;
+mod readback;
 mod report;
 mod workload;
 
@@ -55,8 +60,10 @@ enum Mode {
         #[arg(long, default_value_t = 1024)]
         size_mb: usize,
     },
-    /// Start a three-node cluster, kill its partition leader repeatedly under acks=all
-    /// produce; report the ack gap per kill and check nothing acknowledged is lost.
+    /// Start a three-node cluster, fail one node repeatedly under acks=all produce (kill -9,
+    /// SIGSTOP or SIGTERM of a partition leader, a follower or the controller, or a seeded mix
+    /// of them); report the ack gap per fault (or the writable seconds of the mix) and check
+    /// nothing acknowledged is lost.
     Failover(failover::FailoverArgs),
     /// Replay an OpenMessaging Benchmark workload file (bench/workloads/): producers at its
     /// rate, one consumer group per subscription; publish and end-to-end latency.
