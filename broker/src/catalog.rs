@@ -232,9 +232,24 @@ pub struct Catalog {
     /// Client quotas (AlterClientQuotas), one record per entity.
     #[serde(default)]
     pub client_quotas: Vec<crate::quota::QuotaRecord>,
+    /// Fencings and ISR changes, counted as the log applies them.
+    #[serde(default)]
+    pub liveness: LivenessCounts,
     /// Topic names by topic id, built on first use (fetches from v13 name topics by id).
     #[serde(skip)]
     pub topic_ids: TopicIdIndex,
+}
+
+/// What the metadata log records of brokers' liveness, counted as each entry applies: every
+/// fencing by its reason (`FenceReason::name`) and every ISR change. The same on every node
+/// (they apply the same log) and kept across restarts, for `tributary_broker_fencings_total`
+/// and `tributary_isr_changes_total`: a run can ask any node how often a healthy broker was
+/// fenced.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LivenessCounts {
+    pub fencings: BTreeMap<String, u64>,
+    pub isr_shrinks: u64,
+    pub isr_expansions: u64,
 }
 
 /// Topic names by topic id, built from an image's topics the first time one is looked up. A
@@ -272,6 +287,7 @@ impl Catalog {
             scram: BTreeMap::new(),
             acls: Vec::new(),
             client_quotas: Vec::new(),
+            liveness: LivenessCounts::default(),
             topic_ids: TopicIdIndex::default(),
         }
     }

@@ -435,6 +435,38 @@ pub fn render_cluster(out: &mut String, q: &QuorumView, image: &crate::catalog::
         header(out, name, "gauge", help);
         let _ = writeln!(out, "{name} {v}");
     }
+    render_liveness(out, &image.liveness);
+}
+
+/// Fencings by reason and ISR changes by direction, cluster-wide, as the metadata log counted
+/// them (see `catalog::LivenessCounts`).
+fn render_liveness(out: &mut String, counts: &crate::catalog::LivenessCounts) {
+    use crate::cluster::command::FenceReason as R;
+    let fencings = "tributary_broker_fencings_total";
+    header(
+        out,
+        fencings,
+        "counter",
+        "Brokers fenced by the active controller, cluster-wide, by what it saw.",
+    );
+    for reason in [
+        R::ProcessGone,
+        R::Silent,
+        R::ControlledShutdown,
+        R::Restarted,
+    ] {
+        let n = counts.fencings.get(reason.name()).copied().unwrap_or(0);
+        let _ = writeln!(out, "{fencings}{{reason=\"{}\"}} {n}", reason.name());
+    }
+    let isr = "tributary_isr_changes_total";
+    header(
+        out,
+        isr,
+        "counter",
+        "ISR changes a partition leader made, cluster-wide (a fenced broker leaving every ISR is counted as its fencing).",
+    );
+    let _ = writeln!(out, "{isr}{{change=\"shrink\"}} {}", counts.isr_shrinks);
+    let _ = writeln!(out, "{isr}{{change=\"expand\"}} {}", counts.isr_expansions);
 }
 
 fn render_requests(out: &mut String, shards: &[MetricsSnapshot]) {

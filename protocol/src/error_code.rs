@@ -63,6 +63,8 @@ impl ErrorCode {
     pub const FETCH_SESSION_TOPIC_ID_ERROR: Self = Self(106);
     /// An ISR change would add a replica that is fenced, shutting down or unknown (KIP-841).
     pub const INELIGIBLE_REPLICA: Self = Self(107);
+    /// A request names a broker epoch the broker has since replaced (it registered again).
+    pub const STALE_BROKER_EPOCH: Self = Self(77);
     pub const POLICY_VIOLATION: Self = Self(44);
     pub const INVALID_RECORD: Self = Self(87);
     pub const INVALID_TXN_STATE: Self = Self(48);

@@ -34,6 +34,9 @@ pub enum Input {
     },
     /// A send to this peer (raft id) failed.
     Unreachable(u64),
+    /// This voter (raft id) is gone: its connection to this node ended and its port then
+    /// refused a connection.
+    VoterGone(u64),
     /// How a snapshot send to this peer (raft id) ended.
     SnapshotStatus(u64, SnapshotStatus),
     /// An observer asks for the committed log from raft index `from` on.
@@ -43,6 +46,19 @@ pub enum Input {
     },
     /// An observer's proposal, with the context its proposer recognises it by.
     Forward { context: Vec<u8>, data: Vec<u8> },
+}
+
+/// What shows that a peer's process is gone, as opposed to silent: a dead process leaves
+/// evidence (the kernel closes its sockets and nothing listens on its port), a paused or
+/// cut-off one leaves none, and only a timeout judges those.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evidence {
+    /// Its quorum port refused a connection: nothing listens there, so the process that
+    /// did is not running (it died, or restarts and has not bound the port yet).
+    Refused,
+    /// An observer's fetch connection ended and it has not fetched since. Not proof by
+    /// itself (an observer also reconnects to another voter): the caller checks further.
+    Closed,
 }
 
 pub struct Core {
@@ -55,6 +71,10 @@ pub struct Core {
     shutdown: Event,
     /// Raft id → when its last message arrived.
     last_heard: RefCell<HashMap<u64, Instant>>,
+    /// Raft id → the newest evidence that its process is gone, and when it came.
+    gone: RefCell<HashMap<u64, (Evidence, Instant)>>,
+    /// Fires when evidence that a peer is gone arrives.
+    pub evidence_arrived: Event,
     live_tasks: Cell<usize>,
     tasks_done: Event,
     /// Fires when the commit index moves (observer fetches wait on it).
@@ -77,10 +97,20 @@ impl Core {
             closed: Cell::new(false),
             shutdown: Event::new(),
             last_heard: RefCell::new(HashMap::new()),
+            gone: RefCell::new(HashMap::new()),
+            evidence_arrived: Event::new(),
             live_tasks: Cell::new(0),
             tasks_done: Event::new(),
             commit_moved: Event::new(),
         }
+    }
+
+    /// Voter `node_id`'s quorum address.
+    pub fn voter_addr(&self, node_id: i32) -> Option<SocketAddr> {
+        self.voters
+            .iter()
+            .find(|(id, _)| *id == node_id)
+            .map(|(_, addr)| *addr)
     }
 
     pub fn is_voter(&self, node_id: i32) -> bool {
@@ -122,6 +152,26 @@ impl Core {
 
     pub fn last_heard(&self, raft_id: u64) -> Option<Instant> {
         self.last_heard.borrow().get(&raft_id).copied()
+    }
+
+    /// Records evidence that the process of `raft_id` is gone; it stands until a message from
+    /// that node arrives after it.
+    pub fn peer_gone(&self, raft_id: u64, evidence: Evidence) {
+        self.gone
+            .borrow_mut()
+            .insert(raft_id, (evidence, Instant::now()));
+        self.evidence_arrived.notify(usize::MAX);
+    }
+
+    /// Every peer whose newest evidence of death came after its last message.
+    pub fn gone_peers(&self) -> Vec<(u64, Evidence)> {
+        let heard = self.last_heard.borrow();
+        self.gone
+            .borrow()
+            .iter()
+            .filter(|(id, (_, at))| heard.get(id).is_none_or(|h| h < at))
+            .map(|(id, (evidence, _))| (*id, *evidence))
+            .collect()
     }
 
     /// Every node heard from that is not a voter (observers), with when.

@@ -210,8 +210,33 @@ impl<S: StateMachine> Driver<S> {
                 }
             }
             Input::Unreachable(peer) => self.raw.report_unreachable(peer),
+            Input::VoterGone(peer) => self.leader_gone(peer),
             Input::SnapshotStatus(peer, status) => self.raw.report_snapshot(peer, status),
         }
+    }
+
+    /// A voter is gone (its port refuses connections). When it is the leader this follower
+    /// follows, waiting out the election timeout would only lengthen the outage: the lease
+    /// this node grants the leader (check_quorum) ends now, and it campaigns after
+    /// `1 + 2 × rank` ticks, its rank among the surviving voters by id, so survivors that saw
+    /// the same evidence campaign one after another instead of splitting their votes. A
+    /// survivor that saw no evidence still grants its vote once its own lease runs out, as
+    /// before.
+    fn leader_gone(&mut self, peer: u64) {
+        let rank = campaign_rank(&self.shared.core.voters, self.shared.core.node_id, peer);
+        let raft = &mut self.raw.raft;
+        if raft.state == StateRole::Leader || raft.leader_id != peer {
+            return;
+        }
+        let timeout = raft.election_timeout();
+        raft.election_elapsed = timeout;
+        let ticks = (timeout + 1 + 2 * rank).min(2 * timeout - 1);
+        raft.set_randomized_election_timeout(ticks);
+        tracing::info!(
+            leader = ?node_id(peer),
+            after_ticks = ticks - timeout,
+            "the quorum leader is gone; campaigning early"
+        );
     }
 
     /// The committed log from raft index `from` for an observer: this node's snapshot when its
@@ -435,6 +460,18 @@ impl<S: StateMachine> Driver<S> {
 }
 
 /// The ConfState every node starts with: all configured voters (static membership).
+/// This node's place among the voters other than the `gone` one (raft id), by node id: who
+/// campaigns first when the leader is gone.
+pub fn campaign_rank(voters: &[(i32, std::net::SocketAddr)], me: i32, gone: u64) -> usize {
+    let mut ids: Vec<i32> = voters
+        .iter()
+        .map(|(id, _)| *id)
+        .filter(|id| crate::config::raft_id(*id) != gone)
+        .collect();
+    ids.sort_unstable();
+    ids.iter().position(|id| *id == me).unwrap_or(ids.len())
+}
+
 pub fn voters_conf_state(voters: Vec<u64>) -> ConfState {
     ConfState {
         voters,
@@ -445,6 +482,18 @@ pub fn voters_conf_state(voters: Vec<u64>) -> ConfState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn survivors_campaign_in_node_id_order() {
+        let a = |p| std::net::SocketAddr::from(([127, 0, 0, 1], p));
+        let voters = [(3, a(3)), (1, a(1)), (2, a(2))];
+        // Node 1 (raft id 2) is gone: 2 goes first, then 3.
+        assert_eq!(campaign_rank(&voters, 2, 2), 0);
+        assert_eq!(campaign_rank(&voters, 3, 2), 1);
+        // Node 3 (raft id 4) is gone: 1 first, then 2.
+        assert_eq!(campaign_rank(&voters, 1, 4), 0);
+        assert_eq!(campaign_rank(&voters, 2, 4), 1);
+    }
 
     #[test]
     fn context_round_trips_and_rejects_other_shapes() {

@@ -44,6 +44,7 @@ mod quorum;
 pub mod storage;
 mod transport;
 
+pub use crate::core::Evidence;
 pub use config::{
     QuorumConfig, Role, DEFAULT_ELECTION_TIMEOUT, DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_PROPOSAL_TIMEOUT, DEFAULT_SNAPSHOT_EVERY_ENTRIES,

@@ -18,8 +18,8 @@ use glommio::{Latency, Shares};
 use raft::eraftpb::{Entry, HardState};
 use raft::RawNode;
 
-use crate::config::{raft_id, QuorumConfig, Role};
-use crate::core::{Core, Input, INBOX_MAX};
+use crate::config::{node_id, raft_id, QuorumConfig, Role};
+use crate::core::{Core, Evidence, Input, INBOX_MAX};
 use crate::driver::{decode_context, is_command, voters_conf_state, Driver};
 use crate::mem_log::MemLog;
 use crate::storage::{DiskLog, Recovered};
@@ -482,6 +482,41 @@ impl<S: StateMachine> Quorum<S> {
             .into_iter()
             .map(|(id, at)| (id, Some(at.elapsed())));
         voters.chain(observers).collect()
+    }
+
+    /// On the leader: the peers (voters and observers) with evidence that their process is
+    /// gone, newer than their last message. Empty on followers and observers.
+    pub fn peer_evidence(&self) -> Vec<(i32, Evidence)> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        self.shared
+            .core
+            .gone_peers()
+            .into_iter()
+            .filter_map(|(raft, evidence)| Some((node_id(raft)?, evidence)))
+            .collect()
+    }
+
+    /// Resolves once the quorum's leader or term differs from `leader` and `term` (or the
+    /// quorum closes): a node that just became the leader acts at once.
+    pub async fn leadership_changed(&self, leader: Option<i32>, term: u64) {
+        loop {
+            let moved = || self.leader() != leader || self.term() != term;
+            if moved() || self.shared.core.is_closed() {
+                return;
+            }
+            let listener = self.shared.changed.listen();
+            if moved() || self.shared.core.is_closed() {
+                return;
+            }
+            listener.await;
+        }
+    }
+
+    /// Resolves when new evidence that a peer is gone arrives (see [`Self::peer_evidence`]).
+    pub async fn evidence_arrived(&self) {
+        self.shared.core.evidence_arrived.listen().await;
     }
 
     /// Whether this node is an observer (outside the voters).

@@ -32,7 +32,7 @@ use raft::eraftpb::{Message, MessageType};
 use raft::SnapshotStatus;
 
 use crate::config::raft_id;
-use crate::core::{Core, Input};
+use crate::core::{Core, Evidence, Input};
 
 /// The largest frame accepted or sent. A snapshot travels in one message, so this also bounds
 /// the state machine's snapshot size.
@@ -51,6 +51,15 @@ pub const HANDSHAKE_BYTES: usize = 4 + 2 + 4 + 4;
 /// Time a connection has to complete its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long the probe of a voter whose connection ended waits for its port to answer. A
+/// refusal comes back at once; a port that does not answer in time proves nothing.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// The pauses before each probe of a voter whose connection ended (see `probe_voter`).
+const PROBE_AFTER: [Duration; 3] = [
+    Duration::from_millis(10),
+    Duration::from_millis(40),
+    Duration::from_millis(150),
+];
 /// A write stuck this long (the peer stopped reading) drops the connection.
 pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(50);
@@ -293,6 +302,12 @@ async fn serve_inbound(mut stream: TcpStream, core: Rc<Core>) {
     let (channel, hs) =
         match handshake.and_then(|p| Handshake::decode_any(&p).map_err(io::Error::other)) {
             Ok(hs) => hs,
+            // A connection closed before its first byte is another voter's probe (see
+            // `probe_voter`), not a bad peer.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                tracing::debug!(?peer, "quorum connection closed before its handshake");
+                return;
+            }
             Err(e) => {
                 tracing::warn!(?peer, error = %e, "refusing quorum connection: bad handshake");
                 return;
@@ -317,17 +332,60 @@ async fn serve_inbound(mut stream: TcpStream, core: Rc<Core>) {
     let reason = match channel {
         Channel::Raft => {
             tracing::debug!(node = hs.from, ?peer, "quorum peer connected");
-            receive_messages(&mut stream, &core, raft_id(hs.from)).await
+            let reason = receive_messages(&mut stream, &core, raft_id(hs.from)).await;
+            drop(stream);
+            probe_voter(&core, hs.from).await;
+            reason
         }
         Channel::ObserverFetch => {
             tracing::debug!(node = hs.from, ?peer, "observer connected to fetch");
-            crate::observer::serve_fetches(&mut stream, &core, hs.from).await
+            let reason = crate::observer::serve_fetches(&mut stream, &core, hs.from).await;
+            // Observers have no quorum port to probe; whoever knows their address may.
+            core.peer_gone(raft_id(hs.from), Evidence::Closed);
+            reason
         }
         Channel::ObserverPropose => {
             crate::observer::serve_proposals(&mut stream, &core, hs.from).await
         }
     };
     tracing::debug!(node = hs.from, ?peer, %reason, "quorum peer connection closed");
+}
+
+/// After a voter's connection to this node ended: whether its quorum port still accepts. A
+/// process that died had its sockets closed by the kernel (that ended the connection) and
+/// nothing listens on its port any more, so the connection is refused; that is evidence it
+/// is gone ([`Evidence::Refused`]), which the driver and the active controller act on at
+/// once. A paused or cut-off process leaves no such evidence: its kernel still accepts (a
+/// pause) or nothing answers (a cut), and only the timeouts judge it.
+///
+/// A dying process closes its connections a moment before its listener, and a probe in that
+/// moment is accepted into the listener's backlog: so the probe waits a little and tries a few
+/// times ([`PROBE_AFTER`]) before it takes an accepted connection as a live peer.
+async fn probe_voter(core: &Core, node: i32) {
+    let Some(addr) = core.voter_addr(node) else {
+        return;
+    };
+    for after in PROBE_AFTER {
+        glommio::timer::sleep(after).await;
+        match TcpStream::connect_timeout(addr, PROBE_TIMEOUT).await {
+            Ok(_) => {}
+            Err(e) => {
+                let e = io::Error::from(e);
+                if e.kind() == io::ErrorKind::ConnectionRefused {
+                    voter_gone(core, node, addr).await;
+                }
+                return;
+            }
+        }
+    }
+    tracing::debug!(node, %addr, "quorum peer's connection ended but its port accepts");
+}
+
+/// Records that voter `node`'s port at `addr` refused a connection and tells the driver.
+async fn voter_gone(core: &Core, node: i32, addr: SocketAddr) {
+    tracing::info!(node, %addr, "quorum peer is gone: its port refuses connections");
+    core.peer_gone(raft_id(node), Evidence::Refused);
+    report(core, Input::VoterGone(raft_id(node))).await;
 }
 
 /// Delivers an admitted peer's messages to the driver; returns why it stopped.
@@ -405,6 +463,9 @@ async fn run_peer(
                 }
                 Err(e) => {
                     tracing::debug!(node, %addr, error = %e, "cannot reach quorum peer");
+                    if e.kind() == io::ErrorKind::ConnectionRefused {
+                        voter_gone(&core, node, addr).await;
+                    }
                     failed(&core, peer, &batch).await;
                     glommio::timer::sleep(backoff).await;
                     backoff = (backoff * 2).min(BACKOFF_MAX);

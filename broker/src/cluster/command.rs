@@ -66,6 +66,13 @@ pub enum MetadataCommand {
         id: i32,
         #[serde(default)]
         controlled: bool,
+        /// The broker epoch the controller judged (Kafka's FenceBrokerRecord epoch): a
+        /// broker that registered again since is not fenced for what its old process did.
+        #[serde(default)]
+        epoch: Option<i64>,
+        /// What the controller saw, for the fencing counts and the log.
+        #[serde(default)]
+        reason: FenceReason,
     },
     UnfenceBroker {
         id: i32,
@@ -118,6 +125,34 @@ pub enum MetadataCommand {
     AlterReassignments {
         partitions: Vec<ReassignmentTarget>,
     },
+}
+
+/// Why a broker was fenced: the evidence the active controller acted on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FenceReason {
+    /// Silent for a whole `broker.session.timeout.ms` (a pause, a cut, or a death that left
+    /// no evidence). Commands written before reasons existed were all this or controlled.
+    #[default]
+    Silent,
+    /// Its process is gone: its connection ended and its port refused a new one.
+    ProcessGone,
+    /// It asked to, shutting down (SIGTERM).
+    ControlledShutdown,
+    /// It registered again with a new incarnation: its old process's session ends.
+    Restarted,
+}
+
+impl FenceReason {
+    /// The label of `tributary_broker_fencings_total`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FenceReason::Silent => "silent",
+            FenceReason::ProcessGone => "process_gone",
+            FenceReason::ControlledShutdown => "controlled_shutdown",
+            FenceReason::Restarted => "restarted",
+        }
+    }
 }
 
 /// What applying a command decided, for the node that proposed it.
@@ -236,67 +271,25 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             port,
             listeners,
         } => {
-            let restarted = image
-                .brokers
-                .get(&id)
-                .is_some_and(|b| b.incarnation != incarnation);
-            let epoch = match image.brokers.get(&id) {
-                Some(b) if b.incarnation == incarnation => b.epoch,
-                _ => index as i64,
-            };
-            if restarted {
-                // A broker that restarted (before anyone fenced it) may have lost what it had
-                // not synced, which its followers may already hold: it leads its replicated
-                // partitions at a new epoch, so they truncate to its log before fetching on.
-                for t in image.topics.values_mut() {
-                    for p in &mut t.assignment {
-                        if p.leader == id && p.replicas.len() > 1 {
-                            p.leader_epoch += 1;
-                            p.partition_epoch += 1;
-                        }
-                    }
-                }
-            }
-            image.brokers.insert(
+            let registration = BrokerRegistration {
                 id,
-                BrokerRegistration {
-                    id,
-                    incarnation,
-                    epoch,
-                    host,
-                    port,
-                    fenced: false,
-                    in_controlled_shutdown: false,
-                    listeners,
-                },
-            );
-            elect_where_leaderless(image, id);
-            Outcome::Done
-        }
-        C::FenceBroker { id, controlled } => {
-            let Some(b) = image.brokers.get_mut(&id) else {
-                return Outcome::Refused(
-                    ErrorCode::INVALID_REQUEST,
-                    format!("broker {id} is not registered"),
-                );
+                incarnation,
+                epoch: index as i64,
+                host,
+                port,
+                fenced: false,
+                in_controlled_shutdown: false,
+                listeners,
             };
-            b.in_controlled_shutdown |= controlled;
-            if !b.fenced {
-                b.fenced = true;
-                let fenced: Vec<i32> = image
-                    .brokers
-                    .values()
-                    .filter(|b| b.fenced)
-                    .map(|b| b.id)
-                    .collect();
-                for t in image.topics.values_mut() {
-                    for p in &mut t.assignment {
-                        fence_in_partition(p, id, &fenced);
-                    }
-                }
-            }
+            register_broker(image, registration);
             Outcome::Done
         }
+        C::FenceBroker {
+            id,
+            controlled,
+            epoch,
+            reason,
+        } => fence_broker(image, id, controlled, epoch, reason),
         C::UnfenceBroker { id } => {
             let Some(b) = image.brokers.get_mut(&id) else {
                 return Outcome::Refused(
@@ -418,8 +411,12 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
                     ),
                 );
             }
+            let shrank = p.isr.iter().any(|b| !isr.contains(b));
+            let grew = !added.is_empty();
             p.isr = isr;
             p.partition_epoch += 1;
+            image.liveness.isr_shrinks += u64::from(shrank);
+            image.liveness.isr_expansions += u64::from(grew);
             // A reassignment completes as soon as its target is in sync.
             reassign::complete_if_caught_up(p, &live);
             Outcome::Done
@@ -540,6 +537,93 @@ fn elect(
     p.leader_epoch += 1;
     p.partition_epoch += 1;
     Ok(())
+}
+
+/// A broker (re)starting. The same incarnation registering again changes nothing but its
+/// endpoints; a new one (a restart, even one too quick for anyone to notice the death) gets a
+/// new broker epoch and ends its old process's session at once, as Kafka's incarnation id
+/// does: where other in-sync replicas hold its replicated partitions, it leaves their ISRs
+/// and its leadership moves to them while it recovers (it rejoins once caught up); where it is
+/// the only in-sync replica, it leads again at a new epoch, so followers truncate to its log.
+fn register_broker(image: &mut Catalog, mut registration: BrokerRegistration) {
+    let id = registration.id;
+    let previous = image.brokers.get(&id);
+    let restarted = previous.is_some_and(|b| b.incarnation != registration.incarnation);
+    // A restart the controller had already fenced for (the death left evidence, or a
+    // silence) is not counted twice.
+    let unnoticed = restarted && previous.is_some_and(|b| !b.fenced);
+    if let Some(b) = previous.filter(|_| !restarted) {
+        registration.epoch = b.epoch;
+    }
+    if restarted {
+        let mut fenced = fenced_brokers(image);
+        fenced.push(id);
+        for t in image.topics.values_mut() {
+            for p in t.assignment.iter_mut().filter(|p| p.replicas.len() > 1) {
+                fence_in_partition(p, id, &fenced);
+            }
+        }
+    }
+    if unnoticed {
+        count_fencing(image, FenceReason::Restarted);
+    }
+    image.brokers.insert(id, registration);
+    elect_where_leaderless(image, id);
+}
+
+/// Fences broker `id` (unless `epoch` names a registration it has since replaced).
+fn fence_broker(
+    image: &mut Catalog,
+    id: i32,
+    controlled: bool,
+    epoch: Option<i64>,
+    reason: FenceReason,
+) -> Outcome {
+    let Some(b) = image.brokers.get_mut(&id) else {
+        return Outcome::Refused(
+            ErrorCode::INVALID_REQUEST,
+            format!("broker {id} is not registered"),
+        );
+    };
+    if epoch.is_some_and(|e| e != b.epoch) {
+        return Outcome::Refused(
+            ErrorCode::STALE_BROKER_EPOCH,
+            format!(
+                "broker {id} registered again (epoch {}, not {epoch:?}); its new process is judged afresh",
+                b.epoch
+            ),
+        );
+    }
+    b.in_controlled_shutdown |= controlled;
+    if b.fenced {
+        return Outcome::Done;
+    }
+    b.fenced = true;
+    let fenced = fenced_brokers(image);
+    for t in image.topics.values_mut() {
+        for p in &mut t.assignment {
+            fence_in_partition(p, id, &fenced);
+        }
+    }
+    count_fencing(image, reason);
+    Outcome::Done
+}
+
+fn fenced_brokers(image: &Catalog) -> Vec<i32> {
+    image
+        .brokers
+        .values()
+        .filter(|b| b.fenced)
+        .map(|b| b.id)
+        .collect()
+}
+
+fn count_fencing(image: &mut Catalog, reason: FenceReason) {
+    *image
+        .liveness
+        .fencings
+        .entry(reason.name().to_string())
+        .or_default() += 1;
 }
 
 /// A fenced broker leaves a partition's ISR (unless it is the last member: the ISR then names
@@ -692,6 +776,8 @@ mod tests {
             MetadataCommand::FenceBroker {
                 id: 1,
                 controlled: false,
+                epoch: None,
+                reason: FenceReason::Silent,
             },
         );
         let t = &image.topics["t"];
@@ -709,6 +795,8 @@ mod tests {
             MetadataCommand::FenceBroker {
                 id: 1,
                 controlled: false,
+                epoch: None,
+                reason: FenceReason::Silent,
             },
         );
         assert_eq!(image.topics["t"].assignment[0].leader_epoch, 1);
@@ -733,7 +821,9 @@ mod tests {
                 9,
                 MetadataCommand::FenceBroker {
                     id: 7,
-                    controlled: false
+                    controlled: false,
+                    epoch: None,
+                    reason: FenceReason::Silent,
                 }
             ),
             Outcome::Refused(..)
@@ -775,6 +865,8 @@ mod tests {
             MetadataCommand::FenceBroker {
                 id: 1,
                 controlled: false,
+                epoch: None,
+                reason: FenceReason::Silent,
             },
         );
         let p = &image.topics["r"].assignment[0];
@@ -788,6 +880,8 @@ mod tests {
             MetadataCommand::FenceBroker {
                 id: 3,
                 controlled: false,
+                epoch: None,
+                reason: FenceReason::Silent,
             },
         );
         let p = &image.topics["r"].assignment[0];
@@ -799,6 +893,8 @@ mod tests {
             MetadataCommand::FenceBroker {
                 id: 2,
                 controlled: false,
+                epoch: None,
+                reason: FenceReason::Silent,
             },
         );
         let p = &image.topics["r"].assignment[0];
@@ -841,13 +937,46 @@ mod tests {
             (q.isr.clone(), q.partition_epoch),
             (vec![2, 1], p.partition_epoch + 1)
         );
-        // Its leader restarting (a new incarnation) leads it at a new epoch; the same
-        // incarnation registering again changes nothing.
+        // The same incarnation registering again changes nothing. Its leader restarting (a
+        // new incarnation, before anyone fenced it) ends its old session at once, as Kafka's
+        // incarnation id does: the other in-sync replica leads at the next epoch while the
+        // restarted one recovers outside the ISR.
         run(&mut image, 14, register(2, "x"));
         assert_eq!(image.topics["r"].assignment[0].leader_epoch, 3);
+        assert_eq!(image.liveness.fencings.get("restarted"), None);
         run(&mut image, 15, register(2, "restarted"));
         let r = &image.topics["r"].assignment[0];
-        assert_eq!((r.leader, r.leader_epoch), (2, 4));
+        assert_eq!((r.leader, r.leader_epoch, r.isr.clone()), (1, 4, vec![1]));
+        assert_eq!(image.liveness.fencings.get("restarted"), Some(&1));
+        assert!(!image.brokers[&2].fenced, "the new process is live");
+        // Where it is the only in-sync replica, it leads again, at a new epoch.
+        run(&mut image, 16, register(1, "restarted"));
+        let r = &image.topics["r"].assignment[0];
+        assert_eq!((r.leader, r.isr.clone()), (1, vec![1]));
+        assert!(r.leader_epoch > 4, "{r:?}");
+    }
+
+    #[test]
+    fn a_fencing_for_an_old_broker_epoch_spares_the_new_registration() {
+        let mut image = Catalog::empty();
+        run(&mut image, 1, register(1, "x"));
+        let old = image.brokers[&1].epoch;
+        run(&mut image, 2, register(1, "restarted"));
+        let fence = |epoch| MetadataCommand::FenceBroker {
+            id: 1,
+            controlled: false,
+            epoch: Some(epoch),
+            reason: FenceReason::ProcessGone,
+        };
+        assert!(matches!(
+            run(&mut image, 3, fence(old)),
+            Outcome::Refused(ErrorCode::STALE_BROKER_EPOCH, _)
+        ));
+        assert!(!image.brokers[&1].fenced);
+        let new = image.brokers[&1].epoch;
+        assert_eq!(run(&mut image, 4, fence(new)), Outcome::Done);
+        assert!(image.brokers[&1].fenced);
+        assert_eq!(image.liveness.fencings.get("process_gone"), Some(&1));
     }
 
     #[test]
@@ -869,6 +998,8 @@ mod tests {
             MetadataCommand::FenceBroker {
                 id: 3,
                 controlled: false,
+                epoch: None,
+                reason: FenceReason::Silent,
             },
         );
         let change = |p: &PartitionRegistration, isr: Vec<i32>| MetadataCommand::ChangeIsr {
@@ -905,6 +1036,8 @@ mod tests {
             MetadataCommand::FenceBroker {
                 id: 2,
                 controlled: true,
+                epoch: None,
+                reason: FenceReason::Silent,
             },
         );
         assert!(!isr_eligible(&image.brokers, 2));
@@ -953,6 +1086,8 @@ mod tests {
         let fence = |id| MetadataCommand::FenceBroker {
             id,
             controlled: false,
+            epoch: None,
+            reason: FenceReason::Silent,
         };
         // 2 leaves every ISR and returns out of sync; then 3 and 1 are fenced: 1, the last
         // ISR member, stays in it, nobody leads, and 2 is live outside the ISR.
@@ -1020,6 +1155,8 @@ mod tests {
                 MetadataCommand::FenceBroker {
                     id,
                     controlled: false,
+                    epoch: None,
+                    reason: FenceReason::Silent,
                 },
             );
         }
@@ -1086,6 +1223,8 @@ mod tests {
             MetadataCommand::FenceBroker {
                 id: 1,
                 controlled: false,
+                epoch: None,
+                reason: FenceReason::Silent,
             },
         );
         run(&mut image, 7, MetadataCommand::UnfenceBroker { id: 1 });
@@ -1118,6 +1257,8 @@ mod tests {
             MetadataCommand::FenceBroker {
                 id: 1,
                 controlled: false,
+                epoch: None,
+                reason: FenceReason::Silent,
             },
         );
         run(
@@ -1126,6 +1267,8 @@ mod tests {
             MetadataCommand::FenceBroker {
                 id: 2,
                 controlled: false,
+                epoch: None,
+                reason: FenceReason::Silent,
             },
         );
         run(&mut image, 13, MetadataCommand::UnfenceBroker { id: 1 });

@@ -9,6 +9,7 @@
 
 pub mod command;
 pub mod config;
+pub mod liveness;
 pub mod node;
 pub mod placement;
 pub mod reassign;

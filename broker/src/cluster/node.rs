@@ -19,9 +19,10 @@ use anyhow::{bail, Context, Result};
 use event_listener::Event;
 use tracing::{info, warn};
 use tributary_protocol::ErrorCode;
-use tributary_quorum::{ProposeError, Quorum, QuorumConfig, Role};
+use tributary_quorum::{Evidence, ProposeError, Quorum, QuorumConfig, Role};
 
 use super::command::{MetadataCommand, Outcome};
+use super::liveness;
 use super::MetadataState;
 use crate::catalog::{read_checked, Catalog, PartitionRegistration, TopicMeta, CATALOG_FILE};
 use crate::config::BrokerConfig;
@@ -237,6 +238,8 @@ impl MetadataNode {
         let cmd = MetadataCommand::FenceBroker {
             id: self.node_id,
             controlled: true,
+            epoch: None,
+            reason: super::command::FenceReason::ControlledShutdown,
         };
         let propose = self.propose(&cmd);
         match glommio::timer::timeout(CONTROLLED_SHUTDOWN_TIMEOUT, async { Ok(propose.await) })
@@ -347,117 +350,162 @@ impl MetadataNode {
         }
     }
 
-    /// The active controller's duties, checked every `broker.heartbeat.interval.ms`: fence
-    /// brokers silent for `broker.session.timeout.ms`, unfence those heard again, and create
-    /// `__consumer_offsets` once every voter has registered.
+    /// The active controller's duties, checked every `broker.heartbeat.interval.ms` and at
+    /// once when evidence of a broker's death arrives: fence brokers that are gone or silent
+    /// for `broker.session.timeout.ms`, unfence those heard again, elect where allowed, move
+    /// leadership back to preferred replicas, and create `__consumer_offsets` once its
+    /// replicas are live.
     pub async fn controller_loop(self: Rc<Self>, config: Arc<BrokerConfig>) {
         let c = &config.cluster;
         let session = Duration::from_millis(c.broker_session_timeout_ms);
         let interval = Duration::from_millis(c.broker_heartbeat_interval_ms);
-        // The quorum term this node leads and when its brokers' sessions began.
-        let mut led: Option<(u64, Instant)> = None;
+        let mut tenure = Tenure::default();
         let rebalance_every = Duration::from_secs(config.leader_imbalance_check_interval_seconds);
         let mut last_rebalance = Instant::now();
         let mut last_round = Instant::now();
         loop {
-            glommio::timer::sleep(interval).await;
+            // Evidence that a broker died, or this node becoming the leader, ends the wait:
+            // what is left of the outage is then one commit, not the rest of an interval.
+            let (leader, term) = (self.quorum.leader(), self.quorum.term());
+            futures_lite::future::or(
+                glommio::timer::sleep(interval),
+                futures_lite::future::or(
+                    self.quorum.evidence_arrived(),
+                    self.quorum.leadership_changed(leader, term),
+                ),
+            )
+            .await;
             let late = last_round.elapsed().saturating_sub(interval);
             last_round = Instant::now();
             if !self.quorum.is_leader() {
-                led = None;
+                tenure.follow(self.quorum.leader().filter(|l| *l != self.node_id));
                 continue;
             }
-            let term = self.quorum.term();
-            // A new active controller gives every broker a fresh session, as Kafka's does: it
-            // has not heard from anyone yet. So does a controller that was itself stalled (a
-            // pause, SIGSTOP) for half a session: silences measured across its own stall say
+            // A controller that was itself stalled (a pause, SIGSTOP) for half a session
+            // starts every session afresh: silences measured across its own stall say
             // nothing about its peers.
-            if led.is_none_or(|(t, _)| t != term) || late > session / 2 {
-                led = Some((term, Instant::now()));
-            }
-            let fresh = led.map_or(Duration::ZERO, |(_, since)| since.elapsed());
-            let image = self.image();
-            // Voters are heard through raft, broker-only nodes through their metadata fetches;
-            // a broker this controller never heard from has been silent since it took over.
-            let heard: std::collections::HashMap<i32, Option<Duration>> =
-                self.quorum.peer_silence().into_iter().collect();
-            for b in image.brokers.values().filter(|b| b.id != self.node_id) {
-                let id = b.id;
-                let silence = heard.get(&id).copied().flatten();
-                let silence = silence.map_or(fresh, |s| s.min(fresh));
-                let cmd = if !b.fenced && silence > session {
-                    warn!(
-                        broker = id,
-                        silent_ms = silence.as_millis() as u64,
-                        "fencing a broker the controller has not heard from"
-                    );
-                    MetadataCommand::FenceBroker {
-                        id,
-                        controlled: false,
-                    }
-                } else if b.fenced && !b.in_controlled_shutdown && silence < session / 2 {
-                    // Heard again well inside a session: back. The gap between half a session
-                    // and a whole one keeps a broker that answers slowly (a loaded machine)
-                    // from flapping in and out.
-                    info!(broker = id, "unfencing a broker that is back");
-                    MetadataCommand::UnfenceBroker { id }
-                } else {
-                    continue;
-                };
-                if let Err((_, e)) = self.propose_as_leader(&cmd, term).await {
-                    warn!(broker = id, error = %e, "changing a broker's fencing failed");
-                }
-            }
-            if image
-                .brokers
-                .get(&self.node_id)
-                .is_some_and(|b| b.fenced && !b.in_controlled_shutdown)
-            {
-                let _ = self
-                    .propose_as_leader(&MetadataCommand::UnfenceBroker { id: self.node_id }, term)
-                    .await;
-            }
+            tenure.lead(self.quorum.term(), late > session / 2);
+            let term = self.quorum.term();
+            self.judge_brokers(&tenure, session, term).await;
             self.elect_unclean(&config, term).await;
             if config.auto_leader_rebalance_enable && last_rebalance.elapsed() >= rebalance_every {
                 last_rebalance = Instant::now();
-                let partitions = super::placement::preferred_elections(
-                    &image,
-                    config.leader_imbalance_per_broker_percentage,
-                );
-                if !partitions.is_empty() {
-                    info!(
-                        partitions = partitions.len(),
-                        "moving leadership back to preferred replicas"
-                    );
-                    let cmd = MetadataCommand::ElectLeaders {
-                        partitions,
-                        unclean: false,
-                    };
-                    if let Err((_, e)) = self.propose_as_leader(&cmd, term).await {
-                        warn!(error = %e, "leader rebalance failed");
-                    }
-                }
+                self.rebalance_leaders(&config, term).await;
             }
-            // `__consumer_offsets` waits for its replicas: every voter registered (combined
-            // nodes) or, where brokers run apart from the controllers, as many live brokers as
-            // offsets.topic.replication.factor asks.
-            let voters_registered = c
-                .voters
-                .iter()
-                .all(|v| image.brokers.get(&v.id).is_some_and(|b| !b.fenced));
-            let separate_brokers = image
-                .brokers
-                .keys()
-                .any(|id| !c.voters.iter().any(|v| v.id == *id));
-            let live = image.live_brokers().count();
-            if voters_registered
-                || (separate_brokers && live >= config.offsets_topic_replication_factor)
-            {
-                if let Some(cmd) = offsets_topic_command(&config, &image) {
-                    if let Err((_, e)) = self.propose_as_leader(&cmd, term).await {
-                        warn!(error = %e, "creating {OFFSETS_TOPIC} failed");
+            self.create_offsets_topic(&config, term).await;
+        }
+    }
+
+    /// Fences the brokers that are gone or silent and unfences those that are back (this
+    /// node too, when it finds itself fenced and is not shutting down).
+    async fn judge_brokers(&self, tenure: &Tenure, session: Duration, term: u64) {
+        let image = self.image();
+        let heard: std::collections::HashMap<i32, Option<Duration>> =
+            self.quorum.peer_silence().into_iter().collect();
+        let evidence: std::collections::HashMap<i32, Evidence> =
+            self.quorum.peer_evidence().into_iter().collect();
+        let tenure_age = tenure.age();
+        for b in image.brokers.values().filter(|b| b.id != self.node_id) {
+            let since_heard = heard.get(&b.id).copied().flatten();
+            let silence =
+                liveness::silence(since_heard, tenure_age, tenure.predecessor == Some(b.id));
+            let gone = match evidence.get(&b.id) {
+                Some(Evidence::Refused) => Some("its quorum port refused a connection"),
+                Some(Evidence::Closed) if !b.fenced && endpoint_refuses(b).await => Some(
+                    "its metadata fetch connection ended and its client port refused a connection",
+                ),
+                _ => None,
+            };
+            let registered = liveness::Registered {
+                fenced: b.fenced,
+                in_controlled_shutdown: b.in_controlled_shutdown,
+            };
+            let heard = liveness::Heard {
+                silence,
+                gone: gone.is_some(),
+            };
+            let cmd = match liveness::judge(registered, heard, session) {
+                liveness::Verdict::Fence(reason) => {
+                    warn!(
+                        broker = b.id,
+                        reason = reason.name(),
+                        evidence = gone.unwrap_or("none: silent past broker.session.timeout.ms"),
+                        silent_ms = silence.as_millis() as u64,
+                        "fencing a broker: its partitions move to other in-sync replicas"
+                    );
+                    MetadataCommand::FenceBroker {
+                        id: b.id,
+                        controlled: false,
+                        epoch: Some(b.epoch),
+                        reason,
                     }
                 }
+                liveness::Verdict::Unfence => {
+                    info!(broker = b.id, "unfencing a broker that is back");
+                    MetadataCommand::UnfenceBroker { id: b.id }
+                }
+                liveness::Verdict::Keep => continue,
+            };
+            if let Err((_, e)) = self.propose_as_leader(&cmd, term).await {
+                warn!(broker = b.id, error = %e, "changing a broker's fencing failed");
+            }
+        }
+        if image
+            .brokers
+            .get(&self.node_id)
+            .is_some_and(|b| b.fenced && !b.in_controlled_shutdown)
+        {
+            let _ = self
+                .propose_as_leader(&MetadataCommand::UnfenceBroker { id: self.node_id }, term)
+                .await;
+        }
+    }
+
+    /// Moves leadership back to preferred replicas (`auto.leader.rebalance.enable`).
+    async fn rebalance_leaders(&self, config: &BrokerConfig, term: u64) {
+        let partitions = super::placement::preferred_elections(
+            &self.image(),
+            config.leader_imbalance_per_broker_percentage,
+        );
+        if partitions.is_empty() {
+            return;
+        }
+        info!(
+            partitions = partitions.len(),
+            "moving leadership back to preferred replicas"
+        );
+        let cmd = MetadataCommand::ElectLeaders {
+            partitions,
+            unclean: false,
+        };
+        if let Err((_, e)) = self.propose_as_leader(&cmd, term).await {
+            warn!(error = %e, "leader rebalance failed");
+        }
+    }
+
+    /// `__consumer_offsets` waits for its replicas: every voter registered (combined nodes)
+    /// or, where brokers run apart from the controllers, as many live brokers as
+    /// offsets.topic.replication.factor asks.
+    async fn create_offsets_topic(&self, config: &BrokerConfig, term: u64) {
+        let c = &config.cluster;
+        let image = self.image();
+        let voters_registered = c
+            .voters
+            .iter()
+            .all(|v| image.brokers.get(&v.id).is_some_and(|b| !b.fenced));
+        let separate_brokers = image
+            .brokers
+            .keys()
+            .any(|id| !c.voters.iter().any(|v| v.id == *id));
+        let live = image.live_brokers().count();
+        if !voters_registered
+            && !(separate_brokers && live >= config.offsets_topic_replication_factor)
+        {
+            return;
+        }
+        if let Some(cmd) = offsets_topic_command(config, &image) {
+            if let Err((_, e)) = self.propose_as_leader(&cmd, term).await {
+                warn!(error = %e, "creating {OFFSETS_TOPIC} failed");
             }
         }
     }
@@ -501,6 +549,64 @@ impl MetadataNode {
                 );
             }
         }
+    }
+}
+
+/// How long the active controller waits for a broker's client port to answer a probe. A
+/// refusal comes back at once; a port that does not answer in time proves nothing.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Whether broker `b`'s registered client endpoint refuses connections: for a broker-only
+/// node, whose metadata fetch connection ended, the evidence that its process is gone (a
+/// paused process's kernel still accepts, so this never condemns one). An endpoint named by
+/// host name is not probed: resolving it could block the shard.
+async fn endpoint_refuses(b: &crate::catalog::BrokerRegistration) -> bool {
+    let Ok(ip) = b.host.parse::<std::net::IpAddr>() else {
+        return false;
+    };
+    let addr = std::net::SocketAddr::new(ip, b.port);
+    match glommio::net::TcpStream::connect_timeout(addr, PROBE_TIMEOUT).await {
+        Ok(_) => false,
+        Err(e) => std::io::Error::from(e).kind() == std::io::ErrorKind::ConnectionRefused,
+    }
+}
+
+/// The active controller's memory across its rounds.
+#[derive(Default)]
+struct Tenure {
+    /// The quorum term this node leads, and when its brokers' sessions began.
+    led: Option<(u64, Instant)>,
+    /// The controller this node last followed while it did not lead.
+    followed: Option<i32>,
+    /// The controller before this node's term, whose silence this node measured all along.
+    predecessor: Option<i32>,
+}
+
+impl Tenure {
+    fn follow(&mut self, leader: Option<i32>) {
+        self.led = None;
+        if leader.is_some() {
+            self.followed = leader;
+        }
+    }
+
+    /// A round as the leader of `term`; `stalled`: this node itself was stalled since the
+    /// last round, so every session starts afresh.
+    fn lead(&mut self, term: u64, stalled: bool) {
+        if self.led.is_none_or(|(t, _)| t != term) {
+            self.led = Some((term, Instant::now()));
+            self.predecessor = self.followed.take();
+        }
+        if stalled {
+            self.led = Some((term, Instant::now()));
+            self.predecessor = None;
+        }
+    }
+
+    /// How long this node has led without a stall.
+    fn age(&self) -> Duration {
+        self.led
+            .map_or(Duration::ZERO, |(_, since)| since.elapsed())
     }
 }
 

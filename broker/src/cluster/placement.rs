@@ -202,6 +202,8 @@ mod tests {
         let fence = MetadataCommand::FenceBroker {
             id: 3,
             controlled: false,
+            epoch: None,
+            reason: crate::cluster::command::FenceReason::Silent,
         };
         apply(&mut image, 9, &fence.encode());
         image
