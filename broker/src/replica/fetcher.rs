@@ -3,7 +3,9 @@
 //! follower sends it (`replica_id`, `current_leader_epoch`, `last_fetched_epoch`). What comes
 //! back is appended with its offsets and epochs, made durable, and only then is the next fetch
 //! sent — its offset is how the leader learns what this replica holds, so "in the ISR" means
-//! "has it on disk". Where the leader says the logs diverge, the replica truncates first.
+//! "has it on disk". Where the leader says the logs diverge, the replica truncates first; its
+//! log start follows the leader's. A fetch the leader holds (nothing new) is given up when the
+//! shard starts following another partition from that leader, so that one is fetched at once.
 //!
 //! The task ends when the shard follows nothing from that leader any more.
 
@@ -11,8 +13,10 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use event_listener::EventListener;
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, info, warn};
@@ -30,6 +34,9 @@ const REPLICA_FETCH_RESPONSE_BYTES_MAX: i32 = 10 << 20;
 const RESPONSE_FRAME_BYTES_MAX: usize = (REPLICA_FETCH_RESPONSE_BYTES_MAX as usize) * 2 + (1 << 20);
 /// Pause after an error before fetching again.
 const BACKOFF: Duration = Duration::from_millis(100);
+/// The first pause after a fetch the leader refused without anything to apply; it doubles
+/// while refusals go on, up to [`BACKOFF`].
+const REFUSED_BACKOFF_MIN: Duration = Duration::from_millis(5);
 
 /// What a follower's fetches ask for and how long it waits for each, from the broker config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,78 +73,47 @@ struct Item {
 pub async fn run(shard: Rc<Shard>, leader: i32) {
     info!(leader, shard = shard.id.0, "replica fetcher started");
     let settings = FetchSettings::from_config(&shard.config);
-    let mut conn: Option<crate::inter_broker::BrokerStream> = None;
-    let mut correlation = 0i32;
-    // The last connection error warned about: a leader that is down is the usual case (debug),
-    // but a TLS or login failure is the operator's to fix, said once until it changes.
-    let mut warned = String::new();
+    let mut link = Link {
+        leader,
+        conn: None,
+        correlation: 0,
+        warned: String::new(),
+    };
+    let mut refused_pause = REFUSED_BACKOFF_MIN;
     loop {
         if shard.draining.get() {
             break;
         }
-        let items = followed(&shard, leader);
-        if items.is_empty() {
+        if !follows_from(&shard, leader) {
             break;
         }
-        let Some(addr) = leader_addr(&shard, leader) else {
+        if !link.connect(&shard).await {
             glommio::timer::sleep(BACKOFF).await;
             continue;
-        };
-        // A SASL session near its end: log in again on a new connection before the leader
-        // closes this one.
-        if conn.as_ref().is_some_and(|c| c.needs_renewal()) {
-            conn = None;
         }
-        if conn.is_none() {
-            let client = format!("tributary-replica-{}", shard.config.node_id);
-            match crate::inter_broker::connect(&shard.inter_broker(), &addr, &client).await {
-                Ok(s) => {
-                    conn = Some(s);
-                    warned.clear();
-                }
-                Err(crate::inter_broker::ConnectError::Security(e)) => {
-                    if e != warned {
-                        warn!(leader, %addr, error = %e, "cannot follow the leader: the secured connection failed");
-                        warned = e;
-                    }
-                    glommio::timer::sleep(BACKOFF).await;
-                    continue;
+        // Taken after connecting (which may take a while), and listened for from here on: a
+        // partition this shard starts following from this leader later interrupts the fetch.
+        let items = followed(&shard, leader);
+        let changed = shard.replicas.follows_changed.listen();
+        match link.fetch(&shard, &items, &settings, changed).await {
+            Round::Answered(resp) => match apply(&shard, leader, &items, *resp).await {
+                Ok(Applied::Accepted) => refused_pause = REFUSED_BACKOFF_MIN,
+                Ok(Applied::Refused) => {
+                    // The two nodes' images disagree for a moment (a new partition's leader
+                    // has not taken the role yet): ask again soon, then less often.
+                    glommio::timer::sleep(refused_pause).await;
+                    refused_pause = (refused_pause * 2).min(BACKOFF);
                 }
                 Err(e) => {
-                    debug!(leader, %addr, error = %e, "cannot reach the leader");
-                    glommio::timer::sleep(BACKOFF).await;
-                    continue;
-                }
-            }
-        }
-        let Some(stream) = conn.as_mut() else {
-            continue;
-        };
-        correlation = correlation.wrapping_add(1);
-        let request = encode_fetch(shard.config.node_id, correlation, &items, &settings);
-        let response = glommio::timer::timeout(settings.response_timeout, async {
-            crate::inter_broker::exchange::<FetchResponse>(
-                stream,
-                &request,
-                ApiKey::Fetch,
-                REPLICA_FETCH_VERSION,
-                correlation,
-                RESPONSE_FRAME_BYTES_MAX,
-            )
-            .await
-            .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e)))
-        })
-        .await;
-        match response {
-            Ok(resp) => {
-                if let Err(e) = apply(&shard, leader, &items, resp).await {
                     warn!(leader, error = %e, "applying a replica fetch failed");
                     glommio::timer::sleep(BACKOFF).await;
                 }
+            },
+            Round::NewFollow => {
+                debug!(leader, "following a new partition: fetching again at once");
             }
-            Err(e) => {
+            Round::Failed(e) => {
                 debug!(leader, error = %e, "replica fetch failed; reconnecting");
-                conn = None;
                 glommio::timer::sleep(BACKOFF).await;
             }
         }
@@ -145,12 +121,164 @@ pub async fn run(shard: Rc<Shard>, leader: i32) {
     shard.replicas.fetchers.borrow_mut().remove(&leader);
     info!(leader, shard = shard.id.0, "replica fetcher stopped");
     // A partition may have started following this leader while the task wound down.
-    if !followed(&shard, leader).is_empty() && !shard.draining.get() {
+    if follows_from(&shard, leader) && !shard.draining.get() {
         shard.replicas.fetchers.borrow_mut().insert(leader);
         glommio::spawn_local(run(shard.clone(), leader)).detach();
     }
 }
 
+/// How one fetch ended.
+enum Round {
+    /// The leader answered.
+    Answered(Box<FetchResponse>),
+    /// This shard started following another partition from this leader while the fetch was
+    /// out; it was given up, with its connection.
+    NewFollow,
+    /// No answer in time, or the connection failed; it is dropped.
+    Failed(String),
+}
+
+/// What applying an answer did.
+enum Applied {
+    /// The leader answered every partition, or something was appended or truncated.
+    Accepted,
+    /// Nothing done, and the leader refused some partition or returned none.
+    Refused,
+}
+
+/// A fetcher's connection to its leader.
+struct Link {
+    leader: i32,
+    conn: Option<crate::inter_broker::BrokerStream>,
+    correlation: i32,
+    /// The last connection error warned about: a leader that is down is the usual case
+    /// (debug), but a TLS or login failure is the operator's to fix, said once until it
+    /// changes.
+    warned: String,
+}
+
+impl Link {
+    /// Connects unless connected, and again when a SASL session nears its end (before the
+    /// leader closes it); whether there is a connection now.
+    async fn connect(&mut self, shard: &Shard) -> bool {
+        let leader = self.leader;
+        if self.conn.as_ref().is_some_and(|c| c.needs_renewal()) {
+            self.conn = None;
+        }
+        if self.conn.is_some() {
+            return true;
+        }
+        let Some(addr) = leader_addr(shard, leader) else {
+            return false;
+        };
+        let client = format!("tributary-replica-{}", shard.config.node_id);
+        match crate::inter_broker::connect(&shard.inter_broker(), &addr, &client).await {
+            Ok(s) => {
+                self.conn = Some(s);
+                self.warned.clear();
+                true
+            }
+            Err(crate::inter_broker::ConnectError::Security(e)) => {
+                if e != self.warned {
+                    warn!(leader, %addr, error = %e, "cannot follow the leader: the secured connection failed");
+                    self.warned = e;
+                }
+                false
+            }
+            Err(e) => {
+                debug!(leader, %addr, error = %e, "cannot reach the leader");
+                false
+            }
+        }
+    }
+
+    /// One fetch of `items`. The leader may hold it for `replica.fetch.wait.max.ms` when it has
+    /// nothing new for them, so if this shard starts following another partition from this
+    /// leader meanwhile (`changed`, listened to since `items` were taken) the fetch is given up
+    /// and the new partition fetched at once — its first writes would otherwise wait out that
+    /// hold before any follower had them. The connection goes with it: the leader's answer to
+    /// the fetch given up would arrive as the answer to the next one.
+    async fn fetch(
+        &mut self,
+        shard: &Shard,
+        items: &[Item],
+        settings: &FetchSettings,
+        changed: EventListener,
+    ) -> Round {
+        let leader = self.leader;
+        self.correlation = self.correlation.wrapping_add(1);
+        let correlation = self.correlation;
+        let Some(stream) = self.conn.as_mut() else {
+            return Round::Failed("not connected".into());
+        };
+        let request = encode_fetch(shard.config.node_id, correlation, items, settings);
+        let answered = async {
+            let response = glommio::timer::timeout(settings.response_timeout, async {
+                crate::inter_broker::exchange::<FetchResponse>(
+                    stream,
+                    &request,
+                    ApiKey::Fetch,
+                    REPLICA_FETCH_VERSION,
+                    correlation,
+                    RESPONSE_FRAME_BYTES_MAX,
+                )
+                .await
+                .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e)))
+            })
+            .await;
+            match response {
+                Ok(resp) => Round::Answered(Box::new(resp)),
+                Err(e) => Round::Failed(e.to_string()),
+            }
+        };
+        let interrupted = async {
+            new_follow(shard, leader, items, changed).await;
+            Round::NewFollow
+        };
+        let round = futures_lite::future::or(answered, interrupted).await;
+        if !matches!(round, Round::Answered(_)) {
+            self.conn = None;
+        }
+        round
+    }
+}
+
+/// Resolves once this shard follows a partition from `leader` that `items` does not fetch at
+/// its current epoch: a new partition, or one whose leader epoch moved on.
+async fn new_follow(shard: &Shard, leader: i32, items: &[Item], mut changed: EventListener) {
+    loop {
+        changed.await;
+        changed = shard.replicas.follows_changed.listen();
+        if follows_beyond(shard, leader, items) {
+            return;
+        }
+    }
+}
+
+/// Whether this shard follows a partition from `leader` (one it holds: as [`followed`]) that
+/// `items`, sorted as `followed` sorts them, lack at its epoch.
+fn follows_beyond(shard: &Shard, leader: i32, items: &[Item]) -> bool {
+    let following = shard.replicas.following.borrow();
+    following
+        .iter()
+        .filter(|(_, f)| f.leader == leader)
+        .any(|((topic, p), f)| {
+            let fetched = items
+                .binary_search_by(|i| (i.topic.as_str(), i.partition).cmp(&(topic.as_str(), *p)))
+                .is_ok_and(|k| items[k].leader_epoch == f.leader_epoch);
+            !fetched && shard.partition(topic, *p).is_some()
+        })
+}
+
+/// Whether this shard follows a partition it holds from `leader`.
+fn follows_from(shard: &Shard, leader: i32) -> bool {
+    let following = shard.replicas.following.borrow();
+    following
+        .iter()
+        .any(|((topic, p), f)| f.leader == leader && shard.partition(topic, *p).is_some())
+}
+
+/// What this shard fetches from `leader`, sorted by topic and partition.
 fn followed(shard: &Shard, leader: i32) -> Vec<Item> {
     let following = shard.replicas.following.borrow();
     let mut items: Vec<Item> = following
@@ -211,13 +339,14 @@ fn encode_fetch(node: i32, correlation: i32, items: &[Item], settings: &FetchSet
     )
 }
 
-/// Appends, truncates and moves the high watermark as the leader's answer says.
+/// Appends, truncates and moves the high watermark and the log start as the leader's answer
+/// says.
 async fn apply(
     shard: &Rc<Shard>,
     leader: i32,
     items: &[Item],
     resp: FetchResponse,
-) -> Result<(), String> {
+) -> Result<Applied, String> {
     if resp.error_code != 0 {
         return Err(format!("fetch error {}", resp.error_code));
     }
@@ -247,28 +376,7 @@ async fn apply(
             };
             let code = ErrorCode(p.error_code);
             if code == ErrorCode::OFFSET_OUT_OF_RANGE {
-                if item.fetch_offset < p.log_start_offset {
-                    warn!(
-                        topic = name,
-                        partition = p.partition_index,
-                        from = item.fetch_offset,
-                        to = p.log_start_offset,
-                        "replica behind the leader's log start: starting over there"
-                    );
-                    part.truncate_fully_and_start_at(p.log_start_offset)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                } else {
-                    let to = p.high_watermark.max(part.log_start_offset());
-                    warn!(
-                        topic = name,
-                        partition = p.partition_index,
-                        from = item.fetch_offset,
-                        to,
-                        "replica ahead of the leader: truncating to its high watermark"
-                    );
-                    part.truncate_to(to).await.map_err(|e| e.to_string())?;
-                }
+                reset_out_of_range(&part, item, p).await?;
                 progressed = true;
                 continue;
             }
@@ -294,23 +402,73 @@ async fn apply(
                 progressed = true;
                 continue;
             }
-            if let Some(records) = p.records.as_ref().filter(|r| !r.is_empty()) {
-                let end = part
-                    .append_as_follower(records)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                part.sync_to(end).await.map_err(|e| e.to_string())?;
-                progressed = true;
-            }
-            let hw = p.high_watermark.min(part.durable_offset());
-            part.set_high_watermark(hw);
+            progressed |= take_records(&part, p).await?;
         }
     }
-    // Refusals (the two nodes' images disagree for a moment) must not turn into a busy loop.
+    // Refusals must not turn into a busy loop.
     if !progressed && (errors || resp.responses.is_empty()) {
-        glommio::timer::sleep(BACKOFF).await;
+        return Ok(Applied::Refused);
+    }
+    Ok(Applied::Accepted)
+}
+
+/// A fetch offset out of the leader's range: below its log start, this replica starts over
+/// there (Kafka's `truncateFullyAndStartAt`); above its log end, it truncates to the leader's
+/// high watermark.
+async fn reset_out_of_range(
+    part: &Rc<tributary_storage::Partition>,
+    item: &Item,
+    p: &PartitionData,
+) -> Result<(), String> {
+    let (topic, partition) = (item.topic.as_str(), item.partition);
+    if item.fetch_offset < p.log_start_offset {
+        warn!(
+            topic,
+            partition,
+            from = item.fetch_offset,
+            to = p.log_start_offset,
+            "replica behind the leader's log start: starting over there"
+        );
+        part.truncate_fully_and_start_at(p.log_start_offset)
+            .await
+            .map_err(|e| e.to_string())?;
+    } else {
+        let to = p.high_watermark.max(part.log_start_offset());
+        warn!(
+            topic,
+            partition,
+            from = item.fetch_offset,
+            to,
+            "replica ahead of the leader: truncating to its high watermark"
+        );
+        part.truncate_to(to).await.map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// Appends what the leader returned, durably, then takes its high watermark (up to what is
+/// durable here) and its log start; whether anything was appended.
+async fn take_records(
+    part: &Rc<tributary_storage::Partition>,
+    p: &PartitionData,
+) -> Result<bool, String> {
+    let mut appended = false;
+    if let Some(records) = p.records.as_ref().filter(|r| !r.is_empty()) {
+        let end = part
+            .append_as_follower(records)
+            .await
+            .map_err(|e| e.to_string())?;
+        part.sync_to(end).await.map_err(|e| e.to_string())?;
+        appended = true;
+    }
+    let hw = p.high_watermark.min(part.durable_offset());
+    part.set_high_watermark(hw);
+    // What the leader deleted (DeleteRecords, retention) goes here too, or this replica would
+    // serve it again once it leads (KIP-107).
+    part.follow_log_start(p.log_start_offset)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(appended)
 }
 
 /// Kafka's truncation on a diverging epoch (`getOffsetTruncationState`): the leader says its

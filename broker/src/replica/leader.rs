@@ -9,6 +9,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use event_listener::Event;
 use tracing::{info, warn};
 use tributary_protocol::requests::fetch::FetchPartitionResponse;
 use tributary_protocol::ErrorCode;
@@ -35,6 +36,9 @@ pub struct ShardReplicas {
     pub following: RefCell<HashMap<(String, i32), Follow>>,
     /// Leader brokers with a fetcher task running on this shard.
     pub fetchers: RefCell<HashSet<i32>>,
+    /// Notified when a partition starts following a leader, or follows it at a new epoch: that
+    /// leader's fetcher, perhaps in a fetch the leader holds, fetches it at once.
+    pub follows_changed: Event,
 }
 
 /// One partition of a follower's fetch, for the shard that leads it.
@@ -71,6 +75,7 @@ impl Shard {
         let me = self.config.node_id;
         let now = Instant::now();
         let mut start_fetchers: Vec<i32> = Vec::new();
+        let mut follows_changed = false;
         let mut new_epochs: Vec<(Rc<Partition>, i32)> = Vec::new();
         let mut new_leaders: Vec<(
             (String, i32),
@@ -132,6 +137,7 @@ impl Shard {
                         leader_epoch: reg.leader_epoch,
                     };
                     if following.insert(key, follow) != Some(follow) {
+                        follows_changed = true;
                         info!(topic = %topic, partition = p, leader = reg.leader, epoch = reg.leader_epoch, "following partition");
                     }
                     if !self.replicas.fetchers.borrow().contains(&reg.leader) {
@@ -139,6 +145,9 @@ impl Shard {
                     }
                 }
             }
+        }
+        if follows_changed {
+            self.replicas.follows_changed.notify(usize::MAX);
         }
         // The new epoch begins at the log end, before anything is appended in it.
         for (part, epoch) in new_epochs {
@@ -464,10 +473,13 @@ impl Shard {
         }
         out.high_watermark = part.high_watermark();
         out.last_stable_offset = part.last_stable_offset();
+        out.log_start_offset = part.log_start_offset();
         out
     }
 
-    /// Waits until a led partition's log grows past `offset`, or `deadline`.
+    /// Waits until a led partition's log grows past `offset`, its log start moves (DeleteRecords
+    /// or retention: the follower learns it from the answer, so what was deleted is gone on
+    /// every replica soon after, not a fetch wait later), or `deadline`.
     pub async fn replica_wait_local(
         &self,
         topic: &str,
@@ -478,9 +490,12 @@ impl Shard {
         let Some(part) = self.partition(topic, partition) else {
             return;
         };
+        let log_start = part.log_start_offset();
         loop {
             let grew = part.listen_append();
-            if part.log_end_offset() > offset {
+            // Woken by high watermark moves and flushes too; each only costs a look.
+            let advanced = part.listen_advance();
+            if part.log_end_offset() > offset || part.log_start_offset() != log_start {
                 return;
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -491,9 +506,14 @@ impl Shard {
                 async {
                     grew.await;
                 },
-                async {
-                    glommio::timer::sleep(left).await;
-                },
+                futures_lite::future::or(
+                    async {
+                        advanced.await;
+                    },
+                    async {
+                        glommio::timer::sleep(left).await;
+                    },
+                ),
             )
             .await;
         }

@@ -6,8 +6,9 @@
 //!   the metadata quorum (shrink a follower behind for `replica.lag.time.max.ms`, grow it back
 //!   once caught up);
 //! - `fetcher`: a follower's fetch loop, one per shard and leader broker, appending what the
-//!   leader returns with its offsets and epochs and truncating where the leader says the logs
-//!   diverge.
+//!   leader returns with its offsets and epochs, truncating where the leader says the logs
+//!   diverge, and moving its log start up to the leader's (DeleteRecords holds on every
+//!   replica).
 //!
 //! Decisions are pure functions here (time passed in); the tasks only move bytes. Partitions
 //! with one replica never touch any of it: their high watermark is their durable end, as

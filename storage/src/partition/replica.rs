@@ -386,6 +386,7 @@ impl Partition {
         self: &Rc<Self>,
         records: &[u8],
     ) -> Result<i64, PartitionError> {
+        self.start_at_straddling_batch(records).await?;
         let _guard = self.lock(&self.append_lock).await?;
         self.check_online()?;
         let leo = self.log_end_offset();
@@ -417,6 +418,30 @@ impl Partition {
         }
         self.after_append();
         Ok(self.log_end_offset())
+    }
+
+    /// An empty log whose leader's first batch begins below its log end and ends at or past it
+    /// starts over at that batch's base, as Kafka's follower does: it started over at the
+    /// leader's log start (its fetch was out of range), and DeleteRecords can put a log start
+    /// inside a batch, which the leader returns whole. The leader's log start, which the
+    /// follower takes after the append, moves the log start up again.
+    async fn start_at_straddling_batch(
+        self: &Rc<Self>,
+        records: &[u8],
+    ) -> Result<(), PartitionError> {
+        let leo = self.log_end_offset();
+        if leo != self.log_start_offset() {
+            return Ok(());
+        }
+        // A batch that does not validate is refused by the append itself.
+        let Ok(first) = record_batch::validate(records, 0) else {
+            return Ok(());
+        };
+        if first.base_offset < leo && first.last_offset() >= leo {
+            info!(dir = %self.dir.display(), log_end_offset = leo, batch_base_offset = first.base_offset, "the leader's first batch begins below this empty log's start: starting at its base");
+            self.truncate_fully_and_start_at(first.base_offset).await?;
+        }
+        Ok(())
     }
 }
 
@@ -485,5 +510,37 @@ mod tests {
         bad[last] ^= 1;
         assert_eq!(follower_batches(&bad, 10, false).unwrap_err().0, 0);
         assert!(follower_batches(&[], 10, false).unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_empty_follower_takes_a_batch_its_start_falls_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::default()
+            .io_memory(1 << 20)
+            .spawn(move || async move {
+                crate::io::prime_executor_io(&path).await.unwrap();
+                let p = Partition::open_replicated(path.join("t-0"), LogConfig::DEFAULT)
+                    .await
+                    .unwrap();
+                // Out of the leader's range: it starts over at the leader's log start, 11, and
+                // the leader's batch there holds 10 and 11.
+                p.truncate_fully_and_start_at(11).await.unwrap();
+                let end = p.append_as_follower(&at(10, 1)).await.unwrap();
+                assert_eq!((p.log_start_offset(), end), (10, 12));
+                p.sync_to(end).await.unwrap();
+                assert_eq!(p.set_high_watermark(12), 12);
+                assert_eq!(p.follow_log_start(11).await.unwrap(), 11);
+                let end = p.append_as_follower(&at(12, 1)).await.unwrap();
+                assert_eq!((p.log_start_offset(), end), (11, 14), "not empty: appended");
+                // A batch wholly below an empty log's end is still refused.
+                p.truncate_fully_and_start_at(20).await.unwrap();
+                assert!(p.append_as_follower(&at(14, 1)).await.is_err());
+                assert_eq!(p.log_start_offset(), 20);
+                p.close().await.unwrap();
+            })
+            .expect("executor")
+            .join()
+            .expect("join");
     }
 }

@@ -34,7 +34,7 @@ impl Partition {
         let _maintenance = self.lock(&self.maintenance).await?;
         let _guard = self.lock(&self.append_lock).await?;
         self.check_online()?;
-        let (target, lso, below) = {
+        let target = {
             let st = self.state.borrow();
             let target = if offset == -1 {
                 st.high_watermark
@@ -48,16 +48,58 @@ impl Partition {
                     high_watermark: st.high_watermark,
                 });
             }
+            target
+        };
+        self.advance_log_start(target).await?;
+        Ok(self.log_start_offset())
+    }
+
+    /// A follower takes its leader's log start offset, which every fetch answer carries
+    /// (KIP-107): what the leader deleted — DeleteRecords, retention — must not come back when
+    /// this replica leads. Moves the log start up to `leader_log_start_offset` as DeleteRecords
+    /// does, but never past this replica's own high watermark (what it knows the leader holds
+    /// too; the next answer carries the rest), deleting the segments wholly below it. A smaller
+    /// offset changes nothing. A partition whose maintenance lock is taken (a cleaning pass can
+    /// hold it for long) is left for the next answer, which carries the leader's log start
+    /// again: one partition must not stall a fetcher that fetches many. Returns the log start
+    /// offset now.
+    pub async fn follow_log_start(
+        &self,
+        leader_log_start_offset: i64,
+    ) -> Result<i64, PartitionError> {
+        if leader_log_start_offset <= self.log_start_offset() {
+            return Ok(self.log_start_offset());
+        }
+        let Ok(_maintenance) = self.maintenance.try_acquire_permit(1) else {
+            return Ok(self.log_start_offset());
+        };
+        let _guard = self.lock(&self.append_lock).await?;
+        self.check_online()?;
+        let target = leader_log_start_offset.min(self.high_watermark());
+        self.advance_log_start(target).await?;
+        Ok(self.log_start_offset())
+    }
+
+    /// Moves the log start offset up to `target` and deletes the segments wholly below it;
+    /// nothing when it is not above the log start. The caller holds the maintenance and append
+    /// locks and has checked `target` against the high watermark.
+    async fn advance_log_start(&self, target: i64) -> Result<(), PartitionError> {
+        let (lso, below, hw) = {
+            let st = self.state.borrow();
             (
-                target,
                 st.log_start_offset,
                 segments_below(&st.segments, target),
+                st.high_watermark,
             )
         };
+        assert!(
+            target <= hw,
+            "the log start never passes the high watermark"
+        );
         if target > lso {
             self.remove_front_segments(below, target).await?;
         }
-        Ok(self.log_start_offset())
+        Ok(())
     }
 
     /// Drops the first `count` segments and moves the log start offset to at least `new_start`
@@ -153,4 +195,65 @@ pub(super) fn segments_below(segments: &[Segment], offset: i64) -> usize {
         .windows(2)
         .take_while(|w| w[1].base_offset <= offset)
         .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tributary_protocol::record_batch::{assign_offset, build_batch};
+
+    /// About ten one-record batches to a segment.
+    const CONFIG: LogConfig = LogConfig {
+        segment_bytes: 1024,
+        ..LogConfig::DEFAULT
+    };
+
+    /// One record at `base`, as a leader's fetch answer carries it.
+    fn leader_batch(base: i64) -> Vec<u8> {
+        let mut b =
+            build_batch(&[(None, Some(b"a record's value".as_slice()))], 1_000, None).to_vec();
+        assign_offset(&mut b, base, 0);
+        b
+    }
+
+    #[test]
+    fn a_follower_takes_the_leaders_log_start_up_to_its_own_high_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::default()
+            .io_memory(1 << 20)
+            .spawn(move || async move {
+                crate::io::prime_executor_io(&path).await.unwrap();
+                let pdir = path.join("t-0");
+                let p = Partition::open_replicated(pdir.clone(), CONFIG)
+                    .await
+                    .unwrap();
+                for base in 0..100 {
+                    let end = p.append_as_follower(&leader_batch(base)).await.unwrap();
+                    p.sync_to(end).await.unwrap();
+                }
+                let segments = p.state.borrow().segments.len();
+                assert!(segments > 5, "{segments} segments");
+                assert_eq!(p.set_high_watermark(60), 60);
+                // Not past what this replica knows the leader holds.
+                assert_eq!(p.follow_log_start(80).await.unwrap(), 60);
+                let first = p.state.borrow().segments[0].base_offset;
+                assert!(first > 0 && first <= 60, "the segments below go: {first}");
+                assert_eq!(p.follow_log_start(10).await.unwrap(), 60, "never back");
+                assert_eq!(p.set_high_watermark(100), 100);
+                // Busy with maintenance: left for the next fetch answer, without waiting.
+                let held = p.maintenance.try_acquire_permit(1).unwrap();
+                assert_eq!(p.follow_log_start(80).await.unwrap(), 60);
+                drop(held);
+                assert_eq!(p.follow_log_start(80).await.unwrap(), 80);
+                p.close().await.unwrap();
+                drop(p);
+                let p = Partition::open_replicated(pdir, CONFIG).await.unwrap();
+                assert_eq!(p.log_start_offset(), 80, "checkpointed");
+                p.close().await.unwrap();
+            })
+            .expect("executor")
+            .join()
+            .expect("join");
+    }
 }

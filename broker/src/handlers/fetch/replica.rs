@@ -1,6 +1,8 @@
 //! A follower's Fetch (`replica_id` set): each partition read on its owning shard up to the
 //! log end (not the high watermark), the follower's position recorded there, and — when
-//! nothing new came back — a wait until any partition's log grows or `max_wait_ms` passes.
+//! nothing new came back — a wait until any partition's log grows or its log start moves, or
+//! `max_wait_ms` passes. Every answered partition carries the leader's log start offset, which
+//! the follower takes as its own (KIP-107).
 //! No fetch sessions and no byte budget across partitions beyond the request's own: a
 //! follower asks for at most `replica.fetch.response.max.bytes`. A v13+ topic the handler could
 //! not name from its id is answered UNKNOWN_TOPIC_ID.
