@@ -389,8 +389,8 @@ pub struct PartitionGrowth {
     pub topic: String,
     /// The new total partition count.
     pub count: i32,
-    /// The replica lists the client gave for the new partitions, when it gave any (each one
-    /// live broker, checked by the handler).
+    /// The replica lists the client gave for the new partitions, when it gave any (checked
+    /// here, by `place_growth`, against the topic's replication factor).
     pub assignments: Option<Vec<Vec<i32>>>,
 }
 
@@ -412,23 +412,7 @@ impl Controller {
         let mut results = Vec::with_capacity(topics.len());
         let mut proposed: Vec<(usize, MetadataCommand)> = Vec::new();
         for (i, g) in topics.iter().enumerate() {
-            let placed = check_growth(&catalog, g, max).and_then(|()| {
-                let topic = catalog.topics.get(&g.topic);
-                let from = topic.map_or(0, |t| t.partitions);
-                // New partitions get the topic's replication factor (its original replicas'
-                // count: a reassignment in progress holds both sets).
-                let rf = topic
-                    .and_then(|t| t.assignment.first())
-                    .map_or(1, |p| p.replicas.len() - p.adding_replicas.len());
-                if let Some(given) = &g.assignments {
-                    return placement::check_manual(&catalog, given, Some(rf), from)
-                        .map(|()| (from, given.clone()))
-                        .map_err(|(c, m)| (c, Some(m)));
-                }
-                placement::assign(&brokers, from, g.count - from, rf, random(), random())
-                    .map(|r| (from, r))
-                    .map_err(|(c, m)| (c, Some(m)))
-            });
+            let placed = place_growth(&catalog, g, max, &brokers, (random(), random()));
             match placed {
                 Err(e) => results.push(e),
                 Ok((from, replicas)) => {
@@ -512,6 +496,39 @@ impl Controller {
             ),
         }
     }
+}
+
+/// One replica list per partition, in partition order.
+type ReplicaLists = Vec<Vec<i32>>;
+/// Why a topic's change was refused: the error code and what was wrong.
+type Refusal = (ErrorCode, Option<String>);
+
+/// Where one CreatePartitions topic's new partitions go, as (first new partition, one replica
+/// list per new partition): the client's assignment, checked as Kafka checks it, or a placement
+/// over the live `brokers` from the random `draws`. Either way each new partition gets the
+/// topic's replication factor — its first partition's replica count, less the replicas a
+/// reassignment in progress is adding — so an explicit assignment must name that many
+/// distinct, registered brokers per partition.
+fn place_growth(
+    catalog: &Catalog,
+    g: &PartitionGrowth,
+    max: i64,
+    brokers: &[i32],
+    draws: (usize, usize),
+) -> Result<(i32, ReplicaLists), Refusal> {
+    check_growth(catalog, g, max)?;
+    let topic = catalog.topics.get(&g.topic);
+    let from = topic.map_or(0, |t| t.partitions);
+    let rf = topic
+        .and_then(|t| t.assignment.first())
+        .map_or(1, |p| p.replicas.len() - p.adding_replicas.len());
+    let placed = match &g.assignments {
+        Some(given) => {
+            placement::check_manual(catalog, given, Some(rf), from).map(|()| given.clone())
+        }
+        None => placement::assign(brokers, from, g.count - from, rf, draws.0, draws.1),
+    };
+    placed.map(|r| (from, r)).map_err(|(c, m)| (c, Some(m)))
 }
 
 /// The checks Kafka's controller makes on one CreatePartitions topic, in its order.
@@ -719,4 +736,88 @@ fn apply_broker_config_op(
         other => return Err(format!("unknown config operation {other}")),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::command::apply;
+
+    /// Brokers 1–4 registered; topic `t` with two partitions on brokers 1–3 (three replicas).
+    fn image() -> Catalog {
+        let mut image = Catalog::empty();
+        for id in 1..=4 {
+            let cmd = MetadataCommand::RegisterBroker {
+                id,
+                incarnation: "x".into(),
+                host: "127.0.0.1".into(),
+                port: 9000,
+                listeners: Vec::new(),
+            };
+            apply(&mut image, id as u64, &cmd.encode());
+        }
+        let topic = TopicMeta {
+            name: "t".into(),
+            id: String::new(),
+            partitions: 2,
+            configs: Default::default(),
+            assignment: vec![
+                PartitionRegistration::new(vec![1, 2, 3]),
+                PartitionRegistration::new(vec![2, 3, 1]),
+            ],
+        };
+        image.topics.insert("t".into(), topic);
+        image
+    }
+
+    fn growth(count: i32, assignments: Option<Vec<Vec<i32>>>) -> PartitionGrowth {
+        PartitionGrowth {
+            topic: "t".into(),
+            count,
+            assignments,
+        }
+    }
+
+    fn place(g: &PartitionGrowth) -> Result<(i32, ReplicaLists), (ErrorCode, String)> {
+        place_growth(&image(), g, i64::MAX, &[1, 2, 3, 4], (0, 0))
+            .map_err(|(c, m)| (c, m.unwrap_or_default()))
+    }
+
+    #[test]
+    fn an_explicit_assignment_gets_the_topics_replication_factor() {
+        let given = vec![vec![4, 1, 2], vec![3, 4, 1]];
+        assert_eq!(
+            place(&growth(4, Some(given.clone()))).unwrap(),
+            (2, given),
+            "the replicas exactly as given, first the preferred leader"
+        );
+        let (from, placed) = place(&growth(3, None)).unwrap();
+        assert_eq!(from, 2);
+        assert!(placed.iter().all(|r| r.len() == 3), "{placed:?}");
+    }
+
+    #[test]
+    fn a_bad_explicit_assignment_says_what_is_wrong() {
+        let why = |a: Vec<Vec<i32>>, count| {
+            let (code, msg) = place(&growth(count, Some(a))).unwrap_err();
+            assert_eq!(code, ErrorCode::INVALID_REPLICA_ASSIGNMENT, "{msg}");
+            msg
+        };
+        let m = why(vec![vec![1, 2]], 3);
+        assert!(
+            m.contains("with 2 replica(s)") && m.contains("which have 3"),
+            "{m}"
+        );
+        let m = why(vec![vec![1, 2, 3, 4]], 3);
+        assert!(m.contains("with 4 replica(s)"), "{m}");
+        let m = why(vec![vec![1, 2, 1]], 3);
+        assert!(m.contains("broker 1 more than once"), "{m}");
+        let m = why(vec![vec![1, 2, 9]], 3);
+        assert!(
+            m.contains("broker 9, but no such broker is registered"),
+            "{m}"
+        );
+        let m = why(vec![vec![1, 2, 3]], 4);
+        assert!(m.contains("add 2 additional partition(s), but 1"), "{m}");
+    }
 }

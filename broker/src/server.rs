@@ -1,5 +1,6 @@
 //! Starting and stopping the broker: one pinned glommio executor per selected CPU, each a shard
-//! with its own listener on the shared port (SO_REUSEPORT), and an orderly shutdown. TLS
+//! with its own listener on the shared port (SO_REUSEPORT), and an orderly shutdown. Every port
+//! the process listens on is owned first (`PortLock`), so no other broker shares it. TLS
 //! listeners' keystores and truststores are read here, once, before any shard starts.
 
 use std::collections::BTreeMap;
@@ -36,56 +37,192 @@ pub struct BrokerHandle {
     /// Where the metrics endpoint listens (`metrics.listen`, port 0 resolved); `None` when off.
     pub metrics_addr: Option<SocketAddr>,
     _data_dir_lock: std::fs::File,
+    /// The ports this process listens on, owned until it exits (`PortLock`).
+    _port_locks: Vec<PortLock>,
     peers: Vec<async_channel::Sender<ShardRequest>>,
     threads: Vec<glommio::ExecutorJoinHandle<()>>,
 }
 
-/// Fails if something keeps accepting connections on `addr` (a fixed port): the shards' and the
-/// metrics endpoint's listeners set SO_REUSEPORT, which would let a second broker share a port
-/// already in use. (A plain bind is no test: connections of a killed broker linger on the port
-/// and refuse it.)
+/// Fails if something keeps accepting connections on `addr` once this process owns its port
+/// (`PortLock`): a program other than a broker that set SO_REUSEPORT too, which the kernel lets
+/// share the port, or a broker killed a moment ago, whose listener can stay alive while the
+/// kernel tears down its io_uring — only a listener that persists for a while counts. (A plain
+/// bind is no test: connections of a killed broker linger on the port and refuse it.)
 fn refuse_if_listening(addr: SocketAddr, key: &str) -> Result<()> {
-    if addr.port() != 0 {
-        let probe = if addr.ip().is_unspecified() {
-            SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port())
-        } else {
-            addr
-        };
-        // A broker killed a moment ago can leave its listener alive while the kernel tears down
-        // its io_uring, so only a listener that persists for a while counts as another broker.
-        let deadline = std::time::Instant::now() + LISTEN_PROBE_GRACE;
-        while std::net::TcpStream::connect_timeout(&probe, std::time::Duration::from_millis(200))
-            .is_ok()
-        {
-            if std::time::Instant::now() >= deadline {
-                return Err(anyhow!(
-                    "cannot listen on {addr}: something already accepts connections there; is another broker running? (use {key})"
-                ));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
+    let probe = if addr.ip().is_unspecified() {
+        SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port())
+    } else {
+        addr
+    };
+    let deadline = std::time::Instant::now() + LISTEN_PROBE_GRACE;
+    while std::net::TcpStream::connect_timeout(&probe, std::time::Duration::from_millis(200))
+        .is_ok()
+    {
+        if std::time::Instant::now() >= deadline {
+            return Err(anyhow!(
+                "cannot listen on {addr} for {key}: address in use: something else accepts connections there (`ss -ltnp 'sport = :{}'` names it); stop it or give {key} another port",
+                addr.port()
+            ));
         }
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
     Ok(())
 }
 
-/// Reserves the listen port (resolving port 0) with a bound, non-listening SO_REUSEPORT socket,
-/// so every shard can then bind the same concrete port.
-fn reserve_port(addr: SocketAddr) -> Result<(socket2::Socket, SocketAddr)> {
-    refuse_if_listening(addr, "--listen")?;
+/// This process's claim on a TCP port, held while the broker runs: a Unix datagram socket bound
+/// to the abstract name `tributary/tcp-port/<port>`.
+///
+/// Why not the listening socket itself: glommio's `TcpListener::bind` always sets
+/// SO_REUSEPORT (every shard binds its own socket on the port, and the kernel spreads
+/// connections over them), and Linux lets any socket of the same effective UID join such a
+/// port (socket(7)), so two brokers of one user, started at the same moment, would both listen
+/// and split its connections. One exclusive socket shared by the shards would need a glommio
+/// listener built from a raw fd (`unsafe FromRawFd`), which this crate forbids. An abstract
+/// name is exclusive within the network namespace, taken atomically by `bind`, and freed by the
+/// kernel when the process exits however it exits, so no stale lock survives a crash. It keys
+/// on the port alone: one broker per port, whatever the addresses.
+struct PortLock {
+    _socket: std::os::unix::net::UnixDatagram,
+}
+
+/// Takes the `PortLock` of `addr`'s port (already resolved: not 0) for the listener `key`.
+fn lock_port(addr: SocketAddr, key: &str) -> Result<PortLock> {
+    use std::os::linux::net::SocketAddrExt;
+    let port = addr.port();
+    let name = format!("tributary/tcp-port/{port}");
+    let unix = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        .with_context(|| format!("cannot name the lock of port {port}"))?;
+    match std::os::unix::net::UnixDatagram::bind_addr(&unix) {
+        Ok(socket) => Ok(PortLock { _socket: socket }),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(anyhow!(
+            "cannot listen on {addr} for {key}: address in use: another tributary process owns port {port} (it holds the abstract socket @{name}; `ss -xlp | grep {name}` names it); stop that broker or give {key} another port"
+        )),
+        Err(e) => Err(anyhow!(
+            "cannot take the lock of port {port} for {key}, the abstract socket @{name}: {e}"
+        )),
+    }
+}
+
+/// A port this process owns and will listen on: its lock, and a bound, non-listening
+/// SO_REUSEPORT socket that holds the port (resolving port 0) until the listeners bind it.
+struct OwnedPort {
+    lock: PortLock,
+    _reservation: socket2::Socket,
+    addr: SocketAddr,
+}
+
+/// Takes `addr` for the listener `key` (named in errors): reserves the port, takes its lock,
+/// then waits out a dying broker's listener.
+fn own_port(addr: SocketAddr, key: &str) -> Result<OwnedPort> {
     let domain = if addr.is_ipv6() {
         socket2::Domain::IPV6
     } else {
         socket2::Domain::IPV4
     };
-    let sock = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
-    sock.set_reuse_port(true)?;
-    sock.bind(&addr.into())
-        .with_context(|| format!("cannot bind {addr}; is another broker running there?"))?;
-    let local = sock
+    let reservation = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
+    reservation.set_reuse_port(true)?;
+    if let Err(e) = reservation.bind(&addr.into()) {
+        // A socket without SO_REUSEPORT (another program's), or one of another user's.
+        return Err(match e.kind() {
+            std::io::ErrorKind::AddrInUse => anyhow!(
+                "cannot listen on {addr} for {key}: address in use (`ss -ltnp 'sport = :{}'` names who holds it); stop it or give {key} another port",
+                addr.port()
+            ),
+            _ => anyhow!("cannot bind {addr} for {key}: {e}"),
+        });
+    }
+    let addr = reservation
         .local_addr()?
         .as_socket()
         .ok_or_else(|| anyhow!("listener address is not an IP address"))?;
-    Ok((sock, local))
+    let lock = lock_port(addr, key)?;
+    refuse_if_listening(addr, key)?;
+    Ok(OwnedPort {
+        lock,
+        _reservation: reservation,
+        addr,
+    })
+}
+
+/// Every port this process listens on, owned before any shard binds one.
+struct Ports {
+    /// The first client listener's; `None` on a controller-only node.
+    client: Option<OwnedPort>,
+    /// The other client listeners', with their specs.
+    extra: Vec<(OwnedPort, ListenerSpec)>,
+    metrics: Option<OwnedPort>,
+    /// The controller listener's lock; the quorum binds the listener itself (a port 0 one is
+    /// resolved there, unlocked).
+    controller: Option<PortLock>,
+}
+
+impl Ports {
+    /// Owns `config`'s listen ports, recording each client listener's bound port (for port 0).
+    fn own(config: &mut BrokerConfig) -> Result<Self> {
+        let mut ports = Ports {
+            client: None,
+            extra: Vec::new(),
+            metrics: None,
+            controller: None,
+        };
+        // Fixed ports named so far: one given twice would meet its own lock, which is this
+        // process's, not another broker's.
+        let mut given: Vec<(u16, String)> = Vec::new();
+        let mut give = |addr: SocketAddr, key: String| -> Result<String> {
+            if let Some((_, first)) = given.iter().find(|(p, _)| *p != 0 && *p == addr.port()) {
+                return Err(anyhow!(
+                    "port {} is given to both {first} and {key}; give each its own port",
+                    addr.port()
+                ));
+            }
+            given.push((addr.port(), key.clone()));
+            Ok(key)
+        };
+        if config.cluster.roles.broker {
+            let name = config
+                .listeners
+                .first()
+                .map_or("PLAINTEXT", |l| l.name.as_str());
+            let key = give(
+                config.listen,
+                format!("listener {name} (--listen or listeners)"),
+            )?;
+            ports.client = Some(own_port(config.listen, &key)?);
+            for l in config.listeners.iter().skip(1) {
+                let want = l
+                    .listen
+                    .to_socket_addrs()
+                    .ok()
+                    .and_then(|mut a| a.next())
+                    .ok_or_else(|| anyhow!("listener {}: cannot resolve {:?}", l.name, l.listen))?;
+                let key = give(want, format!("listener {} (listeners)", l.name))?;
+                let owned = own_port(want, &key)?;
+                config.bound.insert(l.name.clone(), owned.addr.port());
+                ports.extra.push((owned, l.clone()));
+            }
+        }
+        if let Some(m) = config.metrics_listen {
+            let key = give(m, "metrics.listen".into())?;
+            ports.metrics = Some(own_port(m, &key)?);
+        }
+        if let Some(c) = config.cluster.controller_listen.filter(|c| c.port() != 0) {
+            let key = give(c, "the controller listener (listeners)".into())?;
+            ports.controller = Some(lock_port(c, &key)?);
+        }
+        Ok(ports)
+    }
+
+    /// Once every listener is bound: the reservations go, the locks stay.
+    fn into_locks(self) -> Vec<PortLock> {
+        let owned = self
+            .client
+            .into_iter()
+            .chain(self.extra.into_iter().map(|(p, _)| p))
+            .chain(self.metrics);
+        let mut locks: Vec<PortLock> = owned.map(|p| p.lock).collect();
+        locks.extend(self.controller);
+        locks
+    }
 }
 
 /// File descriptors kept free beyond the segment files for connections, index and metadata files.
@@ -147,35 +284,13 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     // A controller-only node serves no clients: it has no client listener, and its address is
     // its controller listener's.
     let serves_clients = config.cluster.roles.broker;
-    // Every other client listener, reserved the same way (its bound port recorded for port 0).
-    let mut extra = Vec::new();
-    if serves_clients {
-        for l in config.listeners.iter().skip(1) {
-            let want = l
-                .listen
-                .to_socket_addrs()
-                .ok()
-                .and_then(|mut a| a.next())
-                .ok_or_else(|| anyhow!("listener {}: cannot resolve {:?}", l.name, l.listen))?;
-            let (reservation, bound) = reserve_port(want)?;
-            config.bound.insert(l.name.clone(), bound.port());
-            extra.push((reservation, bound, l.clone()));
-        }
-    }
-    let (reservation, addr) = if serves_clients {
-        let (reservation, addr) = reserve_port(config.listen)?;
-        (Some(reservation), addr)
-    } else {
-        (
-            None,
-            config.cluster.controller_listen.unwrap_or(config.listen),
-        )
+    let ports = Ports::own(&mut config)?;
+    let addr = match &ports.client {
+        Some(p) => p.addr,
+        None => config.cluster.controller_listen.unwrap_or(config.listen),
     };
-    if let Some(m) = config.metrics_listen {
-        refuse_if_listening(m, "metrics.listen")?;
-    }
+    let metrics_addr = ports.metrics.as_ref().map(|p| p.addr);
     let metrics_ready = Arc::new(AtomicBool::new(false));
-    let (metrics_bound_tx, metrics_bound_rx) = std::sync::mpsc::channel::<SocketAddr>();
     if config.advertised_port == 0 {
         config.advertised_port = addr.port();
     }
@@ -216,19 +331,18 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         };
         let ready = ready_tx.clone();
         let connections = connections.clone();
-        let extra_addrs: Vec<(SocketAddr, ListenerSpec)> =
-            extra.iter().map(|(_, a, l)| (*a, l.clone())).collect();
+        let extra_addrs: Vec<(SocketAddr, ListenerSpec)> = ports
+            .extra
+            .iter()
+            .map(|(p, l)| (p.addr, l.clone()))
+            .collect();
         let tls = tls.clone();
         let inter_broker = inter_broker.clone();
         // Shard 0 serves the metrics endpoint.
-        let metrics = config
-            .metrics_listen
-            .filter(|_| i == 0)
-            .map(|listen| MetricsFront {
-                listen,
-                bound: metrics_bound_tx.clone(),
-                ready: metrics_ready.clone(),
-            });
+        let metrics = metrics_addr.filter(|_| i == 0).map(|listen| MetricsFront {
+            listen,
+            ready: metrics_ready.clone(),
+        });
         let builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{i}"))
             .io_memory(config.shard_io_memory_bytes)
@@ -277,20 +391,18 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
             Err(_) => return Err(anyhow!("a shard exited during start-up")),
         }
     }
-    drop(reservation);
     let mut listeners: Vec<(String, SocketAddr)> = Vec::new();
     if serves_clients {
         if let Some(first) = config.listeners.first() {
             listeners.push((first.name.clone(), addr));
         }
-        for (_, bound, l) in &extra {
-            listeners.push((l.name.clone(), *bound));
+        for (p, l) in &ports.extra {
+            listeners.push((l.name.clone(), p.addr));
         }
     }
-    // The shards listen on every reserved port now.
-    drop(extra);
+    // The shards listen on every reserved port now; the locks keep them this process's.
+    let port_locks = ports.into_locks();
     metrics_ready.store(true, Ordering::Release);
-    let metrics_addr = metrics_bound_rx.try_recv().ok();
     if let Some(m) = metrics_addr {
         info!(addr = %m, "metrics endpoint is listening");
     }
@@ -307,6 +419,7 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         listeners,
         metrics_addr,
         _data_dir_lock: lock,
+        _port_locks: port_locks,
         peers: senders,
         threads,
     })
@@ -330,11 +443,10 @@ struct Front {
     metrics: Option<MetricsFront>,
 }
 
-/// The metrics endpoint's address, where to report the address it bound, and whether every
-/// shard is ready (for `/health`).
+/// The metrics endpoint's address (owned, port 0 resolved), and whether every shard is ready
+/// (for `/health`).
 struct MetricsFront {
     listen: SocketAddr,
-    bound: std::sync::mpsc::Sender<SocketAddr>,
     ready: Arc<AtomicBool>,
 }
 
@@ -548,7 +660,7 @@ async fn run_shard(
     }
 }
 
-/// Binds the metrics endpoint on this shard, reports its address and starts serving it.
+/// Binds the metrics endpoint on this shard and starts serving it.
 fn bind_metrics(
     shard: &Rc<Shard>,
     m: MetricsFront,
@@ -559,10 +671,6 @@ fn bind_metrics(
             m.listen
         )
     })?;
-    let bound = listener
-        .local_addr()
-        .map_err(|e| format!("metrics listener on {}: {e}", m.listen))?;
-    let _ = m.bound.send(bound);
     Ok(glommio::spawn_local(crate::metrics::http::serve(
         shard.clone(),
         listener,

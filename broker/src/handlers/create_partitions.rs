@@ -1,6 +1,6 @@
-//! CreatePartitions: the request's shape is checked here (duplicates, internal topics, replica
-//! assignments that do not fit a single broker); counts and limits are checked, and partitions
-//! added, by the controller against its catalog.
+//! CreatePartitions: the request's shape is checked here (duplicates, internal topics); counts,
+//! limits and replica assignments are checked, and partitions added, by the controller against
+//! its catalog (an assignment's replication factor is the topic's, which only the image knows).
 
 use std::rc::Rc;
 
@@ -29,7 +29,6 @@ pub async fn handle(
     use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let req = decode_all(r, |r| create_partitions::decode(r, v))?;
-    let live: Vec<i32> = shard.catalog().live_brokers().map(|b| b.id).collect();
     // Counted once: a request may name very many topics, and a search per topic would be
     // quadratic in a count the client chose.
     let mut named: std::collections::HashMap<&str, usize> =
@@ -48,7 +47,7 @@ pub async fn handle(
                     Some(format!("ALTER on topic {} is not allowed", t.name)),
                 ));
             }
-            check_shape(t, named[t.name.as_str()] > 1, &live).err()
+            check_shape(t, named[t.name.as_str()] > 1).err()
         })
         .collect();
     let (idx, growths): (Vec<usize>, Vec<PartitionGrowth>) = req
@@ -97,10 +96,11 @@ pub async fn handle(
     )
 }
 
-/// The checks that need no placement: a topic named twice, an internal topic, and replica
-/// assignments, which must each name one live broker (partitions are not replicated yet). The
-/// controller places the new partitions itself.
-fn check_shape(t: &CreatePartitionsTopic, named_twice: bool, live: &[i32]) -> Result<(), Outcome> {
+/// The checks that need no catalog: a topic named twice and an internal topic. Replica
+/// assignments are the controller's (`placement::check_manual`): each must name as many
+/// distinct, registered brokers as the topic's partitions have replicas, which only the image
+/// knows.
+fn check_shape(t: &CreatePartitionsTopic, named_twice: bool) -> Result<(), Outcome> {
     if named_twice {
         return Err((
             ErrorCode::INVALID_REQUEST,
@@ -115,24 +115,6 @@ fn check_shape(t: &CreatePartitionsTopic, named_twice: bool, live: &[i32]) -> Re
                 t.name
             )),
         ));
-    }
-    for replicas in t.assignments.iter().flatten() {
-        let err = |why: String| Err((ErrorCode::INVALID_REPLICA_ASSIGNMENT, Some(why)));
-        match replicas.as_slice() {
-            [] => return err("a replica assignment is empty".into()),
-            [b] if live.contains(b) => {}
-            [b] => {
-                return err(format!(
-                    "the replica assignment names broker {b}, which is not a live broker (live: {live:?})"
-                ))
-            }
-            many => {
-                return err(format!(
-                    "a replica assignment has {} replicas, but partitions are not replicated yet (replication factor 1)",
-                    many.len()
-                ))
-            }
-        }
     }
     Ok(())
 }
@@ -152,24 +134,19 @@ mod tests {
     #[test]
     fn shape_checks() {
         let a = topic("a", None);
-        assert!(check_shape(&a, false, &[0]).is_ok());
+        assert!(check_shape(&a, false).is_ok());
         assert_eq!(
-            check_shape(&a, true, &[0]).unwrap_err().0,
+            check_shape(&a, true).unwrap_err().0,
             ErrorCode::INVALID_REQUEST
         );
         let off = topic("__consumer_offsets", None);
         assert_eq!(
-            check_shape(&off, false, &[0]).unwrap_err().0,
+            check_shape(&off, false).unwrap_err().0,
             ErrorCode::INVALID_REQUEST
         );
-        for bad in [vec![vec![]], vec![vec![1]], vec![vec![0, 0]]] {
-            let t = topic("a", Some(bad));
-            assert_eq!(
-                check_shape(&t, false, &[0]).unwrap_err().0,
-                ErrorCode::INVALID_REPLICA_ASSIGNMENT
-            );
-        }
-        let ok = topic("a", Some(vec![vec![0], vec![0]]));
-        assert!(check_shape(&ok, false, &[0]).is_ok());
+        // Replicated assignments are the controller's to judge, against the topic's
+        // replication factor.
+        let replicated = topic("a", Some(vec![vec![1, 2, 3], vec![2, 3, 1]]));
+        assert!(check_shape(&replicated, false).is_ok());
     }
 }
