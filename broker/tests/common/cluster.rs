@@ -449,7 +449,13 @@ pub struct Ack {
 }
 
 struct AckContext(std::sync::Arc<std::sync::Mutex<Vec<Ack>>>);
-impl rdkafka::ClientContext for AckContext {}
+impl rdkafka::ClientContext for AckContext {
+    /// librdkafka's own log, on the test's stderr: `WRITER_DEBUG=eos,broker,topic` (its
+    /// `debug` contexts) shows what the producer did while a fault was on.
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        eprintln!("rdkafka {level:?} {fac}: {log_message}");
+    }
+}
 impl rdkafka::producer::ProducerContext for AckContext {
     type DeliveryOpaque = ();
     fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
@@ -493,6 +499,10 @@ impl Writer {
             c.set("bootstrap.servers", &bootstrap)
                 .set("acks", "all")
                 .set("enable.idempotence", "true");
+            if let Ok(debug) = std::env::var("WRITER_DEBUG") {
+                c.set("debug", debug)
+                    .set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
+            }
             for (k, v) in settings {
                 c.set(k, v);
             }
