@@ -142,7 +142,12 @@ fn controller_only_and_broker_only_nodes_make_one_cluster() {
         "broker 5 was fenced on the evidence of its death"
     );
     let gone = (0..3)
-        .filter_map(|i| cluster.gauge(i, "tributary_broker_fencings_total{reason=\"process_gone\"}"))
+        .filter_map(|i| {
+            cluster.gauge(
+                i,
+                "tributary_broker_fencings_total{reason=\"process_gone\"}",
+            )
+        })
         .max();
     assert!(gone.is_some_and(|n| n >= 1), "fencings counted: {gone:?}");
 }

@@ -498,9 +498,8 @@ impl MetadataNode {
             .keys()
             .any(|id| !c.voters.iter().any(|v| v.id == *id));
         let live = image.live_brokers().count();
-        if !voters_registered
-            && !(separate_brokers && live >= config.offsets_topic_replication_factor)
-        {
+        let enough = separate_brokers && live >= config.offsets_topic_replication_factor;
+        if !voters_registered && !enough {
             return;
         }
         if let Some(cmd) = offsets_topic_command(config, &image) {
