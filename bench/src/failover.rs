@@ -148,12 +148,24 @@ pub struct FailoverArgs {
     /// `--set broker.session.timeout.ms=3000`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+    /// Extra librdkafka property for the bench's producer (repeatable), applied after the
+    /// bench's own, e.g. `--producer-set socket.timeout.ms=2000`.
+    #[arg(long = "producer-set", value_name = "KEY=VALUE", value_parser = parse_property)]
+    pub producer_set: Vec<(String, String)>,
     /// Keep the directory (data and node logs) after a successful run.
     #[arg(long)]
     pub keep_dir: bool,
     /// Print one JSON object on the last line of stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `KEY=VALUE` as a (key, value) pair: split at the first `=`, the key not empty.
+fn parse_property(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
 }
 
 impl FailoverArgs {
@@ -168,6 +180,14 @@ impl FailoverArgs {
 
     pub fn secs(v: f64) -> Duration {
         Duration::from_secs_f64(v)
+    }
+
+    /// `--producer-set` as `KEY=VALUE` strings, for the JSON reports.
+    pub fn producer_set_json(&self) -> Vec<String> {
+        self.producer_set
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect()
     }
 }
 
@@ -327,7 +347,11 @@ enum Outcome {
 fn run_on(cluster: &mut Cluster, args: &FailoverArgs) -> Result<()> {
     let partitions = args.partitions();
     let bootstrap = cluster.bootstrap();
-    eprintln!("failover: cluster at {bootstrap}, fault {}", args.fault);
+    eprintln!(
+        "failover: cluster at {bootstrap}, fault {}, producer-set {:?}",
+        args.fault,
+        args.producer_set_json()
+    );
     let probe: BaseConsumer = client(&bootstrap)
         .create()
         .context("creating a metadata client")?;
@@ -602,6 +626,23 @@ pub(crate) fn heal_name(action: Action) -> &'static str {
     }
 }
 
+/// The producer's librdkafka properties: idempotent acks=all, then `--producer-set` on top.
+fn producer_config(args: &FailoverArgs, bootstrap: &str) -> ClientConfig {
+    let mut c = client(bootstrap);
+    c.set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", args.linger_ms.to_string())
+        .set("message.timeout.ms", MESSAGE_TIMEOUT_MS.to_string())
+        .set(
+            "queue.buffering.max.messages",
+            PRODUCER_QUEUE_MESSAGES_MAX.to_string(),
+        );
+    for (k, v) in &args.producer_set {
+        c.set(k, v);
+    }
+    c
+}
+
 fn spawn_producer(
     args: &FailoverArgs,
     bootstrap: &str,
@@ -610,15 +651,7 @@ fn spawn_producer(
     sent: &Arc<AtomicU64>,
     partitions: usize,
 ) -> Result<JoinHandle<Result<()>>> {
-    let producer: ThreadedProducer<SeqContext> = client(bootstrap)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("linger.ms", args.linger_ms.to_string())
-        .set("message.timeout.ms", MESSAGE_TIMEOUT_MS.to_string())
-        .set(
-            "queue.buffering.max.messages",
-            PRODUCER_QUEUE_MESSAGES_MAX.to_string(),
-        )
+    let producer: ThreadedProducer<SeqContext> = producer_config(args, bootstrap)
         .create_with_context(SeqContext { acks: acks.clone() })
         .context("creating the producer")?;
     let (topic, size, rate) = (args.topic.clone(), args.message_size, args.rate);
@@ -909,9 +942,72 @@ fn report_json(
             "rate": args.rate, "message_size": args.message_size, "linger_ms": args.linger_ms,
             "restart_after_s": args.restart_after, "stop_for_s": args.stop_for,
             "window_s": args.window, "set": args.set,
+            "producer_set": args.producer_set_json(),
         },
         "git_sha": env!("TRIBUTARY_GIT_SHA"),
     });
     delivery.add_to(&mut v);
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: FailoverArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<FailoverArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("failover").chain(argv.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn a_property_is_split_at_its_first_equals_sign() {
+        let kv = |k: &str, v: &str| Ok((k.to_string(), v.to_string()));
+        assert_eq!(
+            parse_property("socket.timeout.ms=2000"),
+            kv("socket.timeout.ms", "2000")
+        );
+        assert_eq!(parse_property("debug=a=b"), kv("debug", "a=b"));
+        assert_eq!(parse_property(" debug =msg"), kv("debug", "msg"));
+        assert_eq!(parse_property("client.id="), kv("client.id", ""));
+        assert!(parse_property("socket.timeout.ms").is_err());
+        assert!(parse_property("=2000").is_err());
+        assert!(parse_property(" =2000").is_err());
+        assert!(parse_property("").is_err());
+    }
+
+    #[test]
+    fn producer_set_is_repeatable_and_applied_over_the_bench_defaults() {
+        let args = parse(&[
+            "--producer-set",
+            "socket.timeout.ms=2000",
+            "--producer-set",
+            "linger.ms=0",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.producer_set_json(),
+            ["socket.timeout.ms=2000", "linger.ms=0"]
+        );
+        let c = producer_config(&args, "127.0.0.1:9092");
+        assert_eq!(c.get("socket.timeout.ms"), Some("2000"));
+        assert_eq!(c.get("linger.ms"), Some("0"));
+        assert_eq!(c.get("acks"), Some("all"));
+        assert_eq!(c.get("enable.idempotence"), Some("true"));
+        assert!(parse(&["--producer-set", "socket.timeout.ms"]).is_err());
+    }
+
+    #[test]
+    fn without_producer_set_the_producer_keeps_the_client_defaults() {
+        let args = parse(&[]).unwrap();
+        assert!(args.producer_set.is_empty());
+        let c = producer_config(&args, "127.0.0.1:9092");
+        assert_eq!(c.get("socket.timeout.ms"), None);
+        assert_eq!(c.get("linger.ms"), Some("5"));
+    }
 }

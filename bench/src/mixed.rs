@@ -341,6 +341,7 @@ fn report_json(
         "config": {
             "rate": args.rate, "message_size": args.message_size, "linger_ms": args.linger_ms,
             "term_exit_timeout_s": TERM_EXIT_TIMEOUT.as_secs(), "set": args.set,
+            "producer_set": args.producer_set_json(),
         },
         "git_sha": env!("TRIBUTARY_GIT_SHA"),
     });
