@@ -141,6 +141,10 @@ fn scenario(fault: Fault, settings: &[&str]) -> Seen {
     );
     wait_acks(&writer, 100);
     let at = Instant::now();
+    eprintln!(
+        "{fault:?} of node {victim} at {:?}",
+        std::time::SystemTime::now()
+    );
     let victim_i = (victim - 1) as usize;
     match fault {
         Fault::StopLeader => cluster.signal(victim_i, "STOP"),

@@ -453,7 +453,14 @@ impl rdkafka::ClientContext for AckContext {
     /// librdkafka's own log, on the test's stderr: `WRITER_DEBUG=eos,broker,topic` (its
     /// `debug` contexts) shows what the producer did while a fault was on.
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
-        eprintln!("rdkafka {level:?} {fac}: {log_message}");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        eprintln!(
+            "rdkafka {}.{:03} {level:?} {fac}: {log_message}",
+            now.as_secs(),
+            now.subsec_millis()
+        );
     }
 }
 impl rdkafka::producer::ProducerContext for AckContext {
