@@ -286,6 +286,9 @@ pub struct Shard {
     authorizer: RefCell<Option<Rc<tributary_security::acl::Authorizer>>>,
     /// What each (user, client id) produced and fetched through this shard, for quotas.
     pub(crate) quota_sensors: RefCell<crate::quota::QuotaSensors>,
+    /// When this shard's image first showed each fenced broker fenced (Metadata keeps
+    /// listing it for a while: `handlers::metadata::listed`).
+    pub(crate) fenced_since: RefCell<std::collections::HashMap<i32, Instant>>,
     peers: Vec<async_channel::Sender<ShardRequest>>,
     catalog: RefCell<Arc<Catalog>>,
     partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
@@ -368,6 +371,7 @@ impl Shard {
             broker_connections,
             authorizer,
             quota_sensors,
+            fenced_since: RefCell::new(std::collections::HashMap::new()),
             peers,
             catalog: RefCell::new(catalog),
             partitions: RefCell::new(HashMap::new()),
@@ -536,6 +540,11 @@ impl Shard {
             return;
         }
         let old = self.catalog.replace(catalog.clone());
+        crate::handlers::metadata::note_fencings(
+            &mut self.fenced_since.borrow_mut(),
+            &catalog,
+            Instant::now(),
+        );
         if let Some(t) = catalog.topics.get(OFFSETS_TOPIC) {
             self.groups.set_offsets_partitions(t.partitions);
         }

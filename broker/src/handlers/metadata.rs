@@ -1,7 +1,9 @@
 //! Metadata: brokers, topics and partition leaders from the shard's catalog snapshot, creating
 //! requested topics first when auto-creation is on.
 
+use std::collections::HashMap;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::metadata_response::{
     MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -15,7 +17,7 @@ use tributary_protocol::{ErrorCode, Reader};
 
 use super::authorized_operations::{self as ops, when};
 use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
-use crate::catalog::Catalog;
+use crate::catalog::{BrokerRegistration, Catalog};
 use crate::routing::ShardId;
 use crate::shard::{call, NewTopic, Shard, ShardRequest};
 
@@ -102,8 +104,13 @@ pub async fn handle(
     let cfg = &shard.config;
     // Each broker's endpoint on the listener the client connected to; one without that
     // listener is left out, as Kafka does.
+    let grace = Duration::from_millis(cfg.cluster.broker_session_timeout_ms);
+    let now = Instant::now();
+    let fenced_since = shard.fenced_since.borrow();
     let brokers = catalog
-        .live_brokers()
+        .brokers
+        .values()
+        .filter(|b| listed(b, fenced_since.get(&b.id).copied(), now, grace))
         .filter_map(|b| {
             let (host, port) = b.endpoint(listener)?;
             Some(
@@ -195,4 +202,92 @@ fn describe_topic(
         })
         .collect();
     t.with_partitions(partitions)
+}
+
+/// Whether Metadata lists broker `b`: a live one always; a fenced one for `grace` (one
+/// `broker.session.timeout.ms`) after this shard first saw it fenced, then no more (Kafka
+/// leaves fenced brokers out at once). The grace is for librdkafka: when the response that
+/// moves a partition to its new leader also drops the old leader's broker, librdkafka 2.12
+/// decommissions that broker while the partition is still on its way off it, parks the
+/// partition on its internal broker and finds the new leader only at its next one-second
+/// topic scan — about a second more of every leader kill (measured: 1.4–1.5 s ack gaps
+/// listed out at once, 0.13–0.4 s listed). Once the grace ends the partitions have long
+/// moved, and dropping the broker costs nothing. A client that tries a listed dead broker is
+/// refused at once and tries another.
+pub fn listed(
+    b: &BrokerRegistration,
+    fenced_since: Option<Instant>,
+    now: Instant,
+    grace: Duration,
+) -> bool {
+    if !b.fenced {
+        return true;
+    }
+    fenced_since.is_some_and(|since| now.saturating_duration_since(since) < grace)
+}
+
+/// Keeps `fenced_since` in step with an image: a broker newly fenced is noted at `now`, one
+/// no longer fenced (or gone) is forgotten.
+pub fn note_fencings(fenced_since: &mut HashMap<i32, Instant>, image: &Catalog, now: Instant) {
+    fenced_since.retain(|id, _| image.brokers.get(id).is_some_and(|b| b.fenced));
+    for b in image.brokers.values().filter(|b| b.fenced) {
+        fenced_since.entry(b.id).or_insert(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::command::{apply, FenceReason, MetadataCommand};
+
+    fn image_with_broker_1_fenced(fenced: bool) -> Catalog {
+        let mut image = Catalog::empty();
+        let register = MetadataCommand::RegisterBroker {
+            id: 1,
+            incarnation: "x".into(),
+            host: "127.0.0.1".into(),
+            port: 9000,
+            listeners: Vec::new(),
+        };
+        apply(&mut image, 1, &register.encode());
+        if fenced {
+            let fence = MetadataCommand::FenceBroker {
+                id: 1,
+                controlled: false,
+                epoch: None,
+                reason: FenceReason::ProcessGone,
+            };
+            apply(&mut image, 2, &fence.encode());
+        }
+        image
+    }
+
+    #[test]
+    fn a_fenced_broker_stays_listed_for_one_grace_then_goes() {
+        let grace = Duration::from_millis(2000);
+        let t0 = Instant::now();
+        let mut since = HashMap::new();
+        let live = image_with_broker_1_fenced(false);
+        note_fencings(&mut since, &live, t0);
+        assert!(since.is_empty());
+        assert!(listed(&live.brokers[&1], None, t0, grace));
+
+        let fenced = image_with_broker_1_fenced(true);
+        note_fencings(&mut since, &fenced, t0);
+        // A later image that still shows it fenced keeps the first sighting.
+        note_fencings(&mut since, &fenced, t0 + Duration::from_millis(1500));
+        let b = &fenced.brokers[&1];
+        assert!(listed(
+            b,
+            since.get(&1).copied(),
+            t0 + Duration::from_millis(1999),
+            grace
+        ));
+        assert!(!listed(b, since.get(&1).copied(), t0 + grace, grace));
+        // Never seen fenced by this shard: not listed.
+        assert!(!listed(b, None, t0, grace));
+
+        note_fencings(&mut since, &live, t0 + grace);
+        assert!(since.is_empty(), "unfenced: forgotten");
+    }
 }
