@@ -81,9 +81,10 @@ fn a_killed_controller_is_replaced_before_its_election_timeout() {
 #[test]
 fn a_paused_leader_is_fenced_after_the_session_timeout_and_loses_nothing() {
     let seen = scenario(Fault::StopLeader, &[]);
-    // The session, then the client's own socket timeout (2 s) for what it had sent to the
-    // paused leader, a commit and a metadata refresh.
-    let bound = Duration::from_millis(SESSION_TIMEOUT_MS) + Duration::from_secs(5);
+    // The session, then the client's own socket timeout (2 s) for the last request it had
+    // sent to the paused leader, a commit and its metadata refreshes (one-second scans):
+    // measured 2.6–5.5 s. Far below the 60 s of librdkafka's default socket timeout.
+    let bound = Duration::from_millis(SESSION_TIMEOUT_MS) + Duration::from_secs(8);
     assert!(seen.gap < bound, "ack gap {:?}", seen.gap);
     assert!(fenced(&seen, "silent") >= 1, "{:?}", seen.fencings);
 }

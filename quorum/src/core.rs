@@ -73,8 +73,10 @@ pub struct Core {
     last_heard: RefCell<HashMap<u64, Instant>>,
     /// Raft id → the newest evidence that its process is gone, and when it came.
     gone: RefCell<HashMap<u64, (Evidence, Instant)>>,
-    /// Fires when evidence that a peer is gone arrives.
+    /// Fires when evidence that a peer is gone arrives; `evidence_count` counts them, so a
+    /// waiter that was busy when one fired still sees it.
     pub evidence_arrived: Event,
+    pub evidence_count: Cell<u64>,
     live_tasks: Cell<usize>,
     tasks_done: Event,
     /// Fires when the commit index moves (observer fetches wait on it).
@@ -99,6 +101,7 @@ impl Core {
             last_heard: RefCell::new(HashMap::new()),
             gone: RefCell::new(HashMap::new()),
             evidence_arrived: Event::new(),
+            evidence_count: Cell::new(0),
             live_tasks: Cell::new(0),
             tasks_done: Event::new(),
             commit_moved: Event::new(),
@@ -160,6 +163,7 @@ impl Core {
         self.gone
             .borrow_mut()
             .insert(raft_id, (evidence, Instant::now()));
+        self.evidence_count.set(self.evidence_count.get() + 1);
         self.evidence_arrived.notify(usize::MAX);
     }
 

@@ -514,9 +514,24 @@ impl<S: StateMachine> Quorum<S> {
         }
     }
 
-    /// Resolves when new evidence that a peer is gone arrives (see [`Self::peer_evidence`]).
-    pub async fn evidence_arrived(&self) {
-        self.shared.core.evidence_arrived.listen().await;
+    /// How many pieces of evidence that a peer is gone have arrived so far.
+    pub fn evidence_count(&self) -> u64 {
+        self.shared.core.evidence_count.get()
+    }
+
+    /// Resolves once [`Self::evidence_count`] differs from `seen` (see [`Self::peer_evidence`]).
+    pub async fn evidence_arrived(&self, seen: u64) {
+        let core = &self.shared.core;
+        loop {
+            if core.evidence_count.get() != seen {
+                return;
+            }
+            let listener = core.evidence_arrived.listen();
+            if core.evidence_count.get() != seen {
+                return;
+            }
+            listener.await;
+        }
     }
 
     /// Whether this node is an observer (outside the voters).

@@ -363,6 +363,7 @@ impl MetadataNode {
         let rebalance_every = Duration::from_secs(config.leader_imbalance_check_interval_seconds);
         let mut last_rebalance = Instant::now();
         let mut last_round = Instant::now();
+        let mut evidence_seen = self.quorum.evidence_count();
         loop {
             // Evidence that a broker died, or this node becoming the leader, ends the wait:
             // what is left of the outage is then one commit, not the rest of an interval.
@@ -370,11 +371,12 @@ impl MetadataNode {
             futures_lite::future::or(
                 glommio::timer::sleep(interval),
                 futures_lite::future::or(
-                    self.quorum.evidence_arrived(),
+                    self.quorum.evidence_arrived(evidence_seen),
                     self.quorum.leadership_changed(leader, term),
                 ),
             )
             .await;
+            evidence_seen = self.quorum.evidence_count();
             let late = last_round.elapsed().saturating_sub(interval);
             last_round = Instant::now();
             if !self.quorum.is_leader() {
