@@ -34,7 +34,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
@@ -245,7 +245,15 @@ struct SeqContext {
     acks: Arc<Acks>,
 }
 
-impl ClientContext for SeqContext {}
+impl ClientContext for SeqContext {
+    /// librdkafka's own log on stderr, stamped in seconds from the start of producing (the
+    /// clock of the fault lines): `--producer-set debug=eos,broker,topic --producer-set
+    /// log_level=7` shows what the producer did around a fault.
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        let at = self.acks.start.elapsed().as_secs_f64();
+        eprintln!("rdkafka {at:.3}s {level:?} {fac}: {log_message}");
+    }
+}
 
 impl ProducerContext for SeqContext {
     type DeliveryOpaque = usize;
