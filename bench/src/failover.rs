@@ -247,8 +247,8 @@ struct SeqContext {
 
 impl ClientContext for SeqContext {
     /// librdkafka's own log on stderr, stamped in seconds from the start of producing (the
-    /// clock of the fault lines): `--producer-set debug=eos,broker,topic --producer-set
-    /// log_level=7` shows what the producer did around a fault.
+    /// clock of the fault lines): `--producer-set debug=eos,broker,topic` shows what the
+    /// producer did around a fault.
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         let at = self.acks.start.elapsed().as_secs_f64();
         eprintln!("rdkafka {at:.3}s {level:?} {fac}: {log_message}");
@@ -648,6 +648,10 @@ fn producer_config(args: &FailoverArgs, bootstrap: &str) -> ClientConfig {
     for (k, v) in &args.producer_set {
         c.set(k, v);
     }
+    // rdkafka passes on librdkafka's log up to its own level, not the `log_level` property.
+    if c.get("debug").is_some() {
+        c.set_log_level(RDKafkaLogLevel::Debug);
+    }
     c
 }
 
@@ -1007,7 +1011,16 @@ mod tests {
         assert_eq!(c.get("linger.ms"), Some("0"));
         assert_eq!(c.get("acks"), Some("all"));
         assert_eq!(c.get("enable.idempotence"), Some("true"));
+        assert!(!matches!(c.log_level, RDKafkaLogLevel::Debug));
         assert!(parse(&["--producer-set", "socket.timeout.ms"]).is_err());
+    }
+
+    #[test]
+    fn a_debug_property_lets_librdkafka_debug_lines_through() {
+        let args = parse(&["--producer-set", "debug=eos,broker"]).unwrap();
+        let c = producer_config(&args, "127.0.0.1:9092");
+        assert_eq!(c.get("debug"), Some("eos,broker"));
+        assert!(matches!(c.log_level, RDKafkaLogLevel::Debug));
     }
 
     #[test]
