@@ -159,12 +159,18 @@ impl Core {
 
     /// Records evidence that the process of `raft_id` is gone; it stands until a message from
     /// that node arrives after it.
-    pub fn peer_gone(&self, raft_id: u64, evidence: Evidence) {
+    /// Returns whether it is news: no evidence stood since the node was last heard (a peer
+    /// that stays down is refused at every reconnect, and is news only once).
+    pub fn peer_gone(&self, raft_id: u64, evidence: Evidence) -> bool {
+        let standing = self.gone_peers().iter().any(|(id, _)| *id == raft_id);
         self.gone
             .borrow_mut()
             .insert(raft_id, (evidence, Instant::now()));
-        self.evidence_count.set(self.evidence_count.get() + 1);
-        self.evidence_arrived.notify(usize::MAX);
+        if !standing {
+            self.evidence_count.set(self.evidence_count.get() + 1);
+            self.evidence_arrived.notify(usize::MAX);
+        }
+        !standing
     }
 
     /// Every peer whose newest evidence of death came after its last message.

@@ -341,7 +341,7 @@ async fn serve_inbound(mut stream: TcpStream, core: Rc<Core>) {
             tracing::debug!(node = hs.from, ?peer, "observer connected to fetch");
             let reason = crate::observer::serve_fetches(&mut stream, &core, hs.from).await;
             // Observers have no quorum port to probe; whoever knows their address may.
-            core.peer_gone(raft_id(hs.from), Evidence::Closed);
+            let _ = core.peer_gone(raft_id(hs.from), Evidence::Closed);
             reason
         }
         Channel::ObserverPropose => {
@@ -383,9 +383,10 @@ async fn probe_voter(core: &Core, node: i32) {
 
 /// Records that voter `node`'s port at `addr` refused a connection and tells the driver.
 async fn voter_gone(core: &Core, node: i32, addr: SocketAddr) {
-    tracing::info!(node, %addr, "quorum peer is gone: its port refuses connections");
-    core.peer_gone(raft_id(node), Evidence::Refused);
-    report(core, Input::VoterGone(raft_id(node))).await;
+    if core.peer_gone(raft_id(node), Evidence::Refused) {
+        tracing::info!(node, %addr, "quorum peer is gone: its port refuses connections");
+        report(core, Input::VoterGone(raft_id(node))).await;
+    }
 }
 
 /// Delivers an admitted peer's messages to the driver; returns why it stopped.
