@@ -283,8 +283,10 @@ mod tests {
     fn each_fault_is_measured_on_its_own_partition() {
         // Partition 0 stalls 5 s → 8.5 s around fault 1; partition 1 stalls 20 s → 21 s around
         // fault 2. Fault 2 ends fault 1's window, so p0's acks after 20 s are not fault 1's.
+        // Partition 0 stalls again after fault 2 for 6 s: fault 1 would report that longer
+        // stall if fault 2 did not end its window.
         let times = vec![
-            steady(30_000, &[(5_000, 8_500)]),
+            steady(30_000, &[(5_000, 8_500), (22_000, 28_000)]),
             steady(30_000, &[(20_000, 21_000)]),
         ];
         let gaps = fault_gaps(&times, &[(0, ms(5_001)), (1, ms(20_001))], ms(30_000));

@@ -441,7 +441,6 @@ pub fn render_cluster(out: &mut String, q: &QuorumView, image: &crate::catalog::
 /// Fencings by reason and ISR changes by direction, cluster-wide, as the metadata log counted
 /// them (see `catalog::LivenessCounts`).
 fn render_liveness(out: &mut String, counts: &crate::catalog::LivenessCounts) {
-    use crate::cluster::command::FenceReason as R;
     let fencings = "tributary_broker_fencings_total";
     header(
         out,
@@ -449,12 +448,7 @@ fn render_liveness(out: &mut String, counts: &crate::catalog::LivenessCounts) {
         "counter",
         "Brokers fenced by the active controller, cluster-wide, by what it saw.",
     );
-    for reason in [
-        R::ProcessGone,
-        R::Silent,
-        R::ControlledShutdown,
-        R::Restarted,
-    ] {
+    for reason in crate::cluster::command::FenceReason::ALL {
         let n = counts.fencings.get(reason.name()).copied().unwrap_or(0);
         let _ = writeln!(out, "{fencings}{{reason=\"{}\"}} {n}", reason.name());
     }

@@ -202,13 +202,7 @@ fn deleted_records_stay_deleted_whichever_replica_leads() {
         assert_serves_from(&cluster, leader, low, &format!("round {round}, before"));
         let li = (leader - 1) as usize;
         cluster.kill(li);
-        let others: String = cluster
-            .nodes
-            .iter()
-            .filter(|n| n.id != leader)
-            .map(|n| n.client.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
+        let others = cluster.bootstrap_except(leader);
         wait_until("another replica leads", || {
             let (l, _) = placement(&others, TOPIC);
             l > 0 && l != leader

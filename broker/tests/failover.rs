@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{NewTopic, TopicReplication};
 
 use common::cluster::{placement, read_until_all, Ack, Cluster, Writer, SESSION_TIMEOUT_MS};
+use tributary_broker::cluster::command::FenceReason;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -271,9 +272,10 @@ fn longest_gap(acks: &[Ack], at: Instant, healed: Instant) -> Duration {
 }
 
 fn fencing_counts(cluster: &Cluster, i: usize) -> Vec<(&'static str, i64)> {
-    ["process_gone", "silent", "controlled_shutdown", "restarted"]
+    FenceReason::ALL
         .into_iter()
-        .map(|r| {
+        .map(|reason| {
+            let r = reason.name();
             let name = format!("tributary_broker_fencings_total{{reason=\"{r}\"}}");
             (r, cluster.gauge(i, &name).unwrap_or(-1))
         })

@@ -98,13 +98,7 @@ fn every_replica_leads_in_turn_and_nothing_acknowledged_is_lost() {
         leaders_seen.push(leader);
         let li = (leader - 1) as usize;
         cluster.kill(li);
-        let others: String = cluster
-            .nodes
-            .iter()
-            .filter(|n| n.id != leader)
-            .map(|n| n.client.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
+        let others = cluster.bootstrap_except(leader);
         wait_until("another in-sync replica leads", || {
             let (l, _) = placement(&others, TOPIC);
             l > 0 && l != leader
@@ -282,13 +276,7 @@ fn committed_offsets_survive_their_coordinators_death() {
     let coordinator = raw_find_coordinator(cluster.nodes[0].client, "survivors");
     let ci = (coordinator - 1) as usize;
     cluster.kill(ci);
-    let others: String = cluster
-        .nodes
-        .iter()
-        .filter(|n| n.id != coordinator)
-        .map(|n| n.client.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
+    let others = cluster.bootstrap_except(coordinator);
     // Another replica of the group's offsets partition leads it and holds the commit.
     wait_until("the group coordinated elsewhere, its offsets kept", || {
         committed(&others, "survivors") == Some(100)
@@ -318,13 +306,7 @@ fn a_clean_stop_hands_leadership_over_at_once() {
     let stopped = std::time::Instant::now();
     let status = cluster.terminate(li).expect("the leader was running");
     assert!(status.success(), "a clean stop exits 0: {status:?}");
-    let others: String = cluster
-        .nodes
-        .iter()
-        .filter(|n| n.id != leader)
-        .map(|n| n.client.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
+    let others = cluster.bootstrap_except(leader);
     let (now, isr) = placement(&others, TOPIC);
     assert!(
         now > 0 && now != leader,

@@ -116,13 +116,7 @@ fn a_transaction_spans_brokers_and_survives_its_coordinator() {
     p.commit_transaction(T)
         .expect("the new coordinator commits the transaction");
     want.sort();
-    let live: String = cluster
-        .nodes
-        .iter()
-        .filter(|n| n.id != c)
-        .map(|n| n.client.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
+    let live = cluster.bootstrap_except(c);
     assert_eq!(read_committed(&live), want);
     // Back, the old coordinator's node serves the same committed data.
     cluster.spawn((c - 1) as usize);

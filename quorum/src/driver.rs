@@ -459,7 +459,6 @@ impl<S: StateMachine> Driver<S> {
     }
 }
 
-/// The ConfState every node starts with: all configured voters (static membership).
 /// This node's place among the voters other than the `gone` one (raft id), by node id: who
 /// campaigns first when the leader is gone.
 pub fn campaign_rank(voters: &[(i32, std::net::SocketAddr)], me: i32, gone: u64) -> usize {
@@ -472,6 +471,7 @@ pub fn campaign_rank(voters: &[(i32, std::net::SocketAddr)], me: i32, gone: u64)
     ids.iter().position(|id| *id == me).unwrap_or(ids.len())
 }
 
+/// The ConfState every node starts with: all configured voters (static membership).
 pub fn voters_conf_state(voters: Vec<u64>) -> ConfState {
     ConfState {
         voters,

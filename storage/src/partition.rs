@@ -292,7 +292,8 @@ pub struct Partition {
     last_flush_small: Cell<bool>,
     flushed: Event,
     advanced: Event,
-    /// Fired whenever the log end offset moves (appends, truncations): replica fetches wait on it.
+    /// Fired whenever either end of the log moves (appends, truncations, the log start):
+    /// replica fetches wait on it.
     appended: Event,
     /// A timed `fdatasync` (`flush.ms`) is pending.
     sync_timer_armed: Cell<bool>,

@@ -144,6 +144,13 @@ pub enum FenceReason {
 }
 
 impl FenceReason {
+    pub const ALL: [FenceReason; 4] = [
+        FenceReason::ProcessGone,
+        FenceReason::Silent,
+        FenceReason::ControlledShutdown,
+        FenceReason::Restarted,
+    ];
+
     /// The label of `tributary_broker_fencings_total`.
     pub fn name(self) -> &'static str {
         match self {

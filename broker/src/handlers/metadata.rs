@@ -106,11 +106,11 @@ pub async fn handle(
     // listener is left out, as Kafka does.
     let grace = Duration::from_millis(cfg.cluster.broker_session_timeout_ms);
     let now = Instant::now();
-    let fenced_since = shard.fenced_since.borrow();
+    let fenced_since = |id| shard.fenced_since.borrow().get(&id).copied();
     let brokers = catalog
         .brokers
         .values()
-        .filter(|b| listed(b, fenced_since.get(&b.id).copied(), now, grace))
+        .filter(|b| listed(b, fenced_since(b.id), now, grace))
         .filter_map(|b| {
             let (host, port) = b.endpoint(listener)?;
             Some(

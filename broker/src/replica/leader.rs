@@ -492,9 +492,8 @@ impl Shard {
         };
         let log_start = part.log_start_offset();
         loop {
+            // Woken when either end of the log moves.
             let grew = part.listen_append();
-            // Woken by high watermark moves and flushes too; each only costs a look.
-            let advanced = part.listen_advance();
             if part.log_end_offset() > offset || part.log_start_offset() != log_start {
                 return;
             }
@@ -506,14 +505,9 @@ impl Shard {
                 async {
                     grew.await;
                 },
-                futures_lite::future::or(
-                    async {
-                        advanced.await;
-                    },
-                    async {
-                        glommio::timer::sleep(left).await;
-                    },
-                ),
+                async {
+                    glommio::timer::sleep(left).await;
+                },
             )
             .await;
         }

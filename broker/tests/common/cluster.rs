@@ -271,6 +271,16 @@ impl Cluster {
         self.nodes[i].client.to_string()
     }
 
+    /// Every broker's client address but node `id`'s (the one a test just stopped).
+    pub fn bootstrap_except(&self, id: i32) -> String {
+        self.nodes
+            .iter()
+            .filter(|n| n.is_broker() && n.id != id)
+            .map(|n| n.client.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// Every broker's client address.
     pub fn all_bootstrap(&self) -> String {
         self.nodes

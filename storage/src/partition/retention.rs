@@ -158,6 +158,8 @@ impl Partition {
             self.persist_epochs(false).await?;
         }
         self.advanced.notify(usize::MAX);
+        // A follower's fetch held at the leader answers at once with the new log start.
+        self.appended.notify(usize::MAX);
         Ok(())
     }
 }
