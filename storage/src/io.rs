@@ -28,7 +28,14 @@ pub async fn prime_executor_io(data_dir: &Path) -> std::io::Result<()> {
     blocking(move || {
         let ok = std::fs::metadata(&probe).map(|m| m.len() as usize >= IO_PROBE_BYTES);
         if !matches!(ok, Ok(true)) {
-            std::fs::write(&probe, vec![0u8; IO_PROBE_BYTES])?;
+            // Written aside and renamed into place: the shards of a first start all find the
+            // file missing, and one writing it in place (truncate, then write) left another
+            // that had just written it reading an empty file.
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let aside = probe.with_extension(format!("{}.{n}.tmp", std::process::id()));
+            std::fs::write(&aside, vec![0u8; IO_PROBE_BYTES])?;
+            std::fs::rename(&aside, &probe)?;
         }
         Ok(())
     })
