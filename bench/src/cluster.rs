@@ -193,7 +193,8 @@ impl Cluster {
         let mut cmd = Command::new(&broker);
         cmd.arg("--data-dir")
             .arg(&data_dir)
-            .args(["--cores", "1"])
+            .arg("--cpus")
+            .arg(node_cpu(id).to_string())
             .arg("--set")
             .arg(format!("node.id={id}"))
             .arg("--set")
@@ -347,5 +348,53 @@ impl Drop for Cluster {
         } else if let Err(e) = std::fs::remove_dir_all(&self.dir) {
             eprintln!("could not remove {}: {e}", self.dir.display());
         }
+    }
+}
+
+/// The CPU node `id`'s one shard runs on: the nodes spread over this process's CPUs, as on
+/// separate machines, instead of all taking the first one (`--cores 1` would pin every node
+/// to it, and three brokers sharing one CPU under full load fall behind each other).
+fn node_cpu(id: i32) -> usize {
+    let cpus = allowed_cpus();
+    let i = usize::try_from(id.max(1) - 1).unwrap_or(0);
+    cpus[i % cpus.len()]
+}
+
+/// This process's CPUs, from `Cpus_allowed_list` in /proc/self/status (`0-3,6`); CPU 0 when it
+/// cannot be read.
+fn allowed_cpus() -> Vec<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap_or("0");
+    let cpus = parse_cpu_list(list.trim());
+    if cpus.is_empty() {
+        vec![0]
+    } else {
+        cpus
+    }
+}
+
+fn parse_cpu_list(list: &str) -> Vec<usize> {
+    let mut cpus = Vec::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(lo), Ok(hi)) = (lo.trim().parse::<usize>(), hi.trim().parse::<usize>()) {
+            cpus.extend(lo..=hi);
+        }
+    }
+    cpus
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_parse_as_linux_writes_them() {
+        assert_eq!(parse_cpu_list("0-1"), vec![0, 1]);
+        assert_eq!(parse_cpu_list("0,2-4,7"), vec![0, 2, 3, 4, 7]);
+        assert_eq!(parse_cpu_list(""), Vec::<usize>::new());
     }
 }

@@ -604,33 +604,7 @@ async fn run_shard(
         })
         .collect();
     let ticker = glommio::spawn_local(group_ticker(shard.clone())).detach();
-    let retention = glommio::spawn_local(every(
-        shard.clone(),
-        config.log_retention_check_interval_ms,
-        |s| async move { s.enforce_retention().await },
-    ))
-    .detach();
-    let txn_cleaner = glommio::spawn_local(every(
-        shard.clone(),
-        config.transaction_cleanup_interval_ms,
-        crate::handlers::txn::tick,
-    ))
-    .detach();
-    // Leaders check their followers' lag twice per replica.lag.time.max.ms.
-    let isr_checker = glommio::spawn_local(every(
-        shard.clone(),
-        (config.replica_lag_time_max_ms / 2).max(1),
-        |s| async move { s.check_isr().await },
-    ))
-    .detach();
-    let cleaner = config.log_cleaner_enable.then(|| {
-        glommio::spawn_local(every(
-            shard.clone(),
-            config.log_cleaner_backoff_ms,
-            |s| async move { s.clean_partitions().await },
-        ))
-        .detach()
-    });
+    let periodic = spawn_periodic(&shard, &config);
     while let Ok(req) = rx.recv().await {
         if let ShardRequest::Stop { reply } = req {
             if let Some(tasks) = &metadata_tasks {
@@ -652,12 +626,52 @@ async fn run_shard(
         m.cancel();
     }
     ticker.cancel();
-    retention.cancel();
-    txn_cleaner.cancel();
-    isr_checker.cancel();
-    if let Some(c) = cleaner {
-        c.cancel();
+    for task in periodic {
+        task.cancel();
     }
+}
+
+/// The shard's periodic work: retention, transaction expiry, the leaders' ISR checks (see
+/// `isr_check_interval_ms`) and high watermark checkpoints (twice per
+/// replica.lag.time.max.ms), and the log cleaner when enabled.
+fn spawn_periodic(shard: &Rc<Shard>, config: &BrokerConfig) -> Vec<glommio::task::JoinHandle<()>> {
+    let mut tasks = vec![
+        glommio::spawn_local(every(
+            shard.clone(),
+            config.log_retention_check_interval_ms,
+            |s| async move { s.enforce_retention().await },
+        ))
+        .detach(),
+        glommio::spawn_local(every(
+            shard.clone(),
+            config.transaction_cleanup_interval_ms,
+            crate::handlers::txn::tick,
+        ))
+        .detach(),
+        glommio::spawn_local(every(
+            shard.clone(),
+            crate::replica::leader::isr_check_interval_ms(config),
+            |s| async move { s.check_isr().await },
+        ))
+        .detach(),
+        glommio::spawn_local(every(
+            shard.clone(),
+            (config.replica_lag_time_max_ms / 2).max(1),
+            |s| async move { s.checkpoint_high_watermarks().await },
+        ))
+        .detach(),
+    ];
+    if config.log_cleaner_enable {
+        tasks.push(
+            glommio::spawn_local(every(
+                shard.clone(),
+                config.log_cleaner_backoff_ms,
+                |s| async move { s.clean_partitions().await },
+            ))
+            .detach(),
+        );
+    }
+    tasks
 }
 
 /// Binds the metrics endpoint on this shard and starts serving it.

@@ -41,10 +41,10 @@ const RAW_READ_TIMEOUT: Duration = Duration::from_secs(15);
 const RAW_PRODUCE_TIMEOUT_MS: i32 = 1500;
 
 /// Three nodes, each in its own namespace, with `PARTITIONS` RF=3 partitions whose replicas
-/// are all in sync.
-fn start(net: &Netns) -> Cluster {
+/// are all in sync; `replica.lag.time.max.ms` is `lag_ms`.
+fn start(net: &Netns, lag_ms: u64) -> Cluster {
     let mut cluster = Cluster::new_with(net.hosts());
-    cluster.extra = vec!["replica.lag.time.max.ms=3000".into()];
+    cluster.extra = vec![format!("replica.lag.time.max.ms={lag_ms}")];
     cluster.start_all();
     // `ip netns exec` execs the broker: the child is the broker itself, so killing the child
     // kills the broker.
@@ -292,7 +292,7 @@ fn assert_cut(net: &Netns, cluster: &Cluster, i: usize, from: &[usize]) {
 /// writer and raw acks=all writes to the isolated leader keep coming; then heals the cut.
 fn isolated_leader(controller_too: bool) {
     let mut net = Netns::new(3);
-    let mut cluster = start(&net);
+    let mut cluster = start(&net, 3000);
     let mut controller = None;
     wait_until("one active controller", || {
         controller = active_controller(&cluster);
@@ -316,6 +316,7 @@ fn isolated_leader(controller_too: bool) {
     }
     let controller_at_cut = active_controller(&cluster).map(|i| cluster.nodes[i].id);
     net.isolate(li, &others);
+    cluster.note_fault(format!("network cut of node {}", cluster.nodes[li].id));
     let cut_at = Instant::now();
     assert_cut(&net, &cluster, li, &others);
     // Until the other two elect a new leader (and for two writes more), every acks=all write sent
@@ -416,7 +417,7 @@ fn isolated_leader_and_controller_cannot_acknowledge() {
 #[test]
 fn isolated_follower_leaves_and_rejoins_isr() {
     let mut net = Netns::new(3);
-    let mut cluster = start(&net);
+    let mut cluster = start(&net, 3000);
     let part = 0;
     let before = placement(&cluster, 0, part).expect("metadata");
     let li = index_of(before.leader);
@@ -438,6 +439,7 @@ fn isolated_follower_leaves_and_rejoins_isr() {
         assert!(net.can_connect(fi, cluster.nodes[j].controller));
     }
     net.isolate(fi, &others);
+    cluster.note_fault(format!("network cut of node {}", cluster.nodes[fi].id));
     let cut_at = Instant::now();
     assert_cut(&net, &cluster, fi, &others);
     // The leader drops the silent follower from the ISR and goes on acknowledging.
@@ -466,4 +468,70 @@ fn isolated_follower_leaves_and_rejoins_isr() {
         at: now,
     }));
     check_log(&mut cluster, &majority, part, &acked, &[]);
+}
+
+/// A link cut between a leader and one follower only, both still in touch with the active
+/// controller: nothing fences anyone, and the lag window (30 s, Kafka's default) would hold
+/// every acks=all write for all of it. The follower's fetches stop reaching the leader, which
+/// drops it from the ISR after `replica.fetch.silence.max.ms` (2 s) and goes on acknowledging.
+#[test]
+fn a_follower_cut_from_its_leader_alone_leaves_the_isr_after_the_fetch_silence() {
+    let mut net = Netns::new(3);
+    let mut cluster = start(&net, 30_000);
+    let ci = active_controller(&cluster).expect("one active controller");
+    // A partition led by a node that is not the active controller; its other follower is cut.
+    let (part, li) = (0..PARTITIONS)
+        .map(|part| {
+            (
+                part,
+                index_of(placement(&cluster, ci, part).expect("metadata").leader),
+            )
+        })
+        .find(|&(_, li)| li != ci)
+        .expect("a partition the controller does not lead");
+    let fi = (0..3).find(|&i| i != li && i != ci).expect("three nodes");
+    let follower = cluster.nodes[fi].id;
+    let writer = writer(cluster.all_bootstrap(), part);
+    wait_until("the writer's first acknowledgements", || {
+        writer.acked() >= 50
+    });
+    net.isolate(fi, &[li]);
+    cluster.note_fault(format!(
+        "network cut between nodes {} and {follower}",
+        cluster.nodes[li].id
+    ));
+    let cut_at = Instant::now();
+    assert!(net.can_connect(fi, cluster.nodes[ci].controller));
+    wait_until("the ISR without the cut-off follower", || {
+        placement(&cluster, li, part).is_some_and(|p| !p.isr.contains(&follower))
+    });
+    let shrunk = cut_at.elapsed();
+    eprintln!("the ISR shrank {shrunk:?} after the cut");
+    assert!(
+        shrunk < Duration::from_secs(6),
+        "the ISR shrank only after {shrunk:?}: the fetch silence (2 s) should have done it"
+    );
+    let at_shrink = writer.acked();
+    wait_until("acknowledgements after the shrink", || {
+        writer.acked() > at_shrink + 50
+    });
+    let seen = cluster.liveness().expect("liveness counters");
+    assert_eq!(seen.fenced(), 0, "nobody lost the controller: {seen}");
+    net.heal();
+    wait_until("the follower back in the ISR", || {
+        (0..3).all(|i| placement(&cluster, i, part).is_some_and(|p| p.isr.len() == 3))
+    });
+    let (_, acked) = writer.stop();
+    let mut times: Vec<Instant> = acked.iter().map(|a| a.at).collect();
+    times.sort_unstable();
+    let from = times.iter().rposition(|t| *t <= cut_at).unwrap_or(0);
+    let gap = times[from..]
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
+    eprintln!("longest ack gap after the cut {gap:?}");
+    assert!(gap < Duration::from_secs(5), "acks stalled {gap:?}");
+    let all = cluster.all_bootstrap();
+    check_log(&mut cluster, &all, part, &acked, &[]);
 }

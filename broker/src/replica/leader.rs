@@ -15,6 +15,8 @@ use tributary_protocol::requests::fetch::FetchPartitionResponse;
 use tributary_protocol::ErrorCode;
 use tributary_storage::Partition;
 
+use crate::config::BrokerConfig;
+
 use super::LeaderState;
 use crate::catalog::Catalog;
 use crate::cluster::command::{isr_eligible, MetadataCommand};
@@ -513,25 +515,29 @@ impl Shard {
         }
     }
 
-    /// Proposes the ISR changes this shard's led partitions need; run every half
-    /// `replica.lag.time.max.ms`.
+    /// Proposes the ISR changes this shard's led partitions need; run every
+    /// [`isr_check_interval_ms`].
     pub async fn check_isr(self: &Rc<Self>) {
-        // The high watermark checkpoints of replicated partitions, as Kafka writes them every
-        // few seconds: a restart starts from them instead of the log end.
+        let changes = self.isr_changes(None);
+        self.propose_isr_changes(changes).await;
+    }
+
+    /// Writes the high watermark checkpoints of replicated partitions, as Kafka does every few
+    /// seconds: a restart starts from them instead of the log end. Run every half
+    /// `replica.lag.time.max.ms`.
+    pub async fn checkpoint_high_watermarks(self: &Rc<Self>) {
         for (_, part) in self.owned_partitions() {
             if let Err(e) = part.checkpoint_high_watermark().await {
                 warn!(dir = %part.dir().display(), error = %e, "writing the high watermark checkpoint failed");
             }
         }
-        let changes = self.isr_changes(None);
-        self.propose_isr_changes(changes).await;
     }
 
     /// The ISR changes this shard's led partitions (or only `only`) need now, each marked
     /// pending.
     fn isr_changes(&self, only: Option<&(String, i32)>) -> Vec<MetadataCommand> {
         let me = self.config.node_id;
-        let lag_max = Duration::from_millis(self.config.replica_lag_time_max_ms);
+        let rules = isr_rules(&self.config);
         let now = Instant::now();
         let catalog = self.catalog();
         let eligible = |r: i32| isr_eligible(&catalog.brokers, r);
@@ -543,7 +549,7 @@ impl Shard {
             let hw = self
                 .partition(topic, *p)
                 .map_or(-1, |part| part.high_watermark());
-            if let Some(isr) = l.wanted_isr(me, hw, lag_max, now, eligible) {
+            if let Some(isr) = l.wanted_isr(me, hw, rules, now, eligible) {
                 info!(topic = %topic, partition = p, from = ?l.isr, to = ?isr, "changing the ISR");
                 l.isr_change_pending = true;
                 l.pending_isr = Some(isr.clone());
@@ -590,4 +596,21 @@ impl Shard {
             }
         }
     }
+}
+
+/// The ISR rules of a broker's config.
+pub fn isr_rules(config: &BrokerConfig) -> crate::replica::IsrRules {
+    let silence = config.replica_fetch_silence_max_ms;
+    crate::replica::IsrRules {
+        lag_max: Duration::from_millis(config.replica_lag_time_max_ms),
+        silence_max: (silence > 0).then(|| Duration::from_millis(silence)),
+    }
+}
+
+/// How often leaders check their followers: twice per lag window (as Kafka), and four times
+/// per silence window when that rule is on, so a cut follower leaves within 1.25 of it.
+pub fn isr_check_interval_ms(config: &BrokerConfig) -> u64 {
+    let lag = config.replica_lag_time_max_ms / 2;
+    let silence = config.replica_fetch_silence_max_ms / 4;
+    if silence > 0 { lag.min(silence) } else { lag }.max(1)
 }

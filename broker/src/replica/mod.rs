@@ -32,6 +32,27 @@ pub struct FollowerState {
     pub last_fetch_at: Instant,
 }
 
+/// When a follower counts as in sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IsrRules {
+    /// `replica.lag.time.max.ms`: it held everything the leader had at most this long ago.
+    pub lag_max: Duration,
+    /// `replica.fetch.silence.max.ms`: and a fetch of its reached the leader at most this long
+    /// ago (none: fetches are not timed). A cut link stops the fetches at once, and the lag
+    /// window alone would keep the follower in the ISR, holding every acks=all write, for
+    /// all of it.
+    pub silence_max: Option<Duration>,
+}
+
+impl IsrRules {
+    pub fn in_sync(&self, f: &FollowerState, now: Instant) -> bool {
+        now.saturating_duration_since(f.last_caught_up) <= self.lag_max
+            && self
+                .silence_max
+                .is_none_or(|s| now.saturating_duration_since(f.last_fetch_at) <= s)
+    }
+}
+
 /// A partition this shard leads with more than one replica.
 #[derive(Debug, Clone)]
 pub struct LeaderState {
@@ -135,29 +156,24 @@ impl LeaderState {
             .fold(leader_durable, i64::min)
     }
 
-    /// The ISR this leader should propose, if it differs: members behind for longer than
-    /// `lag_max` leave; replicas that caught up with the high watermark (and this epoch's start)
-    /// join — if `eligible` (KIP-841: the leader's image says they are registered, unfenced and
-    /// not shutting down; the controller refuses any other with INELIGIBLE_REPLICA).
+    /// The ISR this leader should propose, if it differs: members out of sync by `rules` leave;
+    /// replicas that caught up with the high watermark (and this epoch's start) join — if
+    /// `eligible` (KIP-841: the leader's image says they are registered, unfenced and not
+    /// shutting down; the controller refuses any other with INELIGIBLE_REPLICA).
     pub fn wanted_isr(
         &self,
         me: i32,
         hw: i64,
-        lag_max: Duration,
+        rules: IsrRules,
         now: Instant,
         eligible: impl Fn(i32) -> bool,
     ) -> Option<Vec<i32>> {
+        let in_sync = |r: &i32| self.followers.get(r).is_some_and(|f| rules.in_sync(f, now));
         let mut isr: Vec<i32> = self
             .isr
             .iter()
             .copied()
-            .filter(|&r| {
-                r == me
-                    || self
-                        .followers
-                        .get(&r)
-                        .is_some_and(|f| now.duration_since(f.last_caught_up) <= lag_max)
-            })
+            .filter(|r| *r == me || in_sync(r))
             .collect();
         for &r in &self.replicas {
             if isr.contains(&r) || r == me || !eligible(r) {
@@ -166,9 +182,7 @@ impl LeaderState {
             let Some(f) = self.followers.get(&r) else {
                 continue;
             };
-            if f.log_end_offset >= hw.max(self.epoch_start_offset)
-                && now.duration_since(f.last_caught_up) <= lag_max
-            {
+            if f.log_end_offset >= hw.max(self.epoch_start_offset) && in_sync(&r) {
                 isr.push(r);
             }
         }
@@ -185,6 +199,13 @@ mod tests {
 
     fn any(_: i32) -> bool {
         true
+    }
+
+    fn lag_only(lag: Duration) -> IsrRules {
+        IsrRules {
+            lag_max: lag,
+            silence_max: None,
+        }
     }
 
     fn leader(isr: &[i32]) -> (LeaderState, Instant) {
@@ -219,7 +240,7 @@ mod tests {
     #[test]
     fn a_follower_keeping_pace_with_appends_counts_as_caught_up() {
         let (mut l, start) = leader(&[1, 2]);
-        let lag = Duration::from_secs(10);
+        let lag = lag_only(Duration::from_secs(10));
         // Each fetch reaches where the leader ended at the previous one, never its end now.
         let mut end = 100;
         let mut t = start;
@@ -235,12 +256,12 @@ mod tests {
     #[test]
     fn a_lagging_follower_leaves_the_isr_and_a_caught_up_one_joins() {
         let (mut l, start) = leader(&[1, 2, 3]);
-        let lag = Duration::from_secs(10);
+        let lag = lag_only(Duration::from_secs(10));
         l.record_fetch(2, 150, 150, start);
         l.record_fetch(3, 150, 150, start);
-        assert_eq!(l.wanted_isr(1, 150, lag, start + lag, any), None);
+        assert_eq!(l.wanted_isr(1, 150, lag, start + lag.lag_max, any), None);
         // 3 stops catching up; 2 keeps up.
-        let later = start + lag + Duration::from_secs(1);
+        let later = start + lag.lag_max + Duration::from_secs(1);
         l.record_fetch(2, 200, 200, later);
         l.record_fetch(3, 160, 200, later);
         assert_eq!(l.wanted_isr(1, 200, lag, later, any), Some(vec![1, 2]));
@@ -253,7 +274,7 @@ mod tests {
         // does not wait for that.
         assert_eq!(l.wanted_isr(1, 200, lag, back, |r| r != 3), None);
         l.isr = vec![1, 2, 3];
-        let gone = back + lag + Duration::from_secs(1);
+        let gone = back + lag.lag_max + Duration::from_secs(1);
         l.record_fetch(2, 200, 200, gone);
         assert_eq!(
             l.wanted_isr(1, 200, lag, gone, |r| r != 3),
@@ -268,7 +289,7 @@ mod tests {
     #[test]
     fn a_replica_added_by_a_reassignment_is_tracked_and_joins_once_caught_up() {
         let (mut l, start) = leader(&[1, 2, 3]);
-        let lag = Duration::from_secs(10);
+        let lag = lag_only(Duration::from_secs(10));
         for r in [2, 3] {
             l.record_fetch(r, 150, 150, start);
         }
@@ -292,5 +313,40 @@ mod tests {
             l.followers[&4].log_end_offset, 150,
             "a kept replica keeps its state"
         );
+    }
+
+    #[test]
+    fn a_follower_whose_fetches_stopped_leaves_before_its_lag_window_ends() {
+        let (mut l, start) = leader(&[1, 2, 3]);
+        let rules = IsrRules {
+            lag_max: Duration::from_secs(30),
+            silence_max: Some(Duration::from_secs(2)),
+        };
+        l.record_fetch(2, 150, 150, start);
+        l.record_fetch(3, 150, 150, start);
+        // Idle: both fetch every half second (the leader holds each), nothing new arrives.
+        let mut t = start;
+        for _ in 0..6 {
+            t += Duration::from_millis(500);
+            l.record_fetch(2, 150, 150, t);
+            if t <= start + Duration::from_secs(1) {
+                l.record_fetch(3, 150, 150, t);
+            }
+        }
+        // 3's last fetch came 2 s ago: still in.
+        assert_eq!(l.wanted_isr(1, 150, rules, t, any), None);
+        t += Duration::from_millis(1);
+        l.record_fetch(2, 150, 150, t);
+        assert_eq!(l.wanted_isr(1, 150, rules, t, any), Some(vec![1, 2]));
+        assert_eq!(
+            l.wanted_isr(1, 150, lag_only(rules.lag_max), t, any),
+            None,
+            "the lag window alone keeps it for 30 s"
+        );
+        l.isr = vec![1, 2];
+        // Its fetches arrive again, caught up: it joins.
+        t += Duration::from_millis(100);
+        l.record_fetch(3, 150, 150, t);
+        assert_eq!(l.wanted_isr(1, 150, rules, t, any), Some(vec![1, 2, 3]));
     }
 }

@@ -13,6 +13,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::metadata::Metadata;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use tributary_broker::cluster::command::FenceReason;
 
 /// Short timeouts, so fencing and elections happen within a test's patience.
 pub const SESSION_TIMEOUT_MS: u64 = 2000;
@@ -58,6 +59,8 @@ pub struct Node {
     /// Extra `--set` values of this node only, after the cluster's.
     pub extra: Vec<String>,
     pub child: Option<Child>,
+    /// Whether this node was started before (a later start is a restart).
+    started: bool,
 }
 
 impl Node {
@@ -76,6 +79,11 @@ pub struct Cluster {
     voters: String,
     /// Extra `--set` values every node starts with.
     pub extra: Vec<String>,
+    /// The faults a test caused (kills, signals, clean stops, restarts, cuts), in order. A
+    /// cluster that saw none must end with no fencing and no ISR shrink (see `Drop`).
+    faults: Vec<String>,
+    /// The liveness counters the last running node reported before a test killed it.
+    last_liveness: Option<Liveness>,
 }
 
 impl Cluster {
@@ -108,6 +116,7 @@ impl Cluster {
                 roles: "broker,controller",
                 extra: Vec::new(),
                 child: None,
+                started: false,
             })
             .collect();
         let mut cluster = Self {
@@ -115,6 +124,8 @@ impl Cluster {
             nodes,
             voters: String::new(),
             extra: Vec::new(),
+            faults: Vec::new(),
+            last_liveness: None,
         };
         cluster.set_voters();
         cluster
@@ -142,6 +153,10 @@ impl Cluster {
     }
 
     pub fn spawn(&mut self, i: usize) {
+        if self.nodes[i].started {
+            self.note_fault(format!("restart of node {}", self.nodes[i].id));
+        }
+        self.nodes[i].started = true;
         let voters = self.voters.clone();
         let extra = self.extra.clone();
         let node = &mut self.nodes[i];
@@ -180,7 +195,10 @@ impl Cluster {
             }
             None => Command::new(broker),
         };
-        cmd.arg("--data-dir").arg(&node.dir).arg("--cores").arg("1");
+        cmd.arg("--data-dir")
+            .arg(&node.dir)
+            .arg("--cpus")
+            .arg(node_cpu(node.id).to_string());
         for s in set.iter().chain(&extra).chain(&node.extra) {
             cmd.arg("--set").arg(s);
         }
@@ -229,26 +247,80 @@ impl Cluster {
     }
 
     pub fn kill(&mut self, i: usize) {
+        if self.nodes[i].child.is_some() {
+            self.note_fault(format!("kill -9 of node {}", self.nodes[i].id));
+            if self.nodes.iter().filter(|n| n.child.is_some()).count() == 1 {
+                // The last one running: what it counted is all that will be known.
+                self.last_liveness = self.liveness_on(i);
+            }
+        }
+        self.stop_now(i);
+    }
+
+    fn stop_now(&mut self, i: usize) {
         if let Some(mut c) = self.nodes[i].child.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
 
-    /// The value of one unlabelled gauge on node `i`'s metrics endpoint.
+    /// Records a fault the test caused by other means than this type's (a network cut).
+    pub fn note_fault(&mut self, what: String) {
+        self.faults.push(what);
+    }
+
+    /// The value of one gauge or counter (its name with labels) on node `i`'s metrics
+    /// endpoint.
     pub fn gauge(&self, i: usize, name: &str) -> Option<i64> {
+        metric_value(&self.metrics_text(i)?, name)
+    }
+
+    fn metrics_text(&self, i: usize) -> Option<String> {
         use std::io::{Read, Write};
         let mut s = TcpStream::connect(self.nodes[i].metrics).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
         s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
             .ok()?;
         let mut body = String::new();
         s.read_to_string(&mut body).ok()?;
-        body.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        Some(body)
+    }
+
+    /// The cluster-wide liveness counters (every node applies the same metadata log) from the
+    /// first running node that answers: fencings by reason, then ISR shrinks and expansions.
+    pub fn liveness(&self) -> Option<Liveness> {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].child.is_some())
+            .find_map(|i| self.liveness_on(i))
+    }
+
+    /// The liveness counters as node `i` reports them.
+    pub fn liveness_on(&self, i: usize) -> Option<Liveness> {
+        let text = self.metrics_text(i)?;
+        let fencings = FenceReason::ALL
+            .into_iter()
+            .map(|r| {
+                let name = format!("tributary_broker_fencings_total{{reason=\"{}\"}}", r.name());
+                (r.name(), metric_value(&text, &name).unwrap_or(0))
+            })
+            .collect();
+        let isr = |c: &str| {
+            metric_value(
+                &text,
+                &format!("tributary_isr_changes_total{{change=\"{c}\"}}"),
+            )
+        };
+        Some(Liveness {
+            fencings,
+            isr_shrinks: isr("shrink")?,
+            isr_expansions: isr("expand")?,
+        })
     }
 
     /// Sends `signal` (`STOP`, `CONT`, …) to node `i`.
-    pub fn signal(&self, i: usize, signal: &str) {
+    pub fn signal(&mut self, i: usize, signal: &str) {
+        let what = format!("SIG{signal} of node {}", self.nodes[i].id);
+        self.note_fault(what);
         if let Some(c) = &self.nodes[i].child {
             let _ = Command::new("kill")
                 .arg(format!("-{signal}"))
@@ -259,7 +331,9 @@ impl Cluster {
 
     /// Stops node `i` cleanly (SIGTERM) and waits for it to exit; its exit status.
     pub fn terminate(&mut self, i: usize) -> Option<std::process::ExitStatus> {
+        let what = format!("SIGTERM of node {}", self.nodes[i].id);
         let mut c = self.nodes[i].child.take()?;
+        self.note_fault(what);
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(c.id().to_string())
@@ -294,8 +368,9 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        let liveness = self.liveness().or_else(|| self.last_liveness.clone());
         for i in 0..self.nodes.len() {
-            self.kill(i);
+            self.stop_now(i);
         }
         // A failed test shows what each node said last (`CLUSTER_LOG_LINES` lines, 40 unless
         // set); `CLUSTER_LOG_DIR`, when set, keeps every node's whole log there.
@@ -324,7 +399,90 @@ impl Drop for Cluster {
                 );
             }
         }
+        self.account(liveness);
     }
+}
+
+/// What the metadata log counted of brokers' liveness (see [`Cluster::liveness`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Liveness {
+    pub fencings: Vec<(&'static str, i64)>,
+    pub isr_shrinks: i64,
+    pub isr_expansions: i64,
+}
+
+impl Liveness {
+    pub fn fenced(&self) -> i64 {
+        self.fencings.iter().map(|(_, n)| n).sum()
+    }
+}
+
+impl std::fmt::Display for Liveness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "fencings")?;
+        for (reason, n) in &self.fencings {
+            write!(f, " {reason}={n}")?;
+        }
+        write!(
+            f,
+            "; ISR shrinks {}, expansions {}",
+            self.isr_shrinks, self.isr_expansions
+        )
+    }
+}
+
+impl Cluster {
+    /// Accounts for the liveness a cluster saw as it ends: a line in the file
+    /// `TRIBUTARY_LIVENESS_LEDGER` names (when set: `ci/test` sums it up), and, for a cluster
+    /// no fault was done to, a failed test if any broker was fenced or any ISR shrank — a
+    /// healthy broker must never be.
+    fn account(&self, liveness: Option<Liveness>) {
+        let test = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_string();
+        let faults = if self.faults.is_empty() {
+            "no fault".to_string()
+        } else {
+            self.faults.join(", ")
+        };
+        let seen = liveness
+            .as_ref()
+            .map_or("counters not read (no node answered)".to_string(), |l| {
+                l.to_string()
+            });
+        if let Some(path) = std::env::var_os("TRIBUTARY_LIVENESS_LEDGER") {
+            use std::io::Write;
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+            {
+                let _ = writeln!(f, "{test}\t{faults}\t{seen}");
+            }
+        }
+        let Some(l) = liveness.filter(|_| self.faults.is_empty()) else {
+            return;
+        };
+        if !std::thread::panicking() && (l.fenced() > 0 || l.isr_shrinks > 0) {
+            panic!(
+                "{test}: no fault was done to this cluster, yet {l}: a healthy broker was fenced or left an ISR (its nodes' logs say why: 'fencing a broker', 'changing the ISR')"
+            );
+        }
+    }
+}
+
+/// The value of metric `name` (with its labels) in a `/metrics` page.
+fn metric_value(text: &str, name: &str) -> Option<i64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The CPU node `id` runs its one shard on: the nodes are spread over this process's CPUs,
+/// as separate machines would be, instead of all taking the first one.
+pub fn node_cpu(id: i32) -> usize {
+    let cpus = tributary_broker::config::allowed_cpus();
+    cpus[(id.max(1) as usize - 1) % cpus.len()]
 }
 
 pub fn metadata(bootstrap: &str, topic: Option<&str>) -> Metadata {
