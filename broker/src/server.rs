@@ -308,6 +308,9 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     // Dynamic connection limits in the metadata image apply once shard 0 applies it, before
     // any shard accepts.
     let connections = ConnectionQuotas::new(ConnectionLimits::from_config(&config));
+    // Shard 0's quorum transport writes what it doubts of other nodes; every shard's Metadata
+    // answers read it.
+    let doubts = Arc::new(tributary_quorum::PeerDoubts::default());
     // Shard 0 opens the metadata quorum and hands every other shard the first image.
     let (image_txs, image_rxs): (Vec<_>, Vec<_>) = (0..shards)
         .map(|_| async_channel::bounded::<Arc<Catalog>>(1))
@@ -331,6 +334,7 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         };
         let ready = ready_tx.clone();
         let connections = connections.clone();
+        let doubts = doubts.clone();
         let extra_addrs: Vec<(SocketAddr, ListenerSpec)> = ports
             .extra
             .iter()
@@ -363,6 +367,7 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
                     tls,
                     inter_broker,
                     connections,
+                    doubts,
                     metrics,
                 };
                 run_shard(ShardId(i), config, peers, rx, metadata, front, ready).await;
@@ -439,6 +444,7 @@ struct Front {
     /// How the shard connects to other brokers.
     inter_broker: crate::inter_broker::InterBrokerSecurity,
     connections: Arc<ConnectionQuotas>,
+    doubts: Arc<tributary_quorum::PeerDoubts>,
     /// Shard 0's: where to serve metrics.
     metrics: Option<MetricsFront>,
 }
@@ -486,6 +492,7 @@ async fn run_shard(
         tls,
         inter_broker,
         connections,
+        doubts,
         metrics,
     } = front;
     if let Err(e) = tributary_storage::io::prime_executor_io(&config.data_dir).await {
@@ -498,7 +505,7 @@ async fn run_shard(
     }
     let (catalog, node) = match metadata {
         Metadata::Open { legacy, shards } => {
-            match MetadataNode::start(&config, legacy.map(|c| *c)).await {
+            match MetadataNode::start(&config, legacy.map(|c| *c), doubts.clone()).await {
                 Ok(node) => {
                     let image = node.image();
                     for tx in shards {
@@ -526,6 +533,7 @@ async fn run_shard(
         catalog.clone(),
         controller,
         connections,
+        doubts,
     ));
     shard.install_coordinator_write_waits();
     // Static keystores first; then those the image's dynamic configs set for this broker.

@@ -312,6 +312,9 @@ pub struct Shard {
     pub batches_appended: Cell<u64>,
     /// Open connections of the whole broker, shared by every shard's accept loop.
     pub connections: Arc<ConnectionQuotas>,
+    /// What this node's quorum transport doubts of other nodes' processes (Metadata does not
+    /// name a doubted node as a leader).
+    pub doubts: Arc<tributary_quorum::PeerDoubts>,
     /// `queued.max.request.bytes`: memory this shard's connections may hold in requests.
     pub request_memory: RequestMemory,
     /// Large request buffers kept for reuse by this shard's connections.
@@ -342,6 +345,7 @@ impl Shard {
         catalog: Arc<Catalog>,
         controller: Option<Controller>,
         connections: Arc<ConnectionQuotas>,
+        doubts: Arc<tributary_quorum::PeerDoubts>,
     ) -> Self {
         let groups = GroupCoordinator::new(group_config(&config));
         let txns = crate::txn::TxnCoordinator::new(crate::txn::TxnConfig {
@@ -383,6 +387,7 @@ impl Shard {
             produce_requests: Cell::new(0),
             batches_appended: Cell::new(0),
             connections,
+            doubts,
             request_memory,
             spare_frames: SpareFrames::default(),
             connections_refused: Cell::new(0),

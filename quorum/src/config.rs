@@ -55,6 +55,9 @@ pub struct QuorumConfig {
     pub proposal_timeout: Duration,
     /// After this many applied entries past the last snapshot: snapshot and compact.
     pub snapshot_every_entries: u64,
+    /// Where the transport records its doubts about other voters' processes, for readers on
+    /// other threads (see [`PeerDoubts`](crate::PeerDoubts)).
+    pub doubts: std::sync::Arc<crate::PeerDoubts>,
 }
 
 impl QuorumConfig {
@@ -75,6 +78,7 @@ impl QuorumConfig {
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             proposal_timeout: DEFAULT_PROPOSAL_TIMEOUT,
             snapshot_every_entries: DEFAULT_SNAPSHOT_EVERY_ENTRIES,
+            doubts: Default::default(),
         }
     }
 

@@ -81,6 +81,8 @@ pub struct Core {
     tasks_done: Event,
     /// Fires when the commit index moves (observer fetches wait on it).
     pub commit_moved: Event,
+    /// The transport's doubts about voters, shared with other threads.
+    pub doubts: std::sync::Arc<crate::PeerDoubts>,
 }
 
 impl Core {
@@ -89,6 +91,7 @@ impl Core {
         voters: Vec<(i32, SocketAddr)>,
         inbox: async_channel::Sender<Input>,
         task_queue: TaskQueueHandle,
+        doubts: std::sync::Arc<crate::PeerDoubts>,
     ) -> Core {
         Core {
             node_id,
@@ -105,6 +108,7 @@ impl Core {
             live_tasks: Cell::new(0),
             tasks_done: Event::new(),
             commit_moved: Event::new(),
+            doubts,
         }
     }
 
@@ -151,6 +155,9 @@ impl Core {
 
     pub fn heard_from(&self, raft_id: u64) {
         self.last_heard.borrow_mut().insert(raft_id, Instant::now());
+        if let Some(node) = crate::config::node_id(raft_id) {
+            self.doubts.cleared(node);
+        }
     }
 
     pub fn last_heard(&self, raft_id: u64) -> Option<Instant> {

@@ -593,6 +593,7 @@ fn new_core(cfg: &QuorumConfig) -> (Rc<Core>, async_channel::Receiver<Input>) {
         cfg.voters.clone(),
         inbox_tx,
         task_queue,
+        cfg.doubts.clone(),
     ));
     (core, inbox_rx)
 }

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
@@ -334,6 +334,7 @@ async fn serve_inbound(mut stream: TcpStream, core: Rc<Core>) {
             tracing::debug!(node = hs.from, ?peer, "quorum peer connected");
             let reason = receive_messages(&mut stream, &core, raft_id(hs.from)).await;
             drop(stream);
+            core.doubts.connection_ended(hs.from, Instant::now());
             probe_voter(&core, hs.from).await;
             reason
         }
@@ -378,11 +379,13 @@ async fn probe_voter(core: &Core, node: i32) {
             }
         }
     }
+    core.doubts.cleared(node);
     tracing::debug!(node, %addr, "quorum peer's connection ended but its port accepts");
 }
 
 /// Records that voter `node`'s port at `addr` refused a connection and tells the driver.
 async fn voter_gone(core: &Core, node: i32, addr: SocketAddr) {
+    core.doubts.refused(node);
     if core.peer_gone(raft_id(node), Evidence::Refused) {
         tracing::info!(node, %addr, "quorum peer is gone: its port refuses connections");
         report(core, Input::VoterGone(raft_id(node))).await;

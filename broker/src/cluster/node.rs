@@ -68,7 +68,12 @@ impl MetadataNode {
     /// registered in an image this node has applied.
     /// `legacy` is the single-node catalog to import ([`read_legacy`]), if the data directory
     /// holds one.
-    pub async fn start(config: &BrokerConfig, legacy: Option<Catalog>) -> Result<Rc<Self>> {
+    /// `doubts` is where the quorum transport records what it doubts of other voters.
+    pub async fn start(
+        config: &BrokerConfig,
+        legacy: Option<Catalog>,
+        doubts: Arc<tributary_quorum::PeerDoubts>,
+    ) -> Result<Rc<Self>> {
         let c = &config.cluster;
         let election = Duration::from_millis(c.election_timeout_ms);
         let qc = QuorumConfig {
@@ -86,6 +91,7 @@ impl MetadataNode {
             heartbeat_interval: election / 10,
             proposal_timeout: Duration::from_secs(5).max(election * 3),
             snapshot_every_entries: 10_000,
+            doubts,
         };
         let state = MetadataState {
             image: Arc::new(Catalog::empty()),

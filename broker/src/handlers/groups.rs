@@ -412,6 +412,7 @@ async fn find_coordinator(
         }
     };
     let catalog = shard.catalog();
+    let now = std::time::Instant::now();
     let coordinator = |key: &str| -> Result<
         (BrokerId, kafka_protocol::protocol::StrBytes, i32),
         (ErrorCode, Option<String>),
@@ -421,9 +422,15 @@ async fn find_coordinator(
             return Err((code, msg));
         }
         let p = partition_of(key);
+        // A leader this node doubts is not named, as in Metadata: the client asks again.
         catalog
             .partition(topic, p)
-            .and_then(|r| catalog.brokers.get(&r.leader))
+            .map(|r| {
+                super::metadata::answered_leader(r.leader, shard.config.node_id, |b| {
+                    shard.doubts.doubted(b, now)
+                })
+            })
+            .and_then(|leader| catalog.brokers.get(&leader))
             .filter(|b| !b.fenced)
             .and_then(|b| {
                 let (host, port) = b.endpoint(listener)?;

@@ -147,7 +147,7 @@ pub async fn handle(
 }
 
 fn describe_topic(
-    _shard: &Shard,
+    shard: &Shard,
     catalog: &Catalog,
     name: Option<&str>,
     v: i16,
@@ -172,10 +172,14 @@ fn describe_topic(
         t = t.with_topic_id(meta.uuid());
     }
     let ids = |ids: &[i32]| ids.iter().map(|&b| BrokerId(b)).collect::<Vec<_>>();
+    let now = Instant::now();
     let partitions = (0..meta.partitions)
         .zip(&meta.assignment)
         .map(|(p, r)| {
-            let code = if r.leader < 0 {
+            let leader = answered_leader(r.leader, shard.config.node_id, |b| {
+                shard.doubts.doubted(b, now)
+            });
+            let code = if leader < 0 {
                 ErrorCode::LEADER_NOT_AVAILABLE
             } else {
                 ErrorCode::NONE
@@ -189,7 +193,7 @@ fn describe_topic(
             let mut part = MetadataResponsePartition::default()
                 .with_error_code(code.code())
                 .with_partition_index(p)
-                .with_leader_id(BrokerId(r.leader))
+                .with_leader_id(BrokerId(leader))
                 .with_replica_nodes(ids(&r.replicas))
                 .with_isr_nodes(ids(&r.isr));
             if v >= 5 {
@@ -202,6 +206,21 @@ fn describe_topic(
         })
         .collect();
     t.with_partitions(partitions)
+}
+
+/// The leader Metadata names for a partition the image says `leader` leads: none (-1, with
+/// LEADER_NOT_AVAILABLE) while this node doubts that leader's process (its quorum connection
+/// just ended, or its port refuses: see `tributary_quorum::PeerDoubts`), until the fencing that
+/// moves the partition arrives or the doubt clears. A client told the dead leader keeps it, and
+/// librdkafka looks again only at its next one-second topic scan (its fast leader query stops
+/// once every partition has a leader); told none, it asks again at once and backs off from
+/// `retry.backoff.ms`, finding the new leader within a few hundred milliseconds.
+pub fn answered_leader(leader: i32, me: i32, doubted: impl Fn(i32) -> bool) -> i32 {
+    if leader >= 0 && leader != me && doubted(leader) {
+        -1
+    } else {
+        leader
+    }
 }
 
 /// Whether Metadata lists broker `b`: a live one always; a fenced one for `grace` (one
@@ -289,5 +308,15 @@ mod tests {
 
         note_fencings(&mut since, &live, t0 + grace);
         assert!(since.is_empty(), "unfenced: forgotten");
+    }
+
+    #[test]
+    fn a_doubted_leader_is_not_named() {
+        let doubted = |b: i32| b == 2;
+        assert_eq!(answered_leader(2, 1, doubted), -1);
+        assert_eq!(answered_leader(3, 1, doubted), 3);
+        assert_eq!(answered_leader(-1, 1, doubted), -1);
+        // This node never doubts itself.
+        assert_eq!(answered_leader(2, 2, doubted), 2);
     }
 }

@@ -1,0 +1,117 @@
+//! What this node doubts about other voters' processes, for readers on any thread: the
+//! broker's Metadata answers, on every shard, must not name as a partition's leader a node
+//! this one has seen die, in the moments before the active controller's fencing of it arrives
+//! in the image (a client told the dead leader keeps it until its next topic scan, a second
+//! later).
+//!
+//! A doubt begins when a voter's quorum connection to this node ends (the kernel closes a dead
+//! process's sockets) and hardens when its quorum port refuses a connection; it ends when a
+//! message from that node arrives again, or — for a connection that ended while its port still
+//! accepts — when the probe finds it listening, or after [`ENDED_DOUBT_MAX`] at the latest.
+//! Only a refusal is evidence; the rest is a short hold on a name a client is about to be
+//! given.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a connection that ended, without a refusal, keeps its node doubted: past the
+/// transport's last probe (see `transport::PROBE_AFTER`), which settles it either way.
+pub const ENDED_DOUBT_MAX: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Doubt {
+    /// Its connection ended at this moment; its port is being probed.
+    ConnectionEnded(Instant),
+    /// Its port refused a connection: nothing listens there.
+    Gone,
+}
+
+/// This node's doubts by node id. Cheap when there are none (one atomic load), which is
+/// nearly always.
+#[derive(Debug, Default)]
+pub struct PeerDoubts {
+    any: AtomicBool,
+    doubts: Mutex<HashMap<i32, Doubt>>,
+}
+
+impl PeerDoubts {
+    /// Whether node `node` is doubted at `now`.
+    pub fn doubted(&self, node: i32, now: Instant) -> bool {
+        if !self.any.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut doubts = self.lock();
+        let doubted = match doubts.get(&node) {
+            Some(Doubt::Gone) => true,
+            Some(Doubt::ConnectionEnded(at)) => {
+                now.saturating_duration_since(*at) < ENDED_DOUBT_MAX
+            }
+            None => return false,
+        };
+        if !doubted {
+            // Lapsed: forget it, so a node without doubts stays on the one-load path.
+            doubts.remove(&node);
+            self.any.store(!doubts.is_empty(), Ordering::Release);
+        }
+        doubted
+    }
+
+    /// Node `node`'s connection ended at `at`; a refusal already recorded stands.
+    pub fn connection_ended(&self, node: i32, at: Instant) {
+        let mut doubts = self.lock();
+        doubts.entry(node).or_insert(Doubt::ConnectionEnded(at));
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// Node `node`'s port refused a connection.
+    pub fn refused(&self, node: i32) {
+        self.lock().insert(node, Doubt::Gone);
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// Node `node` answered (a message, an accepted probe): no doubt about it stands.
+    pub fn cleared(&self, node: i32) {
+        if !self.any.load(Ordering::Acquire) {
+            return;
+        }
+        let mut doubts = self.lock();
+        doubts.remove(&node);
+        if doubts.is_empty() {
+            self.any.store(false, Ordering::Release);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Doubt>> {
+        // The map holds plain values: a panic while it was locked left it whole.
+        self.doubts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ended_connection_is_doubted_briefly_and_a_refusal_until_heard() {
+        let d = PeerDoubts::default();
+        let t0 = Instant::now();
+        assert!(!d.doubted(2, t0));
+        d.connection_ended(2, t0);
+        assert!(d.doubted(2, t0 + Duration::from_millis(10)));
+        assert!(!d.doubted(3, t0));
+        assert!(
+            !d.doubted(2, t0 + ENDED_DOUBT_MAX),
+            "an ended connection alone is not evidence"
+        );
+        d.refused(2);
+        assert!(d.doubted(2, t0 + Duration::from_secs(60)));
+        // A later ended connection does not soften a refusal.
+        d.connection_ended(2, t0);
+        assert!(d.doubted(2, t0 + Duration::from_secs(60)));
+        d.cleared(2);
+        assert!(!d.doubted(2, t0));
+        assert!(!d.any.load(Ordering::Acquire));
+    }
+}
