@@ -450,7 +450,22 @@ async fn run_peer(
     let peer = raft_id(node);
     let mut conn: Option<TcpStream> = None;
     let mut backoff = BACKOFF_MIN;
-    while let Ok(first) = rx.recv().await {
+    loop {
+        let first = match conn.as_mut() {
+            Some(stream) => match next_or_closed(&rx, stream).await {
+                Next::Message(m) => m,
+                Next::Closed => {
+                    tracing::debug!(node, %addr, "quorum peer closed its connection");
+                    conn = None;
+                    continue;
+                }
+                Next::QueueClosed => return,
+            },
+            None => match rx.recv().await {
+                Ok(m) => m,
+                Err(_) => return,
+            },
+        };
         let mut batch = vec![first];
         while batch.len() < WRITE_BATCH_MAX {
             match rx.try_recv() {
@@ -504,6 +519,36 @@ async fn run_peer(
             }
         }
     }
+}
+
+enum Next {
+    Message(Message),
+    /// The peer closed the connection (or it failed): nothing may be written to it.
+    Closed,
+    QueueClosed,
+}
+
+/// The next message to send to a peer, unless the peer's end of `stream` closes first. The
+/// peer never writes on this connection after its handshake, so anything a read returns —
+/// end of stream, an error — means it is gone. Without this watch a connection to a peer that
+/// died while this node had nothing to send it (a follower sends only to its leader) stays
+/// open here, and the first message after — a pre-vote, once the leader dies — goes into
+/// it and is lost: the kernel takes the write and the peer's answers with a reset.
+async fn next_or_closed(rx: &async_channel::Receiver<Message>, stream: &mut TcpStream) -> Next {
+    futures_lite::future::or(
+        async {
+            match rx.recv().await {
+                Ok(m) => Next::Message(m),
+                Err(_) => Next::QueueClosed,
+            }
+        },
+        async {
+            let mut byte = [0u8; 1];
+            let _ = stream.read(&mut byte).await;
+            Next::Closed
+        },
+    )
+    .await
 }
 
 fn is_snapshot(msg: &Message) -> bool {
@@ -612,5 +657,35 @@ mod tests {
             let r = futures_lite::future::block_on(read_frame(&mut &buf[..cut], FRAME_BYTES_MAX));
             assert!(r.is_err(), "prefix {cut}");
         }
+    }
+
+    #[test]
+    fn an_idle_connection_whose_peer_closed_is_dropped_before_the_next_send() {
+        glommio::LocalExecutor::default().run(async {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (tx, rx) = async_channel::bounded::<Message>(4);
+            let mut client = TcpStream::connect(addr).await.unwrap();
+            let server = listener.accept().await.unwrap();
+            // A message waiting goes first, whatever the connection's state.
+            tx.send(Message::default()).await.unwrap();
+            assert!(matches!(
+                next_or_closed(&rx, &mut client).await,
+                Next::Message(_)
+            ));
+            // Idle, the peer goes: seen without anything to send.
+            drop(server);
+            assert!(matches!(
+                next_or_closed(&rx, &mut client).await,
+                Next::Closed
+            ));
+            drop(tx);
+            let mut other = TcpStream::connect(addr).await.unwrap();
+            let _kept = listener.accept().await.unwrap();
+            assert!(matches!(
+                next_or_closed(&rx, &mut other).await,
+                Next::QueueClosed
+            ));
+        });
     }
 }
