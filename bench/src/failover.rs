@@ -45,6 +45,7 @@ use serde_json::{json, Value};
 use crate::cluster::{Cluster, Exit, Signal, NODES};
 use crate::faults::{self, Action, Fault, FaultChoice, Role};
 use crate::gaps;
+use crate::group_reader::GroupReader;
 use crate::readback::{read_back, Delivery};
 
 /// How long a fresh cluster may take to elect a controller, register its brokers and accept
@@ -386,6 +387,7 @@ fn run_on(cluster: &mut Cluster, args: &FailoverArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let producer = spawn_producer(args, &bootstrap, &acks, &stop, &sent, partitions)?;
+    let reader = GroupReader::spawn(&bootstrap, &args.topic, acks.start, &stop)?;
     let mut b = Bench {
         cluster,
         args,
@@ -405,8 +407,10 @@ fn run_on(cluster: &mut Cluster, args: &FailoverArgs) -> Result<()> {
         .producer
         .join()
         .map_err(|_| anyhow!("the producer thread panicked"));
+    let reads = reader.join();
     let outcome = outcome?;
     joined??;
+    let reads = reads?;
     if acks.overflow.load(Ordering::Relaxed) {
         bail!("more than {ACK_RECORDS_MAX} acks; lower --rate, --kills or --duration");
     }
@@ -416,8 +420,8 @@ fn run_on(cluster: &mut Cluster, args: &FailoverArgs) -> Result<()> {
     let mut delivery = Delivery::new(&acked, &read, &acks, &sent, partitions);
     delivery.seconds = end.as_secs_f64();
     match outcome {
-        Outcome::One(fault, done) => report(args, fault, &done, &acked, &delivery)?,
-        Outcome::Mixed(m) => crate::mixed::report(args, &m, &acked, partitions, &delivery)?,
+        Outcome::One(fault, done) => report(args, fault, &done, &acked, &reads, &delivery)?,
+        Outcome::Mixed(m) => crate::mixed::report(args, &m, &acked, &reads, partitions, &delivery)?,
     }
     delivery.check()
 }
@@ -847,6 +851,7 @@ fn report(
     fault: Fault,
     done: &[Done],
     acked: &[(u64, Duration)],
+    reads: &[Duration],
     delivery: &Delivery,
 ) -> Result<()> {
     let times = gaps::times_by_partition(acked, args.partitions());
@@ -856,19 +861,26 @@ fn report(
         .enumerate()
         .map(|(i, g)| g.with_context(|| format!("fault {}: no ack after it", i + 1)))
         .collect::<Result<Vec<Duration>>>()?;
-    let mut sorted = gaps.clone();
-    sorted.sort();
-    let q = |p: f64| gaps::percentile(&sorted, p).as_millis() as u64;
-    let ms: Vec<u64> = gaps.iter().map(|g| g.as_millis() as u64).collect();
-    for (i, (d, g)) in done.iter().zip(&ms).enumerate() {
+    let fault_at: Vec<Duration> = done.iter().map(|d| d.at).collect();
+    let read_gaps = gaps::kill_gaps(reads, &fault_at, FailoverArgs::secs(args.window))
+        .into_iter()
+        .enumerate()
+        .map(|(i, g)| {
+            g.with_context(|| format!("fault {}: the group read nothing after it", i + 1))
+        })
+        .collect::<Result<Vec<Duration>>>()?;
+    let (q, ms) = summary(&gaps);
+    let (read_q, read_ms) = summary(&read_gaps);
+    for (i, ((d, g), r)) in done.iter().zip(&ms).zip(&read_ms).enumerate() {
         println!(
-            "{fault} {:>2}: node {} at {:>7.1}s  partition {}  ack gap {:>6} ms  recovered {:>5.1}s \
-             after {}{}",
+            "{fault} {:>2}: node {} at {:>7.1}s  partition {}  ack gap {:>6} ms  read gap {:>6} ms  \
+             recovered {:>5.1}s after {}{}",
             i + 1,
             d.target.node,
             d.at.as_secs_f64(),
             d.target.partition,
             g,
+            r,
             d.recovered.as_secs_f64(),
             heal_name(fault.action),
             detail(d)
@@ -879,11 +891,16 @@ fn report(
         .filter(|d| d.target.controller_led == Some(true))
         .count();
     println!(
-        "failover {fault}, {} faults: ack gap p50 {} ms, p99 {} ms, max {} ms; {}",
+        "failover {fault}, {} faults: ack gap p50 {} ms, p99 {} ms, max {} ms; group {} read gap \
+         p50 {} ms, p99 {} ms, max {} ms; {}",
         done.len(),
-        q(0.5),
-        q(0.99),
-        q(1.0),
+        q[0],
+        q[1],
+        q[2],
+        crate::group_reader::GROUP,
+        read_q[0],
+        read_q[1],
+        read_q[2],
         delivery.line()
     );
     if fault.role == Role::Controller {
@@ -895,12 +912,21 @@ fn report(
     }
     delivery.print_first_error();
     if args.json {
-        println!(
-            "{}",
-            report_json(args, fault, done, &ms, [q(0.5), q(0.99), q(1.0)], delivery)
-        );
+        let mut v = report_json(args, fault, done, &ms, q, delivery);
+        v["read_gaps_ms"] = json!(read_ms);
+        v["read_gap_ms"] = json!({"p50": read_q[0], "p99": read_q[1], "max": read_q[2]});
+        println!("{v}");
     }
     Ok(())
+}
+
+/// p50, p99 and max of `gaps` in milliseconds, and each gap in milliseconds.
+fn summary(gaps: &[Duration]) -> ([u64; 3], Vec<u64>) {
+    let mut sorted = gaps.to_vec();
+    sorted.sort();
+    let q = |p: f64| gaps::percentile(&sorted, p).as_millis() as u64;
+    let ms = gaps.iter().map(|g| g.as_millis() as u64).collect();
+    ([q(0.5), q(0.99), q(1.0)], ms)
 }
 
 /// A fault line's tail: how a terminated node exited, whether the controller led the partition.

@@ -20,6 +20,7 @@ mod cpu;
 mod failover;
 mod faults;
 mod gaps;
+mod group_reader;
 mod load;
 mod machine;
 mod mixed;

@@ -214,6 +214,7 @@ pub(crate) fn report(
     args: &FailoverArgs,
     run: &MixedRun,
     acked: &[(u64, Duration)],
+    reads: &[Duration],
     partitions: usize,
     delivery: &Delivery,
 ) -> Result<()> {
@@ -269,9 +270,19 @@ pub(crate) fn report(
         a.longest_gap_any.as_millis(),
         delivery.line()
     );
+    let read_gap = gaps::longest_gap(reads, run.from, run.from + run.duration);
+    println!(
+        "group reader ({}): longest stretch without a message read {} ms; {} messages read",
+        crate::group_reader::GROUP,
+        read_gap.as_millis(),
+        reads.len()
+    );
     delivery.print_first_error();
     if args.json {
-        println!("{}", report_json(args, run, &a, partitions, delivery));
+        let mut v = report_json(args, run, &a, partitions, delivery);
+        v["group_longest_read_gap_ms"] = json!(read_gap.as_millis() as u64);
+        v["group_reads"] = json!(reads.len());
+        println!("{v}");
     }
     Ok(())
 }
