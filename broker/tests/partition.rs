@@ -473,7 +473,7 @@ fn isolated_follower_leaves_and_rejoins_isr() {
 /// A link cut between a leader and one follower only, both still in touch with the active
 /// controller: nothing fences anyone, and the lag window (30 s, Kafka's default) would hold
 /// every acks=all write for all of it. The follower's fetches stop reaching the leader, which
-/// drops it from the ISR after `replica.fetch.silence.max.ms` (2 s) and goes on acknowledging.
+/// drops it from the ISR after `replica.fetch.silence.max.ms` (5 s) and goes on acknowledging.
 #[test]
 fn a_follower_cut_from_its_leader_alone_leaves_the_isr_after_the_fetch_silence() {
     let mut net = Netns::new(3);
@@ -507,9 +507,10 @@ fn a_follower_cut_from_its_leader_alone_leaves_the_isr_after_the_fetch_silence()
     });
     let shrunk = cut_at.elapsed();
     eprintln!("the ISR shrank {shrunk:?} after the cut");
+    // The silence, at most a quarter of it more until the next check, and the commit.
     assert!(
-        shrunk < Duration::from_secs(6),
-        "the ISR shrank only after {shrunk:?}: the fetch silence (2 s) should have done it"
+        shrunk < Duration::from_secs(9),
+        "the ISR shrank only after {shrunk:?}: the fetch silence (5 s) should have done it"
     );
     let at_shrink = writer.acked();
     wait_until("acknowledgements after the shrink", || {
@@ -531,7 +532,7 @@ fn a_follower_cut_from_its_leader_alone_leaves_the_isr_after_the_fetch_silence()
         .max()
         .unwrap_or_default();
     eprintln!("longest ack gap after the cut {gap:?}");
-    assert!(gap < Duration::from_secs(5), "acks stalled {gap:?}");
+    assert!(gap < Duration::from_secs(9), "acks stalled {gap:?}");
     let all = cluster.all_bootstrap();
     check_log(&mut cluster, &all, part, &acked, &[]);
 }

@@ -550,7 +550,19 @@ impl Shard {
                 .partition(topic, *p)
                 .map_or(-1, |part| part.high_watermark());
             if let Some(isr) = l.wanted_isr(me, hw, rules, now, eligible) {
-                info!(topic = %topic, partition = p, from = ?l.isr, to = ?isr, "changing the ISR");
+                // Each member leaving, with why: a healthy broker must never be one.
+                let leaving: Vec<(i32, Option<crate::replica::OutOfSync>)> = l
+                    .isr
+                    .iter()
+                    .filter(|r| !isr.contains(r))
+                    .map(|&r| {
+                        (
+                            r,
+                            l.followers.get(&r).and_then(|f| rules.out_of_sync(f, now)),
+                        )
+                    })
+                    .collect();
+                info!(topic = %topic, partition = p, from = ?l.isr, to = ?isr, ?leaving, "changing the ISR");
                 l.isr_change_pending = true;
                 l.pending_isr = Some(isr.clone());
                 changes.push(MetadataCommand::ChangeIsr {

@@ -44,12 +44,32 @@ pub struct IsrRules {
     pub silence_max: Option<Duration>,
 }
 
+/// Why a follower is out of sync, for the log line of the ISR change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutOfSync {
+    /// Not caught up for longer than `replica.lag.time.max.ms`.
+    Lagging,
+    /// No fetch for longer than `replica.fetch.silence.max.ms`.
+    Silent,
+}
+
 impl IsrRules {
     pub fn in_sync(&self, f: &FollowerState, now: Instant) -> bool {
-        now.saturating_duration_since(f.last_caught_up) <= self.lag_max
-            && self
-                .silence_max
-                .is_none_or(|s| now.saturating_duration_since(f.last_fetch_at) <= s)
+        self.out_of_sync(f, now).is_none()
+    }
+
+    /// Whether, and why, follower `f` is out of sync at `now`.
+    pub fn out_of_sync(&self, f: &FollowerState, now: Instant) -> Option<OutOfSync> {
+        let silent = self
+            .silence_max
+            .is_some_and(|s| now.saturating_duration_since(f.last_fetch_at) > s);
+        if silent {
+            Some(OutOfSync::Silent)
+        } else if now.saturating_duration_since(f.last_caught_up) > self.lag_max {
+            Some(OutOfSync::Lagging)
+        } else {
+            None
+        }
     }
 }
 
@@ -338,6 +358,10 @@ mod tests {
         t += Duration::from_millis(1);
         l.record_fetch(2, 150, 150, t);
         assert_eq!(l.wanted_isr(1, 150, rules, t, any), Some(vec![1, 2]));
+        assert_eq!(
+            rules.out_of_sync(&l.followers[&3], t),
+            Some(OutOfSync::Silent)
+        );
         assert_eq!(
             l.wanted_isr(1, 150, lag_only(rules.lag_max), t, any),
             None,
