@@ -386,7 +386,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "unclean.leader.election.enable", default: "false", kind: ConfigKind::Bool, doc: "When a partition's in-sync replicas are all fenced, the active controller lets a live replica outside the ISR lead it (the ISR becomes that replica alone): the partition comes back online, but records acknowledged only by the old ISR are lost. false: the partition stays offline until an ISR member returns (topic override: unclean.leader.election.enable)." },
     BrokerKey { name: "replica.lag.time.max.ms", default: "30000", kind: ConfigKind::Long, doc: "A follower that has not caught up with its leader's log end for this long leaves the ISR; it rejoins once caught up." },
     BrokerKey { name: "replica.fetch.max.bytes", default: "1048576", kind: ConfigKind::Int, doc: "Record bytes a follower asks its leader for per partition in one fetch; a first batch larger than this is still returned whole. At least 1." },
-    BrokerKey { name: "replica.fetch.silence.max.ms", default: "5000", kind: ConfigKind::Long, doc: "A follower none of whose fetches reached its leader for this long (a link cut between the two while both still reach the controller) leaves the ISR without waiting out replica.lag.time.max.ms, which still bounds a follower that fetches but trails. At least twice replica.fetch.wait.max.ms (an idle follower's fetch is held that long); 0 turns the rule off. A follower fetches again only once its last fetch is durable, so under a full-speed flood its fetches can be over a second apart: keep well above that. Kafka has no such rule: its followers leave only after replica.lag.time.max.ms (30 s)." },
+    BrokerKey { name: "replica.fetch.silence.max.ms", default: "5000", kind: ConfigKind::Long, doc: "A follower none of whose fetches reached its leader for this long (a link cut between the two while both still reach the controller) leaves the ISR without waiting out replica.lag.time.max.ms, which still bounds a follower that fetches but trails. A value below twice replica.fetch.wait.max.ms counts as that (an idle follower's fetch is held that long); 0 turns the rule off. A follower fetches again only once its last fetch is durable, so under a full-speed flood its fetches can be over a second apart: keep well above that. Kafka has no such rule: its followers leave only after replica.lag.time.max.ms (30 s)." },
     BrokerKey { name: "replica.fetch.wait.max.ms", default: "500", kind: ConfigKind::Int, doc: "How long a leader may hold a follower's fetch while it has nothing new. At least 1, and at most replica.socket.timeout.ms and replica.lag.time.max.ms." },
     BrokerKey { name: "replica.socket.timeout.ms", default: "30000", kind: ConfigKind::Int, doc: "A follower's fetch not answered within this long is given up and its connection to the leader reopened. At least replica.fetch.wait.max.ms." },
     BrokerKey { name: "message.max.bytes", default: "1048588", kind: ConfigKind::Int, doc: "Largest record batch the broker accepts, after compression (topic override: max.message.bytes)." },
@@ -1348,12 +1348,6 @@ fn check_replica_fetch_wait(cfg: &BrokerConfig) -> Result<()> {
             cfg.replica_lag_time_max_ms
         );
     }
-    let silence = cfg.replica_fetch_silence_max_ms;
-    if silence != 0 && silence < 2 * wait {
-        bail!(
-            "config replica.fetch.silence.max.ms: {silence} is below twice replica.fetch.wait.max.ms {wait}; an idle follower, whose fetch the leader holds that long, would leave the ISR. Raise it, lower replica.fetch.wait.max.ms, or set it to 0 to turn the rule off"
-        );
-    }
     Ok(())
 }
 
@@ -2141,6 +2135,16 @@ mod tests {
             e.contains("replica.fetch.wait.max.ms") && e.contains("replica.lag.time.max.ms"),
             "{e}"
         );
+        // A long fetch wait raises the silence window instead of refusing to start; 0 is off.
+        let rules = |kv: &[(&str, &str)]| {
+            crate::replica::leader::isr_rules(&BrokerConfig::build(input(kv)).unwrap()).silence_max
+        };
+        assert_eq!(rules(&[]), Some(std::time::Duration::from_secs(5)));
+        assert_eq!(
+            rules(&[("replica.fetch.wait.max.ms", "5000")]),
+            Some(std::time::Duration::from_secs(10))
+        );
+        assert_eq!(rules(&[("replica.fetch.silence.max.ms", "0")]), None);
     }
 
     #[test]

@@ -138,6 +138,8 @@ fn brokers_replicate_over_sasl_ssl_with_scram_and_a_wrong_password_stays_out() {
         )
     };
     let mut c = cluster(dir.path(), "SCRAM-SHA-512", jaas);
+    // The fault this test makes: node 3 cannot follow, so it leaves every ISR it was in.
+    c.note_fault("node 3 logs in to its leaders with a wrong password".into());
     // A follower that never fetches leaves the ISR after this long.
     c.extra.push("replica.lag.time.max.ms=3000".into());
     // The brokers' credential, written before each node's first start.

@@ -610,9 +610,14 @@ impl Shard {
     }
 }
 
-/// The ISR rules of a broker's config.
+/// The ISR rules of a broker's config. The silence window is at least twice
+/// `replica.fetch.wait.max.ms`: an idle follower's fetch is held at the leader that long.
 pub fn isr_rules(config: &BrokerConfig) -> crate::replica::IsrRules {
-    let silence = config.replica_fetch_silence_max_ms;
+    let held = 2 * u64::from(config.replica_fetch_wait_max_ms.unsigned_abs());
+    let silence = match config.replica_fetch_silence_max_ms {
+        0 => 0,
+        s => s.max(held),
+    };
     crate::replica::IsrRules {
         lag_max: Duration::from_millis(config.replica_lag_time_max_ms),
         silence_max: (silence > 0).then(|| Duration::from_millis(silence)),
@@ -623,6 +628,10 @@ pub fn isr_rules(config: &BrokerConfig) -> crate::replica::IsrRules {
 /// per silence window when that rule is on, so a cut follower leaves within 1.25 of it.
 pub fn isr_check_interval_ms(config: &BrokerConfig) -> u64 {
     let lag = config.replica_lag_time_max_ms / 2;
-    let silence = config.replica_fetch_silence_max_ms / 4;
-    if silence > 0 { lag.min(silence) } else { lag }.max(1)
+    let rules = isr_rules(config);
+    match rules.silence_max {
+        Some(s) => lag.min(s.as_millis() as u64 / 4),
+        None => lag,
+    }
+    .max(1)
 }
