@@ -23,23 +23,7 @@ use tributary_storage::Partition;
 use crate::coordinator_log::now_ms;
 use state::{CommittedOffset, Group, GroupLimits, GroupState, JoinResult, Member, SyncResult};
 
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
-
-/// Internal topics: listed in metadata as internal, never written by clients.
-pub fn is_internal(topic: &str) -> bool {
-    topic == OFFSETS_TOPIC || topic == crate::txn::TXN_TOPIC
-}
-
-/// The partition of `__consumer_offsets` that holds `group`: Kafka's
-/// `abs(groupId.hashCode) % partitions`, so a group lands where it would on Kafka.
-pub fn partition_for_group(group: &str, partitions: i32) -> i32 {
-    let mut h: i32 = 0;
-    for unit in group.encode_utf16() {
-        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
-    }
-    let abs = if h == i32::MIN { 0 } else { h.abs() };
-    abs % partitions.max(1)
-}
+pub use tributary_metadata::internal_topics::{is_internal, partition_for_group, OFFSETS_TOPIC};
 
 #[derive(Debug, Clone, Copy)]
 pub struct GroupConfig {
@@ -988,19 +972,6 @@ fn check_instance(g: &Group, member_id: &str, instance: Option<&str>) -> Result<
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn group_partition_matches_kafka() {
-        // Java: "my-group".hashCode() == -1906497762; abs % 50 == 12.
-        assert_eq!(partition_for_group("my-group", 50), 12);
-        assert!((0..50).contains(&partition_for_group("", 50)));
-        assert_eq!(partition_for_group("anything", 1), 0);
-    }
 }
 
 #[cfg(test)]

@@ -251,7 +251,7 @@ pub async fn write_local(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
             return e;
         }
     }
-    if marker.topic == crate::group::OFFSETS_TOPIC {
+    if marker.topic == tributary_metadata::internal_topics::OFFSETS_TOPIC {
         shard
             .groups
             .end_txn_offsets(marker.producer_id, marker.commit);

@@ -22,10 +22,9 @@ use tributary_protocol::ErrorCode;
 use tributary_storage::Partition;
 
 use crate::coordinator_log::{self, now_ms, ReplicatedWrite};
-use crate::group::partition_for_group;
 use state::{EndDecision, InitDecision, TxnMeta, TxnState};
 
-pub const TXN_TOPIC: &str = "__transaction_state";
+pub use tributary_metadata::internal_topics::{partition_for_group, TXN_TOPIC};
 
 #[derive(Debug, Clone, Copy)]
 pub struct TxnConfig {

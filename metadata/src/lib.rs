@@ -1,0 +1,13 @@
+//! # tributary-metadata
+//!
+//! The cluster metadata's pure half: what every node computes the same way from the same
+//! input, with no executor, no I/O and no clock (time comes in as a value). It is moving here
+//! from the broker a piece at a time — the image and its records, the metadata commands and
+//! their `apply`, placement and reassignment, the quota records and Kafka's domain types — so
+//! the compiler keeps it pure and a deterministic simulation can drive it.
+//!
+//! Today: the internal topics' names and which `__consumer_offsets` partition holds a group.
+
+#![forbid(unsafe_code)]
+
+pub mod internal_topics;
