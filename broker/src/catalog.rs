@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use tributary_metadata::compression::Compression;
 
 pub const CATALOG_FILE: &str = "catalog.json";
 pub const PRODUCER_ID_FILE: &str = "producer-ids.json";
@@ -199,8 +200,8 @@ impl TopicMeta {
     pub fn compression_type(&self, broker_default: Option<i16>) -> Option<i16> {
         self.configs
             .get("compression.type")
-            .and_then(|v| crate::config::parse_compression_type("compression.type", v).ok())
-            .unwrap_or(broker_default)
+            .and_then(|v| Compression::parse_config(v).ok())
+            .map_or(broker_default, |c| c.map(Compression::id))
     }
 
     pub fn uuid(&self) -> uuid::Uuid {

@@ -666,15 +666,10 @@ pub fn parse_ratio(key: &str, v: &str) -> Result<f64> {
 /// A `compression.type` value: `None` for `producer` (batches keep the producer's codec), else
 /// the codec id of Kafka's batch attributes (`uncompressed` is 0).
 pub fn parse_compression_type(key: &str, v: &str) -> Result<Option<i16>> {
-    Ok(match v {
-        "producer" => None,
-        "uncompressed" => Some(0),
-        "gzip" => Some(1),
-        "snappy" => Some(2),
-        "lz4" => Some(3),
-        "zstd" => Some(4),
-        _ => bail!("config {key}: {v:?}: use producer, uncompressed, gzip, snappy, lz4 or zstd"),
-    })
+    use tributary_metadata::compression::Compression;
+    Compression::parse_config(v)
+        .map(|c| c.map(Compression::id))
+        .map_err(|e| anyhow!("config {key}: {e}"))
 }
 
 /// A `message.timestamp.type` value: true for `LogAppendTime`, false for `CreateTime`.

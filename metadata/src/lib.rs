@@ -6,8 +6,10 @@
 //! their `apply`, placement and reassignment, the quota records and Kafka's domain types — so
 //! the compiler keeps it pure and a deterministic simulation can drive it.
 //!
-//! Today: the internal topics' names and which `__consumer_offsets` partition holds a group.
+//! Today: `compression.type`'s codecs, the internal topics' names and which
+//! `__consumer_offsets` partition holds a group.
 
 #![forbid(unsafe_code)]
 
+pub mod compression;
 pub mod internal_topics;
