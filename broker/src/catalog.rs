@@ -89,6 +89,11 @@ pub struct BrokerRegistration {
     /// Fenced by its own controlled shutdown: stays fenced until it registers again.
     #[serde(default)]
     pub in_controlled_shutdown: bool,
+    /// Fenced because its process was seen gone (its port refused a connection): stays fenced
+    /// until a process registers again. The successor's quorum traffic arrives before its
+    /// registration and must not bring the dead process's session back.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fenced_as_gone: bool,
     /// Its client listeners (KRaft's endpoints): a client is told each broker's endpoint on
     /// the listener it connected to. Empty in registrations written before listeners were
     /// recorded: `host:port` is then the broker's one PLAINTEXT endpoint.
@@ -103,6 +108,10 @@ pub struct Endpoint {
     pub host: String,
     pub port: u16,
     pub protocol: i16,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl BrokerRegistration {
@@ -528,6 +537,7 @@ mod tests {
             port: 9000 + id as u16,
             fenced,
             in_controlled_shutdown: false,
+            fenced_as_gone: false,
             listeners: Vec::new(),
         };
         c.brokers.insert(2, broker(2, false));

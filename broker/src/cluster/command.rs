@@ -286,6 +286,7 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
                 port,
                 fenced: false,
                 in_controlled_shutdown: false,
+                fenced_as_gone: false,
                 listeners,
             };
             register_broker(image, registration);
@@ -305,6 +306,7 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
                 );
             };
             b.fenced = false;
+            b.fenced_as_gone = false;
             elect_where_leaderless(image, id);
             Outcome::Done
         }
@@ -602,6 +604,7 @@ fn fence_broker(
         );
     }
     b.in_controlled_shutdown |= controlled;
+    b.fenced_as_gone |= reason == FenceReason::ProcessGone;
     if b.fenced {
         return Outcome::Done;
     }
@@ -983,7 +986,17 @@ mod tests {
         let new = image.brokers[&1].epoch;
         assert_eq!(run(&mut image, 4, fence(new)), Outcome::Done);
         assert!(image.brokers[&1].fenced);
+        assert!(
+            image.brokers[&1].fenced_as_gone,
+            "kept until it registers again"
+        );
         assert_eq!(image.liveness.fencings.get("process_gone"), Some(&1));
+        // Its successor registers: live, and its restart is not a second fencing (the one
+        // counted is the unnoticed restart at index 2).
+        run(&mut image, 5, register(1, "third"));
+        let b = &image.brokers[&1];
+        assert!(!b.fenced && !b.fenced_as_gone);
+        assert_eq!(image.liveness.fencings.get("restarted"), Some(&1));
     }
 
     #[test]

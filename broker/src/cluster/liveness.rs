@@ -28,6 +28,9 @@ pub struct Heard {
 pub struct Registered {
     pub fenced: bool,
     pub in_controlled_shutdown: bool,
+    /// Fenced because its process was seen gone: whatever is heard from that node now is its
+    /// successor, which registers itself.
+    pub fenced_as_gone: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +53,8 @@ pub fn judge(broker: Registered, heard: Heard, session: Duration) -> Verdict {
     }
     // Heard again well inside a session: back. The gap between half a session and a whole
     // one keeps a broker that answers slowly (a loaded machine) from flapping in and out.
-    if !broker.in_controlled_shutdown && !heard.gone && heard.silence < session / 2 {
+    let back_by_itself = broker.in_controlled_shutdown || broker.fenced_as_gone;
+    if !back_by_itself && !heard.gone && heard.silence < session / 2 {
         return Verdict::Unfence;
     }
     Verdict::Keep
@@ -76,10 +80,12 @@ mod tests {
     const LIVE: Registered = Registered {
         fenced: false,
         in_controlled_shutdown: false,
+        fenced_as_gone: false,
     };
     const FENCED: Registered = Registered {
         fenced: true,
         in_controlled_shutdown: false,
+        fenced_as_gone: false,
     };
 
     fn heard(ms: u64, gone: bool) -> Heard {
@@ -111,10 +117,16 @@ mod tests {
         // Its port still refuses: not back, however recent the last message was.
         assert_eq!(judge(FENCED, heard(10, true), SESSION), Verdict::Keep);
         let shutting = Registered {
-            fenced: true,
             in_controlled_shutdown: true,
+            ..FENCED
         };
         assert_eq!(judge(shutting, heard(10, false), SESSION), Verdict::Keep);
+        // Fenced as dead: what is heard now is its successor, which registers itself.
+        let dead = Registered {
+            fenced_as_gone: true,
+            ..FENCED
+        };
+        assert_eq!(judge(dead, heard(10, false), SESSION), Verdict::Keep);
     }
 
     #[test]

@@ -427,6 +427,7 @@ impl MetadataNode {
             let registered = liveness::Registered {
                 fenced: b.fenced,
                 in_controlled_shutdown: b.in_controlled_shutdown,
+                fenced_as_gone: b.fenced_as_gone,
             };
             let heard = liveness::Heard {
                 silence,

@@ -288,6 +288,7 @@ mod tests {
                     port: 0,
                     fenced: false,
                     in_controlled_shutdown: false,
+                    fenced_as_gone: false,
                     listeners: Vec::new(),
                 },
             );
