@@ -241,7 +241,7 @@ pub struct Catalog {
     pub acls: Vec<AclRecord>,
     /// Client quotas (AlterClientQuotas), one record per entity.
     #[serde(default)]
-    pub client_quotas: Vec<crate::quota::QuotaRecord>,
+    pub client_quotas: Vec<tributary_metadata::quota::QuotaRecord>,
     /// Fencings and ISR changes, counted as the log applies them.
     #[serde(default)]
     pub liveness: LivenessCounts,

@@ -7,9 +7,10 @@
 //! the compiler keeps it pure and a deterministic simulation can drive it.
 //!
 //! Today: `compression.type`'s codecs, the internal topics' names and which
-//! `__consumer_offsets` partition holds a group.
+//! `__consumer_offsets` partition holds a group, and the client quota records.
 
 #![forbid(unsafe_code)]
 
 pub mod compression;
 pub mod internal_topics;
+pub mod quota;

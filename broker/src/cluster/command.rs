@@ -53,7 +53,7 @@ pub enum MetadataCommand {
     /// Kafka's AlterClientQuotas: per entity, values set (`Some`) or removed (`None`); an
     /// entity left with no value goes.
     AlterClientQuotas {
-        changes: Vec<crate::quota::QuotaChange>,
+        changes: Vec<tributary_metadata::quota::QuotaChange>,
     },
     /// Kafka's DeleteAcls: exactly these bindings (the proposer matched its filters against
     /// its image) go; one already gone changes nothing.
@@ -230,10 +230,12 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
                 let i = match image.client_quotas.iter().position(|q| q.entity == entity) {
                     Some(i) => i,
                     None => {
-                        image.client_quotas.push(crate::quota::QuotaRecord {
-                            entity,
-                            values: BTreeMap::new(),
-                        });
+                        image
+                            .client_quotas
+                            .push(tributary_metadata::quota::QuotaRecord {
+                                entity,
+                                values: BTreeMap::new(),
+                            });
                         image.client_quotas.len() - 1
                     }
                 };
@@ -1432,7 +1434,7 @@ mod tests {
     fn every_command() -> Vec<MetadataCommand> {
         use crate::catalog::{AclRecord, Endpoint, ScramRecord};
         use crate::cluster::reassign::ReassignmentTarget;
-        use crate::quota::QuotaEntity;
+        use tributary_metadata::quota::QuotaEntity;
         let endpoint = Endpoint {
             name: "PLAINTEXT".into(),
             host: "127.0.0.1".into(),
