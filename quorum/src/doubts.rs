@@ -7,9 +7,10 @@
 //! A doubt begins when a voter's quorum connection to this node ends (the kernel closes a dead
 //! process's sockets) and hardens when its quorum port refuses a connection; it ends when a
 //! message from that node arrives again, or — for a connection that ended while its port still
-//! accepts — when the probe finds it listening, or after [`ENDED_DOUBT_MAX`] at the latest.
-//! Only a refusal is evidence; the rest is a short hold on a name a client is about to be
-//! given.
+//! accepts — when the probe finds it listening, or after [`ENDED_DOUBT_MAX`] at the latest; a
+//! refusal when the port accepts again (the transport watches it), or after [`GONE_DOUBT_MAX`]
+//! at the latest, by when the active controller's fencing has long moved its partitions. Only
+//! a refusal is evidence; the rest is a short hold on a name a client is about to be given.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,12 +21,15 @@ use std::time::{Duration, Instant};
 /// transport's last probe (see `transport::PROBE_AFTER`), which settles it either way.
 pub const ENDED_DOUBT_MAX: Duration = Duration::from_millis(500);
 
+/// How long a refusal keeps its node doubted at most, heard from or not.
+pub const GONE_DOUBT_MAX: Duration = Duration::from_secs(5);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Doubt {
     /// Its connection ended at this moment; its port is being probed.
     ConnectionEnded(Instant),
-    /// Its port refused a connection: nothing listens there.
-    Gone,
+    /// Its port refused a connection at this moment: nothing listens there.
+    Gone(Instant),
 }
 
 /// This node's doubts by node id. Cheap when there are none (one atomic load), which is
@@ -44,7 +48,7 @@ impl PeerDoubts {
         }
         let mut doubts = self.lock();
         let doubted = match doubts.get(&node) {
-            Some(Doubt::Gone) => true,
+            Some(Doubt::Gone(at)) => now.saturating_duration_since(*at) < GONE_DOUBT_MAX,
             Some(Doubt::ConnectionEnded(at)) => {
                 now.saturating_duration_since(*at) < ENDED_DOUBT_MAX
             }
@@ -65,10 +69,23 @@ impl PeerDoubts {
         self.any.store(true, Ordering::Release);
     }
 
-    /// Node `node`'s port refused a connection.
-    pub fn refused(&self, node: i32) {
-        self.lock().insert(node, Doubt::Gone);
+    /// Node `node`'s port refused a connection at `at`; whether it was not refused already.
+    pub fn refused(&self, node: i32, at: Instant) -> bool {
+        let mut doubts = self.lock();
+        let standing = matches!(doubts.get(&node), Some(Doubt::Gone(_)));
+        if !standing {
+            doubts.insert(node, Doubt::Gone(at));
+        }
         self.any.store(true, Ordering::Release);
+        !standing
+    }
+
+    /// When node `node`'s standing refusal came, if one stands.
+    pub fn refused_since(&self, node: i32) -> Option<Instant> {
+        match self.lock().get(&node) {
+            Some(Doubt::Gone(at)) => Some(*at),
+            _ => None,
+        }
     }
 
     /// Node `node` answered (a message, an accepted probe): no doubt about it stands.
@@ -105,12 +122,20 @@ mod tests {
             !d.doubted(2, t0 + ENDED_DOUBT_MAX),
             "an ended connection alone is not evidence"
         );
-        d.refused(2);
-        assert!(d.doubted(2, t0 + Duration::from_secs(60)));
+        assert!(d.refused(2, t0));
+        assert!(!d.refused(2, t0), "news once");
+        assert!(d.doubted(2, t0 + Duration::from_secs(1)));
+        assert_eq!(d.refused_since(2), Some(t0));
         // A later ended connection does not soften a refusal.
         d.connection_ended(2, t0);
-        assert!(d.doubted(2, t0 + Duration::from_secs(60)));
+        assert!(d.doubted(2, t0 + Duration::from_secs(1)));
+        assert!(
+            !d.doubted(2, t0 + GONE_DOUBT_MAX),
+            "a refusal does not stand for ever"
+        );
+        assert!(d.refused(2, t0));
         d.cleared(2);
+        assert_eq!(d.refused_since(2), None);
         assert!(!d.doubted(2, t0));
         assert!(!d.any.load(Ordering::Acquire));
     }

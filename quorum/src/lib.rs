@@ -50,7 +50,7 @@ pub use config::{
     QuorumConfig, Role, DEFAULT_ELECTION_TIMEOUT, DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_PROPOSAL_TIMEOUT, DEFAULT_SNAPSHOT_EVERY_ENTRIES,
 };
-pub use doubts::{PeerDoubts, ENDED_DOUBT_MAX};
+pub use doubts::{PeerDoubts, ENDED_DOUBT_MAX, GONE_DOUBT_MAX};
 pub use quorum::{Quorum, COMMAND_BYTES_MAX};
 pub use transport::{FRAME_BYTES_MAX, HANDSHAKE_MAGIC, HANDSHAKE_VERSION};
 

@@ -362,7 +362,7 @@ async fn serve_inbound(mut stream: TcpStream, core: Rc<Core>) {
 /// A dying process closes its connections a moment before its listener, and a probe in that
 /// moment is accepted into the listener's backlog: so the probe waits a little and tries a few
 /// times ([`PROBE_AFTER`]) before it takes an accepted connection as a live peer.
-async fn probe_voter(core: &Core, node: i32) {
+async fn probe_voter(core: &Rc<Core>, node: i32) {
     let Some(addr) = core.voter_addr(node) else {
         return;
     };
@@ -384,8 +384,14 @@ async fn probe_voter(core: &Core, node: i32) {
 }
 
 /// Records that voter `node`'s port at `addr` refused a connection and tells the driver.
-async fn voter_gone(core: &Core, node: i32, addr: SocketAddr) {
-    core.doubts.refused(node);
+async fn voter_gone(core: &Rc<Core>, node: i32, addr: SocketAddr) {
+    if core.doubts.refused(node, Instant::now()) {
+        let watcher = core.clone();
+        core.spawn_counted(async move {
+            let work = watch_until_listening(&watcher, node, addr);
+            watcher.until_closed(work).await;
+        });
+    }
     if core.peer_gone(raft_id(node), Evidence::Refused) {
         tracing::info!(node, %addr, "quorum peer is gone: its port refuses connections");
         report(core, Input::VoterGone(raft_id(node))).await;
@@ -517,6 +523,28 @@ async fn run_peer(
                 conn = None;
                 failed(&core, peer, &sent).await;
             }
+        }
+    }
+}
+
+/// Between the watch's connection attempts to a voter whose port refused.
+const LISTENING_WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// Connects to a gone voter's port every [`LISTENING_WATCH_EVERY`] until it accepts (a new
+/// process listens there) or its doubt ends otherwise, then clears the doubt. A follower hears
+/// nothing from another follower, so a doubt would otherwise stand until the restarted node
+/// happened to send this node a message, and Metadata here would go on naming no leader for
+/// its partitions.
+async fn watch_until_listening(core: &Core, node: i32, addr: SocketAddr) {
+    while core.doubts.refused_since(node).is_some() {
+        glommio::timer::sleep(LISTENING_WATCH_EVERY).await;
+        if TcpStream::connect_timeout(addr, PROBE_TIMEOUT)
+            .await
+            .is_ok()
+        {
+            core.doubts.cleared(node);
+            tracing::debug!(node, %addr, "a gone quorum peer's port accepts again");
+            return;
         }
     }
 }
