@@ -2106,6 +2106,8 @@ mod tests {
             ("replica.socket.timeout.ms", "0"),
             ("replica.socket.timeout.ms", "-5"),
             ("replica.socket.timeout.ms", "soon"),
+            ("replica.fetch.silence.max.ms", "-1"),
+            ("replica.fetch.silence.max.ms", "soon"),
         ] {
             let e = BrokerConfig::build(input(&[(key, bad)]))
                 .unwrap_err()

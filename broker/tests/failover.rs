@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::{NewTopic, TopicReplication};
 
-use common::cluster::{placement, read_until_all, Ack, Cluster, Writer, SESSION_TIMEOUT_MS};
+use common::cluster::{
+    longest_ack_gap, placement, read_until_all, Ack, Cluster, Writer, SESSION_TIMEOUT_MS,
+};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -198,7 +200,9 @@ fn scenario(fault: Fault, settings: &[&str]) -> Seen {
     wait_acks(&writer, more);
     let (sent, acks) = writer.stop();
     check_exactly_once(&cluster, sent, &acks);
-    let gap = longest_gap(&acks, at, healed);
+    // The healing (a restart, a rejoin, leadership moving back to the preferred replica) is
+    // not this fault's.
+    let gap = longest_ack_gap(&acks, at, Some(healed));
     eprintln!("{fault:?}: longest ack gap {gap:?}, fencings {fencings:?}");
     Seen { gap, fencings }
 }
@@ -275,21 +279,6 @@ fn wait_acks(writer: &Writer, n: usize) -> Instant {
         std::thread::sleep(Duration::from_millis(5));
     }
     Instant::now()
-}
-
-/// The longest interval between two consecutive acknowledgements from the fault (`at`) until
-/// the victim is healed: from the last one before the fault to the first after it, or any
-/// longer one after it. The healing (a restart, a rejoin, leadership moving back to the
-/// preferred replica) is not this fault's.
-fn longest_gap(acks: &[Ack], at: Instant, healed: Instant) -> Duration {
-    let mut times: Vec<Instant> = acks.iter().map(|a| a.at).filter(|t| *t <= healed).collect();
-    times.sort_unstable();
-    let first = times.iter().rposition(|t| *t <= at).unwrap_or(0);
-    times[first..]
-        .windows(2)
-        .map(|w| w[1].duration_since(w[0]))
-        .max()
-        .unwrap_or_default()
 }
 
 /// Every acknowledged record is in the partition exactly once, at the offset its

@@ -27,7 +27,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tributary_protocol::record_batch::build_batch;
 
-use common::cluster::{metadata, produce, values_on_disk, Ack, Cluster, Writer};
+use common::cluster::{longest_ack_gap, metadata, produce, values_on_disk, Ack, Cluster, Writer};
 use common::netns::Netns;
 use common::{encode_request, rd_create_topics, wait_until, RawConn};
 
@@ -523,14 +523,7 @@ fn a_follower_cut_from_its_leader_alone_leaves_the_isr_after_the_fetch_silence()
         (0..3).all(|i| placement(&cluster, i, part).is_some_and(|p| p.isr.len() == 3))
     });
     let (_, acked) = writer.stop();
-    let mut times: Vec<Instant> = acked.iter().map(|a| a.at).collect();
-    times.sort_unstable();
-    let from = times.iter().rposition(|t| *t <= cut_at).unwrap_or(0);
-    let gap = times[from..]
-        .windows(2)
-        .map(|w| w[1] - w[0])
-        .max()
-        .unwrap_or_default();
+    let gap = longest_ack_gap(&acked, cut_at, None);
     eprintln!("longest ack gap after the cut {gap:?}");
     assert!(gap < Duration::from_secs(9), "acks stalled {gap:?}");
     let all = cluster.all_bootstrap();

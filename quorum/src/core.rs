@@ -165,8 +165,9 @@ impl Core {
     }
 
     /// Records evidence that the process of `raft_id` is gone; it stands until a message from
-    /// that node arrives after it. Returns whether it is news: no evidence stood since the node was last heard (a peer
-    /// that stays down is refused at every reconnect, and is news only once).
+    /// that node arrives after it. Returns whether it is news: no evidence stood since the
+    /// node was last heard (a peer that stays down is refused at every reconnect, and is news
+    /// only once).
     pub fn peer_gone(&self, raft_id: u64, evidence: Evidence) -> bool {
         let standing = self.gone_peers().iter().any(|(id, _)| *id == raft_id);
         self.gone

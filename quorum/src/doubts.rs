@@ -41,25 +41,20 @@ pub struct PeerDoubts {
 }
 
 impl PeerDoubts {
-    /// Whether node `node` is doubted at `now`.
-    pub fn doubted(&self, node: i32, now: Instant) -> bool {
+    /// The nodes doubted at `now`, taken once per answer (one lock while any doubt stands,
+    /// none otherwise, and no allocation then).
+    pub fn doubted(&self, now: Instant) -> Vec<i32> {
         if !self.any.load(Ordering::Acquire) {
-            return false;
+            return Vec::new();
         }
         let mut doubts = self.lock();
-        let doubted = match doubts.get(&node) {
-            Some(Doubt::Gone(at)) => now.saturating_duration_since(*at) < GONE_DOUBT_MAX,
-            Some(Doubt::ConnectionEnded(at)) => {
-                now.saturating_duration_since(*at) < ENDED_DOUBT_MAX
-            }
-            None => return false,
-        };
-        if !doubted {
-            // Lapsed: forget it, so a node without doubts stays on the one-load path.
-            doubts.remove(&node);
-            self.any.store(!doubts.is_empty(), Ordering::Release);
-        }
-        doubted
+        // Lapsed doubts are forgotten, so a node without doubts goes back to the one-load path.
+        doubts.retain(|_, doubt| match doubt {
+            Doubt::Gone(at) => now.saturating_duration_since(*at) < GONE_DOUBT_MAX,
+            Doubt::ConnectionEnded(at) => now.saturating_duration_since(*at) < ENDED_DOUBT_MAX,
+        });
+        self.any.store(!doubts.is_empty(), Ordering::Release);
+        doubts.keys().copied().collect()
     }
 
     /// Node `node`'s connection ended at `at`; a refusal already recorded stands.
@@ -114,29 +109,34 @@ mod tests {
     fn an_ended_connection_is_doubted_briefly_and_a_refusal_until_heard() {
         let d = PeerDoubts::default();
         let t0 = Instant::now();
-        assert!(!d.doubted(2, t0));
+        let ms = Duration::from_millis;
+        assert_eq!(d.doubted(t0), Vec::<i32>::new());
         d.connection_ended(2, t0);
-        assert!(d.doubted(2, t0 + Duration::from_millis(10)));
-        assert!(!d.doubted(3, t0));
-        assert!(
-            !d.doubted(2, t0 + ENDED_DOUBT_MAX),
+        assert_eq!(d.doubted(t0 + ms(10)), [2]);
+        assert_eq!(
+            d.doubted(t0 + ENDED_DOUBT_MAX),
+            Vec::<i32>::new(),
             "an ended connection alone is not evidence"
         );
+        assert!(!d.any.load(Ordering::Acquire), "lapsed: forgotten");
         assert!(d.refused(2, t0));
         assert!(!d.refused(2, t0), "news once");
-        assert!(d.doubted(2, t0 + Duration::from_secs(1)));
+        assert_eq!(d.doubted(t0 + ms(1000)), [2]);
         assert_eq!(d.refused_since(2), Some(t0));
         // A later ended connection does not soften a refusal.
         d.connection_ended(2, t0);
-        assert!(d.doubted(2, t0 + Duration::from_secs(1)));
-        assert!(
-            !d.doubted(2, t0 + GONE_DOUBT_MAX),
+        assert_eq!(d.doubted(t0 + ms(1000)), [2]);
+        assert_eq!(
+            d.doubted(t0 + GONE_DOUBT_MAX),
+            Vec::<i32>::new(),
             "a refusal does not stand for ever"
         );
         assert!(d.refused(2, t0));
+        d.connection_ended(3, t0);
         d.cleared(2);
         assert_eq!(d.refused_since(2), None);
-        assert!(!d.doubted(2, t0));
+        assert_eq!(d.doubted(t0), [3]);
+        d.cleared(3);
         assert!(!d.any.load(Ordering::Acquire));
     }
 }

@@ -412,7 +412,7 @@ async fn find_coordinator(
         }
     };
     let catalog = shard.catalog();
-    let now = std::time::Instant::now();
+    let doubted = shard.doubts.doubted(std::time::Instant::now());
     let coordinator = |key: &str| -> Result<
         (BrokerId, kafka_protocol::protocol::StrBytes, i32),
         (ErrorCode, Option<String>),
@@ -425,11 +425,7 @@ async fn find_coordinator(
         // A leader this node doubts is not named, as in Metadata: the client asks again.
         catalog
             .partition(topic, p)
-            .map(|r| {
-                super::metadata::answered_leader(r.leader, shard.config.node_id, |b| {
-                    shard.doubts.doubted(b, now)
-                })
-            })
+            .map(|r| super::metadata::answered_leader(r.leader, shard.config.node_id, &doubted))
             .and_then(|leader| catalog.brokers.get(&leader))
             .filter(|b| !b.fenced)
             .and_then(|b| {

@@ -78,6 +78,8 @@ pub async fn handle(
             .map(Some)
             .collect(),
     };
+    // What this node doubts, once for the whole answer.
+    let doubted = shard.doubts.doubted(Instant::now());
     let topics = names
         .iter()
         .map(|n| {
@@ -86,7 +88,7 @@ pub async fn handle(
                     .with_name(Some(topic_name(name)))
                     .with_error_code(ErrorCode::TOPIC_AUTHORIZATION_FAILED.code());
             }
-            let t = describe_topic(shard, &catalog, n.as_deref(), v);
+            let t = describe_topic(&catalog, n.as_deref(), v, shard.config.node_id, &doubted);
             if v >= 8 {
                 let asked = req.include_topic_authorized_operations && t.error_code == 0;
                 let allowed = match (asked, n.as_deref()) {
@@ -146,11 +148,13 @@ pub async fn handle(
     frame(spec, header, &resp)
 }
 
+/// Topic `name` as Metadata v`v` answers it, naming no leader in `doubted` (`me` is this node).
 fn describe_topic(
-    shard: &Shard,
     catalog: &Catalog,
     name: Option<&str>,
     v: i16,
+    me: i32,
+    doubted: &[i32],
 ) -> MetadataResponseTopic {
     let mut t = MetadataResponseTopic::default();
     let Some(name) = name else {
@@ -172,13 +176,10 @@ fn describe_topic(
         t = t.with_topic_id(meta.uuid());
     }
     let ids = |ids: &[i32]| ids.iter().map(|&b| BrokerId(b)).collect::<Vec<_>>();
-    let now = Instant::now();
     let partitions = (0..meta.partitions)
         .zip(&meta.assignment)
         .map(|(p, r)| {
-            let leader = answered_leader(r.leader, shard.config.node_id, |b| {
-                shard.doubts.doubted(b, now)
-            });
+            let leader = answered_leader(r.leader, me, doubted);
             let code = if leader < 0 {
                 ErrorCode::LEADER_NOT_AVAILABLE
             } else {
@@ -215,8 +216,8 @@ fn describe_topic(
 /// librdkafka looks again only at its next one-second topic scan (its fast leader query stops
 /// once every partition has a leader); told none, it asks again at once and backs off from
 /// `retry.backoff.ms`, finding the new leader within a few hundred milliseconds.
-pub fn answered_leader(leader: i32, me: i32, doubted: impl Fn(i32) -> bool) -> i32 {
-    if leader >= 0 && leader != me && doubted(leader) {
+pub fn answered_leader(leader: i32, me: i32, doubted: &[i32]) -> i32 {
+    if leader >= 0 && leader != me && doubted.contains(&leader) {
         -1
     } else {
         leader
@@ -312,11 +313,11 @@ mod tests {
 
     #[test]
     fn a_doubted_leader_is_not_named() {
-        let doubted = |b: i32| b == 2;
-        assert_eq!(answered_leader(2, 1, doubted), -1);
-        assert_eq!(answered_leader(3, 1, doubted), 3);
-        assert_eq!(answered_leader(-1, 1, doubted), -1);
+        let doubted = [2];
+        assert_eq!(answered_leader(2, 1, &doubted), -1);
+        assert_eq!(answered_leader(3, 1, &doubted), 3);
+        assert_eq!(answered_leader(-1, 1, &doubted), -1);
         // This node never doubts itself.
-        assert_eq!(answered_leader(2, 2, doubted), 2);
+        assert_eq!(answered_leader(2, 2, &doubted), 2);
     }
 }

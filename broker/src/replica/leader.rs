@@ -533,48 +533,70 @@ impl Shard {
         }
     }
 
-    /// The ISR changes this shard's led partitions (or only `only`) need now, each marked
-    /// pending.
+    /// The ISR changes this shard's led partitions (or only `only`, looked up directly: a
+    /// catching-up follower's fetch asks on the fetch path) need now, each marked pending.
     fn isr_changes(&self, only: Option<&(String, i32)>) -> Vec<MetadataCommand> {
-        let me = self.config.node_id;
         let rules = isr_rules(&self.config);
         let now = Instant::now();
         let catalog = self.catalog();
-        let eligible = |r: i32| isr_eligible(&catalog.brokers, r);
-        let mut changes: Vec<MetadataCommand> = Vec::new();
-        for ((topic, p), l) in self.replicas.leading.borrow_mut().iter_mut() {
-            if l.isr_change_pending || only.is_some_and(|(t, q)| t != topic || q != p) {
-                continue;
-            }
-            let hw = self
-                .partition(topic, *p)
-                .map_or(-1, |part| part.high_watermark());
-            if let Some(isr) = l.wanted_isr(me, hw, rules, now, eligible) {
-                // Each member leaving, with why: a healthy broker must never be one.
-                let leaving: Vec<(i32, Option<crate::replica::OutOfSync>)> = l
-                    .isr
-                    .iter()
-                    .filter(|r| !isr.contains(r))
-                    .map(|&r| {
-                        (
-                            r,
-                            l.followers.get(&r).and_then(|f| rules.out_of_sync(f, now)),
-                        )
-                    })
-                    .collect();
-                info!(topic = %topic, partition = p, from = ?l.isr, to = ?isr, ?leaving, "changing the ISR");
-                l.isr_change_pending = true;
-                l.pending_isr = Some(isr.clone());
-                changes.push(MetadataCommand::ChangeIsr {
-                    topic: topic.clone(),
-                    partition: *p,
-                    leader_epoch: l.leader_epoch,
-                    partition_epoch: l.partition_epoch,
-                    isr,
-                });
-            }
+        let mut leading = self.replicas.leading.borrow_mut();
+        match only {
+            Some(key) => leading
+                .get_mut(key)
+                .and_then(|l| self.isr_change(key, l, rules, now, &catalog))
+                .into_iter()
+                .collect(),
+            None => leading
+                .iter_mut()
+                .filter_map(|(key, l)| self.isr_change(key, l, rules, now, &catalog))
+                .collect(),
         }
-        changes
+    }
+
+    /// The ISR change led partition `key` needs now, if any, marked pending.
+    fn isr_change(
+        &self,
+        (topic, p): &(String, i32),
+        l: &mut LeaderState,
+        rules: crate::replica::IsrRules,
+        now: Instant,
+        catalog: &Catalog,
+    ) -> Option<MetadataCommand> {
+        if l.isr_change_pending {
+            return None;
+        }
+        // The high watermark only decides whether a replica outside the ISR may join: a full
+        // ISR, the usual case, needs no partition lookup.
+        let hw = if l.isr.len() < l.replicas.len() {
+            self.partition(topic, *p)
+                .map_or(-1, |part| part.high_watermark())
+        } else {
+            -1
+        };
+        let eligible = |r: i32| isr_eligible(&catalog.brokers, r);
+        let isr = l.wanted_isr(self.config.node_id, hw, rules, now, eligible)?;
+        // Each member leaving, with why: a healthy broker must never be one.
+        let leaving: Vec<(i32, Option<crate::replica::OutOfSync>)> = l
+            .isr
+            .iter()
+            .filter(|r| !isr.contains(r))
+            .map(|&r| {
+                (
+                    r,
+                    l.followers.get(&r).and_then(|f| rules.out_of_sync(f, now)),
+                )
+            })
+            .collect();
+        info!(topic = %topic, partition = p, from = ?l.isr, to = ?isr, ?leaving, "changing the ISR");
+        l.isr_change_pending = true;
+        l.pending_isr = Some(isr.clone());
+        Some(MetadataCommand::ChangeIsr {
+            topic: topic.clone(),
+            partition: *p,
+            leader_epoch: l.leader_epoch,
+            partition_epoch: l.partition_epoch,
+            isr,
+        })
     }
 
     /// Proposes ISR changes through the controller; a refused one is no longer pending.

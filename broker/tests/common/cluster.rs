@@ -485,6 +485,24 @@ pub fn node_cpu(id: i32) -> usize {
     cpus[(id.max(1) as usize - 1) % cpus.len()]
 }
 
+/// The longest interval between two consecutive acknowledgements from the last one at or
+/// before `from` (the fault) on: the one spanning the fault, or any longer one after it —
+/// counting only acknowledgements up to `until` when given.
+pub fn longest_ack_gap(acks: &[Ack], from: Instant, until: Option<Instant>) -> Duration {
+    let mut times: Vec<Instant> = acks
+        .iter()
+        .map(|a| a.at)
+        .filter(|t| until.is_none_or(|u| *t <= u))
+        .collect();
+    times.sort_unstable();
+    let first = times.iter().rposition(|t| *t <= from).unwrap_or(0);
+    times[first..]
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]))
+        .max()
+        .unwrap_or_default()
+}
+
 pub fn metadata(bootstrap: &str, topic: Option<&str>) -> Metadata {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
