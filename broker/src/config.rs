@@ -387,6 +387,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "replica.lag.time.max.ms", default: "30000", kind: ConfigKind::Long, doc: "A follower that has not caught up with its leader's log end for this long leaves the ISR; it rejoins once caught up." },
     BrokerKey { name: "replica.fetch.max.bytes", default: "1048576", kind: ConfigKind::Int, doc: "Record bytes a follower asks its leader for per partition in one fetch; a first batch larger than this is still returned whole. At least 1." },
     BrokerKey { name: "replica.fetch.silence.max.ms", default: "5000", kind: ConfigKind::Long, doc: "A follower none of whose fetches reached its leader for this long (a link cut between the two while both still reach the controller) leaves the ISR without waiting out replica.lag.time.max.ms, which still bounds a follower that fetches but trails. A value below twice replica.fetch.wait.max.ms counts as that (an idle follower's fetch is held that long); 0 turns the rule off. A follower fetches again only once its last fetch is durable, so under a full-speed flood its fetches can be over a second apart: keep well above that. Kafka has no such rule: its followers leave only after replica.lag.time.max.ms (30 s)." },
+    BrokerKey { name: "replica.link.timeout.ms", default: "2000", kind: ConfigKind::Int, doc: "How long the kernel may go without an answer from the other end of a leader-follower connection (data sent unacknowledged, or keepalive probes from half of it idle) before it ends the connection: the leader then takes a follower whose fetches came over it out of the ISR at once, and the follower reconnects. A busy or paused broker's kernel still answers, so only a network cut or a machine gone trips it. 0 leaves the kernel's defaults (minutes); otherwise at least 1000. Kafka has no such setting." },
     BrokerKey { name: "replica.fetch.wait.max.ms", default: "500", kind: ConfigKind::Int, doc: "How long a leader may hold a follower's fetch while it has nothing new. At least 1, and at most replica.socket.timeout.ms and replica.lag.time.max.ms." },
     BrokerKey { name: "replica.socket.timeout.ms", default: "30000", kind: ConfigKind::Int, doc: "A follower's fetch not answered within this long is given up and its connection to the leader reopened. At least replica.fetch.wait.max.ms." },
     BrokerKey { name: "message.max.bytes", default: "1048588", kind: ConfigKind::Int, doc: "Largest record batch the broker accepts, after compression (topic override: max.message.bytes)." },
@@ -514,6 +515,9 @@ pub struct BrokerConfig {
     pub replica_fetch_max_bytes: i32,
     pub replica_fetch_wait_max_ms: i32,
     pub replica_socket_timeout_ms: u64,
+    /// `replica.link.timeout.ms`: the kernel's timeout on leader-follower connections (0: its
+    /// defaults).
+    pub replica_link_timeout_ms: u64,
     /// `unclean.leader.election.enable`: the topic default the active controller reads.
     pub unclean_leader_election_enable: bool,
     pub auto_leader_rebalance_enable: bool,
@@ -877,6 +881,7 @@ impl BrokerConfig {
             )?
             .unsigned_abs()
             .into(),
+            replica_link_timeout_ms: parse_link_timeout(&get("replica.link.timeout.ms"))?,
             unclean_leader_election_enable: parse_bool(
                 "unclean.leader.election.enable",
                 &get("unclean.leader.election.enable"),
@@ -1325,6 +1330,20 @@ fn oauth_validators(
     }
     Ok(out)
 }
+
+/// `replica.link.timeout.ms`: 0 (the kernel's defaults) or at least [`LINK_TIMEOUT_MIN_MS`].
+fn parse_link_timeout(v: &str) -> Result<u64> {
+    let key = "replica.link.timeout.ms";
+    let ms = u64::from(parse_num::<i32>(key, v, 0)?.unsigned_abs());
+    if ms != 0 && ms < LINK_TIMEOUT_MIN_MS {
+        bail!("config {key}: {ms} is below {LINK_TIMEOUT_MIN_MS}; a link that times out after a few lost packets would drop healthy followers. Use 0 for the kernel's defaults, or at least {LINK_TIMEOUT_MIN_MS}");
+    }
+    Ok(ms)
+}
+
+/// The shortest `replica.link.timeout.ms`: TCP retransmits a lost segment after 200 ms at the
+/// earliest, then 400 ms later, so below a second one unlucky loss could end a healthy link.
+const LINK_TIMEOUT_MIN_MS: u64 = 1000;
 
 /// Kafka's two checks on `replica.fetch.wait.max.ms`: a leader holding a fetch longer than the
 /// follower waits for the answer would time the fetch out, and longer than the lag window would
@@ -2108,6 +2127,9 @@ mod tests {
             ("replica.socket.timeout.ms", "soon"),
             ("replica.fetch.silence.max.ms", "-1"),
             ("replica.fetch.silence.max.ms", "soon"),
+            ("replica.link.timeout.ms", "-1"),
+            ("replica.link.timeout.ms", "999"),
+            ("replica.link.timeout.ms", "soon"),
         ] {
             let e = BrokerConfig::build(input(&[(key, bad)]))
                 .unwrap_err()
@@ -2142,6 +2164,14 @@ mod tests {
             Some(std::time::Duration::from_secs(10))
         );
         assert_eq!(rules(&[("replica.fetch.silence.max.ms", "0")]), None);
+        let link = |kv: &[(&str, &str)]| {
+            BrokerConfig::build(input(kv))
+                .unwrap()
+                .replica_link_timeout_ms
+        };
+        assert_eq!(link(&[]), 2000);
+        assert_eq!(link(&[("replica.link.timeout.ms", "0")]), 0);
+        assert_eq!(link(&[("replica.link.timeout.ms", "1000")]), 1000);
     }
 
     #[test]

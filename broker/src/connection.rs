@@ -28,8 +28,11 @@ use crate::handlers;
 use crate::handlers::PendingResponse;
 use crate::limits::{ConnectionSlot, RequestGrant};
 use crate::metrics::Stage;
+use crate::replica::ReplicaLink;
+use crate::routing::ShardId;
 use crate::sasl::{self, AuthState, ListenerCtx, Step};
-use crate::shard::Shard;
+use crate::shard::{call, Shard, ShardRequest};
+use crate::socket;
 
 /// Responses a connection may owe before it stops reading requests (backpressure).
 pub const CONNECTION_INFLIGHT_MAX: usize = 64;
@@ -93,8 +96,10 @@ impl SpareFrames {
 
 /// Why reading a request stopped.
 enum ReadStop {
-    /// The peer closed the connection or the socket failed.
+    /// The peer closed the connection.
     Closed,
+    /// The socket failed.
+    Failed(std::io::Error),
     /// The deadline passed first.
     TimedOut,
 }
@@ -129,7 +134,8 @@ async fn read_by<R: futures::io::AsyncRead + Unpin>(
         };
         match read {
             None => return Err(ReadStop::TimedOut),
-            Some(Ok(0)) | Some(Err(_)) => return Err(ReadStop::Closed),
+            Some(Ok(0)) => return Err(ReadStop::Closed),
+            Some(Err(e)) => return Err(ReadStop::Failed(e)),
             Some(Ok(n)) => got += n,
         }
     }
@@ -264,6 +270,133 @@ async fn tls_handshake(
     }
 }
 
+/// The TCP socket under a connection's byte stream, for the options set once the connection
+/// turns out to carry a follower's fetches.
+trait OverTcp {
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl OverTcp for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl OverTcp for TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref()
+    }
+}
+
+/// A connection's stream shared by its request loop (reading), its writer task and the
+/// socket options: each poll borrows it for that poll only, as `futures::io::split` locks it.
+struct Shared<S>(Rc<RefCell<S>>);
+
+impl<S> Clone for Shared<S> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Shared<S> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut *self.0.borrow_mut()).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Shared<S> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut *self.0.borrow_mut()).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut *self.0.borrow_mut()).poll_flush(cx)
+    }
+
+    fn poll_close(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut *self.0.borrow_mut()).poll_close(cx)
+    }
+}
+
+/// A connection that carries a follower's fetches: the kernel's link timeout on its socket
+/// (`replica.link.timeout.ms`), set once, and whether the connection ended in a link failure
+/// (`socket::is_link_failure`), seen by its reader or its writer.
+struct LinkWatch {
+    link: ReplicaLink,
+    set: Cell<bool>,
+    failed: Cell<bool>,
+}
+
+impl LinkWatch {
+    fn new() -> Self {
+        Self {
+            link: ReplicaLink::new(),
+            set: Cell::new(false),
+            failed: Cell::new(false),
+        }
+    }
+
+    /// Sets the link timeout on `stream` once a follower's fetch came over it.
+    fn arm<S: OverTcp>(&self, shard: &Shard, stream: &Shared<S>, peer: &str) {
+        let timeout = shard.config.replica_link_timeout_ms;
+        if self.set.get() || timeout == 0 || self.link.follower.get().is_none() {
+            return;
+        }
+        self.set.set(true);
+        let stream = stream.0.borrow();
+        if let Err(error) = socket::set_link_timeout(stream.tcp(), Duration::from_millis(timeout)) {
+            warn!(%peer, %error, "cannot set replica.link.timeout.ms on a follower's connection: a network cut will show only after replica.fetch.silence.max.ms");
+        }
+    }
+
+    fn note(&self, error: &std::io::Error) {
+        if socket::is_link_failure(error) {
+            self.failed.set(true);
+        }
+    }
+
+    fn note_stop(&self, stop: &ReadStop) {
+        if let ReadStop::Failed(error) = stop {
+            self.note(error);
+        }
+    }
+
+    /// After the connection ended: a follower's link that failed takes the partitions it
+    /// fetched over it out of their ISR, on every shard.
+    async fn report(&self, shard: &Rc<Shard>, peer: &str) {
+        let Some(follower) = self.link.follower.get() else {
+            return;
+        };
+        if !self.failed.get() || shard.draining.get() {
+            return;
+        }
+        warn!(%peer, follower, timeout_ms = shard.config.replica_link_timeout_ms, "a follower's connection failed: the network no longer reaches it (replica.link.timeout.ms passed, or no route); the partitions it fetched over it leave their ISR");
+        let link = self.link.id;
+        for s in 0..shard.shards {
+            call(shard, ShardId(s), |reply| ShardRequest::ReplicaLinkLost {
+                follower,
+                link,
+                reply,
+            })
+            .await;
+        }
+    }
+}
+
 /// The request loop over a plaintext or TLS byte stream.
 async fn serve_requests<S>(
     shard: Rc<Shard>,
@@ -272,9 +405,11 @@ async fn serve_requests<S>(
     listener: Rc<ListenerCtx>,
     mut auth: AuthState,
 ) where
-    S: AsyncRead + AsyncWrite + Unpin + 'static,
+    S: AsyncRead + AsyncWrite + OverTcp + Unpin + 'static,
 {
-    let (mut reader, mut writer) = futures::io::AsyncReadExt::split(stream);
+    let stream = Shared(Rc::new(RefCell::new(stream)));
+    let (mut reader, mut writer) = (stream.clone(), stream.clone());
+    let watch = Rc::new(LinkWatch::new());
     // Responses are written strictly in request order by this task; the reader below may run
     // ahead by up to CONNECTION_INFLIGHT_MAX requests while produce requests wait to be durable.
     let (tx, rx) = local_channel::new_bounded::<Queued>(CONNECTION_INFLIGHT_MAX);
@@ -288,6 +423,7 @@ async fn serve_requests<S>(
         let peer = peer.clone();
         let answered = answered.clone();
         let answered_event = answered_event.clone();
+        let watch = watch.clone();
         glommio::spawn_local(async move {
             let produce_api = crate::metrics::api_index(api_key::PRODUCE);
             let fetch_api = crate::metrics::api_index(api_key::FETCH);
@@ -303,7 +439,8 @@ async fn serve_requests<S>(
                     match outcome {
                         Ok(Some(frame)) => {
                             for piece in frame.pieces() {
-                                if writer.write_all(piece).await.is_err() {
+                                if let Err(e) = writer.write_all(piece).await {
+                                    watch.note(&e);
                                     closed.set(true);
                                     break;
                                 }
@@ -353,7 +490,10 @@ async fn serve_requests<S>(
         loop {
             match read_by(&mut reader, &mut prefix[..1], Instant::now() + idle).await {
                 Ok(()) => break,
-                Err(ReadStop::Closed) => break 'requests,
+                Err(stop @ (ReadStop::Closed | ReadStop::Failed(_))) => {
+                    watch.note_stop(&stop);
+                    break 'requests;
+                }
                 Err(ReadStop::TimedOut) if answered.get() < queued => continue,
                 Err(ReadStop::TimedOut) => {
                     debug!(%peer, idle_ms = idle.as_millis() as u64, "closing idle connection (connections.max.idle.ms)");
@@ -363,6 +503,7 @@ async fn serve_requests<S>(
         }
         let started = Instant::now();
         if let Err(stop) = read_by(&mut reader, &mut prefix[1..], started + receive_timeout).await {
+            watch.note_stop(&stop);
             log_stop(&peer, stop, "a request's length");
             break;
         }
@@ -383,6 +524,7 @@ async fn serve_requests<S>(
         let grant = shard.request_memory.grant(len).await;
         let mut body = shard.spare_frames.take(len);
         if let Err(stop) = read_by(&mut reader, &mut body, Instant::now() + receive_timeout).await {
+            watch.note_stop(&stop);
             log_stop(&peer, stop, "a request");
             break;
         }
@@ -451,8 +593,11 @@ async fn serve_requests<S>(
                     listener: &listener.name,
                     principal: auth.principal().unwrap_or(sasl::ANONYMOUS),
                     throttle: &throttle,
+                    link: &watch.link,
                 };
-                handle_frame(&shard, fixed, r, conn).await
+                let started = handle_frame(&shard, fixed, r, conn).await;
+                watch.arm(&shard, &stream, &peer);
+                started
             }
             Err(e) => Err(e.to_string()),
         };
@@ -485,6 +630,7 @@ async fn serve_requests<S>(
     }
     drop(tx);
     let _ = writer_task.await;
+    watch.report(&shard, &peer).await;
 }
 
 /// Whether a connection's first bytes are a TLS handshake record (content type 22, major
@@ -552,6 +698,9 @@ fn sasl_request(
 fn log_stop(peer: &str, stop: ReadStop, what: &str) {
     match stop {
         ReadStop::Closed => debug!(%peer, "connection closed in the middle of {what}"),
+        ReadStop::Failed(error) => {
+            debug!(%peer, %error, "connection failed in the middle of {what}")
+        }
         ReadStop::TimedOut => warn!(
             %peer,
             "closing connection: {what} did not arrive within socket.request.receive.timeout.ms"

@@ -411,6 +411,15 @@ enum Io {
 }
 
 impl BrokerStream {
+    /// Sets the kernel's link timeout on the connection's socket (`socket::set_link_timeout`).
+    pub fn set_link_timeout(&self, timeout: std::time::Duration) -> std::io::Result<()> {
+        let tcp = match &self.io {
+            Io::Plain(s) => s,
+            Io::Tls(s) => s.get_ref(),
+        };
+        crate::socket::set_link_timeout(tcp, timeout)
+    }
+
     /// Whether the connection's SASL session is about to end: connect again.
     pub fn needs_renewal(&self) -> bool {
         self.renew_at

@@ -214,6 +214,13 @@ pub enum ShardRequest {
         item: crate::replica::leader::ReplicaFetchItem,
         reply: oneshot::Sender<tributary_protocol::requests::fetch::FetchPartitionResponse>,
     },
+    /// The connection `link`, which carried `follower`'s fetches to this node, timed out in the
+    /// kernel: the partitions this shard leads that it fetched over it leave the ISR.
+    ReplicaLinkLost {
+        follower: i32,
+        link: crate::replica::LinkId,
+        reply: oneshot::Sender<()>,
+    },
     /// Answered once a led partition's log grows past `offset`, or at `deadline`.
     ReplicaWait {
         topic: String,
@@ -1001,6 +1008,14 @@ impl Shard {
             }
             ShardRequest::ReplicaFetch { item, reply } => {
                 let _ = reply.send(self.replica_fetch_local(item).await);
+            }
+            ShardRequest::ReplicaLinkLost {
+                follower,
+                link,
+                reply,
+            } => {
+                self.replica_link_lost(follower, link);
+                let _ = reply.send(());
             }
             ShardRequest::ReplicaWait {
                 topic,

@@ -83,7 +83,8 @@ pub async fn handle(
         return Ok(Some(out.finish()));
     }
     if req.replica_id >= 0 {
-        let mut topics = replica::fetch(shard, &req, deadline).await;
+        conn.link.follower.set(Some(req.replica_id));
+        let mut topics = replica::fetch(shard, &req, conn.link.id, deadline).await;
         let endpoints = leader_hints(shard, v, &mut topics);
         let mut out = FrameBuilder::new();
         begin_response(

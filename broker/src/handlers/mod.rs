@@ -60,6 +60,8 @@ pub struct Conn<'a> {
     /// Set by a handler whose request put the client over a quota: the connection reads
     /// nothing more for this long after queueing the response (KIP-219).
     pub throttle: &'a std::cell::Cell<std::time::Duration>,
+    /// The follower whose fetches the connection carries, once one came.
+    pub link: &'a crate::replica::ReplicaLink,
 }
 
 pub async fn dispatch(

@@ -174,6 +174,12 @@ impl Link {
         let client = format!("tributary-replica-{}", shard.config.node_id);
         match crate::inter_broker::connect(&shard.inter_broker(), &addr, &client).await {
             Ok(s) => {
+                let timeout = shard.config.replica_link_timeout_ms;
+                if timeout > 0 {
+                    if let Err(error) = s.set_link_timeout(Duration::from_millis(timeout)) {
+                        warn!(leader, %addr, %error, "cannot set replica.link.timeout.ms on the connection to the leader: a network cut will show only after replica.socket.timeout.ms");
+                    }
+                }
                 self.conn = Some(s);
                 self.warned.clear();
                 true

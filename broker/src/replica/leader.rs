@@ -53,6 +53,8 @@ pub struct ReplicaFetchItem {
     pub current_leader_epoch: i32,
     pub last_fetched_epoch: i32,
     pub max_bytes: usize,
+    /// The connection the fetch came over.
+    pub link: crate::replica::LinkId,
 }
 
 /// A partition of a follower's fetch answered with `error` alone.
@@ -449,7 +451,13 @@ impl Shard {
         }
         let outside_isr = match self.replicas.leading.borrow_mut().get_mut(&key) {
             Some(l) => {
-                l.record_fetch(item.follower, item.fetch_offset, leo, Instant::now());
+                l.record_fetch(
+                    item.follower,
+                    item.fetch_offset,
+                    leo,
+                    item.link,
+                    Instant::now(),
+                );
                 !l.isr.contains(&item.follower) && !l.isr_change_pending
             }
             None => false,
@@ -520,6 +528,21 @@ impl Shard {
     pub async fn check_isr(self: &Rc<Self>) {
         let changes = self.isr_changes(None);
         self.propose_isr_changes(changes).await;
+    }
+
+    /// The connection `link` that carried `follower`'s fetches to this node failed (the
+    /// network no longer reaches it): every partition this shard leads whose last fetch by it
+    /// came over that link leaves the ISR now, without waiting for the next check.
+    pub fn replica_link_lost(self: &Rc<Self>, follower: i32, link: crate::replica::LinkId) {
+        // Every partition is marked: no short circuit.
+        let mut marked = false;
+        for l in self.replicas.leading.borrow_mut().values_mut() {
+            marked |= l.link_lost(follower, link);
+        }
+        if marked {
+            let shard = self.clone();
+            glommio::spawn_local(async move { shard.check_isr().await }).detach();
+        }
     }
 
     /// Writes the high watermark checkpoints of replicated partitions, as Kafka does every few

@@ -18,7 +18,44 @@ pub mod fetcher;
 pub mod leader;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// A connection that carried a follower's fetches to this node: unique in the process, so the
+/// partitions fetched over a link that died can be told from those fetched over another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LinkId(u64);
+
+impl LinkId {
+    /// A link id no connection of this process had before.
+    pub fn next() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Self(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// What a connection knows of the follower whose fetches it carries.
+#[derive(Debug)]
+pub struct ReplicaLink {
+    pub id: LinkId,
+    /// Set by the first follower fetch: the connection is a replica link from then on.
+    pub follower: std::cell::Cell<Option<i32>>,
+}
+
+impl ReplicaLink {
+    pub fn new() -> Self {
+        Self {
+            id: LinkId::next(),
+            follower: std::cell::Cell::new(None),
+        }
+    }
+}
+
+impl Default for ReplicaLink {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 /// A follower as its leader sees it.
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +67,25 @@ pub struct FollowerState {
     /// The leader's log end offset when it answered the follower's previous fetch, and when.
     pub last_fetch_leader_end: i64,
     pub last_fetch_at: Instant,
+    /// The connection its last fetch came over.
+    pub link: Option<LinkId>,
+    /// That connection timed out in the kernel (`replica.link.timeout.ms`: the follower's
+    /// side stopped answering) and no fetch has come since.
+    pub unreachable: bool,
+}
+
+impl FollowerState {
+    /// A follower that has not fetched yet, given a full lag window from `now`.
+    fn new(now: Instant) -> Self {
+        Self {
+            log_end_offset: -1,
+            last_caught_up: now,
+            last_fetch_leader_end: i64::MAX,
+            last_fetch_at: now,
+            link: None,
+            unreachable: false,
+        }
+    }
 }
 
 /// When a follower counts as in sync.
@@ -51,6 +107,8 @@ pub enum OutOfSync {
     Lagging,
     /// No fetch for longer than `replica.fetch.silence.max.ms`.
     Silent,
+    /// The connection its fetches came over timed out in the kernel, and none came since.
+    Unreachable,
 }
 
 impl IsrRules {
@@ -60,6 +118,9 @@ impl IsrRules {
 
     /// Whether, and why, follower `f` is out of sync at `now`.
     pub fn out_of_sync(&self, f: &FollowerState, now: Instant) -> Option<OutOfSync> {
+        if f.unreachable {
+            return Some(OutOfSync::Unreachable);
+        }
         let silent = self
             .silence_max
             .is_some_and(|s| now.saturating_duration_since(f.last_fetch_at) > s);
@@ -104,17 +165,7 @@ impl LeaderState {
         // Every follower starts caught up: a new leader gives each a full lag window.
         let followers = replicas
             .iter()
-            .map(|&r| {
-                (
-                    r,
-                    FollowerState {
-                        log_end_offset: -1,
-                        last_caught_up: now,
-                        last_fetch_leader_end: i64::MAX,
-                        last_fetch_at: now,
-                    },
-                )
-            })
+            .map(|&r| (r, FollowerState::new(now)))
             .collect();
         Self {
             leader_epoch,
@@ -137,22 +188,32 @@ impl LeaderState {
         }
         self.followers.retain(|r, _| replicas.contains(r));
         for &r in &replicas {
-            self.followers.entry(r).or_insert(FollowerState {
-                log_end_offset: -1,
-                last_caught_up: now,
-                last_fetch_leader_end: i64::MAX,
-                last_fetch_at: now,
-            });
+            self.followers
+                .entry(r)
+                .or_insert_with(|| FollowerState::new(now));
         }
         self.replicas = replicas;
     }
 
-    /// Records a follower's fetch at `offset` when the leader's log ends at `leader_end`. As
-    /// Kafka's `updateFetchState`: a follower at the leader's end is caught up now; one that
-    /// reached where the leader ended at its previous fetch was caught up as of that fetch — so
-    /// a follower keeping pace with a steady stream of appends stays in sync.
-    pub fn record_fetch(&mut self, follower: i32, offset: i64, leader_end: i64, now: Instant) {
+    /// Records a follower's fetch at `offset`, over `link`, when the leader's log ends at
+    /// `leader_end`. As Kafka's `updateFetchState`: a follower at the leader's end is caught up
+    /// now; one that reached where the leader ended at its previous fetch was caught up as of
+    /// that fetch — so a follower keeping pace with a steady stream of appends stays in sync.
+    pub fn record_fetch(
+        &mut self,
+        follower: i32,
+        offset: i64,
+        leader_end: i64,
+        link: LinkId,
+        now: Instant,
+    ) {
         if let Some(f) = self.followers.get_mut(&follower) {
+            // A fetch still held here when its link failed is answered into the dead link:
+            // only one over another link says the follower is reachable again.
+            if f.link != Some(link) {
+                f.link = Some(link);
+                f.unreachable = false;
+            }
             f.log_end_offset = offset;
             if offset >= leader_end {
                 f.last_caught_up = now;
@@ -161,6 +222,18 @@ impl LeaderState {
             }
             f.last_fetch_leader_end = leader_end;
             f.last_fetch_at = now;
+        }
+    }
+
+    /// The connection `link` that carried `follower`'s fetches timed out: if its last fetch of
+    /// this partition came over it, it is out of sync until it fetches again. Whether it was.
+    pub fn link_lost(&mut self, follower: i32, link: LinkId) -> bool {
+        match self.followers.get_mut(&follower) {
+            Some(f) if f.link == Some(link) => {
+                f.unreachable = true;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -217,6 +290,8 @@ impl LeaderState {
 mod tests {
     use super::*;
 
+    const LINK: LinkId = LinkId(1);
+
     fn any(_: i32) -> bool {
         true
     }
@@ -240,17 +315,17 @@ mod tests {
     fn the_high_watermark_waits_for_every_isr_member() {
         let (mut l, now) = leader(&[1, 2, 3]);
         assert_eq!(l.high_watermark(1, 150), -1, "no follower fetched yet");
-        l.record_fetch(2, 140, 150, now);
-        l.record_fetch(3, 120, 150, now);
+        l.record_fetch(2, 140, 150, LINK, now);
+        l.record_fetch(3, 120, 150, LINK, now);
         assert_eq!(l.high_watermark(1, 150), 120);
-        l.record_fetch(3, 150, 150, now);
+        l.record_fetch(3, 150, 150, LINK, now);
         assert_eq!(l.high_watermark(1, 150), 140);
         // Never past what the leader itself made durable.
-        l.record_fetch(2, 160, 160, now);
+        l.record_fetch(2, 160, 160, LINK, now);
         assert_eq!(l.high_watermark(1, 150), 150);
         // A member out of the ISR does not hold it back.
         l.isr = vec![1, 2];
-        l.record_fetch(3, 0, 160, now);
+        l.record_fetch(3, 0, 160, LINK, now);
         assert_eq!(l.high_watermark(1, 160), 160);
         // A member being added does, from the moment it is proposed.
         l.pending_isr = Some(vec![1, 2, 3]);
@@ -266,7 +341,7 @@ mod tests {
         let mut t = start;
         for _ in 0..30 {
             t += Duration::from_secs(1);
-            l.record_fetch(2, end, end + 10, t);
+            l.record_fetch(2, end, end + 10, LINK, t);
             end += 10;
         }
         assert_eq!(l.followers[&2].last_caught_up, t - Duration::from_secs(1));
@@ -277,25 +352,25 @@ mod tests {
     fn a_lagging_follower_leaves_the_isr_and_a_caught_up_one_joins() {
         let (mut l, start) = leader(&[1, 2, 3]);
         let lag = lag_only(Duration::from_secs(10));
-        l.record_fetch(2, 150, 150, start);
-        l.record_fetch(3, 150, 150, start);
+        l.record_fetch(2, 150, 150, LINK, start);
+        l.record_fetch(3, 150, 150, LINK, start);
         assert_eq!(l.wanted_isr(1, 150, lag, start + lag.lag_max, any), None);
         // 3 stops catching up; 2 keeps up.
         let later = start + lag.lag_max + Duration::from_secs(1);
-        l.record_fetch(2, 200, 200, later);
-        l.record_fetch(3, 160, 200, later);
+        l.record_fetch(2, 200, 200, LINK, later);
+        l.record_fetch(3, 160, 200, LINK, later);
         assert_eq!(l.wanted_isr(1, 200, lag, later, any), Some(vec![1, 2]));
         l.isr = vec![1, 2];
         // It comes back: caught up to the high watermark and the epoch start.
         let back = later + Duration::from_secs(1);
-        l.record_fetch(3, 200, 200, back);
+        l.record_fetch(3, 200, 200, LINK, back);
         assert_eq!(l.wanted_isr(1, 200, lag, back, any), Some(vec![1, 2, 3]));
         // Not while the image says it is fenced or shutting down (KIP-841); leaving the ISR
         // does not wait for that.
         assert_eq!(l.wanted_isr(1, 200, lag, back, |r| r != 3), None);
         l.isr = vec![1, 2, 3];
         let gone = back + lag.lag_max + Duration::from_secs(1);
-        l.record_fetch(2, 200, 200, gone);
+        l.record_fetch(2, 200, 200, LINK, gone);
         assert_eq!(
             l.wanted_isr(1, 200, lag, gone, |r| r != 3),
             Some(vec![1, 2])
@@ -311,11 +386,11 @@ mod tests {
         let (mut l, start) = leader(&[1, 2, 3]);
         let lag = lag_only(Duration::from_secs(10));
         for r in [2, 3] {
-            l.record_fetch(r, 150, 150, start);
+            l.record_fetch(r, 150, 150, LINK, start);
         }
         // 4 is added (replicas [4,1,2,3]): unknown before, its fetches count now.
         l.set_replicas(vec![4, 1, 2, 3], start);
-        l.record_fetch(4, 0, 150, start);
+        l.record_fetch(4, 0, 150, LINK, start);
         assert_eq!(l.followers[&4].log_end_offset, 0);
         assert_eq!(
             l.high_watermark(1, 150),
@@ -324,7 +399,7 @@ mod tests {
         );
         assert_eq!(l.wanted_isr(1, 150, lag, start, any), None);
         let t = start + Duration::from_secs(1);
-        l.record_fetch(4, 150, 150, t);
+        l.record_fetch(4, 150, 150, LINK, t);
         assert_eq!(l.wanted_isr(1, 150, lag, t, any), Some(vec![1, 2, 3, 4]));
         // The reassignment completes without 3: it is forgotten.
         l.set_replicas(vec![4, 1, 2], t);
@@ -342,21 +417,21 @@ mod tests {
             lag_max: Duration::from_secs(30),
             silence_max: Some(Duration::from_secs(2)),
         };
-        l.record_fetch(2, 150, 150, start);
-        l.record_fetch(3, 150, 150, start);
+        l.record_fetch(2, 150, 150, LINK, start);
+        l.record_fetch(3, 150, 150, LINK, start);
         // Idle: both fetch every half second (the leader holds each), nothing new arrives.
         let mut t = start;
         for _ in 0..6 {
             t += Duration::from_millis(500);
-            l.record_fetch(2, 150, 150, t);
+            l.record_fetch(2, 150, 150, LINK, t);
             if t <= start + Duration::from_secs(1) {
-                l.record_fetch(3, 150, 150, t);
+                l.record_fetch(3, 150, 150, LINK, t);
             }
         }
         // 3's last fetch came 2 s ago: still in.
         assert_eq!(l.wanted_isr(1, 150, rules, t, any), None);
         t += Duration::from_millis(1);
-        l.record_fetch(2, 150, 150, t);
+        l.record_fetch(2, 150, 150, LINK, t);
         assert_eq!(l.wanted_isr(1, 150, rules, t, any), Some(vec![1, 2]));
         assert_eq!(
             rules.out_of_sync(&l.followers[&3], t),
@@ -370,7 +445,43 @@ mod tests {
         l.isr = vec![1, 2];
         // Its fetches arrive again, caught up: it joins.
         t += Duration::from_millis(100);
-        l.record_fetch(3, 150, 150, t);
+        l.record_fetch(3, 150, 150, LINK, t);
         assert_eq!(l.wanted_isr(1, 150, rules, t, any), Some(vec![1, 2, 3]));
+    }
+
+    #[test]
+    fn a_follower_whose_link_timed_out_leaves_at_once_unless_it_fetched_over_another() {
+        let (mut l, start) = leader(&[1, 2, 3]);
+        let rules = IsrRules {
+            lag_max: Duration::from_secs(30),
+            silence_max: Some(Duration::from_secs(5)),
+        };
+        let (old, new) = (LinkId(7), LinkId(8));
+        l.record_fetch(2, 150, 150, LINK, start);
+        l.record_fetch(3, 150, 150, old, start);
+        // Another follower's link, or one this partition was not fetched over: nothing.
+        assert!(!l.link_lost(2, old));
+        assert!(!l.link_lost(3, LINK));
+        assert!(!l.link_lost(9, old), "not a replica");
+        assert_eq!(l.wanted_isr(1, 150, rules, start, any), None);
+        // 3's own link: out at once, long before the silence window.
+        assert!(l.link_lost(3, old));
+        let t = start + Duration::from_millis(10);
+        assert_eq!(
+            rules.out_of_sync(&l.followers[&3], t),
+            Some(OutOfSync::Unreachable)
+        );
+        assert_eq!(l.wanted_isr(1, 150, rules, t, any), Some(vec![1, 2]));
+        l.isr = vec![1, 2];
+        // A fetch that was held here when the link failed, answered late into it, changes
+        // nothing.
+        l.record_fetch(3, 150, 150, old, t);
+        assert_eq!(l.wanted_isr(1, 150, rules, t, any), None);
+        // It reconnects and fetches, caught up: back in, and the old link no longer counts.
+        l.record_fetch(3, 150, 150, new, t);
+        assert_eq!(l.wanted_isr(1, 150, rules, t, any), Some(vec![1, 2, 3]));
+        l.isr = vec![1, 2, 3];
+        assert!(!l.link_lost(3, old));
+        assert_eq!(l.wanted_isr(1, 150, rules, t, any), None);
     }
 }

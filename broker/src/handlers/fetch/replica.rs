@@ -14,6 +14,7 @@ use tributary_protocol::requests::fetch::{FetchRequest, FetchTopicResponse, NO_T
 use tributary_protocol::ErrorCode;
 
 use crate::replica::leader::{answer, ReplicaFetchItem};
+use crate::replica::LinkId;
 use crate::shard::{call, Shard, ShardRequest};
 
 /// Most partitions one follower fetch may name; more is a malformed request.
@@ -22,9 +23,10 @@ const REPLICA_FETCH_PARTITIONS_MAX: usize = 100_000;
 pub async fn fetch(
     shard: &Rc<Shard>,
     req: &FetchRequest,
+    link: LinkId,
     deadline: Instant,
 ) -> Vec<FetchTopicResponse> {
-    let mut out = read_all(shard, req).await;
+    let mut out = read_all(shard, req, link).await;
     let empty = out
         .iter()
         .flat_map(|t| &t.partitions)
@@ -48,13 +50,13 @@ pub async fn fetch(
             .collect();
         if !waits.is_empty() {
             futures::future::select_all(waits).await;
-            out = read_all(shard, req).await;
+            out = read_all(shard, req, link).await;
         }
     }
     out
 }
 
-async fn read_all(shard: &Rc<Shard>, req: &FetchRequest) -> Vec<FetchTopicResponse> {
+async fn read_all(shard: &Rc<Shard>, req: &FetchRequest, link: LinkId) -> Vec<FetchTopicResponse> {
     let max_total = usize::try_from(req.max_bytes).unwrap_or(0);
     let mut topics = Vec::with_capacity(req.topics.len());
     let mut used = 0usize;
@@ -79,6 +81,7 @@ async fn read_all(shard: &Rc<Shard>, req: &FetchRequest) -> Vec<FetchTopicRespon
                 current_leader_epoch: p.current_leader_epoch,
                 last_fetched_epoch: p.last_fetched_epoch,
                 max_bytes,
+                link,
             };
             let owner = shard.owner(&t.name, p.partition);
             let resp = call(shard, owner, |reply| ShardRequest::ReplicaFetch {
