@@ -386,6 +386,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "unclean.leader.election.enable", default: "false", kind: ConfigKind::Bool, doc: "When a partition's in-sync replicas are all fenced, the active controller lets a live replica outside the ISR lead it (the ISR becomes that replica alone): the partition comes back online, but records acknowledged only by the old ISR are lost. false: the partition stays offline until an ISR member returns (topic override: unclean.leader.election.enable)." },
     BrokerKey { name: "replica.lag.time.max.ms", default: "30000", kind: ConfigKind::Long, doc: "A follower that has not caught up with its leader's log end for this long leaves the ISR; it rejoins once caught up." },
     BrokerKey { name: "replica.fetch.max.bytes", default: "1048576", kind: ConfigKind::Int, doc: "Record bytes a follower asks its leader for per partition in one fetch; a first batch larger than this is still returned whole. At least 1." },
+    BrokerKey { name: "replica.backlog.max.bytes", default: "", kind: ConfigKind::Long, doc: "Bytes a leader may hold of a replicated partition that its ISR does not hold yet before acks=all batches wait for room (in arrival order, within their request's timeout) instead of being appended: an in-sync follower's next fetch then takes all of it, so a flood of producers cannot push a healthy follower out of the ISR by outrunning its fetches. acks=0 and acks=1 batches never wait. Unset: replica.fetch.max.bytes; 0: no bound (Kafka's behaviour)." },
     BrokerKey { name: "replica.fetch.silence.max.ms", default: "5000", kind: ConfigKind::Long, doc: "A follower none of whose fetches reached its leader for this long (a link cut between the two while both still reach the controller) leaves the ISR without waiting out replica.lag.time.max.ms, which still bounds a follower that fetches but trails. A value below twice replica.fetch.wait.max.ms counts as that (an idle follower's fetch is held that long); 0 turns the rule off. A follower fetches again only once its last fetch is durable, so under a full-speed flood its fetches can be over a second apart: keep well above that. Kafka has no such rule: its followers leave only after replica.lag.time.max.ms (30 s)." },
     BrokerKey { name: "replica.link.timeout.ms", default: "2000", kind: ConfigKind::Int, doc: "How long the kernel may go without an answer from the other end of a leader-follower connection (data sent unacknowledged, or keepalive probes from half of it idle) before it ends the connection: the leader then takes a follower whose fetches came over it out of the ISR at once, and the follower reconnects. A busy or paused broker's kernel still answers, so only a network cut or a machine gone trips it. 0 leaves the kernel's defaults (minutes); otherwise at least 1000. Kafka has no such setting." },
     BrokerKey { name: "replica.fetch.wait.max.ms", default: "500", kind: ConfigKind::Int, doc: "How long a leader may hold a follower's fetch while it has nothing new. At least 1, and at most replica.socket.timeout.ms and replica.lag.time.max.ms." },
@@ -513,6 +514,8 @@ pub struct BrokerConfig {
     /// (0: never for silence alone).
     pub replica_fetch_silence_max_ms: u64,
     pub replica_fetch_max_bytes: i32,
+    /// `replica.backlog.max.bytes`; `None`: `replica.fetch.max.bytes`.
+    pub replica_backlog_max_bytes: Option<u64>,
     pub replica_fetch_wait_max_ms: i32,
     pub replica_socket_timeout_ms: u64,
     /// `replica.link.timeout.ms`: the kernel's timeout on leader-follower connections (0: its
@@ -869,6 +872,10 @@ impl BrokerConfig {
                 &get("replica.fetch.max.bytes"),
                 1,
             )?,
+            replica_backlog_max_bytes: match get("replica.backlog.max.bytes").as_str() {
+                "" => None,
+                v => Some(parse_num("replica.backlog.max.bytes", v, 0)?),
+            },
             replica_fetch_wait_max_ms: parse_num(
                 "replica.fetch.wait.max.ms",
                 &get("replica.fetch.wait.max.ms"),
@@ -2130,6 +2137,8 @@ mod tests {
             ("replica.link.timeout.ms", "-1"),
             ("replica.link.timeout.ms", "999"),
             ("replica.link.timeout.ms", "soon"),
+            ("replica.backlog.max.bytes", "-1"),
+            ("replica.backlog.max.bytes", "lots"),
         ] {
             let e = BrokerConfig::build(input(&[(key, bad)]))
                 .unwrap_err()
@@ -2172,6 +2181,18 @@ mod tests {
         assert_eq!(link(&[]), 2000);
         assert_eq!(link(&[("replica.link.timeout.ms", "0")]), 0);
         assert_eq!(link(&[("replica.link.timeout.ms", "1000")]), 1000);
+        let backlog = |kv: &[(&str, &str)]| {
+            crate::replica::leader::replica_backlog_max_bytes(
+                &BrokerConfig::build(input(kv)).unwrap(),
+            )
+        };
+        assert_eq!(backlog(&[]), 1_048_576);
+        assert_eq!(backlog(&[("replica.fetch.max.bytes", "65536")]), 65_536);
+        assert_eq!(backlog(&[("replica.backlog.max.bytes", "0")]), 0);
+        assert_eq!(
+            backlog(&[("replica.backlog.max.bytes", "4194304")]),
+            4_194_304
+        );
     }
 
     #[test]

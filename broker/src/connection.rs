@@ -521,7 +521,13 @@ async fn serve_requests<S>(
         // Nothing is allocated for the body until the shard's request memory has room for it;
         // meanwhile this connection is not read (backpressure), and its receive deadline
         // starts once the room is granted.
-        let grant = shard.request_memory.grant(len).await;
+        // A follower's connection reads its next request at once (a fetch takes no part of
+        // the budget: `RequestGrant::exempt`); anything else on it waits for room once read.
+        let link = watch.link.follower.get().is_some();
+        let grant = match link {
+            true => RequestGrant::exempt(),
+            false => shard.request_memory.grant(len).await,
+        };
         let mut body = shard.spare_frames.take(len);
         if let Err(stop) = read_by(&mut reader, &mut body, Instant::now() + receive_timeout).await {
             watch.note_stop(&stop);
@@ -566,6 +572,10 @@ async fn serve_requests<S>(
         let r = Reader::new(body);
         let fixed = peek_fixed(&r);
         let key = fixed.as_ref().ok().map(|&(key, _, _)| key);
+        let grant = match link && key != Some(api_key::FETCH) {
+            true => shard.request_memory.grant(len).await,
+            false => grant,
+        };
         let pipelined = key == Some(api_key::PRODUCE);
         if pipelined {
             shard

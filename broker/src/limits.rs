@@ -159,6 +159,15 @@ pub struct RequestMemory {
 /// Bytes of one request's grant; returned to the shard's budget when dropped.
 pub struct RequestGrant(#[allow(dead_code)] Option<glommio::sync::StaticPermit>);
 
+impl RequestGrant {
+    /// No part of the budget: for a follower's fetch. Produce requests waiting for their ISR
+    /// hold the budget, and only the followers' fetches let them finish; were those fetches to
+    /// wait for room too, a full budget would hold both until a follower left the ISR.
+    pub fn exempt() -> Self {
+        Self(None)
+    }
+}
+
 impl RequestMemory {
     /// `None`: no limit.
     pub fn new(capacity: Option<usize>) -> Self {

@@ -1124,6 +1124,7 @@ impl Shard {
         timeout: Duration,
     ) -> ProduceResult {
         let fail = ProduceResult::failed;
+        let deadline = Instant::now() + timeout;
         let Some(part) = self.partition(topic, partition) else {
             return fail(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
         };
@@ -1158,11 +1159,34 @@ impl Shard {
         } else {
             (batch, -1)
         };
+        // An acks=all batch waits its turn for room in the partition's replication backlog.
+        let turn = match epoch {
+            Some(e) if acks == -1 => {
+                match self
+                    .append_turn(&part, topic, partition, batch.len(), e, deadline)
+                    .await
+                {
+                    // The ISR may have shrunk while the batch waited.
+                    Ok(turn) => match self.check_min_isr(topic, partition) {
+                        Ok(()) => Some(turn),
+                        Err(code) => return fail(code),
+                    },
+                    Err(code) => return fail(code),
+                }
+            }
+            _ => None,
+        };
         let append_start = Instant::now();
         let appended = match epoch {
             Some(e) => part.append_with_epoch(&batch, e).await,
             None => part.append(&batch).await,
         };
+        if let (Some(_), Ok(o)) = (epoch, &appended) {
+            if !o.duplicate {
+                self.note_appended(topic, partition, o.last_offset + 1, batch.len());
+            }
+        }
+        drop(turn);
         let appended_at = Instant::now();
         self.metrics
             .observe_stage(Stage::ProduceAppend, appended_at - append_start);
@@ -1196,8 +1220,9 @@ impl Shard {
             if acks == -1 {
                 let end = outcome.last_offset + 1;
                 let durable_at = Instant::now();
+                let left = deadline.saturating_duration_since(durable_at);
                 let waited = self
-                    .wait_replicated(&part, topic, partition, end, epoch, timeout)
+                    .wait_replicated(&part, topic, partition, end, epoch, left)
                     .await;
                 self.metrics
                     .observe_stage(Stage::ProduceReplicate, durable_at.elapsed());

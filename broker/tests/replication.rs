@@ -567,3 +567,34 @@ fn random_faults_lose_nothing_acknowledged() {
         "the log is out of order"
     );
 }
+
+/// With room for one batch at a time above the high watermark (`replica.backlog.max.bytes=1`),
+/// an idempotent producer's pipelined acks=all batches wait their turn at the leader: they are
+/// appended in their order, each once, and every one is acknowledged.
+#[test]
+fn batches_waiting_for_room_in_the_backlog_keep_their_order() {
+    let cluster = start(&["replica.backlog.max.bytes=1"], "2");
+    let all = cluster.all_bootstrap();
+    // Small batches sent without pause: several are in flight at once.
+    let writer = Writer::start(
+        all.clone(),
+        TOPIC,
+        0,
+        &[("linger.ms", "0"), ("batch.num.messages", "20")],
+        Duration::from_micros(50),
+        Duration::from_secs(30),
+    );
+    wait_until("3,000 acknowledgements", || writer.acked() >= 3000);
+    let (sent, acked) = writer.stop();
+    assert_eq!(acked.len(), sent, "every record sent is acknowledged");
+    let values: Vec<String> = (0..sent).map(|i| format!("w-{i}")).collect();
+    let mut by_offset = acked.clone();
+    by_offset.sort_by_key(|a| a.offset);
+    let in_offset_order: Vec<String> = by_offset.into_iter().map(|a| a.value).collect();
+    assert_eq!(in_offset_order, values, "appended in the order sent");
+    assert_eq!(
+        read_until_all(&all, TOPIC, &values, Duration::from_secs(30)),
+        values,
+        "the log holds each once, in order"
+    );
+}

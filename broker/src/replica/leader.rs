@@ -364,6 +364,72 @@ impl Shard {
         Ok(())
     }
 
+    /// Before an acks=all append of `len` bytes to a partition this shard leads at `epoch`:
+    /// waits, in arrival order, until its backlog has room (`replica.backlog.max.bytes`), at
+    /// most until `deadline` (REQUEST_TIMED_OUT, nothing appended). The turn returned lets the
+    /// next batch in when dropped: after the append.
+    pub async fn append_turn(
+        &self,
+        part: &Partition,
+        topic: &str,
+        partition: i32,
+        len: usize,
+        epoch: i32,
+        deadline: Instant,
+    ) -> Result<AppendTurn, ErrorCode> {
+        let key = (topic.to_string(), partition);
+        let Some(turns) = self
+            .replicas
+            .leading
+            .borrow()
+            .get(&key)
+            .map(|l| l.turns.clone())
+        else {
+            return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+        };
+        let ticket = turns.take();
+        turns.wait(ticket).await;
+        let turn = AppendTurn(turns);
+        let max = replica_backlog_max_bytes(&self.config);
+        loop {
+            let advanced = part.listen_advance();
+            let admits = match self.replicas.leading.borrow_mut().get_mut(&key) {
+                Some(l) if l.leader_epoch == epoch => {
+                    l.backlog.admits(part.high_watermark(), len as u64, max)
+                }
+                _ => return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
+            };
+            if admits {
+                return Ok(turn);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ErrorCode::REQUEST_TIMED_OUT);
+            }
+            futures_lite::future::or(
+                async {
+                    advanced.await;
+                },
+                async {
+                    glommio::timer::sleep(left.min(Duration::from_millis(100))).await;
+                },
+            )
+            .await;
+        }
+    }
+
+    /// Counts an append to a partition this shard leads, ending at `end`, in its backlog.
+    pub fn note_appended(&self, topic: &str, partition: i32, end: i64, bytes: usize) {
+        if let Some(l) = self
+            .replicas
+            .leading
+            .borrow_mut()
+            .get_mut(&(topic.to_string(), partition))
+        {
+            l.backlog.appended(end, bytes as u64);
+        }
+    }
+
     /// After an acks=all append is durable here: waits until the ISR holds it (the high
     /// watermark passes `end`), at most `timeout`.
     /// `epoch` is the leader epoch the batch was written in: a leader deposed meanwhile (even
@@ -653,6 +719,23 @@ impl Shard {
             }
         }
     }
+}
+
+/// An acks=all batch's turn to be appended; the next one's comes when it is dropped.
+pub struct AppendTurn(Rc<crate::replica::Turns>);
+
+impl Drop for AppendTurn {
+    fn drop(&mut self) {
+        self.0.done();
+    }
+}
+
+/// `replica.backlog.max.bytes`, `replica.fetch.max.bytes` when unset: what one follower fetch
+/// takes of a partition.
+pub fn replica_backlog_max_bytes(config: &BrokerConfig) -> u64 {
+    config
+        .replica_backlog_max_bytes
+        .unwrap_or(u64::from(config.replica_fetch_max_bytes.unsigned_abs()))
 }
 
 /// The ISR rules of a broker's config. The silence window is at least twice
