@@ -5,7 +5,9 @@
 
 use std::rc::Rc;
 
-use tributary_security::acl::{AclOperation, Authorizer, Decision, ResourceType};
+use tributary_security::acl::{
+    AclBinding, AclOperation, AclPermissionType, Authorizer, Decision, PatternType, ResourceType,
+};
 
 use crate::catalog::AclRecord;
 use crate::config::BrokerConfig;
@@ -24,11 +26,37 @@ pub fn build(config: &BrokerConfig, acls: &[AclRecord]) -> Option<Rc<Authorizer>
     // Bindings were validated before they reached the image; one that no longer validates
     // (written by a newer version) is left out with a warning rather than failing them all.
     for acl in acls {
-        if let Err(e) = a.add(vec![acl.binding()]) {
+        if let Err(e) = a.add(vec![binding(acl)]) {
             tracing::warn!(error = %e, ?acl, "an ACL of the metadata image is not valid here; ignored");
         }
     }
     Some(Rc::new(a))
+}
+
+/// The security model's binding for an ACL of the image (Kafka's codes given meaning).
+pub fn binding(acl: &AclRecord) -> AclBinding {
+    AclBinding {
+        resource_type: ResourceType::from_code(acl.resource_type),
+        name: acl.name.clone(),
+        pattern_type: PatternType::from_code(acl.pattern_type),
+        principal: acl.principal.clone(),
+        host: acl.host.clone(),
+        operation: AclOperation::from_code(acl.operation),
+        permission: AclPermissionType::from_code(acl.permission),
+    }
+}
+
+/// The image's record of a binding: its codes as on the wire.
+pub fn record(b: &AclBinding) -> AclRecord {
+    AclRecord {
+        resource_type: b.resource_type.code(),
+        name: b.name.clone(),
+        pattern_type: b.pattern_type.code(),
+        principal: b.principal.clone(),
+        host: b.host.clone(),
+        operation: b.operation.code(),
+        permission: b.permission.code(),
+    }
 }
 
 /// The client's address without its port: what ACL hosts match.

@@ -65,7 +65,7 @@ pub async fn handle(
                 };
                 match b.validate() {
                     Ok(()) => {
-                        valid.push(AclRecord::from_binding(&b));
+                        valid.push(crate::authz::record(&b));
                         results.push((ErrorCode::NONE, None));
                     }
                     Err(e) => results.push((ErrorCode::INVALID_REQUEST, Some(e.to_string()))),
@@ -169,7 +169,7 @@ pub async fn handle(
                     .as_ref()
                     .map(|a| a.describe(&filter))
                     .unwrap_or_default();
-                gone.extend(matched.iter().map(AclRecord::from_binding));
+                gone.extend(matched.iter().map(crate::authz::record));
                 results.push((ErrorCode::NONE, None, matched));
             }
             if !gone.is_empty() {
