@@ -341,7 +341,6 @@ pub struct DynamicBrokerConfigs {
     pub per_broker: BTreeMap<i32, BTreeMap<String, String>>,
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

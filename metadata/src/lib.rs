@@ -6,12 +6,17 @@
 //! their `apply`, placement and reassignment, the quota records and Kafka's domain types — so
 //! the compiler keeps it pure and a deterministic simulation can drive it.
 //!
-//! Today: the image (`catalog`), `compression.type`'s codecs, the internal topics' names and
-//! which `__consumer_offsets` partition holds a group, and the client quota records.
+//! Today: the image (`catalog`), the metadata log's commands and their `apply` (`command`),
+//! replica placement and elections (`placement`), reassignments (`reassign`),
+//! `compression.type`'s codecs, the internal topics' names and which `__consumer_offsets`
+//! partition holds a group, and the client quota records.
 
 #![forbid(unsafe_code)]
 
 pub mod catalog;
+pub mod command;
 pub mod compression;
 pub mod internal_topics;
+pub mod placement;
 pub mod quota;
+pub mod reassign;

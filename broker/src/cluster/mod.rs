@@ -1,5 +1,6 @@
 //! The cluster layer: the node's KRaft keys (`config`), the metadata log's commands and the
-//! image they build (`command`), replica placement (`placement`), and `node`, which runs this
+//! image they build (`command`, with `placement` and `reassign`: the metadata crate's,
+//! re-exported), and `node`, which runs this
 //! node's voter of the metadata quorum on shard 0: start-up, registration, publishing each
 //! applied image to every shard, and the active controller's liveness checks.
 //!
@@ -7,12 +8,12 @@
 //! `tributary-quorum` crate; it knows nothing of Kafka. This layer knows nothing of Raft beyond
 //! "propose a command, get its outcome once applied here".
 
-pub mod command;
 pub mod config;
 pub mod liveness;
 pub mod node;
-pub mod placement;
-pub mod reassign;
+
+// The metadata log's commands, placement and reassignment are the metadata crate's.
+pub use tributary_metadata::{command, placement, reassign};
 
 use std::sync::Arc;
 

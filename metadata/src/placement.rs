@@ -108,7 +108,7 @@ pub fn manual_registration(image: &Catalog, replicas: Vec<i32>) -> PartitionRegi
     let mut p = PartitionRegistration::new(replicas);
     p.isr
         .retain(|b| image.brokers.get(b).is_some_and(|r| !r.fenced));
-    p.leader = p.isr.first().copied().unwrap_or(super::command::NO_LEADER);
+    p.leader = p.isr.first().copied().unwrap_or(crate::command::NO_LEADER);
     p
 }
 
@@ -165,7 +165,7 @@ pub fn unclean_elections(
     for t in image.topics.values() {
         let mut allowed = None;
         for (p, r) in t.assignment.iter().enumerate() {
-            if r.leader != super::command::NO_LEADER
+            if r.leader != crate::command::NO_LEADER
                 || r.isr.iter().any(live)
                 || !r.replicas.iter().any(live)
             {
@@ -184,7 +184,7 @@ pub fn unclean_elections(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::command::{apply, MetadataCommand};
+    use crate::command::{apply, MetadataCommand};
 
     /// Brokers 1–3 registered, broker 3 fenced.
     fn brokers() -> Catalog {
@@ -203,7 +203,7 @@ mod tests {
             id: 3,
             controlled: false,
             epoch: None,
-            reason: crate::cluster::command::FenceReason::Silent,
+            reason: crate::command::FenceReason::Silent,
         };
         apply(&mut image, 9, &fence.encode());
         image

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use tributary_protocol::ErrorCode;
 
-use super::reassign::{self, ReassignmentTarget};
 use crate::catalog::{BrokerRegistration, Catalog, PartitionRegistration, TopicMeta};
+use crate::reassign::{self, ReassignmentTarget};
 
 /// Leader of a partition with no live replica (Kafka's `NO_LEADER`).
 pub const NO_LEADER: i32 = -1;
@@ -53,7 +53,7 @@ pub enum MetadataCommand {
     /// Kafka's AlterClientQuotas: per entity, values set (`Some`) or removed (`None`); an
     /// entity left with no value goes.
     AlterClientQuotas {
-        changes: Vec<tributary_metadata::quota::QuotaChange>,
+        changes: Vec<crate::quota::QuotaChange>,
     },
     /// Kafka's DeleteAcls: exactly these bindings (the proposer matched its filters against
     /// its image) go; one already gone changes nothing.
@@ -230,12 +230,10 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
                 let i = match image.client_quotas.iter().position(|q| q.entity == entity) {
                     Some(i) => i,
                     None => {
-                        image
-                            .client_quotas
-                            .push(tributary_metadata::quota::QuotaRecord {
-                                entity,
-                                values: BTreeMap::new(),
-                            });
+                        image.client_quotas.push(crate::quota::QuotaRecord {
+                            entity,
+                            values: BTreeMap::new(),
+                        });
                         image.client_quotas.len() - 1
                     }
                 };
@@ -1080,7 +1078,7 @@ mod tests {
 
     #[test]
     fn unclean_election_follows_the_topic_config_over_the_broker_default() {
-        use crate::cluster::placement::unclean_elections;
+        use crate::placement::unclean_elections;
         let mut image = Catalog::empty();
         for (i, id) in [1, 2, 3].into_iter().enumerate() {
             run(&mut image, i as u64 + 1, register(id, "x"));
@@ -1156,7 +1154,7 @@ mod tests {
 
     #[test]
     fn an_offline_partition_is_elected_uncleanly_once_a_replica_returns() {
-        use crate::cluster::placement::unclean_elections;
+        use crate::placement::unclean_elections;
         let mut image = Catalog::empty();
         for (i, id) in [1, 2].into_iter().enumerate() {
             run(&mut image, i as u64 + 1, register(id, "x"));
@@ -1433,8 +1431,8 @@ mod tests {
     /// typed fields) must not change a byte of what nodes already wrote.
     fn every_command() -> Vec<MetadataCommand> {
         use crate::catalog::{AclRecord, Endpoint, ScramRecord};
-        use crate::cluster::reassign::ReassignmentTarget;
-        use tributary_metadata::quota::QuotaEntity;
+        use crate::quota::QuotaEntity;
+        use crate::reassign::ReassignmentTarget;
         let endpoint = Endpoint {
             name: "PLAINTEXT".into(),
             host: "127.0.0.1".into(),

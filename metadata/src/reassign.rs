@@ -14,8 +14,8 @@
 use serde::{Deserialize, Serialize};
 use tributary_protocol::ErrorCode;
 
-use super::command::NO_LEADER;
 use crate::catalog::{Catalog, PartitionRegistration};
+use crate::command::NO_LEADER;
 
 /// One partition of an AlterPartitionReassignments request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,7 +213,7 @@ mod tests {
 
     use super::*;
     use crate::catalog::TopicMeta;
-    use crate::cluster::command::{apply, MetadataCommand, Outcome};
+    use crate::command::{apply, MetadataCommand, Outcome};
 
     fn run(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outcome {
         apply(image, index, &cmd.encode())
