@@ -397,6 +397,86 @@ impl LinkWatch {
     }
 }
 
+/// What a connection's request loop and its writer task share: whether the connection is
+/// closing, and how many requests have been answered (responses written or dropped), with an
+/// event on each answer, for muting and idleness.
+#[derive(Default)]
+struct Answers {
+    closed: Cell<bool>,
+    count: Cell<u64>,
+    event: Event,
+}
+
+impl Answers {
+    /// Resolves once `queued` requests have been answered.
+    async fn wait_for(&self, queued: u64) {
+        while self.count.get() < queued {
+            let listener = self.event.listen();
+            if self.count.get() >= queued {
+                break;
+            }
+            listener.await;
+        }
+    }
+}
+
+/// A connection's writer task: awaits each pending response in request order, writes it, and
+/// counts it answered.
+async fn write_responses<W: AsyncWrite + Unpin>(
+    shard: Rc<Shard>,
+    rx: local_channel::LocalReceiver<Queued>,
+    mut writer: W,
+    answers: Rc<Answers>,
+    watch: Rc<LinkWatch>,
+    peer: String,
+) {
+    let produce_api = crate::metrics::api_index(api_key::PRODUCE);
+    let fetch_api = crate::metrics::api_index(api_key::FETCH);
+    while let Some((pending, claimed, grant, timing)) = rx.recv().await {
+        let outcome = pending.await;
+        // Taken at once: set by the produce response future as it completed.
+        let durable_at = shard.response_ready.take();
+        let resolved = Instant::now();
+        shard.request_finished();
+        shard.spare_frames.give_back(claimed);
+        drop(grant);
+        if !answers.closed.get() {
+            match outcome {
+                Ok(Some(frame)) => {
+                    for piece in frame.pieces() {
+                        if let Err(e) = writer.write_all(piece).await {
+                            watch.note(&e);
+                            answers.closed.set(true);
+                            break;
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(reason) => {
+                    warn!(%peer, %reason, "closing connection");
+                    answers.closed.set(true);
+                    let _ = writer.close().await;
+                }
+            }
+        }
+        if let (Some((api, received)), false) = (timing, answers.closed.get()) {
+            shard.metrics.observe_request(api, received.elapsed());
+            if Some(api) == produce_api {
+                let from = durable_at.unwrap_or(resolved);
+                shard
+                    .metrics
+                    .observe_stage(Stage::ProduceRespond, from.elapsed());
+            } else if Some(api) == fetch_api {
+                shard
+                    .metrics
+                    .observe_stage(Stage::FetchSend, resolved.elapsed());
+            }
+        }
+        answers.count.set(answers.count.get() + 1);
+        answers.event.notify(usize::MAX);
+    }
+}
+
 /// The request loop over a plaintext or TLS byte stream.
 async fn serve_requests<S>(
     shard: Rc<Shard>,
@@ -408,71 +488,21 @@ async fn serve_requests<S>(
     S: AsyncRead + AsyncWrite + OverTcp + Unpin + 'static,
 {
     let stream = Shared(Rc::new(RefCell::new(stream)));
-    let (mut reader, mut writer) = (stream.clone(), stream.clone());
+    let (mut reader, writer) = (stream.clone(), stream.clone());
     let watch = Rc::new(LinkWatch::new());
     // Responses are written strictly in request order by this task; the reader below may run
     // ahead by up to CONNECTION_INFLIGHT_MAX requests while produce requests wait to be durable.
     let (tx, rx) = local_channel::new_bounded::<Queued>(CONNECTION_INFLIGHT_MAX);
-    let closed = Rc::new(Cell::new(false));
-    // Requests answered (their responses written or dropped), for muting and idleness.
-    let answered = Rc::new(Cell::new(0u64));
-    let answered_event = Rc::new(Event::new());
-    let writer_task = {
-        let shard = shard.clone();
-        let closed = closed.clone();
-        let peer = peer.clone();
-        let answered = answered.clone();
-        let answered_event = answered_event.clone();
-        let watch = watch.clone();
-        glommio::spawn_local(async move {
-            let produce_api = crate::metrics::api_index(api_key::PRODUCE);
-            let fetch_api = crate::metrics::api_index(api_key::FETCH);
-            while let Some((pending, claimed, grant, timing)) = rx.recv().await {
-                let outcome = pending.await;
-                // Taken at once: set by the produce response future as it completed.
-                let durable_at = shard.response_ready.take();
-                let resolved = Instant::now();
-                shard.request_finished();
-                shard.spare_frames.give_back(claimed);
-                drop(grant);
-                if !closed.get() {
-                    match outcome {
-                        Ok(Some(frame)) => {
-                            for piece in frame.pieces() {
-                                if let Err(e) = writer.write_all(piece).await {
-                                    watch.note(&e);
-                                    closed.set(true);
-                                    break;
-                                }
-                            }
-                        }
-                        Ok(None) => {}
-                        Err(reason) => {
-                            warn!(%peer, %reason, "closing connection");
-                            closed.set(true);
-                            let _ = writer.close().await;
-                        }
-                    }
-                }
-                if let (Some((api, received)), false) = (timing, closed.get()) {
-                    shard.metrics.observe_request(api, received.elapsed());
-                    if Some(api) == produce_api {
-                        let from = durable_at.unwrap_or(resolved);
-                        shard
-                            .metrics
-                            .observe_stage(Stage::ProduceRespond, from.elapsed());
-                    } else if Some(api) == fetch_api {
-                        shard
-                            .metrics
-                            .observe_stage(Stage::FetchSend, resolved.elapsed());
-                    }
-                }
-                answered.set(answered.get() + 1);
-                answered_event.notify(usize::MAX);
-            }
-        })
-        .detach()
-    };
+    let answers = Rc::new(Answers::default());
+    let writer_task = glommio::spawn_local(write_responses(
+        shard.clone(),
+        rx,
+        writer,
+        answers.clone(),
+        watch.clone(),
+        peer.clone(),
+    ))
+    .detach();
     let idle = Duration::from_millis(shard.config.connections_max_idle_ms);
     let receive_timeout = Duration::from_millis(shard.config.socket_request_receive_timeout_ms);
     let mut queued = 0u64;
@@ -481,7 +511,7 @@ async fn serve_requests<S>(
     // Set by a request whose response is the connection's last (a failed authentication).
     let mut close_after = false;
     'requests: loop {
-        if closed.get() {
+        if answers.closed.get() {
             break;
         }
         // The first byte of the next request may take up to connections.max.idle.ms; a
@@ -494,7 +524,7 @@ async fn serve_requests<S>(
                     watch.note_stop(&stop);
                     break 'requests;
                 }
-                Err(ReadStop::TimedOut) if answered.get() < queued => continue,
+                Err(ReadStop::TimedOut) if answers.count.get() < queued => continue,
                 Err(ReadStop::TimedOut) => {
                     debug!(%peer, idle_ms = idle.as_millis() as u64, "closing idle connection (connections.max.idle.ms)");
                     break 'requests;
@@ -552,13 +582,7 @@ async fn serve_requests<S>(
                 break;
             }
             queued += 1;
-            while answered.get() < queued {
-                let listener = answered_event.listen();
-                if answered.get() >= queued {
-                    break;
-                }
-                listener.await;
-            }
+            answers.wait_for(queued).await;
             if close_after {
                 break;
             }
@@ -620,13 +644,7 @@ async fn serve_requests<S>(
         }
         queued += 1;
         if !pipelined {
-            while answered.get() < queued {
-                let listener = answered_event.listen();
-                if answered.get() >= queued {
-                    break;
-                }
-                listener.await;
-            }
+            answers.wait_for(queued).await;
         }
         if close_after || shard.draining.get() {
             break;

@@ -89,7 +89,24 @@ impl Shard {
         {
             let mut leading = self.replicas.leading.borrow_mut();
             let mut following = self.replicas.following.borrow_mut();
-            leading.retain(|(t, p), _| catalog.partition(t, *p).is_some_and(|r| r.leader == me));
+            // Writes waiting on a partition this node no longer leads are answered at once
+            // (NOT_LEADER_OR_FOLLOWER): an idempotent producer moves to the new leader only
+            // once every request to the old one came back.
+            let mut deposed: Vec<(String, i32)> = Vec::new();
+            leading.retain(|(t, p), l| {
+                let kept = catalog
+                    .partition(t, *p)
+                    .is_some_and(|r| r.leader == me && r.leader_epoch == l.leader_epoch);
+                if !kept {
+                    deposed.push((t.clone(), *p));
+                }
+                kept
+            });
+            for (t, p) in &deposed {
+                if let Some(part) = self.partition(t, *p) {
+                    part.wake_waiters();
+                }
+            }
             following.retain(|(t, p), _| {
                 catalog
                     .partition(t, *p)

@@ -258,6 +258,13 @@ impl Partition {
         self.state.borrow().replicated
     }
 
+    /// Wakes every task waiting for this partition to advance (a waiting fetch, an acks=all
+    /// write): its leadership changed, and each must look again instead of waiting out its
+    /// next poll.
+    pub fn wake_waiters(&self) {
+        self.advanced.notify(usize::MAX);
+    }
+
     /// Moves the high watermark of a replicated partition up to `high_watermark`, never past the
     /// durable offset, and only to a batch end (the largest at or below it); it never moves
     /// back. Waiting fetches are woken when it moves. Returns the high watermark now. Without
