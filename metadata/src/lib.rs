@@ -7,7 +7,8 @@
 //! the compiler keeps it pure and a deterministic simulation can drive it.
 //!
 //! Today: the image (`catalog`), the metadata log's commands and their `apply` (`command`),
-//! replica placement and elections (`placement`), reassignments (`reassign`),
+//! replica placement and elections (`placement`), reassignments (`reassign`), the active
+//! controller's judgement of each broker's liveness (`liveness`),
 //! `compression.type`'s codecs, the internal topics' names and which `__consumer_offsets`
 //! partition holds a group, and the client quota records.
 
@@ -17,6 +18,7 @@ pub mod catalog;
 pub mod command;
 pub mod compression;
 pub mod internal_topics;
+pub mod liveness;
 pub mod placement;
 pub mod quota;
 pub mod reassign;

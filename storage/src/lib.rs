@@ -4,8 +4,9 @@
 //!
 //! `storage` touches files, never sockets. The deciding parts — batch scanning, the sparse
 //! indexes and their file format, producer sequence checks — are plain code in `scan`, `index`
-//! and `producer_state`, tested without a runtime; `partition`, `segment` and `io` are the only
-//! modules that talk to glommio.
+//! and `producer_state`, tested without a runtime. Files are opened, read, written and synced
+//! only through `io` (the glommio file seam); `partition` and `group_commit` use glommio's
+//! timers, semaphores and tasks besides.
 
 pub mod cleaner;
 pub mod codec;

@@ -9,11 +9,11 @@
 //! "propose a command, get its outcome once applied here".
 
 pub mod config;
-pub mod liveness;
 pub mod node;
 
-// The metadata log's commands, placement and reassignment are the metadata crate's.
-pub use tributary_metadata::{command, placement, reassign};
+// The metadata log's commands, placement, reassignment and the liveness judgement are the
+// metadata crate's.
+pub use tributary_metadata::{command, liveness, placement, reassign};
 
 use std::sync::Arc;
 

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use super::command::FenceReason;
+use crate::command::FenceReason;
 
 /// What this controller knows of one registered broker (not itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
