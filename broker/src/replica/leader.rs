@@ -419,19 +419,7 @@ impl Shard {
             if admits {
                 return Ok(turn);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(ErrorCode::REQUEST_TIMED_OUT);
-            }
-            futures_lite::future::or(
-                async {
-                    advanced.await;
-                },
-                async {
-                    glommio::timer::sleep(left.min(Duration::from_millis(100))).await;
-                },
-            )
-            .await;
+            advance_or_deadline(advanced, deadline).await?;
         }
     }
 
@@ -475,19 +463,7 @@ impl Shard {
                 // Deposed while waiting: the new leader may not have it.
                 return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(ErrorCode::REQUEST_TIMED_OUT);
-            }
-            futures_lite::future::or(
-                async {
-                    advanced.await;
-                },
-                async {
-                    glommio::timer::sleep(left.min(Duration::from_millis(100))).await;
-                },
-            )
-            .await;
+            advance_or_deadline(advanced, deadline).await?;
         }
     }
 
@@ -736,6 +712,28 @@ impl Shard {
             }
         }
     }
+}
+
+/// Waits for `advanced` (the partition moved, or its leadership changed), at most 100 ms and
+/// never past `deadline`: REQUEST_TIMED_OUT once it has passed.
+async fn advance_or_deadline(
+    advanced: event_listener::EventListener,
+    deadline: Instant,
+) -> Result<(), ErrorCode> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(ErrorCode::REQUEST_TIMED_OUT);
+    }
+    futures_lite::future::or(
+        async {
+            advanced.await;
+        },
+        async {
+            glommio::timer::sleep(left.min(Duration::from_millis(100))).await;
+        },
+    )
+    .await;
+    Ok(())
 }
 
 /// An acks=all batch's turn to be appended; the next one's comes when it is dropped.
