@@ -44,6 +44,9 @@ pub enum Stage {
     /// A batch handed to its owning shard until that shard starts appending it: the cross-shard
     /// hop (a task spawn when the connection's shard owns the partition).
     ProduceHop,
+    /// An acks=all batch of a replicated partition waiting, in arrival order, for room in the
+    /// leader's backlog above the high watermark (`replica.backlog.max.bytes`).
+    ProduceBacklog,
     /// Appending a batch to the partition's log buffer (producer-state checks, offsets, index).
     ProduceAppend,
     /// An appended batch until it is durable by `flush.messages`: its write to the segment
@@ -66,10 +69,11 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 11] = [
+    pub const ALL: [Stage; 12] = [
         Stage::ProduceReceive,
         Stage::ProduceValidate,
         Stage::ProduceHop,
+        Stage::ProduceBacklog,
         Stage::ProduceAppend,
         Stage::ProduceDurable,
         Stage::ProduceReplicate,
@@ -88,6 +92,7 @@ impl Stage {
             Stage::ProduceReceive => (PRODUCE, "receive"),
             Stage::ProduceValidate => (PRODUCE, "validate"),
             Stage::ProduceHop => (PRODUCE, "hop"),
+            Stage::ProduceBacklog => (PRODUCE, "backlog"),
             Stage::ProduceAppend => (PRODUCE, "append"),
             Stage::ProduceDurable => (PRODUCE, "durable"),
             Stage::ProduceReplicate => (PRODUCE, "replicate"),

@@ -1162,10 +1162,13 @@ impl Shard {
         // An acks=all batch waits its turn for room in the partition's replication backlog.
         let turn = match epoch {
             Some(e) if acks == -1 => {
-                match self
+                let waited_from = Instant::now();
+                let turn = self
                     .append_turn(&part, topic, partition, batch.len(), e, deadline)
-                    .await
-                {
+                    .await;
+                self.metrics
+                    .observe_stage(Stage::ProduceBacklog, waited_from.elapsed());
+                match turn {
                     // The ISR may have shrunk while the batch waited.
                     Ok(turn) => match self.check_min_isr(topic, partition) {
                         Ok(()) => Some(turn),

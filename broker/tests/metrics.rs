@@ -323,6 +323,11 @@ fn scrape_shows_the_traffic_sent() {
         0.0,
         "one node replicates nothing"
     );
+    assert_eq!(
+        stage(produce_family, "backlog"),
+        0.0,
+        "one node holds no replication backlog"
+    );
     for s in ["receive", "validate", "respond"] {
         assert_eq!(stage(produce_family, s), produces.unwrap(), "stage {s}");
     }

@@ -60,10 +60,11 @@ const STAGE_FAMILIES: [(&str, &str); 3] = [
 ];
 
 /// Stages in the order a request passes them; a stage not listed here is shown after these.
-const STAGE_ORDER: [&str; 10] = [
+const STAGE_ORDER: [&str; 11] = [
     "receive",
     "validate",
     "hop",
+    "backlog",
     "append",
     "durable",
     "replicate",
