@@ -37,6 +37,11 @@ use crate::socket;
 /// Responses a connection may owe before it stops reading requests (backpressure).
 pub const CONNECTION_INFLIGHT_MAX: usize = 64;
 
+/// Largest frame a follower's connection reads without a grant from the shard's request
+/// memory: a fetch naming some ten thousand partitions. A larger frame waits for room like
+/// any other, so the exemption lets no connection hold more than this outside the budget.
+const REPLICA_FRAME_EXEMPT_BYTES_MAX: usize = 1 << 20;
+
 /// Request bodies at least this large are read into recycled buffers. Safe Rust must initialise
 /// a buffer before a socket read fills it; zero-filling a fresh megabyte for every produce
 /// request, and faulting its pages in, cost the broker more CPU than anything on the produce
@@ -551,9 +556,10 @@ async fn serve_requests<S>(
         // Nothing is allocated for the body until the shard's request memory has room for it;
         // meanwhile this connection is not read (backpressure), and its receive deadline
         // starts once the room is granted.
-        // A follower's connection reads its next request at once (a fetch takes no part of
-        // the budget: `RequestGrant::exempt`); anything else on it waits for room once read.
-        let link = watch.link.follower.get().is_some();
+        // A follower's connection reads its next request of up to
+        // REPLICA_FRAME_EXEMPT_BYTES_MAX at once (a fetch takes no part of the budget:
+        // `RequestGrant::exempt`); anything else on it waits for room once read.
+        let link = watch.link.follower.get().is_some() && len <= REPLICA_FRAME_EXEMPT_BYTES_MAX;
         let grant = match link {
             true => RequestGrant::exempt(),
             false => shard.request_memory.grant(len).await,

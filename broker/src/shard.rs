@@ -1169,11 +1169,7 @@ impl Shard {
                 self.metrics
                     .observe_stage(Stage::ProduceBacklog, waited_from.elapsed());
                 match turn {
-                    // The ISR may have shrunk while the batch waited.
-                    Ok(turn) => match self.check_min_isr(topic, partition) {
-                        Ok(()) => Some(turn),
-                        Err(code) => return fail(code),
-                    },
+                    Ok(turn) => Some(turn),
                     Err(code) => return fail(code),
                 }
             }
@@ -1184,11 +1180,6 @@ impl Shard {
             Some(e) => part.append_with_epoch(&batch, e).await,
             None => part.append(&batch).await,
         };
-        if let (Some(_), Ok(o)) = (epoch, &appended) {
-            if !o.duplicate {
-                self.note_appended(topic, partition, o.last_offset + 1, batch.len());
-            }
-        }
         drop(turn);
         let appended_at = Instant::now();
         self.metrics

@@ -704,6 +704,13 @@ impl Partition {
         self.state.borrow().visible_bytes
     }
 
+    /// Bytes appended above the high watermark: what the in-sync replicas do not hold yet (the
+    /// leader's replication backlog).
+    pub fn bytes_above_high_watermark(&self) -> u64 {
+        let st = self.state.borrow();
+        st.appended_bytes.saturating_sub(st.visible_bytes)
+    }
+
     pub fn is_offline(&self) -> bool {
         self.state.borrow().failed.is_some()
     }

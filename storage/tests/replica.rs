@@ -306,13 +306,15 @@ fn replicated_high_watermark_moves_only_when_set_and_is_checkpointed() {
         assert_eq!(p.high_watermark(), 0, "a flush does not move it");
         assert_eq!(p.read(0, 1 << 20).await.unwrap().records.len(), 0);
         let before = p.visible_bytes();
+        let one = batch(0, None).len() as u64;
+        assert_eq!(p.bytes_above_high_watermark(), 10 * one);
         let listener = p.listen_advance();
         // Only to a batch end, at or below the one asked for.
         assert_eq!(p.set_high_watermark(5), 4);
         listener.await;
         assert_eq!(visible_offsets(&p).await, vec![0, 2]);
-        let one = batch(0, None).len() as u64;
         assert_eq!(p.visible_bytes() - before, 2 * one);
+        assert_eq!(p.bytes_above_high_watermark(), 8 * one);
         assert_eq!(p.set_high_watermark(1), 4, "never backwards");
         // Never past the durable offset.
         for i in 10..20 {
@@ -320,6 +322,11 @@ fn replicated_high_watermark_moves_only_when_set_and_is_checkpointed() {
         }
         assert_eq!(p.set_high_watermark(40), 20);
         assert_eq!(p.visible_bytes() - before, 10 * one);
+        assert_eq!(
+            p.bytes_above_high_watermark(),
+            10 * one,
+            "the appends past the durable end"
+        );
         assert!(matches!(
             p.read(22, 10).await,
             Err(PartitionError::OffsetOutOfRange { .. })

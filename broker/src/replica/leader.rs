@@ -382,9 +382,10 @@ impl Shard {
     }
 
     /// Before an acks=all append of `len` bytes to a partition this shard leads at `epoch`:
-    /// waits, in arrival order, until its backlog has room (`replica.backlog.max.bytes`), at
-    /// most until `deadline` (REQUEST_TIMED_OUT, nothing appended). The turn returned lets the
-    /// next batch in when dropped: after the append.
+    /// waits, in arrival order, until the bytes above its high watermark leave room
+    /// (`replica.backlog.max.bytes`), at most until `deadline` (REQUEST_TIMED_OUT, nothing
+    /// appended); a batch that waited checks `min.insync.replicas` again. The turn returned lets
+    /// the next batch in when dropped: after the append.
     pub async fn append_turn(
         &self,
         part: &Partition,
@@ -405,33 +406,30 @@ impl Shard {
             return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
         };
         let ticket = turns.take();
+        // A batch that waited, behind others or for room, checks the ISR again.
+        let mut waited = !turns.serves(ticket);
         turns.wait(ticket).await;
         let turn = AppendTurn(turns);
         let max = replica_backlog_max_bytes(&self.config);
         loop {
             let advanced = part.listen_advance();
-            let admits = match self.replicas.leading.borrow_mut().get_mut(&key) {
-                Some(l) if l.leader_epoch == epoch => {
-                    l.backlog.admits(part.high_watermark(), len as u64, max)
+            let epoch_now = self
+                .replicas
+                .leading
+                .borrow()
+                .get(&key)
+                .map(|l| l.leader_epoch);
+            if epoch_now != Some(epoch) {
+                return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+            }
+            if crate::replica::backlog_admits(part.bytes_above_high_watermark(), len as u64, max) {
+                if waited {
+                    self.check_min_isr(topic, partition)?;
                 }
-                _ => return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
-            };
-            if admits {
                 return Ok(turn);
             }
             advance_or_deadline(advanced, deadline).await?;
-        }
-    }
-
-    /// Counts an append to a partition this shard leads, ending at `end`, in its backlog.
-    pub fn note_appended(&self, topic: &str, partition: i32, end: i64, bytes: usize) {
-        if let Some(l) = self
-            .replicas
-            .leading
-            .borrow_mut()
-            .get_mut(&(topic.to_string(), partition))
-        {
-            l.backlog.appended(end, bytes as u64);
+            waited = true;
         }
     }
 

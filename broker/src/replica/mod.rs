@@ -17,7 +17,7 @@
 pub mod fetcher;
 pub mod leader;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -134,54 +134,13 @@ impl IsrRules {
     }
 }
 
-/// What a leader appended in its epoch that its ISR does not hold yet (above the high
-/// watermark), in bytes. An acks=all batch waits before its append while this is full
-/// (`replica.backlog.max.bytes`, at most what a follower takes in one fetch): an ISR member's
-/// next fetch then takes all of it, and it stays caught up however fast producers send.
-#[derive(Debug, Clone, Default)]
-pub struct Backlog {
-    /// (end offset, bytes appended through it), oldest first.
-    appends: VecDeque<(i64, u64)>,
-    /// Bytes appended in this epoch.
-    total: u64,
-    /// Of those, the bytes below the high watermark.
-    held: u64,
-}
-
-/// Appends a [`Backlog`] remembers one by one; past this the oldest two merge (the older
-/// one's bytes count until the high watermark passes the younger one: never too few).
-const BACKLOG_APPENDS_MAX: usize = 4096;
-
-impl Backlog {
-    /// Records an append ending at `end` (exclusive) of `bytes`.
-    pub fn appended(&mut self, end: i64, bytes: u64) {
-        self.total += bytes;
-        if self.appends.len() >= BACKLOG_APPENDS_MAX {
-            if let (Some(_), Some(second)) = (self.appends.pop_front(), self.appends.pop_front()) {
-                self.appends.push_front(second);
-            }
-        }
-        self.appends.push_back((end, self.total));
-    }
-
-    /// The bytes above high watermark `hw`.
-    pub fn bytes(&mut self, hw: i64) -> u64 {
-        while let Some(&(end, through)) = self.appends.front() {
-            if end > hw {
-                break;
-            }
-            self.held = through;
-            self.appends.pop_front();
-        }
-        self.total - self.held
-    }
-
-    /// Whether a batch of `len` bytes may be appended at high watermark `hw` under `max` (0:
-    /// no bound). One batch always may when nothing is outstanding, however large.
-    pub fn admits(&mut self, hw: i64, len: u64, max: u64) -> bool {
-        let outstanding = self.bytes(hw);
-        max == 0 || outstanding == 0 || outstanding + len <= max
-    }
+/// Whether an acks=all batch of `len` bytes may be appended while `outstanding` bytes of its
+/// partition are above the high watermark, under `max` (`replica.backlog.max.bytes`; 0: no
+/// bound). With at most one follower fetch outstanding, an in-sync follower's next fetch takes
+/// all it lacks, so it stays caught up however fast producers send. One batch always may when
+/// nothing is outstanding, however large.
+pub fn backlog_admits(outstanding: u64, len: u64, max: u64) -> bool {
+    max == 0 || outstanding == 0 || outstanding + len <= max
 }
 
 /// A partition this shard leads with more than one replica.
@@ -201,8 +160,6 @@ pub struct LeaderState {
     /// members too (Kafka's "maximal ISR"): once a new member may be in the committed ISR,
     /// the high watermark must not pass what it holds.
     pub pending_isr: Option<Vec<i32>>,
-    /// Appended in this epoch and not yet held by the ISR.
-    pub backlog: Backlog,
     /// The acks=all appends waiting for room in the backlog, in arrival order.
     pub turns: std::rc::Rc<Turns>,
 }
@@ -224,11 +181,16 @@ impl Turns {
         t
     }
 
+    /// Whether `ticket` is being served now (no earlier one is still waiting or appending).
+    pub fn serves(&self, ticket: u64) -> bool {
+        self.serving.get() == ticket
+    }
+
     /// Resolves once `ticket` is served; [`Turns::done`] then serves the next.
     pub async fn wait(&self, ticket: u64) {
-        while self.serving.get() != ticket {
+        while !self.serves(ticket) {
             let moved = self.moved.listen();
-            if self.serving.get() == ticket {
+            if self.serves(ticket) {
                 break;
             }
             moved.await;
@@ -264,7 +226,6 @@ impl LeaderState {
             followers,
             isr_change_pending: false,
             pending_isr: None,
-            backlog: Backlog::default(),
             turns: Default::default(),
         }
     }
@@ -577,38 +538,14 @@ mod tests {
 
     #[test]
     fn the_backlog_admits_a_batch_while_one_fetch_would_take_all_it_holds() {
-        let mut b = Backlog::default();
         assert!(
-            b.admits(0, 5_000_000, 1000),
+            backlog_admits(0, 5_000_000, 1000),
             "nothing outstanding: any batch"
         );
-        b.appended(10, 600);
-        assert!(b.admits(0, 400, 1000));
-        assert!(!b.admits(0, 401, 1000));
-        b.appended(20, 400);
-        assert_eq!(b.bytes(0), 1000);
-        assert_eq!(b.bytes(9), 1000, "the first append is not all held yet");
-        assert_eq!(b.bytes(10), 400);
-        assert!(b.admits(10, 600, 1000));
-        assert!(!b.admits(10, 601, 1000));
-        assert_eq!(b.bytes(20), 0);
-        b.appended(30, 10_000);
-        assert!(b.admits(20, 10_000, 0), "0: no bound");
-    }
-
-    #[test]
-    fn a_long_backlog_merges_its_oldest_appends_and_never_counts_too_few() {
-        let mut b = Backlog::default();
-        for end in 1..=(BACKLOG_APPENDS_MAX as i64 * 2) {
-            b.appended(end, 1);
-        }
-        let n = BACKLOG_APPENDS_MAX as u64 * 2;
-        assert!(b.appends.len() <= BACKLOG_APPENDS_MAX);
-        assert_eq!(b.bytes(0), n);
-        for hw in [1, 100, 5000, 8000] {
-            assert!(b.bytes(hw) >= n - hw as u64, "at {hw}");
-        }
-        assert_eq!(b.bytes(n as i64), 0);
+        assert!(backlog_admits(600, 400, 1000));
+        assert!(!backlog_admits(600, 401, 1000));
+        assert!(!backlog_admits(1000, 1, 1000));
+        assert!(backlog_admits(10_000, 10_000, 0), "0: no bound");
     }
 
     #[test]
