@@ -9,7 +9,7 @@
 //! silence is real, and a controller that stopped (paused, cut off) is fenced one session
 //! after it went silent rather than one session after the new controller took over.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::command::FenceReason;
 
@@ -69,6 +69,47 @@ pub fn silence(since_heard: Option<Duration>, tenure: Duration, was_controller: 
         Some(s) if was_controller => s,
         Some(s) => s.min(tenure),
         None => tenure,
+    }
+}
+
+/// The active controller's memory across its rounds, time passed in.
+#[derive(Debug, Default, Clone)]
+pub struct Tenure {
+    /// The quorum term this node leads, and when its brokers' sessions began.
+    led: Option<(u64, Instant)>,
+    /// The controller this node last followed while it did not lead.
+    followed: Option<i32>,
+    /// The controller before this node's term, whose silence this node measured all along.
+    pub predecessor: Option<i32>,
+}
+
+impl Tenure {
+    /// A round as a follower of `leader` (none known: the last one known stays).
+    pub fn follow(&mut self, leader: Option<i32>) {
+        self.led = None;
+        if leader.is_some() {
+            self.followed = leader;
+        }
+    }
+
+    /// A round as the leader of `term` at `now`; `stalled`: this node itself was stalled since
+    /// the last round, so every session starts afresh.
+    pub fn lead(&mut self, term: u64, stalled: bool, now: Instant) {
+        if self.led.is_none_or(|(t, _)| t != term) {
+            self.led = Some((term, now));
+            self.predecessor = self.followed.take();
+        }
+        if stalled {
+            self.led = Some((term, now));
+            self.predecessor = None;
+        }
+    }
+
+    /// How long this node has led without a stall, at `now`.
+    pub fn age(&self, now: Instant) -> Duration {
+        self.led.map_or(Duration::ZERO, |(_, since)| {
+            now.saturating_duration_since(since)
+        })
     }
 }
 

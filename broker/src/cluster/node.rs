@@ -365,7 +365,7 @@ impl MetadataNode {
         let c = &config.cluster;
         let session = Duration::from_millis(c.broker_session_timeout_ms);
         let interval = Duration::from_millis(c.broker_heartbeat_interval_ms);
-        let mut tenure = Tenure::default();
+        let mut tenure = liveness::Tenure::default();
         let rebalance_every = Duration::from_secs(config.leader_imbalance_check_interval_seconds);
         let mut last_rebalance = Instant::now();
         let mut last_round = Instant::now();
@@ -392,7 +392,7 @@ impl MetadataNode {
             // A controller that was itself stalled (a pause, SIGSTOP) for half a session
             // starts every session afresh: silences measured across its own stall say
             // nothing about its peers.
-            tenure.lead(self.quorum.term(), late > session / 2);
+            tenure.lead(self.quorum.term(), late > session / 2, Instant::now());
             let term = self.quorum.term();
             self.judge_brokers(&tenure, session, term).await;
             self.elect_unclean(&config, term).await;
@@ -406,13 +406,13 @@ impl MetadataNode {
 
     /// Fences the brokers that are gone or silent and unfences those that are back (this
     /// node too, when it finds itself fenced and is not shutting down).
-    async fn judge_brokers(&self, tenure: &Tenure, session: Duration, term: u64) {
+    async fn judge_brokers(&self, tenure: &liveness::Tenure, session: Duration, term: u64) {
         let image = self.image();
         let heard: std::collections::HashMap<i32, Option<Duration>> =
             self.quorum.peer_silence().into_iter().collect();
         let evidence: std::collections::HashMap<i32, Evidence> =
             self.quorum.peer_evidence().into_iter().collect();
-        let tenure_age = tenure.age();
+        let tenure_age = tenure.age(Instant::now());
         for b in image.brokers.values().filter(|b| b.id != self.node_id) {
             let since_heard = heard.get(&b.id).copied().flatten();
             let silence =
@@ -576,45 +576,6 @@ async fn endpoint_refuses(b: &crate::catalog::BrokerRegistration) -> bool {
     match glommio::net::TcpStream::connect_timeout(addr, PROBE_TIMEOUT).await {
         Ok(_) => false,
         Err(e) => std::io::Error::from(e).kind() == std::io::ErrorKind::ConnectionRefused,
-    }
-}
-
-/// The active controller's memory across its rounds.
-#[derive(Default)]
-struct Tenure {
-    /// The quorum term this node leads, and when its brokers' sessions began.
-    led: Option<(u64, Instant)>,
-    /// The controller this node last followed while it did not lead.
-    followed: Option<i32>,
-    /// The controller before this node's term, whose silence this node measured all along.
-    predecessor: Option<i32>,
-}
-
-impl Tenure {
-    fn follow(&mut self, leader: Option<i32>) {
-        self.led = None;
-        if leader.is_some() {
-            self.followed = leader;
-        }
-    }
-
-    /// A round as the leader of `term`; `stalled`: this node itself was stalled since the
-    /// last round, so every session starts afresh.
-    fn lead(&mut self, term: u64, stalled: bool) {
-        if self.led.is_none_or(|(t, _)| t != term) {
-            self.led = Some((term, Instant::now()));
-            self.predecessor = self.followed.take();
-        }
-        if stalled {
-            self.led = Some((term, Instant::now()));
-            self.predecessor = None;
-        }
-    }
-
-    /// How long this node has led without a stall.
-    fn age(&self) -> Duration {
-        self.led
-            .map_or(Duration::ZERO, |(_, since)| since.elapsed())
     }
 }
 

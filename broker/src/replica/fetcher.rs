@@ -477,10 +477,8 @@ async fn take_records(
     Ok(appended)
 }
 
-/// Kafka's truncation on a diverging epoch (`getOffsetTruncationState`): the leader says its
-/// `epoch` (the largest it has at or below ours) ends at `end`. If this replica has that epoch
-/// too, the logs agree up to the smaller of the two ends; if not, up to where this replica's
-/// largest epoch below it ends — and the next fetch asks again from there.
+/// Kafka's truncation on a diverging epoch: the leader says its `epoch` ends at `end`; this
+/// replica truncates to `truncation_target`.
 async fn truncate_divergent(
     part: &Rc<tributary_storage::Partition>,
     topic: &str,
@@ -489,13 +487,13 @@ async fn truncate_divergent(
     end: i64,
 ) -> Result<(), String> {
     let leo = part.log_end_offset();
-    let (mine, my_end) = part.end_offset_for(epoch);
-    let target = if mine == epoch {
-        end.min(my_end).min(leo)
-    } else {
-        my_end.min(leo)
-    }
-    .max(part.log_start_offset());
+    let target = super::truncation_target(
+        epoch,
+        end,
+        part.end_offset_for(epoch),
+        leo,
+        part.log_start_offset(),
+    );
     if target >= leo {
         // No batch to drop, but an epoch this replica began at its log end (as a leader, deposed
         // before appending) may be one the leader never had: the truncation drops it, so the

@@ -137,11 +137,12 @@ impl Shard {
                     following.remove(&key);
                     match leading.get_mut(&key) {
                         Some(l) if l.leader_epoch == reg.leader_epoch => {
-                            l.partition_epoch = reg.partition_epoch;
-                            l.isr = reg.isr.clone();
-                            l.set_replicas(reg.replicas.clone(), now);
-                            l.isr_change_pending = false;
-                            l.pending_isr = None;
+                            l.take_image(
+                                reg.partition_epoch,
+                                reg.isr.clone(),
+                                reg.replicas.clone(),
+                                now,
+                            );
                         }
                         _ => {
                             info!(topic = %topic, partition = p, epoch = reg.leader_epoch, isr = ?reg.isr, "leading partition");
@@ -360,25 +361,45 @@ impl Shard {
 
     /// Before an acks=all append: refuses when the ISR is smaller than `min.insync.replicas`.
     pub fn check_min_isr(&self, topic: &str, partition: i32) -> Result<(), ErrorCode> {
-        let isr = match self
-            .replicas
-            .leading
-            .borrow()
-            .get(&(topic.to_string(), partition))
-        {
-            Some(l) => l.isr.len(),
-            None => return Ok(()),
-        };
-        let min = self.catalog().topics.get(topic).map_or(1, |t| {
-            t.config_or(
-                "min.insync.replicas",
-                self.broker_config().min_insync_replicas,
-            )
-        });
-        if (isr as i32) < min {
-            return Err(ErrorCode::NOT_ENOUGH_REPLICAS);
+        let isr = self.with_leading(topic, partition, |l| l.isr.len());
+        match isr {
+            Some(n) if (n as i32) < self.min_insync_replicas(topic) => {
+                Err(ErrorCode::NOT_ENOUGH_REPLICAS)
+            }
+            _ => Ok(()),
         }
-        Ok(())
+    }
+
+    /// After an acks=all append the high watermark covers, as Kafka's
+    /// `checkEnoughReplicasReachOffset`: refuses when the ISR shrank below
+    /// `min.insync.replicas` meanwhile — the write is on fewer replicas than the producer asked.
+    fn check_min_isr_after_append(&self, topic: &str, partition: i32) -> Result<(), ErrorCode> {
+        let isr = self.with_leading(topic, partition, |l| l.maximal_isr_size());
+        match isr {
+            Some(n) if (n as i32) < self.min_insync_replicas(topic) => {
+                Err(ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn with_leading<T>(
+        &self,
+        topic: &str,
+        partition: i32,
+        f: impl FnOnce(&LeaderState) -> T,
+    ) -> Option<T> {
+        let leading = self.replicas.leading.borrow();
+        leading.get(&(topic.to_string(), partition)).map(f)
+    }
+
+    /// `min.insync.replicas` of `topic`: its own, or the broker's.
+    fn min_insync_replicas(&self, topic: &str) -> i32 {
+        let default = self.broker_config().min_insync_replicas;
+        self.catalog()
+            .topics
+            .get(topic)
+            .map_or(1, |t| t.config_or("min.insync.replicas", default))
     }
 
     /// Before an acks=all append of `len` bytes to a partition this shard leads at `epoch`:
@@ -455,7 +476,7 @@ impl Shard {
         loop {
             let advanced = part.listen_advance();
             if part.high_watermark() >= end {
-                return Ok(());
+                return self.check_min_isr_after_append(topic, partition);
             }
             if self.leader_epoch_of(topic, partition) != Some(epoch) {
                 // Deposed while waiting: the new leader may not have it.
@@ -485,20 +506,21 @@ impl Shard {
         }
         let mut out = answer(item.partition, ErrorCode::NONE);
         out.log_start_offset = part.log_start_offset();
-        if item.last_fetched_epoch >= 0 {
-            let (e, end) = part.end_offset_for(item.last_fetched_epoch);
-            if e != item.last_fetched_epoch || end < item.fetch_offset {
-                // An undefined answer cannot travel (-1 reads as "no divergence"): the logs
-                // then agree at most up to this leader's log start.
-                out.diverging_epoch = Some(if e < 0 {
-                    (0, part.log_start_offset())
-                } else {
-                    (e, end)
-                });
-                out.high_watermark = part.high_watermark();
-                out.last_stable_offset = part.last_stable_offset();
-                return out;
-            }
+        let diverging = (item.last_fetched_epoch >= 0)
+            .then(|| {
+                crate::replica::divergence(
+                    item.last_fetched_epoch,
+                    item.fetch_offset,
+                    part.end_offset_for(item.last_fetched_epoch),
+                    part.log_start_offset(),
+                )
+            })
+            .flatten();
+        if diverging.is_some() {
+            out.diverging_epoch = diverging;
+            out.high_watermark = part.high_watermark();
+            out.last_stable_offset = part.last_stable_offset();
+            return out;
         }
         let leo = part.log_end_offset();
         if item.fetch_offset > leo || item.fetch_offset < part.log_start_offset() {
@@ -668,8 +690,7 @@ impl Shard {
             })
             .collect();
         info!(topic = %topic, partition = p, from = ?l.isr, to = ?isr, ?leaving, "changing the ISR");
-        l.isr_change_pending = true;
-        l.pending_isr = Some(isr.clone());
+        l.isr_proposed(&isr);
         Some(MetadataCommand::ChangeIsr {
             topic: topic.clone(),
             partition: *p,
@@ -694,22 +715,39 @@ impl Shard {
                 reply,
             })
             .await;
-            if !matches!(out, Some((ErrorCode::NONE, _))) {
-                if matches!(out, Some((ErrorCode::INELIGIBLE_REPLICA, _))) {
-                    // KIP-841: the controller knows a joining replica is fenced or shutting
-                    // down before this node's image does. Not now: the replica stays out, and
-                    // the next check (half a lag window on) asks again from a newer image.
-                    info!(topic = %key.0, partition = key.1, outcome = ?out, "ISR change refused for now: a joining replica is not eligible");
-                } else {
-                    warn!(topic = %key.0, partition = key.1, outcome = ?out, "ISR change not made");
-                }
-                if let Some(l) = self.replicas.leading.borrow_mut().get_mut(&key) {
-                    l.isr_change_pending = false;
-                    l.pending_isr = None;
-                }
+            let code = out.as_ref().map(|(code, _)| *code);
+            if code == Some(ErrorCode::NONE) {
+                continue;
+            }
+            if code == Some(ErrorCode::INELIGIBLE_REPLICA) {
+                // KIP-841: the controller knows a joining replica is fenced or shutting
+                // down before this node's image does. Not now: the replica stays out, and
+                // the next check (half a lag window on) asks again from a newer image.
+                info!(topic = %key.0, partition = key.1, outcome = ?out, "ISR change refused for now: a joining replica is not eligible");
+            } else {
+                warn!(topic = %key.0, partition = key.1, outcome = ?out, "ISR change not made");
+            }
+            let mut leading = self.replicas.leading.borrow_mut();
+            let Some(l) = leading.get_mut(&key) else {
+                continue;
+            };
+            if code.is_some_and(isr_change_decided) {
+                l.isr_change_refused();
+            } else {
+                l.isr_change_unknown();
             }
         }
     }
+}
+
+/// Whether a failed ISR change proposal was decided (the controller refused it), as opposed to
+/// one whose outcome is unknown — it timed out, or the controller changed while it waited
+/// (REQUEST_TIMED_OUT, NOT_CONTROLLER, UNKNOWN_SERVER_ERROR) — and may still be applied.
+fn isr_change_decided(code: ErrorCode) -> bool {
+    !matches!(
+        code,
+        ErrorCode::REQUEST_TIMED_OUT | ErrorCode::NOT_CONTROLLER | ErrorCode::UNKNOWN_SERVER_ERROR
+    )
 }
 
 /// Waits for `advanced` (the partition moved, or its leadership changed), at most 100 ms and
