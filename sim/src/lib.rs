@@ -10,8 +10,8 @@
 //! acks=all. After every step the [`check`] module checks the invariants; everything is a
 //! function of the seed, so a failure replays exactly.
 //!
-//! Not modelled (yet): idempotent producers, transactions, consumer groups, controlled
-//! shutdown, reassignment, DeleteRecords, the acks=all backlog bound, quorum snapshots.
+//! Not modelled (yet): idempotent producers, transactions, consumer groups, reassignment,
+//! DeleteRecords, the acks=all backlog bound, quorum snapshots.
 
 pub mod check;
 pub mod log;
@@ -151,6 +151,8 @@ pub enum Event {
         body: Body,
     },
     Fault,
+    /// SIGTERM: a controlled shutdown, then the process exits.
+    Shutdown(i32),
     Heal(u64),
     Restart(i32),
     LinkTimeout(u64),
@@ -174,6 +176,8 @@ pub struct Effects {
     pub truncated: Vec<(i32, i32)>,
     pub hw_moved: Vec<(i32, i32)>,
     pub applied_index: u64,
+    /// The node's controlled shutdown is done: its process exits.
+    pub exit: Option<i32>,
 }
 
 impl Effects {

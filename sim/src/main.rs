@@ -58,13 +58,13 @@ fn main() -> ExitCode {
                     let rate = steps as f64 / started.elapsed().as_secs_f64();
                     println!(
                         "seed {seed}: ok, {} steps, {} s simulated, {} acknowledged, {} refused, \
-                         {} faults, {} fencings ({rate:.0} steps/s overall)",
+                         {} faults, fencings {:?} ({rate:.0} steps/s overall)",
                         report.steps,
                         report.simulated_ms / 1000,
                         report.acknowledged,
                         report.produce_refused,
                         report.faults,
-                        report.fencings
+                        report.fencings_by_reason
                     );
                 }
             }

@@ -38,6 +38,8 @@ pub struct Node {
     pub parts: BTreeMap<i32, Part>,
     /// Print what it proposes and applies.
     pub trace: bool,
+    /// In a controlled shutdown (SIGTERM) until then, at the latest.
+    pub shutting_down: Option<u64>,
 }
 
 /// The raft configuration of the real quorum (`QuorumConfig::raft_config`), except that the
@@ -79,6 +81,7 @@ impl Node {
             last_round: None,
             parts: (0..partitions).map(|p| (p, Part::default())).collect(),
             trace: false,
+            shutting_down: None,
         }
     }
 
@@ -102,6 +105,7 @@ impl Node {
     pub fn restart(&mut self, election_ticks: usize) {
         self.alive = true;
         self.incarnation += 1;
+        self.shutting_down = None;
         self.raw = Self::start_raft(self.id, &self.store, election_ticks);
         self.image = Catalog::empty();
         self.last_heard.clear();
@@ -226,6 +230,10 @@ impl Node {
     /// does not know it yet; the active controller judges every other broker as the real one
     /// does, and creates the topic once all brokers are in.
     pub fn controller_round(&mut self, now: u64, base: Instant, limits: &Limits, fx: &mut Effects) {
+        if self.shutdown_done(now) {
+            fx.exit = Some(self.id);
+            return;
+        }
         let me = self.incarnation_name();
         if self.image.brokers.get(&self.id).map(|b| &b.incarnation) != Some(&me) {
             self.propose(&MetadataCommand::RegisterBroker {
@@ -256,6 +264,44 @@ impl Node {
             self.propose(&cmd);
         }
         self.handle_ready(now, base, limits, fx);
+    }
+
+    /// SIGTERM (`MetadataNode::controlled_shutdown`): this broker fences itself, so its
+    /// partitions move to other in-sync replicas before it stops; bounded by `deadline_ms`.
+    pub fn begin_shutdown(&mut self, now: u64, deadline_ms: u64) {
+        if self.shutting_down.is_some() {
+            return;
+        }
+        self.shutting_down = Some(now + deadline_ms);
+        self.propose(&MetadataCommand::FenceBroker {
+            id: self.id,
+            controlled: true,
+            epoch: None,
+            reason: tributary_metadata::command::FenceReason::ControlledShutdown,
+        });
+    }
+
+    /// Whether the controlled shutdown is over: the image has this broker fenced, or the
+    /// bound passed.
+    fn shutdown_done(&self, now: u64) -> bool {
+        let Some(deadline) = self.shutting_down else {
+            return false;
+        };
+        let fenced = self
+            .image
+            .brokers
+            .get(&self.id)
+            .is_some_and(|b| b.fenced && b.in_controlled_shutdown);
+        fenced || now >= deadline
+    }
+
+    /// The process exits after a controlled shutdown: what it wrote is flushed first.
+    pub fn exit(&mut self) {
+        for part in self.parts.values_mut() {
+            let (end, generation) = (part.log.log_end_offset(), part.log.generation());
+            part.log.synced(end, generation);
+        }
+        self.crash();
     }
 
     /// The fencing and unfencing the real controller would propose now.

@@ -50,6 +50,8 @@ pub struct Report {
     pub faults: u64,
     pub leader_epochs: usize,
     pub fencings: u64,
+    /// Fencings by reason, as `tributary_broker_fencings_total` labels them.
+    pub fencings_by_reason: BTreeMap<String, u64>,
     /// A hash of every event's time and kind in order: two runs of one seed agree on it.
     pub digest: u64,
 }
@@ -68,6 +70,7 @@ fn digest(mut h: u64, t: u64, event: &Event) -> u64 {
         Event::Synced { upto, .. } => 60 + *upto as u64,
         Event::Deliver { from, .. } => 1000 + (*from as i64 + 10) as u64,
         Event::Fault => 70,
+        Event::Shutdown(n) => 73 + *n as u64,
         Event::Heal(_) => 71,
         Event::Restart(n) => 72 + *n as u64,
         Event::LinkTimeout(_) => 80,
@@ -174,7 +177,8 @@ pub fn run(opts: &Options) -> Result<Report, Failure> {
     }
     w.report.simulated_ms = w.now;
     w.report.acknowledged = w.oracle.acked_count();
-    w.report.fencings = w.committed.liveness.fencings.values().sum();
+    w.report.fencings_by_reason = w.committed.liveness.fencings.clone();
+    w.report.fencings = w.report.fencings_by_reason.values().sum();
     Ok(w.report)
 }
 
@@ -354,6 +358,13 @@ impl World {
             }
             Event::Deliver { .. } => return self.deliver(event),
             Event::Fault => self.fault(),
+            Event::Shutdown(n) => {
+                let node = &mut self.nodes[*n as usize];
+                if node.alive && node.paused_until.is_none_or(|u| u <= now) {
+                    node.begin_shutdown(now, 1000);
+                    node.handle_ready(now, base, &self.limits, &mut fx);
+                }
+            }
             Event::Heal(cut) => self.heal(*cut),
             Event::Restart(n) => self.restart(*n, &mut fx),
             Event::LinkTimeout(cut) => self.link_timeout(*cut, &mut fx),
@@ -486,6 +497,11 @@ impl World {
         if !fx.truncated.is_empty() {
             self.full_check_due = true;
         }
+        if let Some(n) = fx.exit {
+            self.nodes[n as usize].exit();
+            self.gone(n);
+            self.full_check_due = true;
+        }
         self.follow_commits();
         for (node, p) in fx.hw_moved {
             check::high_watermark_held(&self.committed, &self.nodes, node, p)?;
@@ -608,8 +624,9 @@ impl World {
         let n = self.limits.nodes as u64;
         let victim = self.rng.range(0, n) as i32;
         match self.rng.range(0, 100) {
-            0..=29 => self.crash(victim),
-            30..=49 => {
+            0..=24 => self.crash(victim),
+            25..=34 => self.at(0, Event::Shutdown(victim)),
+            35..=49 => {
                 let node = &mut self.nodes[victim as usize];
                 if node.alive {
                     node.paused_until = Some(self.now + self.rng.range(200, 5000));
@@ -638,7 +655,12 @@ impl World {
             return;
         }
         self.nodes[victim as usize].crash();
-        // Its sockets close and its port refuses: evidence for every node that reaches it.
+        self.gone(victim);
+    }
+
+    /// `victim`'s process ended: its sockets close and its port refuses, evidence for every
+    /// node that reaches it; it starts again a little later.
+    fn gone(&mut self, victim: i32) {
         for o in 0..self.limits.nodes {
             if o != victim && !self.is_cut(o, victim) && !self.is_cut(victim, o) {
                 self.nodes[o as usize].evidence.insert(victim, self.now + 1);
