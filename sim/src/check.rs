@@ -138,8 +138,29 @@ pub fn high_watermark_held(
     Ok(())
 }
 
-/// Everything: each acknowledged record on each ISR member, and every two replicas identical
-/// below the lower of their high watermarks.
+/// Below its high watermark, a replica holds each idempotent batch once, each producer's in
+/// sequence order.
+fn no_duplicates(node: &Node, p: i32) -> Result<(), String> {
+    let log = node.log(p);
+    let mut last: BTreeMap<i64, i32> = BTreeMap::new();
+    for (offset, batch) in log.batches_below(log.high_watermark()) {
+        let first = batch[0];
+        if let Some(&seen) = last.get(&first.producer) {
+            if first.first_seq <= seen {
+                return Err(format!(
+                    "replica {} of partition {p} holds producer {}'s batch at sequence {} at \
+                     offset {offset}, after its sequence {seen}: a duplicate or out of order",
+                    node.id, first.producer, first.first_seq
+                ));
+            }
+        }
+        last.insert(first.producer, first.last_seq);
+    }
+    Ok(())
+}
+
+/// Everything: each acknowledged record on each ISR member, no duplicates, and every two
+/// replicas identical below the lower of their high watermarks.
 pub fn all(
     image: &Catalog,
     nodes: &[Node],
@@ -150,6 +171,9 @@ pub fn all(
         acked_on_isr(image, nodes, p, offset, &[id])?;
     }
     for p in 0..partitions {
+        for n in nodes {
+            no_duplicates(n, p)?;
+        }
         for a in nodes {
             for b in nodes.iter().filter(|b| b.id > a.id) {
                 let (la, lb) = (a.log(p), b.log(p));

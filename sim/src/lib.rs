@@ -6,11 +6,12 @@
 //! elections `apply` makes, a leader's ISR and high-watermark bookkeeping, the divergence check
 //! and the follower's truncation — over model logs, on one thread, driven by a seeded
 //! scheduler with a simulated clock, network (delays, reordering, drops, one-way and two-way
-//! cuts, link timeouts) and disk (a crash loses what no fsync covered). Clients produce
-//! acks=all. After every step the [`check`] module checks the invariants; everything is a
+//! cuts, link timeouts) and disk (a crash loses what no fsync covered). Clients are idempotent
+//! acks=all producers, retrying each batch until it is acknowledged; the logs keep the real
+//! producer state. After every step the [`check`] module checks the invariants; everything is a
 //! function of the seed, so a failure replays exactly.
 //!
-//! Not modelled (yet): idempotent producers, transactions, consumer groups, reassignment,
+//! Not modelled (yet): producer epochs and InitProducerId, transactions, consumer groups, reassignment,
 //! DeleteRecords, the acks=all backlog bound, quorum snapshots.
 
 pub mod check;
@@ -53,9 +54,8 @@ pub struct Limits {
     pub request_timeout_ms: u64,
     pub proposal_timeout_ms: u64,
     pub fetch_records_max: usize,
-    /// The canary: the high watermark is the leader's durable end, ignoring the ISR. Must make
-    /// the simulator fail (an acknowledged record lost when the leader dies).
-    pub canary_high_watermark_ignores_isr: bool,
+    /// A rule broken on purpose, which must make the run fail.
+    pub canary: Option<Canary>,
 }
 
 impl Default for Limits {
@@ -75,7 +75,7 @@ impl Default for Limits {
             request_timeout_ms: 3000,
             proposal_timeout_ms: 5000,
             fetch_records_max: 20,
-            canary_high_watermark_ignores_isr: false,
+            canary: None,
         }
     }
 }
@@ -86,6 +86,31 @@ impl Limits {
             lag_max: Duration::from_millis(self.lag_max_ms),
             silence_max: Some(Duration::from_millis(self.fetch_silence_max_ms)),
         }
+    }
+}
+
+/// A rule broken on purpose: the checks must catch each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Canary {
+    /// The high watermark is the leader's durable end, ignoring the ISR: an acknowledged
+    /// record may be on no other replica.
+    HighWatermarkIgnoresIsr,
+    /// The leader appends every batch without its sequence check: a retry is written twice.
+    NoSequenceCheck,
+}
+
+impl Canary {
+    pub fn name(self) -> &'static str {
+        match self {
+            Canary::HighWatermarkIgnoresIsr => "hw",
+            Canary::NoSequenceCheck => "dedup",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        [Canary::HighWatermarkIgnoresIsr, Canary::NoSequenceCheck]
+            .into_iter()
+            .find(|c| c.name() == name)
     }
 }
 
@@ -115,10 +140,13 @@ pub enum Body {
         fetch: u64,
         answer: FetchAnswer,
     },
+    /// An idempotent producer's batch: its producer id, first sequence and record ids.
     Produce {
         partition: i32,
         client: usize,
         request: u64,
+        producer: i64,
+        first_seq: i32,
         ids: Vec<u64>,
     },
     ProduceReply {

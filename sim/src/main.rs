@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use tributary_sim::{run, Options};
+use tributary_sim::{run, Canary, Options};
 
 #[derive(Parser)]
 #[command(about = "Deterministic simulation of a Tributary cluster under faults")]
@@ -22,9 +22,10 @@ struct Args {
     /// A fault every this many simulated milliseconds on average.
     #[arg(long, default_value_t = 1500)]
     fault_every_ms: u64,
-    /// Break a rule on purpose (the high watermark ignores the ISR): the run must fail.
+    /// Break a rule on purpose, which must make the run fail: `hw` (the high watermark
+    /// ignores the ISR) or `dedup` (the leader skips the idempotent sequence check).
     #[arg(long)]
-    canary: bool,
+    canary: Option<String>,
     /// Print every event (but the clock's and raft's) with the state it met, to stderr.
     #[arg(long)]
     trace: bool,
@@ -42,13 +43,21 @@ fn main() -> ExitCode {
         first + args.seeds,
         args.steps
     );
+    let canary = match args.canary.as_deref().map(|c| (c, Canary::parse(c))) {
+        None => None,
+        Some((_, Some(c))) => Some(c),
+        Some((name, None)) => {
+            eprintln!("unknown canary {name:?}: use `hw` or `dedup`");
+            return ExitCode::FAILURE;
+        }
+    };
     let started = Instant::now();
     let mut steps = 0u64;
     let mut last_progress = Instant::now();
     for seed in first..first + args.seeds {
         let mut opts = Options::new(seed, args.steps);
         opts.fault_every_ms = args.fault_every_ms;
-        opts.limits.canary_high_watermark_ignores_isr = args.canary;
+        opts.limits.canary = canary;
         opts.trace = args.trace;
         match run(&opts) {
             Ok(report) => {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use tributary_protocol::ErrorCode;
 use tributary_replication::{divergence, truncation_target, LeaderState, LinkId};
+use tributary_storage::producer_state::SequenceCheck;
 
 use crate::log::{Record, ReplicaLog};
 use crate::node::Node;
@@ -127,7 +128,7 @@ impl Node {
             return;
         };
         let durable = part.log.durable_offset();
-        let hw = if limits.canary_high_watermark_ignores_isr {
+        let hw = if limits.canary == Some(crate::Canary::HighWatermarkIgnoresIsr) {
             durable
         } else {
             l.high_watermark(me, durable)
@@ -153,13 +154,15 @@ impl Node {
         fx.hw_moved.push((me, p));
     }
 
-    /// An acks=all produce of `ids` to partition `p` (`produce_local` with `wait_replicated`).
+    /// An idempotent acks=all produce of `ids` (`batch`: producer id and first sequence) to
+    /// partition `p` (`produce_local` with `wait_replicated`).
     #[allow(clippy::too_many_arguments)]
     pub fn produce(
         &mut self,
         p: i32,
         client: usize,
         request: u64,
+        batch: (i64, i32),
         ids: &[u64],
         now: u64,
         limits: &Limits,
@@ -176,18 +179,49 @@ impl Node {
             return;
         }
         let epoch = l.leader_epoch;
-        let base = part.log.log_end_offset();
-        let records: Vec<Record> = ids.iter().map(|&id| Record { epoch, id }).collect();
-        part.log.append(&records);
+        let (producer, first_seq) = batch;
+        let last_seq = first_seq + ids.len() as i32 - 1;
+        let check = match limits.canary {
+            Some(crate::Canary::NoSequenceCheck) => Ok(SequenceCheck::Append),
+            _ => part.log.check_sequence(producer, first_seq, last_seq),
+        };
+        let (base, end) = match check {
+            Ok(SequenceCheck::Append) => {
+                let base = part.log.log_end_offset();
+                let records: Vec<Record> = ids
+                    .iter()
+                    .map(|&id| Record {
+                        epoch,
+                        id,
+                        producer,
+                        first_seq,
+                        last_seq,
+                    })
+                    .collect();
+                part.log.append(&records);
+                fx.sync(me, self.incarnation, p, &part.log);
+                (base, part.log.log_end_offset())
+            }
+            // A retry of a batch this log holds: answered with its offsets once replicated.
+            Ok(SequenceCheck::Duplicate {
+                base_offset,
+                last_offset,
+            }) => (base_offset, last_offset + 1),
+            Err(_) => {
+                let code = ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER;
+                fx.reply(me, client, request, Err(code));
+                return;
+            }
+        };
         part.acks.push(PendingAck {
             client,
             request,
             base,
-            end: part.log.log_end_offset(),
+            end,
             epoch,
             deadline: now + limits.request_timeout_ms,
         });
-        fx.sync(me, self.incarnation, p, &part.log);
+        self.advance_high_watermark(p, limits, fx);
         fx.timer(
             limits.request_timeout_ms,
             Event::AckDeadline(me, self.incarnation, p),

@@ -6,6 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Instant;
 
+use tributary_protocol::ErrorCode;
 use tributary_replication::LinkId;
 
 use tributary_metadata::catalog::Catalog;
@@ -47,6 +48,8 @@ pub struct Report {
     pub simulated_ms: u64,
     pub acknowledged: usize,
     pub produce_refused: u64,
+    /// Batches refused as out of order, by a deposed leader unaware of it.
+    pub out_of_order: u64,
     pub faults: u64,
     pub leader_epochs: usize,
     pub fencings: u64,
@@ -93,8 +96,8 @@ pub struct Failure {
     pub step: u64,
     pub simulated_ms: u64,
     pub what: String,
-    /// Run with the canary rule.
-    pub canary: bool,
+    /// The canary the run had.
+    pub canary: Option<crate::Canary>,
 }
 
 impl std::fmt::Display for Failure {
@@ -108,10 +111,19 @@ impl std::fmt::Display for Failure {
             self.simulated_ms,
             self.what,
             self.seed,
-            if self.canary { " --canary" } else { "" },
+            self.canary
+                .map_or(String::new(), |c| format!(" --canary {}", c.name())),
             self.step + 1
         )
     }
+}
+
+/// A client's batch: its first sequence and record ids. Sent again, unchanged, until it is
+/// acknowledged (an idempotent producer's retries).
+#[derive(Debug, Clone)]
+struct Batch {
+    first_seq: i32,
+    ids: Vec<u64>,
 }
 
 /// A client's acks=all request in flight.
@@ -119,11 +131,15 @@ impl std::fmt::Display for Failure {
 struct Request {
     id: u64,
     partition: i32,
-    ids: Vec<u64>,
 }
 
+/// An idempotent producer: one batch at a time per partition.
 struct Client {
+    producer: i64,
     outstanding: BTreeMap<i32, Request>,
+    /// Per partition, the batch being sent and the next sequence.
+    batch: BTreeMap<i32, Batch>,
+    next_seq: BTreeMap<i32, i32>,
 }
 
 struct World {
@@ -208,8 +224,11 @@ impl World {
             cuts: BTreeMap::new(),
             links: BTreeMap::new(),
             clients: (0..2)
-                .map(|_| Client {
+                .map(|c| Client {
+                    producer: 1000 + c,
                     outstanding: BTreeMap::new(),
+                    batch: BTreeMap::new(),
+                    next_seq: BTreeMap::new(),
                 })
                 .collect(),
             next_id: 1,
@@ -281,7 +300,7 @@ impl World {
             step: self.report.steps,
             simulated_ms: self.now,
             what,
-            canary: self.limits.canary_high_watermark_ignores_isr,
+            canary: self.limits.canary,
         }
     }
 
@@ -399,7 +418,7 @@ impl World {
             unreachable!("deliver is called with deliveries only");
         };
         let node = match *to {
-            Target::Client(c) => return self.client_reply(c, body),
+            Target::Client(c) => return self.client_reply(c, *from, body),
             Target::Node(n) => n,
         };
         if *from >= 0 && self.is_cut(*from, node) {
@@ -441,10 +460,13 @@ impl World {
                 partition,
                 client,
                 request,
+                producer,
+                first_seq,
                 ids,
             } => {
-                let l = &self.limits;
-                self.nodes[i].produce(partition, client, request, &ids, now, l, &mut fx);
+                let (l, batch) = (&self.limits, (producer, first_seq));
+                let n = &mut self.nodes[i];
+                n.produce(partition, client, request, batch, &ids, now, l, &mut fx);
             }
             Body::ProduceReply { .. } => {}
         }
@@ -452,7 +474,7 @@ impl World {
     }
 
     /// A client's answer: an acknowledgement goes to the oracle, and is checked at once.
-    fn client_reply(&mut self, c: usize, body: &Body) -> Result<(), String> {
+    fn client_reply(&mut self, c: usize, from: i32, body: &Body) -> Result<(), String> {
         let Body::ProduceReply {
             request, result, ..
         } = body
@@ -464,11 +486,41 @@ impl World {
             return Ok(());
         };
         let req = out.remove(&p).expect("just found");
+        let client = &mut self.clients[c];
         match result {
             Ok(base) => {
-                self.oracle.acknowledged(req.partition, *base, &req.ids)?;
+                let batch = client
+                    .batch
+                    .remove(&req.partition)
+                    .expect("a batch was sent");
+                let next = batch.first_seq + batch.ids.len() as i32;
+                client.next_seq.insert(req.partition, next);
+                self.oracle.acknowledged(req.partition, *base, &batch.ids)?;
                 let image = &self.committed;
-                check::acked_on_isr(image, &self.nodes, req.partition, *base, &req.ids)
+                check::acked_on_isr(image, &self.nodes, req.partition, *base, &batch.ids)
+            }
+            // A deposed leader that does not know it yet lacks the batches acknowledged since:
+            // refused, nothing written. The current leader must never refuse an in-order batch.
+            Err(code) if *code == ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER => {
+                self.report.out_of_order += 1;
+                let reg = self.committed.partition(crate::TOPIC, p);
+                let current = reg.is_some_and(|r| {
+                    r.leader == from
+                        && self.nodes[from as usize].parts[&p]
+                            .leading
+                            .as_ref()
+                            .is_some_and(|l| l.leader_epoch == r.leader_epoch)
+                });
+                if !current {
+                    return Ok(());
+                }
+                Err(format!(
+                    "the leader {from} of partition {p} refused producer {}'s batch at \
+                     sequence {:?} as out of order, although the producer sends each batch only \
+                     once the one before is acknowledged",
+                    client.producer,
+                    client.batch.get(&p).map(|b| b.first_seq)
+                ))
             }
             Err(_) => {
                 self.report.produce_refused += 1;
@@ -596,21 +648,30 @@ impl World {
             return;
         }
         let count = self.rng.range(1, 4);
-        let ids: Vec<u64> = (0..count).map(|i| self.next_id + i).collect();
+        let fresh: Vec<u64> = (0..count).map(|i| self.next_id + i).collect();
         self.next_id += count + 1;
         let request = self.next_id;
-        let req = Request {
-            id: request,
-            partition: p,
-            ids: ids.clone(),
-        };
-        self.clients[c].outstanding.insert(p, req);
+        let client = &mut self.clients[c];
+        let first_seq = client.next_seq.get(&p).copied().unwrap_or(0);
+        let batch = client.batch.entry(p).or_insert(Batch {
+            first_seq,
+            ids: fresh,
+        });
         let body = Body::Produce {
             partition: p,
             client: c,
             request,
-            ids,
+            producer: client.producer,
+            first_seq: batch.first_seq,
+            ids: batch.ids.clone(),
         };
+        client.outstanding.insert(
+            p,
+            Request {
+                id: request,
+                partition: p,
+            },
+        );
         self.send(-1 - c as i32, Target::Node(leader), body);
         self.at(5000, Event::ClientTimeout(c, request));
     }
