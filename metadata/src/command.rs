@@ -204,72 +204,20 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             }
             Outcome::Done
         }
-        C::ImportCatalog { catalog } => {
-            if !image.topics.is_empty() || image.next_producer_id != 0 {
-                return Outcome::Refused(
-                    ErrorCode::INVALID_REQUEST,
-                    "the metadata image is not empty; a catalog is imported only into a new one"
-                        .into(),
-                );
-            }
-            let version = image.version;
-            let brokers = std::mem::take(&mut image.brokers);
-            *image = *catalog;
-            image.version = version;
-            image.brokers.extend(brokers);
-            Outcome::Done
-        }
+        C::ImportCatalog { catalog } => import_catalog(image, *catalog),
         C::CreateAcls { acls } => {
             image.acls.extend(acls);
             image.acls.sort();
             image.acls.dedup();
             Outcome::Done
         }
-        C::AlterClientQuotas { changes } => {
-            for (entity, ops) in changes {
-                let i = match image.client_quotas.iter().position(|q| q.entity == entity) {
-                    Some(i) => i,
-                    None => {
-                        image.client_quotas.push(crate::quota::QuotaRecord {
-                            entity,
-                            values: BTreeMap::new(),
-                        });
-                        image.client_quotas.len() - 1
-                    }
-                };
-                for (key, value) in ops {
-                    match value {
-                        Some(v) => image.client_quotas[i].values.insert(key, v),
-                        None => image.client_quotas[i].values.remove(&key),
-                    };
-                }
-                if image.client_quotas[i].values.is_empty() {
-                    image.client_quotas.remove(i);
-                }
-            }
-            Outcome::Done
-        }
+        C::AlterClientQuotas { changes } => alter_client_quotas(image, changes),
         C::DeleteAcls { acls } => {
             image.acls.retain(|a| !acls.contains(a));
             Outcome::Done
         }
         C::AlterScramCredentials { upsert, delete } => {
-            for (user, mechanism) in delete {
-                if let Some(m) = image.scram.get_mut(&user) {
-                    m.remove(&mechanism);
-                    if m.is_empty() {
-                        image.scram.remove(&user);
-                    }
-                }
-            }
-            for (user, mechanism, record) in upsert {
-                image
-                    .scram
-                    .entry(user)
-                    .or_default()
-                    .insert(mechanism, record);
-            }
-            Outcome::Done
+            alter_scram_credentials(image, upsert, delete)
         }
         C::RegisterBroker {
             id,
@@ -298,18 +246,7 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             epoch,
             reason,
         } => fence_broker(image, id, controlled, epoch, reason),
-        C::UnfenceBroker { id } => {
-            let Some(b) = image.brokers.get_mut(&id) else {
-                return Outcome::Refused(
-                    ErrorCode::INVALID_REQUEST,
-                    format!("broker {id} is not registered"),
-                );
-            };
-            b.fenced = false;
-            b.fenced_as_gone = false;
-            elect_where_leaderless(image, id);
-            Outcome::Done
-        }
+        C::UnfenceBroker { id } => unfence_broker(image, id),
         C::CreateTopics { topics } => {
             Outcome::Items(topics.into_iter().map(|t| create_topic(image, t)).collect())
         }
@@ -325,17 +262,7 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
                 })
                 .collect(),
         ),
-        C::CreatePartitions { topic, added } => {
-            let Some(t) = image.topics.get_mut(&topic) else {
-                return Outcome::Refused(
-                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                    format!("topic {topic:?} does not exist"),
-                );
-            };
-            t.assignment.extend(added);
-            t.partitions = t.assignment.len() as i32;
-            Outcome::Done
-        }
+        C::CreatePartitions { topic, added } => create_partitions(image, topic, added),
         C::SetTopicConfigs { topic, configs } => match image.topics.get_mut(&topic) {
             Some(t) => {
                 t.configs = configs;
@@ -346,90 +273,14 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
                 format!("topic {topic:?} does not exist"),
             ),
         },
-        C::SetBrokerConfigs { broker, configs } => {
-            let d = &mut image.broker_configs;
-            match broker {
-                None => d.cluster = configs,
-                Some(b) if configs.is_empty() => {
-                    d.per_broker.remove(&b);
-                }
-                Some(b) => {
-                    d.per_broker.insert(b, configs);
-                }
-            }
-            Outcome::Done
-        }
+        C::SetBrokerConfigs { broker, configs } => set_broker_configs(image, broker, configs),
         C::ChangeIsr {
             topic,
             partition,
             leader_epoch,
             partition_epoch,
             isr,
-        } => {
-            let live: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
-            let brokers = &image.brokers;
-            let Some(p) = image.topics.get_mut(&topic).and_then(|t| {
-                usize::try_from(partition)
-                    .ok()
-                    .and_then(|i| t.assignment.get_mut(i))
-            }) else {
-                return Outcome::Refused(
-                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                    format!("{topic}-{partition} does not exist"),
-                );
-            };
-            if leader_epoch != p.leader_epoch {
-                return Outcome::Refused(
-                    ErrorCode::FENCED_LEADER_EPOCH,
-                    format!(
-                        "{topic}-{partition} is at leader epoch {}, not {leader_epoch}",
-                        p.leader_epoch
-                    ),
-                );
-            }
-            if partition_epoch != p.partition_epoch {
-                return Outcome::Refused(
-                    ErrorCode::INVALID_UPDATE_VERSION,
-                    format!(
-                        "{topic}-{partition} is at partition epoch {}, not {partition_epoch}",
-                        p.partition_epoch
-                    ),
-                );
-            }
-            if isr.is_empty()
-                || !isr.contains(&p.leader)
-                || isr.iter().any(|b| !p.replicas.contains(b))
-            {
-                return Outcome::Refused(
-                    ErrorCode::INVALID_REQUEST,
-                    format!(
-                        "ISR {isr:?} must hold the leader {} and only replicas {:?}",
-                        p.leader, p.replicas
-                    ),
-                );
-            }
-            // KIP-841: only a registered broker that is neither fenced nor shutting down may
-            // join; the leader keeps the replica out and asks again later. Leaving is always
-            // allowed.
-            let added: Vec<i32> = isr.iter().copied().filter(|b| !p.isr.contains(b)).collect();
-            if let Some(b) = added.iter().find(|&&b| !isr_eligible(brokers, b)) {
-                return Outcome::Refused(
-                    ErrorCode::INELIGIBLE_REPLICA,
-                    format!(
-                        "broker {b} cannot join the ISR of {topic}-{partition}: it is fenced, shutting down or not registered"
-                    ),
-                );
-            }
-            let shrank = p.isr.iter().any(|b| !isr.contains(b));
-            let grew = !added.is_empty();
-            p.isr = isr;
-            p.partition_epoch += 1;
-            image.liveness.isr_shrinks += u64::from(shrank);
-            image.liveness.isr_expansions += u64::from(grew);
-            // A reassignment completes as soon as its target is in sync.
-            reassign::complete_if_caught_up(p, &live);
-            Outcome::Done
-        }
+        } => change_isr(image, topic, partition, leader_epoch, partition_epoch, isr),
         C::AlterReassignments { partitions } => Outcome::Items(
             partitions
                 .iter()
@@ -454,6 +305,189 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             Outcome::ProducerIds { start }
         }
     }
+}
+
+/// Seeds an empty image with a catalog written before the metadata log existed.
+fn import_catalog(image: &mut Catalog, catalog: Catalog) -> Outcome {
+    if !image.topics.is_empty() || image.next_producer_id != 0 {
+        return Outcome::Refused(
+            ErrorCode::INVALID_REQUEST,
+            "the metadata image is not empty; a catalog is imported only into a new one".into(),
+        );
+    }
+    let version = image.version;
+    let brokers = std::mem::take(&mut image.brokers);
+    *image = catalog;
+    image.version = version;
+    image.brokers.extend(brokers);
+    Outcome::Done
+}
+
+fn alter_client_quotas(image: &mut Catalog, changes: Vec<crate::quota::QuotaChange>) -> Outcome {
+    for (entity, ops) in changes {
+        let i = match image.client_quotas.iter().position(|q| q.entity == entity) {
+            Some(i) => i,
+            None => {
+                image.client_quotas.push(crate::quota::QuotaRecord {
+                    entity,
+                    values: BTreeMap::new(),
+                });
+                image.client_quotas.len() - 1
+            }
+        };
+        for (key, value) in ops {
+            match value {
+                Some(v) => image.client_quotas[i].values.insert(key, v),
+                None => image.client_quotas[i].values.remove(&key),
+            };
+        }
+        if image.client_quotas[i].values.is_empty() {
+            image.client_quotas.remove(i);
+        }
+    }
+    Outcome::Done
+}
+
+fn alter_scram_credentials(
+    image: &mut Catalog,
+    upsert: Vec<(String, i8, crate::catalog::ScramRecord)>,
+    delete: Vec<(String, i8)>,
+) -> Outcome {
+    for (user, mechanism) in delete {
+        if let Some(m) = image.scram.get_mut(&user) {
+            m.remove(&mechanism);
+            if m.is_empty() {
+                image.scram.remove(&user);
+            }
+        }
+    }
+    for (user, mechanism, record) in upsert {
+        image
+            .scram
+            .entry(user)
+            .or_default()
+            .insert(mechanism, record);
+    }
+    Outcome::Done
+}
+
+fn unfence_broker(image: &mut Catalog, id: i32) -> Outcome {
+    let Some(b) = image.brokers.get_mut(&id) else {
+        return Outcome::Refused(
+            ErrorCode::INVALID_REQUEST,
+            format!("broker {id} is not registered"),
+        );
+    };
+    b.fenced = false;
+    b.fenced_as_gone = false;
+    elect_where_leaderless(image, id);
+    Outcome::Done
+}
+
+fn create_partitions(
+    image: &mut Catalog,
+    topic: String,
+    added: Vec<PartitionRegistration>,
+) -> Outcome {
+    let Some(t) = image.topics.get_mut(&topic) else {
+        return Outcome::Refused(
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("topic {topic:?} does not exist"),
+        );
+    };
+    t.assignment.extend(added);
+    t.partitions = t.assignment.len() as i32;
+    Outcome::Done
+}
+
+fn set_broker_configs(
+    image: &mut Catalog,
+    broker: Option<i32>,
+    configs: BTreeMap<String, String>,
+) -> Outcome {
+    let d = &mut image.broker_configs;
+    match broker {
+        None => d.cluster = configs,
+        Some(b) if configs.is_empty() => {
+            d.per_broker.remove(&b);
+        }
+        Some(b) => {
+            d.per_broker.insert(b, configs);
+        }
+    }
+    Outcome::Done
+}
+
+/// Kafka's AlterPartition, checked against the partition's current epochs.
+fn change_isr(
+    image: &mut Catalog,
+    topic: String,
+    partition: i32,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    isr: Vec<i32>,
+) -> Outcome {
+    let live: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
+    let brokers = &image.brokers;
+    let Some(p) = image.topics.get_mut(&topic).and_then(|t| {
+        usize::try_from(partition)
+            .ok()
+            .and_then(|i| t.assignment.get_mut(i))
+    }) else {
+        return Outcome::Refused(
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("{topic}-{partition} does not exist"),
+        );
+    };
+    if leader_epoch != p.leader_epoch {
+        return Outcome::Refused(
+            ErrorCode::FENCED_LEADER_EPOCH,
+            format!(
+                "{topic}-{partition} is at leader epoch {}, not {leader_epoch}",
+                p.leader_epoch
+            ),
+        );
+    }
+    if partition_epoch != p.partition_epoch {
+        return Outcome::Refused(
+            ErrorCode::INVALID_UPDATE_VERSION,
+            format!(
+                "{topic}-{partition} is at partition epoch {}, not {partition_epoch}",
+                p.partition_epoch
+            ),
+        );
+    }
+    if isr.is_empty() || !isr.contains(&p.leader) || isr.iter().any(|b| !p.replicas.contains(b)) {
+        return Outcome::Refused(
+            ErrorCode::INVALID_REQUEST,
+            format!(
+                "ISR {isr:?} must hold the leader {} and only replicas {:?}",
+                p.leader, p.replicas
+            ),
+        );
+    }
+    // KIP-841: only a registered broker that is neither fenced nor shutting down may
+    // join; the leader keeps the replica out and asks again later. Leaving is always
+    // allowed.
+    let added: Vec<i32> = isr.iter().copied().filter(|b| !p.isr.contains(b)).collect();
+    if let Some(b) = added.iter().find(|&&b| !isr_eligible(brokers, b)) {
+        return Outcome::Refused(
+            ErrorCode::INELIGIBLE_REPLICA,
+            format!(
+                "broker {b} cannot join the ISR of {topic}-{partition}: it is fenced, shutting down or not registered"
+            ),
+        );
+    }
+    let shrank = p.isr.iter().any(|b| !isr.contains(b));
+    let grew = !added.is_empty();
+    p.isr = isr;
+    p.partition_epoch += 1;
+    debug_assert!(p.isr.contains(&p.leader), "an ISR holds its leader");
+    image.liveness.isr_shrinks += u64::from(shrank);
+    image.liveness.isr_expansions += u64::from(grew);
+    // A reassignment completes as soon as its target is in sync.
+    reassign::complete_if_caught_up(p, &live);
+    Outcome::Done
 }
 
 fn create_topic(image: &mut Catalog, t: TopicMeta) -> Result<(), (ErrorCode, String)> {
@@ -660,6 +694,13 @@ fn fence_in_partition(p: &mut PartitionRegistration, id: i32, fenced: &[i32]) {
     if changed {
         p.partition_epoch += 1;
     }
+    // Checked in tests and the simulator only: every node applies the same entry, and a
+    // failed assertion here would stop them all at once.
+    debug_assert!(
+        p.leader == NO_LEADER || p.isr.contains(&p.leader),
+        "a leader is elected from the ISR"
+    );
+    debug_assert!(!p.isr.is_empty(), "the ISR keeps its last member");
 }
 
 /// Gives a leader back to the partitions without one whose ISR holds `broker`, now live, with

@@ -247,6 +247,7 @@ impl LeaderState {
                 pending.push(r);
             }
         }
+        debug_assert!(isr.iter().all(|r| pending.contains(r)));
     }
 
     /// The controller refused the pending change (applied and refused, or checked and
