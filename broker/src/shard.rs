@@ -819,8 +819,23 @@ impl Shard {
         self.partitions.borrow().len()
     }
 
-    /// Handles one request addressed to this shard.
+    /// Handles one request addressed to this shard: the partitions', replication's and the
+    /// coordinators', the controller's, then the shard's own.
     pub async fn handle(self: Rc<Self>, req: ShardRequest) {
+        let Some(req) = self.handle_partition(req).await else {
+            return;
+        };
+        let Some(req) = self.handle_replica(req).await else {
+            return;
+        };
+        let Some(req) = self.handle_controller(req).await else {
+            return;
+        };
+        self.handle_shard(req).await;
+    }
+
+    /// Reads and writes of the partitions this shard owns; other requests come back.
+    async fn handle_partition(self: &Rc<Self>, req: ShardRequest) -> Option<ShardRequest> {
         match req {
             ShardRequest::Produce {
                 topic,
@@ -864,18 +879,8 @@ impl Shard {
                 cancel,
                 deadline,
             } => {
-                crate::handlers::fetch::wait::watch_owned(&self, items, updates, cancel, deadline)
+                crate::handlers::fetch::wait::watch_owned(self, items, updates, cancel, deadline)
                     .await;
-            }
-            ShardRequest::FetchStats { reply } => {
-                let _ = reply.send(FetchStats {
-                    reads: self.fetch_reads.get(),
-                    read_bytes: self.fetch_read_bytes.get(),
-                    sessions: self.fetch_sessions.borrow().len(),
-                });
-            }
-            ShardRequest::Metrics { reply } => {
-                let _ = reply.send(self.metrics_snapshot());
             }
             ShardRequest::ListOffset {
                 topic,
@@ -910,102 +915,17 @@ impl Shard {
                 epoch,
                 reply,
             } => {
-                let out = match self.partition(&topic, partition) {
-                    None => (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
-                    Some(p) if p.is_offline() => (ErrorCode::KAFKA_STORAGE_ERROR, -1, -1),
-                    // An empty log has no batch to start its epoch yet: the epoch it is led
-                    // in ends at its (empty) end, as a Kafka leader's cache says once it
-                    // takes the partition.
-                    Some(p) if p.latest_epoch().is_none() && epoch == p.leader_epoch() => {
-                        (ErrorCode::NONE, epoch, p.log_end_offset())
-                    }
-                    Some(p) => {
-                        let (e, end) = p.end_offset_for(epoch);
-                        (ErrorCode::NONE, e, end)
-                    }
-                };
+                let out = self.epoch_end_offset(&topic, partition, epoch);
                 let _ = reply.send(out);
             }
-            ShardRequest::PartitionSizes { reply } => {
-                let _ = reply.send(self.partition_sizes().await);
-            }
-            ShardRequest::ApplyCatalog { catalog, reply } => {
-                self.apply_catalog(catalog).await;
-                let _ = reply.send(());
-            }
-            ShardRequest::CreateTopics { topics, reply } => {
-                let out = match &self.controller {
-                    Some(c) => c.create_topics(&self, topics).await,
-                    None => vec![
-                        (
-                            ErrorCode::UNKNOWN_SERVER_ERROR,
-                            Some("not the controller".into())
-                        );
-                        topics.len()
-                    ],
-                };
-                let _ = reply.send(out);
-            }
-            ShardRequest::DeleteTopics { names, reply } => {
-                let out = match &self.controller {
-                    Some(c) => c.delete_topics(&self, names).await,
-                    None => vec![ErrorCode::UNKNOWN_SERVER_ERROR; names.len()],
-                };
-                let _ = reply.send(out);
-            }
-            ShardRequest::AlterTopicConfigs { change, reply } => {
-                let out = match &self.controller {
-                    Some(c) => c.alter_topic_configs(&self, change).await,
-                    None => (
-                        ErrorCode::UNKNOWN_SERVER_ERROR,
-                        Some("not the controller".into()),
-                    ),
-                };
-                let _ = reply.send(out);
-            }
-            ShardRequest::CreatePartitions {
-                topics,
-                validate_only,
-                reply,
-            } => {
-                let out = match &self.controller {
-                    Some(c) => c.create_partitions(&self, topics, validate_only).await,
-                    None => vec![
-                        (
-                            ErrorCode::UNKNOWN_SERVER_ERROR,
-                            Some("not the controller".into())
-                        );
-                        topics.len()
-                    ],
-                };
-                let _ = reply.send(out);
-            }
-            ShardRequest::InstallTls {
-                acceptors,
-                inter_broker,
-                reply,
-            } => {
-                self.install_tls(acceptors);
-                self.set_inter_broker(inter_broker);
-                let _ = reply.send(());
-            }
-            ShardRequest::AlterBrokerConfigs { change, reply } => {
-                let out = match &self.controller {
-                    Some(c) => c.alter_broker_configs(&self, change).await,
-                    None => (
-                        ErrorCode::UNKNOWN_SERVER_ERROR,
-                        Some("not the controller".into()),
-                    ),
-                };
-                let _ = reply.send(out);
-            }
-            ShardRequest::AllocateProducerId { reply } => {
-                let out = match &self.controller {
-                    Some(c) => c.allocate_producer_id().await,
-                    None => Err("not the controller".into()),
-                };
-                let _ = reply.send(out);
-            }
+            other => return Some(other),
+        }
+        None
+    }
+
+    /// Replication and the coordinators; other requests come back.
+    async fn handle_replica(self: &Rc<Self>, req: ShardRequest) -> Option<ShardRequest> {
+        match req {
             ShardRequest::ReplicaFetch { item, reply } => {
                 let _ = reply.send(self.replica_fetch_local(item).await);
             }
@@ -1028,31 +948,81 @@ impl Shard {
                     .await;
                 let _ = reply.send(());
             }
+            ShardRequest::Group { op, reply } => {
+                let out = crate::handlers::groups::run(self, *op).await;
+                let _ = reply.send(out);
+            }
+            ShardRequest::Txn { op, reply } => {
+                let out = crate::handlers::txn::run(self, *op).await;
+                let _ = reply.send(out);
+            }
+            ShardRequest::WriteMarker { marker, reply } => {
+                let _ = reply.send(crate::txn::markers::write_local(self, &marker).await);
+            }
+            other => return Some(other),
+        }
+        None
+    }
+
+    /// What only the controller answers; other requests come back.
+    async fn handle_controller(self: &Rc<Self>, req: ShardRequest) -> Option<ShardRequest> {
+        match req {
+            ShardRequest::CreateTopics { topics, reply } => {
+                let out = match &self.controller {
+                    Some(c) => c.create_topics(self, topics).await,
+                    None => not_controller_each(topics.len()),
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::DeleteTopics { names, reply } => {
+                let out = match &self.controller {
+                    Some(c) => c.delete_topics(self, names).await,
+                    None => vec![ErrorCode::UNKNOWN_SERVER_ERROR; names.len()],
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::AlterTopicConfigs { change, reply } => {
+                let out = match &self.controller {
+                    Some(c) => c.alter_topic_configs(self, change).await,
+                    None => not_controller(),
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::CreatePartitions {
+                topics,
+                validate_only,
+                reply,
+            } => {
+                let out = match &self.controller {
+                    Some(c) => c.create_partitions(self, topics, validate_only).await,
+                    None => not_controller_each(topics.len()),
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::AlterBrokerConfigs { change, reply } => {
+                let out = match &self.controller {
+                    Some(c) => c.alter_broker_configs(self, change).await,
+                    None => not_controller(),
+                };
+                let _ = reply.send(out);
+            }
+            ShardRequest::AllocateProducerId { reply } => {
+                let out = match &self.controller {
+                    Some(c) => c.allocate_producer_id().await,
+                    None => Err("not the controller".into()),
+                };
+                let _ = reply.send(out);
+            }
             ShardRequest::ProposeMetadata { command, reply } => {
                 let out = match &self.controller {
                     Some(c) => c.answer(*command).await,
-                    None => (
-                        ErrorCode::UNKNOWN_SERVER_ERROR,
-                        Some("not the controller".into()),
-                    ),
+                    None => not_controller(),
                 };
                 let _ = reply.send(out);
             }
             ShardRequest::QuorumStatus { reply } => {
-                if let Some(c) = &self.controller {
-                    let q = &c.node.quorum;
-                    let _ = reply.send(QuorumStatus {
-                        leader: q.leader(),
-                        term: q.term(),
-                        commit: q.commit_index(),
-                        progress: q.voter_progress(),
-                        observers: q
-                            .peer_silence()
-                            .into_iter()
-                            .map(|(id, _)| id)
-                            .filter(|id| !self.config.cluster.voters.iter().any(|v| v.id == *id))
-                            .collect(),
-                    });
+                if let Some(status) = self.quorum_status() {
+                    let _ = reply.send(status);
                 }
             }
             ShardRequest::ElectLeaders {
@@ -1063,13 +1033,7 @@ impl Shard {
                 let n = partitions.len();
                 let out = match &self.controller {
                     Some(c) => c.elect_leaders(partitions, unclean).await,
-                    None => vec![
-                        (
-                            ErrorCode::UNKNOWN_SERVER_ERROR,
-                            Some("not the controller".into())
-                        );
-                        n
-                    ],
+                    None => not_controller_each(n),
                 };
                 let _ = reply.send(out);
             }
@@ -1077,13 +1041,7 @@ impl Shard {
                 let n = partitions.len();
                 let out = match &self.controller {
                     Some(c) => c.alter_reassignments(partitions).await,
-                    None => vec![
-                        (
-                            ErrorCode::UNKNOWN_SERVER_ERROR,
-                            Some("not the controller".into())
-                        );
-                        n
-                    ],
+                    None => not_controller_each(n),
                 };
                 let _ = reply.send(out);
             }
@@ -1093,24 +1051,83 @@ impl Shard {
                 }
                 let _ = reply.send(());
             }
+            other => return Some(other),
+        }
+        None
+    }
+    /// The shard's own state: metrics, catalog, TLS, drain and stop.
+    async fn handle_shard(self: &Rc<Self>, req: ShardRequest) {
+        match req {
+            ShardRequest::FetchStats { reply } => {
+                let _ = reply.send(FetchStats {
+                    reads: self.fetch_reads.get(),
+                    read_bytes: self.fetch_read_bytes.get(),
+                    sessions: self.fetch_sessions.borrow().len(),
+                });
+            }
+            ShardRequest::Metrics { reply } => {
+                let _ = reply.send(self.metrics_snapshot());
+            }
+            ShardRequest::PartitionSizes { reply } => {
+                let _ = reply.send(self.partition_sizes().await);
+            }
+            ShardRequest::ApplyCatalog { catalog, reply } => {
+                self.apply_catalog(catalog).await;
+                let _ = reply.send(());
+            }
+            ShardRequest::InstallTls {
+                acceptors,
+                inter_broker,
+                reply,
+            } => {
+                self.install_tls(acceptors);
+                self.set_inter_broker(inter_broker);
+                let _ = reply.send(());
+            }
             ShardRequest::Drain { reply } => {
                 self.drain().await;
                 let _ = reply.send(());
             }
-            ShardRequest::Group { op, reply } => {
-                let out = crate::handlers::groups::run(&self, *op).await;
-                let _ = reply.send(out);
-            }
-            ShardRequest::Txn { op, reply } => {
-                let out = crate::handlers::txn::run(&self, *op).await;
-                let _ = reply.send(out);
-            }
-            ShardRequest::WriteMarker { marker, reply } => {
-                let _ = reply.send(crate::txn::markers::write_local(&self, &marker).await);
-            }
             ShardRequest::Stop { reply } => {
                 // Handled by the shard's message loop, which must exit afterwards.
                 let _ = reply.send(());
+            }
+            // Routed by the handlers above; dropping it fails its caller's
+            // `call` rather than hanging it.
+            _ => tracing::error!("a shard request reached no handler"),
+        }
+    }
+    /// The metadata quorum as this node sees it; none without the controller.
+    fn quorum_status(&self) -> Option<QuorumStatus> {
+        let q = &self.controller.as_ref()?.node.quorum;
+        Some(QuorumStatus {
+            leader: q.leader(),
+            term: q.term(),
+            commit: q.commit_index(),
+            progress: q.voter_progress(),
+            observers: q
+                .peer_silence()
+                .into_iter()
+                .map(|(id, _)| id)
+                .filter(|id| !self.config.cluster.voters.iter().any(|v| v.id == *id))
+                .collect(),
+        })
+    }
+
+    /// OffsetForLeaderEpoch of one partition: (error, epoch, end offset).
+    fn epoch_end_offset(&self, topic: &str, partition: i32, epoch: i32) -> (ErrorCode, i32, i64) {
+        match self.partition(topic, partition) {
+            None => (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
+            Some(p) if p.is_offline() => (ErrorCode::KAFKA_STORAGE_ERROR, -1, -1),
+            // An empty log has no batch to start its epoch yet: the epoch it is led
+            // in ends at its (empty) end, as a Kafka leader's cache says once it
+            // takes the partition.
+            Some(p) if p.latest_epoch().is_none() && epoch == p.leader_epoch() => {
+                (ErrorCode::NONE, epoch, p.log_end_offset())
+            }
+            Some(p) => {
+                let (e, end) = p.end_offset_for(epoch);
+                (ErrorCode::NONE, e, end)
             }
         }
     }
@@ -1549,4 +1566,17 @@ pub async fn call<T>(
     let (tx, rx) = oneshot::channel();
     shard.send(to, build(tx)).await;
     rx.await.ok()
+}
+
+/// The answer of a shard without the controller (not shard 0).
+fn not_controller() -> (ErrorCode, Option<String>) {
+    (
+        ErrorCode::UNKNOWN_SERVER_ERROR,
+        Some("not the controller".into()),
+    )
+}
+
+/// [`not_controller`] for each of `n` items.
+fn not_controller_each(n: usize) -> Vec<(ErrorCode, Option<String>)> {
+    vec![not_controller(); n]
 }

@@ -205,12 +205,7 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             Outcome::Done
         }
         C::ImportCatalog { catalog } => import_catalog(image, *catalog),
-        C::CreateAcls { acls } => {
-            image.acls.extend(acls);
-            image.acls.sort();
-            image.acls.dedup();
-            Outcome::Done
-        }
+        C::CreateAcls { acls } => create_acls(image, acls),
         C::AlterClientQuotas { changes } => alter_client_quotas(image, changes),
         C::DeleteAcls { acls } => {
             image.acls.retain(|a| !acls.contains(a));
@@ -290,21 +285,31 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
         C::ElectLeaders {
             partitions,
             unclean,
-        } => {
-            let live: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
-            Outcome::Items(
-                partitions
-                    .iter()
-                    .map(|(topic, p)| elect(image, topic, *p, unclean, &live))
-                    .collect(),
-            )
-        }
+        } => elect_leaders(image, &partitions, unclean),
         C::AllocateProducerIds { broker: _, count } => {
             let start = image.next_producer_id;
             image.next_producer_id = start.saturating_add(count.max(1));
             Outcome::ProducerIds { start }
         }
     }
+}
+
+/// Kafka's CreateAcls: each binding kept once.
+fn create_acls(image: &mut Catalog, acls: Vec<crate::catalog::AclRecord>) -> Outcome {
+    image.acls.extend(acls);
+    image.acls.sort();
+    image.acls.dedup();
+    Outcome::Done
+}
+
+fn elect_leaders(image: &mut Catalog, partitions: &[(String, i32)], unclean: bool) -> Outcome {
+    let live: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
+    Outcome::Items(
+        partitions
+            .iter()
+            .map(|(topic, p)| elect(image, topic, *p, unclean, &live))
+            .collect(),
+    )
 }
 
 /// Seeds an empty image with a catalog written before the metadata log existed.
