@@ -30,6 +30,7 @@ use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::{api_key, ApiSpec};
 use tributary_protocol::requests::groups::*;
 use tributary_protocol::{ErrorCode, Reader};
+use tributary_security::acl::{AclOperation, ResourceType};
 
 use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::group::state::{JoinResult, SyncResult};
@@ -210,6 +211,10 @@ async fn ask(shard: &Rc<Shard>, group: &str, op: GroupOp) -> Option<GroupReply> 
     .await
 }
 
+/// What a client without READ on its group is told: joining, syncing, heartbeating and leaving
+/// need it, as in Kafka.
+const GROUP_DENIED: ErrorCode = ErrorCode::GROUP_AUTHORIZATION_FAILED;
+
 pub async fn handle(
     shard: &Rc<Shard>,
     spec: &ApiSpec,
@@ -217,131 +222,166 @@ pub async fn handle(
     r: &mut Reader,
     conn: super::Conn<'_>,
 ) -> HandlerResult {
-    use tributary_security::acl::{AclOperation, ResourceType};
-    let v = header.api_version;
-    let peer = conn.peer;
-    // Joining, syncing, heartbeating and leaving need READ on the group, as in Kafka.
-    let denied = |g: &str| !shard.allowed(conn, AclOperation::Read, ResourceType::Group, g);
-    const GROUP_DENIED: ErrorCode = ErrorCode::GROUP_AUTHORIZATION_FAILED;
     match spec.key {
         api_key::FIND_COORDINATOR => find_coordinator(shard, spec, header, r, conn).await,
-        api_key::JOIN_GROUP => {
-            let req = decode_all(r, |r| decode_join_group(r, v))?;
-            let group = req.group_id.clone();
-            let op = GroupOp::Join {
-                req,
-                version: v,
-                client_id: header.client_id.clone().unwrap_or_default(),
-                client_host: format!("/{peer}"),
-            };
-            let res = match denied(&group) {
-                true => JoinResult::error(GROUP_DENIED, ""),
-                false => match ask(shard, &group, op).await {
-                    Some(GroupReply::Join(j)) => j,
-                    _ => JoinResult::error(ErrorCode::COORDINATOR_NOT_AVAILABLE, ""),
-                },
-            };
-            let mut resp = JoinGroupResponse::default()
-                .with_error_code(res.error.code())
-                .with_generation_id(res.generation_id)
-                .with_protocol_name(Some(str_bytes(res.protocol_name.as_deref().unwrap_or(""))))
-                .with_leader(str_bytes(&res.leader))
-                .with_member_id(str_bytes(&res.member_id))
-                .with_members(
-                    res.members
-                        .iter()
-                        .map(|(id, instance, md)| {
-                            let m = JoinGroupResponseMember::default()
-                                .with_member_id(str_bytes(id))
-                                .with_metadata(md.clone());
-                            if v >= 5 {
-                                m.with_group_instance_id(instance.as_deref().map(str_bytes))
-                            } else {
-                                m
-                            }
-                        })
-                        .collect(),
-                );
-            if v >= 7 {
-                resp = resp.with_protocol_type(res.protocol_type.as_deref().map(str_bytes));
-                if res.error.is_error() {
-                    resp = resp.with_protocol_name(None);
-                }
-            }
-            frame(spec, header, &resp)
-        }
-        api_key::SYNC_GROUP => {
-            let req = decode_all(r, |r| decode_sync_group(r, v))?;
-            let group = req.group_id.clone();
-            let res = match denied(&group) {
-                true => SyncResult::error(GROUP_DENIED),
-                false => match ask(shard, &group, GroupOp::Sync(req)).await {
-                    Some(GroupReply::Sync(s)) => s,
-                    _ => SyncResult::error(ErrorCode::COORDINATOR_NOT_AVAILABLE),
-                },
-            };
-            let mut resp = SyncGroupResponse::default()
-                .with_error_code(res.error.code())
-                .with_assignment(res.assignment);
-            if v >= 5 {
-                resp = resp
-                    .with_protocol_type(res.protocol_type.as_deref().map(str_bytes))
-                    .with_protocol_name(res.protocol_name.as_deref().map(str_bytes));
-            }
-            frame(spec, header, &resp)
-        }
-        api_key::HEARTBEAT => {
-            let req = decode_all(r, |r| decode_heartbeat(r, v))?;
-            let group = req.group_id.clone();
-            let code = match denied(&group) {
-                true => GROUP_DENIED,
-                false => match ask(shard, &group, GroupOp::Heartbeat(req)).await {
-                    Some(GroupReply::Code(c)) => c,
-                    _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
-                },
-            };
-            frame(
-                spec,
-                header,
-                &HeartbeatResponse::default().with_error_code(code.code()),
-            )
-        }
-        api_key::LEAVE_GROUP => {
-            let req = decode_all(r, |r| decode_leave_group(r, v))?;
-            let group = req.group_id.clone();
-            let (code, members) = match denied(&group) {
-                true => (GROUP_DENIED, Vec::new()),
-                false => match ask(shard, &group, GroupOp::Leave(req)).await {
-                    Some(GroupReply::Leave(c, m)) => (c, m),
-                    _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new()),
-                },
-            };
-            let mut resp = LeaveGroupResponse::default().with_error_code(code.code());
-            if v >= 3 {
-                resp = resp
-                    .with_error_code(
-                        if code == ErrorCode::COORDINATOR_NOT_AVAILABLE || code == GROUP_DENIED {
-                            code.code()
-                        } else {
-                            0
-                        },
-                    )
-                    .with_members(
-                        members
-                            .into_iter()
-                            .map(|(id, instance, c)| {
-                                MemberResponse::default()
-                                    .with_member_id(str_bytes(&id))
-                                    .with_group_instance_id(instance.as_deref().map(str_bytes))
-                                    .with_error_code(c.code())
-                            })
-                            .collect(),
-                    );
-            }
-            frame(spec, header, &resp)
-        }
+        api_key::JOIN_GROUP => join_group(shard, spec, header, r, conn).await,
+        api_key::SYNC_GROUP => sync_group(shard, spec, header, r, conn).await,
+        api_key::HEARTBEAT => heartbeat(shard, spec, header, r, conn).await,
+        api_key::LEAVE_GROUP => leave_group(shard, spec, header, r, conn).await,
         _ => admin::handle(shard, spec, header, r, conn).await,
     }
+}
+
+async fn join_group(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    conn: super::Conn<'_>,
+) -> HandlerResult {
+    let v = header.api_version;
+    let peer = conn.peer;
+    let denied = |g: &str| !shard.allowed(conn, AclOperation::Read, ResourceType::Group, g);
+    let req = decode_all(r, |r| decode_join_group(r, v))?;
+    let group = req.group_id.clone();
+    let op = GroupOp::Join {
+        req,
+        version: v,
+        client_id: header.client_id.clone().unwrap_or_default(),
+        client_host: format!("/{peer}"),
+    };
+    let res = match denied(&group) {
+        true => JoinResult::error(GROUP_DENIED, ""),
+        false => match ask(shard, &group, op).await {
+            Some(GroupReply::Join(j)) => j,
+            _ => JoinResult::error(ErrorCode::COORDINATOR_NOT_AVAILABLE, ""),
+        },
+    };
+    let mut resp = JoinGroupResponse::default()
+        .with_error_code(res.error.code())
+        .with_generation_id(res.generation_id)
+        .with_protocol_name(Some(str_bytes(res.protocol_name.as_deref().unwrap_or(""))))
+        .with_leader(str_bytes(&res.leader))
+        .with_member_id(str_bytes(&res.member_id))
+        .with_members(
+            res.members
+                .iter()
+                .map(|(id, instance, md)| {
+                    let m = JoinGroupResponseMember::default()
+                        .with_member_id(str_bytes(id))
+                        .with_metadata(md.clone());
+                    if v >= 5 {
+                        m.with_group_instance_id(instance.as_deref().map(str_bytes))
+                    } else {
+                        m
+                    }
+                })
+                .collect(),
+        );
+    if v >= 7 {
+        resp = resp.with_protocol_type(res.protocol_type.as_deref().map(str_bytes));
+        if res.error.is_error() {
+            resp = resp.with_protocol_name(None);
+        }
+    }
+    frame(spec, header, &resp)
+}
+
+async fn sync_group(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    conn: super::Conn<'_>,
+) -> HandlerResult {
+    let v = header.api_version;
+    let denied = |g: &str| !shard.allowed(conn, AclOperation::Read, ResourceType::Group, g);
+    let req = decode_all(r, |r| decode_sync_group(r, v))?;
+    let group = req.group_id.clone();
+    let res = match denied(&group) {
+        true => SyncResult::error(GROUP_DENIED),
+        false => match ask(shard, &group, GroupOp::Sync(req)).await {
+            Some(GroupReply::Sync(s)) => s,
+            _ => SyncResult::error(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+        },
+    };
+    let mut resp = SyncGroupResponse::default()
+        .with_error_code(res.error.code())
+        .with_assignment(res.assignment);
+    if v >= 5 {
+        resp = resp
+            .with_protocol_type(res.protocol_type.as_deref().map(str_bytes))
+            .with_protocol_name(res.protocol_name.as_deref().map(str_bytes));
+    }
+    frame(spec, header, &resp)
+}
+
+async fn heartbeat(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    conn: super::Conn<'_>,
+) -> HandlerResult {
+    let v = header.api_version;
+    let denied = |g: &str| !shard.allowed(conn, AclOperation::Read, ResourceType::Group, g);
+    let req = decode_all(r, |r| decode_heartbeat(r, v))?;
+    let group = req.group_id.clone();
+    let code = match denied(&group) {
+        true => GROUP_DENIED,
+        false => match ask(shard, &group, GroupOp::Heartbeat(req)).await {
+            Some(GroupReply::Code(c)) => c,
+            _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
+        },
+    };
+    frame(
+        spec,
+        header,
+        &HeartbeatResponse::default().with_error_code(code.code()),
+    )
+}
+
+async fn leave_group(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    conn: super::Conn<'_>,
+) -> HandlerResult {
+    let v = header.api_version;
+    let denied = |g: &str| !shard.allowed(conn, AclOperation::Read, ResourceType::Group, g);
+    let req = decode_all(r, |r| decode_leave_group(r, v))?;
+    let group = req.group_id.clone();
+    let (code, members) = match denied(&group) {
+        true => (GROUP_DENIED, Vec::new()),
+        false => match ask(shard, &group, GroupOp::Leave(req)).await {
+            Some(GroupReply::Leave(c, m)) => (c, m),
+            _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new()),
+        },
+    };
+    let mut resp = LeaveGroupResponse::default().with_error_code(code.code());
+    if v >= 3 {
+        resp = resp
+            .with_error_code(
+                if code == ErrorCode::COORDINATOR_NOT_AVAILABLE || code == GROUP_DENIED {
+                    code.code()
+                } else {
+                    0
+                },
+            )
+            .with_members(
+                members
+                    .into_iter()
+                    .map(|(id, instance, c)| {
+                        MemberResponse::default()
+                            .with_member_id(str_bytes(&id))
+                            .with_group_instance_id(instance.as_deref().map(str_bytes))
+                            .with_error_code(c.code())
+                    })
+                    .collect(),
+            );
+    }
+    frame(spec, header, &resp)
 }
 
 /// FindCoordinator key types (KIP-98).
@@ -363,7 +403,6 @@ async fn find_coordinator(
         super::txn::ensure_txn_topic(shard).await;
     }
     let listener = conn.listener;
-    use tributary_security::acl::{AclOperation, ResourceType};
     // DESCRIBE on the group or the transactional id, as in Kafka.
     let denied = |key: &str| {
         let rt = if txn {
@@ -511,7 +550,6 @@ pub fn authorize_commit(
     conn: super::Conn<'_>,
     req: &mut OffsetCommitRequest,
 ) -> TopicResults<ErrorCode> {
-    use tributary_security::acl::{AclOperation, ResourceType};
     if shard.authorizer().is_none() {
         return Vec::new();
     }
@@ -599,98 +637,124 @@ pub(super) mod admin {
         r: &mut Reader,
         conn: super::super::Conn<'_>,
     ) -> HandlerResult {
-        use tributary_security::acl::{AclOperation, ResourceType};
-        let v = header.api_version;
         match spec.key {
-            api_key::OFFSET_COMMIT => {
-                let mut req = decode_all(r, |r| decode_offset_commit(r, v))?;
-                let denied = authorize_commit(shard, conn, &mut req);
-                let mut results = if req.topics.is_empty() {
-                    Vec::new()
-                } else {
-                    commit_offsets(shard, req, None).await
-                };
-                results.extend(denied);
-                let topics = results
-                    .into_iter()
-                    .map(|(t, ps)| {
-                        OffsetCommitResponseTopic::default()
-                            .with_name(topic_name(&t))
-                            .with_partitions(
-                                ps.into_iter()
-                                    .map(|(p, c)| {
-                                        OffsetCommitResponsePartition::default()
-                                            .with_partition_index(p)
-                                            .with_error_code(c.code())
-                                    })
-                                    .collect(),
-                            )
-                    })
-                    .collect();
-                frame(
-                    spec,
-                    header,
-                    &OffsetCommitResponse::default().with_topics(topics),
-                )
-            }
-            api_key::OFFSET_FETCH => {
-                let groups = decode_all(r, |r| decode_offset_fetch(r, v))?;
-                let mut answers = Vec::with_capacity(groups.len());
-                for g in groups {
-                    let id = g.group_id.clone();
-                    let all_topics = g.topics.is_none();
-                    // DESCRIBE on the group, as in Kafka.
-                    let allowed =
-                        shard.allowed(conn, AclOperation::Describe, ResourceType::Group, &id);
-                    let (code, mut topics, unstable) = match allowed {
-                        false => (
-                            ErrorCode::GROUP_AUTHORIZATION_FAILED,
-                            Vec::new(),
-                            Vec::new(),
-                        ),
-                        true => match ask(shard, &id, GroupOp::Fetch(g)).await {
-                            Some(GroupReply::Fetch(c, t, u)) => (c, t, u),
-                            _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new(), Vec::new()),
-                        },
-                    };
-                    // A partition a transaction holds an offset for: no offset yet, and
-                    // UNSTABLE_OFFSET_COMMIT, so the consumer retries (KIP-447).
-                    for (t, ps) in &mut topics {
-                        for (p, entry) in ps.iter_mut() {
-                            if unstable.iter().any(|(ut, up)| ut == t && up == p) {
-                                *entry = (UNSTABLE_OFFSET, -1, String::new());
-                            }
-                        }
+            api_key::OFFSET_COMMIT => offset_commit(shard, spec, header, r, conn).await,
+            api_key::OFFSET_FETCH => offset_fetch(shard, spec, header, r, conn).await,
+            api_key::LIST_GROUPS => list_groups(shard, spec, header, r, conn).await,
+            api_key::DESCRIBE_GROUPS => describe_groups(shard, spec, header, r, conn).await,
+            api_key::DELETE_GROUPS => delete_groups(shard, spec, header, r, conn).await,
+            api_key::OFFSET_DELETE => offset_delete(shard, spec, header, r, conn).await,
+            other => Err(format!("API key {other} is not a group API")),
+        }
+    }
+
+    async fn offset_commit(
+        shard: &Rc<Shard>,
+        spec: &ApiSpec,
+        header: &RequestHeader,
+        r: &mut Reader,
+        conn: super::super::Conn<'_>,
+    ) -> HandlerResult {
+        let v = header.api_version;
+        let mut req = decode_all(r, |r| decode_offset_commit(r, v))?;
+        let denied = authorize_commit(shard, conn, &mut req);
+        let mut results = if req.topics.is_empty() {
+            Vec::new()
+        } else {
+            commit_offsets(shard, req, None).await
+        };
+        results.extend(denied);
+        let topics = results
+            .into_iter()
+            .map(|(t, ps)| {
+                OffsetCommitResponseTopic::default()
+                    .with_name(topic_name(&t))
+                    .with_partitions(
+                        ps.into_iter()
+                            .map(|(p, c)| {
+                                OffsetCommitResponsePartition::default()
+                                    .with_partition_index(p)
+                                    .with_error_code(c.code())
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        frame(
+            spec,
+            header,
+            &OffsetCommitResponse::default().with_topics(topics),
+        )
+    }
+
+    async fn offset_fetch(
+        shard: &Rc<Shard>,
+        spec: &ApiSpec,
+        header: &RequestHeader,
+        r: &mut Reader,
+        conn: super::super::Conn<'_>,
+    ) -> HandlerResult {
+        let v = header.api_version;
+        let groups = decode_all(r, |r| decode_offset_fetch(r, v))?;
+        let mut answers = Vec::with_capacity(groups.len());
+        for g in groups {
+            let id = g.group_id.clone();
+            let all_topics = g.topics.is_none();
+            // DESCRIBE on the group, as in Kafka.
+            let allowed = shard.allowed(conn, AclOperation::Describe, ResourceType::Group, &id);
+            let (code, mut topics, unstable) = match allowed {
+                false => (
+                    ErrorCode::GROUP_AUTHORIZATION_FAILED,
+                    Vec::new(),
+                    Vec::new(),
+                ),
+                true => match ask(shard, &id, GroupOp::Fetch(g)).await {
+                    Some(GroupReply::Fetch(c, t, u)) => (c, t, u),
+                    _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new(), Vec::new()),
+                },
+            };
+            // A partition a transaction holds an offset for: no offset yet, and
+            // UNSTABLE_OFFSET_COMMIT, so the consumer retries (KIP-447).
+            for (t, ps) in &mut topics {
+                for (p, entry) in ps.iter_mut() {
+                    if unstable.iter().any(|(ut, up)| ut == t && up == p) {
+                        *entry = (UNSTABLE_OFFSET, -1, String::new());
                     }
-                    // DESCRIBE on each topic, as in Kafka: a topic asked for by name without
-                    // it answers TOPIC_AUTHORIZATION_FAILED, and a fetch of all the group's
-                    // offsets leaves it out.
-                    let visible = |t: &str| {
-                        shard.allowed(conn, AclOperation::Describe, ResourceType::Topic, t)
-                    };
-                    if all_topics {
-                        topics.retain(|(t, _)| visible(t));
-                    } else {
-                        for (t, ps) in &mut topics {
-                            if !visible(t) {
-                                for (_, entry) in ps.iter_mut() {
-                                    *entry = (TOPIC_DENIED_OFFSET, -1, String::new());
-                                }
-                            }
-                        }
-                    }
-                    answers.push((id, code, topics));
                 }
-                let resp = if v >= 8 {
-                    OffsetFetchResponse::default().with_groups(
-                        answers
-                            .into_iter()
-                            .map(|(id, code, topics)| {
-                                OffsetFetchResponseGroup::default().with_group_id(GroupId(str_bytes(&id))).with_error_code(code.code()).with_topics(
-                                    topics
-                                        .into_iter()
-                                        .map(|(t, ps)| {
-                                            OffsetFetchResponseTopics::default().with_name(topic_name(&t)).with_partitions(
+            }
+            // DESCRIBE on each topic, as in Kafka: a topic asked for by name without
+            // it answers TOPIC_AUTHORIZATION_FAILED, and a fetch of all the group's
+            // offsets leaves it out.
+            let visible =
+                |t: &str| shard.allowed(conn, AclOperation::Describe, ResourceType::Topic, t);
+            if all_topics {
+                topics.retain(|(t, _)| visible(t));
+            } else {
+                for (t, ps) in &mut topics {
+                    if !visible(t) {
+                        for (_, entry) in ps.iter_mut() {
+                            *entry = (TOPIC_DENIED_OFFSET, -1, String::new());
+                        }
+                    }
+                }
+            }
+            answers.push((id, code, topics));
+        }
+        let resp = if v >= 8 {
+            OffsetFetchResponse::default().with_groups(
+                answers
+                    .into_iter()
+                    .map(|(id, code, topics)| {
+                        OffsetFetchResponseGroup::default()
+                            .with_group_id(GroupId(str_bytes(&id)))
+                            .with_error_code(code.code())
+                            .with_topics(
+                                topics
+                                    .into_iter()
+                                    .map(|(t, ps)| {
+                                        OffsetFetchResponseTopics::default()
+                                            .with_name(topic_name(&t))
+                                            .with_partitions(
                                                 ps.into_iter()
                                                     .map(|(p, (o, e, md))| {
                                                         OffsetFetchResponsePartitions::default()
@@ -702,237 +766,263 @@ pub(super) mod admin {
                                                     })
                                                     .collect(),
                                             )
-                                        })
-                                        .collect(),
-                                )
-                            })
-                            .collect(),
-                    )
-                } else {
-                    let (_, code, topics) = answers.into_iter().next().unwrap_or((
-                        String::new(),
-                        ErrorCode::NONE,
-                        Vec::new(),
-                    ));
-                    let mut resp = OffsetFetchResponse::default().with_topics(
-                        topics
-                            .into_iter()
-                            .map(|(t, ps)| {
-                                OffsetFetchResponseTopic::default()
-                                    .with_name(topic_name(&t))
-                                    .with_partitions(
-                                        ps.into_iter()
-                                            .map(|(p, (o, e, md))| {
-                                                let part = OffsetFetchResponsePartition::default()
-                                                    .with_partition_index(p)
-                                                    .with_committed_offset(o.max(-1))
-                                                    .with_metadata(Some(str_bytes(&md)))
-                                                    .with_error_code(partition_code(
-                                                        o,
-                                                        if v < 2 { code.code() } else { 0 },
-                                                    ));
-                                                if v >= 5 {
-                                                    part.with_committed_leader_epoch(e)
-                                                } else {
-                                                    part
-                                                }
-                                            })
-                                            .collect(),
-                                    )
-                            })
-                            .collect(),
-                    );
-                    if v >= 2 {
-                        resp = resp.with_error_code(code.code());
-                    }
-                    resp
-                };
-                frame(spec, header, &resp)
-            }
-            api_key::LIST_GROUPS => {
-                let states = decode_all(r, |r| decode_list_groups(r, v))?;
-                let cluster_describe = shard.allowed_on_cluster(conn, AclOperation::Describe);
-                let lists = futures::future::join_all((0..shard.shards).map(|s| {
-                    call(shard, ShardId(s), |reply| ShardRequest::Group {
-                        op: Box::new(GroupOp::List),
-                        reply,
-                    })
-                }))
-                .await;
-                let groups = lists
-                    .into_iter()
-                    .flat_map(|l| match l {
-                        Some(GroupReply::List(gs)) => gs,
-                        _ => Vec::new(),
-                    })
-                    .filter(|(_, _, state)| {
-                        states.is_empty() || states.iter().any(|s| s.eq_ignore_ascii_case(state))
-                    })
-                    // DESCRIBE on the cluster lists every group; otherwise those the principal
-                    // may describe, as in Kafka.
-                    .filter(|(id, _, _)| {
-                        cluster_describe
-                            || shard.allowed(conn, AclOperation::Describe, ResourceType::Group, id)
-                    })
-                    .map(|(id, ptype, state)| {
-                        let g = ListedGroup::default()
-                            .with_group_id(GroupId(str_bytes(&id)))
-                            .with_protocol_type(str_bytes(&ptype));
-                        if v >= 4 {
-                            g.with_group_state(str_bytes(&state))
-                        } else {
-                            g
-                        }
-                    })
-                    .collect();
-                frame(
-                    spec,
-                    header,
-                    &ListGroupsResponse::default().with_groups(groups),
-                )
-            }
-            api_key::DESCRIBE_GROUPS => {
-                let (ids, include_ops) = decode_all(r, |r| {
-                    decode_group_ids_and_ops(r, api_key::DESCRIBE_GROUPS, v)
-                })?;
-                let ops = crate::handlers::authorized_operations::when(
-                    include_ops,
-                    crate::handlers::authorized_operations::GROUP,
-                );
-                let mut groups = Vec::with_capacity(ids.len());
-                for id in ids {
-                    if !shard.allowed(conn, AclOperation::Describe, ResourceType::Group, &id) {
-                        groups.push(
-                            DescribedGroup::default()
-                                .with_group_id(GroupId(str_bytes(&id)))
-                                .with_error_code(ErrorCode::GROUP_AUTHORIZATION_FAILED.code()),
-                        );
-                        continue;
-                    }
-                    let d = match ask(shard, &id, GroupOp::Describe(id.clone())).await {
-                        Some(GroupReply::Describe(d)) => d,
-                        _ => Described {
-                            group_id: id.clone(),
-                            state: "Dead",
-                            protocol_type: String::new(),
-                            protocol: String::new(),
-                            members: Vec::new(),
-                        },
-                    };
-                    groups.push(
-                        DescribedGroup::default()
-                            .with_group_id(GroupId(str_bytes(&d.group_id)))
-                            .with_group_state(str_bytes(d.state))
-                            .with_protocol_type(str_bytes(&d.protocol_type))
-                            .with_protocol_data(str_bytes(&d.protocol))
-                            .with_authorized_operations(ops)
-                            .with_members(
-                                d.members
-                                    .into_iter()
-                                    .map(|m| {
-                                        let dm = DescribedGroupMember::default()
-                                            .with_member_id(str_bytes(&m.member_id))
-                                            .with_client_id(str_bytes(&m.client_id))
-                                            .with_client_host(str_bytes(&m.client_host))
-                                            .with_member_metadata(m.metadata)
-                                            .with_member_assignment(m.assignment);
-                                        if v >= 4 {
-                                            dm.with_group_instance_id(
-                                                m.group_instance_id.as_deref().map(str_bytes),
-                                            )
-                                        } else {
-                                            dm
-                                        }
-                                    })
-                                    .collect(),
-                            ),
-                    );
-                }
-                frame(
-                    spec,
-                    header,
-                    &DescribeGroupsResponse::default().with_groups(groups),
-                )
-            }
-            api_key::DELETE_GROUPS => {
-                let ids = decode_all(r, |r| decode_group_ids(r, api_key::DELETE_GROUPS, v))?;
-                let mut results = Vec::with_capacity(ids.len());
-                for id in ids {
-                    let code =
-                        if !shard.allowed(conn, AclOperation::Delete, ResourceType::Group, &id) {
-                            ErrorCode::GROUP_AUTHORIZATION_FAILED
-                        } else {
-                            match ask(shard, &id, GroupOp::Delete(id.clone())).await {
-                                Some(GroupReply::Code(c)) => c,
-                                _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
-                            }
-                        };
-                    results.push(
-                        DeletableGroupResult::default()
-                            .with_group_id(GroupId(str_bytes(&id)))
-                            .with_error_code(code.code()),
-                    );
-                }
-                frame(
-                    spec,
-                    header,
-                    &DeleteGroupsResponse::default().with_results(results),
-                )
-            }
-            api_key::OFFSET_DELETE => {
-                let mut req = decode_all(r, |r| decode_offset_delete(r, v))?;
-                let id = req.group_id.clone();
-                // DELETE on the group, and READ on each topic, as in Kafka: a topic without it
-                // keeps its offsets and answers TOPIC_AUTHORIZATION_FAILED.
-                let allowed = shard.allowed(conn, AclOperation::Delete, ResourceType::Group, &id);
-                let (readable, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut req.topics)
-                    .into_iter()
-                    .partition(|(t, _)| {
-                        shard.allowed(conn, AclOperation::Read, ResourceType::Topic, t)
-                    });
-                req.topics = readable;
-                let (code, mut topics) = match allowed {
-                    false => (ErrorCode::GROUP_AUTHORIZATION_FAILED, Vec::new()),
-                    true => match ask(shard, &id, GroupOp::OffsetDelete(req)).await {
-                        Some(GroupReply::OffsetDelete(c, t)) => (c, t),
-                        Some(GroupReply::Code(c)) => (c, Vec::new()),
-                        _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new()),
-                    },
-                };
-                if code == ErrorCode::NONE {
-                    for (t, ps) in denied {
-                        let ps = ps
-                            .into_iter()
-                            .map(|p| (p, ErrorCode::TOPIC_AUTHORIZATION_FAILED))
-                            .collect();
-                        topics.push((t, ps));
-                    }
-                }
-                let topics = topics
-                    .into_iter()
-                    .map(|(t, ps)| {
-                        OffsetDeleteResponseTopic::default()
-                            .with_name(topic_name(&t))
-                            .with_partitions(
-                                ps.into_iter()
-                                    .map(|(p, c)| {
-                                        OffsetDeleteResponsePartition::default()
-                                            .with_partition_index(p)
-                                            .with_error_code(c.code())
                                     })
                                     .collect(),
                             )
                     })
-                    .collect();
-                frame(
-                    spec,
-                    header,
-                    &OffsetDeleteResponse::default()
-                        .with_error_code(code.code())
-                        .with_topics(topics),
-                )
+                    .collect(),
+            )
+        } else {
+            let (_, code, topics) =
+                answers
+                    .into_iter()
+                    .next()
+                    .unwrap_or((String::new(), ErrorCode::NONE, Vec::new()));
+            let mut resp = OffsetFetchResponse::default().with_topics(
+                topics
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        OffsetFetchResponseTopic::default()
+                            .with_name(topic_name(&t))
+                            .with_partitions(
+                                ps.into_iter()
+                                    .map(|(p, (o, e, md))| {
+                                        let part = OffsetFetchResponsePartition::default()
+                                            .with_partition_index(p)
+                                            .with_committed_offset(o.max(-1))
+                                            .with_metadata(Some(str_bytes(&md)))
+                                            .with_error_code(partition_code(
+                                                o,
+                                                if v < 2 { code.code() } else { 0 },
+                                            ));
+                                        if v >= 5 {
+                                            part.with_committed_leader_epoch(e)
+                                        } else {
+                                            part
+                                        }
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            );
+            if v >= 2 {
+                resp = resp.with_error_code(code.code());
             }
-            other => Err(format!("API key {other} is not a group API")),
+            resp
+        };
+        frame(spec, header, &resp)
+    }
+
+    async fn list_groups(
+        shard: &Rc<Shard>,
+        spec: &ApiSpec,
+        header: &RequestHeader,
+        r: &mut Reader,
+        conn: super::super::Conn<'_>,
+    ) -> HandlerResult {
+        let v = header.api_version;
+        let states = decode_all(r, |r| decode_list_groups(r, v))?;
+        let cluster_describe = shard.allowed_on_cluster(conn, AclOperation::Describe);
+        let lists = futures::future::join_all((0..shard.shards).map(|s| {
+            call(shard, ShardId(s), |reply| ShardRequest::Group {
+                op: Box::new(GroupOp::List),
+                reply,
+            })
+        }))
+        .await;
+        let groups = lists
+            .into_iter()
+            .flat_map(|l| match l {
+                Some(GroupReply::List(gs)) => gs,
+                _ => Vec::new(),
+            })
+            .filter(|(_, _, state)| {
+                states.is_empty() || states.iter().any(|s| s.eq_ignore_ascii_case(state))
+            })
+            // DESCRIBE on the cluster lists every group; otherwise those the principal
+            // may describe, as in Kafka.
+            .filter(|(id, _, _)| {
+                cluster_describe
+                    || shard.allowed(conn, AclOperation::Describe, ResourceType::Group, id)
+            })
+            .map(|(id, ptype, state)| {
+                let g = ListedGroup::default()
+                    .with_group_id(GroupId(str_bytes(&id)))
+                    .with_protocol_type(str_bytes(&ptype));
+                if v >= 4 {
+                    g.with_group_state(str_bytes(&state))
+                } else {
+                    g
+                }
+            })
+            .collect();
+        frame(
+            spec,
+            header,
+            &ListGroupsResponse::default().with_groups(groups),
+        )
+    }
+
+    async fn describe_groups(
+        shard: &Rc<Shard>,
+        spec: &ApiSpec,
+        header: &RequestHeader,
+        r: &mut Reader,
+        conn: super::super::Conn<'_>,
+    ) -> HandlerResult {
+        let v = header.api_version;
+        let (ids, include_ops) = decode_all(r, |r| {
+            decode_group_ids_and_ops(r, api_key::DESCRIBE_GROUPS, v)
+        })?;
+        let ops = crate::handlers::authorized_operations::when(
+            include_ops,
+            crate::handlers::authorized_operations::GROUP,
+        );
+        let mut groups = Vec::with_capacity(ids.len());
+        for id in ids {
+            if !shard.allowed(conn, AclOperation::Describe, ResourceType::Group, &id) {
+                groups.push(
+                    DescribedGroup::default()
+                        .with_group_id(GroupId(str_bytes(&id)))
+                        .with_error_code(ErrorCode::GROUP_AUTHORIZATION_FAILED.code()),
+                );
+                continue;
+            }
+            let d = match ask(shard, &id, GroupOp::Describe(id.clone())).await {
+                Some(GroupReply::Describe(d)) => d,
+                _ => Described {
+                    group_id: id.clone(),
+                    state: "Dead",
+                    protocol_type: String::new(),
+                    protocol: String::new(),
+                    members: Vec::new(),
+                },
+            };
+            groups.push(
+                DescribedGroup::default()
+                    .with_group_id(GroupId(str_bytes(&d.group_id)))
+                    .with_group_state(str_bytes(d.state))
+                    .with_protocol_type(str_bytes(&d.protocol_type))
+                    .with_protocol_data(str_bytes(&d.protocol))
+                    .with_authorized_operations(ops)
+                    .with_members(
+                        d.members
+                            .into_iter()
+                            .map(|m| {
+                                let dm = DescribedGroupMember::default()
+                                    .with_member_id(str_bytes(&m.member_id))
+                                    .with_client_id(str_bytes(&m.client_id))
+                                    .with_client_host(str_bytes(&m.client_host))
+                                    .with_member_metadata(m.metadata)
+                                    .with_member_assignment(m.assignment);
+                                if v >= 4 {
+                                    dm.with_group_instance_id(
+                                        m.group_instance_id.as_deref().map(str_bytes),
+                                    )
+                                } else {
+                                    dm
+                                }
+                            })
+                            .collect(),
+                    ),
+            );
         }
+        frame(
+            spec,
+            header,
+            &DescribeGroupsResponse::default().with_groups(groups),
+        )
+    }
+
+    async fn delete_groups(
+        shard: &Rc<Shard>,
+        spec: &ApiSpec,
+        header: &RequestHeader,
+        r: &mut Reader,
+        conn: super::super::Conn<'_>,
+    ) -> HandlerResult {
+        let v = header.api_version;
+        let ids = decode_all(r, |r| decode_group_ids(r, api_key::DELETE_GROUPS, v))?;
+        let mut results = Vec::with_capacity(ids.len());
+        for id in ids {
+            let code = if !shard.allowed(conn, AclOperation::Delete, ResourceType::Group, &id) {
+                ErrorCode::GROUP_AUTHORIZATION_FAILED
+            } else {
+                match ask(shard, &id, GroupOp::Delete(id.clone())).await {
+                    Some(GroupReply::Code(c)) => c,
+                    _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                }
+            };
+            results.push(
+                DeletableGroupResult::default()
+                    .with_group_id(GroupId(str_bytes(&id)))
+                    .with_error_code(code.code()),
+            );
+        }
+        frame(
+            spec,
+            header,
+            &DeleteGroupsResponse::default().with_results(results),
+        )
+    }
+
+    async fn offset_delete(
+        shard: &Rc<Shard>,
+        spec: &ApiSpec,
+        header: &RequestHeader,
+        r: &mut Reader,
+        conn: super::super::Conn<'_>,
+    ) -> HandlerResult {
+        let v = header.api_version;
+        let mut req = decode_all(r, |r| decode_offset_delete(r, v))?;
+        let id = req.group_id.clone();
+        // DELETE on the group, and READ on each topic, as in Kafka: a topic without it
+        // keeps its offsets and answers TOPIC_AUTHORIZATION_FAILED.
+        let allowed = shard.allowed(conn, AclOperation::Delete, ResourceType::Group, &id);
+        let (readable, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut req.topics)
+            .into_iter()
+            .partition(|(t, _)| shard.allowed(conn, AclOperation::Read, ResourceType::Topic, t));
+        req.topics = readable;
+        let (code, mut topics) = match allowed {
+            false => (ErrorCode::GROUP_AUTHORIZATION_FAILED, Vec::new()),
+            true => match ask(shard, &id, GroupOp::OffsetDelete(req)).await {
+                Some(GroupReply::OffsetDelete(c, t)) => (c, t),
+                Some(GroupReply::Code(c)) => (c, Vec::new()),
+                _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new()),
+            },
+        };
+        if code == ErrorCode::NONE {
+            for (t, ps) in denied {
+                let ps = ps
+                    .into_iter()
+                    .map(|p| (p, ErrorCode::TOPIC_AUTHORIZATION_FAILED))
+                    .collect();
+                topics.push((t, ps));
+            }
+        }
+        let topics = topics
+            .into_iter()
+            .map(|(t, ps)| {
+                OffsetDeleteResponseTopic::default()
+                    .with_name(topic_name(&t))
+                    .with_partitions(
+                        ps.into_iter()
+                            .map(|(p, c)| {
+                                OffsetDeleteResponsePartition::default()
+                                    .with_partition_index(p)
+                                    .with_error_code(c.code())
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        frame(
+            spec,
+            header,
+            &OffsetDeleteResponse::default()
+                .with_error_code(code.code())
+                .with_topics(topics),
+        )
     }
 }

@@ -540,436 +540,517 @@ pub async fn handle(
     conn: super::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
-    let id_denied =
-        |id: &str| !shard.allowed(conn, AclOperation::Write, ResourceType::TransactionalId, id);
     match spec.key {
         api_key::ADD_PARTITIONS_TO_TXN if v >= 4 => {
-            use kafka_protocol::messages::add_partitions_to_txn_response::AddPartitionsToTxnResult;
-            let batch = decode_all(r, |r| txn::decode_add_partitions_batch(r, v))?;
-            // The batched form is broker-to-broker: CLUSTER_ACTION on the cluster.
-            if !shard.allowed_on_cluster(conn, AclOperation::ClusterAction) {
-                return frame(
-                    spec,
-                    header,
-                    &AddPartitionsToTxnResponse::default()
-                        .with_error_code(ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code()),
-                );
-            }
-            let mut results = Vec::with_capacity(batch.len());
-            for entry in batch {
-                let req = &entry.request;
-                let topics = if entry.verify_only {
-                    // KIP-890: a partition leader asks before a transactional produce.
-                    let mut topics = Vec::with_capacity(req.topics.len());
-                    for (t, ps) in &req.topics {
-                        let mut parts = Vec::with_capacity(ps.len());
-                        for p in ps {
-                            let op = TxnOp::Verify {
-                                id: req.transactional_id.clone(),
-                                producer: (req.producer_id, req.producer_epoch),
-                                partition: (t.clone(), *p),
-                            };
-                            parts.push(
-                                AddPartitionsToTxnPartitionResult::default()
-                                    .with_partition_index(*p)
-                                    .with_partition_error_code(
-                                        verify_code(ask(shard, op).await).code(),
-                                    ),
-                            );
-                        }
-                        topics.push(
-                            AddPartitionsToTxnTopicResult::default()
-                                .with_name(topic_name(t))
-                                .with_results_by_partition(parts),
-                        );
-                    }
-                    topics
-                } else {
-                    add_partitions(shard, req, v, conn).await
-                };
-                results.push(
-                    AddPartitionsToTxnResult::default()
-                        .with_transactional_id(transactional_id(&req.transactional_id))
-                        .with_topic_results(topics),
-                );
-            }
-            frame(
-                spec,
-                header,
-                &AddPartitionsToTxnResponse::default().with_results_by_transaction(results),
-            )
+            add_partitions_batched(shard, spec, header, r, conn).await
         }
-        api_key::ADD_PARTITIONS_TO_TXN => {
-            let req = decode_all(r, |r| txn::decode_add_partitions(r, v))?;
-            let results = add_partitions(shard, &req, v, conn).await;
-            frame(
-                spec,
-                header,
-                &AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results),
-            )
-        }
-        api_key::ADD_OFFSETS_TO_TXN => {
-            let req = decode_all(r, |r| txn::decode_add_offsets(r, v))?;
-            // The group's offsets partition joins the transaction: its marker makes the
-            // transaction's offsets visible.
-            let p = shard.groups.group_partition(&req.group_id);
-            let code = if id_denied(&req.transactional_id) {
-                ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            } else if !shard.allowed(conn, AclOperation::Read, ResourceType::Group, &req.group_id) {
-                ErrorCode::GROUP_AUTHORIZATION_FAILED
-            } else {
-                let op = TxnOp::AddPartitions {
-                    id: req.transactional_id,
-                    producer: (req.producer_id, req.producer_epoch),
-                    partitions: vec![(OFFSETS_TOPIC.to_string(), p)],
-                };
-                ask_code(shard, op, v).await
-            };
-            frame(
-                spec,
-                header,
-                &AddOffsetsToTxnResponse::default().with_error_code(code.code()),
-            )
-        }
-        api_key::END_TXN => {
-            let req = decode_all(r, |r| txn::decode_end_txn(r, v))?;
-            let code = if id_denied(&req.transactional_id) {
-                ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            } else {
-                let op = TxnOp::End {
-                    id: req.transactional_id,
-                    producer: (req.producer_id, req.producer_epoch),
-                    commit: req.committed,
-                };
-                ask_code(shard, op, v).await
-            };
-            frame(
-                spec,
-                header,
-                &EndTxnResponse::default().with_error_code(code.code()),
-            )
-        }
-        api_key::TXN_OFFSET_COMMIT => {
-            let req = decode_all(r, |r| txn::decode_txn_offset_commit(r, v))?;
-            let txn_denied = id_denied(&req.transactional_id);
-            let mut commit = OffsetCommitRequest {
-                group_id: req.group_id,
-                generation_id: req.generation_id,
-                member_id: req.member_id,
-                group_instance_id: req.group_instance_id,
-                topics: req
-                    .topics
-                    .into_iter()
-                    .map(|(t, ps)| {
-                        let ps = ps
-                            .into_iter()
-                            .map(|p| CommitPartition {
-                                partition: p.partition,
-                                offset: p.offset,
-                                leader_epoch: p.leader_epoch,
-                                metadata: p.metadata,
-                            })
-                            .collect();
-                        (t, ps)
-                    })
-                    .collect(),
-            };
-            let producer = (req.producer_id, req.producer_epoch);
-            // WRITE on the transactional id, then READ on the group and each topic.
-            let denied: Vec<(String, Vec<(i32, ErrorCode)>)> = if txn_denied {
-                std::mem::take(&mut commit.topics)
-                    .into_iter()
-                    .map(|(t, ps)| {
-                        let codes = ps
-                            .iter()
-                            .map(|p| {
-                                (
-                                    p.partition,
-                                    ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                )
-                            })
-                            .collect();
-                        (t, codes)
-                    })
-                    .collect()
-            } else {
-                super::groups::authorize_commit(shard, conn, &mut commit)
-            };
-            let mut results = if commit.topics.is_empty() {
-                Vec::new()
-            } else {
-                super::groups::commit_offsets(shard, commit, Some(producer)).await
-            };
-            results.extend(denied);
-            let topics = results
-                .into_iter()
-                .map(|(t, ps)| {
-                    TxnOffsetCommitResponseTopic::default()
-                        .with_name(topic_name(&t))
-                        .with_partitions(
-                            ps.into_iter()
-                                .map(|(p, c)| {
-                                    TxnOffsetCommitResponsePartition::default()
-                                        .with_partition_index(p)
-                                        .with_error_code(for_version(c, v, 2).code())
-                                })
-                                .collect(),
-                        )
-                })
-                .collect();
-            frame(
-                spec,
-                header,
-                &TxnOffsetCommitResponse::default().with_topics(topics),
-            )
-        }
-        api_key::WRITE_TXN_MARKERS => {
-            use kafka_protocol::messages::write_txn_markers_response::{
-                WritableTxnMarkerPartitionResult, WritableTxnMarkerResult,
-                WritableTxnMarkerTopicResult, WriteTxnMarkersResponse,
-            };
-            let req = decode_all(r, |r| txn::decode_write_markers(r, v))?;
-            // Coordinators send markers: CLUSTER_ACTION on the cluster.
-            let cluster_ok = shard.allowed_on_cluster(conn, AclOperation::ClusterAction);
-            let mut results = Vec::with_capacity(req.len());
-            for m in req {
-                let mut topics = Vec::with_capacity(m.topics.len());
-                for (topic, partitions) in m.topics {
-                    let mut parts = Vec::with_capacity(partitions.len());
-                    for partition in partitions {
-                        let marker = crate::txn::markers::Marker {
-                            topic: topic.clone(),
-                            partition,
-                            producer_id: m.producer_id,
-                            producer_epoch: m.producer_epoch,
-                            commit: m.commit,
-                            coordinator_epoch: m.coordinator_epoch,
-                        };
-                        let code = if cluster_ok {
-                            crate::txn::markers::write_here(shard, &marker).await
-                        } else {
-                            ErrorCode::CLUSTER_AUTHORIZATION_FAILED
-                        };
-                        parts.push(
-                            WritableTxnMarkerPartitionResult::default()
-                                .with_partition_index(partition)
-                                .with_error_code(code.code()),
-                        );
-                    }
-                    topics.push(
-                        WritableTxnMarkerTopicResult::default()
-                            .with_name(topic_name(&topic))
-                            .with_partitions(parts),
-                    );
-                }
-                results.push(
-                    WritableTxnMarkerResult::default()
-                        .with_producer_id(ProducerId(m.producer_id))
-                        .with_topics(topics),
-                );
-            }
-            frame(
-                spec,
-                header,
-                &WriteTxnMarkersResponse::default().with_markers(results),
-            )
-        }
-        api_key::DESCRIBE_TRANSACTIONS => {
-            use kafka_protocol::messages::describe_transactions_response::{
-                DescribeTransactionsResponse, TopicData, TransactionState,
-            };
-            let ids = decode_all(r, |r| txn::decode_describe_transactions(r, v))?;
-            let mut states = Vec::with_capacity(ids.len());
-            for id in ids {
-                // DESCRIBE on the transactional id, as in Kafka.
-                let reply = if shard.allowed(
-                    conn,
-                    AclOperation::Describe,
-                    ResourceType::TransactionalId,
-                    &id,
-                ) {
-                    ask(shard, TxnOp::Describe(id.clone())).await
-                } else {
-                    Some(TxnReply::Described(Err(
-                        ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    )))
-                };
-                let out = TransactionState::default()
-                    .with_transactional_id(transactional_id(&id))
-                    .with_producer_id(ProducerId(-1))
-                    .with_producer_epoch(-1)
-                    .with_transaction_state(str_bytes(""))
-                    .with_transaction_start_time_ms(-1);
-                states.push(match reply {
-                    Some(TxnReply::Described(Ok(m))) => {
-                        let mut topics: Vec<TopicData> = Vec::new();
-                        for (t, p) in &m.partitions {
-                            match topics.last_mut().filter(|d| d.topic.0.as_str() == t) {
-                                Some(d) => d.partitions.push(*p),
-                                None => topics.push(
-                                    TopicData::default()
-                                        .with_topic(topic_name(t))
-                                        .with_partitions(vec![*p]),
-                                ),
-                            }
-                        }
-                        out.with_transaction_state(str_bytes(m.state.name()))
-                            .with_transaction_timeout_ms(m.timeout_ms)
-                            .with_transaction_start_time_ms(m.start_ms)
-                            .with_producer_id(ProducerId(m.producer_id))
-                            .with_producer_epoch(m.producer_epoch)
-                            .with_topics(topics)
-                    }
-                    Some(TxnReply::Described(Err(code))) => out.with_error_code(code.code()),
-                    _ => out.with_error_code(ErrorCode::COORDINATOR_NOT_AVAILABLE.code()),
-                });
-            }
-            frame(
-                spec,
-                header,
-                &DescribeTransactionsResponse::default().with_transaction_states(states),
-            )
-        }
-        api_key::LIST_TRANSACTIONS => {
-            use kafka_protocol::messages::list_transactions_response::{
-                ListTransactionsResponse, TransactionState,
-            };
-            let req = decode_all(r, |r| txn::decode_list_transactions(r, v))?;
-            const STATES: [&str; 8] = [
-                "Empty",
-                "Ongoing",
-                "PrepareCommit",
-                "PrepareAbort",
-                "CompleteCommit",
-                "CompleteAbort",
-                "Dead",
-                "PrepareEpochFence",
-            ];
-            let unknown: Vec<String> = req
-                .state_filters
-                .iter()
-                .filter(|f| !STATES.contains(&f.as_str()))
-                .cloned()
-                .collect();
-            let lists = futures::future::join_all((0..shard.shards).map(|s| {
-                call(shard, ShardId(s), |reply| ShardRequest::Txn {
-                    op: Box::new(TxnOp::List),
-                    reply,
-                })
-            }))
-            .await;
-            let now = crate::coordinator_log::now_ms();
-            let mut txns: Vec<crate::txn::state::TxnMeta> = lists
-                .into_iter()
-                .flat_map(|r| match r {
-                    Some(TxnReply::Listed(l)) => l,
-                    _ => Vec::new(),
-                })
-                .filter(|m| {
-                    req.state_filters.is_empty()
-                        || req.state_filters.iter().any(|f| f == m.state.name())
-                })
-                // Only the ids the principal may describe, as in Kafka.
-                .filter(|m| {
-                    shard.allowed(
-                        conn,
-                        AclOperation::Describe,
-                        ResourceType::TransactionalId,
-                        &m.transactional_id,
-                    )
-                })
-                .filter(|m| {
-                    req.producer_id_filters.is_empty()
-                        || req.producer_id_filters.contains(&m.producer_id)
-                })
-                .filter(|m| {
-                    req.duration_filter_ms < 0
-                        || (m.start_ms >= 0 && now - m.start_ms > req.duration_filter_ms)
-                })
-                .collect();
-            txns.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
-            let states = txns
-                .iter()
-                .map(|m| {
-                    TransactionState::default()
-                        .with_transactional_id(transactional_id(&m.transactional_id))
-                        .with_producer_id(ProducerId(m.producer_id))
-                        .with_transaction_state(str_bytes(m.state.name()))
-                })
-                .collect();
-            frame(
-                spec,
-                header,
-                &ListTransactionsResponse::default()
-                    .with_unknown_state_filters(unknown.iter().map(|u| str_bytes(u)).collect())
-                    .with_transaction_states(states),
-            )
-        }
-        api_key::DESCRIBE_PRODUCERS => {
-            use kafka_protocol::messages::describe_producers_response::{
-                DescribeProducersResponse, PartitionResponse, ProducerState, TopicResponse,
-            };
-            let topics = decode_all(r, |r| txn::decode_describe_producers(r, v))?;
-            let catalog = shard.catalog();
-            let mut out = Vec::with_capacity(topics.len());
-            for (topic, partitions) in topics {
-                let mut parts = Vec::with_capacity(partitions.len());
-                // READ on the topic, as in Kafka.
-                let denied = !shard.allowed(conn, AclOperation::Read, ResourceType::Topic, &topic);
-                for p in partitions {
-                    let answer = if denied {
-                        Err(ErrorCode::TOPIC_AUTHORIZATION_FAILED)
-                    } else if catalog.partition(&topic, p).is_none() {
-                        Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
-                    } else {
-                        let op = TxnOp::Producers {
-                            topic: topic.clone(),
-                            partition: p,
-                        };
-                        let owner = shard.owner(&topic, p);
-                        match call(shard, owner, |reply| ShardRequest::Txn {
-                            op: Box::new(op),
-                            reply,
-                        })
-                        .await
-                        {
-                            Some(TxnReply::Producers(r)) => r,
-                            _ => Err(ErrorCode::UNKNOWN_SERVER_ERROR),
-                        }
-                    };
-                    let part = PartitionResponse::default().with_partition_index(p);
-                    parts.push(match answer {
-                        Ok(producers) => part.with_active_producers(
-                            producers
-                                .iter()
-                                .map(|s| {
-                                    ProducerState::default()
-                                        .with_producer_id(ProducerId(s.producer_id))
-                                        .with_producer_epoch(i32::from(s.epoch))
-                                        .with_last_sequence(s.last_sequence)
-                                        .with_last_timestamp(s.last_timestamp)
-                                        .with_coordinator_epoch(s.coordinator_epoch)
-                                        .with_current_txn_start_offset(
-                                            s.txn_first_offset.unwrap_or(-1),
-                                        )
-                                })
-                                .collect(),
-                        ),
-                        Err(code) => part.with_error_code(code.code()),
-                    });
-                }
-                out.push(
-                    TopicResponse::default()
-                        .with_name(topic_name(&topic))
-                        .with_partitions(parts),
-                );
-            }
-            frame(
-                spec,
-                header,
-                &DescribeProducersResponse::default().with_topics(out),
-            )
-        }
+        api_key::ADD_PARTITIONS_TO_TXN => add_partitions_to_txn(shard, spec, header, r, conn).await,
+        api_key::ADD_OFFSETS_TO_TXN => add_offsets_to_txn(shard, spec, header, r, conn).await,
+        api_key::END_TXN => end_txn(shard, spec, header, r, conn).await,
+        api_key::TXN_OFFSET_COMMIT => txn_offset_commit(shard, spec, header, r, conn).await,
+        api_key::WRITE_TXN_MARKERS => write_txn_markers(shard, spec, header, r, conn).await,
+        api_key::DESCRIBE_TRANSACTIONS => describe_transactions(shard, spec, header, r, conn).await,
+        api_key::LIST_TRANSACTIONS => list_transactions(shard, spec, header, r, conn).await,
+        api_key::DESCRIBE_PRODUCERS => describe_producers(shard, spec, header, r, conn).await,
         other => Err(format!("api key {other} is not a transaction API")),
     }
+}
+
+async fn add_partitions_batched(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    conn: super::Conn<'_>,
+) -> HandlerResult {
+    use kafka_protocol::messages::add_partitions_to_txn_response::AddPartitionsToTxnResult;
+    let v = header.api_version;
+    let batch = decode_all(r, |r| txn::decode_add_partitions_batch(r, v))?;
+    // The batched form is broker-to-broker: CLUSTER_ACTION on the cluster.
+    if !shard.allowed_on_cluster(conn, AclOperation::ClusterAction) {
+        return frame(
+            spec,
+            header,
+            &AddPartitionsToTxnResponse::default()
+                .with_error_code(ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code()),
+        );
+    }
+    let mut results = Vec::with_capacity(batch.len());
+    for entry in batch {
+        let req = &entry.request;
+        let topics = if entry.verify_only {
+            // KIP-890: a partition leader asks before a transactional produce.
+            let mut topics = Vec::with_capacity(req.topics.len());
+            for (t, ps) in &req.topics {
+                let mut parts = Vec::with_capacity(ps.len());
+                for p in ps {
+                    let op = TxnOp::Verify {
+                        id: req.transactional_id.clone(),
+                        producer: (req.producer_id, req.producer_epoch),
+                        partition: (t.clone(), *p),
+                    };
+                    parts.push(
+                        AddPartitionsToTxnPartitionResult::default()
+                            .with_partition_index(*p)
+                            .with_partition_error_code(verify_code(ask(shard, op).await).code()),
+                    );
+                }
+                topics.push(
+                    AddPartitionsToTxnTopicResult::default()
+                        .with_name(topic_name(t))
+                        .with_results_by_partition(parts),
+                );
+            }
+            topics
+        } else {
+            add_partitions(shard, req, v, conn).await
+        };
+        results.push(
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(transactional_id(&req.transactional_id))
+                .with_topic_results(topics),
+        );
+    }
+    frame(
+        spec,
+        header,
+        &AddPartitionsToTxnResponse::default().with_results_by_transaction(results),
+    )
+}
+
+async fn add_partitions_to_txn(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    conn: super::Conn<'_>,
+) -> HandlerResult {
+    let v = header.api_version;
+    let req = decode_all(r, |r| txn::decode_add_partitions(r, v))?;
+    let results = add_partitions(shard, &req, v, conn).await;
+    frame(
+        spec,
+        header,
+        &AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results),
+    )
+}
+
+async fn add_offsets_to_txn(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    conn: super::Conn<'_>,
+) -> HandlerResult {
+    let v = header.api_version;
+    let id_denied =
+        |id: &str| !shard.allowed(conn, AclOperation::Write, ResourceType::TransactionalId, id);
+    let req = decode_all(r, |r| txn::decode_add_offsets(r, v))?;
+    // The group's offsets partition joins the transaction: its marker makes the
+    // transaction's offsets visible.
+    let p = shard.groups.group_partition(&req.group_id);
+    let code = if id_denied(&req.transactional_id) {
+        ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    } else if !shard.allowed(conn, AclOperation::Read, ResourceType::Group, &req.group_id) {
+        ErrorCode::GROUP_AUTHORIZATION_FAILED
+    } else {
+        let op = TxnOp::AddPartitions {
+            id: req.transactional_id,
+            producer: (req.producer_id, req.producer_epoch),
+            partitions: vec![(OFFSETS_TOPIC.to_string(), p)],
+        };
+        ask_code(shard, op, v).await
+    };
+    frame(
+        spec,
+        header,
+        &AddOffsetsToTxnResponse::default().with_error_code(code.code()),
+    )
+}
+
+async fn end_txn(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    conn: super::Conn<'_>,
+) -> HandlerResult {
+    let v = header.api_version;
+    let id_denied =
+        |id: &str| !shard.allowed(conn, AclOperation::Write, ResourceType::TransactionalId, id);
+    let req = decode_all(r, |r| txn::decode_end_txn(r, v))?;
+    let code = if id_denied(&req.transactional_id) {
+        ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    } else {
+        let op = TxnOp::End {
+            id: req.transactional_id,
+            producer: (req.producer_id, req.producer_epoch),
+            commit: req.committed,
+        };
+        ask_code(shard, op, v).await
+    };
+    frame(
+        spec,
+        header,
+        &EndTxnResponse::default().with_error_code(code.code()),
+    )
+}
+
+async fn txn_offset_commit(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    conn: super::Conn<'_>,
+) -> HandlerResult {
+    let v = header.api_version;
+    let id_denied =
+        |id: &str| !shard.allowed(conn, AclOperation::Write, ResourceType::TransactionalId, id);
+    let req = decode_all(r, |r| txn::decode_txn_offset_commit(r, v))?;
+    let txn_denied = id_denied(&req.transactional_id);
+    let mut commit = OffsetCommitRequest {
+        group_id: req.group_id,
+        generation_id: req.generation_id,
+        member_id: req.member_id,
+        group_instance_id: req.group_instance_id,
+        topics: req
+            .topics
+            .into_iter()
+            .map(|(t, ps)| {
+                let ps = ps
+                    .into_iter()
+                    .map(|p| CommitPartition {
+                        partition: p.partition,
+                        offset: p.offset,
+                        leader_epoch: p.leader_epoch,
+                        metadata: p.metadata,
+                    })
+                    .collect();
+                (t, ps)
+            })
+            .collect(),
+    };
+    let producer = (req.producer_id, req.producer_epoch);
+    // WRITE on the transactional id, then READ on the group and each topic.
+    let denied: Vec<(String, Vec<(i32, ErrorCode)>)> = if txn_denied {
+        std::mem::take(&mut commit.topics)
+            .into_iter()
+            .map(|(t, ps)| {
+                let codes = ps
+                    .iter()
+                    .map(|p| {
+                        (
+                            p.partition,
+                            ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                        )
+                    })
+                    .collect();
+                (t, codes)
+            })
+            .collect()
+    } else {
+        super::groups::authorize_commit(shard, conn, &mut commit)
+    };
+    let mut results = if commit.topics.is_empty() {
+        Vec::new()
+    } else {
+        super::groups::commit_offsets(shard, commit, Some(producer)).await
+    };
+    results.extend(denied);
+    let topics = results
+        .into_iter()
+        .map(|(t, ps)| {
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(topic_name(&t))
+                .with_partitions(
+                    ps.into_iter()
+                        .map(|(p, c)| {
+                            TxnOffsetCommitResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_error_code(for_version(c, v, 2).code())
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    frame(
+        spec,
+        header,
+        &TxnOffsetCommitResponse::default().with_topics(topics),
+    )
+}
+
+async fn write_txn_markers(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    conn: super::Conn<'_>,
+) -> HandlerResult {
+    let v = header.api_version;
+    use kafka_protocol::messages::write_txn_markers_response::{
+        WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+        WriteTxnMarkersResponse,
+    };
+    let req = decode_all(r, |r| txn::decode_write_markers(r, v))?;
+    // Coordinators send markers: CLUSTER_ACTION on the cluster.
+    let cluster_ok = shard.allowed_on_cluster(conn, AclOperation::ClusterAction);
+    let mut results = Vec::with_capacity(req.len());
+    for m in req {
+        let mut topics = Vec::with_capacity(m.topics.len());
+        for (topic, partitions) in m.topics {
+            let mut parts = Vec::with_capacity(partitions.len());
+            for partition in partitions {
+                let marker = crate::txn::markers::Marker {
+                    topic: topic.clone(),
+                    partition,
+                    producer_id: m.producer_id,
+                    producer_epoch: m.producer_epoch,
+                    commit: m.commit,
+                    coordinator_epoch: m.coordinator_epoch,
+                };
+                let code = if cluster_ok {
+                    crate::txn::markers::write_here(shard, &marker).await
+                } else {
+                    ErrorCode::CLUSTER_AUTHORIZATION_FAILED
+                };
+                parts.push(
+                    WritableTxnMarkerPartitionResult::default()
+                        .with_partition_index(partition)
+                        .with_error_code(code.code()),
+                );
+            }
+            topics.push(
+                WritableTxnMarkerTopicResult::default()
+                    .with_name(topic_name(&topic))
+                    .with_partitions(parts),
+            );
+        }
+        results.push(
+            WritableTxnMarkerResult::default()
+                .with_producer_id(ProducerId(m.producer_id))
+                .with_topics(topics),
+        );
+    }
+    frame(
+        spec,
+        header,
+        &WriteTxnMarkersResponse::default().with_markers(results),
+    )
+}
+
+async fn describe_transactions(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    conn: super::Conn<'_>,
+) -> HandlerResult {
+    let v = header.api_version;
+    use kafka_protocol::messages::describe_transactions_response::{
+        DescribeTransactionsResponse, TopicData, TransactionState,
+    };
+    let ids = decode_all(r, |r| txn::decode_describe_transactions(r, v))?;
+    let mut states = Vec::with_capacity(ids.len());
+    for id in ids {
+        // DESCRIBE on the transactional id, as in Kafka.
+        let reply = if shard.allowed(
+            conn,
+            AclOperation::Describe,
+            ResourceType::TransactionalId,
+            &id,
+        ) {
+            ask(shard, TxnOp::Describe(id.clone())).await
+        } else {
+            Some(TxnReply::Described(Err(
+                ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            )))
+        };
+        let out = TransactionState::default()
+            .with_transactional_id(transactional_id(&id))
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+            .with_transaction_state(str_bytes(""))
+            .with_transaction_start_time_ms(-1);
+        states.push(match reply {
+            Some(TxnReply::Described(Ok(m))) => {
+                let mut topics: Vec<TopicData> = Vec::new();
+                for (t, p) in &m.partitions {
+                    match topics.last_mut().filter(|d| d.topic.0.as_str() == t) {
+                        Some(d) => d.partitions.push(*p),
+                        None => topics.push(
+                            TopicData::default()
+                                .with_topic(topic_name(t))
+                                .with_partitions(vec![*p]),
+                        ),
+                    }
+                }
+                out.with_transaction_state(str_bytes(m.state.name()))
+                    .with_transaction_timeout_ms(m.timeout_ms)
+                    .with_transaction_start_time_ms(m.start_ms)
+                    .with_producer_id(ProducerId(m.producer_id))
+                    .with_producer_epoch(m.producer_epoch)
+                    .with_topics(topics)
+            }
+            Some(TxnReply::Described(Err(code))) => out.with_error_code(code.code()),
+            _ => out.with_error_code(ErrorCode::COORDINATOR_NOT_AVAILABLE.code()),
+        });
+    }
+    frame(
+        spec,
+        header,
+        &DescribeTransactionsResponse::default().with_transaction_states(states),
+    )
+}
+
+async fn list_transactions(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    conn: super::Conn<'_>,
+) -> HandlerResult {
+    let v = header.api_version;
+    use kafka_protocol::messages::list_transactions_response::{
+        ListTransactionsResponse, TransactionState,
+    };
+    let req = decode_all(r, |r| txn::decode_list_transactions(r, v))?;
+    const STATES: [&str; 8] = [
+        "Empty",
+        "Ongoing",
+        "PrepareCommit",
+        "PrepareAbort",
+        "CompleteCommit",
+        "CompleteAbort",
+        "Dead",
+        "PrepareEpochFence",
+    ];
+    let unknown: Vec<String> = req
+        .state_filters
+        .iter()
+        .filter(|f| !STATES.contains(&f.as_str()))
+        .cloned()
+        .collect();
+    let lists = futures::future::join_all((0..shard.shards).map(|s| {
+        call(shard, ShardId(s), |reply| ShardRequest::Txn {
+            op: Box::new(TxnOp::List),
+            reply,
+        })
+    }))
+    .await;
+    let now = crate::coordinator_log::now_ms();
+    let mut txns: Vec<crate::txn::state::TxnMeta> = lists
+        .into_iter()
+        .flat_map(|r| match r {
+            Some(TxnReply::Listed(l)) => l,
+            _ => Vec::new(),
+        })
+        .filter(|m| {
+            req.state_filters.is_empty() || req.state_filters.iter().any(|f| f == m.state.name())
+        })
+        // Only the ids the principal may describe, as in Kafka.
+        .filter(|m| {
+            shard.allowed(
+                conn,
+                AclOperation::Describe,
+                ResourceType::TransactionalId,
+                &m.transactional_id,
+            )
+        })
+        .filter(|m| {
+            req.producer_id_filters.is_empty() || req.producer_id_filters.contains(&m.producer_id)
+        })
+        .filter(|m| {
+            req.duration_filter_ms < 0
+                || (m.start_ms >= 0 && now - m.start_ms > req.duration_filter_ms)
+        })
+        .collect();
+    txns.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+    let states = txns
+        .iter()
+        .map(|m| {
+            TransactionState::default()
+                .with_transactional_id(transactional_id(&m.transactional_id))
+                .with_producer_id(ProducerId(m.producer_id))
+                .with_transaction_state(str_bytes(m.state.name()))
+        })
+        .collect();
+    frame(
+        spec,
+        header,
+        &ListTransactionsResponse::default()
+            .with_unknown_state_filters(unknown.iter().map(|u| str_bytes(u)).collect())
+            .with_transaction_states(states),
+    )
+}
+
+async fn describe_producers(
+    shard: &Rc<Shard>,
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    r: &mut Reader,
+    conn: super::Conn<'_>,
+) -> HandlerResult {
+    let v = header.api_version;
+    use kafka_protocol::messages::describe_producers_response::{
+        DescribeProducersResponse, PartitionResponse, ProducerState, TopicResponse,
+    };
+    let topics = decode_all(r, |r| txn::decode_describe_producers(r, v))?;
+    let catalog = shard.catalog();
+    let mut out = Vec::with_capacity(topics.len());
+    for (topic, partitions) in topics {
+        let mut parts = Vec::with_capacity(partitions.len());
+        // READ on the topic, as in Kafka.
+        let denied = !shard.allowed(conn, AclOperation::Read, ResourceType::Topic, &topic);
+        for p in partitions {
+            let answer = if denied {
+                Err(ErrorCode::TOPIC_AUTHORIZATION_FAILED)
+            } else if catalog.partition(&topic, p).is_none() {
+                Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+            } else {
+                let op = TxnOp::Producers {
+                    topic: topic.clone(),
+                    partition: p,
+                };
+                let owner = shard.owner(&topic, p);
+                match call(shard, owner, |reply| ShardRequest::Txn {
+                    op: Box::new(op),
+                    reply,
+                })
+                .await
+                {
+                    Some(TxnReply::Producers(r)) => r,
+                    _ => Err(ErrorCode::UNKNOWN_SERVER_ERROR),
+                }
+            };
+            let part = PartitionResponse::default().with_partition_index(p);
+            parts.push(match answer {
+                Ok(producers) => part.with_active_producers(
+                    producers
+                        .iter()
+                        .map(|s| {
+                            ProducerState::default()
+                                .with_producer_id(ProducerId(s.producer_id))
+                                .with_producer_epoch(i32::from(s.epoch))
+                                .with_last_sequence(s.last_sequence)
+                                .with_last_timestamp(s.last_timestamp)
+                                .with_coordinator_epoch(s.coordinator_epoch)
+                                .with_current_txn_start_offset(s.txn_first_offset.unwrap_or(-1))
+                        })
+                        .collect(),
+                ),
+                Err(code) => part.with_error_code(code.code()),
+            });
+        }
+        out.push(
+            TopicResponse::default()
+                .with_name(topic_name(&topic))
+                .with_partitions(parts),
+        );
+    }
+    frame(
+        spec,
+        header,
+        &DescribeProducersResponse::default().with_topics(out),
+    )
 }
