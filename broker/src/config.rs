@@ -730,35 +730,237 @@ fn resolve(addr: &str, what: &str) -> Result<SocketAddr> {
 }
 
 impl BrokerConfig {
+    /// The configuration `input` describes: every key checked, parsed and checked against the
+    /// keys it depends on; the first bad one stops start-up with a message naming it. The groups
+    /// of keys are parsed one after another in the order written here (and each group's keys in
+    /// its own order), so with several bad keys the same one is reported every time.
     pub fn build(input: ConfigInput) -> Result<Self> {
-        let mut values: BTreeMap<&'static str, (String, bool)> = BROKER_KEYS
-            .iter()
-            .map(|k| (k.name, (k.default.to_string(), false)))
-            .collect();
-        let mut listener_props = BTreeMap::new();
-        let mut secret_props = BTreeMap::new();
-        for (k, v) in input.properties {
-            if let Some(rest) = k.strip_prefix("listener.name.") {
-                check_listener_key(&k, rest)?;
-                listener_props.insert(k.clone(), v);
-                continue;
-            }
-            if let Some(secret) = SSL_SECRET_KEYS.iter().find(|s| **s == k) {
-                secret_props.insert(*secret, Secret(v));
-                continue;
-            }
-            let Some(key) = BROKER_KEYS.iter().find(|d| d.name == k) else {
-                let known: Vec<&str> = BROKER_KEYS.iter().map(|d| d.name).collect();
-                bail!(
-                    "unknown config key {k:?}; supported keys: {}",
-                    known.join(", ")
-                );
-            };
-            values.insert(key.name, (v, true));
-        }
-        let snapshot = values.clone();
+        let keys = sort_keys(input.properties)?;
+        let snapshot = keys.values.clone();
         let get = |k: &str| snapshot[k].0.clone();
-        let set = |k: &str| !snapshot[k].0.is_empty();
+        let get: Get = &get;
+        let parts = Parts {
+            times: LogTimes::parse(get)?,
+            node: NodeIdentity::parse(get, &input.listen, input.advertised_listener.as_deref())?,
+            cpus: shard_cpus(get, input.numa_node, input.cores, input.cpus.as_deref())?,
+            repl: Replication::parse(get)?,
+            topics: TopicDefaults::parse(get)?,
+            log: LogStorage::parse(get)?,
+            cleaner: LogCleaner::parse(get)?,
+            append: Append::parse(get)?,
+            net: Network::parse(get)?,
+            runtime: Runtime::parse(get)?,
+            coord: Coordinators::parse(get)?,
+            lim: BrokerLimits::parse(get)?,
+            security: Security::parse(get)?,
+            data_dir: input.data_dir,
+            keys,
+        };
+        let mut cfg = assemble(parts);
+        check_replica_fetch_wait(&cfg)?;
+        check_sasl(&cfg)?;
+        cfg.oauth_validators = oauth_validators(&cfg)?;
+        for l in cfg.listeners.iter().filter(|l| l.protocol.is_tls()) {
+            cfg.listener_tls(&l.name)?;
+        }
+        check_queued_max_request_bytes(&cfg)?;
+        Ok(cfg)
+    }
+}
+
+/// A broker key's effective value, as [`BrokerConfig::build`] reads it: the value set, else the
+/// key's default ("" for keys without one). Only keys of [`BROKER_KEYS`] may be asked for.
+type Get<'a> = &'a dyn Fn(&str) -> String;
+
+/// Broker key `key` as a whole number of at least `min` (see [`parse_num`]).
+fn key_num<T: std::str::FromStr>(get: Get, key: &str, min: i64) -> Result<T> {
+    parse_num(key, &get(key), min)
+}
+
+/// Broker key `key` as `true` or `false` (see [`parse_bool`]).
+fn key_bool(get: Get, key: &str) -> Result<bool> {
+    parse_bool(key, &get(key))
+}
+
+/// The properties given, sorted by kind: broker keys (each with its effective value and
+/// whether it was set), per-listener keys and secrets.
+struct Keys {
+    values: BTreeMap<&'static str, (String, bool)>,
+    listener_props: BTreeMap<String, String>,
+    secret_props: BTreeMap<&'static str, Secret>,
+}
+
+/// Sorts `properties` into [`Keys`], a later value of a key replacing an earlier one. A
+/// `listener.name.…` key must be one a listener reads, and any other key a broker key or a
+/// secret: an unknown key stops start-up with the list of keys served.
+fn sort_keys(properties: Vec<(String, String)>) -> Result<Keys> {
+    let mut values: BTreeMap<&'static str, (String, bool)> = BROKER_KEYS
+        .iter()
+        .map(|k| (k.name, (k.default.to_string(), false)))
+        .collect();
+    let mut listener_props = BTreeMap::new();
+    let mut secret_props = BTreeMap::new();
+    for (k, v) in properties {
+        if let Some(rest) = k.strip_prefix("listener.name.") {
+            check_listener_key(&k, rest)?;
+            listener_props.insert(k.clone(), v);
+            continue;
+        }
+        if let Some(secret) = SSL_SECRET_KEYS.iter().find(|s| **s == k) {
+            secret_props.insert(*secret, Secret(v));
+            continue;
+        }
+        let Some(key) = BROKER_KEYS.iter().find(|d| d.name == k) else {
+            let known: Vec<&str> = BROKER_KEYS.iter().map(|d| d.name).collect();
+            bail!(
+                "unknown config key {k:?}; supported keys: {}",
+                known.join(", ")
+            );
+        };
+        values.insert(key.name, (v, true));
+    }
+    Ok(Keys {
+        values,
+        listener_props,
+        secret_props,
+    })
+}
+
+/// Every group of parsed keys [`BrokerConfig::build`] puts together, in the order parsed.
+struct Parts {
+    times: LogTimes,
+    node: NodeIdentity,
+    cpus: Vec<usize>,
+    repl: Replication,
+    topics: TopicDefaults,
+    log: LogStorage,
+    cleaner: LogCleaner,
+    append: Append,
+    net: Network,
+    runtime: Runtime,
+    coord: Coordinators,
+    lim: BrokerLimits,
+    security: Security,
+    data_dir: PathBuf,
+    keys: Keys,
+}
+
+/// Moves each parsed value to its field. Nothing is decided here: the cross-key checks and the
+/// OAUTHBEARER validators follow in [`BrokerConfig::build`], the bound ports at start-up.
+fn assemble(p: Parts) -> BrokerConfig {
+    BrokerConfig {
+        data_dir: p.data_dir,
+        listen: p.node.listen,
+        advertised_host: p.node.advertised_host,
+        advertised_port: p.node.advertised_port,
+        cpus: p.cpus,
+        node_id: p.node.node_id,
+        cluster: p.node.cluster,
+        default_replication_factor: p.repl.default_replication_factor,
+        min_insync_replicas: p.repl.min_insync_replicas,
+        replica_lag_time_max_ms: p.repl.replica_lag_time_max_ms,
+        replica_fetch_silence_max_ms: p.repl.replica_fetch_silence_max_ms,
+        replica_fetch_max_bytes: p.repl.replica_fetch_max_bytes,
+        replica_backlog_max_bytes: p.repl.replica_backlog_max_bytes,
+        replica_fetch_wait_max_ms: p.repl.replica_fetch_wait_max_ms,
+        replica_socket_timeout_ms: p.repl.replica_socket_timeout_ms,
+        replica_link_timeout_ms: p.repl.replica_link_timeout_ms,
+        unclean_leader_election_enable: p.repl.unclean_leader_election_enable,
+        auto_leader_rebalance_enable: p.repl.auto_leader_rebalance_enable,
+        leader_imbalance_check_interval_seconds: p.repl.leader_imbalance_check_interval_seconds,
+        leader_imbalance_per_broker_percentage: p.repl.leader_imbalance_per_broker_percentage,
+        auto_create_topics: p.topics.auto_create_topics,
+        num_partitions: p.topics.num_partitions,
+        message_max_bytes: p.topics.message_max_bytes,
+        socket_request_max_bytes: p.topics.socket_request_max_bytes,
+        log_segment_bytes: p.log.log_segment_bytes,
+        log_roll_ms: p.times.log_roll_ms,
+        log_retention_ms: p.times.log_retention_ms,
+        log_retention_bytes: p.log.log_retention_bytes,
+        log_retention_check_interval_ms: p.log.log_retention_check_interval_ms,
+        log_index_interval_bytes: p.log.log_index_interval_bytes,
+        log_write_ahead_bytes: p.log.log_write_ahead_bytes,
+        log_segment_zero_ahead_bytes: p.log.log_segment_zero_ahead_bytes,
+        log_flush_syncfs_min_files: p.log.log_flush_syncfs_min_files,
+        log_flush_syncfs_max_dirty_bytes: p.log.log_flush_syncfs_max_dirty_bytes,
+        log_read_ahead_budget_bytes: p.log.log_read_ahead_budget_bytes,
+        log_tail_cache_bytes: p.log.log_tail_cache_bytes,
+        log_tail_cache_partition_bytes: p.log.log_tail_cache_partition_bytes,
+        log_cleaner_enable: p.cleaner.log_cleaner_enable,
+        log_cleaner_backoff_ms: p.cleaner.log_cleaner_backoff_ms,
+        log_cleaner_min_cleanable_ratio: p.cleaner.log_cleaner_min_cleanable_ratio,
+        log_cleaner_delete_retention_ms: p.cleaner.log_cleaner_delete_retention_ms,
+        log_cleaner_dedupe_buffer_size: p.cleaner.log_cleaner_dedupe_buffer_size,
+        log_cleaner_batch_inflated_max_bytes: p.cleaner.log_cleaner_batch_inflated_max_bytes,
+        compression_type: p.append.compression_type,
+        log_message_timestamp_log_append_time: p.append.log_message_timestamp_log_append_time,
+        log_message_timestamp_before_max_ms: p.append.log_message_timestamp_before_max_ms,
+        log_message_timestamp_after_max_ms: p.append.log_message_timestamp_after_max_ms,
+        log_flush_interval_messages: p.append.log_flush_interval_messages,
+        log_flush_interval_ms: p.append.log_flush_interval_ms,
+        producer_id_expiration_ms: p.append.producer_id_expiration_ms,
+        producer_state_partition_max_producers: p.append.producer_state_partition_max_producers,
+        queued_max_requests: p.net.queued_max_requests,
+        quota_sensors_max: p.net.quota_sensors_max,
+        quota_window: p.net.quota_window,
+        inter_broker_connections_idle_max: p.net.inter_broker_connections_idle_max,
+        max_connections: p.net.max_connections,
+        max_connections_per_ip: p.net.max_connections_per_ip,
+        max_connections_per_ip_overrides: p.net.max_connections_per_ip_overrides,
+        connections_max_idle_ms: p.net.connections_max_idle_ms,
+        socket_request_receive_timeout_ms: p.net.socket_request_receive_timeout_ms,
+        queued_max_request_bytes: p.net.queued_max_request_bytes,
+        shard_io_memory_bytes: p.runtime.shard_io_memory_bytes,
+        shard_spin_before_park_us: p.runtime.shard_spin_before_park_us,
+        metrics_listen: p.runtime.metrics_listen,
+        shutdown_drain_timeout_ms: p.runtime.shutdown_drain_timeout_ms,
+        offsets_topic_num_partitions: p.coord.offsets_topic_num_partitions,
+        transaction_state_log_num_partitions: p.coord.transaction_state_log_num_partitions,
+        transaction_state_log_replication_factor: p.coord.transaction_state_log_replication_factor,
+        transaction_state_log_min_isr: p.coord.transaction_state_log_min_isr,
+        transaction_state_log_segment_bytes: p.coord.transaction_state_log_segment_bytes,
+        transaction_max_timeout_ms: p.coord.transaction_max_timeout_ms,
+        transactional_id_expiration_ms: p.coord.transactional_id_expiration_ms,
+        transaction_cleanup_interval_ms: p.coord.transaction_cleanup_interval_ms,
+        offsets_topic_replication_factor: p.coord.offsets_topic_replication_factor,
+        offsets_commit_timeout_ms: p.coord.offsets_commit_timeout_ms,
+        offsets_topic_segment_bytes: p.coord.offsets_topic_segment_bytes,
+        offsets_retention_minutes: p.coord.offsets_retention_minutes,
+        offsets_retention_check_interval_ms: p.coord.offsets_retention_check_interval_ms,
+        offset_metadata_max_bytes: p.coord.offset_metadata_max_bytes,
+        group_min_session_timeout_ms: p.coord.group_min_session_timeout_ms,
+        group_max_session_timeout_ms: p.coord.group_max_session_timeout_ms,
+        group_initial_rebalance_delay_ms: p.coord.group_initial_rebalance_delay_ms,
+        group_max_size: p.coord.group_max_size,
+        max_broker_partitions: p.lim.max_broker_partitions,
+        fetch_max_bytes: p.lim.fetch_max_bytes,
+        max_incremental_fetch_session_cache_slots: p.lim.max_incremental_fetch_session_cache_slots,
+        values: p.keys.values,
+        listeners: p.node.listeners,
+        sasl_enabled_mechanisms: p.security.sasl_enabled_mechanisms,
+        connections_max_reauth_ms: p.security.connections_max_reauth_ms,
+        listener_props: p.keys.listener_props,
+        secret_props: p.keys.secret_props,
+        bound: BTreeMap::new(),
+        oauth_validators: HashMap::new(),
+        scram_unknown_user_key: p.security.scram_unknown_user_key,
+        authorizer_enabled: p.security.authorizer_enabled,
+        super_users: p.security.super_users,
+        allow_everyone_if_no_acl_found: p.security.allow_everyone_if_no_acl_found,
+    }
+}
+
+/// How long a segment stays active and how long the log is kept, each from the finest of its
+/// unit keys that is set (`log.roll.ms` over `log.roll.hours`; `log.retention.ms` over
+/// `.minutes` over `.hours`). A negative retention in any unit is -1: kept forever.
+struct LogTimes {
+    log_roll_ms: i64,
+    log_retention_ms: i64,
+}
+
+impl LogTimes {
+    fn parse(get: Get) -> Result<Self> {
+        let set = |k: &str| !get(k).is_empty();
         // Kafka's precedence: the finest unit that is set wins.
         let log_roll_ms: i64 = if set("log.roll.ms") {
             parse_num("log.roll.ms", &get("log.roll.ms"), 1)?
@@ -782,13 +984,31 @@ impl BrokerConfig {
                 h * 3_600_000
             }
         };
-        let node_id: i32 = parse_num("node.id", &get("node.id"), 0)?;
-        let (cluster, client) = crate::cluster::config::parse(
-            &get,
-            node_id,
-            &input.listen,
-            input.advertised_listener.as_deref(),
-        )?;
+        Ok(Self {
+            log_roll_ms,
+            log_retention_ms,
+        })
+    }
+}
+
+/// Who the node is and where it is reached: `node.id`, its place in the cluster (roles and
+/// quorum), its client listeners, and the inter-broker address it binds and registers.
+struct NodeIdentity {
+    node_id: i32,
+    cluster: crate::cluster::config::ClusterConfig,
+    listeners: Vec<crate::cluster::config::ListenerSpec>,
+    listen: SocketAddr,
+    advertised_host: String,
+    advertised_port: u16,
+}
+
+impl NodeIdentity {
+    /// `cli_listen` and `cli_advertised` are `--listen` and `--advertised-listener`, used when
+    /// the listener keys are unset.
+    fn parse(get: Get, cli_listen: &str, cli_advertised: Option<&str>) -> Result<Self> {
+        let node_id: i32 = key_num(get, "node.id", 0)?;
+        let (cluster, client) =
+            crate::cluster::config::parse(get, node_id, cli_listen, cli_advertised)?;
         let listen = resolve(&client.listen, "--listen")?;
         let (advertised_host, advertised_port) = match &client.advertised {
             Some(a) => {
@@ -802,285 +1022,330 @@ impl BrokerConfig {
             }
             None => (listen.ip().to_string(), listen.port()),
         };
-        let allowed = allowed_cpus();
-        let numa_node = match input.numa_node {
-            Some(n) => Some((n, format!("--numa-node {n}"))),
-            None if set("numa.node") => {
-                let n: usize = parse_num("numa.node", &get("numa.node"), 0)?;
-                Some((n, format!("config numa.node={n}")))
-            }
-            None => None,
-        };
-        let cpus = match (numa_node, &input.cores, &input.cpus) {
-            (Some((_, what)), _, Some(_)) => bail!(
-                "{what} and --cpus both choose the shards' CPUs: give one (--numa-node with --cores K takes the node's first K CPUs)"
-            ),
-            (Some((node, what)), cores, None) => {
-                let sysfs = std::path::Path::new(crate::numa::SYSFS_ROOT);
-                let topology = crate::numa::Topology::read(sysfs, &allowed)
-                    .with_context(|| format!("{what}: reading the NUMA topology"))?;
-                topology
-                    .select(node, &allowed, *cores)
-                    .map_err(|e| anyhow!("{what}: {e}"))?
-            }
-            (None, Some(_), Some(_)) => bail!("give --cores or --cpus, not both"),
-            (None, Some(0), None) => bail!("--cores must be at least 1"),
-            (None, Some(n), None) => {
-                if *n > allowed.len() {
-                    bail!(
-                        "--cores {n}: only {} CPUs are in this process's affinity mask",
-                        allowed.len()
-                    );
-                }
-                allowed[..*n].to_vec()
-            }
-            (None, None, Some(list)) => {
-                let cpus = parse_cpu_list(list)?;
-                if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
-                    bail!("--cpus: CPU {bad} is not in this process's affinity mask {allowed:?}");
-                }
-                cpus
-            }
-            (None, None, None) => allowed,
-        };
-        let mut cfg = BrokerConfig {
-            data_dir: input.data_dir,
+        Ok(Self {
+            node_id,
+            cluster,
+            listeners: client.all,
             listen,
             advertised_host,
             advertised_port,
-            cpus,
-            node_id,
-            cluster,
-            default_replication_factor: parse_num(
-                "default.replication.factor",
-                &get("default.replication.factor"),
-                1,
-            )?,
-            min_insync_replicas: parse_num("min.insync.replicas", &get("min.insync.replicas"), 1)?,
-            replica_lag_time_max_ms: parse_num(
-                "replica.lag.time.max.ms",
-                &get("replica.lag.time.max.ms"),
-                1,
-            )?,
-            replica_fetch_silence_max_ms: parse_num(
-                "replica.fetch.silence.max.ms",
-                &get("replica.fetch.silence.max.ms"),
-                0,
-            )?,
-            replica_fetch_max_bytes: parse_num(
-                "replica.fetch.max.bytes",
-                &get("replica.fetch.max.bytes"),
-                1,
-            )?,
+        })
+    }
+}
+
+/// The CPUs the shards run on, one shard each, all in this process's affinity mask: a NUMA
+/// node's (`--numa-node`, else `numa.node`; its first `--cores` when given), the first
+/// `--cores` of the mask, the `--cpus` list, or else the whole mask. A NUMA node and `--cpus`
+/// both choosing is an error, as are `--cores` and `--cpus` together.
+fn shard_cpus(
+    get: Get,
+    cli_numa_node: Option<usize>,
+    cores: Option<usize>,
+    cpus: Option<&str>,
+) -> Result<Vec<usize>> {
+    let allowed = allowed_cpus();
+    let numa_node = match cli_numa_node {
+        Some(n) => Some((n, format!("--numa-node {n}"))),
+        None if !get("numa.node").is_empty() => {
+            let n: usize = key_num(get, "numa.node", 0)?;
+            Some((n, format!("config numa.node={n}")))
+        }
+        None => None,
+    };
+    let cpus = match (numa_node, cores, cpus) {
+        (Some((_, what)), _, Some(_)) => bail!(
+            "{what} and --cpus both choose the shards' CPUs: give one (--numa-node with --cores K takes the node's first K CPUs)"
+        ),
+        (Some((node, what)), cores, None) => {
+            let sysfs = std::path::Path::new(crate::numa::SYSFS_ROOT);
+            let topology = crate::numa::Topology::read(sysfs, &allowed)
+                .with_context(|| format!("{what}: reading the NUMA topology"))?;
+            topology
+                .select(node, &allowed, cores)
+                .map_err(|e| anyhow!("{what}: {e}"))?
+        }
+        (None, Some(_), Some(_)) => bail!("give --cores or --cpus, not both"),
+        (None, Some(0), None) => bail!("--cores must be at least 1"),
+        (None, Some(n), None) => {
+            if n > allowed.len() {
+                bail!(
+                    "--cores {n}: only {} CPUs are in this process's affinity mask",
+                    allowed.len()
+                );
+            }
+            allowed[..n].to_vec()
+        }
+        (None, None, Some(list)) => {
+            let cpus = parse_cpu_list(list)?;
+            if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
+                bail!("--cpus: CPU {bad} is not in this process's affinity mask {allowed:?}");
+            }
+            cpus
+        }
+        (None, None, None) => allowed,
+    };
+    Ok(cpus)
+}
+
+/// How partitions are replicated: the copies a new topic gets and how many must be in sync,
+/// how followers fetch and when one leaves the ISR, and how leaders are chosen and rebalanced.
+struct Replication {
+    default_replication_factor: i32,
+    min_insync_replicas: i32,
+    replica_lag_time_max_ms: u64,
+    replica_fetch_silence_max_ms: u64,
+    replica_fetch_max_bytes: i32,
+    replica_backlog_max_bytes: Option<u64>,
+    replica_fetch_wait_max_ms: i32,
+    replica_socket_timeout_ms: u64,
+    replica_link_timeout_ms: u64,
+    unclean_leader_election_enable: bool,
+    auto_leader_rebalance_enable: bool,
+    leader_imbalance_check_interval_seconds: u64,
+    leader_imbalance_per_broker_percentage: u32,
+}
+
+impl Replication {
+    /// Each key on its own; how `replica.fetch.wait.max.ms` must sit below the socket timeout
+    /// and the lag window is checked once all are parsed ([`check_replica_fetch_wait`]).
+    fn parse(get: Get) -> Result<Self> {
+        Ok(Self {
+            default_replication_factor: key_num(get, "default.replication.factor", 1)?,
+            min_insync_replicas: key_num(get, "min.insync.replicas", 1)?,
+            replica_lag_time_max_ms: key_num(get, "replica.lag.time.max.ms", 1)?,
+            replica_fetch_silence_max_ms: key_num(get, "replica.fetch.silence.max.ms", 0)?,
+            replica_fetch_max_bytes: key_num(get, "replica.fetch.max.bytes", 1)?,
             replica_backlog_max_bytes: match get("replica.backlog.max.bytes").as_str() {
                 "" => None,
                 v => Some(parse_num("replica.backlog.max.bytes", v, 0)?),
             },
-            replica_fetch_wait_max_ms: parse_num(
-                "replica.fetch.wait.max.ms",
-                &get("replica.fetch.wait.max.ms"),
-                1,
-            )?,
-            replica_socket_timeout_ms: parse_num::<i32>(
-                "replica.socket.timeout.ms",
-                &get("replica.socket.timeout.ms"),
-                1,
-            )?
-            .unsigned_abs()
-            .into(),
+            replica_fetch_wait_max_ms: key_num(get, "replica.fetch.wait.max.ms", 1)?,
+            replica_socket_timeout_ms: key_num::<i32>(get, "replica.socket.timeout.ms", 1)?
+                .unsigned_abs()
+                .into(),
             replica_link_timeout_ms: parse_link_timeout(&get("replica.link.timeout.ms"))?,
-            unclean_leader_election_enable: parse_bool(
-                "unclean.leader.election.enable",
-                &get("unclean.leader.election.enable"),
-            )?,
-            auto_leader_rebalance_enable: parse_bool(
-                "auto.leader.rebalance.enable",
-                &get("auto.leader.rebalance.enable"),
-            )?,
-            leader_imbalance_check_interval_seconds: parse_num(
+            unclean_leader_election_enable: key_bool(get, "unclean.leader.election.enable")?,
+            auto_leader_rebalance_enable: key_bool(get, "auto.leader.rebalance.enable")?,
+            leader_imbalance_check_interval_seconds: key_num(
+                get,
                 "leader.imbalance.check.interval.seconds",
-                &get("leader.imbalance.check.interval.seconds"),
                 1,
             )?,
-            leader_imbalance_per_broker_percentage: parse_num(
+            leader_imbalance_per_broker_percentage: key_num(
+                get,
                 "leader.imbalance.per.broker.percentage",
-                &get("leader.imbalance.per.broker.percentage"),
                 0,
             )?,
-            auto_create_topics: parse_bool(
-                "auto.create.topics.enable",
-                &get("auto.create.topics.enable"),
-            )?,
-            num_partitions: parse_num("num.partitions", &get("num.partitions"), 1)?,
-            message_max_bytes: parse_num("message.max.bytes", &get("message.max.bytes"), 0)?,
-            socket_request_max_bytes: parse_num(
-                "socket.request.max.bytes",
-                &get("socket.request.max.bytes"),
-                1,
-            )?,
-            log_segment_bytes: parse_num("log.segment.bytes", &get("log.segment.bytes"), 1024)?,
-            log_roll_ms,
-            log_retention_ms,
-            log_retention_bytes: parse_num("log.retention.bytes", &get("log.retention.bytes"), -1)?,
-            log_retention_check_interval_ms: parse_num(
-                "log.retention.check.interval.ms",
-                &get("log.retention.check.interval.ms"),
-                1,
-            )?,
-            log_index_interval_bytes: parse_num(
-                "log.index.interval.bytes",
-                &get("log.index.interval.bytes"),
-                0,
-            )?,
-            log_write_ahead_bytes: parse_num(
-                "log.write.ahead.bytes",
-                &get("log.write.ahead.bytes"),
-                4096,
-            )?,
-            log_segment_zero_ahead_bytes: parse_num(
-                "log.segment.zero.ahead.bytes",
-                &get("log.segment.zero.ahead.bytes"),
-                0,
-            )?,
-            log_flush_syncfs_min_files: parse_num(
-                "log.flush.syncfs.min.files",
-                &get("log.flush.syncfs.min.files"),
-                0,
-            )?,
-            log_flush_syncfs_max_dirty_bytes: parse_num(
-                "log.flush.syncfs.max.dirty.bytes",
-                &get("log.flush.syncfs.max.dirty.bytes"),
-                0,
-            )?,
-            log_read_ahead_budget_bytes: parse_num(
-                "log.read.ahead.budget.bytes",
-                &get("log.read.ahead.budget.bytes"),
-                0,
-            )?,
-            log_tail_cache_bytes: parse_num(
-                "log.tail.cache.bytes",
-                &get("log.tail.cache.bytes"),
-                0,
-            )?,
-            log_tail_cache_partition_bytes: parse_num(
-                "log.tail.cache.partition.bytes",
-                &get("log.tail.cache.partition.bytes"),
-                0,
-            )?,
-            log_cleaner_enable: parse_bool("log.cleaner.enable", &get("log.cleaner.enable"))?,
-            log_cleaner_backoff_ms: parse_num(
-                "log.cleaner.backoff.ms",
-                &get("log.cleaner.backoff.ms"),
-                1,
-            )?,
+        })
+    }
+}
+
+/// What a produce to a topic not yet created gets — whether it is created, and with how many
+/// partitions — and the largest batch (`message.max.bytes`) and request
+/// (`socket.request.max.bytes`) a client may send.
+struct TopicDefaults {
+    auto_create_topics: bool,
+    num_partitions: i32,
+    message_max_bytes: usize,
+    socket_request_max_bytes: usize,
+}
+
+impl TopicDefaults {
+    fn parse(get: Get) -> Result<Self> {
+        Ok(Self {
+            auto_create_topics: key_bool(get, "auto.create.topics.enable")?,
+            num_partitions: key_num(get, "num.partitions", 1)?,
+            message_max_bytes: key_num(get, "message.max.bytes", 0)?,
+            socket_request_max_bytes: key_num(get, "socket.request.max.bytes", 1)?,
+        })
+    }
+}
+
+/// How the log sits on disk: segment size, retention by size and how often it is enforced,
+/// index density, and the sizes of the write-ahead, zeroing, sync, read-ahead and tail-cache
+/// I/O. (Roll and retention times are [`LogTimes`].)
+struct LogStorage {
+    log_segment_bytes: u64,
+    log_retention_bytes: i64,
+    log_retention_check_interval_ms: u64,
+    log_index_interval_bytes: u64,
+    log_write_ahead_bytes: u64,
+    log_segment_zero_ahead_bytes: u64,
+    log_flush_syncfs_min_files: usize,
+    log_flush_syncfs_max_dirty_bytes: u64,
+    log_read_ahead_budget_bytes: u64,
+    log_tail_cache_bytes: u64,
+    log_tail_cache_partition_bytes: u64,
+}
+
+impl LogStorage {
+    fn parse(get: Get) -> Result<Self> {
+        Ok(Self {
+            log_segment_bytes: key_num(get, "log.segment.bytes", 1024)?,
+            log_retention_bytes: key_num(get, "log.retention.bytes", -1)?,
+            log_retention_check_interval_ms: key_num(get, "log.retention.check.interval.ms", 1)?,
+            log_index_interval_bytes: key_num(get, "log.index.interval.bytes", 0)?,
+            log_write_ahead_bytes: key_num(get, "log.write.ahead.bytes", 4096)?,
+            log_segment_zero_ahead_bytes: key_num(get, "log.segment.zero.ahead.bytes", 0)?,
+            log_flush_syncfs_min_files: key_num(get, "log.flush.syncfs.min.files", 0)?,
+            log_flush_syncfs_max_dirty_bytes: key_num(get, "log.flush.syncfs.max.dirty.bytes", 0)?,
+            log_read_ahead_budget_bytes: key_num(get, "log.read.ahead.budget.bytes", 0)?,
+            log_tail_cache_bytes: key_num(get, "log.tail.cache.bytes", 0)?,
+            log_tail_cache_partition_bytes: key_num(get, "log.tail.cache.partition.bytes", 0)?,
+        })
+    }
+}
+
+/// Whether and how compacted topics are cleaned: how often, from which dirty ratio, how long
+/// tombstones stay, and the memory one cleaning may use.
+struct LogCleaner {
+    log_cleaner_enable: bool,
+    log_cleaner_backoff_ms: u64,
+    log_cleaner_min_cleanable_ratio: f64,
+    log_cleaner_delete_retention_ms: i64,
+    log_cleaner_dedupe_buffer_size: u64,
+    log_cleaner_batch_inflated_max_bytes: u64,
+}
+
+impl LogCleaner {
+    fn parse(get: Get) -> Result<Self> {
+        Ok(Self {
+            log_cleaner_enable: key_bool(get, "log.cleaner.enable")?,
+            log_cleaner_backoff_ms: key_num(get, "log.cleaner.backoff.ms", 1)?,
             log_cleaner_min_cleanable_ratio: parse_ratio(
                 "log.cleaner.min.cleanable.ratio",
                 &get("log.cleaner.min.cleanable.ratio"),
             )?,
-            log_cleaner_delete_retention_ms: parse_num(
-                "log.cleaner.delete.retention.ms",
-                &get("log.cleaner.delete.retention.ms"),
-                0,
-            )?,
-            log_cleaner_dedupe_buffer_size: parse_num(
+            log_cleaner_delete_retention_ms: key_num(get, "log.cleaner.delete.retention.ms", 0)?,
+            log_cleaner_dedupe_buffer_size: key_num(
+                get,
                 "log.cleaner.dedupe.buffer.size",
-                &get("log.cleaner.dedupe.buffer.size"),
                 1 << 20,
             )?,
-            log_cleaner_batch_inflated_max_bytes: parse_num(
+            log_cleaner_batch_inflated_max_bytes: key_num(
+                get,
                 "log.cleaner.batch.inflated.max.bytes",
-                &get("log.cleaner.batch.inflated.max.bytes"),
                 1 << 20,
             )?,
+        })
+    }
+}
+
+/// What an append does with each batch: the codec it is stored with, which timestamp it
+/// keeps and how far from now that may be, when the log is flushed, and how long and how many
+/// producers' state each partition keeps for idempotence.
+struct Append {
+    compression_type: Option<i16>,
+    log_message_timestamp_log_append_time: bool,
+    log_message_timestamp_before_max_ms: i64,
+    log_message_timestamp_after_max_ms: i64,
+    log_flush_interval_messages: i64,
+    log_flush_interval_ms: i64,
+    producer_id_expiration_ms: i64,
+    producer_state_partition_max_producers: usize,
+}
+
+impl Append {
+    fn parse(get: Get) -> Result<Self> {
+        Ok(Self {
             compression_type: parse_compression_type("compression.type", &get("compression.type"))?,
             log_message_timestamp_log_append_time: parse_timestamp_type(
                 "log.message.timestamp.type",
                 &get("log.message.timestamp.type"),
             )?,
-            log_message_timestamp_before_max_ms: parse_num(
+            log_message_timestamp_before_max_ms: key_num(
+                get,
                 "log.message.timestamp.before.max.ms",
-                &get("log.message.timestamp.before.max.ms"),
                 0,
             )?,
-            log_message_timestamp_after_max_ms: parse_num(
+            log_message_timestamp_after_max_ms: key_num(
+                get,
                 "log.message.timestamp.after.max.ms",
-                &get("log.message.timestamp.after.max.ms"),
                 0,
             )?,
-            log_flush_interval_messages: parse_num(
-                "log.flush.interval.messages",
-                &get("log.flush.interval.messages"),
-                1,
-            )?,
-            log_flush_interval_ms: parse_num(
-                "log.flush.interval.ms",
-                &get("log.flush.interval.ms"),
-                0,
-            )?,
-            producer_id_expiration_ms: parse_num::<i32>(
-                "producer.id.expiration.ms",
-                &get("producer.id.expiration.ms"),
-                1,
-            )?
-            .into(),
-            producer_state_partition_max_producers: parse_num(
+            log_flush_interval_messages: key_num(get, "log.flush.interval.messages", 1)?,
+            log_flush_interval_ms: key_num(get, "log.flush.interval.ms", 0)?,
+            producer_id_expiration_ms: key_num::<i32>(get, "producer.id.expiration.ms", 1)?.into(),
+            producer_state_partition_max_producers: key_num(
+                get,
                 "producer.state.partition.max.producers",
-                &get("producer.state.partition.max.producers"),
                 1,
             )?,
-            queued_max_requests: parse_num("queued.max.requests", &get("queued.max.requests"), 1)?,
-            quota_sensors_max: parse_num("quota.sensors.max", &get("quota.sensors.max"), 1)?,
+        })
+    }
+}
+
+/// What clients may hold of the broker: requests queued, connections (in all, per address,
+/// idle to other brokers) and how long they may sit idle or take to send a request, the bytes
+/// of requests read but not yet answered, and how client quotas are measured.
+struct Network {
+    queued_max_requests: usize,
+    quota_sensors_max: usize,
+    quota_window: crate::quota::QuotaWindow,
+    inter_broker_connections_idle_max: usize,
+    max_connections: usize,
+    max_connections_per_ip: usize,
+    max_connections_per_ip_overrides: Vec<(std::net::IpAddr, usize)>,
+    connections_max_idle_ms: u64,
+    socket_request_receive_timeout_ms: u64,
+    queued_max_request_bytes: Option<usize>,
+}
+
+impl Network {
+    /// Host names in `max.connections.per.ip.overrides` are resolved here. That
+    /// `queued.max.request.bytes` holds a request of `socket.request.max.bytes` is checked once
+    /// all keys are parsed ([`check_queued_max_request_bytes`]).
+    fn parse(get: Get) -> Result<Self> {
+        Ok(Self {
+            queued_max_requests: key_num(get, "queued.max.requests", 1)?,
+            quota_sensors_max: key_num(get, "quota.sensors.max", 1)?,
             quota_window: crate::quota::QuotaWindow {
-                samples: parse_num("quota.window.num", &get("quota.window.num"), 1)?,
-                sample: std::time::Duration::from_secs(parse_num(
+                samples: key_num(get, "quota.window.num", 1)?,
+                sample: std::time::Duration::from_secs(key_num(
+                    get,
                     "quota.window.size.seconds",
-                    &get("quota.window.size.seconds"),
                     1,
                 )?),
             },
-            inter_broker_connections_idle_max: parse_num(
+            inter_broker_connections_idle_max: key_num(
+                get,
                 "inter.broker.connections.idle.max",
-                &get("inter.broker.connections.idle.max"),
                 0,
             )?,
-            max_connections: parse_num("max.connections", &get("max.connections"), 1)?,
-            max_connections_per_ip: parse_num(
-                "max.connections.per.ip",
-                &get("max.connections.per.ip"),
-                1,
-            )?,
+            max_connections: key_num(get, "max.connections", 1)?,
+            max_connections_per_ip: key_num(get, "max.connections.per.ip", 1)?,
             max_connections_per_ip_overrides: parse_ip_overrides(
                 "max.connections.per.ip.overrides",
                 &get("max.connections.per.ip.overrides"),
             )?,
-            connections_max_idle_ms: parse_num(
-                "connections.max.idle.ms",
-                &get("connections.max.idle.ms"),
-                1,
-            )?,
-            socket_request_receive_timeout_ms: parse_num(
+            connections_max_idle_ms: key_num(get, "connections.max.idle.ms", 1)?,
+            socket_request_receive_timeout_ms: key_num(
+                get,
                 "socket.request.receive.timeout.ms",
-                &get("socket.request.receive.timeout.ms"),
                 1,
             )?,
             queued_max_request_bytes: {
-                let n: i64 = parse_num(
-                    "queued.max.request.bytes",
-                    &get("queued.max.request.bytes"),
-                    -1,
-                )?;
+                let n: i64 = key_num(get, "queued.max.request.bytes", -1)?;
                 (n >= 0).then(|| usize::try_from(n).unwrap_or(usize::MAX))
             },
-            shard_io_memory_bytes: parse_num(
-                "shard.io.memory.bytes",
-                &get("shard.io.memory.bytes"),
-                0,
-            )?,
-            shard_spin_before_park_us: parse_num(
-                "shard.spin.before.park.us",
-                &get("shard.spin.before.park.us"),
-                0,
-            )?,
+        })
+    }
+}
+
+/// How the process runs: each shard's I/O memory and how long it spins before parking, where
+/// metrics are served, and how long shutdown waits for requests in flight.
+struct Runtime {
+    shard_io_memory_bytes: usize,
+    shard_spin_before_park_us: u64,
+    metrics_listen: Option<SocketAddr>,
+    shutdown_drain_timeout_ms: u64,
+}
+
+impl Runtime {
+    fn parse(get: Get) -> Result<Self> {
+        Ok(Self {
+            shard_io_memory_bytes: key_num(get, "shard.io.memory.bytes", 0)?,
+            shard_spin_before_park_us: key_num(get, "shard.spin.before.park.us", 0)?,
             metrics_listen: {
                 let v = get("metrics.listen");
                 let v = v.trim();
@@ -1090,125 +1355,123 @@ impl BrokerConfig {
                     Some(resolve(v, "metrics.listen")?)
                 }
             },
-            shutdown_drain_timeout_ms: parse_num(
-                "shutdown.drain.timeout.ms",
-                &get("shutdown.drain.timeout.ms"),
-                0,
-            )?,
-            offsets_topic_num_partitions: parse_num(
-                "offsets.topic.num.partitions",
-                &get("offsets.topic.num.partitions"),
-                1,
-            )?,
-            transaction_state_log_num_partitions: parse_num(
+            shutdown_drain_timeout_ms: key_num(get, "shutdown.drain.timeout.ms", 0)?,
+        })
+    }
+}
+
+/// The group and transaction coordinators: the shape of `__consumer_offsets` and
+/// `__transaction_state`, how long transactions, transactional ids and committed offsets
+/// live, and the limits on group members and their sessions.
+struct Coordinators {
+    offsets_topic_num_partitions: i32,
+    transaction_state_log_num_partitions: i32,
+    transaction_state_log_replication_factor: usize,
+    transaction_state_log_min_isr: usize,
+    transaction_state_log_segment_bytes: u64,
+    transaction_max_timeout_ms: i32,
+    transactional_id_expiration_ms: u64,
+    transaction_cleanup_interval_ms: u64,
+    offsets_topic_replication_factor: usize,
+    offsets_commit_timeout_ms: u64,
+    offsets_topic_segment_bytes: u64,
+    offsets_retention_minutes: u64,
+    offsets_retention_check_interval_ms: u64,
+    offset_metadata_max_bytes: usize,
+    group_min_session_timeout_ms: u64,
+    group_max_session_timeout_ms: u64,
+    group_initial_rebalance_delay_ms: u64,
+    group_max_size: usize,
+}
+
+impl Coordinators {
+    fn parse(get: Get) -> Result<Self> {
+        Ok(Self {
+            offsets_topic_num_partitions: key_num(get, "offsets.topic.num.partitions", 1)?,
+            transaction_state_log_num_partitions: key_num(
+                get,
                 "transaction.state.log.num.partitions",
-                &get("transaction.state.log.num.partitions"),
                 1,
             )?,
-            transaction_state_log_replication_factor: parse_num(
+            transaction_state_log_replication_factor: key_num(
+                get,
                 "transaction.state.log.replication.factor",
-                &get("transaction.state.log.replication.factor"),
                 1,
             )?,
-            transaction_state_log_min_isr: parse_num(
-                "transaction.state.log.min.isr",
-                &get("transaction.state.log.min.isr"),
-                1,
-            )?,
-            transaction_state_log_segment_bytes: parse_num(
+            transaction_state_log_min_isr: key_num(get, "transaction.state.log.min.isr", 1)?,
+            transaction_state_log_segment_bytes: key_num(
+                get,
                 "transaction.state.log.segment.bytes",
-                &get("transaction.state.log.segment.bytes"),
                 1024,
             )?,
-            transaction_max_timeout_ms: parse_num(
-                "transaction.max.timeout.ms",
-                &get("transaction.max.timeout.ms"),
-                1,
-            )?,
-            transactional_id_expiration_ms: parse_num(
-                "transactional.id.expiration.ms",
-                &get("transactional.id.expiration.ms"),
-                1,
-            )?,
-            transaction_cleanup_interval_ms: parse_num(
+            transaction_max_timeout_ms: key_num(get, "transaction.max.timeout.ms", 1)?,
+            transactional_id_expiration_ms: key_num(get, "transactional.id.expiration.ms", 1)?,
+            transaction_cleanup_interval_ms: key_num(
+                get,
                 "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-                &get("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
                 1,
             )?,
-            offsets_topic_replication_factor: parse_num(
-                "offsets.topic.replication.factor",
-                &get("offsets.topic.replication.factor"),
-                1,
-            )?,
-            offsets_commit_timeout_ms: parse_num(
-                "offsets.commit.timeout.ms",
-                &get("offsets.commit.timeout.ms"),
-                1,
-            )?,
-            offsets_topic_segment_bytes: parse_num(
-                "offsets.topic.segment.bytes",
-                &get("offsets.topic.segment.bytes"),
-                1024,
-            )?,
-            offsets_retention_minutes: parse_num(
-                "offsets.retention.minutes",
-                &get("offsets.retention.minutes"),
-                1,
-            )?,
-            offsets_retention_check_interval_ms: parse_num(
+            offsets_topic_replication_factor: key_num(get, "offsets.topic.replication.factor", 1)?,
+            offsets_commit_timeout_ms: key_num(get, "offsets.commit.timeout.ms", 1)?,
+            offsets_topic_segment_bytes: key_num(get, "offsets.topic.segment.bytes", 1024)?,
+            offsets_retention_minutes: key_num(get, "offsets.retention.minutes", 1)?,
+            offsets_retention_check_interval_ms: key_num(
+                get,
                 "offsets.retention.check.interval.ms",
-                &get("offsets.retention.check.interval.ms"),
                 1,
             )?,
-            offset_metadata_max_bytes: parse_num(
-                "offset.metadata.max.bytes",
-                &get("offset.metadata.max.bytes"),
-                0,
-            )?,
-            group_min_session_timeout_ms: parse_num(
-                "group.min.session.timeout.ms",
-                &get("group.min.session.timeout.ms"),
-                0,
-            )?,
-            group_max_session_timeout_ms: parse_num(
-                "group.max.session.timeout.ms",
-                &get("group.max.session.timeout.ms"),
-                0,
-            )?,
-            group_initial_rebalance_delay_ms: parse_num(
-                "group.initial.rebalance.delay.ms",
-                &get("group.initial.rebalance.delay.ms"),
-                0,
-            )?,
-            group_max_size: parse_num("group.max.size", &get("group.max.size"), 1)?,
-            max_broker_partitions: parse_num::<i32>(
-                "max.broker.partitions",
-                &get("max.broker.partitions"),
-                1,
-            )?
-            .into(),
-            fetch_max_bytes: parse_num("fetch.max.bytes", &get("fetch.max.bytes"), 1024)?,
-            max_incremental_fetch_session_cache_slots: parse_num(
+            offset_metadata_max_bytes: key_num(get, "offset.metadata.max.bytes", 0)?,
+            group_min_session_timeout_ms: key_num(get, "group.min.session.timeout.ms", 0)?,
+            group_max_session_timeout_ms: key_num(get, "group.max.session.timeout.ms", 0)?,
+            group_initial_rebalance_delay_ms: key_num(get, "group.initial.rebalance.delay.ms", 0)?,
+            group_max_size: key_num(get, "group.max.size", 1)?,
+        })
+    }
+}
+
+/// How much one broker holds and serves: partitions in all, record bytes per Fetch response,
+/// and fetch sessions.
+struct BrokerLimits {
+    max_broker_partitions: i64,
+    fetch_max_bytes: usize,
+    max_incremental_fetch_session_cache_slots: usize,
+}
+
+impl BrokerLimits {
+    fn parse(get: Get) -> Result<Self> {
+        Ok(Self {
+            max_broker_partitions: key_num::<i32>(get, "max.broker.partitions", 1)?.into(),
+            fetch_max_bytes: key_num(get, "fetch.max.bytes", 1024)?,
+            max_incremental_fetch_session_cache_slots: key_num(
+                get,
                 "max.incremental.fetch.session.cache.slots",
-                &get("max.incremental.fetch.session.cache.slots"),
                 0,
             )?,
-            values,
-            listeners: client.all.clone(),
+        })
+    }
+}
+
+/// Who a client is and what it may do: the SASL mechanisms offered and how long a login
+/// lasts, the key fake SCRAM credentials are salted with, and whether and how ACLs are
+/// checked. (The per-listener SASL and TLS keys are checked once all keys are parsed.)
+struct Security {
+    sasl_enabled_mechanisms: Vec<String>,
+    connections_max_reauth_ms: u64,
+    scram_unknown_user_key: [u8; 32],
+    authorizer_enabled: bool,
+    super_users: std::collections::HashSet<String>,
+    allow_everyone_if_no_acl_found: bool,
+}
+
+impl Security {
+    fn parse(get: Get) -> Result<Self> {
+        Ok(Self {
             sasl_enabled_mechanisms: get("sasl.enabled.mechanisms")
                 .split(',')
                 .map(|m| m.trim().to_string())
                 .filter(|m| !m.is_empty())
                 .collect(),
-            connections_max_reauth_ms: parse_num(
-                "connections.max.reauth.ms",
-                &get("connections.max.reauth.ms"),
-                0,
-            )?,
-            listener_props,
-            secret_props,
-            bound: BTreeMap::new(),
-            oauth_validators: HashMap::new(),
+            connections_max_reauth_ms: key_num(get, "connections.max.reauth.ms", 0)?,
             scram_unknown_user_key: tributary_security::scram::generate_unknown_user_key()
                 .map_err(|e| anyhow!("{e}"))?,
             authorizer_enabled: match get("authorizer.class.name").trim() {
@@ -1221,27 +1484,23 @@ impl BrokerConfig {
             },
             super_users: tributary_security::acl::parse_super_users(&get("super.users"))
                 .map_err(|e| anyhow!("config super.users: {e}"))?,
-            allow_everyone_if_no_acl_found: parse_bool(
-                "allow.everyone.if.no.acl.found",
-                &get("allow.everyone.if.no.acl.found"),
-            )?,
-        };
-        check_replica_fetch_wait(&cfg)?;
-        check_sasl(&cfg)?;
-        cfg.oauth_validators = oauth_validators(&cfg)?;
-        for l in cfg.listeners.iter().filter(|l| l.protocol.is_tls()) {
-            cfg.listener_tls(&l.name)?;
-        }
-        if let Some(budget) = cfg.queued_max_request_bytes {
-            if budget < cfg.socket_request_max_bytes {
-                bail!(
-                    "config queued.max.request.bytes: {budget} is below socket.request.max.bytes {}; a request of the largest allowed size could never be read. Raise it, or lower socket.request.max.bytes",
-                    cfg.socket_request_max_bytes
-                );
-            }
-        }
-        Ok(cfg)
+            allow_everyone_if_no_acl_found: key_bool(get, "allow.everyone.if.no.acl.found")?,
+        })
     }
+}
+
+/// `queued.max.request.bytes` must hold one request of `socket.request.max.bytes`: a smaller
+/// budget could never admit the largest request allowed.
+fn check_queued_max_request_bytes(cfg: &BrokerConfig) -> Result<()> {
+    if let Some(budget) = cfg.queued_max_request_bytes {
+        if budget < cfg.socket_request_max_bytes {
+            bail!(
+                "config queued.max.request.bytes: {budget} is below socket.request.max.bytes {}; a request of the largest allowed size could never be read. Raise it, or lower socket.request.max.bytes",
+                cfg.socket_request_max_bytes
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Kafka's validator of signed OAUTHBEARER tokens (KIP-768), under its package before and after
