@@ -11,7 +11,7 @@ use tributary_security::acl::{
 
 use crate::catalog::AclRecord;
 use crate::config::BrokerConfig;
-use crate::handlers::Conn;
+use crate::conn::Conn;
 use crate::shard::Shard;
 
 /// The authorizer for `acls`, or `None` when no authorizer is configured.

@@ -73,6 +73,19 @@ pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
     data_dir.join(format!("{topic}-{partition}"))
 }
 
+/// Keeps `fenced_since` in step with an image: a broker newly fenced is noted at `now`, one
+/// no longer fenced (or gone) is forgotten.
+pub fn note_fencings(
+    fenced_since: &mut std::collections::HashMap<i32, std::time::Instant>,
+    image: &Catalog,
+    now: std::time::Instant,
+) {
+    fenced_since.retain(|id, _| image.brokers.get(id).is_some_and(|b| b.fenced));
+    for b in image.brokers.values().filter(|b| b.fenced) {
+        fenced_since.entry(b.id).or_insert(now);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

@@ -6,13 +6,11 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use event_listener::Event;
-use futures::future::LocalBoxFuture;
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use futures::FutureExt;
 use glommio::channels::local_channel;
@@ -22,7 +20,7 @@ use tributary_protocol::frame::{request_frame_length, FRAME_PREFIX_BYTES};
 use tributary_protocol::header::{decode_request_header, peek_fixed};
 use tributary_protocol::registry::{self, api_key};
 use tributary_protocol::Reader;
-use tributary_security::tls::{self, PrincipalMapper, TlsError, TlsSettings, TlsStream};
+use tributary_security::tls::{TlsError, TlsStream};
 
 use crate::handlers;
 use crate::handlers::PendingResponse;
@@ -33,6 +31,7 @@ use crate::routing::ShardId;
 use crate::sasl::{self, AuthState, ListenerCtx, Step};
 use crate::shard::{call, Shard, ShardRequest};
 use crate::socket;
+use crate::tls_acceptor::TlsAcceptor;
 
 /// Responses a connection may owe before it stops reading requests (backpressure).
 pub const CONNECTION_INFLIGHT_MAX: usize = 64;
@@ -41,63 +40,6 @@ pub const CONNECTION_INFLIGHT_MAX: usize = 64;
 /// memory: a fetch naming some ten thousand partitions. A larger frame waits for room like
 /// any other, so the exemption lets no connection hold more than this outside the budget.
 const REPLICA_FRAME_EXEMPT_BYTES_MAX: usize = 1 << 20;
-
-/// Request bodies at least this large are read into recycled buffers. Safe Rust must initialise
-/// a buffer before a socket read fills it; zero-filling a fresh megabyte for every produce
-/// request, and faulting its pages in, cost the broker more CPU than anything on the produce
-/// path but the copies themselves (perf, 1 KiB messages at ~550 MB/s: memset 9 %, page faults
-/// and page clearing another 6 % of broker samples).
-const FRAME_REUSE_MIN_BYTES: usize = 64 * 1024;
-/// Recycled request buffers a shard keeps for all its connections, by count and by bytes: they
-/// are a cache outside `queued.max.request.bytes`, so they must stay small whatever the number
-/// of connections.
-const SHARD_SPARE_FRAMES_MAX: usize = 16;
-const SHARD_SPARE_FRAME_BYTES_MAX: usize = 16 << 20;
-
-/// Large request bodies whose requests have finished, kept initialised for the next ones.
-#[derive(Default)]
-pub struct SpareFrames {
-    bufs: RefCell<Vec<Vec<u8>>>,
-    bytes: Cell<usize>,
-}
-
-impl SpareFrames {
-    /// A buffer of exactly `len` initialised bytes.
-    fn take(&self, len: usize) -> Vec<u8> {
-        if len >= FRAME_REUSE_MIN_BYTES {
-            if let Some(mut buf) = self.bufs.borrow_mut().pop() {
-                self.bytes.set(self.bytes.get() - buf.capacity());
-                // Only bytes beyond what the buffer held before are zero-filled.
-                buf.resize(len, 0);
-                return buf;
-            }
-        }
-        vec![0u8; len]
-    }
-
-    /// A second handle on `body` when it is large enough to be recycled after its request.
-    fn claim(&self, body: &Bytes) -> Option<Bytes> {
-        (body.len() >= FRAME_REUSE_MIN_BYTES).then(|| body.clone())
-    }
-
-    /// Keeps a claimed body for reuse if nothing else still refers to it (a request forwarded
-    /// to another shard may outlive its response by a moment; that one is let go) and the
-    /// shard's spares have room for it.
-    fn give_back(&self, claimed: Option<Bytes>) {
-        let Some(body) = claimed else { return };
-        let mut spare = self.bufs.borrow_mut();
-        if spare.len() >= SHARD_SPARE_FRAMES_MAX {
-            return;
-        }
-        if let Ok(buf) = body.try_into_mut() {
-            let buf = Vec::from(buf);
-            if self.bytes.get() + buf.capacity() <= SHARD_SPARE_FRAME_BYTES_MAX {
-                self.bytes.set(self.bytes.get() + buf.capacity());
-                spare.push(buf);
-            }
-        }
-    }
-}
 
 /// Why reading a request stopped.
 enum ReadStop {
@@ -156,47 +98,6 @@ type Queued = (
     RequestGrant,
     Option<(usize, Instant)>,
 );
-
-/// A TLS listener's handshake: the rustls server configuration built from its `ssl.*` keys at
-/// start-up, and its `ssl.principal.mapping.rules`. The configuration lives inside the closure,
-/// so the broker names no rustls type; every shard shares it.
-#[derive(Clone)]
-pub struct TlsAcceptor {
-    accept: Arc<dyn Fn(TcpStream) -> LocalBoxFuture<'static, TlsAccepted> + Send + Sync>,
-    mapper: Arc<PrincipalMapper>,
-    /// The settings it was built from, and who its certificate says the broker is: a reload
-    /// compares both with the new ones.
-    pub(crate) settings: Arc<TlsSettings>,
-    pub(crate) identity: Arc<tls::CertIdentity>,
-}
-
-type TlsAccepted = Result<TlsStream<TcpStream>, TlsError>;
-
-impl std::fmt::Debug for TlsAcceptor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsAcceptor")
-            .field("principal_mapping_rules", &self.mapper.to_string())
-            .finish_non_exhaustive()
-    }
-}
-
-impl TlsAcceptor {
-    /// Reads the keystore and truststore (blocking: call it at start-up, off the shards).
-    pub fn new(settings: &TlsSettings) -> Result<Self, TlsError> {
-        let config = tls::server_config(settings)?;
-        let identity = Arc::new(tls::keystore_identity(settings)?);
-        let mapper = Arc::new(settings.principal_mapper()?);
-        let accept = move |stream: TcpStream| -> LocalBoxFuture<'static, TlsAccepted> {
-            Box::pin(tls::accept(config.clone(), stream))
-        };
-        Ok(Self {
-            accept: Arc::new(accept),
-            mapper,
-            settings: Arc::new(settings.clone()),
-            identity,
-        })
-    }
-}
 
 /// Serves one accepted connection until it closes; on a TLS listener (`tls`) the handshake
 /// comes first.
@@ -778,49 +679,4 @@ async fn handle_frame(
     Ok(Box::pin(async move {
         pending.await.map_err(|e| format!("{name} v{version}: {e}"))
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn large_bodies_are_recycled_once_unreferenced() {
-        let spare = SpareFrames::default();
-        let body = Bytes::from(spare.take(FRAME_REUSE_MIN_BYTES * 2));
-        let ptr = body.as_ptr();
-        let claimed = spare.claim(&body);
-        // Still referenced by the handler: let go, not recycled.
-        let handler_copy = body.clone();
-        drop(body);
-        spare.give_back(claimed);
-        assert!(spare.bufs.borrow().is_empty());
-
-        let claimed = spare.claim(&handler_copy);
-        drop(handler_copy);
-        spare.give_back(claimed);
-        // The next large frame reads into the same allocation, exactly as long as asked.
-        let again = spare.take(FRAME_REUSE_MIN_BYTES + 7);
-        assert_eq!(again.as_ptr(), ptr);
-        assert_eq!(again.len(), FRAME_REUSE_MIN_BYTES + 7);
-    }
-
-    #[test]
-    fn small_bodies_are_not_claimed_and_the_pool_is_bounded() {
-        let spare = SpareFrames::default();
-        let small = Bytes::from(spare.take(100));
-        assert!(spare.claim(&small).is_none());
-        for _ in 0..SHARD_SPARE_FRAMES_MAX + 3 {
-            let body = Bytes::from(vec![1u8; FRAME_REUSE_MIN_BYTES]);
-            let claimed = spare.claim(&body);
-            drop(body);
-            spare.give_back(claimed);
-        }
-        assert_eq!(spare.bufs.borrow().len(), SHARD_SPARE_FRAMES_MAX);
-        // A recycled buffer holds old bytes; the caller reads over exactly `len` of them.
-        assert_eq!(
-            spare.take(FRAME_REUSE_MIN_BYTES).len(),
-            FRAME_REUSE_MIN_BYTES
-        );
-    }
 }

@@ -7,11 +7,14 @@
 //! when a connection is accepted and once when it closes — never on the request path, as in
 //! Kafka's `ConnectionQuotas`. The memory budget is per shard and lives on its executor.
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
 
 use crate::config::BrokerConfig;
 
@@ -201,6 +204,63 @@ impl RequestMemory {
     }
 }
 
+/// Request bodies at least this large are read into recycled buffers. Safe Rust must initialise
+/// a buffer before a socket read fills it; zero-filling a fresh megabyte for every produce
+/// request, and faulting its pages in, cost the broker more CPU than anything on the produce
+/// path but the copies themselves (perf, 1 KiB messages at ~550 MB/s: memset 9 %, page faults
+/// and page clearing another 6 % of broker samples).
+const FRAME_REUSE_MIN_BYTES: usize = 64 * 1024;
+/// Recycled request buffers a shard keeps for all its connections, by count and by bytes: they
+/// are a cache outside `queued.max.request.bytes`, so they must stay small whatever the number
+/// of connections.
+const SHARD_SPARE_FRAMES_MAX: usize = 16;
+const SHARD_SPARE_FRAME_BYTES_MAX: usize = 16 << 20;
+
+/// Large request bodies whose requests have finished, kept initialised for the next ones.
+#[derive(Default)]
+pub struct SpareFrames {
+    bufs: RefCell<Vec<Vec<u8>>>,
+    bytes: Cell<usize>,
+}
+
+impl SpareFrames {
+    /// A buffer of exactly `len` initialised bytes.
+    pub(crate) fn take(&self, len: usize) -> Vec<u8> {
+        if len >= FRAME_REUSE_MIN_BYTES {
+            if let Some(mut buf) = self.bufs.borrow_mut().pop() {
+                self.bytes.set(self.bytes.get() - buf.capacity());
+                // Only bytes beyond what the buffer held before are zero-filled.
+                buf.resize(len, 0);
+                return buf;
+            }
+        }
+        vec![0u8; len]
+    }
+
+    /// A second handle on `body` when it is large enough to be recycled after its request.
+    pub(crate) fn claim(&self, body: &Bytes) -> Option<Bytes> {
+        (body.len() >= FRAME_REUSE_MIN_BYTES).then(|| body.clone())
+    }
+
+    /// Keeps a claimed body for reuse if nothing else still refers to it (a request forwarded
+    /// to another shard may outlive its response by a moment; that one is let go) and the
+    /// shard's spares have room for it.
+    pub(crate) fn give_back(&self, claimed: Option<Bytes>) {
+        let Some(body) = claimed else { return };
+        let mut spare = self.bufs.borrow_mut();
+        if spare.len() >= SHARD_SPARE_FRAMES_MAX {
+            return;
+        }
+        if let Ok(buf) = body.try_into_mut() {
+            let buf = Vec::from(buf);
+            if self.bytes.get() + buf.capacity() <= SHARD_SPARE_FRAME_BYTES_MAX {
+                self.bytes.set(self.bytes.get() + buf.capacity());
+                spare.push(buf);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,5 +351,45 @@ mod tests {
             .unwrap()
             .join()
             .unwrap();
+    }
+
+    #[test]
+    fn large_bodies_are_recycled_once_unreferenced() {
+        let spare = SpareFrames::default();
+        let body = Bytes::from(spare.take(FRAME_REUSE_MIN_BYTES * 2));
+        let ptr = body.as_ptr();
+        let claimed = spare.claim(&body);
+        // Still referenced by the handler: let go, not recycled.
+        let handler_copy = body.clone();
+        drop(body);
+        spare.give_back(claimed);
+        assert!(spare.bufs.borrow().is_empty());
+
+        let claimed = spare.claim(&handler_copy);
+        drop(handler_copy);
+        spare.give_back(claimed);
+        // The next large frame reads into the same allocation, exactly as long as asked.
+        let again = spare.take(FRAME_REUSE_MIN_BYTES + 7);
+        assert_eq!(again.as_ptr(), ptr);
+        assert_eq!(again.len(), FRAME_REUSE_MIN_BYTES + 7);
+    }
+
+    #[test]
+    fn small_bodies_are_not_claimed_and_the_pool_is_bounded() {
+        let spare = SpareFrames::default();
+        let small = Bytes::from(spare.take(100));
+        assert!(spare.claim(&small).is_none());
+        for _ in 0..SHARD_SPARE_FRAMES_MAX + 3 {
+            let body = Bytes::from(vec![1u8; FRAME_REUSE_MIN_BYTES]);
+            let claimed = spare.claim(&body);
+            drop(body);
+            spare.give_back(claimed);
+        }
+        assert_eq!(spare.bufs.borrow().len(), SHARD_SPARE_FRAMES_MAX);
+        // A recycled buffer holds old bytes; the caller reads over exactly `len` of them.
+        assert_eq!(
+            spare.take(FRAME_REUSE_MIN_BYTES).len(),
+            FRAME_REUSE_MIN_BYTES
+        );
     }
 }

@@ -464,7 +464,7 @@ fn produce_with_throttle_time(
 }
 
 /// The connection's user: its principal's name.
-fn user_of<'a>(conn: &crate::handlers::Conn<'a>) -> &'a str {
+fn user_of<'a>(conn: &crate::conn::Conn<'a>) -> &'a str {
     conn.principal
         .strip_prefix("User:")
         .unwrap_or(conn.principal)
@@ -485,7 +485,7 @@ impl crate::shard::Shard {
     /// without a quota or within it).
     pub fn throttle(
         &self,
-        conn: crate::handlers::Conn<'_>,
+        conn: crate::conn::Conn<'_>,
         client_id: Option<&str>,
         key: &'static str,
         bytes: u64,
@@ -516,7 +516,7 @@ impl crate::shard::Shard {
     /// follower's fetch). With no quota set at all it returns before any other work.
     pub fn request_quota(
         &self,
-        conn: crate::handlers::Conn<'_>,
+        conn: crate::conn::Conn<'_>,
         (key, version): (i16, i16),
         client_id: Option<&str>,
         body: &Reader,
@@ -547,7 +547,7 @@ impl crate::shard::Shard {
     /// `percent`; how long the connection is to hold back (zero within the quota).
     pub fn record_request_time(
         &self,
-        conn: crate::handlers::Conn<'_>,
+        conn: crate::conn::Conn<'_>,
         client_id: Option<&str>,
         percent: f64,
         busy: Duration,
@@ -565,7 +565,7 @@ impl crate::shard::Shard {
 
     /// The connection holds back for the longest throttle its request earned (a Produce or
     /// Fetch past both a byte rate and its request quota waits the longer, not both).
-    fn held_back(&self, conn: crate::handlers::Conn<'_>, key: &str, d: Duration) {
+    fn held_back(&self, conn: crate::conn::Conn<'_>, key: &str, d: Duration) {
         if d > conn.throttle.get() {
             conn.throttle.set(d);
         }

@@ -20,12 +20,13 @@ use crate::catalog::Catalog;
 use crate::cluster::config::ListenerSpec;
 use crate::cluster::node::MetadataNode;
 use crate::config::BrokerConfig;
-use crate::connection::{serve_connection, TlsAcceptor};
+use crate::connection::serve_connection;
 use crate::controller::Controller;
 use crate::limits::{ConnectionLimits, ConnectionQuotas};
 use crate::routing::ShardId;
 use crate::sasl::ListenerCtx;
 use crate::shard::{Shard, ShardRequest};
+use crate::tls_acceptor::TlsAcceptor;
 
 /// How long a listener found on the port may take to disappear before start-up gives up.
 const LISTEN_PROBE_GRACE: std::time::Duration = std::time::Duration::from_secs(3);

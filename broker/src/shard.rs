@@ -22,10 +22,10 @@ use tributary_storage::{LogConfig, Partition, PartitionError};
 
 use crate::catalog::{partition_dir, Catalog};
 use crate::config::BrokerConfig;
-use crate::connection::SpareFrames;
 use crate::controller::Controller;
+use crate::coordinators::{GroupOp, GroupReply, TxnOp, TxnReply};
 use crate::group::{GroupConfig, GroupCoordinator, OFFSETS_TOPIC};
-use crate::handlers::groups::{GroupOp, GroupReply};
+use crate::limits::SpareFrames;
 use crate::limits::{ConnectionLimits, ConnectionQuotas, RequestMemory};
 use crate::metrics::Stage;
 use crate::partition_dirs;
@@ -134,8 +134,8 @@ pub enum ShardRequest {
     /// A waiting fetch's watch on this shard's partitions: sends their state as it changes, until
     /// `cancel` is dropped, the deadline passes or the shard drains.
     Watch {
-        items: Vec<crate::handlers::fetch::wait::WatchItem>,
-        updates: async_channel::Sender<Vec<crate::handlers::fetch::wait::WatchUpdate>>,
+        items: Vec<crate::fetch_wait::WatchItem>,
+        updates: async_channel::Sender<Vec<crate::fetch_wait::WatchUpdate>>,
         cancel: oneshot::Receiver<()>,
         deadline: Instant,
     },
@@ -197,7 +197,7 @@ pub enum ShardRequest {
     },
     /// Serve these TLS listeners' handshakes (by name) to new connections: a reloaded keystore.
     InstallTls {
-        acceptors: std::collections::BTreeMap<String, crate::connection::TlsAcceptor>,
+        acceptors: std::collections::BTreeMap<String, crate::tls_acceptor::TlsAcceptor>,
         inter_broker: crate::inter_broker::InterBrokerSecurity,
         reply: oneshot::Sender<()>,
     },
@@ -264,8 +264,8 @@ pub enum ShardRequest {
     /// A transaction coordinator operation, on the shard owning the id's
     /// `__transaction_state` partition.
     Txn {
-        op: Box<crate::handlers::txn::TxnOp>,
-        reply: oneshot::Sender<crate::handlers::txn::TxnReply>,
+        op: Box<TxnOp>,
+        reply: oneshot::Sender<TxnReply>,
     },
     /// A COMMIT/ABORT marker for a partition this shard owns and this node leads; answered
     /// once it is appended (and, replicated, held by the ISR).
@@ -284,7 +284,7 @@ pub struct Shard {
     broker_config: RefCell<Arc<BrokerConfig>>,
     /// The TLS listeners' handshakes by listener name, for the connections accepted next
     /// (`tls_reload`).
-    tls: RefCell<std::collections::BTreeMap<String, crate::connection::TlsAcceptor>>,
+    tls: RefCell<std::collections::BTreeMap<String, crate::tls_acceptor::TlsAcceptor>>,
     /// How this broker connects to the others (set at start-up and by a TLS reload).
     inter_broker: RefCell<crate::inter_broker::InterBrokerSecurity>,
     /// Idle connections to other brokers, for markers and KIP-890 verification.
@@ -332,7 +332,7 @@ pub struct Shard {
     pub fetch_reads: Cell<u64>,
     pub fetch_read_bytes: Cell<u64>,
     /// Fetch sessions of consumers connected to this shard.
-    pub fetch_sessions: RefCell<crate::handlers::fetch::session::SessionCache>,
+    pub fetch_sessions: RefCell<crate::fetch_session::SessionCache>,
     /// Replication state of the partitions this shard owns.
     pub replicas: crate::replica::leader::ShardReplicas,
     /// Request latencies and per-topic traffic (`metrics.rs`).
@@ -404,9 +404,7 @@ impl Shard {
             groups_loaded: RefCell::new(std::collections::HashSet::new()),
             txns,
             txns_loaded: RefCell::new(std::collections::HashSet::new()),
-            fetch_sessions: RefCell::new(crate::handlers::fetch::session::SessionCache::new(
-                session_slots,
-            )),
+            fetch_sessions: RefCell::new(crate::fetch_session::SessionCache::new(session_slots)),
             metrics: crate::metrics::ShardMetrics::default(),
             response_ready: Cell::new(None),
         }
@@ -445,14 +443,14 @@ impl Shard {
     }
 
     /// The handshake a new connection on TLS listener `name` gets.
-    pub fn tls_acceptor(&self, name: &str) -> Option<crate::connection::TlsAcceptor> {
+    pub fn tls_acceptor(&self, name: &str) -> Option<crate::tls_acceptor::TlsAcceptor> {
         self.tls.borrow().get(name).cloned()
     }
 
     /// All TLS listeners' handshakes, as served now.
     pub fn tls_acceptors(
         &self,
-    ) -> std::collections::BTreeMap<String, crate::connection::TlsAcceptor> {
+    ) -> std::collections::BTreeMap<String, crate::tls_acceptor::TlsAcceptor> {
         self.tls.borrow().clone()
     }
 
@@ -460,7 +458,7 @@ impl Shard {
     /// listeners keep theirs.
     pub fn install_tls(
         &self,
-        acceptors: std::collections::BTreeMap<String, crate::connection::TlsAcceptor>,
+        acceptors: std::collections::BTreeMap<String, crate::tls_acceptor::TlsAcceptor>,
     ) {
         self.tls.borrow_mut().extend(acceptors);
     }
@@ -552,7 +550,7 @@ impl Shard {
             return;
         }
         let old = self.catalog.replace(catalog.clone());
-        crate::handlers::metadata::note_fencings(
+        crate::catalog::note_fencings(
             &mut self.fenced_since.borrow_mut(),
             &catalog,
             Instant::now(),
@@ -879,8 +877,7 @@ impl Shard {
                 cancel,
                 deadline,
             } => {
-                crate::handlers::fetch::wait::watch_owned(self, items, updates, cancel, deadline)
-                    .await;
+                crate::fetch_wait::watch_owned(self, items, updates, cancel, deadline).await;
             }
             ShardRequest::ListOffset {
                 topic,
@@ -949,11 +946,11 @@ impl Shard {
                 let _ = reply.send(());
             }
             ShardRequest::Group { op, reply } => {
-                let out = crate::handlers::groups::run(self, *op).await;
+                let out = crate::coordinators::run_group(self, *op).await;
                 let _ = reply.send(out);
             }
             ShardRequest::Txn { op, reply } => {
-                let out = crate::handlers::txn::run(self, *op).await;
+                let out = crate::coordinators::run_txn(self, *op).await;
                 let _ = reply.send(out);
             }
             ShardRequest::WriteMarker { marker, reply } => {

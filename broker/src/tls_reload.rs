@@ -19,8 +19,8 @@ use anyhow::{anyhow, Result};
 use tracing::info;
 
 use crate::config::BrokerConfig;
-use crate::connection::TlsAcceptor;
 use crate::inter_broker::InterBrokerSecurity;
+use crate::tls_acceptor::TlsAcceptor;
 
 /// Every TLS listener's handshake, by listener name, built from `config`; an unusable keystore
 /// or truststore is an error naming the key. A controller-only node serves no clients, so it

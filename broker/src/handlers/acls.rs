@@ -20,9 +20,10 @@ use tributary_security::acl::{
     AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType,
 };
 
-use super::{decode_all, frame, str_bytes, Conn, HandlerResult};
+use super::common::{decode_all, frame, str_bytes, HandlerResult};
 use crate::catalog::AclRecord;
 use crate::cluster::command::MetadataCommand;
+use crate::conn::Conn;
 use crate::shard::Shard;
 
 /// Most bindings one request may create or delete (Kafka's cap on the records of one
@@ -72,9 +73,11 @@ pub async fn handle(
                 }
             }
             if !valid.is_empty() {
-                let (code, msg) =
-                    super::propose_metadata(shard, MetadataCommand::CreateAcls { acls: valid })
-                        .await;
+                let (code, msg) = super::common::propose_metadata(
+                    shard,
+                    MetadataCommand::CreateAcls { acls: valid },
+                )
+                .await;
                 if code.is_error() {
                     for r in results.iter_mut().filter(|r| !r.0.is_error()) {
                         *r = (code, msg.clone());
@@ -175,9 +178,11 @@ pub async fn handle(
             if !gone.is_empty() {
                 gone.sort();
                 gone.dedup();
-                let (code, msg) =
-                    super::propose_metadata(shard, MetadataCommand::DeleteAcls { acls: gone })
-                        .await;
+                let (code, msg) = super::common::propose_metadata(
+                    shard,
+                    MetadataCommand::DeleteAcls { acls: gone },
+                )
+                .await;
                 if code.is_error() {
                     for r in results.iter_mut().filter(|r| !r.0.is_error()) {
                         *r = (code, msg.clone(), Vec::new());

@@ -15,7 +15,7 @@ use tributary_protocol::requests::alter_configs;
 use tributary_protocol::requests::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, frame, str_bytes, HandlerResult};
+use super::common::{decode_all, frame, str_bytes, HandlerResult};
 use crate::controller::{BrokerConfigChange, ConfigChange};
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
@@ -25,7 +25,7 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;

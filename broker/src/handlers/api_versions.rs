@@ -6,7 +6,7 @@ use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::api_versions;
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, HandlerResult};
+use super::common::{decode_all, HandlerResult};
 
 pub fn handle(spec: &ApiSpec, header: &RequestHeader, r: &mut Reader) -> HandlerResult {
     let v = header.api_version;

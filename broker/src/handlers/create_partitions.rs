@@ -12,7 +12,7 @@ use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::create_partitions::{self, CreatePartitionsTopic};
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::controller::PartitionGrowth;
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
@@ -24,7 +24,7 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;

@@ -11,7 +11,7 @@ use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::create_topics;
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::cluster::placement::check_manual;
 use crate::controller::check_new_topic;
 use crate::routing::ShardId;
@@ -25,7 +25,7 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;

@@ -11,7 +11,7 @@ use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::delete_topics;
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, frame, topic_name, HandlerResult};
+use super::common::{decode_all, frame, topic_name, HandlerResult};
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
 
@@ -20,7 +20,7 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;

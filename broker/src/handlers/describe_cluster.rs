@@ -15,7 +15,7 @@ use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::describe_cluster;
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, frame, str_bytes, HandlerResult};
+use super::common::{decode_all, frame, str_bytes, HandlerResult};
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
 
@@ -69,9 +69,9 @@ pub async fn handle(
     if v >= 1 {
         resp = resp.with_endpoint_type(req.endpoint_type);
     }
-    resp = resp.with_cluster_authorized_operations(super::authorized_operations::when(
+    resp = resp.with_cluster_authorized_operations(super::common::authorized_operations::when(
         req.include_cluster_authorized_operations,
-        super::authorized_operations::CLUSTER,
+        super::common::authorized_operations::CLUSTER,
     ));
     frame(spec, header, &resp)
 }

@@ -13,7 +13,7 @@ use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::describe_configs::{self, RESOURCE_BROKER, RESOURCE_TOPIC};
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, frame, str_bytes, HandlerResult};
+use super::common::{decode_all, frame, str_bytes, HandlerResult};
 use crate::config::{is_dynamic, ConfigKind, BROKER_KEYS};
 use crate::shard::Shard;
 use crate::topic_config::{topic_default, TOPIC_KEYS};
@@ -39,7 +39,7 @@ pub fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;

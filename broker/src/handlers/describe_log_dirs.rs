@@ -12,7 +12,7 @@ use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::describe_log_dirs;
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
 

@@ -15,7 +15,7 @@ use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::describe_quorum;
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, frame, topic_name, HandlerResult};
+use super::common::{decode_all, frame, topic_name, HandlerResult};
 use crate::cluster::node::METADATA_TOPIC;
 use crate::routing::ShardId;
 use crate::shard::{call, QuorumStatus, Shard, ShardRequest};

@@ -9,8 +9,6 @@
 //! leaders' endpoints (KIP-951), so a client moves without a Metadata request.
 
 pub mod replica;
-pub mod session;
-pub mod wait;
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -26,11 +24,11 @@ use tributary_protocol::requests::fetch::{
 };
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, HandlerResult};
+use super::common::{decode_all, HandlerResult};
 use crate::catalog::Catalog;
+use crate::fetch_session::{Answered, Context, FetchItem, INVALID_SESSION_ID};
+use crate::fetch_wait::{Baseline, Tally};
 use crate::shard::{call, FetchResult, Shard, ShardRequest};
-use session::{Answered, Context, FetchItem, INVALID_SESSION_ID};
-use wait::{Baseline, Tally};
 
 /// Longest long-poll a client may ask for; a larger `max_wait_ms` is capped to this.
 pub const FETCH_MAX_WAIT_MS_CAP: u64 = 60_000;
@@ -53,7 +51,7 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
@@ -392,7 +390,7 @@ async fn read_and_wait(
         .map(|(i, k)| (i.topic.clone(), i.partition, !k.is_error()))
         .collect();
     let wait_start = Instant::now();
-    wait::wait(shard, &watched, tally, deadline).await;
+    crate::fetch_wait::wait(shard, &watched, tally, deadline).await;
     shard
         .metrics
         .observe_stage(crate::metrics::Stage::FetchWait, wait_start.elapsed());

@@ -32,175 +32,13 @@ use tributary_protocol::requests::groups::*;
 use tributary_protocol::{ErrorCode, Reader};
 use tributary_security::acl::{AclOperation, ResourceType};
 
-use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use crate::coordinators::{GroupOp, GroupReply};
 use crate::group::state::{JoinResult, SyncResult};
 use crate::group::OFFSETS_TOPIC;
-use crate::group::{DescribedGroup as Described, MemberResults, TopicResults};
+use crate::group::{DescribedGroup as Described, TopicResults};
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
-
-/// A group operation, sent to the group's coordinator shard.
-pub enum GroupOp {
-    Join {
-        req: JoinGroupRequest,
-        version: i16,
-        client_id: String,
-        client_host: String,
-    },
-    Sync(SyncGroupRequest),
-    Heartbeat(HeartbeatRequest),
-    Leave(LeaveGroupRequest),
-    Commit(OffsetCommitRequest),
-    /// TxnOffsetCommit: offsets in the transaction of producer (id, epoch).
-    TxnCommit {
-        req: OffsetCommitRequest,
-        producer: (i64, i16),
-    },
-    Fetch(OffsetFetchGroup),
-    Describe(String),
-    List,
-    Delete(String),
-    OffsetDelete(OffsetDeleteRequest),
-}
-
-pub enum GroupReply {
-    Join(JoinResult),
-    Sync(SyncResult),
-    Code(ErrorCode),
-    Leave(ErrorCode, MemberResults),
-    Commit(TopicResults<ErrorCode>),
-    /// The group's error, its offsets, and the partitions whose offsets a transaction holds
-    /// (UNSTABLE_OFFSET_COMMIT when the request requires stable offsets).
-    Fetch(
-        ErrorCode,
-        TopicResults<(i64, i32, String)>,
-        Vec<(String, i32)>,
-    ),
-    Describe(Described),
-    List(Vec<(String, String, String)>),
-    OffsetDelete(ErrorCode, TopicResults<ErrorCode>),
-}
-
-/// Runs one operation on the coordinator shard.
-pub async fn run(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
-    let g = &shard.groups;
-    let group_of = |op: &GroupOp| -> Option<String> {
-        match op {
-            GroupOp::Join { req, .. } => Some(req.group_id.clone()),
-            GroupOp::Sync(r) => Some(r.group_id.clone()),
-            GroupOp::Heartbeat(r) => Some(r.group_id.clone()),
-            GroupOp::Leave(r) => Some(r.group_id.clone()),
-            GroupOp::Commit(r) | GroupOp::TxnCommit { req: r, .. } => Some(r.group_id.clone()),
-            GroupOp::Fetch(r) => Some(r.group_id.clone()),
-            GroupOp::Describe(id) | GroupOp::Delete(id) => Some(id.clone()),
-            GroupOp::OffsetDelete(r) => Some(r.group_id.clone()),
-            GroupOp::List => None,
-        }
-    };
-    let group = group_of(&op);
-    let log = group.as_ref().and_then(|id| shard.group_log(id));
-    let unavailable = log.is_none();
-    // Another broker leads the group's partition: the client asks FindCoordinator again.
-    let moved = group.as_ref().is_some_and(|id| {
-        let p = shard.groups.group_partition(id);
-        shard
-            .catalog()
-            .partition(OFFSETS_TOPIC, p)
-            .is_some_and(|r| r.leader >= 0 && r.leader != shard.config.node_id)
-    });
-    let gone = if moved {
-        ErrorCode::NOT_COORDINATOR
-    } else {
-        ErrorCode::COORDINATOR_NOT_AVAILABLE
-    };
-    match op {
-        GroupOp::List => GroupReply::List(g.list()),
-        _ if unavailable => match op {
-            GroupOp::Join { req, .. } => GroupReply::Join(JoinResult::error(gone, &req.member_id)),
-            GroupOp::Sync(_) => GroupReply::Sync(SyncResult::error(gone)),
-            GroupOp::Leave(_) => GroupReply::Leave(gone, Vec::new()),
-            GroupOp::Fetch(_) => GroupReply::Fetch(gone, Vec::new(), Vec::new()),
-            GroupOp::OffsetDelete(_) => GroupReply::OffsetDelete(gone, Vec::new()),
-            _ => GroupReply::Code(gone),
-        },
-        GroupOp::Join {
-            req,
-            version,
-            client_id,
-            client_host,
-        } => {
-            let member = req.member_id.clone();
-            match g.join(req, version, client_id, client_host) {
-                Err(e) => GroupReply::Join(*e),
-                Ok(rx) => GroupReply::Join(rx.await.unwrap_or_else(|_| {
-                    JoinResult::error(ErrorCode::REBALANCE_IN_PROGRESS, &member)
-                })),
-            }
-        }
-        GroupOp::Sync(req) => {
-            let group_id = req.group_id.clone();
-            match g.sync(req) {
-                Err(e) => GroupReply::Sync(e),
-                Ok((rx, completed)) => {
-                    if completed {
-                        if let Some(log) = &log {
-                            g.persist_group(log, &group_id).await;
-                        }
-                    }
-                    GroupReply::Sync(
-                        rx.await.unwrap_or_else(|_| {
-                            SyncResult::error(ErrorCode::REBALANCE_IN_PROGRESS)
-                        }),
-                    )
-                }
-            }
-        }
-        GroupOp::Heartbeat(req) => GroupReply::Code(g.heartbeat(req)),
-        GroupOp::Leave(req) => {
-            let group_id = req.group_id.clone();
-            let (code, members, emptied) = g.leave(req);
-            if emptied {
-                if let Some(log) = &log {
-                    g.persist_group(log, &group_id).await;
-                }
-            }
-            GroupReply::Leave(code, members)
-        }
-        GroupOp::Commit(req) => match &log {
-            Some(log) => GroupReply::Commit(g.commit(log, req, None).await),
-            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
-        },
-        GroupOp::TxnCommit { req, producer } => match &log {
-            Some(log) => GroupReply::Commit(g.commit(log, req, Some(producer)).await),
-            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
-        },
-        GroupOp::Fetch(req) => {
-            let offsets = g.fetch_offsets(&req);
-            let unstable = if req.require_stable {
-                offsets
-                    .iter()
-                    .flat_map(|(t, ps)| ps.iter().map(move |(p, _)| (t.clone(), *p)))
-                    .filter(|(t, p)| g.has_pending_offset(&req.group_id, t, *p))
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            GroupReply::Fetch(ErrorCode::NONE, offsets, unstable)
-        }
-        GroupOp::Describe(id) => GroupReply::Describe(g.describe(&id)),
-        GroupOp::Delete(id) => match &log {
-            Some(log) => GroupReply::Code(g.delete_group(log, &id).await),
-            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
-        },
-        GroupOp::OffsetDelete(req) => match &log {
-            Some(log) => {
-                let (code, topics) = g.delete_offsets(log, req).await;
-                GroupReply::OffsetDelete(code, topics)
-            }
-            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
-        },
-    }
-}
 
 async fn ask(shard: &Rc<Shard>, group: &str, op: GroupOp) -> Option<GroupReply> {
     let owner = shard.group_owner(group);
@@ -220,7 +58,7 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     match spec.key {
         api_key::FIND_COORDINATOR => find_coordinator(shard, spec, header, r, conn).await,
@@ -237,7 +75,7 @@ async fn join_group(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     let peer = conn.peer;
@@ -292,7 +130,7 @@ async fn sync_group(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     let denied = |g: &str| !shard.allowed(conn, AclOperation::Read, ResourceType::Group, g);
@@ -321,7 +159,7 @@ async fn heartbeat(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     let denied = |g: &str| !shard.allowed(conn, AclOperation::Read, ResourceType::Group, g);
@@ -346,7 +184,7 @@ async fn leave_group(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     let denied = |g: &str| !shard.allowed(conn, AclOperation::Read, ResourceType::Group, g);
@@ -393,7 +231,7 @@ async fn find_coordinator(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| decode_find_coordinator(r, v))?;
@@ -547,7 +385,7 @@ fn partition_code(offset: i64, otherwise: i16) -> i16 {
 /// The refused partitions leave `req` and are returned with their codes.
 pub fn authorize_commit(
     shard: &Shard,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
     req: &mut OffsetCommitRequest,
 ) -> TopicResults<ErrorCode> {
     if shard.authorizer().is_none() {
@@ -635,7 +473,7 @@ pub(super) mod admin {
         spec: &ApiSpec,
         header: &RequestHeader,
         r: &mut Reader,
-        conn: super::super::Conn<'_>,
+        conn: crate::conn::Conn<'_>,
     ) -> HandlerResult {
         match spec.key {
             api_key::OFFSET_COMMIT => offset_commit(shard, spec, header, r, conn).await,
@@ -653,7 +491,7 @@ pub(super) mod admin {
         spec: &ApiSpec,
         header: &RequestHeader,
         r: &mut Reader,
-        conn: super::super::Conn<'_>,
+        conn: crate::conn::Conn<'_>,
     ) -> HandlerResult {
         let v = header.api_version;
         let mut req = decode_all(r, |r| decode_offset_commit(r, v))?;
@@ -692,7 +530,7 @@ pub(super) mod admin {
         spec: &ApiSpec,
         header: &RequestHeader,
         r: &mut Reader,
-        conn: super::super::Conn<'_>,
+        conn: crate::conn::Conn<'_>,
     ) -> HandlerResult {
         let v = header.api_version;
         let groups = decode_all(r, |r| decode_offset_fetch(r, v))?;
@@ -819,7 +657,7 @@ pub(super) mod admin {
         spec: &ApiSpec,
         header: &RequestHeader,
         r: &mut Reader,
-        conn: super::super::Conn<'_>,
+        conn: crate::conn::Conn<'_>,
     ) -> HandlerResult {
         let v = header.api_version;
         let states = decode_all(r, |r| decode_list_groups(r, v))?;
@@ -869,15 +707,15 @@ pub(super) mod admin {
         spec: &ApiSpec,
         header: &RequestHeader,
         r: &mut Reader,
-        conn: super::super::Conn<'_>,
+        conn: crate::conn::Conn<'_>,
     ) -> HandlerResult {
         let v = header.api_version;
         let (ids, include_ops) = decode_all(r, |r| {
             decode_group_ids_and_ops(r, api_key::DESCRIBE_GROUPS, v)
         })?;
-        let ops = crate::handlers::authorized_operations::when(
+        let ops = crate::handlers::common::authorized_operations::when(
             include_ops,
-            crate::handlers::authorized_operations::GROUP,
+            crate::handlers::common::authorized_operations::GROUP,
         );
         let mut groups = Vec::with_capacity(ids.len());
         for id in ids {
@@ -940,7 +778,7 @@ pub(super) mod admin {
         spec: &ApiSpec,
         header: &RequestHeader,
         r: &mut Reader,
-        conn: super::super::Conn<'_>,
+        conn: crate::conn::Conn<'_>,
     ) -> HandlerResult {
         let v = header.api_version;
         let ids = decode_all(r, |r| decode_group_ids(r, api_key::DELETE_GROUPS, v))?;
@@ -972,7 +810,7 @@ pub(super) mod admin {
         spec: &ApiSpec,
         header: &RequestHeader,
         r: &mut Reader,
-        conn: super::super::Conn<'_>,
+        conn: crate::conn::Conn<'_>,
     ) -> HandlerResult {
         let v = header.api_version;
         let mut req = decode_all(r, |r| decode_offset_delete(r, v))?;

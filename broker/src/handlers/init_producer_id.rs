@@ -10,7 +10,7 @@ use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::init_producer_id;
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, frame, HandlerResult};
+use super::common::{decode_all, frame, HandlerResult};
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
 
@@ -19,7 +19,7 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;

@@ -13,7 +13,7 @@ use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::list_offsets;
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, frame, topic_name, HandlerResult};
+use super::common::{decode_all, frame, topic_name, HandlerResult};
 use crate::shard::{call, Shard, ShardRequest};
 
 /// The first ListOffsets version with `isolation_level`.
@@ -24,7 +24,7 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;

@@ -1,7 +1,6 @@
 //! Metadata: brokers, topics and partition leaders from the shard's catalog snapshot, creating
 //! requested topics first when auto-creation is on.
 
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -15,18 +14,22 @@ use tributary_protocol::requests::metadata;
 use tributary_protocol::topic::validate_topic_name;
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::authorized_operations::{self as ops, when};
-use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use super::common::authorized_operations::{self as ops, when};
+use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+#[cfg(test)]
+use crate::catalog::note_fencings;
 use crate::catalog::{BrokerRegistration, Catalog};
 use crate::routing::ShardId;
 use crate::shard::{call, NewTopic, Shard, ShardRequest};
+#[cfg(test)]
+use std::collections::HashMap;
 
 pub async fn handle(
     shard: &Rc<Shard>,
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     use tributary_security::acl::{AclOperation, ResourceType};
     let listener = conn.listener;
@@ -244,15 +247,6 @@ pub fn listed(
         return true;
     }
     fenced_since.is_some_and(|since| now.saturating_duration_since(since) < grace)
-}
-
-/// Keeps `fenced_since` in step with an image: a broker newly fenced is noted at `now`, one
-/// no longer fenced (or gone) is forgotten.
-pub fn note_fencings(fenced_since: &mut HashMap<i32, Instant>, image: &Catalog, now: Instant) {
-    fenced_since.retain(|id, _| image.brokers.get(id).is_some_and(|b| b.fenced));
-    for b in image.brokers.values().filter(|b| b.fenced) {
-        fenced_since.entry(b.id).or_insert(now);
-    }
 }
 
 #[cfg(test)]

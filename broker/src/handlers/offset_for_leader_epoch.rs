@@ -13,7 +13,7 @@ use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::offset_for_leader_epoch::{self, EpochQuery, NO_EPOCH};
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, frame, topic_name, HandlerResult};
+use super::common::{decode_all, frame, topic_name, HandlerResult};
 use crate::shard::{call, Shard, ShardRequest};
 
 /// Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
@@ -50,7 +50,7 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;

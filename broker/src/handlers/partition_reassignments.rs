@@ -18,7 +18,7 @@ use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::partition_reassignments as req;
 use tributary_protocol::{ErrorCode, Reader};
 
-use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::catalog::{Catalog, PartitionRegistration};
 use crate::cluster::reassign::ReassignmentTarget;
 use crate::routing::ShardId;

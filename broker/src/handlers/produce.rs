@@ -23,7 +23,7 @@ use tributary_protocol::requests::produce;
 use tributary_protocol::{ErrorCode, Reader};
 use tributary_storage::codec::{self, CodecError};
 
-use super::{decode_all, frame, str_bytes, topic_name, PendingResponse};
+use super::common::{decode_all, frame, str_bytes, topic_name, PendingResponse};
 use crate::catalog::{Catalog, TopicMeta};
 use crate::config::BrokerConfig;
 use crate::metrics::Stage;
@@ -38,7 +38,7 @@ pub async fn start(
     spec: &'static ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> Result<PendingResponse, String> {
     use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;

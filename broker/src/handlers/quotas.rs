@@ -17,8 +17,9 @@ use tributary_protocol::requests::quotas as req;
 use tributary_protocol::{ErrorCode, Reader};
 use tributary_security::acl::AclOperation;
 
-use super::{decode_all, frame, str_bytes, Conn, HandlerResult};
+use super::common::{decode_all, frame, str_bytes, HandlerResult};
 use crate::cluster::command::MetadataCommand;
+use crate::conn::Conn;
 use crate::quota::{QuotaEntity, QUOTA_KEYS, REQUEST_PERCENTAGE};
 use crate::shard::Shard;
 
@@ -71,7 +72,8 @@ pub async fn handle(
     }
     if !changes.is_empty() && !validate_only {
         let (code, msg) =
-            super::propose_metadata(shard, MetadataCommand::AlterClientQuotas { changes }).await;
+            super::common::propose_metadata(shard, MetadataCommand::AlterClientQuotas { changes })
+                .await;
         if code.is_error() {
             for r in results.iter_mut().filter(|r| !r.1.is_error()) {
                 r.1 = code;

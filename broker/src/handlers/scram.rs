@@ -20,7 +20,7 @@ use tributary_protocol::requests::sasl as req;
 use tributary_protocol::{ErrorCode, Reader};
 use tributary_security::scram::{ScramCredential, ScramMechanism};
 
-use super::{decode_all, frame, str_bytes, HandlerResult};
+use super::common::{decode_all, frame, str_bytes, HandlerResult};
 use crate::catalog::ScramRecord;
 use crate::cluster::command::MetadataCommand;
 use crate::shard::Shard;
@@ -30,7 +30,7 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     use tributary_security::acl::AclOperation;
     let v = header.api_version;
@@ -267,7 +267,7 @@ async fn alter(
         .collect();
     if !changed.is_empty() {
         let cmd = MetadataCommand::AlterScramCredentials { upsert, delete };
-        let (code, msg) = super::propose_metadata(shard, cmd).await;
+        let (code, msg) = super::common::propose_metadata(shard, cmd).await;
         for u in changed {
             if !outcome.iter().any(|(x, _, _)| *x == u) {
                 outcome.push((u, code, msg.clone()));

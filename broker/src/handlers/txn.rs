@@ -27,186 +27,12 @@ use tributary_protocol::{ErrorCode, Reader};
 
 use tributary_security::acl::{AclOperation, ResourceType};
 
-use super::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use crate::coordinators::{TxnOp, TxnReply};
 use crate::group::OFFSETS_TOPIC;
 use crate::routing::ShardId;
 use crate::shard::{call, NewTopic, Shard, ShardRequest};
 use crate::txn::TXN_TOPIC;
-
-/// How long EndTxn waits for its markers before answering anyway.
-const END_TXN_MARKER_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
-
-/// An operation on the shard coordinating a transactional id.
-pub enum TxnOp {
-    Init {
-        id: String,
-        timeout_ms: i32,
-        given: (i64, i16),
-    },
-    AddPartitions {
-        id: String,
-        producer: (i64, i16),
-        partitions: Vec<(String, i32)>,
-    },
-    End {
-        id: String,
-        producer: (i64, i16),
-        commit: bool,
-    },
-    /// KIP-890: is the partition in the id's ongoing transaction at this producer?
-    Verify {
-        id: String,
-        producer: (i64, i16),
-        partition: (String, i32),
-    },
-    /// DescribeTransactions, for one id.
-    Describe(String),
-    /// ListTransactions: every id this shard coordinates.
-    List,
-    /// DescribeProducers: the producers of a partition this shard owns.
-    Producers { topic: String, partition: i32 },
-}
-
-impl TxnOp {
-    fn id(&self) -> &str {
-        match self {
-            TxnOp::Init { id, .. }
-            | TxnOp::AddPartitions { id, .. }
-            | TxnOp::End { id, .. }
-            | TxnOp::Verify { id, .. }
-            | TxnOp::Describe(id) => id,
-            TxnOp::List | TxnOp::Producers { .. } => "",
-        }
-    }
-}
-
-pub enum TxnReply {
-    Init(Result<(i64, i16), ErrorCode>),
-    Code(ErrorCode),
-    Described(Result<crate::txn::state::TxnMeta, ErrorCode>),
-    Listed(Vec<crate::txn::state::TxnMeta>),
-    Producers(Result<Vec<tributary_storage::producer_state::ProducerSummary>, ErrorCode>),
-}
-
-/// Runs one operation on the coordinator shard (DescribeProducers: on the partition's).
-pub async fn run(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
-    match op {
-        TxnOp::List => return TxnReply::Listed(shard.txns.list()),
-        TxnOp::Producers { topic, partition } => {
-            let led = shard
-                .catalog()
-                .partition(&topic, partition)
-                .is_some_and(|r| r.leader == shard.config.node_id);
-            return TxnReply::Producers(match shard.partition(&topic, partition) {
-                Some(part) if led => Ok(part.producers()),
-                _ => Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
-            });
-        }
-        _ => {}
-    }
-    let id = op.id().to_string();
-    let Some(log) = shard.txn_log(&id) else {
-        // Another broker leads the id's partition: the client asks FindCoordinator again.
-        let p = shard.txns.partition_of(&id);
-        let moved = shard
-            .catalog()
-            .partition(TXN_TOPIC, p)
-            .is_some_and(|r| r.leader >= 0 && r.leader != shard.config.node_id);
-        let code = if moved {
-            ErrorCode::NOT_COORDINATOR
-        } else {
-            ErrorCode::COORDINATOR_NOT_AVAILABLE
-        };
-        return match op {
-            TxnOp::Init { .. } => TxnReply::Init(Err(code)),
-            TxnOp::Describe(_) => TxnReply::Described(Err(code)),
-            _ => TxnReply::Code(code),
-        };
-    };
-    let t = &shard.txns;
-    match op {
-        TxnOp::Init {
-            id,
-            timeout_ms,
-            given,
-        } => {
-            // Boxed: a shard call from inside a shard request handler would make the handler's
-            // future recursive.
-            let allocate = || -> std::pin::Pin<Box<dyn std::future::Future<Output = _> + '_>> {
-                Box::pin(async move {
-                    let allocated = call(shard, ShardId(0), |reply| {
-                        ShardRequest::AllocateProducerId { reply }
-                    });
-                    match allocated.await {
-                        Some(Ok(pid)) => Ok(pid),
-                        Some(Err(e)) => {
-                            warn!(error = %e, "producer id allocation failed");
-                            Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
-                        }
-                        None => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
-                    }
-                })
-            };
-            match t
-                .init_producer_id(&log, &id, timeout_ms, given, allocate)
-                .await
-            {
-                Ok(p) => TxnReply::Init(Ok(p)),
-                Err((code, aborting)) => {
-                    if let Some(prepared) = aborting {
-                        glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared))
-                            .detach();
-                    }
-                    TxnReply::Init(Err(code))
-                }
-            }
-        }
-        TxnOp::AddPartitions {
-            id,
-            producer,
-            partitions,
-        } => TxnReply::Code(
-            t.add_partitions(&log, &id, producer, &partitions)
-                .await
-                .err()
-                .unwrap_or(ErrorCode::NONE),
-        ),
-        TxnOp::End {
-            id,
-            producer,
-            commit,
-        } => match t.end_txn(&log, &id, producer, commit).await {
-            Ok(Some(prepared)) => {
-                // Kafka answers once the transaction is prepared and the producer's next
-                // transaction waits (CONCURRENT_TRANSACTIONS, and a client backoff) until the
-                // markers are written. Waiting a moment for them here saves that backoff when
-                // they are quick; slow ones carry on in the background.
-                let markers =
-                    glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared))
-                        .detach();
-                futures_lite::future::or(
-                    async {
-                        let _ = markers.await;
-                    },
-                    glommio::timer::sleep(END_TXN_MARKER_WAIT),
-                )
-                .await;
-                TxnReply::Code(ErrorCode::NONE)
-            }
-            Ok(None) => TxnReply::Code(ErrorCode::NONE),
-            Err(e) => TxnReply::Code(e),
-        },
-        TxnOp::Verify {
-            id,
-            producer,
-            partition,
-        } => TxnReply::Code(t.verify(&id, producer, &partition)),
-        TxnOp::Describe(id) => {
-            TxnReply::Described(t.describe(&id).ok_or(ErrorCode::TRANSACTIONAL_ID_NOT_FOUND))
-        }
-        TxnOp::List | TxnOp::Producers { .. } => TxnReply::Code(ErrorCode::NONE),
-    }
-}
 
 /// KIP-890 part 1 before a transactional produce: INVALID_TXN_STATE unless the coordinator
 /// holds `partition` in `id`'s ongoing transaction at `producer` (INVALID_PRODUCER_EPOCH for an
@@ -308,7 +134,7 @@ async fn add_partitions(
     shard: &Rc<Shard>,
     req: &txn::AddPartitionsToTxnRequest,
     v: i16,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> Vec<AddPartitionsToTxnTopicResult> {
     let catalog = shard.catalog();
     let known = |t: &str, p: i32| {
@@ -491,7 +317,7 @@ pub async fn init_producer_id(
     spec: &ApiSpec,
     header: &RequestHeader,
     req: InitProducerIdRequest,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     let id = req.transactional_id.clone().unwrap_or_default();
@@ -537,7 +363,7 @@ pub async fn handle(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     match spec.key {
@@ -561,7 +387,7 @@ async fn add_partitions_batched(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     use kafka_protocol::messages::add_partitions_to_txn_response::AddPartitionsToTxnResult;
     let v = header.api_version;
@@ -623,7 +449,7 @@ async fn add_partitions_to_txn(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| txn::decode_add_partitions(r, v))?;
@@ -640,7 +466,7 @@ async fn add_offsets_to_txn(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     let id_denied =
@@ -673,7 +499,7 @@ async fn end_txn(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     let id_denied =
@@ -701,7 +527,7 @@ async fn txn_offset_commit(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     let id_denied =
@@ -785,7 +611,7 @@ async fn write_txn_markers(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     use kafka_protocol::messages::write_txn_markers_response::{
@@ -844,7 +670,7 @@ async fn describe_transactions(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     use kafka_protocol::messages::describe_transactions_response::{
@@ -908,7 +734,7 @@ async fn list_transactions(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     use kafka_protocol::messages::list_transactions_response::{
@@ -989,7 +815,7 @@ async fn describe_producers(
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: super::Conn<'_>,
+    conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
     use kafka_protocol::messages::describe_producers_response::{

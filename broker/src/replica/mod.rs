@@ -23,28 +23,7 @@ pub use tributary_replication::{
     OutOfSync, Turns,
 };
 
-/// What a connection knows of the follower whose fetches it carries.
-#[derive(Debug)]
-pub struct ReplicaLink {
-    pub id: LinkId,
-    /// Set by the first follower fetch: the connection is a replica link from then on.
-    pub follower: std::cell::Cell<Option<i32>>,
-}
-
-impl ReplicaLink {
-    pub fn new() -> Self {
-        Self {
-            id: LinkId::next(),
-            follower: std::cell::Cell::new(None),
-        }
-    }
-}
-
-impl Default for ReplicaLink {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+pub use crate::conn::ReplicaLink;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,355 @@
+//! The operations a coordinator runs on the shard that owns its internal partition: a group's
+//! (`__consumer_offsets`) and a transactional id's (`__transaction_state`). The handlers of the
+//! group and transaction APIs send them there (`ShardRequest::Group`, `ShardRequest::Txn`) and
+//! turn the replies into responses; the shard runs them here, against its coordinators.
+
+use std::rc::Rc;
+
+use tracing::warn;
+use tributary_protocol::requests::groups::*;
+use tributary_protocol::ErrorCode;
+
+use crate::group::state::{JoinResult, SyncResult};
+use crate::group::OFFSETS_TOPIC;
+use crate::group::{DescribedGroup as Described, MemberResults, TopicResults};
+use crate::routing::ShardId;
+use crate::shard::{call, Shard, ShardRequest};
+use crate::txn::TXN_TOPIC;
+
+/// A group operation, sent to the group's coordinator shard.
+pub enum GroupOp {
+    Join {
+        req: JoinGroupRequest,
+        version: i16,
+        client_id: String,
+        client_host: String,
+    },
+    Sync(SyncGroupRequest),
+    Heartbeat(HeartbeatRequest),
+    Leave(LeaveGroupRequest),
+    Commit(OffsetCommitRequest),
+    /// TxnOffsetCommit: offsets in the transaction of producer (id, epoch).
+    TxnCommit {
+        req: OffsetCommitRequest,
+        producer: (i64, i16),
+    },
+    Fetch(OffsetFetchGroup),
+    Describe(String),
+    List,
+    Delete(String),
+    OffsetDelete(OffsetDeleteRequest),
+}
+
+pub enum GroupReply {
+    Join(JoinResult),
+    Sync(SyncResult),
+    Code(ErrorCode),
+    Leave(ErrorCode, MemberResults),
+    Commit(TopicResults<ErrorCode>),
+    /// The group's error, its offsets, and the partitions whose offsets a transaction holds
+    /// (UNSTABLE_OFFSET_COMMIT when the request requires stable offsets).
+    Fetch(
+        ErrorCode,
+        TopicResults<(i64, i32, String)>,
+        Vec<(String, i32)>,
+    ),
+    Describe(Described),
+    List(Vec<(String, String, String)>),
+    OffsetDelete(ErrorCode, TopicResults<ErrorCode>),
+}
+
+/// Runs one operation on the coordinator shard.
+pub async fn run_group(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
+    let g = &shard.groups;
+    let group_of = |op: &GroupOp| -> Option<String> {
+        match op {
+            GroupOp::Join { req, .. } => Some(req.group_id.clone()),
+            GroupOp::Sync(r) => Some(r.group_id.clone()),
+            GroupOp::Heartbeat(r) => Some(r.group_id.clone()),
+            GroupOp::Leave(r) => Some(r.group_id.clone()),
+            GroupOp::Commit(r) | GroupOp::TxnCommit { req: r, .. } => Some(r.group_id.clone()),
+            GroupOp::Fetch(r) => Some(r.group_id.clone()),
+            GroupOp::Describe(id) | GroupOp::Delete(id) => Some(id.clone()),
+            GroupOp::OffsetDelete(r) => Some(r.group_id.clone()),
+            GroupOp::List => None,
+        }
+    };
+    let group = group_of(&op);
+    let log = group.as_ref().and_then(|id| shard.group_log(id));
+    let unavailable = log.is_none();
+    // Another broker leads the group's partition: the client asks FindCoordinator again.
+    let moved = group.as_ref().is_some_and(|id| {
+        let p = shard.groups.group_partition(id);
+        shard
+            .catalog()
+            .partition(OFFSETS_TOPIC, p)
+            .is_some_and(|r| r.leader >= 0 && r.leader != shard.config.node_id)
+    });
+    let gone = if moved {
+        ErrorCode::NOT_COORDINATOR
+    } else {
+        ErrorCode::COORDINATOR_NOT_AVAILABLE
+    };
+    match op {
+        GroupOp::List => GroupReply::List(g.list()),
+        _ if unavailable => match op {
+            GroupOp::Join { req, .. } => GroupReply::Join(JoinResult::error(gone, &req.member_id)),
+            GroupOp::Sync(_) => GroupReply::Sync(SyncResult::error(gone)),
+            GroupOp::Leave(_) => GroupReply::Leave(gone, Vec::new()),
+            GroupOp::Fetch(_) => GroupReply::Fetch(gone, Vec::new(), Vec::new()),
+            GroupOp::OffsetDelete(_) => GroupReply::OffsetDelete(gone, Vec::new()),
+            _ => GroupReply::Code(gone),
+        },
+        GroupOp::Join {
+            req,
+            version,
+            client_id,
+            client_host,
+        } => {
+            let member = req.member_id.clone();
+            match g.join(req, version, client_id, client_host) {
+                Err(e) => GroupReply::Join(*e),
+                Ok(rx) => GroupReply::Join(rx.await.unwrap_or_else(|_| {
+                    JoinResult::error(ErrorCode::REBALANCE_IN_PROGRESS, &member)
+                })),
+            }
+        }
+        GroupOp::Sync(req) => {
+            let group_id = req.group_id.clone();
+            match g.sync(req) {
+                Err(e) => GroupReply::Sync(e),
+                Ok((rx, completed)) => {
+                    if completed {
+                        if let Some(log) = &log {
+                            g.persist_group(log, &group_id).await;
+                        }
+                    }
+                    GroupReply::Sync(
+                        rx.await.unwrap_or_else(|_| {
+                            SyncResult::error(ErrorCode::REBALANCE_IN_PROGRESS)
+                        }),
+                    )
+                }
+            }
+        }
+        GroupOp::Heartbeat(req) => GroupReply::Code(g.heartbeat(req)),
+        GroupOp::Leave(req) => {
+            let group_id = req.group_id.clone();
+            let (code, members, emptied) = g.leave(req);
+            if emptied {
+                if let Some(log) = &log {
+                    g.persist_group(log, &group_id).await;
+                }
+            }
+            GroupReply::Leave(code, members)
+        }
+        GroupOp::Commit(req) => match &log {
+            Some(log) => GroupReply::Commit(g.commit(log, req, None).await),
+            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+        },
+        GroupOp::TxnCommit { req, producer } => match &log {
+            Some(log) => GroupReply::Commit(g.commit(log, req, Some(producer)).await),
+            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+        },
+        GroupOp::Fetch(req) => {
+            let offsets = g.fetch_offsets(&req);
+            let unstable = if req.require_stable {
+                offsets
+                    .iter()
+                    .flat_map(|(t, ps)| ps.iter().map(move |(p, _)| (t.clone(), *p)))
+                    .filter(|(t, p)| g.has_pending_offset(&req.group_id, t, *p))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            GroupReply::Fetch(ErrorCode::NONE, offsets, unstable)
+        }
+        GroupOp::Describe(id) => GroupReply::Describe(g.describe(&id)),
+        GroupOp::Delete(id) => match &log {
+            Some(log) => GroupReply::Code(g.delete_group(log, &id).await),
+            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+        },
+        GroupOp::OffsetDelete(req) => match &log {
+            Some(log) => {
+                let (code, topics) = g.delete_offsets(log, req).await;
+                GroupReply::OffsetDelete(code, topics)
+            }
+            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+        },
+    }
+}
+
+/// How long EndTxn waits for its markers before answering anyway.
+const END_TXN_MARKER_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// An operation on the shard coordinating a transactional id.
+pub enum TxnOp {
+    Init {
+        id: String,
+        timeout_ms: i32,
+        given: (i64, i16),
+    },
+    AddPartitions {
+        id: String,
+        producer: (i64, i16),
+        partitions: Vec<(String, i32)>,
+    },
+    End {
+        id: String,
+        producer: (i64, i16),
+        commit: bool,
+    },
+    /// KIP-890: is the partition in the id's ongoing transaction at this producer?
+    Verify {
+        id: String,
+        producer: (i64, i16),
+        partition: (String, i32),
+    },
+    /// DescribeTransactions, for one id.
+    Describe(String),
+    /// ListTransactions: every id this shard coordinates.
+    List,
+    /// DescribeProducers: the producers of a partition this shard owns.
+    Producers { topic: String, partition: i32 },
+}
+
+impl TxnOp {
+    pub fn id(&self) -> &str {
+        match self {
+            TxnOp::Init { id, .. }
+            | TxnOp::AddPartitions { id, .. }
+            | TxnOp::End { id, .. }
+            | TxnOp::Verify { id, .. }
+            | TxnOp::Describe(id) => id,
+            TxnOp::List | TxnOp::Producers { .. } => "",
+        }
+    }
+}
+
+pub enum TxnReply {
+    Init(Result<(i64, i16), ErrorCode>),
+    Code(ErrorCode),
+    Described(Result<crate::txn::state::TxnMeta, ErrorCode>),
+    Listed(Vec<crate::txn::state::TxnMeta>),
+    Producers(Result<Vec<tributary_storage::producer_state::ProducerSummary>, ErrorCode>),
+}
+
+/// Runs one operation on the coordinator shard (DescribeProducers: on the partition's).
+pub async fn run_txn(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
+    match op {
+        TxnOp::List => return TxnReply::Listed(shard.txns.list()),
+        TxnOp::Producers { topic, partition } => {
+            let led = shard
+                .catalog()
+                .partition(&topic, partition)
+                .is_some_and(|r| r.leader == shard.config.node_id);
+            return TxnReply::Producers(match shard.partition(&topic, partition) {
+                Some(part) if led => Ok(part.producers()),
+                _ => Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
+            });
+        }
+        _ => {}
+    }
+    let id = op.id().to_string();
+    let Some(log) = shard.txn_log(&id) else {
+        // Another broker leads the id's partition: the client asks FindCoordinator again.
+        let p = shard.txns.partition_of(&id);
+        let moved = shard
+            .catalog()
+            .partition(TXN_TOPIC, p)
+            .is_some_and(|r| r.leader >= 0 && r.leader != shard.config.node_id);
+        let code = if moved {
+            ErrorCode::NOT_COORDINATOR
+        } else {
+            ErrorCode::COORDINATOR_NOT_AVAILABLE
+        };
+        return match op {
+            TxnOp::Init { .. } => TxnReply::Init(Err(code)),
+            TxnOp::Describe(_) => TxnReply::Described(Err(code)),
+            _ => TxnReply::Code(code),
+        };
+    };
+    let t = &shard.txns;
+    match op {
+        TxnOp::Init {
+            id,
+            timeout_ms,
+            given,
+        } => {
+            // Boxed: a shard call from inside a shard request handler would make the handler's
+            // future recursive.
+            let allocate = || -> std::pin::Pin<Box<dyn std::future::Future<Output = _> + '_>> {
+                Box::pin(async move {
+                    let allocated = call(shard, ShardId(0), |reply| {
+                        ShardRequest::AllocateProducerId { reply }
+                    });
+                    match allocated.await {
+                        Some(Ok(pid)) => Ok(pid),
+                        Some(Err(e)) => {
+                            warn!(error = %e, "producer id allocation failed");
+                            Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+                        }
+                        None => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+                    }
+                })
+            };
+            match t
+                .init_producer_id(&log, &id, timeout_ms, given, allocate)
+                .await
+            {
+                Ok(p) => TxnReply::Init(Ok(p)),
+                Err((code, aborting)) => {
+                    if let Some(prepared) = aborting {
+                        glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared))
+                            .detach();
+                    }
+                    TxnReply::Init(Err(code))
+                }
+            }
+        }
+        TxnOp::AddPartitions {
+            id,
+            producer,
+            partitions,
+        } => TxnReply::Code(
+            t.add_partitions(&log, &id, producer, &partitions)
+                .await
+                .err()
+                .unwrap_or(ErrorCode::NONE),
+        ),
+        TxnOp::End {
+            id,
+            producer,
+            commit,
+        } => match t.end_txn(&log, &id, producer, commit).await {
+            Ok(Some(prepared)) => {
+                // Kafka answers once the transaction is prepared and the producer's next
+                // transaction waits (CONCURRENT_TRANSACTIONS, and a client backoff) until the
+                // markers are written. Waiting a moment for them here saves that backoff when
+                // they are quick; slow ones carry on in the background.
+                let markers =
+                    glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared))
+                        .detach();
+                futures_lite::future::or(
+                    async {
+                        let _ = markers.await;
+                    },
+                    glommio::timer::sleep(END_TXN_MARKER_WAIT),
+                )
+                .await;
+                TxnReply::Code(ErrorCode::NONE)
+            }
+            Ok(None) => TxnReply::Code(ErrorCode::NONE),
+            Err(e) => TxnReply::Code(e),
+        },
+        TxnOp::Verify {
+            id,
+            producer,
+            partition,
+        } => TxnReply::Code(t.verify(&id, producer, &partition)),
+        TxnOp::Describe(id) => {
+            TxnReply::Described(t.describe(&id).ok_or(ErrorCode::TRANSACTIONAL_ID_NOT_FOUND))
+        }
+        TxnOp::List | TxnOp::Producers { .. } => TxnReply::Code(ErrorCode::NONE),
+    }
+}
