@@ -6,13 +6,11 @@
 use std::rc::Rc;
 
 use tributary_security::acl::{
-    AclBinding, AclOperation, AclPermissionType, Authorizer, Decision, PatternType, ResourceType,
+    AclBinding, AclOperation, AclPermissionType, Authorizer, PatternType, ResourceType,
 };
 
 use crate::catalog::AclRecord;
 use crate::config::BrokerConfig;
-use crate::conn::Conn;
-use crate::shard::Shard;
 
 /// The authorizer for `acls`, or `None` when no authorizer is configured.
 pub fn build(config: &BrokerConfig, acls: &[AclRecord]) -> Option<Rc<Authorizer>> {
@@ -64,54 +62,6 @@ pub fn host(peer: &str) -> &str {
     match peer.rsplit_once(':') {
         Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
         None => peer,
-    }
-}
-
-impl Shard {
-    /// Whether the connection's principal may do `op` on the resource.
-    pub fn allowed(&self, conn: Conn<'_>, op: AclOperation, rt: ResourceType, name: &str) -> bool {
-        match self.authorizer() {
-            None => true,
-            Some(a) => {
-                a.authorize(conn.principal, host(conn.peer), op, rt, name) == Decision::Allowed
-            }
-        }
-    }
-
-    /// Whether `op` is allowed on the cluster resource.
-    pub fn allowed_on_cluster(&self, conn: Conn<'_>, op: AclOperation) -> bool {
-        self.allowed(
-            conn,
-            op,
-            ResourceType::Cluster,
-            tributary_security::acl::CLUSTER_RESOURCE_NAME,
-        )
-    }
-
-    /// The authorized-operations bit field Metadata, DescribeGroups and DescribeCluster report:
-    /// `all` (every operation of the type) without an authorizer, else what the ACLs allow.
-    pub fn authorized_ops(&self, conn: Conn<'_>, rt: ResourceType, name: &str, all: i32) -> i32 {
-        match self.authorizer() {
-            None => all,
-            Some(a) => tributary_security::acl::to_bitfield(&a.authorized_operations(
-                conn.principal,
-                host(conn.peer),
-                rt,
-                name,
-            )),
-        }
-    }
-
-    /// Kafka's KIP-679 check: `op` on some resource of the type (an idempotent producer may
-    /// write if it may write to any topic).
-    pub fn allowed_on_any(&self, conn: Conn<'_>, op: AclOperation, rt: ResourceType) -> bool {
-        match self.authorizer() {
-            None => true,
-            Some(a) => {
-                a.authorize_by_resource_type(conn.principal, host(conn.peer), op, rt)
-                    == Decision::Allowed
-            }
-        }
     }
 }
 

@@ -17,7 +17,9 @@ use tracing::warn;
 use tributary_storage::io;
 
 use crate::catalog::Catalog;
-use crate::cluster::node::METADATA_DIR;
+
+/// The metadata log's directory in the data directory, named as Kafka names it.
+pub const METADATA_DIR: &str = "__cluster_metadata-0";
 
 /// The file naming a partition directory's topic id.
 pub const PARTITION_METADATA_FILE: &str = "partition.metadata";

@@ -116,7 +116,7 @@ pub fn request_quota_exempt(key: i16) -> bool {
 }
 
 /// Whether a Fetch request (`body` just past its header) comes from a follower replica.
-fn from_follower(body: &Reader, version: i16) -> bool {
+pub(crate) fn from_follower(body: &Reader, version: i16) -> bool {
     use tributary_protocol::requests::fetch;
     let mut r = body.clone();
     if version < fetch::REPLICA_STATE_FROM {
@@ -464,114 +464,18 @@ fn produce_with_throttle_time(
 }
 
 /// The connection's user: its principal's name.
-fn user_of<'a>(conn: &crate::conn::Conn<'a>) -> &'a str {
+pub(crate) fn user_of<'a>(conn: &crate::conn::Conn<'a>) -> &'a str {
     conn.principal
         .strip_prefix("User:")
         .unwrap_or(conn.principal)
 }
 
 /// The index in `metrics::THROTTLE_TYPES` a throttle for `key` is counted under.
-fn throttle_kind(key: &str) -> usize {
+pub(crate) fn throttle_kind(key: &str) -> usize {
     match key {
         PRODUCER_BYTE_RATE => 0,
         CONSUMER_BYTE_RATE => 1,
         _ => 2,
-    }
-}
-
-impl crate::shard::Shard {
-    /// Records `bytes` a request moved against the `key` quota of the connection's user and
-    /// the request's client id (its header's); how long the connection is to hold back (zero
-    /// without a quota or within it).
-    pub fn throttle(
-        &self,
-        conn: crate::conn::Conn<'_>,
-        client_id: Option<&str>,
-        key: &'static str,
-        bytes: u64,
-    ) -> Duration {
-        if !self.has_client_quotas() {
-            return Duration::ZERO;
-        }
-        let catalog = self.catalog();
-        let client_id = client_id.unwrap_or_default();
-        let user = user_of(&conn);
-        let Some(quota) = quota_for(&catalog, user, client_id, key) else {
-            return Duration::ZERO;
-        };
-        let d = self.quota_sensors.borrow_mut().record_bytes(
-            Instant::now(),
-            (user, client_id),
-            key,
-            quota,
-            bytes,
-            self.config.quota_sensors_max,
-        );
-        self.held_back(conn, key, d);
-        d
-    }
-
-    /// The `request_percentage` quota of the connection's user and the request's client id,
-    /// `None` when none applies or the request is exempt ([`request_quota_exempt`], a
-    /// follower's fetch). With no quota set at all it returns before any other work.
-    pub fn request_quota(
-        &self,
-        conn: crate::conn::Conn<'_>,
-        (key, version): (i16, i16),
-        client_id: Option<&str>,
-        body: &Reader,
-    ) -> Option<f64> {
-        if !self.has_client_quotas() || request_quota_exempt(key) {
-            return None;
-        }
-        let quota = quota_for(
-            &self.catalog(),
-            user_of(&conn),
-            client_id.unwrap_or_default(),
-            REQUEST_PERCENTAGE,
-        )?;
-        if key == api_key::FETCH && from_follower(body, version) {
-            return None;
-        }
-        // As Kafka: an acks=0 produce is exempt from request throttling (it gets no response
-        // to carry a throttle); its bytes still count against a byte rate.
-        if key == api_key::PRODUCE
-            && tributary_protocol::requests::produce::acks(body, version) == Some(0)
-        {
-            return None;
-        }
-        Some(quota)
-    }
-
-    /// Records `busy` of shard time a request took against its `request_percentage` quota of
-    /// `percent`; how long the connection is to hold back (zero within the quota).
-    pub fn record_request_time(
-        &self,
-        conn: crate::conn::Conn<'_>,
-        client_id: Option<&str>,
-        percent: f64,
-        busy: Duration,
-    ) -> Duration {
-        let d = self.quota_sensors.borrow_mut().record_request(
-            Instant::now(),
-            (user_of(&conn), client_id.unwrap_or_default()),
-            percent,
-            busy,
-            self.config.quota_sensors_max,
-        );
-        self.held_back(conn, REQUEST_PERCENTAGE, d);
-        d
-    }
-
-    /// The connection holds back for the longest throttle its request earned (a Produce or
-    /// Fetch past both a byte rate and its request quota waits the longer, not both).
-    fn held_back(&self, conn: crate::conn::Conn<'_>, key: &str, d: Duration) {
-        if d > conn.throttle.get() {
-            conn.throttle.set(d);
-        }
-        if !d.is_zero() {
-            self.metrics.throttled(throttle_kind(key), d);
-        }
     }
 }
 

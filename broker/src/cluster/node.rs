@@ -15,6 +15,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::partition_dirs::METADATA_DIR;
 use anyhow::{bail, Context, Result};
 use event_listener::Event;
 use tracing::{info, warn};
@@ -29,9 +30,6 @@ use crate::config::BrokerConfig;
 use crate::group::OFFSETS_TOPIC;
 use crate::routing::ShardId;
 use crate::shard::{call, Shard, ShardRequest};
-
-/// The metadata log's directory in the data directory, named as Kafka names it.
-pub const METADATA_DIR: &str = "__cluster_metadata-0";
 
 /// The metadata log's topic name, as DescribeQuorum asks for it.
 pub const METADATA_TOPIC: &str = "__cluster_metadata";
