@@ -54,7 +54,7 @@ impl Partition {
         // (base offset, file, size, offset after its last) of each closed, durable segment
         // wholly below the last stable offset: an undecided transaction is never cleaned, as
         // Kafka's cleaner stops at the first unstable offset.
-        let lso = self.last_stable_offset();
+        let last_stable = self.last_stable_offset();
         let (mut targets, aborted, active): (Vec<CleanTarget>, _, _) = {
             let st = self.state.borrow();
             let aborted = cleaner::AbortedRanges::new(st.segments.iter().flat_map(|s| &s.aborted));
@@ -63,7 +63,7 @@ impl Partition {
                 .segments
                 .windows(2)
                 .take_while(|w| w[1].base_offset <= st.durable_offset.min(st.high_watermark))
-                .take_while(|w| w[1].base_offset <= lso)
+                .take_while(|w| w[1].base_offset <= last_stable)
                 .map(|w| {
                     (
                         w[0].base_offset,

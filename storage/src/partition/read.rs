@@ -67,29 +67,29 @@ impl Partition {
         let (slack, gaps) = (config.index_interval_bytes, config.compact);
         let mut after = i64::MIN;
         loop {
-            let (hw, lso, plan) = {
+            let (hw, log_start, plan) = {
                 let st = self.state.borrow();
                 let hw = st.high_watermark;
-                let lso = st.log_start_offset;
+                let log_start = st.log_start_offset;
                 let (bound, end) = if replica {
                     let active = st.segments.last().expect("active segment");
                     (st.next_offset, (active.base_offset, active.size))
                 } else {
                     (hw, st.visible_end)
                 };
-                if offset < lso || offset > bound {
+                if offset < log_start || offset > bound {
                     return Err(PartitionError::OffsetOutOfRange {
                         offset,
-                        log_start_offset: lso,
+                        log_start_offset: log_start,
                         high_watermark: hw,
                     });
                 }
-                (hw, lso, plan_read(&st, end, offset, after))
+                (hw, log_start, plan_read(&st, end, offset, after))
             };
             let empty = ReadOutcome {
                 records: Bytes::new(),
                 high_watermark: hw,
-                log_start_offset: lso,
+                log_start_offset: log_start,
             };
             let Some(mut plan) = plan else {
                 return Ok(empty);
@@ -407,18 +407,20 @@ impl Partition {
         self.check_online()?;
         let mut after = i64::MIN;
         loop {
-            let (lso, plan) = {
+            let (log_start, plan) = {
                 let st = self.state.borrow();
-                let lso = st.log_start_offset;
+                let log_start = st.log_start_offset;
                 let seg = st.segments.iter().find(|s| {
-                    s.base_offset > after && s.next_offset > lso && s.max_timestamp >= timestamp
+                    s.base_offset > after
+                        && s.next_offset > log_start
+                        && s.max_timestamp >= timestamp
                 });
                 let Some(seg) = seg else {
                     return Ok(None);
                 };
                 after = seg.base_offset;
                 let from = seg.base_offset + i64::from(seg.index.lookup_time(timestamp));
-                (lso, plan_segment(&st, seg, from.max(lso)))
+                (log_start, plan_segment(&st, seg, from.max(log_start)))
             };
             let Some(plan) = plan else {
                 return Ok(None);
@@ -434,7 +436,7 @@ impl Partition {
                 let hits = chunk
                     .batches
                     .iter()
-                    .filter(|e| e.last_offset >= lso && e.max_timestamp >= timestamp);
+                    .filter(|e| e.last_offset >= log_start && e.max_timestamp >= timestamp);
                 for e in hits {
                     let bytes = chunk.bytes_of(e);
                     if record_batch::parse_header(bytes, 0).is_ok_and(|h| h.records_count == 0) {
@@ -445,9 +447,9 @@ impl Partition {
                     // Kafka answers with the first record, not the first batch, at the timestamp.
                     let inflated_max = self.config.get().cleaner_batch_inflated_max_bytes;
                     let inflated_max = usize::try_from(inflated_max).unwrap_or(usize::MAX);
-                    let record = first_record_at(bytes, timestamp, lso, inflated_max);
+                    let record = first_record_at(bytes, timestamp, log_start, inflated_max);
                     return Ok(Some(
-                        record.unwrap_or((e.base_offset.max(lso), e.max_timestamp)),
+                        record.unwrap_or((e.base_offset.max(log_start), e.max_timestamp)),
                     ));
                 }
             }
