@@ -420,57 +420,23 @@ async fn serve_requests<S>(
         if answers.closed.get() {
             break;
         }
-        // The first byte of the next request may take up to connections.max.idle.ms; a
-        // connection that is still owed responses is not idle.
-        let mut prefix = [0u8; FRAME_PREFIX_BYTES];
-        loop {
-            match read_by(&mut reader, &mut prefix[..1], Instant::now() + idle).await {
-                Ok(()) => break,
-                Err(stop @ (ReadStop::Closed | ReadStop::Failed(_))) => {
-                    watch.note_stop(&stop);
-                    break 'requests;
-                }
-                Err(ReadStop::TimedOut) if answers.count.get() < queued => continue,
-                Err(ReadStop::TimedOut) => {
-                    debug!(%peer, idle_ms = idle.as_millis() as u64, "closing idle connection (connections.max.idle.ms)");
-                    break 'requests;
-                }
-            }
-        }
-        let started = Instant::now();
-        if let Err(stop) = read_by(&mut reader, &mut prefix[1..], started + receive_timeout).await {
-            watch.note_stop(&stop);
-            log_stop(&peer, stop, "a request's length");
-            break;
-        }
-        let len = match request_frame_length(prefix, shard.config.socket_request_max_bytes) {
-            Ok(len) => len,
-            Err(e) if looks_like_tls(&prefix) => {
-                warn!(%peer, listener = %listener.name, error = %e, "closing connection: bad frame; it starts like a TLS handshake, so the client may use SSL on a listener without TLS");
-                break;
-            }
-            Err(e) => {
-                warn!(%peer, error = %e, "closing connection: bad frame");
-                break;
-            }
+        let limits = FrameLimits {
+            idle,
+            receive_timeout,
+            answers: &answers,
+            queued,
         };
-        // Nothing is allocated for the body until the shard's request memory has room for it;
-        // meanwhile this connection is not read (backpressure), and its receive deadline
-        // starts once the room is granted.
-        // A follower's connection reads its next request of up to
-        // REPLICA_FRAME_EXEMPT_BYTES_MAX at once (a fetch takes no part of the budget:
-        // `RequestGrant::exempt`); anything else on it waits for room once read.
-        let link = watch.link.follower.get().is_some() && len <= REPLICA_FRAME_EXEMPT_BYTES_MAX;
-        let grant = match link {
-            true => RequestGrant::exempt(),
-            false => shard.request_memory.grant(len).await,
+        let Some(frame) = read_frame(&mut reader, &shard, &peer, &listener, &watch, limits).await
+        else {
+            break 'requests;
         };
-        let mut body = shard.spare_frames.take(len);
-        if let Err(stop) = read_by(&mut reader, &mut body, Instant::now() + receive_timeout).await {
-            watch.note_stop(&stop);
-            log_stop(&peer, stop, "a request");
-            break;
-        }
+        let Frame {
+            body,
+            grant,
+            started,
+            len,
+            link,
+        } = frame;
         let received = Instant::now();
         shard.request_started();
         let body = Bytes::from(body);
@@ -566,6 +532,98 @@ async fn serve_requests<S>(
     drop(tx);
     let _ = writer_task.await;
     watch.report(&shard, &peer).await;
+}
+
+/// How long a connection waits for a request: its first byte (`connections.max.idle.ms`,
+/// unless the connection is still owed responses: fewer `answers` than the `queued` requests),
+/// then the rest (`socket.request.receive.timeout.ms`).
+struct FrameLimits<'a> {
+    idle: Duration,
+    receive_timeout: Duration,
+    answers: &'a Answers,
+    queued: u64,
+}
+
+/// A request frame read off a connection: its body, the request memory granted to it, when its
+/// first byte came, its length, and whether it came over a replica link.
+struct Frame {
+    body: Vec<u8>,
+    grant: RequestGrant,
+    started: Instant,
+    len: usize,
+    link: bool,
+}
+
+/// Reads the next request frame: waits for its first byte, reads its length, waits for room in
+/// the shard's request memory (a follower's fetch-sized frame does not), and reads its body.
+/// None when the connection is done: closed, failed, idle, timed out or sent a bad frame.
+async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    shard: &Shard,
+    peer: &str,
+    listener: &ListenerCtx,
+    watch: &LinkWatch,
+    limits: FrameLimits<'_>,
+) -> Option<Frame> {
+    // The first byte of the next request may take up to connections.max.idle.ms; a
+    // connection that is still owed responses is not idle.
+    let mut prefix = [0u8; FRAME_PREFIX_BYTES];
+    loop {
+        match read_by(reader, &mut prefix[..1], Instant::now() + limits.idle).await {
+            Ok(()) => break,
+            Err(stop @ (ReadStop::Closed | ReadStop::Failed(_))) => {
+                watch.note_stop(&stop);
+                return None;
+            }
+            Err(ReadStop::TimedOut) if limits.answers.count.get() < limits.queued => continue,
+            Err(ReadStop::TimedOut) => {
+                debug!(%peer, idle_ms = limits.idle.as_millis() as u64, "closing idle connection (connections.max.idle.ms)");
+                return None;
+            }
+        }
+    }
+    let started = Instant::now();
+    if let Err(stop) = read_by(reader, &mut prefix[1..], started + limits.receive_timeout).await {
+        watch.note_stop(&stop);
+        log_stop(peer, stop, "a request's length");
+        return None;
+    }
+    let len = match request_frame_length(prefix, shard.config.socket_request_max_bytes) {
+        Ok(len) => len,
+        Err(e) if looks_like_tls(&prefix) => {
+            warn!(%peer, listener = %listener.name, error = %e, "closing connection: bad frame; it starts like a TLS handshake, so the client may use SSL on a listener without TLS");
+            return None;
+        }
+        Err(e) => {
+            warn!(%peer, error = %e, "closing connection: bad frame");
+            return None;
+        }
+    };
+    // Nothing is allocated for the body until the shard's request memory has room for it;
+    // meanwhile this connection is not read (backpressure), and its receive deadline
+    // starts once the room is granted.
+    // A follower's connection reads its next request of up to
+    // REPLICA_FRAME_EXEMPT_BYTES_MAX at once (a fetch takes no part of the budget:
+    // `RequestGrant::exempt`); anything else on it waits for room once read.
+    let link = watch.link.follower.get().is_some() && len <= REPLICA_FRAME_EXEMPT_BYTES_MAX;
+    let grant = match link {
+        true => RequestGrant::exempt(),
+        false => shard.request_memory.grant(len).await,
+    };
+    let mut body = shard.spare_frames.take(len);
+    let deadline = Instant::now() + limits.receive_timeout;
+    if let Err(stop) = read_by(reader, &mut body, deadline).await {
+        watch.note_stop(&stop);
+        log_stop(peer, stop, "a request");
+        return None;
+    }
+    Some(Frame {
+        body,
+        grant,
+        started,
+        len,
+        link,
+    })
 }
 
 /// Whether a connection's first bytes are a TLS handshake record (content type 22, major
