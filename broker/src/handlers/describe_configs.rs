@@ -10,11 +10,16 @@ use kafka_protocol::messages::describe_configs_response::{
 };
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::ApiSpec;
-use tributary_protocol::requests::describe_configs::{self, RESOURCE_BROKER, RESOURCE_TOPIC};
+use tributary_protocol::requests::describe_configs::{
+    self, ConfigResource, DescribeConfigsRequest, RESOURCE_BROKER, RESOURCE_TOPIC,
+};
 use tributary_protocol::{ErrorCode, Reader};
+use tributary_security::acl::{AclOperation, ResourceType};
 
 use super::common::{decode_all, frame, str_bytes, HandlerResult};
-use crate::config::{is_dynamic, ConfigKind, BROKER_KEYS};
+use crate::catalog::{Catalog, TopicMeta};
+use crate::config::{is_dynamic, BrokerConfig, ConfigKind, BROKER_KEYS};
+use crate::conn::Conn;
 use crate::shard::Shard;
 use crate::topic_config::{topic_default, TOPIC_KEYS};
 
@@ -34,14 +39,15 @@ struct Entry {
     doc: &'static str,
 }
 
+/// DescribeConfigs: each resource of the request, in its order, with the entries it has (only
+/// the keys asked for, when some are named), or why it has none.
 pub fn handle(
     shard: &Rc<Shard>,
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: crate::conn::Conn<'_>,
+    conn: Conn<'_>,
 ) -> HandlerResult {
-    use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let req = decode_all(r, |r| describe_configs::decode(r, v))?;
     let catalog = shard.catalog();
@@ -53,63 +59,7 @@ pub fn handle(
             let base = DescribeConfigsResult::default()
                 .with_resource_type(res.resource_type)
                 .with_resource_name(str_bytes(&res.resource_name));
-            // DESCRIBE_CONFIGS on the topic, or on the cluster for a broker, as in Kafka.
-            let allowed = match res.resource_type {
-                RESOURCE_TOPIC => shard.allowed(
-                    conn,
-                    AclOperation::DescribeConfigs,
-                    ResourceType::Topic,
-                    &res.resource_name,
-                ),
-                _ => shard.allowed_on_cluster(conn, AclOperation::DescribeConfigs),
-            };
-            let entries: Result<Vec<Entry>, (ErrorCode, String)> = match res.resource_type {
-                _ if !allowed => Err((
-                    if res.resource_type == RESOURCE_TOPIC {
-                        ErrorCode::TOPIC_AUTHORIZATION_FAILED
-                    } else {
-                        ErrorCode::CLUSTER_AUTHORIZATION_FAILED
-                    },
-                    "DESCRIBE_CONFIGS is not allowed".to_string(),
-                )),
-                RESOURCE_TOPIC => match catalog.topics.get(&res.resource_name) {
-                    Some(t) => Ok(TOPIC_KEYS
-                        .iter()
-                        .map(|k| match t.configs.get(k.name) {
-                            Some(val) => Entry {
-                                name: k.name.into(),
-                                value: val.clone(),
-                                source: SOURCE_DYNAMIC_TOPIC,
-                                read_only: false,
-                                kind: k.kind,
-                                doc: k.doc,
-                            },
-                            None => Entry {
-                                name: k.name.into(),
-                                value: topic_default(&effective, k.name),
-                                source: k
-                                    .broker_key
-                                    .map_or(SOURCE_DEFAULT, |b| broker_source(shard, &catalog, b)),
-                                read_only: false,
-                                kind: k.kind,
-                                doc: k.doc,
-                            },
-                        })
-                        .collect()),
-                    None => Err((
-                        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                        format!("topic {:?} does not exist", res.resource_name),
-                    )),
-                },
-                RESOURCE_BROKER => super::alter_configs::broker_resource(shard, &res.resource_name)
-                    .map(|broker| broker_entries(shard, &catalog, broker))
-                    .map_err(|e| (ErrorCode::INVALID_REQUEST, e)),
-                other => Err((
-                    ErrorCode::INVALID_REQUEST,
-                    format!("resource type {other} is not supported"),
-                )),
-            };
-            match entries {
+            match entries(shard, conn, &catalog, &effective, res) {
                 Err((code, msg)) => base
                     .with_error_code(code.code())
                     .with_error_message(Some(str_bytes(&msg))),
@@ -121,29 +71,7 @@ pub fn handle(
                                 .as_ref()
                                 .is_none_or(|keys| keys.iter().any(|k| *k == e.name))
                         })
-                        .map(|e| {
-                            // An unset key with no default (log.retention.ms) is null, as in Kafka.
-                            let value = (!e.value.is_empty()).then(|| str_bytes(&e.value));
-                            let mut c = DescribeConfigsResourceResult::default()
-                                .with_name(str_bytes(&e.name))
-                                .with_value(value.clone())
-                                .with_read_only(e.read_only)
-                                .with_config_source(e.source)
-                                .with_is_sensitive(false);
-                            if req.include_synonyms {
-                                c = c.with_synonyms(vec![DescribeConfigsSynonym::default()
-                                    .with_name(str_bytes(&e.name))
-                                    .with_value(value.clone())
-                                    .with_source(e.source)]);
-                            }
-                            if v >= 3 {
-                                c = c.with_config_type(e.kind.wire_code());
-                                if req.include_documentation {
-                                    c = c.with_documentation(Some(str_bytes(e.doc)));
-                                }
-                            }
-                            c
-                        })
+                        .map(|e| config_result(&req, v, e))
                         .collect();
                     base.with_error_message(None).with_configs(configs)
                 }
@@ -155,6 +83,113 @@ pub fn handle(
         header,
         &DescribeConfigsResponse::default().with_results(results),
     )
+}
+
+/// The entries of resource `res`, or why it has none: the principal may not describe its
+/// configs (TOPIC_AUTHORIZATION_FAILED or CLUSTER_AUTHORIZATION_FAILED), the topic does not
+/// exist, the broker resource is neither this broker nor the cluster defaults, or the resource
+/// type is neither a topic nor a broker.
+fn entries(
+    shard: &Shard,
+    conn: Conn<'_>,
+    catalog: &Catalog,
+    effective: &BrokerConfig,
+    res: &ConfigResource,
+) -> Result<Vec<Entry>, (ErrorCode, String)> {
+    // DESCRIBE_CONFIGS on the topic, or on the cluster for a broker, as in Kafka.
+    let allowed = match res.resource_type {
+        RESOURCE_TOPIC => shard.allowed(
+            conn,
+            AclOperation::DescribeConfigs,
+            ResourceType::Topic,
+            &res.resource_name,
+        ),
+        _ => shard.allowed_on_cluster(conn, AclOperation::DescribeConfigs),
+    };
+    match res.resource_type {
+        _ if !allowed => Err((
+            if res.resource_type == RESOURCE_TOPIC {
+                ErrorCode::TOPIC_AUTHORIZATION_FAILED
+            } else {
+                ErrorCode::CLUSTER_AUTHORIZATION_FAILED
+            },
+            "DESCRIBE_CONFIGS is not allowed".to_string(),
+        )),
+        RESOURCE_TOPIC => match catalog.topics.get(&res.resource_name) {
+            Some(t) => Ok(topic_entries(shard, catalog, effective, t)),
+            None => Err((
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                format!("topic {:?} does not exist", res.resource_name),
+            )),
+        },
+        RESOURCE_BROKER => super::alter_configs::broker_resource(shard, &res.resource_name)
+            .map(|broker| broker_entries(shard, catalog, broker))
+            .map_err(|e| (ErrorCode::INVALID_REQUEST, e)),
+        other => Err((
+            ErrorCode::INVALID_REQUEST,
+            format!("resource type {other} is not supported"),
+        )),
+    }
+}
+
+/// Every topic key of topic `t`: its override, a dynamic topic config; else the default the
+/// broker's `effective` config gives it, from the source of the broker key behind that default
+/// (see [`broker_source`]), or the default source for a key no broker key supplies.
+fn topic_entries(
+    shard: &Shard,
+    catalog: &Catalog,
+    effective: &BrokerConfig,
+    t: &TopicMeta,
+) -> Vec<Entry> {
+    TOPIC_KEYS
+        .iter()
+        .map(|k| match t.configs.get(k.name) {
+            Some(val) => Entry {
+                name: k.name.into(),
+                value: val.clone(),
+                source: SOURCE_DYNAMIC_TOPIC,
+                read_only: false,
+                kind: k.kind,
+                doc: k.doc,
+            },
+            None => Entry {
+                name: k.name.into(),
+                value: topic_default(effective, k.name),
+                source: k
+                    .broker_key
+                    .map_or(SOURCE_DEFAULT, |b| broker_source(shard, catalog, b)),
+                read_only: false,
+                kind: k.kind,
+                doc: k.doc,
+            },
+        })
+        .collect()
+}
+
+/// Entry `e` as DescribeConfigs v`v` answers it: with itself as its one synonym when the
+/// request asks for synonyms, and from v3 its type, and its documentation when asked for.
+fn config_result(req: &DescribeConfigsRequest, v: i16, e: Entry) -> DescribeConfigsResourceResult {
+    // An unset key with no default (log.retention.ms) is null, as in Kafka.
+    let value = (!e.value.is_empty()).then(|| str_bytes(&e.value));
+    let mut c = DescribeConfigsResourceResult::default()
+        .with_name(str_bytes(&e.name))
+        .with_value(value.clone())
+        .with_read_only(e.read_only)
+        .with_config_source(e.source)
+        .with_is_sensitive(false);
+    if req.include_synonyms {
+        c = c.with_synonyms(vec![DescribeConfigsSynonym::default()
+            .with_name(str_bytes(&e.name))
+            .with_value(value.clone())
+            .with_source(e.source)]);
+    }
+    if v >= 3 {
+        c = c.with_config_type(e.kind.wire_code());
+        if req.include_documentation {
+            c = c.with_documentation(Some(str_bytes(e.doc)));
+        }
+    }
+    c
 }
 
 /// Where the broker's value of `key` comes from, as a topic default reports it: Kafka gives a

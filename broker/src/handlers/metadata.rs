@@ -2,6 +2,7 @@
 //! requested topics first when auto-creation is on.
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::metadata_response::{
@@ -13,62 +14,38 @@ use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::metadata;
 use tributary_protocol::topic::validate_topic_name;
 use tributary_protocol::{ErrorCode, Reader};
+use tributary_security::acl::{AclOperation, ResourceType};
 
 use super::common::authorized_operations::{self as ops, when};
 use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 #[cfg(test)]
 use crate::catalog::note_fencings;
 use crate::catalog::{BrokerRegistration, Catalog};
+use crate::conn::Conn;
 use crate::routing::ShardId;
 use crate::shard::{call, NewTopic, Shard, ShardRequest};
 #[cfg(test)]
 use std::collections::HashMap;
 
+/// Metadata: the requested topics (every one the principal may describe when none are named),
+/// auto-created first when allowed, the brokers listed on the client's listener, and the
+/// cluster's id, controller and authorized operations as version `v` has them.
 pub async fn handle(
     shard: &Rc<Shard>,
     spec: &ApiSpec,
     header: &RequestHeader,
     r: &mut Reader,
-    conn: crate::conn::Conn<'_>,
+    conn: Conn<'_>,
 ) -> HandlerResult {
-    use tributary_security::acl::{AclOperation, ResourceType};
-    let listener = conn.listener;
     let v = header.api_version;
     let req = decode_all(r, |r| metadata::decode(r, v))?;
-    let mut catalog = shard.catalog();
-    let may_describe =
-        |t: &str| shard.allowed(conn, AclOperation::Describe, ResourceType::Topic, t);
-    // Auto-creation needs CREATE on the cluster or on the topic, as in Kafka.
-    let may_create = |t: &str| {
-        shard.allowed_on_cluster(conn, AclOperation::Create)
-            || shard.allowed(conn, AclOperation::Create, ResourceType::Topic, t)
-    };
     let requested: Option<Vec<Option<String>>> = req
         .topics
         .map(|ts| ts.into_iter().map(|t| t.name).collect());
-    if let Some(names) = &requested {
-        let missing: Vec<NewTopic> = names
-            .iter()
-            .flatten()
-            .filter(|n| !catalog.topics.contains_key(*n) && validate_topic_name(n).is_ok())
-            .filter(|n| may_create(n))
-            .map(|n| NewTopic {
-                name: n.clone(),
-                partitions: shard.config.num_partitions,
-                replication_factor: shard.config.default_replication_factor,
-                configs: Vec::new(),
-                assignment: None,
-            })
-            .collect();
-        if !missing.is_empty() && req.allow_auto_topic_creation && shard.config.auto_create_topics {
-            call(shard, ShardId(0), |reply| ShardRequest::CreateTopics {
-                topics: missing,
-                reply,
-            })
-            .await;
-            catalog = shard.catalog();
-        }
-    }
+    let catalog = match &requested {
+        Some(names) => auto_create(shard, conn, names, req.allow_auto_topic_creation).await,
+        None => shard.catalog(),
+    };
     // Every topic: only those the principal may describe. Named ones it may not:
     // TOPIC_AUTHORIZATION_FAILED.
     let names: Vec<Option<String>> = match requested {
@@ -76,58 +53,22 @@ pub async fn handle(
         None => catalog
             .topics
             .keys()
-            .filter(|t| may_describe(t))
+            .filter(|t| may_describe(shard, conn, t))
             .cloned()
             .map(Some)
             .collect(),
     };
-    // What this node doubts, once for the whole answer.
-    let doubted = shard.doubts.doubted(Instant::now());
-    let topics = names
-        .iter()
-        .map(|n| {
-            if let Some(name) = n.as_deref().filter(|n| !may_describe(n)) {
-                return MetadataResponseTopic::default()
-                    .with_name(Some(topic_name(name)))
-                    .with_error_code(ErrorCode::TOPIC_AUTHORIZATION_FAILED.code());
-            }
-            let t = describe_topic(&catalog, n.as_deref(), v, shard.config.node_id, &doubted);
-            if v >= 8 {
-                let asked = req.include_topic_authorized_operations && t.error_code == 0;
-                let allowed = match (asked, n.as_deref()) {
-                    (true, Some(name)) => {
-                        shard.authorized_ops(conn, ResourceType::Topic, name, ops::TOPIC)
-                    }
-                    _ => ops::TOPIC,
-                };
-                t.with_topic_authorized_operations(when(asked, allowed))
-            } else {
-                t
-            }
-        })
-        .collect();
+    let topics = topics(
+        shard,
+        conn,
+        &catalog,
+        &names,
+        v,
+        req.include_topic_authorized_operations,
+    );
     let cfg = &shard.config;
-    // Each broker's endpoint on the listener the client connected to; one without that
-    // listener is left out, as Kafka does.
-    let grace = Duration::from_millis(cfg.cluster.broker_session_timeout_ms);
-    let now = Instant::now();
-    let fenced_since = |id| shard.fenced_since.borrow().get(&id).copied();
-    let brokers = catalog
-        .brokers
-        .values()
-        .filter(|b| listed(b, fenced_since(b.id), now, grace))
-        .filter_map(|b| {
-            let (host, port) = b.endpoint(listener)?;
-            Some(
-                MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(b.id))
-                    .with_host(str_bytes(host))
-                    .with_port(i32::from(port)),
-            )
-        })
-        .collect();
     let mut resp = MetadataResponse::default()
-        .with_brokers(brokers)
+        .with_brokers(brokers(shard, conn, &catalog))
         .with_topics(topics);
     if v >= 2 {
         resp = resp.with_cluster_id(Some(str_bytes(&catalog.cluster_id)));
@@ -149,6 +90,111 @@ pub async fn handle(
         ));
     }
     frame(spec, header, &resp)
+}
+
+/// Whether the principal may see topic `t` in Metadata: DESCRIBE on it.
+fn may_describe(shard: &Shard, conn: Conn<'_>, t: &str) -> bool {
+    shard.allowed(conn, AclOperation::Describe, ResourceType::Topic, t)
+}
+
+/// Creates the topics of `names` that do not exist and have valid names, those the principal
+/// may create, when the request allows auto-creation (`allow`) and the broker has it on; the
+/// catalog to answer from, taken again after a creation.
+async fn auto_create(
+    shard: &Rc<Shard>,
+    conn: Conn<'_>,
+    names: &[Option<String>],
+    allow: bool,
+) -> Arc<Catalog> {
+    let catalog = shard.catalog();
+    // Auto-creation needs CREATE on the cluster or on the topic, as in Kafka.
+    let may_create = |t: &str| {
+        shard.allowed_on_cluster(conn, AclOperation::Create)
+            || shard.allowed(conn, AclOperation::Create, ResourceType::Topic, t)
+    };
+    let missing: Vec<NewTopic> = names
+        .iter()
+        .flatten()
+        .filter(|n| !catalog.topics.contains_key(*n) && validate_topic_name(n).is_ok())
+        .filter(|n| may_create(n))
+        .map(|n| NewTopic {
+            name: n.clone(),
+            partitions: shard.config.num_partitions,
+            replication_factor: shard.config.default_replication_factor,
+            configs: Vec::new(),
+            assignment: None,
+        })
+        .collect();
+    if !missing.is_empty() && allow && shard.config.auto_create_topics {
+        call(shard, ShardId(0), |reply| ShardRequest::CreateTopics {
+            topics: missing,
+            reply,
+        })
+        .await;
+        return shard.catalog();
+    }
+    catalog
+}
+
+/// The topics of `names` as Metadata v`v` answers them (see [`describe_topic`]):
+/// TOPIC_AUTHORIZATION_FAILED for one the principal may not describe, and from v8 the
+/// authorized operations of each one found when the client asked for them (`asked_ops`).
+fn topics(
+    shard: &Shard,
+    conn: Conn<'_>,
+    catalog: &Catalog,
+    names: &[Option<String>],
+    v: i16,
+    asked_ops: bool,
+) -> Vec<MetadataResponseTopic> {
+    // What this node doubts, once for the whole answer.
+    let doubted = shard.doubts.doubted(Instant::now());
+    names
+        .iter()
+        .map(|n| {
+            if let Some(name) = n.as_deref().filter(|n| !may_describe(shard, conn, n)) {
+                return MetadataResponseTopic::default()
+                    .with_name(Some(topic_name(name)))
+                    .with_error_code(ErrorCode::TOPIC_AUTHORIZATION_FAILED.code());
+            }
+            let t = describe_topic(catalog, n.as_deref(), v, shard.config.node_id, &doubted);
+            if v >= 8 {
+                let asked = asked_ops && t.error_code == 0;
+                let allowed = match (asked, n.as_deref()) {
+                    (true, Some(name)) => {
+                        shard.authorized_ops(conn, ResourceType::Topic, name, ops::TOPIC)
+                    }
+                    _ => ops::TOPIC,
+                };
+                t.with_topic_authorized_operations(when(asked, allowed))
+            } else {
+                t
+            }
+        })
+        .collect()
+}
+
+/// The brokers Metadata lists (see [`listed`]), as the client's listener reaches them.
+fn brokers(shard: &Shard, conn: Conn<'_>, catalog: &Catalog) -> Vec<MetadataResponseBroker> {
+    // Each broker's endpoint on the listener the client connected to; one without that
+    // listener is left out, as Kafka does.
+    let grace = Duration::from_millis(shard.config.cluster.broker_session_timeout_ms);
+    let now = Instant::now();
+    let fenced_since = |id| shard.fenced_since.borrow().get(&id).copied();
+    catalog
+        .brokers
+        .values()
+        .filter(|b| listed(b, fenced_since(b.id), now, grace))
+        .filter_map(|b| {
+            let (host, port) = b.endpoint(conn.listener)?;
+            Some(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.id))
+                    .with_host(str_bytes(host))
+                    .with_port(i32::from(port)),
+            )
+        })
+        .collect()
 }
 
 /// Topic `name` as Metadata v`v` answers it, naming no leader in `doubted` (`me` is this node).

@@ -20,8 +20,8 @@ use tributary_protocol::requests::sasl as req;
 use tributary_protocol::{ErrorCode, Reader};
 use tributary_security::scram::{ScramCredential, ScramMechanism};
 
-use super::common::{decode_all, frame, str_bytes, HandlerResult};
-use crate::catalog::ScramRecord;
+use super::common::{decode_all, frame, propose_metadata, str_bytes, HandlerResult};
+use crate::catalog::{Catalog, ScramRecord};
 use crate::cluster::command::MetadataCommand;
 use crate::shard::Shard;
 
@@ -137,6 +137,15 @@ fn describe(shard: &Shard, users: Option<Vec<String>>) -> DescribeUserScramCrede
     DescribeUserScramCredentialsResponse::default().with_results(results)
 }
 
+/// Why one user's change is refused: an error code and Kafka's message.
+type Refusal = (ErrorCode, String);
+
+/// One user's outcome in AlterUserScramCredentials: the user, an error code and a message.
+type UserOutcome = (String, ErrorCode, Option<String>);
+
+/// AlterUserScramCredentials: each deletion and upsertion checked in the request's order (a
+/// user refused once keeps that first refusal), the accepted ones proposed in one metadata
+/// command whose outcome each changed user gets.
 async fn alter(
     shard: &Rc<Shard>,
     request: req::AlterUserScramCredentialsRequest,
@@ -150,114 +159,24 @@ async fn alter(
     for u in &request.upsertions {
         *count.entry(u.name.clone()).or_default() += 1;
     }
-    let mut outcome: Vec<(String, ErrorCode, Option<String>)> = Vec::new();
+    let mut outcome: Vec<UserOutcome> = Vec::new();
     let mut upsert = Vec::new();
     let mut delete = Vec::new();
-    let mut refuse = |user: &str, code: ErrorCode, msg: String| {
+    let mut refuse = |user: &str, (code, msg): Refusal| {
         if !outcome.iter().any(|(u, _, _)| u == user) {
             outcome.push((user.to_string(), code, Some(msg)));
         }
     };
     for (user, mech) in &request.deletions {
-        if user.is_empty() {
-            refuse(
-                user,
-                ErrorCode::UNACCEPTABLE_CREDENTIAL,
-                "Username must not be empty".into(),
-            );
-        } else if count[user] > 1 {
-            refuse(
-                user,
-                ErrorCode::DUPLICATE_RESOURCE,
-                format!("A user credential cannot be altered twice in the same request: {user}"),
-            );
-        } else if ScramMechanism::from_type_id(*mech).is_none() {
-            refuse(
-                user,
-                ErrorCode::UNSUPPORTED_SASL_MECHANISM,
-                format!("Unknown SCRAM mechanism type {mech}"),
-            );
-        } else if !image.scram.get(user).is_some_and(|m| m.contains_key(mech)) {
-            refuse(
-                user,
-                ErrorCode::RESOURCE_NOT_FOUND,
-                format!("Attempt to delete a user credential that does not exist: {user}"),
-            );
-        } else {
-            delete.push((user.clone(), *mech));
+        match check_deletion(&image, &count, user, *mech) {
+            Ok(()) => delete.push((user.clone(), *mech)),
+            Err(e) => refuse(user, e),
         }
     }
     for u in &request.upsertions {
-        let user = &u.name;
-        let Some(mech) = ScramMechanism::from_type_id(u.mechanism) else {
-            refuse(
-                user,
-                ErrorCode::UNSUPPORTED_SASL_MECHANISM,
-                format!("Unknown SCRAM mechanism type {}", u.mechanism),
-            );
-            continue;
-        };
-        if user.is_empty() {
-            refuse(
-                user,
-                ErrorCode::UNACCEPTABLE_CREDENTIAL,
-                "Username must not be empty".into(),
-            );
-        } else if count[user] > 1 {
-            refuse(
-                user,
-                ErrorCode::DUPLICATE_RESOURCE,
-                format!("A user credential cannot be altered twice in the same request: {user}"),
-            );
-        } else if u.iterations < mech.min_iterations() as i32 {
-            refuse(
-                user,
-                ErrorCode::UNACCEPTABLE_CREDENTIAL,
-                format!(
-                    "Too few iterations: {} (at least {})",
-                    u.iterations,
-                    mech.min_iterations()
-                ),
-            );
-        } else if u.iterations > mech.max_iterations() as i32 {
-            refuse(
-                user,
-                ErrorCode::UNACCEPTABLE_CREDENTIAL,
-                format!(
-                    "Too many iterations: {} (at most {})",
-                    u.iterations,
-                    mech.max_iterations()
-                ),
-            );
-        } else if u.salt.is_empty() || u.salted_password.is_empty() {
-            refuse(
-                user,
-                ErrorCode::UNACCEPTABLE_CREDENTIAL,
-                "The salt and the salted password must not be empty".into(),
-            );
-        } else {
-            let c = match ScramCredential::from_salted_password(
-                mech,
-                &u.salted_password,
-                u.salt.to_vec(),
-                u.iterations as u32,
-            ) {
-                Ok(c) => c,
-                Err(e) => {
-                    refuse(user, ErrorCode::UNACCEPTABLE_CREDENTIAL, e.to_string());
-                    continue;
-                }
-            };
-            upsert.push((
-                user.clone(),
-                u.mechanism,
-                ScramRecord {
-                    salt: c.salt,
-                    stored_key: c.stored_key,
-                    server_key: c.server_key,
-                    iterations: u.iterations,
-                },
-            ));
+        match check_upsertion(&count, u) {
+            Ok(record) => upsert.push((u.name.clone(), u.mechanism, record)),
+            Err(e) => refuse(&u.name, e),
         }
     }
     let changed: Vec<String> = delete
@@ -267,7 +186,7 @@ async fn alter(
         .collect();
     if !changed.is_empty() {
         let cmd = MetadataCommand::AlterScramCredentials { upsert, delete };
-        let (code, msg) = super::common::propose_metadata(shard, cmd).await;
+        let (code, msg) = propose_metadata(shard, cmd).await;
         for u in changed {
             if !outcome.iter().any(|(x, _, _)| *x == u) {
                 outcome.push((u, code, msg.clone()));
@@ -285,4 +204,102 @@ async fn alter(
             })
             .collect(),
     )
+}
+
+/// Whether `user`'s credential for mechanism type `mech` may be deleted, in Kafka's order: a
+/// user named, and once in the request (`count`), a known mechanism, a credential `image`
+/// holds.
+fn check_deletion(
+    image: &Catalog,
+    count: &HashMap<String, usize>,
+    user: &str,
+    mech: i8,
+) -> Result<(), Refusal> {
+    if user.is_empty() {
+        Err((
+            ErrorCode::UNACCEPTABLE_CREDENTIAL,
+            "Username must not be empty".into(),
+        ))
+    } else if count[user] > 1 {
+        Err((
+            ErrorCode::DUPLICATE_RESOURCE,
+            format!("A user credential cannot be altered twice in the same request: {user}"),
+        ))
+    } else if ScramMechanism::from_type_id(mech).is_none() {
+        Err((
+            ErrorCode::UNSUPPORTED_SASL_MECHANISM,
+            format!("Unknown SCRAM mechanism type {mech}"),
+        ))
+    } else if !image.scram.get(user).is_some_and(|m| m.contains_key(&mech)) {
+        Err((
+            ErrorCode::RESOURCE_NOT_FOUND,
+            format!("Attempt to delete a user credential that does not exist: {user}"),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// The record upsertion `u` stores, or why it is refused, in Kafka's order: a known mechanism,
+/// a user named, and once in the request (`count`), iterations within the mechanism's bounds,
+/// a salt and a salted password, and keys derived from them.
+fn check_upsertion(
+    count: &HashMap<String, usize>,
+    u: &req::ScramUpsertion,
+) -> Result<ScramRecord, Refusal> {
+    let user = &u.name;
+    let Some(mech) = ScramMechanism::from_type_id(u.mechanism) else {
+        return Err((
+            ErrorCode::UNSUPPORTED_SASL_MECHANISM,
+            format!("Unknown SCRAM mechanism type {}", u.mechanism),
+        ));
+    };
+    if user.is_empty() {
+        Err((
+            ErrorCode::UNACCEPTABLE_CREDENTIAL,
+            "Username must not be empty".into(),
+        ))
+    } else if count[user] > 1 {
+        Err((
+            ErrorCode::DUPLICATE_RESOURCE,
+            format!("A user credential cannot be altered twice in the same request: {user}"),
+        ))
+    } else if u.iterations < mech.min_iterations() as i32 {
+        Err((
+            ErrorCode::UNACCEPTABLE_CREDENTIAL,
+            format!(
+                "Too few iterations: {} (at least {})",
+                u.iterations,
+                mech.min_iterations()
+            ),
+        ))
+    } else if u.iterations > mech.max_iterations() as i32 {
+        Err((
+            ErrorCode::UNACCEPTABLE_CREDENTIAL,
+            format!(
+                "Too many iterations: {} (at most {})",
+                u.iterations,
+                mech.max_iterations()
+            ),
+        ))
+    } else if u.salt.is_empty() || u.salted_password.is_empty() {
+        Err((
+            ErrorCode::UNACCEPTABLE_CREDENTIAL,
+            "The salt and the salted password must not be empty".into(),
+        ))
+    } else {
+        let c = ScramCredential::from_salted_password(
+            mech,
+            &u.salted_password,
+            u.salt.to_vec(),
+            u.iterations as u32,
+        )
+        .map_err(|e| (ErrorCode::UNACCEPTABLE_CREDENTIAL, e.to_string()))?;
+        Ok(ScramRecord {
+            salt: c.salt,
+            stored_key: c.stored_key,
+            server_key: c.server_key,
+            iterations: u.iterations,
+        })
+    }
 }
