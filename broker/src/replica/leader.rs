@@ -72,111 +72,157 @@ pub(crate) fn answer(partition: i32, error: ErrorCode) -> FetchPartitionResponse
     }
 }
 
+/// A partition about to lead: its key, its log, and its registration in the image.
+type NewLeader = (
+    (String, i32),
+    Rc<Partition>,
+    crate::catalog::PartitionRegistration,
+);
+
+/// What an image changes for a shard's partitions, to be carried out after deciding it.
+#[derive(Default)]
+struct RoleChanges {
+    /// Leaders this shard now fetches from.
+    start_fetchers: Vec<i32>,
+    follows_changed: bool,
+    /// Unreplicated partitions led at a new epoch.
+    new_epochs: Vec<(Rc<Partition>, i32)>,
+    new_leaders: Vec<NewLeader>,
+}
+
+/// A partition with one replica: nothing to replicate, but its epoch cache follows the image (a
+/// fenced and returning broker leads at a new epoch), so OffsetForLeaderEpoch answers for the
+/// epoch clients see in Metadata.
+fn unreplicated_role(
+    part: &Rc<Partition>,
+    reg: &crate::catalog::PartitionRegistration,
+    me: i32,
+    changes: &mut RoleChanges,
+) {
+    if reg.leader == me && part.leader_epoch() < reg.leader_epoch {
+        changes.new_epochs.push((part.clone(), reg.leader_epoch));
+    }
+    if reg.leader == me && part.is_replicated() {
+        // Reassigned down to this one replica: what it holds durably is replicated enough,
+        // and from now on its flushes move the watermark.
+        part.set_high_watermark(part.durable_offset());
+        part.set_replicated(false);
+    }
+}
+
 impl Shard {
     /// Takes each owned replicated partition's role from `catalog`: leader (tracking its
     /// followers from this epoch on) or follower (fetching from the leader).
     pub async fn apply_replica_roles(self: &Rc<Self>, catalog: &Catalog) {
-        let me = self.config.node_id;
         let now = Instant::now();
-        let mut start_fetchers: Vec<i32> = Vec::new();
-        let mut follows_changed = false;
-        let mut new_epochs: Vec<(Rc<Partition>, i32)> = Vec::new();
-        let mut new_leaders: Vec<(
-            (String, i32),
-            Rc<Partition>,
-            crate::catalog::PartitionRegistration,
-        )> = Vec::new();
-        {
-            let mut leading = self.replicas.leading.borrow_mut();
-            let mut following = self.replicas.following.borrow_mut();
-            // Writes waiting on a partition this node no longer leads are answered at once
-            // (NOT_LEADER_OR_FOLLOWER): an idempotent producer moves to the new leader only
-            // once every request to the old one came back.
-            let mut deposed: Vec<(String, i32)> = Vec::new();
-            leading.retain(|(t, p), l| {
-                let kept = catalog
-                    .partition(t, *p)
-                    .is_some_and(|r| r.leader == me && r.leader_epoch == l.leader_epoch);
-                if !kept {
-                    deposed.push((t.clone(), *p));
-                }
-                kept
-            });
-            for (t, p) in &deposed {
-                if let Some(part) = self.partition(t, *p) {
-                    part.wake_waiters();
-                }
-            }
-            following.retain(|(t, p), _| {
-                catalog
-                    .partition(t, *p)
-                    .is_some_and(|r| r.leader != me && r.leader >= 0 && r.replicas.contains(&me))
-            });
-            for ((topic, p), part) in self.owned_partitions() {
-                let Some(reg) = catalog.partition(&topic, p) else {
-                    continue;
-                };
-                if reg.replicas.len() < 2 {
-                    // One replica: nothing to replicate, but its epoch cache follows the
-                    // image (a fenced and returning broker leads at a new epoch), so
-                    // OffsetForLeaderEpoch answers for the epoch clients see in Metadata.
-                    if reg.leader == me && part.leader_epoch() < reg.leader_epoch {
-                        new_epochs.push((part.clone(), reg.leader_epoch));
-                    }
-                    if reg.leader == me && part.is_replicated() {
-                        // Reassigned down to this one replica: what it holds durably is
-                        // replicated enough, and from now on its flushes move the watermark.
-                        part.set_high_watermark(part.durable_offset());
-                        part.set_replicated(false);
-                    }
-                    continue;
-                }
-                part.set_replicated(true);
-                let key = (topic.clone(), p);
-                if reg.leader == me {
-                    following.remove(&key);
-                    match leading.get_mut(&key) {
-                        Some(l) if l.leader_epoch == reg.leader_epoch => {
-                            l.take_image(
-                                reg.partition_epoch,
-                                reg.isr.clone(),
-                                reg.replicas.clone(),
-                                now,
-                            );
-                        }
-                        _ => {
-                            info!(topic = %topic, partition = p, epoch = reg.leader_epoch, isr = ?reg.isr, "leading partition");
-                            // Not leading until the epoch is in the partition's epoch cache: a
-                            // follower's fetch answered before would be checked against the
-                            // old epochs (and could be told to drop its whole log).
-                            leading.remove(&key);
-                            new_leaders.push((key, part.clone(), reg.clone()));
-                        }
-                    }
-                } else if reg.leader >= 0 {
-                    let follow = Follow {
-                        leader: reg.leader,
-                        leader_epoch: reg.leader_epoch,
-                    };
-                    if following.insert(key, follow) != Some(follow) {
-                        follows_changed = true;
-                        info!(topic = %topic, partition = p, leader = reg.leader, epoch = reg.leader_epoch, "following partition");
-                    }
-                    if !self.replicas.fetchers.borrow().contains(&reg.leader) {
-                        start_fetchers.push(reg.leader);
-                    }
-                }
-            }
-        }
-        if follows_changed {
+        let changes = self.role_changes(catalog, now);
+        if changes.follows_changed {
             self.replicas.follows_changed.notify(usize::MAX);
         }
         // The new epoch begins at the log end, before anything is appended in it.
-        for (part, epoch) in new_epochs {
+        for (part, epoch) in changes.new_epochs {
             if let Err(e) = part.set_leader_epoch(epoch).await {
                 warn!(dir = %part.dir().display(), error = %e, "recording the new leader epoch failed");
             }
         }
+        self.start_leading(changes.new_leaders, now).await;
+        let keys: Vec<(String, i32)> = self.replicas.leading.borrow().keys().cloned().collect();
+        for (t, p) in keys {
+            self.advance_high_watermark(&t, p);
+        }
+        self.load_led_groups(catalog).await;
+        self.load_led_txns(catalog).await;
+        let mut start_fetchers = changes.start_fetchers;
+        start_fetchers.sort_unstable();
+        start_fetchers.dedup();
+        for leader in start_fetchers {
+            if self.replicas.fetchers.borrow_mut().insert(leader) {
+                glommio::spawn_local(super::fetcher::run(self.clone(), leader)).detach();
+            }
+        }
+    }
+
+    /// What `catalog` changes for this shard's partitions, decided without waiting: deposed
+    /// leaders are dropped (their waiting writes answered), follows updated, and what must be
+    /// written before a partition leads is returned.
+    fn role_changes(&self, catalog: &Catalog, now: Instant) -> RoleChanges {
+        let me = self.config.node_id;
+        let mut changes = RoleChanges::default();
+        let mut leading = self.replicas.leading.borrow_mut();
+        let mut following = self.replicas.following.borrow_mut();
+        // Writes waiting on a partition this node no longer leads are answered at once
+        // (NOT_LEADER_OR_FOLLOWER): an idempotent producer moves to the new leader only
+        // once every request to the old one came back.
+        let mut deposed: Vec<(String, i32)> = Vec::new();
+        leading.retain(|(t, p), l| {
+            let kept = catalog
+                .partition(t, *p)
+                .is_some_and(|r| r.leader == me && r.leader_epoch == l.leader_epoch);
+            if !kept {
+                deposed.push((t.clone(), *p));
+            }
+            kept
+        });
+        for (t, p) in &deposed {
+            if let Some(part) = self.partition(t, *p) {
+                part.wake_waiters();
+            }
+        }
+        following.retain(|(t, p), _| {
+            catalog
+                .partition(t, *p)
+                .is_some_and(|r| r.leader != me && r.leader >= 0 && r.replicas.contains(&me))
+        });
+        for ((topic, p), part) in self.owned_partitions() {
+            let Some(reg) = catalog.partition(&topic, p) else {
+                continue;
+            };
+            if reg.replicas.len() < 2 {
+                unreplicated_role(&part, reg, me, &mut changes);
+                continue;
+            }
+            part.set_replicated(true);
+            let key = (topic.clone(), p);
+            if reg.leader == me {
+                following.remove(&key);
+                match leading.get_mut(&key) {
+                    Some(l) if l.leader_epoch == reg.leader_epoch => {
+                        l.take_image(
+                            reg.partition_epoch,
+                            reg.isr.clone(),
+                            reg.replicas.clone(),
+                            now,
+                        );
+                    }
+                    _ => {
+                        info!(topic = %topic, partition = p, epoch = reg.leader_epoch, isr = ?reg.isr, "leading partition");
+                        // Not leading until the epoch is in the partition's epoch cache: a
+                        // follower's fetch answered before would be checked against the
+                        // old epochs (and could be told to drop its whole log).
+                        leading.remove(&key);
+                        changes.new_leaders.push((key, part.clone(), reg.clone()));
+                    }
+                }
+            } else if reg.leader >= 0 {
+                let follow = Follow {
+                    leader: reg.leader,
+                    leader_epoch: reg.leader_epoch,
+                };
+                if following.insert(key, follow) != Some(follow) {
+                    changes.follows_changed = true;
+                    info!(topic = %topic, partition = p, leader = reg.leader, epoch = reg.leader_epoch, "following partition");
+                }
+                if !self.replicas.fetchers.borrow().contains(&reg.leader) {
+                    changes.start_fetchers.push(reg.leader);
+                }
+            }
+        }
+        changes
+    }
+
+    /// Leads each of `new_leaders` once its epoch is recorded, if the image still says so.
+    async fn start_leading(&self, new_leaders: Vec<NewLeader>, now: Instant) {
+        let me = self.config.node_id;
         for (key, part, reg) in new_leaders {
             if let Err(e) = part.set_leader_epoch(reg.leader_epoch).await {
                 warn!(dir = %part.dir().display(), error = %e, "recording the new leader epoch failed; not leading");
@@ -197,19 +243,6 @@ impl Shard {
                     now,
                 );
                 self.replicas.leading.borrow_mut().insert(key, state);
-            }
-        }
-        let keys: Vec<(String, i32)> = self.replicas.leading.borrow().keys().cloned().collect();
-        for (t, p) in keys {
-            self.advance_high_watermark(&t, p);
-        }
-        self.load_led_groups(catalog).await;
-        self.load_led_txns(catalog).await;
-        start_fetchers.sort_unstable();
-        start_fetchers.dedup();
-        for leader in start_fetchers {
-            if self.replicas.fetchers.borrow_mut().insert(leader) {
-                glommio::spawn_local(super::fetcher::run(self.clone(), leader)).detach();
             }
         }
     }
