@@ -132,6 +132,8 @@ pub struct LeaderState {
     /// another, was applied: the controller refuses one of an older partition epoch) or the
     /// controller refused it; never by a timeout or an unrelated image change.
     pub pending_isr: Option<Vec<i32>>,
+    /// A change proposed at this partition epoch may still be applied: its outcome is unknown.
+    pub pending_unknown: bool,
     /// The acks=all appends waiting for room in the backlog, in arrival order.
     pub turns: std::rc::Rc<Turns>,
 }
@@ -198,6 +200,7 @@ impl LeaderState {
             followers,
             isr_change_pending: false,
             pending_isr: None,
+            pending_unknown: false,
             turns: Default::default(),
         }
     }
@@ -231,6 +234,7 @@ impl LeaderState {
         if partition_epoch != self.partition_epoch {
             self.isr_change_pending = false;
             self.pending_isr = None;
+            self.pending_unknown = false;
         }
         self.partition_epoch = partition_epoch;
         self.isr = isr;
@@ -250,18 +254,30 @@ impl LeaderState {
         debug_assert!(isr.iter().all(|r| pending.contains(r)));
     }
 
-    /// The controller refused the pending change (applied and refused, or checked and
-    /// refused before the log): decided, the ISR is what the image says.
-    pub fn isr_change_refused(&mut self) {
+    /// The controller refused the change proposed at `proposed_at` (a partition epoch):
+    /// decided. A refusal of one proposed at an older partition epoch says nothing of the one
+    /// pending now, and one proposed at this epoch whose fate is unknown may still be applied:
+    /// their members keep holding the high watermark.
+    pub fn isr_change_refused(&mut self, proposed_at: i32) {
+        if proposed_at != self.partition_epoch {
+            return;
+        }
         self.isr_change_pending = false;
-        self.pending_isr = None;
+        if !self.pending_unknown {
+            self.pending_isr = None;
+        }
     }
 
-    /// The pending change's outcome is unknown (the proposal timed out, or the controller
-    /// changed while it waited): it may still be applied, so its members keep holding the high
-    /// watermark until the partition epoch moves; another change may be proposed meanwhile.
-    pub fn isr_change_unknown(&mut self) {
+    /// The outcome of the change proposed at `proposed_at` is unknown (the proposal timed
+    /// out, or the controller changed while it waited): it may still be applied, so its
+    /// members keep holding the high watermark until the partition epoch moves; another
+    /// change may be proposed meanwhile.
+    pub fn isr_change_unknown(&mut self, proposed_at: i32) {
+        if proposed_at != self.partition_epoch {
+            return;
+        }
         self.isr_change_pending = false;
+        self.pending_unknown = true;
     }
 
     /// Records a follower's fetch at `offset`, over `link`, when the leader's log ends at
@@ -658,7 +674,7 @@ mod tests {
         assert_eq!(l.high_watermark(1, 150), 120);
         // The proposal timed out: it may still be applied. Another may be proposed, and the
         // members of both hold the high watermark.
-        l.isr_change_unknown();
+        l.isr_change_unknown(0);
         assert!(!l.isr_change_pending);
         l.isr_proposed(&[1]);
         assert_eq!(l.pending_isr, Some(vec![1, 2, 3]));
@@ -671,7 +687,24 @@ mod tests {
         // A refusal decides too.
         l.isr_proposed(&[1, 3]);
         assert_eq!(l.maximal_isr_size(), 2, "a member proposed to join counts");
-        l.isr_change_refused();
+        l.isr_change_refused(1);
+        assert_eq!(l.high_watermark(1, 150), 150);
+        // The refusal of a change proposed at an older partition epoch, arriving after a new
+        // one was proposed, leaves the new one pending.
+        l.isr_proposed(&[1, 3]);
+        l.isr_change_refused(0);
+        assert!(l.isr_change_pending);
+        assert_eq!(l.high_watermark(1, 150), 120);
+        // One whose fate is unknown keeps holding after another at its epoch is refused.
+        l.isr_change_unknown(1);
+        l.isr_proposed(&[1]);
+        l.isr_change_refused(1);
+        assert_eq!(
+            l.high_watermark(1, 150),
+            120,
+            "the unknown one may still be applied"
+        );
+        l.take_image(2, vec![1], vec![1, 2, 3], now);
         assert_eq!(l.high_watermark(1, 150), 150);
     }
 }

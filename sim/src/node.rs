@@ -210,6 +210,7 @@ impl Node {
         let Ok(MetadataCommand::ChangeIsr {
             partition,
             leader_epoch,
+            partition_epoch,
             ..
         }) = serde_json::from_slice::<MetadataCommand>(data)
         else {
@@ -221,7 +222,7 @@ impl Node {
             .and_then(|p| p.leading.as_mut())
         {
             if l.leader_epoch == leader_epoch {
-                l.isr_change_refused();
+                l.isr_change_refused(partition_epoch);
             }
         }
     }

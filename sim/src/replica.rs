@@ -319,7 +319,8 @@ impl Node {
                 if now.saturating_sub(part.isr_proposed_at) < limits.proposal_timeout_ms {
                     continue;
                 }
-                l.isr_change_unknown();
+                let proposed_at = l.partition_epoch;
+                l.isr_change_unknown(proposed_at);
             }
             let brokers = &self.image.brokers;
             let eligible = |r: i32| tributary_metadata::command::isr_eligible(brokers, r);

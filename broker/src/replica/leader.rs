@@ -737,11 +737,15 @@ impl Shard {
     async fn propose_isr_changes(self: &Rc<Self>, changes: Vec<MetadataCommand>) {
         for cmd in changes {
             let MetadataCommand::ChangeIsr {
-                topic, partition, ..
+                topic,
+                partition,
+                partition_epoch,
+                ..
             } = &cmd
             else {
                 continue;
             };
+            let proposed_at = *partition_epoch;
             let key = (topic.clone(), *partition);
             let out = call(self, ShardId(0), |reply| ShardRequest::ProposeMetadata {
                 command: Box::new(cmd.clone()),
@@ -765,9 +769,9 @@ impl Shard {
                 continue;
             };
             if code.is_some_and(isr_change_decided) {
-                l.isr_change_refused();
+                l.isr_change_refused(proposed_at);
             } else {
-                l.isr_change_unknown();
+                l.isr_change_unknown(proposed_at);
             }
         }
     }
