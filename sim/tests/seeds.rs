@@ -71,3 +71,31 @@ fn each_canary_is_caught() {
         }
     }
 }
+
+/// Seeds that once found a bug, run past the step where they failed: (seed, steps, what it was).
+const REGRESSIONS: &[(u64, u64, &str)] = &[
+    (
+        3,
+        40_000,
+        "a pending ISR member dropped on a proposal timeout or an unrelated image",
+    ),
+    (
+        166,
+        40_000,
+        "acks=all acknowledged after the ISR shrank below min.insync.replicas",
+    ),
+    (
+        100_588,
+        330_000,
+        "a stale refusal clearing a newer ISR change's pending members",
+    ),
+];
+
+#[test]
+fn seeds_that_found_bugs_hold() {
+    for &(seed, steps, bug) in REGRESSIONS {
+        if let Err(failure) = run(&Options::new(seed, steps)) {
+            panic!("seed {seed} ({bug}) fails again: {failure}");
+        }
+    }
+}
