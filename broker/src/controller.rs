@@ -500,7 +500,7 @@ impl Controller {
 
 /// One replica list per partition, in partition order.
 type ReplicaLists = Vec<Vec<i32>>;
-/// Why a topic's change was refused: the error code and what was wrong.
+/// Why a topic's or the broker configs' change was refused: the error code and what was wrong.
 type Refusal = (ErrorCode, Option<String>);
 
 /// Where one CreatePartitions topic's new partitions go, as (first new partition, one replica
@@ -586,6 +586,17 @@ pub struct BrokerConfigChange {
     pub validate_only: bool,
 }
 
+/// One broker resource's dynamic configs (a broker's own, or the cluster-wide defaults), by
+/// name.
+type DynamicConfigs = std::collections::BTreeMap<String, String>;
+
+/// The listeners' handshakes a TLS reload serves, by listener name, and the brokers' side of
+/// the inter-broker listener built from the same config.
+type TlsReload = (
+    std::collections::BTreeMap<String, crate::tls_acceptor::TlsAcceptor>,
+    crate::inter_broker::InterBrokerSecurity,
+);
+
 impl Controller {
     /// Validates, persists (with the catalog) and announces a dynamic broker config change. Bad
     /// keys and values get INVALID_REQUEST, as Kafka answers a broker resource.
@@ -597,77 +608,30 @@ impl Controller {
         let Ok(_guard) = self.lock.acquire_permit(1).await else {
             return (ErrorCode::UNKNOWN_SERVER_ERROR, None);
         };
+        match self.alter_broker_configs_locked(shard, change).await {
+            Ok(()) => (ErrorCode::NONE, None),
+            Err(refusal) => refusal,
+        }
+    }
+
+    /// [`Self::alter_broker_configs`], under the controller's lock: checks the change, then
+    /// (unless `validate_only`) stores the configs if they differ and installs the TLS reload
+    /// the change gives on every shard of this node.
+    async fn alter_broker_configs_locked(
+        &self,
+        shard: &Rc<Shard>,
+        change: BrokerConfigChange,
+    ) -> Result<(), Refusal> {
         let catalog = self.node.image();
         let resource = change.broker.map_or_else(String::new, |b| b.to_string());
-        // A keystore is one broker's: its TLS keys change per broker only, as in Kafka.
-        let tls_keys: Vec<&str> = change
-            .configs
-            .iter()
-            .map(|(name, _, _)| name.as_str())
-            .filter(|name| crate::config::ssl_key(name).is_some())
-            .collect();
-        if change.broker.is_none() && !tls_keys.is_empty() {
-            return (
-                ErrorCode::INVALID_REQUEST,
-                Some(format!(
-                    "Cannot update these configs at default cluster level, broker id must be specified: {}",
-                    tls_keys.join(", ")
-                )),
-            );
-        }
-        let current = match change.broker {
-            None => catalog.broker_configs.cluster.clone(),
-            Some(b) => catalog
-                .broker_configs
-                .per_broker
-                .get(&b)
-                .cloned()
-                .unwrap_or_default(),
-        };
-        let mut configs = if change.replace {
-            Default::default()
-        } else {
-            current.clone()
-        };
-        for (name, op, value) in &change.configs {
-            if let Err(e) = apply_broker_config_op(&mut configs, name, *op, value.as_deref()) {
-                return (
-                    ErrorCode::INVALID_REQUEST,
-                    Some(format!(
-                        "Invalid config value for resource ConfigResource(type=BROKER, name='{resource}'): {e}"
-                    )),
-                );
-            }
-        }
+        let tls_keys = per_broker_tls_keys(&change)?;
+        let (current, configs) = altered_broker_configs(&catalog, &change, &resource)?;
         // The listeners' handshakes the change gives, built (the files read) and checked
         // before anything is stored.
-        // A replacing AlterConfigs may drop stored TLS keys without naming them: a reload too.
-        let ssl_values = |c: &std::collections::BTreeMap<String, String>| {
-            c.iter()
-                .filter(|(k, _)| crate::config::ssl_key(k).is_some())
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect::<Vec<_>>()
-        };
-        let reloaded = if tls_keys.is_empty() && ssl_values(&current) == ssl_values(&configs) {
-            None
-        } else {
-            let candidate = match shard
-                .config
-                .with_dynamic(&[&catalog.broker_configs.cluster, &configs])
-            {
-                Ok(c) => c,
-                Err(e) => return (ErrorCode::INVALID_CONFIG, Some(e)),
-            };
-            match crate::tls_reload::prepare(shard.tls_acceptors(), candidate).await {
-                Ok(built) => Some(built),
-                Err(e) => {
-                    warn!(broker = %resource, error = %e, "refusing a TLS reload");
-                    return (ErrorCode::INVALID_CONFIG, Some(e));
-                }
-            }
-        };
+        let reloaded =
+            prepare_tls_reload(shard, &catalog, &tls_keys, &current, &configs, &resource).await?;
         if change.validate_only {
-            return (ErrorCode::NONE, None);
+            return Ok(());
         }
         if configs != current {
             info!(broker = %resource, ?configs, "altering dynamic broker configs");
@@ -678,32 +642,132 @@ impl Controller {
                 })
                 .await;
             if stored.0 != ErrorCode::NONE {
-                return stored;
+                return Err(stored);
             }
         }
-        if let Some((acceptors, inter_broker)) = reloaded {
-            // Answered once every shard of this node serves the new handshakes.
-            let listeners: Vec<String> = acceptors.keys().cloned().collect();
-            for to in (0..shard.shards).map(crate::routing::ShardId) {
-                if to == shard.id {
-                    shard.install_tls(acceptors.clone());
-                    shard.set_inter_broker(inter_broker.clone());
-                    continue;
-                }
-                let (reply, installed) = futures::channel::oneshot::channel();
-                let request = crate::shard::ShardRequest::InstallTls {
-                    acceptors: acceptors.clone(),
-                    inter_broker: inter_broker.clone(),
-                    reply,
-                };
-                shard.forward(to, request).await;
-                let _ = installed.await;
-            }
-            info!(broker = %resource, ?listeners, "TLS keystores and truststores reloaded for new connections");
-            crate::tls_reload::log_served(&acceptors, "reloaded");
+        if let Some(reload) = reloaded {
+            install_tls_reload(shard, reload, &resource).await;
         }
-        (ErrorCode::NONE, None)
+        Ok(())
     }
+}
+
+/// The TLS keys (`ssl.*`) the change names. A keystore is one broker's: its TLS keys change
+/// per broker only, as in Kafka, so naming one at the cluster level is INVALID_REQUEST.
+fn per_broker_tls_keys(change: &BrokerConfigChange) -> Result<Vec<&str>, Refusal> {
+    let tls_keys: Vec<&str> = change
+        .configs
+        .iter()
+        .map(|(name, _, _)| name.as_str())
+        .filter(|name| crate::config::ssl_key(name).is_some())
+        .collect();
+    if change.broker.is_none() && !tls_keys.is_empty() {
+        return Err((
+            ErrorCode::INVALID_REQUEST,
+            Some(format!(
+                "Cannot update these configs at default cluster level, broker id must be specified: {}",
+                tls_keys.join(", ")
+            )),
+        ));
+    }
+    Ok(tls_keys)
+}
+
+/// The resource's dynamic configs now and those the change gives, as (current, changed): a
+/// replacing AlterConfigs starts from none, an incremental one from the current ones. A bad
+/// key or value is INVALID_REQUEST naming the resource.
+fn altered_broker_configs(
+    catalog: &Catalog,
+    change: &BrokerConfigChange,
+    resource: &str,
+) -> Result<(DynamicConfigs, DynamicConfigs), Refusal> {
+    let current = match change.broker {
+        None => catalog.broker_configs.cluster.clone(),
+        Some(b) => catalog
+            .broker_configs
+            .per_broker
+            .get(&b)
+            .cloned()
+            .unwrap_or_default(),
+    };
+    let mut configs = if change.replace {
+        Default::default()
+    } else {
+        current.clone()
+    };
+    for (name, op, value) in &change.configs {
+        if let Err(e) = apply_broker_config_op(&mut configs, name, *op, value.as_deref()) {
+            return Err((
+                ErrorCode::INVALID_REQUEST,
+                Some(format!(
+                    "Invalid config value for resource ConfigResource(type=BROKER, name='{resource}'): {e}"
+                )),
+            ));
+        }
+    }
+    Ok((current, configs))
+}
+
+/// The TLS reload the change needs, built and checked: `None` when it names no TLS key and
+/// leaves the stored ones as they are. A config that does not build, or handshakes that do not
+/// (`tls_reload::prepare`), are INVALID_CONFIG.
+async fn prepare_tls_reload(
+    shard: &Rc<Shard>,
+    catalog: &Catalog,
+    tls_keys: &[&str],
+    current: &DynamicConfigs,
+    configs: &DynamicConfigs,
+    resource: &str,
+) -> Result<Option<TlsReload>, Refusal> {
+    // A replacing AlterConfigs may drop stored TLS keys without naming them: a reload too.
+    let ssl_values = |c: &DynamicConfigs| {
+        c.iter()
+            .filter(|(k, _)| crate::config::ssl_key(k).is_some())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<Vec<_>>()
+    };
+    if tls_keys.is_empty() && ssl_values(current) == ssl_values(configs) {
+        return Ok(None);
+    }
+    let candidate = match shard
+        .config
+        .with_dynamic(&[&catalog.broker_configs.cluster, configs])
+    {
+        Ok(c) => c,
+        Err(e) => return Err((ErrorCode::INVALID_CONFIG, Some(e))),
+    };
+    match crate::tls_reload::prepare(shard.tls_acceptors(), candidate).await {
+        Ok(built) => Ok(Some(built)),
+        Err(e) => {
+            warn!(broker = %resource, error = %e, "refusing a TLS reload");
+            Err((ErrorCode::INVALID_CONFIG, Some(e)))
+        }
+    }
+}
+
+/// Installs a stored TLS reload on every shard of this node, one after another in shard order,
+/// and returns once each serves the new handshakes to the connections it accepts next.
+async fn install_tls_reload(shard: &Rc<Shard>, reload: TlsReload, resource: &str) {
+    let (acceptors, inter_broker) = reload;
+    // Answered once every shard of this node serves the new handshakes.
+    let listeners: Vec<String> = acceptors.keys().cloned().collect();
+    for to in (0..shard.shards).map(crate::routing::ShardId) {
+        if to == shard.id {
+            shard.install_tls(acceptors.clone());
+            shard.set_inter_broker(inter_broker.clone());
+            continue;
+        }
+        let (reply, installed) = futures::channel::oneshot::channel();
+        let request = crate::shard::ShardRequest::InstallTls {
+            acceptors: acceptors.clone(),
+            inter_broker: inter_broker.clone(),
+            reply,
+        };
+        shard.forward(to, request).await;
+        let _ = installed.await;
+    }
+    info!(broker = %resource, ?listeners, "TLS keystores and truststores reloaded for new connections");
+    crate::tls_reload::log_served(&acceptors, "reloaded");
 }
 
 fn apply_broker_config_op(

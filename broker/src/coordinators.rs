@@ -8,6 +8,7 @@ use std::rc::Rc;
 use tracing::warn;
 use tributary_protocol::requests::groups::*;
 use tributary_protocol::ErrorCode;
+use tributary_storage::Partition;
 
 use crate::group::state::{JoinResult, SyncResult};
 use crate::group::OFFSETS_TOPIC;
@@ -58,48 +59,82 @@ pub enum GroupReply {
     OffsetDelete(ErrorCode, TopicResults<ErrorCode>),
 }
 
-/// Runs one operation on the coordinator shard.
-pub async fn run_group(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
-    let g = &shard.groups;
-    let group_of = |op: &GroupOp| -> Option<String> {
-        match op {
-            GroupOp::Join { req, .. } => Some(req.group_id.clone()),
-            GroupOp::Sync(r) => Some(r.group_id.clone()),
-            GroupOp::Heartbeat(r) => Some(r.group_id.clone()),
-            GroupOp::Leave(r) => Some(r.group_id.clone()),
-            GroupOp::Commit(r) | GroupOp::TxnCommit { req: r, .. } => Some(r.group_id.clone()),
-            GroupOp::Fetch(r) => Some(r.group_id.clone()),
-            GroupOp::Describe(id) | GroupOp::Delete(id) => Some(id.clone()),
-            GroupOp::OffsetDelete(r) => Some(r.group_id.clone()),
+impl GroupOp {
+    /// The group the operation is about; `None` for List, which is about every group.
+    pub fn group_id(&self) -> Option<&str> {
+        match self {
+            GroupOp::Join { req, .. } => Some(&req.group_id),
+            GroupOp::Sync(r) => Some(&r.group_id),
+            GroupOp::Heartbeat(r) => Some(&r.group_id),
+            GroupOp::Leave(r) => Some(&r.group_id),
+            GroupOp::Commit(r) | GroupOp::TxnCommit { req: r, .. } => Some(&r.group_id),
+            GroupOp::Fetch(r) => Some(&r.group_id),
+            GroupOp::Describe(id) | GroupOp::Delete(id) => Some(id),
+            GroupOp::OffsetDelete(r) => Some(&r.group_id),
             GroupOp::List => None,
         }
+    }
+}
+
+/// Runs one operation on the coordinator shard.
+pub async fn run_group(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
+    let Some(group) = op.group_id() else {
+        // List is about no one group: it answers with every group this shard holds.
+        return GroupReply::List(shard.groups.list());
     };
-    let group = group_of(&op);
-    let log = group.as_ref().and_then(|id| shard.group_log(id));
-    let unavailable = log.is_none();
-    // Another broker leads the group's partition: the client asks FindCoordinator again.
-    let moved = group.as_ref().is_some_and(|id| {
-        let p = shard.groups.group_partition(id);
-        shard
-            .catalog()
-            .partition(OFFSETS_TOPIC, p)
-            .is_some_and(|r| r.leader >= 0 && r.leader != shard.config.node_id)
-    });
-    let gone = if moved {
+    match group_coordinator(shard, group) {
+        Ok(log) => run_group_op(shard, &log, op).await,
+        Err(gone) => group_unavailable(op, gone),
+    }
+}
+
+/// The `__consumer_offsets` partition holding `group`, when this shard owns and has loaded
+/// it; else the error the client gets ([`coordinator_gone`]).
+fn group_coordinator(shard: &Shard, group: &str) -> Result<Rc<Partition>, ErrorCode> {
+    match shard.group_log(group) {
+        Some(log) => Ok(log),
+        None => Err(coordinator_gone(
+            shard,
+            OFFSETS_TOPIC,
+            shard.groups.group_partition(group),
+        )),
+    }
+}
+
+/// The error for an operation whose coordinator partition (`partition` of the internal topic
+/// `topic`) this shard has not loaded: NOT_COORDINATOR when another broker leads it, else
+/// COORDINATOR_NOT_AVAILABLE (no leader yet, or this node leads it and is still loading it).
+fn coordinator_gone(shard: &Shard, topic: &str, partition: i32) -> ErrorCode {
+    // Another broker leads the partition: the client asks FindCoordinator again.
+    let moved = shard
+        .catalog()
+        .partition(topic, partition)
+        .is_some_and(|r| r.leader >= 0 && r.leader != shard.config.node_id);
+    if moved {
         ErrorCode::NOT_COORDINATOR
     } else {
         ErrorCode::COORDINATOR_NOT_AVAILABLE
-    };
+    }
+}
+
+/// The reply to `op` when this shard does not coordinate its group, carrying `gone`.
+fn group_unavailable(op: GroupOp, gone: ErrorCode) -> GroupReply {
     match op {
+        GroupOp::Join { req, .. } => GroupReply::Join(JoinResult::error(gone, &req.member_id)),
+        GroupOp::Sync(_) => GroupReply::Sync(SyncResult::error(gone)),
+        GroupOp::Leave(_) => GroupReply::Leave(gone, Vec::new()),
+        GroupOp::Fetch(_) => GroupReply::Fetch(gone, Vec::new(), Vec::new()),
+        GroupOp::OffsetDelete(_) => GroupReply::OffsetDelete(gone, Vec::new()),
+        _ => GroupReply::Code(gone),
+    }
+}
+
+/// Runs `op` against this shard's group coordinator, whose group lives in `log`.
+async fn run_group_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: GroupOp) -> GroupReply {
+    let g = &shard.groups;
+    match op {
+        // `run_group` answers List before it looks for a coordinator; the same answer here.
         GroupOp::List => GroupReply::List(g.list()),
-        _ if unavailable => match op {
-            GroupOp::Join { req, .. } => GroupReply::Join(JoinResult::error(gone, &req.member_id)),
-            GroupOp::Sync(_) => GroupReply::Sync(SyncResult::error(gone)),
-            GroupOp::Leave(_) => GroupReply::Leave(gone, Vec::new()),
-            GroupOp::Fetch(_) => GroupReply::Fetch(gone, Vec::new(), Vec::new()),
-            GroupOp::OffsetDelete(_) => GroupReply::OffsetDelete(gone, Vec::new()),
-            _ => GroupReply::Code(gone),
-        },
         GroupOp::Join {
             req,
             version,
@@ -120,9 +155,7 @@ pub async fn run_group(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
                 Err(e) => GroupReply::Sync(e),
                 Ok((rx, completed)) => {
                     if completed {
-                        if let Some(log) = &log {
-                            g.persist_group(log, &group_id).await;
-                        }
+                        g.persist_group(log, &group_id).await;
                     }
                     GroupReply::Sync(
                         rx.await.unwrap_or_else(|_| {
@@ -137,20 +170,14 @@ pub async fn run_group(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
             let group_id = req.group_id.clone();
             let (code, members, emptied) = g.leave(req);
             if emptied {
-                if let Some(log) = &log {
-                    g.persist_group(log, &group_id).await;
-                }
+                g.persist_group(log, &group_id).await;
             }
             GroupReply::Leave(code, members)
         }
-        GroupOp::Commit(req) => match &log {
-            Some(log) => GroupReply::Commit(g.commit(log, req, None).await),
-            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
-        },
-        GroupOp::TxnCommit { req, producer } => match &log {
-            Some(log) => GroupReply::Commit(g.commit(log, req, Some(producer)).await),
-            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
-        },
+        GroupOp::Commit(req) => GroupReply::Commit(g.commit(log, req, None).await),
+        GroupOp::TxnCommit { req, producer } => {
+            GroupReply::Commit(g.commit(log, req, Some(producer)).await)
+        }
         GroupOp::Fetch(req) => {
             let offsets = g.fetch_offsets(&req);
             let unstable = if req.require_stable {
@@ -165,17 +192,11 @@ pub async fn run_group(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
             GroupReply::Fetch(ErrorCode::NONE, offsets, unstable)
         }
         GroupOp::Describe(id) => GroupReply::Describe(g.describe(&id)),
-        GroupOp::Delete(id) => match &log {
-            Some(log) => GroupReply::Code(g.delete_group(log, &id).await),
-            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
-        },
-        GroupOp::OffsetDelete(req) => match &log {
-            Some(log) => {
-                let (code, topics) = g.delete_offsets(log, req).await;
-                GroupReply::OffsetDelete(code, topics)
-            }
-            None => GroupReply::Code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
-        },
+        GroupOp::Delete(id) => GroupReply::Code(g.delete_group(log, &id).await),
+        GroupOp::OffsetDelete(req) => {
+            let (code, topics) = g.delete_offsets(log, req).await;
+            GroupReply::OffsetDelete(code, topics)
+        }
     }
 }
 
@@ -239,80 +260,54 @@ pub async fn run_txn(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
     match op {
         TxnOp::List => return TxnReply::Listed(shard.txns.list()),
         TxnOp::Producers { topic, partition } => {
-            let led = shard
-                .catalog()
-                .partition(&topic, partition)
-                .is_some_and(|r| r.leader == shard.config.node_id);
-            return TxnReply::Producers(match shard.partition(&topic, partition) {
-                Some(part) if led => Ok(part.producers()),
-                _ => Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
-            });
+            return TxnReply::Producers(partition_producers(shard, &topic, partition));
         }
         _ => {}
     }
     let id = op.id().to_string();
     let Some(log) = shard.txn_log(&id) else {
-        // Another broker leads the id's partition: the client asks FindCoordinator again.
-        let p = shard.txns.partition_of(&id);
-        let moved = shard
-            .catalog()
-            .partition(TXN_TOPIC, p)
-            .is_some_and(|r| r.leader >= 0 && r.leader != shard.config.node_id);
-        let code = if moved {
-            ErrorCode::NOT_COORDINATOR
-        } else {
-            ErrorCode::COORDINATOR_NOT_AVAILABLE
-        };
+        let code = coordinator_gone(shard, TXN_TOPIC, shard.txns.partition_of(&id));
         return match op {
             TxnOp::Init { .. } => TxnReply::Init(Err(code)),
             TxnOp::Describe(_) => TxnReply::Described(Err(code)),
             _ => TxnReply::Code(code),
         };
     };
+    run_txn_op(shard, &log, op).await
+}
+
+/// DescribeProducers: the producers of `partition` of `topic`, when this broker leads it and
+/// this shard holds it; else NOT_LEADER_OR_FOLLOWER.
+fn partition_producers(
+    shard: &Shard,
+    topic: &str,
+    partition: i32,
+) -> Result<Vec<tributary_storage::producer_state::ProducerSummary>, ErrorCode> {
+    let led = shard
+        .catalog()
+        .partition(topic, partition)
+        .is_some_and(|r| r.leader == shard.config.node_id);
+    match shard.partition(topic, partition) {
+        Some(part) if led => Ok(part.producers()),
+        _ => Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
+    }
+}
+
+/// Runs `op` against this shard's transaction coordinator, whose id lives in `log`.
+async fn run_txn_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: TxnOp) -> TxnReply {
     let t = &shard.txns;
     match op {
         TxnOp::Init {
             id,
             timeout_ms,
             given,
-        } => {
-            // Boxed: a shard call from inside a shard request handler would make the handler's
-            // future recursive.
-            let allocate = || -> std::pin::Pin<Box<dyn std::future::Future<Output = _> + '_>> {
-                Box::pin(async move {
-                    let allocated = call(shard, ShardId(0), |reply| {
-                        ShardRequest::AllocateProducerId { reply }
-                    });
-                    match allocated.await {
-                        Some(Ok(pid)) => Ok(pid),
-                        Some(Err(e)) => {
-                            warn!(error = %e, "producer id allocation failed");
-                            Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
-                        }
-                        None => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
-                    }
-                })
-            };
-            match t
-                .init_producer_id(&log, &id, timeout_ms, given, allocate)
-                .await
-            {
-                Ok(p) => TxnReply::Init(Ok(p)),
-                Err((code, aborting)) => {
-                    if let Some(prepared) = aborting {
-                        glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared))
-                            .detach();
-                    }
-                    TxnReply::Init(Err(code))
-                }
-            }
-        }
+        } => init_producer_id(shard, log, &id, timeout_ms, given).await,
         TxnOp::AddPartitions {
             id,
             producer,
             partitions,
         } => TxnReply::Code(
-            t.add_partitions(&log, &id, producer, &partitions)
+            t.add_partitions(log, &id, producer, &partitions)
                 .await
                 .err()
                 .unwrap_or(ErrorCode::NONE),
@@ -321,27 +316,7 @@ pub async fn run_txn(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
             id,
             producer,
             commit,
-        } => match t.end_txn(&log, &id, producer, commit).await {
-            Ok(Some(prepared)) => {
-                // Kafka answers once the transaction is prepared and the producer's next
-                // transaction waits (CONCURRENT_TRANSACTIONS, and a client backoff) until the
-                // markers are written. Waiting a moment for them here saves that backoff when
-                // they are quick; slow ones carry on in the background.
-                let markers =
-                    glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared))
-                        .detach();
-                futures_lite::future::or(
-                    async {
-                        let _ = markers.await;
-                    },
-                    glommio::timer::sleep(END_TXN_MARKER_WAIT),
-                )
-                .await;
-                TxnReply::Code(ErrorCode::NONE)
-            }
-            Ok(None) => TxnReply::Code(ErrorCode::NONE),
-            Err(e) => TxnReply::Code(e),
-        },
+        } => end_txn(shard, log, &id, producer, commit).await,
         TxnOp::Verify {
             id,
             producer,
@@ -351,5 +326,80 @@ pub async fn run_txn(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
             TxnReply::Described(t.describe(&id).ok_or(ErrorCode::TRANSACTIONAL_ID_NOT_FOUND))
         }
         TxnOp::List | TxnOp::Producers { .. } => TxnReply::Code(ErrorCode::NONE),
+    }
+}
+
+/// InitProducerId for transactional id `id`: a new producer id comes from the controller
+/// (through shard 0) when the id needs one. When an older producer instance left a transaction
+/// open, the coordinator aborts it and answers CONCURRENT_TRANSACTIONS; the abort's markers are
+/// written in the background.
+async fn init_producer_id(
+    shard: &Rc<Shard>,
+    log: &Rc<Partition>,
+    id: &str,
+    timeout_ms: i32,
+    given: (i64, i16),
+) -> TxnReply {
+    // Boxed: a shard call from inside a shard request handler would make the handler's
+    // future recursive.
+    let allocate = || -> std::pin::Pin<Box<dyn std::future::Future<Output = _> + '_>> {
+        Box::pin(async move {
+            let allocated = call(shard, ShardId(0), |reply| {
+                ShardRequest::AllocateProducerId { reply }
+            });
+            match allocated.await {
+                Some(Ok(pid)) => Ok(pid),
+                Some(Err(e)) => {
+                    warn!(error = %e, "producer id allocation failed");
+                    Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+                }
+                None => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+            }
+        })
+    };
+    match shard
+        .txns
+        .init_producer_id(log, id, timeout_ms, given, allocate)
+        .await
+    {
+        Ok(p) => TxnReply::Init(Ok(p)),
+        Err((code, aborting)) => {
+            if let Some(prepared) = aborting {
+                glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared)).detach();
+            }
+            TxnReply::Init(Err(code))
+        }
+    }
+}
+
+/// EndTxn: prepares the commit or abort of the id's transaction and writes its markers in the
+/// background, answering once they are written or after [`END_TXN_MARKER_WAIT`], whichever
+/// comes first. A retry of a completed EndTxn has no markers left to write.
+async fn end_txn(
+    shard: &Rc<Shard>,
+    log: &Rc<Partition>,
+    id: &str,
+    producer: (i64, i16),
+    commit: bool,
+) -> TxnReply {
+    match shard.txns.end_txn(log, id, producer, commit).await {
+        Ok(Some(prepared)) => {
+            // Kafka answers once the transaction is prepared and the producer's next
+            // transaction waits (CONCURRENT_TRANSACTIONS, and a client backoff) until the
+            // markers are written. Waiting a moment for them here saves that backoff when
+            // they are quick; slow ones carry on in the background.
+            let markers =
+                glommio::spawn_local(crate::txn::markers::finish(shard.clone(), prepared)).detach();
+            futures_lite::future::or(
+                async {
+                    let _ = markers.await;
+                },
+                glommio::timer::sleep(END_TXN_MARKER_WAIT),
+            )
+            .await;
+            TxnReply::Code(ErrorCode::NONE)
+        }
+        Ok(None) => TxnReply::Code(ErrorCode::NONE),
+        Err(e) => TxnReply::Code(e),
     }
 }

@@ -145,6 +145,45 @@ pub fn parse(
     let listeners = parse_listeners("listeners", &get("listeners"))?;
     let controller_names: Vec<String> = list(&get("controller.listener.names"));
     let election_timeout_ms = positive("controller.quorum.election.timeout.ms", &get)?;
+    let (broker_session_timeout_ms, broker_heartbeat_interval_ms) = broker_liveness_ms(get)?;
+    let voters = quorum_voters(roles, voters, node_id)?;
+    let controller_listen =
+        controller_listener(roles, voters.len(), &listeners, &controller_names)?;
+    let client = client_listeners(get, roles, &listeners, &controller_names)?;
+    let mut all = listener_specs(
+        get,
+        roles,
+        &client,
+        &controller_names,
+        cli_listen,
+        cli_advertised,
+    )?;
+    put_inter_broker_first(&get("inter.broker.listener.name"), roles, &mut all)?;
+    let (listen, advertised) = match all.first() {
+        Some(l) => (l.listen.clone(), l.advertised.clone()),
+        None => (cli_listen.to_string(), cli_advertised.map(str::to_string)),
+    };
+    Ok((
+        ClusterConfig {
+            node_id,
+            roles,
+            voters,
+            controller_listen,
+            election_timeout_ms,
+            broker_session_timeout_ms,
+            broker_heartbeat_interval_ms,
+        },
+        ClientListener {
+            listen,
+            advertised,
+            all,
+        },
+    ))
+}
+
+/// `broker.session.timeout.ms` and `broker.heartbeat.interval.ms`, in that order: a broker
+/// heartbeats more often than its session lasts.
+fn broker_liveness_ms(get: &dyn Fn(&str) -> String) -> Result<(u64, u64)> {
     let broker_session_timeout_ms = positive("broker.session.timeout.ms", &get)?;
     let broker_heartbeat_interval_ms = positive("broker.heartbeat.interval.ms", &get)?;
     if broker_heartbeat_interval_ms >= broker_session_timeout_ms {
@@ -152,7 +191,12 @@ pub fn parse(
             "config broker.heartbeat.interval.ms ({broker_heartbeat_interval_ms}) must be below broker.session.timeout.ms ({broker_session_timeout_ms}), or every broker would be fenced between two heartbeats"
         );
     }
+    Ok((broker_session_timeout_ms, broker_heartbeat_interval_ms))
+}
 
+/// The quorum's voters: those of `controller.quorum.voters`, or this node alone when it is a
+/// controller and the key is unset. A controller must be one of them, a broker-only node not.
+fn quorum_voters(roles: Roles, voters: Vec<Voter>, node_id: i32) -> Result<Vec<Voter>> {
     let voters = if voters.is_empty() {
         if !roles.controller {
             bail!(
@@ -182,20 +226,51 @@ pub fn parse(
             ids.join(", ")
         );
     }
+    Ok(voters)
+}
 
-    let is_controller = |l: &Listener| controller_names.contains(&l.name);
-    let controller_listen = match listeners.iter().find(|l| is_controller(l)) {
-        Some(l) if !roles.controller => bail!(
-            "controller.listener.names must not contain a value appearing in the 'listeners' configuration when running KRaft with just the broker role; remove {}://{}:{} from listeners",
-            l.name, l.host, l.port
-        ),
-        Some(l) => Some(resolve(&format!("{}:{}", l.host, l.port), "listeners")?),
-        None if roles.controller && (voters.len() > 1 || !roles.broker) => bail!(
-            "controller.listener.names must contain at least one value appearing in the 'listeners' configuration when running the KRaft controller role with several voters or without the broker role; add e.g. CONTROLLER://host:port to listeners and controller.listener.names=CONTROLLER"
-        ),
-        None => None,
-    };
-    let client: Vec<&Listener> = listeners.iter().filter(|l| !is_controller(l)).collect();
+/// Whether `l` is a controller listener: named in `controller.listener.names`.
+fn is_controller(controller_names: &[String], l: &Listener) -> bool {
+    controller_names.contains(&l.name)
+}
+
+/// Where the quorum accepts its peers: the first of `listeners` named in
+/// `controller.listener.names`. A broker-only node must have none; a controller with other
+/// voters, or without the broker role, must have one.
+fn controller_listener(
+    roles: Roles,
+    voter_count: usize,
+    listeners: &[Listener],
+    controller_names: &[String],
+) -> Result<Option<SocketAddr>> {
+    Ok(
+        match listeners.iter().find(|l| is_controller(controller_names, l)) {
+            Some(l) if !roles.controller => bail!(
+                "controller.listener.names must not contain a value appearing in the 'listeners' configuration when running KRaft with just the broker role; remove {}://{}:{} from listeners",
+                l.name, l.host, l.port
+            ),
+            Some(l) => Some(resolve(&format!("{}:{}", l.host, l.port), "listeners")?),
+            None if roles.controller && (voter_count > 1 || !roles.broker) => bail!(
+                "controller.listener.names must contain at least one value appearing in the 'listeners' configuration when running the KRaft controller role with several voters or without the broker role; add e.g. CONTROLLER://host:port to listeners and controller.listener.names=CONTROLLER"
+            ),
+            None => None,
+        },
+    )
+}
+
+/// The listeners clients are served on: those of `listeners` not named in
+/// `controller.listener.names`. A controller-only node has none; a broker given `listeners`
+/// has at least one.
+fn client_listeners<'a>(
+    get: &dyn Fn(&str) -> String,
+    roles: Roles,
+    listeners: &'a [Listener],
+    controller_names: &[String],
+) -> Result<Vec<&'a Listener>> {
+    let client: Vec<&Listener> = listeners
+        .iter()
+        .filter(|l| !is_controller(controller_names, l))
+        .collect();
     if !roles.broker {
         if let Some(l) = client.first() {
             bail!(
@@ -210,9 +285,26 @@ pub fn parse(
             get("listeners")
         );
     }
+    Ok(client)
+}
+
+/// Every client listener with its security protocol (`listener.security.protocol.map`) and
+/// what clients are told (`advertised.listeners`); a broker with no `listeners` gets one
+/// PLAINTEXT listener on `--listen` / `--advertised-listener`.
+fn listener_specs(
+    get: &dyn Fn(&str) -> String,
+    roles: Roles,
+    client: &[&Listener],
+    controller_names: &[String],
+    cli_listen: &str,
+    cli_advertised: Option<&str>,
+) -> Result<Vec<ListenerSpec>> {
     let protocols = parse_protocol_map(&get("listener.security.protocol.map"))?;
     let advertised = parse_listeners("advertised.listeners", &get("advertised.listeners"))?;
-    for a in advertised.iter().filter(|l| !is_controller(l)) {
+    for a in advertised
+        .iter()
+        .filter(|l| !is_controller(controller_names, l))
+    {
         if !client.iter().any(|l| l.name == a.name) {
             bail!(
                 "config advertised.listeners: {} is not a listener clients are served on (not in listeners); name one of {}",
@@ -234,7 +326,7 @@ pub fn parse(
                 .or_else(|| cli_advertised.map(str::to_string)),
         });
     }
-    for l in &client {
+    for l in client {
         let protocol = match protocols.iter().find(|(n, _)| *n == l.name) {
             Some((_, p)) => *p,
             None => bail!(
@@ -253,8 +345,14 @@ pub fn parse(
                 .map(|a| format!("{}:{}", a.host, a.port)),
         });
     }
+    Ok(all)
+}
+
+/// Moves the inter-broker listener (`inter.broker.listener.name`, given as `inter`) to the
+/// front of `all`. A broker must name one of its client listeners; a controller-only node has
+/// none, and keeps `all` as it is.
+fn put_inter_broker_first(inter: &str, roles: Roles, all: &mut Vec<ListenerSpec>) -> Result<()> {
     // The inter-broker listener: named, else the first PLAINTEXT one, else the first.
-    let inter = get("inter.broker.listener.name");
     let inter_index = if inter.is_empty() {
         all.iter()
             .position(|l| l.protocol == SecurityProtocol::Plaintext)
@@ -273,26 +371,7 @@ pub fn parse(
         let l = all.remove(inter_index);
         all.insert(0, l);
     }
-    let (listen, advertised) = match all.first() {
-        Some(l) => (l.listen.clone(), l.advertised.clone()),
-        None => (cli_listen.to_string(), cli_advertised.map(str::to_string)),
-    };
-    Ok((
-        ClusterConfig {
-            node_id,
-            roles,
-            voters,
-            controller_listen,
-            election_timeout_ms,
-            broker_session_timeout_ms,
-            broker_heartbeat_interval_ms,
-        },
-        ClientListener {
-            listen,
-            advertised,
-            all,
-        },
-    ))
+    Ok(())
 }
 
 /// `listener.security.protocol.map`: `NAME:PROTOCOL,…`.
