@@ -10,12 +10,13 @@
 
 pub mod replica;
 
+use std::collections::HashSet;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
-use tributary_protocol::frame::FrameBuilder;
+use tributary_protocol::frame::{FrameBuilder, ResponseFrame};
 use tributary_protocol::header::{begin_response, RequestHeader};
 use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::fetch::{
@@ -23,6 +24,7 @@ use tributary_protocol::requests::fetch::{
     NODE_ENDPOINTS_FROM, NO_TOPIC_ID, TOPIC_IDS_FROM,
 };
 use tributary_protocol::{ErrorCode, Reader};
+use tributary_security::acl::{AclOperation, ResourceType};
 
 use super::common::{decode_all, HandlerResult};
 use crate::catalog::Catalog;
@@ -46,6 +48,8 @@ struct Budget {
     read_committed: bool,
 }
 
+/// Answers a Fetch: a follower's (`replica_id` >= 0) from the leader's replica state, a
+/// consumer's through its fetch session within the response's byte budget.
 pub async fn handle(
     shard: &Rc<Shard>,
     spec: &ApiSpec,
@@ -53,7 +57,6 @@ pub async fn handle(
     r: &mut Reader,
     conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
-    use tributary_security::acl::{AclOperation, ResourceType};
     let v = header.api_version;
     let mut req = decode_all(r, |r| fetch::decode(r, v))?;
     if v >= TOPIC_IDS_FROM {
@@ -61,38 +64,72 @@ pub async fn handle(
     }
     let wait = Duration::from_millis((req.max_wait_ms.max(0) as u64).min(FETCH_MAX_WAIT_MS_CAP));
     let deadline = Instant::now() + wait;
-    if req.replica_id >= 0 && !shard.allowed_on_cluster(conn, AclOperation::ClusterAction) {
-        // A follower's fetch needs CLUSTER_ACTION on the cluster, as in Kafka.
-        let mut out = FrameBuilder::new();
-        begin_response(
-            &mut out,
-            header.correlation_id,
-            spec.response_header_flexible(v),
-        );
-        fetch::encode_response(
-            &mut out,
-            v,
-            ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
-            0,
-            false,
-            &[],
-            &[],
-        );
-        return Ok(Some(out.finish()));
-    }
     if req.replica_id >= 0 {
+        if !shard.allowed_on_cluster(conn, AclOperation::ClusterAction) {
+            // A follower's fetch needs CLUSTER_ACTION on the cluster, as in Kafka.
+            return Ok(Some(response_frame(spec, header, |out| {
+                let error = ErrorCode::CLUSTER_AUTHORIZATION_FAILED;
+                fetch::encode_response(out, v, error, 0, false, &[], &[]);
+            })));
+        }
         conn.link.follower.set(Some(req.replica_id));
         let mut topics = replica::fetch(shard, &req, conn.link.id, deadline).await;
         let endpoints = leader_hints(shard, v, &mut topics);
-        let mut out = FrameBuilder::new();
-        begin_response(
-            &mut out,
-            header.correlation_id,
-            spec.response_header_flexible(v),
-        );
-        fetch::encode_response(&mut out, v, ErrorCode::NONE, 0, false, &topics, &endpoints);
-        return Ok(Some(out.finish()));
+        return Ok(Some(response_frame(spec, header, |out| {
+            fetch::encode_response(out, v, ErrorCode::NONE, 0, false, &topics, &endpoints);
+        })));
     }
+    let budget = consumer_budget(shard, &req, v);
+    let context = begin_session(shard, &req, v);
+    let denied = denied_topics(shard, conn, context.items());
+    let results = read_and_wait(shard, context.items(), budget, deadline, &denied).await;
+    let (error, session_id, include) =
+        finish_session(shard, v >= TOPIC_IDS_FROM, &context, &results);
+    // consumer_byte_rate: the bytes this fetch returns count against it.
+    let bytes: u64 = results.iter().map(|r| r.records.len() as u64).sum();
+    let throttle = shard.throttle(
+        conn,
+        header.client_id.as_deref(),
+        crate::quota::CONSUMER_BYTE_RATE,
+        bytes,
+    );
+    let mut topics = response_topics(context.items(), results, &include);
+    let endpoints = leader_hints(shard, v, &mut topics);
+    // Record bytes are not copied into the response: they are pieces of the frame, written to
+    // the socket from the buffers the reads returned.
+    Ok(Some(response_frame(spec, header, |out| {
+        fetch::encode_throttled_response(
+            out,
+            v,
+            throttle.as_millis().min(i32::MAX as u128) as i32,
+            error,
+            session_id,
+            budget.read_committed,
+            &topics,
+            &endpoints,
+        );
+    })))
+}
+
+/// The response frame to `header`: its response header, then the body `encode` writes.
+fn response_frame(
+    spec: &ApiSpec,
+    header: &RequestHeader,
+    encode: impl FnOnce(&mut FrameBuilder),
+) -> ResponseFrame {
+    let mut out = FrameBuilder::new();
+    begin_response(
+        &mut out,
+        header.correlation_id,
+        spec.response_header_flexible(header.api_version),
+    );
+    encode(&mut out);
+    out.finish()
+}
+
+/// What a consumer's fetch may return: its byte budget and the bytes it waits for, held to the
+/// broker's limit, and its isolation level.
+fn consumer_budget(shard: &Shard, req: &FetchRequest, v: i16) -> Budget {
     // As Kafka: the broker's fetch.max.bytes caps what the client asks for, and min_bytes
     // cannot ask for more than that.
     let max_bytes = match req.max_bytes {
@@ -101,6 +138,20 @@ pub async fn handle(
     }
     .min(shard.config.fetch_max_bytes);
     let min_bytes = (req.min_bytes.max(0) as usize).min(max_bytes);
+    // READ_COMMITTED (v4+): records below the last stable offset, with the aborted
+    // transactions among them. A follower's fetch (answered before a budget is made) never is.
+    let read_committed = v >= READ_COMMITTED_FROM && req.isolation_level == 1;
+    Budget {
+        max_bytes,
+        min_bytes,
+        read_committed,
+    }
+}
+
+/// Which partitions a consumer's fetch covers, as its fetch session decides from those the
+/// request names and forgets. From v13 a session's partitions whose topic id was unknown when
+/// it took them in are named, when the image now holds the id.
+fn begin_session(shard: &Shard, req: &FetchRequest, v: i16) -> Context {
     let requested: Vec<FetchItem> = req
         .topics
         .iter()
@@ -126,56 +177,25 @@ pub async fn handle(
     if v >= TOPIC_IDS_FROM {
         name_session_topics(&shard.catalog(), context.items_mut());
     }
-    // READ_COMMITTED (v4+): records below the last stable offset, with the aborted
-    // transactions among them. A follower's fetch (above) never is.
-    let read_committed = v >= READ_COMMITTED_FROM && req.isolation_level == 1;
-    let budget = Budget {
-        max_bytes,
-        min_bytes,
-        read_committed,
-    };
+    context
+}
+
+/// The topics of `items` the principal may not READ; without an authorizer, none (and no ACL
+/// is consulted).
+fn denied_topics(
+    shard: &Shard,
+    conn: crate::conn::Conn<'_>,
+    items: &[FetchItem],
+) -> HashSet<String> {
     // Topics the principal may not READ are answered TOPIC_AUTHORIZATION_FAILED, unread.
-    let denied: std::collections::HashSet<String> = match shard.authorizer() {
+    match shard.authorizer() {
         None => Default::default(),
-        Some(_) => context
-            .items()
+        Some(_) => items
             .iter()
             .map(|i| i.topic.clone())
             .filter(|t| !shard.allowed(conn, AclOperation::Read, ResourceType::Topic, t))
             .collect(),
-    };
-    let results = read_and_wait(shard, context.items(), budget, deadline, &denied).await;
-    let (error, session_id, include) =
-        finish_session(shard, v >= TOPIC_IDS_FROM, &context, &results);
-    // consumer_byte_rate: the bytes this fetch returns count against it.
-    let bytes: u64 = results.iter().map(|r| r.records.len() as u64).sum();
-    let throttle = shard.throttle(
-        conn,
-        header.client_id.as_deref(),
-        crate::quota::CONSUMER_BYTE_RATE,
-        bytes,
-    );
-    let mut topics = response_topics(context.items(), results, &include);
-    let endpoints = leader_hints(shard, v, &mut topics);
-    // Record bytes are not copied into the response: they are pieces of the frame, written to
-    // the socket from the buffers the reads returned.
-    let mut out = FrameBuilder::new();
-    begin_response(
-        &mut out,
-        header.correlation_id,
-        spec.response_header_flexible(v),
-    );
-    fetch::encode_throttled_response(
-        &mut out,
-        v,
-        throttle.as_millis().min(i32::MAX as u128) as i32,
-        error,
-        session_id,
-        read_committed,
-        &topics,
-        &endpoints,
-    );
-    Ok(Some(out.finish()))
+    }
 }
 
 /// Names each topic of a v13+ request by its id; a topic whose id the image does not hold keeps
@@ -327,7 +347,7 @@ async fn read_and_wait(
     items: &[FetchItem],
     budget: Budget,
     deadline: Instant,
-    denied: &std::collections::HashSet<String>,
+    denied: &HashSet<String>,
 ) -> Vec<FetchResult> {
     let Budget {
         max_bytes,

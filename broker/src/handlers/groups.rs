@@ -33,6 +33,7 @@ use tributary_protocol::{ErrorCode, Reader};
 use tributary_security::acl::{AclOperation, ResourceType};
 
 use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use crate::catalog::Catalog;
 use crate::coordinators::{GroupOp, GroupReply};
 use crate::group::state::{JoinResult, SyncResult};
 use crate::group::OFFSETS_TOPIC;
@@ -226,6 +227,8 @@ async fn leave_group(
 const KEY_GROUP: i8 = 0;
 const KEY_TRANSACTION: i8 = 1;
 
+/// FindCoordinator: for each key (the one key before v4), the broker that coordinates its group
+/// or transactional id, or why none is named.
 async fn find_coordinator(
     shard: &Rc<Shard>,
     spec: &ApiSpec,
@@ -235,103 +238,23 @@ async fn find_coordinator(
 ) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| decode_find_coordinator(r, v))?;
-    let txn = req.key_type == KEY_TRANSACTION;
-    if txn {
+    if req.key_type == KEY_TRANSACTION {
         // Kafka creates `__transaction_state` at the first transactional request.
         super::txn::ensure_txn_topic(shard).await;
     }
-    let listener = conn.listener;
-    // DESCRIBE on the group or the transactional id, as in Kafka.
-    let denied = |key: &str| {
-        let rt = if txn {
-            ResourceType::TransactionalId
-        } else {
-            ResourceType::Group
-        };
-        (req.key_type == KEY_GROUP || txn) && !shard.allowed(conn, AclOperation::Describe, rt, key)
-    };
-    let answer = |key: &str| -> (ErrorCode, Option<String>) {
-        if denied(key) {
-            (
-                if txn {
-                    ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-                } else {
-                    ErrorCode::GROUP_AUTHORIZATION_FAILED
-                },
-                None,
-            )
-        } else if req.key_type != KEY_GROUP && !txn {
-            (
-                ErrorCode::INVALID_REQUEST,
-                Some(format!("unknown coordinator key type {}", req.key_type)),
-            )
-        } else if key.is_empty() && !txn {
-            (
-                ErrorCode::INVALID_GROUP_ID,
-                Some("the group id is empty".into()),
-            )
-        } else {
-            (ErrorCode::NONE, None)
-        }
-    };
-    // The coordinator is the leader of the key's `__consumer_offsets` partition (a group) or
-    // `__transaction_state` partition (a transactional id).
-    let topic = if txn {
-        crate::txn::TXN_TOPIC
-    } else {
-        OFFSETS_TOPIC
-    };
-    let partition_of = |k: &str| {
-        if txn {
-            shard.txns.partition_of(k)
-        } else {
-            shard.groups.group_partition(k)
-        }
-    };
     let catalog = shard.catalog();
     let doubted = shard.doubts.doubted(std::time::Instant::now());
-    let coordinator = |key: &str| -> Result<
-        (BrokerId, kafka_protocol::protocol::StrBytes, i32),
-        (ErrorCode, Option<String>),
-    > {
-        let (code, msg) = answer(key);
-        if code.is_error() {
-            return Err((code, msg));
+    let coordinator = |key: &str| -> Found {
+        if let Some(refused) = key_refusal(shard, conn, req.key_type, key) {
+            return Err(refused);
         }
-        let p = partition_of(key);
-        // A leader this node doubts is not named, as in Metadata: the client asks again.
-        catalog
-            .partition(topic, p)
-            .map(|r| super::metadata::answered_leader(r.leader, shard.config.node_id, &doubted))
-            .and_then(|leader| catalog.brokers.get(&leader))
-            .filter(|b| !b.fenced)
-            .and_then(|b| {
-                let (host, port) = b.endpoint(listener)?;
-                Some((BrokerId(b.id), str_bytes(host), i32::from(port)))
-            })
-            .ok_or((
-                ErrorCode::COORDINATOR_NOT_AVAILABLE,
-                Some(format!("{topic} partition {p} has no live leader yet")),
-            ))
+        coordinator_of(shard, &catalog, &doubted, conn.listener, req.key_type, key)
     };
     if v >= 4 {
         let coordinators = req
             .keys
             .iter()
-            .map(|k| match coordinator(k) {
-                Ok((node, host, port)) => Coordinator::default()
-                    .with_key(str_bytes(k))
-                    .with_node_id(node)
-                    .with_host(host)
-                    .with_port(port),
-                Err((code, msg)) => Coordinator::default()
-                    .with_key(str_bytes(k))
-                    .with_node_id(BrokerId(-1))
-                    .with_host(str_bytes(""))
-                    .with_port(-1)
-                    .with_error_code(code.code())
-                    .with_error_message(msg.as_deref().map(str_bytes)),
-            })
+            .map(|k| coordinator_entry(k, coordinator(k)))
             .collect();
         return frame(
             spec,
@@ -339,7 +262,112 @@ async fn find_coordinator(
             &FindCoordinatorResponse::default().with_coordinators(coordinators),
         );
     }
-    let mut resp = match coordinator(req.keys.first().map_or("", |k| k.as_str())) {
+    let found = coordinator(req.keys.first().map_or("", |k| k.as_str()));
+    frame(spec, header, &single_coordinator_response(v, found))
+}
+
+/// A key's coordinator as FindCoordinator answers it: its node id, host and port, or the error
+/// and message it is answered with instead.
+type Found =
+    Result<(BrokerId, kafka_protocol::protocol::StrBytes, i32), (ErrorCode, Option<String>)>;
+
+/// Why a key is answered with an error before its coordinator is looked up, in Kafka's order:
+/// no DESCRIBE on the group or the transactional id, a key type that is neither, an empty
+/// group id.
+fn key_refusal(
+    shard: &Shard,
+    conn: crate::conn::Conn<'_>,
+    key_type: i8,
+    key: &str,
+) -> Option<(ErrorCode, Option<String>)> {
+    let txn = key_type == KEY_TRANSACTION;
+    // DESCRIBE on the group or the transactional id, as in Kafka.
+    let rt = if txn {
+        ResourceType::TransactionalId
+    } else {
+        ResourceType::Group
+    };
+    let denied =
+        (key_type == KEY_GROUP || txn) && !shard.allowed(conn, AclOperation::Describe, rt, key);
+    if denied {
+        Some((
+            if txn {
+                ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            } else {
+                ErrorCode::GROUP_AUTHORIZATION_FAILED
+            },
+            None,
+        ))
+    } else if key_type != KEY_GROUP && !txn {
+        Some((
+            ErrorCode::INVALID_REQUEST,
+            Some(format!("unknown coordinator key type {key_type}")),
+        ))
+    } else if key.is_empty() && !txn {
+        Some((
+            ErrorCode::INVALID_GROUP_ID,
+            Some("the group id is empty".into()),
+        ))
+    } else {
+        None
+    }
+}
+
+/// The coordinator of `key` as this node names it: the live, unfenced leader of the key's
+/// partition, at its endpoint on `listener`; COORDINATOR_NOT_AVAILABLE while there is none.
+fn coordinator_of(
+    shard: &Shard,
+    catalog: &Catalog,
+    doubted: &[i32],
+    listener: &str,
+    key_type: i8,
+    key: &str,
+) -> Found {
+    // The coordinator is the leader of the key's `__consumer_offsets` partition (a group) or
+    // `__transaction_state` partition (a transactional id).
+    let (topic, p) = if key_type == KEY_TRANSACTION {
+        (crate::txn::TXN_TOPIC, shard.txns.partition_of(key))
+    } else {
+        (OFFSETS_TOPIC, shard.groups.group_partition(key))
+    };
+    // A leader this node doubts is not named, as in Metadata: the client asks again.
+    catalog
+        .partition(topic, p)
+        .map(|r| super::metadata::answered_leader(r.leader, shard.config.node_id, doubted))
+        .and_then(|leader| catalog.brokers.get(&leader))
+        .filter(|b| !b.fenced)
+        .and_then(|b| {
+            let (host, port) = b.endpoint(listener)?;
+            Some((BrokerId(b.id), str_bytes(host), i32::from(port)))
+        })
+        .ok_or((
+            ErrorCode::COORDINATOR_NOT_AVAILABLE,
+            Some(format!("{topic} partition {p} has no live leader yet")),
+        ))
+}
+
+/// A v4+ answer for `key`: its coordinator, or its error with node -1, no host and port -1.
+fn coordinator_entry(key: &str, found: Found) -> Coordinator {
+    match found {
+        Ok((node, host, port)) => Coordinator::default()
+            .with_key(str_bytes(key))
+            .with_node_id(node)
+            .with_host(host)
+            .with_port(port),
+        Err((code, msg)) => Coordinator::default()
+            .with_key(str_bytes(key))
+            .with_node_id(BrokerId(-1))
+            .with_host(str_bytes(""))
+            .with_port(-1)
+            .with_error_code(code.code())
+            .with_error_message(msg.as_deref().map(str_bytes)),
+    }
+}
+
+/// A v0–v3 response, for the request's one key: its coordinator, or its error with node -1
+/// and port -1. From v1 it carries the error message, null when there is no error.
+fn single_coordinator_response(v: i16, found: Found) -> FindCoordinatorResponse {
+    let mut resp = match found {
         Ok((node, host, port)) => FindCoordinatorResponse::default()
             .with_node_id(node)
             .with_host(host)
@@ -359,7 +387,7 @@ async fn find_coordinator(
     if v >= 1 && resp.error_code == 0 {
         resp = resp.with_error_message(None);
     }
-    frame(spec, header, &resp)
+    resp
 }
 
 /// Marks, in an OffsetFetch answer, a partition whose offset a transaction holds.
@@ -525,6 +553,8 @@ pub(super) mod admin {
         )
     }
 
+    /// OffsetFetch: each group's committed offsets (one group before v8), as far as the
+    /// principal may DESCRIBE the group and its topics.
     async fn offset_fetch(
         shard: &Rc<Shard>,
         spec: &ApiSpec,
@@ -551,105 +581,136 @@ pub(super) mod admin {
                     _ => (ErrorCode::COORDINATOR_NOT_AVAILABLE, Vec::new(), Vec::new()),
                 },
             };
-            // A partition a transaction holds an offset for: no offset yet, and
-            // UNSTABLE_OFFSET_COMMIT, so the consumer retries (KIP-447).
-            for (t, ps) in &mut topics {
-                for (p, entry) in ps.iter_mut() {
-                    if unstable.iter().any(|(ut, up)| ut == t && up == p) {
-                        *entry = (UNSTABLE_OFFSET, -1, String::new());
-                    }
-                }
-            }
-            // DESCRIBE on each topic, as in Kafka: a topic asked for by name without
-            // it answers TOPIC_AUTHORIZATION_FAILED, and a fetch of all the group's
-            // offsets leaves it out.
-            let visible =
-                |t: &str| shard.allowed(conn, AclOperation::Describe, ResourceType::Topic, t);
-            if all_topics {
-                topics.retain(|(t, _)| visible(t));
-            } else {
-                for (t, ps) in &mut topics {
-                    if !visible(t) {
-                        for (_, entry) in ps.iter_mut() {
-                            *entry = (TOPIC_DENIED_OFFSET, -1, String::new());
-                        }
-                    }
-                }
-            }
+            mark_unstable(&mut topics, &unstable);
+            hide_denied_topics(shard, conn, all_topics, &mut topics);
             answers.push((id, code, topics));
         }
         let resp = if v >= 8 {
-            OffsetFetchResponse::default().with_groups(
-                answers
-                    .into_iter()
-                    .map(|(id, code, topics)| {
-                        OffsetFetchResponseGroup::default()
-                            .with_group_id(GroupId(str_bytes(&id)))
-                            .with_error_code(code.code())
-                            .with_topics(
-                                topics
-                                    .into_iter()
-                                    .map(|(t, ps)| {
-                                        OffsetFetchResponseTopics::default()
-                                            .with_name(topic_name(&t))
-                                            .with_partitions(
-                                                ps.into_iter()
-                                                    .map(|(p, (o, e, md))| {
-                                                        OffsetFetchResponsePartitions::default()
-                                                            .with_partition_index(p)
-                                                            .with_committed_offset(o.max(-1))
-                                                            .with_committed_leader_epoch(e)
-                                                            .with_metadata(Some(str_bytes(&md)))
-                                                            .with_error_code(partition_code(o, 0))
-                                                    })
-                                                    .collect(),
-                                            )
-                                    })
-                                    .collect(),
-                            )
-                    })
-                    .collect(),
-            )
+            groups_response(answers)
         } else {
-            let (_, code, topics) =
-                answers
-                    .into_iter()
-                    .next()
-                    .unwrap_or((String::new(), ErrorCode::NONE, Vec::new()));
-            let mut resp = OffsetFetchResponse::default().with_topics(
-                topics
-                    .into_iter()
-                    .map(|(t, ps)| {
-                        OffsetFetchResponseTopic::default()
-                            .with_name(topic_name(&t))
-                            .with_partitions(
-                                ps.into_iter()
-                                    .map(|(p, (o, e, md))| {
-                                        let part = OffsetFetchResponsePartition::default()
-                                            .with_partition_index(p)
-                                            .with_committed_offset(o.max(-1))
-                                            .with_metadata(Some(str_bytes(&md)))
-                                            .with_error_code(partition_code(
-                                                o,
-                                                if v < 2 { code.code() } else { 0 },
-                                            ));
-                                        if v >= 5 {
-                                            part.with_committed_leader_epoch(e)
-                                        } else {
-                                            part
-                                        }
-                                    })
-                                    .collect(),
-                            )
-                    })
-                    .collect(),
-            );
-            if v >= 2 {
-                resp = resp.with_error_code(code.code());
-            }
-            resp
+            single_group_response(v, answers)
         };
         frame(spec, header, &resp)
+    }
+
+    /// One group's OffsetFetch answer: its id, its error, and per partition the committed
+    /// (offset, leader epoch, metadata), the offset possibly a mark (`UNSTABLE_OFFSET`,
+    /// `TOPIC_DENIED_OFFSET`).
+    type GroupOffsets = (String, ErrorCode, TopicResults<(i64, i32, String)>);
+
+    /// Marks each partition named in `unstable` with `UNSTABLE_OFFSET`.
+    fn mark_unstable(topics: &mut TopicResults<(i64, i32, String)>, unstable: &[(String, i32)]) {
+        // A partition a transaction holds an offset for: no offset yet, and
+        // UNSTABLE_OFFSET_COMMIT, so the consumer retries (KIP-447).
+        for (t, ps) in topics {
+            for (p, entry) in ps.iter_mut() {
+                if unstable.iter().any(|(ut, up)| ut == t && up == p) {
+                    *entry = (UNSTABLE_OFFSET, -1, String::new());
+                }
+            }
+        }
+    }
+
+    /// Keeps from the principal the offsets of topics it may not DESCRIBE: left out of a fetch
+    /// of all the group's offsets (`all_topics`), marked denied in a fetch that names them.
+    fn hide_denied_topics(
+        shard: &Shard,
+        conn: crate::conn::Conn<'_>,
+        all_topics: bool,
+        topics: &mut TopicResults<(i64, i32, String)>,
+    ) {
+        // DESCRIBE on each topic, as in Kafka: a topic asked for by name without
+        // it answers TOPIC_AUTHORIZATION_FAILED, and a fetch of all the group's
+        // offsets leaves it out.
+        let visible = |t: &str| shard.allowed(conn, AclOperation::Describe, ResourceType::Topic, t);
+        if all_topics {
+            topics.retain(|(t, _)| visible(t));
+        } else {
+            for (t, ps) in topics {
+                if !visible(t) {
+                    for (_, entry) in ps.iter_mut() {
+                        *entry = (TOPIC_DENIED_OFFSET, -1, String::new());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The v8+ response: every group asked for, each with its error and its partitions'.
+    fn groups_response(answers: Vec<GroupOffsets>) -> OffsetFetchResponse {
+        OffsetFetchResponse::default().with_groups(
+            answers
+                .into_iter()
+                .map(|(id, code, topics)| {
+                    OffsetFetchResponseGroup::default()
+                        .with_group_id(GroupId(str_bytes(&id)))
+                        .with_error_code(code.code())
+                        .with_topics(
+                            topics
+                                .into_iter()
+                                .map(|(t, ps)| {
+                                    OffsetFetchResponseTopics::default()
+                                        .with_name(topic_name(&t))
+                                        .with_partitions(
+                                            ps.into_iter()
+                                                .map(|(p, (o, e, md))| {
+                                                    OffsetFetchResponsePartitions::default()
+                                                        .with_partition_index(p)
+                                                        .with_committed_offset(o.max(-1))
+                                                        .with_committed_leader_epoch(e)
+                                                        .with_metadata(Some(str_bytes(&md)))
+                                                        .with_error_code(partition_code(o, 0))
+                                                })
+                                                .collect(),
+                                        )
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+    }
+
+    /// The response before v8, for the request's one group: the group's error goes in each
+    /// partition's before v2 and in the response's from v2; the leader epoch from v5.
+    fn single_group_response(v: i16, answers: Vec<GroupOffsets>) -> OffsetFetchResponse {
+        let (_, code, topics) =
+            answers
+                .into_iter()
+                .next()
+                .unwrap_or((String::new(), ErrorCode::NONE, Vec::new()));
+        let mut resp = OffsetFetchResponse::default().with_topics(
+            topics
+                .into_iter()
+                .map(|(t, ps)| {
+                    OffsetFetchResponseTopic::default()
+                        .with_name(topic_name(&t))
+                        .with_partitions(
+                            ps.into_iter()
+                                .map(|(p, (o, e, md))| {
+                                    let part = OffsetFetchResponsePartition::default()
+                                        .with_partition_index(p)
+                                        .with_committed_offset(o.max(-1))
+                                        .with_metadata(Some(str_bytes(&md)))
+                                        .with_error_code(partition_code(
+                                            o,
+                                            if v < 2 { code.code() } else { 0 },
+                                        ));
+                                    if v >= 5 {
+                                        part.with_committed_leader_epoch(e)
+                                    } else {
+                                        part
+                                    }
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+        if v >= 2 {
+            resp = resp.with_error_code(code.code());
+        }
+        resp
     }
 
     async fn list_groups(

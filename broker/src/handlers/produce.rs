@@ -19,11 +19,11 @@ use tributary_protocol::header::RequestHeader;
 use tributary_protocol::record_batch::{self, BatchError, BatchHeader, RECORD_BATCH_HEADER_BYTES};
 use tributary_protocol::records;
 use tributary_protocol::registry::ApiSpec;
-use tributary_protocol::requests::produce;
+use tributary_protocol::requests::produce::{self, ProducePartition, ProduceRequest, ProduceTopic};
 use tributary_protocol::{ErrorCode, Reader};
 use tributary_storage::codec::{self, CodecError};
 
-use super::common::{decode_all, frame, str_bytes, topic_name, PendingResponse};
+use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult, PendingResponse};
 use crate::catalog::{Catalog, TopicMeta};
 use crate::config::BrokerConfig;
 use crate::metrics::Stage;
@@ -47,82 +47,47 @@ pub async fn start(
     shard.produce_requests.set(shard.produce_requests.get() + 1);
     let catalog = shard.catalog();
     let acks_ok = matches!(req.acks, -1..=1);
-    let acks = req.acks;
-    // Kafka's checks: WRITE on the transactional id (every partition refused without it),
-    // then WRITE on each topic.
     // producer_byte_rate: the request's record bytes count against it.
-    let bytes: u64 = req
-        .topics
-        .iter()
-        .flat_map(|t| t.partitions.iter())
-        .map(|p| p.records.as_ref().map_or(0, |r| r.len() as u64))
-        .sum();
     let throttle = shard.throttle(
         conn,
         header.client_id.as_deref(),
         crate::quota::PRODUCER_BYTE_RATE,
-        bytes,
+        record_bytes(&req),
     );
     let throttle_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
+    // Kafka's checks: WRITE on the transactional id (every partition refused without it),
+    // then WRITE on each topic.
     let txn_denied = req.transactional_id.as_deref().is_some_and(|id| {
         !shard.allowed(conn, AclOperation::Write, ResourceType::TransactionalId, id)
     });
-    let mut waits = Vec::new();
+    let mut waits: Vec<Wait> = Vec::new();
     for topic in &req.topics {
         let topic_denied =
             !shard.allowed(conn, AclOperation::Write, ResourceType::Topic, &topic.name);
         for p in &topic.partitions {
-            let check = if !acks_ok {
-                Err((
-                    ErrorCode::INVALID_REQUIRED_ACKS,
-                    format!("acks must be -1, 0 or 1, got {}", req.acks),
-                ))
-            } else if txn_denied {
-                Err((
-                    ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    "WRITE on the transactional id is not allowed".to_string(),
-                ))
-            } else if topic_denied {
-                Err((
-                    ErrorCode::TOPIC_AUTHORIZATION_FAILED,
-                    format!("WRITE on topic {} is not allowed", topic.name),
-                ))
-            } else {
-                match check_partition(shard, &catalog, &topic.name, p.index, p.records.as_ref()) {
-                    Ok((rewritten, txn_producer)) => check_transactional(
-                        shard,
-                        req.transactional_id.as_deref(),
-                        txn_producer,
-                        (&topic.name, p.index),
-                    )
-                    .await
-                    .map(|()| rewritten),
-                    Err(e) => Err(e),
+            let check = match refusal(acks_ok, req.acks, txn_denied, topic_denied, &topic.name) {
+                Some(e) => Err(e),
+                None => {
+                    match check_partition(shard, &catalog, &topic.name, p.index, p.records.as_ref())
+                    {
+                        Ok((rewritten, txn_producer)) => check_transactional(
+                            shard,
+                            req.transactional_id.as_deref(),
+                            txn_producer,
+                            (&topic.name, p.index),
+                        )
+                        .await
+                        .map(|()| rewritten),
+                        Err(e) => Err(e),
+                    }
                 }
             };
             let outcome = match check {
                 Err((error, msg)) => Err((ProduceResult::failed(error), msg)),
                 Ok(rewritten) => {
-                    let (reply, rx) = oneshot::channel();
                     let owner = shard.owner(&topic.name, p.index);
-                    let batch = match rewritten {
-                        Some(b) => Bytes::from(b),
-                        None => p.records.clone().unwrap_or_default(),
-                    };
-                    shard
-                        .dispatch(
-                            owner,
-                            ShardRequest::Produce {
-                                topic: topic.name.clone(),
-                                partition: p.index,
-                                batch,
-                                acks,
-                                timeout_ms: req.timeout_ms,
-                                sent: Instant::now(),
-                                reply,
-                            },
-                        )
-                        .await;
+                    let (append, rx) = append_request(&req, topic, p, rewritten);
+                    shard.dispatch(owner, append).await;
                     Ok(rx)
                 }
             };
@@ -134,66 +99,177 @@ pub async fn start(
         .observe_stage(Stage::ProduceValidate, validate_start.elapsed());
     let header = header.clone();
     let shard = shard.clone();
-    Ok(Box::pin(async move {
-        let mut results = Vec::with_capacity(waits.len());
-        for (t, p, outcome) in waits {
-            let res = match outcome {
-                Err((res, msg)) => (res, Some(msg)),
-                Ok(rx) => (
-                    rx.await
-                        .unwrap_or(ProduceResult::failed(ErrorCode::UNKNOWN_SERVER_ERROR)),
-                    None,
-                ),
-            };
-            results.push((t, p, res));
+    Ok(Box::pin(respond(
+        shard,
+        spec,
+        header,
+        req.acks,
+        throttle_ms,
+        waits,
+    )))
+}
+
+/// One partition of a request on its way to an answer: its topic and index, and the receiver
+/// its owning shard answers the append on — or the result it was refused with, and why.
+type Wait = (
+    String,
+    i32,
+    Result<oneshot::Receiver<ProduceResult>, (ProduceResult, String)>,
+);
+
+/// The record bytes of the whole request: what counts against `producer_byte_rate`.
+fn record_bytes(req: &ProduceRequest) -> u64 {
+    req.topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len() as u64))
+        .sum()
+}
+
+/// Why a partition is refused before its batch is looked at, in Kafka's order: `acks` other
+/// than -1, 0 or 1 (`acks_ok` false), then no WRITE on the transactional id, then no WRITE on
+/// the topic. `None` lets the batch's own checks run.
+fn refusal(
+    acks_ok: bool,
+    acks: i16,
+    txn_denied: bool,
+    topic_denied: bool,
+    topic: &str,
+) -> Option<(ErrorCode, String)> {
+    if !acks_ok {
+        Some((
+            ErrorCode::INVALID_REQUIRED_ACKS,
+            format!("acks must be -1, 0 or 1, got {acks}"),
+        ))
+    } else if txn_denied {
+        Some((
+            ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "WRITE on the transactional id is not allowed".to_string(),
+        ))
+    } else if topic_denied {
+        Some((
+            ErrorCode::TOPIC_AUTHORIZATION_FAILED,
+            format!("WRITE on topic {topic} is not allowed"),
+        ))
+    } else {
+        None
+    }
+}
+
+/// The append of one partition's checked batch for its owning shard — `rewritten` when the
+/// checks changed the batch, else the client's bytes — and the receiver its result comes on.
+fn append_request(
+    req: &ProduceRequest,
+    topic: &ProduceTopic,
+    p: &ProducePartition,
+    rewritten: Option<Vec<u8>>,
+) -> (ShardRequest, oneshot::Receiver<ProduceResult>) {
+    let (reply, rx) = oneshot::channel();
+    let batch = match rewritten {
+        Some(b) => Bytes::from(b),
+        None => p.records.clone().unwrap_or_default(),
+    };
+    let append = ShardRequest::Produce {
+        topic: topic.name.clone(),
+        partition: p.index,
+        batch,
+        acks: req.acks,
+        timeout_ms: req.timeout_ms,
+        sent: Instant::now(),
+        reply,
+    };
+    (append, rx)
+}
+
+/// The rest of a produce request, after [`start`]: waits for every partition's answer in
+/// request order, marks when the last one came (`response_ready`, where the `respond` stage
+/// starts), and encodes the response — none for acks=0.
+async fn respond(
+    shard: Rc<Shard>,
+    spec: &'static ApiSpec,
+    header: RequestHeader,
+    acks: i16,
+    throttle_ms: i32,
+    waits: Vec<Wait>,
+) -> HandlerResult {
+    let mut results = Vec::with_capacity(waits.len());
+    for (t, p, outcome) in waits {
+        let res = match outcome {
+            Err((res, msg)) => (res, Some(msg)),
+            Ok(rx) => (
+                rx.await
+                    .unwrap_or(ProduceResult::failed(ErrorCode::UNKNOWN_SERVER_ERROR)),
+                None,
+            ),
+        };
+        results.push((t, p, res));
+    }
+    let answered = results.iter().filter_map(|(_, _, (r, _))| r.answered).max();
+    shard.response_ready.set(answered);
+    if acks == 0 {
+        return Ok(None);
+    }
+    let response = produce_response(&shard, header.api_version, throttle_ms, results);
+    frame(spec, &header, &response)
+}
+
+/// The response to version `v` for each partition's result and message, in request order: a
+/// topic's partitions gather under its first entry and, from v10, each partition whose leader
+/// moved names its current leader, and the response carries those leaders' live endpoints.
+fn produce_response(
+    shard: &Shard,
+    v: i16,
+    throttle_ms: i32,
+    results: Vec<(String, i32, (ProduceResult, Option<String>))>,
+) -> ProduceResponse {
+    let mut topics: Vec<TopicProduceResponse> = Vec::new();
+    let mut endpoints: Vec<NodeEndpoint> = Vec::new();
+    for (t, p, (res, msg)) in results {
+        let mut part = partition_response(v, p, &res, msg);
+        if v >= LEADER_HINTS_FROM && leader_moved(res.error) {
+            let catalog = shard.catalog();
+            let (leader, endpoint) = leader_hint(&catalog, &t, p);
+            part = part.with_current_leader(leader);
+            if let Some(e) = endpoint.filter(|e| !endpoints.iter().any(|x| x.node_id == e.node_id))
+            {
+                endpoints.push(e);
+            }
         }
-        let answered = results.iter().filter_map(|(_, _, (r, _))| r.answered).max();
-        shard.response_ready.set(answered);
-        if acks == 0 {
-            return Ok(None);
+        match topics.iter_mut().find(|x| x.name.0.as_str() == t) {
+            Some(x) => x.partition_responses.push(part),
+            None => topics.push(
+                TopicProduceResponse::default()
+                    .with_name(topic_name(&t))
+                    .with_partition_responses(vec![part]),
+            ),
         }
-        let mut topics: Vec<TopicProduceResponse> = Vec::new();
-        let mut endpoints: Vec<NodeEndpoint> = Vec::new();
-        for (t, p, (res, msg)) in results {
-            let mut part = PartitionProduceResponse::default()
-                .with_index(p)
-                .with_error_code(res.error.code())
-                .with_base_offset(res.base_offset)
-                .with_log_append_time_ms(res.log_append_time_ms);
-            if v >= 5 {
-                part = part.with_log_start_offset(res.log_start_offset);
-            }
-            if v >= 8 {
-                part = part.with_error_message(msg.map(|m| str_bytes(&m)));
-            }
-            if v >= LEADER_HINTS_FROM && leader_moved(res.error) {
-                let catalog = shard.catalog();
-                let (leader, endpoint) = leader_hint(&catalog, &t, p);
-                part = part.with_current_leader(leader);
-                if let Some(e) =
-                    endpoint.filter(|e| !endpoints.iter().any(|x| x.node_id == e.node_id))
-                {
-                    endpoints.push(e);
-                }
-            }
-            match topics.iter_mut().find(|x| x.name.0.as_str() == t) {
-                Some(x) => x.partition_responses.push(part),
-                None => topics.push(
-                    TopicProduceResponse::default()
-                        .with_name(topic_name(&t))
-                        .with_partition_responses(vec![part]),
-                ),
-            }
-        }
-        frame(
-            spec,
-            &header,
-            &ProduceResponse::default()
-                .with_throttle_time_ms(throttle_ms)
-                .with_responses(topics)
-                .with_node_endpoints(endpoints),
-        )
-    }))
+    }
+    ProduceResponse::default()
+        .with_throttle_time_ms(throttle_ms)
+        .with_responses(topics)
+        .with_node_endpoints(endpoints)
+}
+
+/// Partition `p`'s answer with the fields version `v` has: `log_start_offset` from v5, the
+/// error message from v8.
+fn partition_response(
+    v: i16,
+    p: i32,
+    res: &ProduceResult,
+    msg: Option<String>,
+) -> PartitionProduceResponse {
+    let mut part = PartitionProduceResponse::default()
+        .with_index(p)
+        .with_error_code(res.error.code())
+        .with_base_offset(res.base_offset)
+        .with_log_append_time_ms(res.log_append_time_ms);
+    if v >= 5 {
+        part = part.with_log_start_offset(res.log_start_offset);
+    }
+    if v >= 8 {
+        part = part.with_error_message(msg.map(|m| str_bytes(&m)));
+    }
+    part
 }
 
 /// First Produce version whose response names a moved partition's leader (KIP-951).
@@ -274,6 +350,40 @@ fn check_partition(
     partition: i32,
     records: Option<&Bytes>,
 ) -> Result<(Option<Vec<u8>>, Option<(i64, i16)>), (ErrorCode, String)> {
+    let meta = check_leadership(shard, catalog, topic, partition)?;
+    let Some(records) = records.filter(|r| !r.is_empty()) else {
+        return Err((
+            ErrorCode::CORRUPT_MESSAGE,
+            "the produce request carries no records".into(),
+        ));
+    };
+    // One snapshot of the dynamic broker config serves every check of this batch.
+    let config = shard.broker_config();
+    let max = meta.config_or("max.message.bytes", config.message_max_bytes);
+    let header = single_batch(records, max)?;
+    check_batch_header(&header)?;
+    let txn_producer = header
+        .is_transactional()
+        .then_some((header.producer_id, header.producer_epoch));
+    let policy = RecordPolicy::of(&config, meta, max);
+    let rewritten = check_records(
+        &records[..header.size()],
+        &header,
+        &policy,
+        crate::shard::now_ms(),
+    )?;
+    Ok((rewritten, txn_producer))
+}
+
+/// Whether this broker may append to `topic`-`partition`: the topic exists and is not internal,
+/// and this broker leads the partition (else why not: no such partition, no leader, another
+/// leader). Returns the topic's metadata.
+fn check_leadership<'a>(
+    shard: &Shard,
+    catalog: &'a Catalog,
+    topic: &str,
+    partition: i32,
+) -> Result<&'a TopicMeta, (ErrorCode, String)> {
     let Some(meta) = catalog.topics.get(topic) else {
         return Err((
             ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
@@ -300,15 +410,12 @@ fn check_partition(
         };
         return Err((code, why));
     }
-    let Some(records) = records.filter(|r| !r.is_empty()) else {
-        return Err((
-            ErrorCode::CORRUPT_MESSAGE,
-            "the produce request carries no records".into(),
-        ));
-    };
-    // One snapshot of the dynamic broker config serves every check of this batch.
-    let config = shard.broker_config();
-    let max = meta.config_or("max.message.bytes", config.message_max_bytes);
+    Ok(meta)
+}
+
+/// Whether `records` is one well-formed record batch within `max` (`max.message.bytes`): its
+/// size, then its framing, CRC and magic, then that it is the only one. Returns its header.
+fn single_batch(records: &Bytes, max: usize) -> Result<BatchHeader, (ErrorCode, String)> {
     if records.len() > max {
         return Err((
             ErrorCode::MESSAGE_TOO_LARGE,
@@ -331,16 +438,18 @@ fn check_partition(
             ),
         ));
     }
-    let header = batches[0].1;
+    Ok(batches[0].1)
+}
+
+/// Whether a client may write a batch with this header: not a control batch, a record count
+/// that matches `last_offset_delta`, and with a producer id, a sequence number.
+fn check_batch_header(header: &BatchHeader) -> Result<(), (ErrorCode, String)> {
     if header.is_control() {
         return Err((
             ErrorCode::INVALID_RECORD,
             "clients may not write control batches (transaction markers)".into(),
         ));
     }
-    let txn_producer = header
-        .is_transactional()
-        .then_some((header.producer_id, header.producer_epoch));
     if header.records_count == 0
         || i64::from(header.records_count) != i64::from(header.last_offset_delta) + 1
     {
@@ -361,14 +470,7 @@ fn check_partition(
             ),
         ));
     }
-    let policy = RecordPolicy::of(&config, meta, max);
-    let rewritten = check_records(
-        &records[..header.size()],
-        &header,
-        &policy,
-        crate::shard::now_ms(),
-    )?;
-    Ok((rewritten, txn_producer))
+    Ok(())
 }
 
 /// What a topic asks of the records appended to it: its configs over the broker's defaults.
