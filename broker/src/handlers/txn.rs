@@ -461,6 +461,11 @@ async fn add_partitions_to_txn(
     )
 }
 
+/// Whether the connection's principal lacks WRITE on the transactional id `id`.
+fn id_denied(shard: &Shard, conn: crate::conn::Conn<'_>, id: &str) -> bool {
+    !shard.allowed(conn, AclOperation::Write, ResourceType::TransactionalId, id)
+}
+
 async fn add_offsets_to_txn(
     shard: &Rc<Shard>,
     spec: &ApiSpec,
@@ -469,13 +474,11 @@ async fn add_offsets_to_txn(
     conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
-    let id_denied =
-        |id: &str| !shard.allowed(conn, AclOperation::Write, ResourceType::TransactionalId, id);
     let req = decode_all(r, |r| txn::decode_add_offsets(r, v))?;
     // The group's offsets partition joins the transaction: its marker makes the
     // transaction's offsets visible.
     let p = shard.groups.group_partition(&req.group_id);
-    let code = if id_denied(&req.transactional_id) {
+    let code = if id_denied(shard, conn, &req.transactional_id) {
         ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     } else if !shard.allowed(conn, AclOperation::Read, ResourceType::Group, &req.group_id) {
         ErrorCode::GROUP_AUTHORIZATION_FAILED
@@ -502,10 +505,8 @@ async fn end_txn(
     conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
-    let id_denied =
-        |id: &str| !shard.allowed(conn, AclOperation::Write, ResourceType::TransactionalId, id);
     let req = decode_all(r, |r| txn::decode_end_txn(r, v))?;
-    let code = if id_denied(&req.transactional_id) {
+    let code = if id_denied(shard, conn, &req.transactional_id) {
         ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     } else {
         let op = TxnOp::End {
@@ -530,10 +531,8 @@ async fn txn_offset_commit(
     conn: crate::conn::Conn<'_>,
 ) -> HandlerResult {
     let v = header.api_version;
-    let id_denied =
-        |id: &str| !shard.allowed(conn, AclOperation::Write, ResourceType::TransactionalId, id);
     let req = decode_all(r, |r| txn::decode_txn_offset_commit(r, v))?;
-    let txn_denied = id_denied(&req.transactional_id);
+    let txn_denied = id_denied(shard, conn, &req.transactional_id);
     let mut commit = OffsetCommitRequest {
         group_id: req.group_id,
         generation_id: req.generation_id,
