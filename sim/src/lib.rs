@@ -118,8 +118,8 @@ impl Canary {
 #[derive(Debug, Clone)]
 pub enum FetchAnswer {
     Error(ErrorCode),
-    /// The logs diverge: the leader's `(epoch, end offset)`, and its high watermark.
-    Diverging((i32, i64), i64),
+    /// The logs diverge: the leader's `(epoch, end offset)`.
+    Diverging((i32, i64)),
     /// Records from this offset, and the leader's high watermark.
     Records(i64, Vec<log::Record>, i64),
 }
@@ -199,11 +199,11 @@ pub enum Target {
 #[derive(Debug, Default)]
 pub struct Effects {
     pub sends: Vec<(i32, Target, Body)>,
-    pub timers: Vec<(u64, Event)>,
+    /// Events after a delay in ms; `None`: a disk delay the world draws (it owns the generator).
+    pub timers: Vec<(Option<u64>, Event)>,
     pub began_leading: Vec<(i32, i32)>,
     pub truncated: Vec<(i32, i32)>,
     pub hw_moved: Vec<(i32, i32)>,
-    pub applied_index: u64,
     /// The node's controlled shutdown is done: its process exits.
     pub exit: Option<i32>,
 }
@@ -229,7 +229,7 @@ impl Effects {
     }
 
     pub fn timer(&mut self, after_ms: u64, event: Event) {
-        self.timers.push((after_ms, event));
+        self.timers.push((Some(after_ms), event));
     }
 
     /// An fsync of `partition` as its log ends now, completing a little later.
@@ -241,7 +241,6 @@ impl Effects {
             upto: log.log_end_offset(),
             generation: log.generation(),
         };
-        // The delay is drawn by the world (it owns the generator): 0 here means "soon".
-        self.timers.push((u64::MAX, event));
+        self.timers.push((None, event));
     }
 }

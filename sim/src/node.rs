@@ -153,7 +153,7 @@ impl Node {
         while self.raw.has_ready() {
             let mut rd = self.raw.ready();
             self.send_raft(rd.take_messages(), fx);
-            let mut applied = self.apply(rd.take_committed_entries(), fx);
+            let mut applied = self.apply(rd.take_committed_entries());
             let entries = rd.entries().clone();
             self.store
                 .wl()
@@ -168,7 +168,7 @@ impl Node {
                 self.store.wl().mut_hard_state().set_commit(commit);
             }
             self.send_raft(light.take_messages(), fx);
-            applied |= self.apply(light.take_committed_entries(), fx);
+            applied |= self.apply(light.take_committed_entries());
             self.raw.advance_apply();
             if applied {
                 self.apply_roles(now, base, limits, fx);
@@ -186,7 +186,7 @@ impl Node {
     /// Applies committed entries to the image; whether any command was applied. A refused ISR
     /// change is no longer pending on the leader that proposed it (the real leader learns the
     /// outcome from its proposal).
-    fn apply(&mut self, entries: Vec<Entry>, fx: &mut Effects) -> bool {
+    fn apply(&mut self, entries: Vec<Entry>) -> bool {
         let mut any = false;
         for e in entries {
             if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
@@ -198,7 +198,6 @@ impl Node {
                 eprintln!("  node {} applies {} {cmd}: {outcome:?}", self.id, e.index);
             }
             any = true;
-            fx.applied_index = fx.applied_index.max(e.index);
             if let Outcome::Refused(..) = outcome {
                 self.isr_change_refused(&e.data);
             }

@@ -278,7 +278,7 @@ impl Node {
         let log = &part.log;
         let leaders_end = log.end_offset_for(last_fetched_epoch);
         if let Some(d) = divergence(last_fetched_epoch, offset, leaders_end, 0) {
-            let a = answer(FetchAnswer::Diverging(d, log.high_watermark()));
+            let a = answer(FetchAnswer::Diverging(d));
             fx.send(self.id, follower, a);
             return;
         }
@@ -392,7 +392,7 @@ impl Node {
         part.fetch = None;
         match answer {
             FetchAnswer::Error(_) => fx.timer(50, Event::FetchDue(me, inc, p)),
-            FetchAnswer::Diverging((epoch, end), _) => {
+            FetchAnswer::Diverging((epoch, end)) => {
                 let log = &mut part.log;
                 let leo = log.log_end_offset();
                 let target = truncation_target(epoch, end, log.end_offset_for(epoch), leo, 0);

@@ -535,11 +535,7 @@ impl World {
             self.send(from, to, body);
         }
         for (after, event) in fx.timers {
-            let after = if after == u64::MAX {
-                self.rng.range(0, 3)
-            } else {
-                after
-            };
+            let after = after.unwrap_or_else(|| self.rng.range(0, 3));
             self.at(after, event);
         }
         for (p, epoch) in fx.began_leading {
