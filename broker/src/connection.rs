@@ -389,7 +389,7 @@ async fn serve_requests<S>(
     stream: S,
     peer: String,
     listener: Rc<ListenerCtx>,
-    mut auth: AuthState,
+    auth: AuthState,
 ) where
     S: AsyncRead + AsyncWrite + OverTcp + Unpin + 'static,
 {
@@ -411,25 +411,113 @@ async fn serve_requests<S>(
     .detach();
     let idle = Duration::from_millis(shard.config.connections_max_idle_ms);
     let receive_timeout = Duration::from_millis(shard.config.socket_request_receive_timeout_ms);
-    let mut queued = 0u64;
-    // How long a quota holds the connection back after its latest request (KIP-219).
-    let throttle = Cell::new(Duration::ZERO);
-    // Set by a request whose response is the connection's last (a failed authentication).
-    let mut close_after = false;
-    'requests: loop {
-        if answers.closed.get() {
-            break;
-        }
+    let mut session = Session {
+        shard,
+        stream,
+        peer,
+        listener,
+        auth,
+        watch,
+        tx,
+        answers,
+        queued: 0,
+        throttle: Cell::new(Duration::ZERO),
+    };
+    while !session.answers.closed.get() {
         let limits = FrameLimits {
             idle,
             receive_timeout,
-            answers: &answers,
-            queued,
+            answers: &session.answers,
+            queued: session.queued,
         };
-        let Some(frame) = read_frame(&mut reader, &shard, &peer, &listener, &watch, limits).await
+        let s = &session;
+        let Some(frame) = read_frame(
+            &mut reader,
+            &s.shard,
+            &s.peer,
+            &s.listener,
+            &s.watch,
+            limits,
+        )
+        .await
         else {
-            break 'requests;
+            break;
         };
+        let received = Instant::now();
+        session.shard.request_started();
+        let go_on = match session.auth.expects_raw_token() {
+            true => session.answer_raw_token(frame, received).await,
+            false => session.answer_request(frame, received).await,
+        };
+        if !go_on {
+            break;
+        }
+    }
+    let Session {
+        shard,
+        peer,
+        watch,
+        tx,
+        ..
+    } = session;
+    drop(tx);
+    let _ = writer_task.await;
+    watch.report(&shard, &peer).await;
+}
+
+/// What a connection's request loop keeps between frames.
+struct Session<S> {
+    shard: Rc<Shard>,
+    stream: Shared<S>,
+    peer: String,
+    listener: Rc<ListenerCtx>,
+    auth: AuthState,
+    watch: Rc<LinkWatch>,
+    /// The responses on their way, in request order, to the writer task.
+    tx: local_channel::LocalSender<Queued>,
+    answers: Rc<Answers>,
+    /// How many requests this connection has queued a response for.
+    queued: u64,
+    /// How long a quota holds the connection back after its latest request (KIP-219).
+    throttle: Cell<Duration>,
+}
+
+impl<S> Session<S>
+where
+    S: AsyncRead + AsyncWrite + OverTcp + Unpin + 'static,
+{
+    /// Hands a response to the writer task; false once the writer is gone.
+    async fn queue(&mut self, queued: Queued) -> bool {
+        if self.tx.send(queued).await.is_err() {
+            return false;
+        }
+        self.queued += 1;
+        true
+    }
+
+    /// After a v0 SaslHandshake the frame is a bare SASL token, answered the same way, and
+    /// nothing more is read until the answer is written. False: the connection closes.
+    async fn answer_raw_token(&mut self, frame: Frame, received: Instant) -> bool {
+        let body = Bytes::from(frame.body);
+        let (reply, close) = match sasl::step(&self.listener, &mut self.auth, &body, received) {
+            Ok((out, step)) => (raw_frame(&out), matches!(step, Step::Close)),
+            Err(message) => {
+                let peer = &self.peer;
+                debug!(%peer, %message, "SASL authentication failed");
+                (Ok(None), true)
+            }
+        };
+        let pending: PendingResponse = Box::pin(futures::future::ready(reply));
+        if !self.queue((pending, None, frame.grant, None)).await {
+            return false;
+        }
+        self.answers.wait_for(self.queued).await;
+        !close
+    }
+
+    /// Starts answering one request and queues its response. False: the connection closes
+    /// (after that response, if one was queued).
+    async fn answer_request(&mut self, frame: Frame, received: Instant) -> bool {
         let Frame {
             body,
             grant,
@@ -437,30 +525,8 @@ async fn serve_requests<S>(
             len,
             link,
         } = frame;
-        let received = Instant::now();
-        shard.request_started();
+        let shard = self.shard.clone();
         let body = Bytes::from(body);
-        if auth.expects_raw_token() {
-            // After a v0 SaslHandshake the frame is a bare SASL token, answered the same way.
-            let (reply, close) = match sasl::step(&listener, &mut auth, &body, received) {
-                Ok((out, step)) => (raw_frame(&out), matches!(step, Step::Close)),
-                Err(message) => {
-                    debug!(%peer, %message, "SASL authentication failed");
-                    (Ok(None), true)
-                }
-            };
-            close_after = close;
-            let pending: PendingResponse = Box::pin(futures::future::ready(reply));
-            if tx.send((pending, None, grant, None)).await.is_err() {
-                break;
-            }
-            queued += 1;
-            answers.wait_for(queued).await;
-            if close_after {
-                break;
-            }
-            continue;
-        }
         let claimed = shard.spare_frames.claim(&body);
         // Kafka answers a connection's requests one at a time. Produce requests are the
         // exception here (they are pipelined while they wait to be durable); any other request
@@ -483,55 +549,61 @@ async fn serve_requests<S>(
             .and_then(crate::metrics::api_index)
             .map(|api| (api, received));
         if let Some(key) = key {
-            if let Err(reason) = auth.admits(key, received) {
-                warn!(%peer, listener = %listener.name, %reason, "closing connection");
-                break;
+            if let Err(reason) = self.auth.admits(key, received) {
+                let (peer, listener) = (&self.peer, &self.listener.name);
+                warn!(%peer, %listener, %reason, "closing connection");
+                return false;
             }
         }
-        let started = match fixed {
-            Ok(fixed) if is_sasl_api(fixed.0) => {
-                let (reply, close) = sasl_request(&shard, &listener, &mut auth, fixed, r);
-                close_after = close;
-                reply
-            }
-            Ok(fixed) => {
-                let conn = handlers::Conn {
-                    peer: &peer,
-                    listener: &listener.name,
-                    principal: auth.principal().unwrap_or(sasl::ANONYMOUS),
-                    throttle: &throttle,
-                    link: &watch.link,
-                };
-                let started = handle_frame(&shard, fixed, r, conn).await;
-                watch.arm(&shard, &stream, &peer);
-                started
-            }
-            Err(e) => Err(e.to_string()),
-        };
+        let (started, close_after) = self.start(fixed, r).await;
         let pending = match started {
             Ok(p) => p,
             Err(reason) => Box::pin(futures::future::ready(Err(reason))),
         };
-        if tx.send((pending, claimed, grant, timing)).await.is_err() {
-            break;
+        if !self.queue((pending, claimed, grant, timing)).await {
+            return false;
         }
-        queued += 1;
         if !pipelined {
-            answers.wait_for(queued).await;
+            self.answers.wait_for(self.queued).await;
         }
         if close_after || shard.draining.get() {
-            break;
+            return false;
         }
         // Over a quota: the response is on its way with throttle_time_ms; nothing more is read
         // from this client until that time has passed, as Kafka mutes the channel.
-        let hold = throttle.replace(Duration::ZERO);
+        let hold = self.throttle.replace(Duration::ZERO);
         if !hold.is_zero() {
             glommio::timer::sleep(hold).await;
         }
+        true
     }
-    drop(tx);
-    let _ = writer_task.await;
-    watch.report(&shard, &peer).await;
+
+    /// The response a request's handler starts, and whether the connection closes after it
+    /// (a failed authentication). SASL requests change the connection, not the broker.
+    async fn start(
+        &mut self,
+        fixed: Result<(i16, i16, i32), tributary_protocol::DecodeError>,
+        r: Reader,
+    ) -> (Result<PendingResponse, String>, bool) {
+        match fixed {
+            Ok(fixed) if is_sasl_api(fixed.0) => {
+                sasl_request(&self.shard, &self.listener, &mut self.auth, fixed, r)
+            }
+            Ok(fixed) => {
+                let conn = handlers::Conn {
+                    peer: &self.peer,
+                    listener: &self.listener.name,
+                    principal: self.auth.principal().unwrap_or(sasl::ANONYMOUS),
+                    throttle: &self.throttle,
+                    link: &self.watch.link,
+                };
+                let started = handle_frame(&self.shard, fixed, r, conn).await;
+                self.watch.arm(&self.shard, &self.stream, &self.peer);
+                (started, false)
+            }
+            Err(e) => (Err(e.to_string()), false),
+        }
+    }
 }
 
 /// How long a connection waits for a request: its first byte (`connections.max.idle.ms`,

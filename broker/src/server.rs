@@ -262,17 +262,7 @@ fn ensure_fd_limit(data_dir: &std::path::Path) -> Result<()> {
 }
 
 pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
-    let lock_path = config.data_dir.join(".lock");
-    let lock = std::fs::File::create(&lock_path)
-        .with_context(|| format!("cannot create {}", lock_path.display()))?;
-    if lock.try_lock().is_err() {
-        return Err(anyhow!(
-            "data directory {} is in use by another broker; stop it or choose another --data-dir",
-            config.data_dir.display()
-        ));
-    }
+    let lock = lock_data_dir(&config.data_dir)?;
     ensure_fd_limit(&config.data_dir)?;
     let tls = crate::tls_reload::build(&config)?;
     crate::tls_reload::log_served(&tls, "static configs");
@@ -296,85 +286,110 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
         config.advertised_port = addr.port();
     }
     let config = Arc::new(config);
-    let shards = config.cpus.len();
     crate::numa::log_placement(
         std::path::Path::new(crate::numa::SYSFS_ROOT),
         &config.cpus,
         &crate::config::allowed_cpus(),
     );
+    let front = Front {
+        addr: serves_clients.then_some(addr),
+        extra: ports
+            .extra
+            .iter()
+            .map(|(p, l)| (p.addr, l.clone()))
+            .collect(),
+        tls,
+        inter_broker,
+        // Dynamic connection limits in the metadata image apply once shard 0 applies it,
+        // before any shard accepts.
+        connections: ConnectionQuotas::new(ConnectionLimits::from_config(&config)),
+        // Shard 0's quorum transport writes what it doubts of other nodes; every shard's
+        // Metadata answers read it.
+        doubts: Arc::new(tributary_quorum::PeerDoubts::default()),
+        metrics: metrics_addr.map(|listen| MetricsFront {
+            listen,
+            ready: metrics_ready.clone(),
+        }),
+    };
+    let (peers, threads) = launch_shards(&config, front, legacy)?;
+    let listeners = served_listeners(&config, &ports, serves_clients.then_some(addr));
+    // The shards listen on every reserved port now; the locks keep them this process's.
+    let port_locks = ports.into_locks();
+    metrics_ready.store(true, Ordering::Release);
+    log_listening(&config, addr, metrics_addr, serves_clients);
+    Ok(BrokerHandle {
+        addr,
+        listeners,
+        metrics_addr,
+        _data_dir_lock: lock,
+        _port_locks: port_locks,
+        peers,
+        threads,
+    })
+}
+
+/// Creates the data directory and takes its lock, which this process holds until it exits:
+/// two brokers on one directory would write the same segments.
+fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+    let lock_path = data_dir.join(".lock");
+    let lock = std::fs::File::create(&lock_path)
+        .with_context(|| format!("cannot create {}", lock_path.display()))?;
+    if lock.try_lock().is_err() {
+        return Err(anyhow!(
+            "data directory {} is in use by another broker; stop it or choose another --data-dir",
+            data_dir.display()
+        ));
+    }
+    Ok(lock)
+}
+
+/// Starts one executor per selected CPU, hands every shard the full list of peers' request
+/// queues once all have announced theirs, and waits until each shard is ready or one says why
+/// it cannot be. Shard 0 opens the metadata quorum (importing `legacy`, a single-node
+/// catalog) and hands every other shard the first image.
+fn launch_shards(
+    config: &Arc<BrokerConfig>,
+    front: Front,
+    legacy: Option<Catalog>,
+) -> Result<(Vec<ShardQueue>, Vec<glommio::ExecutorJoinHandle<()>>)> {
+    let shards = config.cpus.len();
     // Each shard builds its own request queue inside its executor (why: `run_shard`) and
-    // announces it here; once all have, every shard gets the full list of peers.
+    // announces it here.
     let (queue_tx, queue_rx) = std::sync::mpsc::channel::<(usize, ShardQueue)>();
-    let mut peer_lists = Vec::with_capacity(shards);
-    // Dynamic connection limits in the metadata image apply once shard 0 applies it, before
-    // any shard accepts.
-    let connections = ConnectionQuotas::new(ConnectionLimits::from_config(&config));
-    // Shard 0's quorum transport writes what it doubts of other nodes; every shard's Metadata
-    // answers read it.
-    let doubts = Arc::new(tributary_quorum::PeerDoubts::default());
-    // Shard 0 opens the metadata quorum and hands every other shard the first image.
     let (image_txs, image_rxs): (Vec<_>, Vec<_>) = (0..shards)
         .map(|_| async_channel::bounded::<Arc<Catalog>>(1))
         .unzip();
-    let mut legacy = Some(legacy);
+    let mut legacy = legacy;
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let mut peer_lists = Vec::with_capacity(shards);
     let mut threads = Vec::with_capacity(shards);
     for (i, image_rx) in image_rxs.into_iter().enumerate() {
-        let cpu = config.cpus[i];
-        let config = config.clone();
-        let announce = queue_tx.clone();
         let (peers_tx, peers_rx) = oneshot::channel::<Vec<ShardQueue>>();
         peer_lists.push(peers_tx);
         let metadata = if i == 0 {
             Metadata::Open {
-                legacy: legacy.take().flatten().map(Box::new),
+                legacy: legacy.take().map(Box::new),
                 shards: image_txs.clone(),
             }
         } else {
             Metadata::From(image_rx)
         };
-        let ready = ready_tx.clone();
-        let connections = connections.clone();
-        let doubts = doubts.clone();
-        let extra_addrs: Vec<(SocketAddr, ListenerSpec)> = ports
-            .extra
-            .iter()
-            .map(|(p, l)| (p.addr, l.clone()))
-            .collect();
-        let tls = tls.clone();
-        let inter_broker = inter_broker.clone();
+        let mut front = front.clone();
         // Shard 0 serves the metrics endpoint.
-        let metrics = metrics_addr.filter(|_| i == 0).map(|listen| MetricsFront {
-            listen,
-            ready: metrics_ready.clone(),
-        });
-        let builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
-            .name(&format!("shard-{i}"))
-            .io_memory(config.shard_io_memory_bytes)
-            .spin_before_park(Duration::from_micros(config.shard_spin_before_park_us));
-        // The shard's request queue is built inside its executor, on its CPU: see `run_shard`.
-        let handle = builder
-            .spawn(move || async move {
-                let (tx, rx) = async_channel::bounded(config.queued_max_requests);
-                let _ = announce.send((i, tx));
-                drop(announce);
-                // Dropped unsent: start-up failed elsewhere.
-                let Ok(peers) = peers_rx.await else {
-                    return;
-                };
-                let front = Front {
-                    addr: serves_clients.then_some(addr),
-                    extra: extra_addrs,
-                    tls,
-                    inter_broker,
-                    connections,
-                    doubts,
-                    metrics,
-                };
-                run_shard(ShardId(i), config, peers, rx, metadata, front, ready).await;
-            })
-            .map_err(|e| anyhow!("cannot start the executor for shard {i} on CPU {cpu}: {e}"))?;
-        threads.push(handle);
+        if i != 0 {
+            front.metrics = None;
+        }
+        let seed = ShardSeed {
+            id: ShardId(i),
+            metadata,
+            front,
+            announce: queue_tx.clone(),
+            peers: peers_rx,
+            ready: ready_tx.clone(),
+        };
+        threads.push(spawn_shard(config.clone(), seed)?);
     }
     drop(queue_tx);
     let mut queues: Vec<Option<ShardQueue>> = vec![None; shards];
@@ -397,38 +412,93 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
             Err(_) => return Err(anyhow!("a shard exited during start-up")),
         }
     }
-    let mut listeners: Vec<(String, SocketAddr)> = Vec::new();
-    if serves_clients {
-        if let Some(first) = config.listeners.first() {
-            listeners.push((first.name.clone(), addr));
-        }
-        for (p, l) in &ports.extra {
-            listeners.push((l.name.clone(), p.addr));
-        }
+    Ok((senders, threads))
+}
+
+/// What one shard's executor starts from, and the channels it reports through while the
+/// shards start.
+struct ShardSeed {
+    id: ShardId,
+    metadata: Metadata,
+    front: Front,
+    /// Where the shard announces its request queue.
+    announce: std::sync::mpsc::Sender<(usize, ShardQueue)>,
+    /// Every shard's queue, once all have announced theirs; dropped unsent if start-up failed.
+    peers: oneshot::Receiver<Vec<ShardQueue>>,
+    ready: std::sync::mpsc::Sender<Result<(), String>>,
+}
+
+/// Starts the executor of one shard, pinned to its CPU.
+fn spawn_shard(
+    config: Arc<BrokerConfig>,
+    seed: ShardSeed,
+) -> Result<glommio::ExecutorJoinHandle<()>> {
+    let i = seed.id.0;
+    let cpu = config.cpus[i];
+    let builder = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+        .name(&format!("shard-{i}"))
+        .io_memory(config.shard_io_memory_bytes)
+        .spin_before_park(Duration::from_micros(config.shard_spin_before_park_us));
+    // The shard's request queue is built inside its executor, on its CPU: see `run_shard`.
+    builder
+        .spawn(move || async move {
+            let ShardSeed {
+                id,
+                metadata,
+                front,
+                announce,
+                peers,
+                ready,
+            } = seed;
+            let (tx, rx) = async_channel::bounded(config.queued_max_requests);
+            let _ = announce.send((id.0, tx));
+            drop(announce);
+            // Dropped unsent: start-up failed elsewhere.
+            let Ok(peers) = peers.await else {
+                return;
+            };
+            run_shard(id, config, peers, rx, metadata, front, ready).await;
+        })
+        .map_err(|e| anyhow!("cannot start the executor for shard {i} on CPU {cpu}: {e}"))
+}
+
+/// Every client listener by name with the address it is bound to; none on a controller-only
+/// node (`addr` is `None`).
+fn served_listeners(
+    config: &BrokerConfig,
+    ports: &Ports,
+    addr: Option<SocketAddr>,
+) -> Vec<(String, SocketAddr)> {
+    let mut listeners = Vec::new();
+    let Some(addr) = addr else {
+        return listeners;
+    };
+    if let Some(first) = config.listeners.first() {
+        listeners.push((first.name.clone(), addr));
     }
-    // The shards listen on every reserved port now; the locks keep them this process's.
-    let port_locks = ports.into_locks();
-    metrics_ready.store(true, Ordering::Release);
+    for (p, l) in &ports.extra {
+        listeners.push((l.name.clone(), p.addr));
+    }
+    listeners
+}
+
+fn log_listening(
+    config: &BrokerConfig,
+    addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    serves_clients: bool,
+) {
     if let Some(m) = metrics_addr {
         info!(addr = %m, "metrics endpoint is listening");
     }
-    if serves_clients {
-        for l in config.listeners.iter().skip(1) {
-            info!(listener = %l.name, protocol = l.protocol.name(), port = config.bound.get(&l.name).copied().unwrap_or(0), "listening");
-        }
-        info!(%addr, shards, cpus = ?config.cpus, data_dir = %config.data_dir.display(), "tributary is listening");
-    } else {
+    if !serves_clients {
         info!(%addr, data_dir = %config.data_dir.display(), "tributary controller (process.roles=controller) is serving the metadata quorum; it serves no clients");
+        return;
     }
-    Ok(BrokerHandle {
-        addr,
-        listeners,
-        metrics_addr,
-        _data_dir_lock: lock,
-        _port_locks: port_locks,
-        peers: senders,
-        threads,
-    })
+    for l in config.listeners.iter().skip(1) {
+        info!(listener = %l.name, protocol = l.protocol.name(), port = config.bound.get(&l.name).copied().unwrap_or(0), "listening");
+    }
+    info!(%addr, shards = config.cpus.len(), cpus = ?config.cpus, data_dir = %config.data_dir.display(), "tributary is listening");
 }
 
 /// The sending side of a shard's queue of requests from other shards.
@@ -436,6 +506,7 @@ type ShardQueue = async_channel::Sender<ShardRequest>;
 
 /// Where a shard listens (`None`: nowhere, on a controller-only node), and the connection
 /// counts every shard's listener shares.
+#[derive(Clone)]
 struct Front {
     addr: Option<SocketAddr>,
     /// The other client listeners.
@@ -452,6 +523,7 @@ struct Front {
 
 /// The metrics endpoint's address (owned, port 0 resolved), and whether every shard is ready
 /// (for `/health`).
+#[derive(Clone)]
 struct MetricsFront {
     listen: SocketAddr,
     ready: Arc<AtomicBool>,
@@ -487,6 +559,23 @@ async fn run_shard(
     front: Front,
     ready: std::sync::mpsc::Sender<Result<(), String>>,
 ) {
+    if let Err(e) = tributary_storage::io::prime_executor_io(&config.data_dir).await {
+        let _ = ready.send(Err(format!(
+            "shard {}: direct I/O on {} failed: {e}",
+            id.0,
+            config.data_dir.display()
+        )));
+        return;
+    }
+    let (catalog, node) = match first_image(&config, metadata, &front.doubts).await {
+        Ok(Some(first)) => first,
+        // Closed without an image: shard 0 failed to start and said why.
+        Ok(None) => return,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
     let Front {
         addr,
         extra,
@@ -496,36 +585,6 @@ async fn run_shard(
         doubts,
         metrics,
     } = front;
-    if let Err(e) = tributary_storage::io::prime_executor_io(&config.data_dir).await {
-        let _ = ready.send(Err(format!(
-            "shard {}: direct I/O on {} failed: {e}",
-            id.0,
-            config.data_dir.display()
-        )));
-        return;
-    }
-    let (catalog, node) = match metadata {
-        Metadata::Open { legacy, shards } => {
-            match MetadataNode::start(&config, legacy.map(|c| *c), doubts.clone()).await {
-                Ok(node) => {
-                    let image = node.image();
-                    for tx in shards {
-                        let _ = tx.send(image.clone()).await;
-                    }
-                    (image, Some(node))
-                }
-                Err(e) => {
-                    let _ = ready.send(Err(format!("{e:#}")));
-                    return;
-                }
-            }
-        }
-        // Closed without an image: shard 0 failed to start and said why.
-        Metadata::From(image) => match image.recv().await {
-            Ok(image) => (image, None),
-            Err(_) => return,
-        },
-    };
     let controller = node.clone().map(Controller::new);
     let shard = Rc::new(Shard::new(
         id,
@@ -537,57 +596,18 @@ async fn run_shard(
         doubts,
     ));
     shard.install_coordinator_write_waits();
-    // Static keystores first; then those the image's dynamic configs set for this broker.
-    let dynamic_tls = crate::tls_reload::dynamic_at_start(&tls, &shard.broker_config());
-    if id.0 == 0 {
-        crate::tls_reload::log_served(&dynamic_tls, "dynamic configs");
-    }
-    shard.install_tls(tls);
-    shard.install_tls(dynamic_tls);
-    shard.set_inter_broker(crate::tls_reload::inter_broker_at_start(
-        inter_broker,
-        &config,
-        &shard.broker_config(),
-    ));
-    {
-        // The shard's sync rounds, timed by the storage layer, land in its metrics.
-        let weak = Rc::downgrade(&shard);
-        tributary_storage::group_commit::observe_rounds(Box::new(move |files, elapsed| {
-            if let Some(shard) = weak.upgrade() {
-                shard.metrics.observe_sync_round(files, elapsed);
-            }
-        }));
-    }
+    install_security(&shard, &config, tls, inter_broker);
+    observe_sync_rounds(&shard);
     // Opens this shard's partitions, takes their replication roles and loads the groups of
     // the offsets partitions this node leads.
     shard.apply_catalog(catalog).await;
     shard.set_aside_strays().await;
-    let listener = match addr.map(|addr| (addr, TcpListener::bind(addr))) {
-        None => None,
-        Some((_, Ok(l))) => Some(l),
-        Some((addr, Err(e))) => {
-            let _ = ready.send(Err(format!("shard {}: cannot listen on {addr}: {e}", id.0)));
-            return;
-        }
-    };
-    let mut listeners = Vec::new();
-    if let (Some(l), Some(spec)) = (listener, config.listeners.first()) {
-        listeners.push((l, spec.clone()));
-    }
-    for (addr, spec) in extra {
-        match TcpListener::bind(addr) {
-            Ok(l) => listeners.push((l, spec)),
-            Err(e) => {
-                let _ = ready.send(Err(format!(
-                    "shard {}: cannot listen on {addr} (listener {}): {e}",
-                    id.0, spec.name
-                )));
-                return;
-            }
-        }
-    }
-    let metrics_server = match metrics.map(|m| bind_metrics(&shard, m)).transpose() {
-        Ok(server) => server,
+    let bound = bind_listeners(id, &config, addr, extra).and_then(|listeners| {
+        let metrics = metrics.map(|m| bind_metrics(&shard, m)).transpose()?;
+        Ok((listeners, metrics))
+    });
+    let (listeners, metrics_server) = match bound {
+        Ok(bound) => bound,
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
@@ -599,6 +619,99 @@ async fn run_shard(
         "shard ready"
     );
     let _ = ready.send(Ok(()));
+    serve_shard(shard, config, node, rx, listeners, metrics_server).await;
+}
+
+/// The image a shard starts with: shard 0 opens the metadata quorum and hands its image to
+/// every other shard (and keeps the node); the others wait for it (`None`: shard 0 failed).
+async fn first_image(
+    config: &BrokerConfig,
+    metadata: Metadata,
+    doubts: &Arc<tributary_quorum::PeerDoubts>,
+) -> Result<Option<(Arc<Catalog>, Option<Rc<MetadataNode>>)>, String> {
+    match metadata {
+        Metadata::Open { legacy, shards } => {
+            let node = MetadataNode::start(config, legacy.map(|c| *c), doubts.clone())
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            let image = node.image();
+            for tx in shards {
+                let _ = tx.send(image.clone()).await;
+            }
+            Ok(Some((image, Some(node))))
+        }
+        Metadata::From(image) => Ok(image.recv().await.ok().map(|image| (image, None))),
+    }
+}
+
+/// The shard's TLS keystores (the static ones first, then those the image's dynamic configs
+/// set for this broker) and how it connects to other brokers.
+fn install_security(
+    shard: &Rc<Shard>,
+    config: &BrokerConfig,
+    tls: BTreeMap<String, TlsAcceptor>,
+    inter_broker: crate::inter_broker::InterBrokerSecurity,
+) {
+    let dynamic_tls = crate::tls_reload::dynamic_at_start(&tls, &shard.broker_config());
+    if shard.id.0 == 0 {
+        crate::tls_reload::log_served(&dynamic_tls, "dynamic configs");
+    }
+    shard.install_tls(tls);
+    shard.install_tls(dynamic_tls);
+    shard.set_inter_broker(crate::tls_reload::inter_broker_at_start(
+        inter_broker,
+        config,
+        &shard.broker_config(),
+    ));
+}
+
+/// The shard's sync rounds, timed by the storage layer, land in its metrics.
+fn observe_sync_rounds(shard: &Rc<Shard>) {
+    let weak = Rc::downgrade(shard);
+    tributary_storage::group_commit::observe_rounds(Box::new(move |files, elapsed| {
+        if let Some(shard) = weak.upgrade() {
+            shard.metrics.observe_sync_round(files, elapsed);
+        }
+    }));
+}
+
+/// Binds this shard's client listeners on the shared ports (none on a controller-only node).
+fn bind_listeners(
+    id: ShardId,
+    config: &BrokerConfig,
+    addr: Option<SocketAddr>,
+    extra: Vec<(SocketAddr, ListenerSpec)>,
+) -> Result<Vec<(TcpListener, ListenerSpec)>, String> {
+    let mut listeners = Vec::new();
+    if let Some(addr) = addr {
+        let l = TcpListener::bind(addr)
+            .map_err(|e| format!("shard {}: cannot listen on {addr}: {e}", id.0))?;
+        if let Some(spec) = config.listeners.first() {
+            listeners.push((l, spec.clone()));
+        }
+    }
+    for (addr, spec) in extra {
+        let l = TcpListener::bind(addr).map_err(|e| {
+            format!(
+                "shard {}: cannot listen on {addr} (listener {}): {e}",
+                id.0, spec.name
+            )
+        })?;
+        listeners.push((l, spec));
+    }
+    Ok(listeners)
+}
+
+/// Serves the shard — its listeners, metadata loops, timers and the requests other shards
+/// send — until a `Stop` request closes its partitions, then cancels what it started.
+async fn serve_shard(
+    shard: Rc<Shard>,
+    config: Arc<BrokerConfig>,
+    node: Option<Rc<MetadataNode>>,
+    rx: async_channel::Receiver<ShardRequest>,
+    listeners: Vec<(TcpListener, ListenerSpec)>,
+    metrics_server: Option<glommio::task::JoinHandle<()>>,
+) {
     let metadata_tasks = node.as_ref().map(|node| {
         [
             glommio::spawn_local(node.clone().publish_loop(shard.clone())).detach(),

@@ -550,11 +550,32 @@ impl Shard {
             return;
         }
         let old = self.catalog.replace(catalog.clone());
-        crate::catalog::note_fencings(
-            &mut self.fenced_since.borrow_mut(),
-            &catalog,
-            Instant::now(),
-        );
+        self.take_image_settings(&old, &catalog);
+        self.delete_vanished_partitions(&old, &catalog).await;
+        for topic in catalog.topics.values() {
+            let config = self.log_config(&catalog, &topic.name);
+            for (p, placed) in (0..topic.partitions).zip(&topic.assignment) {
+                // Partitions of other brokers are not this node's to hold.
+                if self.owner(&topic.name, p) != self.id
+                    || !placed.replicas.contains(&self.config.node_id)
+                {
+                    continue;
+                }
+                let key = (topic.name.clone(), p);
+                let existing = self.partitions.borrow().get(&key).cloned();
+                match existing {
+                    Some(part) => part.set_config(config),
+                    None => self.open_placed_partition(topic, p, placed, config).await,
+                }
+            }
+        }
+        self.apply_replica_roles(&catalog).await;
+    }
+
+    /// What an image sets besides partitions: fencing times, the coordinators' partition
+    /// counts, the ACLs and the dynamic broker configs.
+    fn take_image_settings(&self, old: &Catalog, catalog: &Catalog) {
+        crate::catalog::note_fencings(&mut self.fenced_since.borrow_mut(), catalog, Instant::now());
         if let Some(t) = catalog.topics.get(OFFSETS_TOPIC) {
             self.groups.set_offsets_partitions(t.partitions);
         }
@@ -566,7 +587,7 @@ impl Shard {
                 .replace(crate::authz::build(&self.config, &catalog.acls));
         }
         if old.broker_configs != catalog.broker_configs {
-            let effective = effective_config(&self.config, &catalog);
+            let effective = effective_config(&self.config, catalog);
             // The counts are shared by every shard: the controller's shard sets their limits.
             if self.controller.is_some() {
                 self.connections
@@ -574,6 +595,11 @@ impl Shard {
             }
             self.broker_config.replace(effective);
         }
+    }
+
+    /// Deletes the partitions this shard holds that `catalog` no longer places on this node,
+    /// or whose topic was deleted and created again (a new topic id) since `old`.
+    async fn delete_vanished_partitions(&self, old: &Catalog, catalog: &Catalog) {
         let mut gone: Vec<(String, i32)> = Vec::new();
         for ((topic, p), _) in self.partitions.borrow().iter() {
             let keep = catalog
@@ -592,64 +618,60 @@ impl Shard {
                 }
             }
         }
-        for topic in catalog.topics.values() {
-            let config = self.log_config(&catalog, &topic.name);
-            for (p, placed) in (0..topic.partitions).zip(&topic.assignment) {
-                // Partitions of other brokers are not this node's to hold.
-                if self.owner(&topic.name, p) != self.id
-                    || !placed.replicas.contains(&self.config.node_id)
-                {
-                    continue;
-                }
-                let key = (topic.name.clone(), p);
-                let existing = self.partitions.borrow().get(&key).cloned();
-                if let Some(part) = existing {
-                    part.set_config(config);
-                    continue;
-                }
-                let dir = partition_dir(&self.config.data_dir, &topic.name, p);
-                let recorded = match partition_dirs::recorded_topic_id(&dir).await {
-                    Ok(id) => id,
-                    Err(e) => {
-                        warn!(topic = %topic.name, partition = p, error = %e, "reading the partition's topic id failed; not opening it");
-                        continue;
-                    }
-                };
-                if let Some(id) = recorded.as_deref().filter(|id| *id != topic.id) {
-                    // An earlier topic of this name (deleted while this node was down): its
-                    // data must not become the new topic's.
-                    let why = format!(
-                        "it holds topic id {id}, but topic {} is now {}",
-                        topic.name, topic.id
-                    );
-                    if let Err(e) = partition_dirs::set_aside(&dir, Some(id), &why).await {
-                        warn!(topic = %topic.name, partition = p, error = %e, "setting a stray partition aside failed; not opening it");
-                        continue;
-                    }
-                }
-                // A replicated partition's high watermark follows its ISR, not its flushes,
-                // from the moment it opens: it restarts from its checkpoint, not the log end.
-                let opened = if placed.replicas.len() > 1 {
-                    Partition::open_replicated(dir.clone(), config).await
-                } else {
-                    Partition::open(dir.clone(), config).await
-                };
-                match opened {
-                    Ok(part) => {
-                        if recorded.as_deref() != Some(topic.id.as_str()) {
-                            if let Err(e) = partition_dirs::record_topic_id(&dir, &topic.id).await {
-                                warn!(topic = %topic.name, partition = p, error = %e, "recording the partition's topic id failed");
-                            }
-                        }
-                        self.partitions.borrow_mut().insert(key, part);
-                    }
-                    Err(e) => {
-                        warn!(topic = %topic.name, partition = p, error = %e, "opening partition failed")
-                    }
-                }
+    }
+
+    /// Opens partition `p` of `topic`, newly placed on this shard. A directory left by an
+    /// earlier topic of the same name is set aside first; one that cannot be read or set
+    /// aside stays closed (logged), as does one that fails to open.
+    async fn open_placed_partition(
+        &self,
+        topic: &crate::catalog::TopicMeta,
+        p: i32,
+        placed: &crate::catalog::PartitionRegistration,
+        config: LogConfig,
+    ) {
+        let dir = partition_dir(&self.config.data_dir, &topic.name, p);
+        let recorded = match partition_dirs::recorded_topic_id(&dir).await {
+            Ok(id) => id,
+            Err(e) => {
+                warn!(topic = %topic.name, partition = p, error = %e, "reading the partition's topic id failed; not opening it");
+                return;
+            }
+        };
+        if let Some(id) = recorded.as_deref().filter(|id| *id != topic.id) {
+            // An earlier topic of this name (deleted while this node was down): its data must
+            // not become the new topic's.
+            let why = format!(
+                "it holds topic id {id}, but topic {} is now {}",
+                topic.name, topic.id
+            );
+            if let Err(e) = partition_dirs::set_aside(&dir, Some(id), &why).await {
+                warn!(topic = %topic.name, partition = p, error = %e, "setting a stray partition aside failed; not opening it");
+                return;
             }
         }
-        self.apply_replica_roles(&catalog).await;
+        // A replicated partition's high watermark follows its ISR, not its flushes, from the
+        // moment it opens: it restarts from its checkpoint, not the log end.
+        let opened = if placed.replicas.len() > 1 {
+            Partition::open_replicated(dir.clone(), config).await
+        } else {
+            Partition::open(dir.clone(), config).await
+        };
+        match opened {
+            Ok(part) => {
+                if recorded.as_deref() != Some(topic.id.as_str()) {
+                    if let Err(e) = partition_dirs::record_topic_id(&dir, &topic.id).await {
+                        warn!(topic = %topic.name, partition = p, error = %e, "recording the partition's topic id failed");
+                    }
+                }
+                self.partitions
+                    .borrow_mut()
+                    .insert((topic.name.clone(), p), part);
+            }
+            Err(e) => {
+                warn!(topic = %topic.name, partition = p, error = %e, "opening partition failed")
+            }
+        }
     }
 
     /// At start-up, after the first image is applied: sets aside every partition directory of
@@ -1137,124 +1159,160 @@ impl Shard {
         acks: i16,
         timeout: Duration,
     ) -> ProduceResult {
-        let fail = ProduceResult::failed;
         let deadline = Instant::now() + timeout;
         let Some(part) = self.partition(topic, partition) else {
-            return fail(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+            return ProduceResult::failed(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
         };
-        // A replicated partition: this shard must lead it (the handler checked an image that
-        // may have changed since), and acks=all needs enough in sync.
-        // A partition with one replica has no replication state to look up: the common case
-        // pays no map lookup (and no key allocation) per batch.
-        let epoch = if part.is_replicated() {
-            let Some(epoch) = self.leader_epoch_of(topic, partition) else {
-                return fail(ErrorCode::NOT_LEADER_OR_FOLLOWER);
-            };
-            if acks == -1 {
-                if let Err(code) = self.check_min_isr(topic, partition) {
-                    return fail(code);
-                }
-            }
-            Some(epoch)
-        } else {
-            None
+        let at = ProduceAt {
+            part: &part,
+            topic,
+            partition,
+            acks,
+            deadline,
         };
-        // With LogAppendTime the broker's clock stamps the batch here, on the owning shard, just
-        // before the append: a copy of the batch with its timestamp type, max timestamp and CRC
-        // rewritten, as Kafka's LogValidator does in place.
-        let log_append_time = self.catalog().topics.get(topic).is_some_and(|t| {
-            t.log_append_time(self.broker_config().log_message_timestamp_log_append_time)
-        });
-        let (batch, log_append_time_ms) = if log_append_time {
-            let now = now_ms();
-            let mut stamped = batch.to_vec();
-            tributary_protocol::record_batch::set_log_append_time(&mut stamped, now);
-            (Bytes::from(stamped), now)
-        } else {
-            (batch, -1)
-        };
+        match self.produce_to(at, batch).await {
+            Ok(result) => result,
+            Err(code) => ProduceResult::failed(code),
+        }
+    }
+
+    /// Appends `batch` to the partition and answers once it is as safe as `acks` asks: on the
+    /// leader's disk (acks=1), held by the ISR as well (acks=all), or right away (acks=0, made
+    /// durable behind the answer).
+    async fn produce_to(
+        &self,
+        at: ProduceAt<'_>,
+        batch: Bytes,
+    ) -> Result<ProduceResult, ErrorCode> {
+        let epoch = self.produce_epoch(&at)?;
+        let (batch, log_append_time_ms) = self.stamp_log_append_time(at.topic, batch);
         // An acks=all batch waits its turn for room in the partition's replication backlog.
         let turn = match epoch {
-            Some(e) if acks == -1 => {
+            Some(e) if at.acks == -1 => {
                 let waited_from = Instant::now();
                 let turn = self
-                    .append_turn(&part, topic, partition, batch.len(), e, deadline)
+                    .append_turn(at.part, at.topic, at.partition, batch.len(), e, at.deadline)
                     .await;
                 self.metrics
                     .observe_stage(Stage::ProduceBacklog, waited_from.elapsed());
-                match turn {
-                    Ok(turn) => Some(turn),
-                    Err(code) => return fail(code),
-                }
+                Some(turn?)
             }
             _ => None,
         };
         let append_start = Instant::now();
         let appended = match epoch {
-            Some(e) => part.append_with_epoch(&batch, e).await,
-            None => part.append(&batch).await,
+            Some(e) => at.part.append_with_epoch(&batch, e).await,
+            None => at.part.append(&batch).await,
         };
         drop(turn);
         let appended_at = Instant::now();
         self.metrics
             .observe_stage(Stage::ProduceAppend, appended_at - append_start);
-        let outcome = match appended {
-            Ok(o) => o,
-            Err(e) => return fail(partition_error_code(&e)),
-        };
+        let outcome = appended.map_err(|e| partition_error_code(&e))?;
         self.batches_appended.set(self.batches_appended.get() + 1);
         if !outcome.duplicate {
             let records = outcome.last_offset - outcome.base_offset + 1;
             let records = u64::try_from(records).unwrap_or(0);
-            self.metrics.produced(topic, batch.len(), records);
+            self.metrics.produced(at.topic, batch.len(), records);
         }
-        if acks == 0 {
-            let part = part.clone();
-            glommio::spawn_local(async move {
-                if let Err(e) = part.commit(outcome.last_offset + 1).await {
-                    warn!(error = %e, "flush after acks=0 produce failed");
-                }
-            })
-            .detach();
-        } else {
-            let committed = part.commit(outcome.last_offset + 1).await;
-            self.metrics
-                .observe_stage(Stage::ProduceDurable, appended_at.elapsed());
-            if let Err(e) = committed {
-                return fail(partition_error_code(&e));
-            }
-        }
+        let end = outcome.last_offset + 1;
+        self.make_durable(&at, end, appended_at).await?;
         if let Some(epoch) = epoch {
-            if acks == -1 {
-                let end = outcome.last_offset + 1;
-                let durable_at = Instant::now();
-                let left = deadline.saturating_duration_since(durable_at);
-                let waited = self
-                    .wait_replicated(&part, topic, partition, end, epoch, left)
-                    .await;
-                self.metrics
-                    .observe_stage(Stage::ProduceReplicate, durable_at.elapsed());
-                if let Err(code) = waited {
-                    // Kafka's answer when the ISR shrank below the minimum meanwhile.
-                    let code = match self.check_min_isr(topic, partition) {
-                        Err(_) if code == ErrorCode::REQUEST_TIMED_OUT => {
-                            ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                        }
-                        _ => code,
-                    };
-                    return fail(code);
-                }
-            } else {
-                self.advance_high_watermark(topic, partition);
-            }
+            self.acknowledge_replicated(&at, end, epoch).await?;
         }
-        ProduceResult {
+        Ok(ProduceResult {
             error: ErrorCode::NONE,
             base_offset: outcome.base_offset,
             log_start_offset: outcome.log_start_offset,
             log_append_time_ms,
             answered: None,
+        })
+    }
+
+    /// The leader epoch a replicated partition's append carries (`None`: one replica, no
+    /// replication state). This shard must lead it — the handler checked an image that may
+    /// have changed since — and acks=all needs enough replicas in sync.
+    fn produce_epoch(&self, at: &ProduceAt<'_>) -> Result<Option<i32>, ErrorCode> {
+        // A partition with one replica has no replication state to look up: the common case
+        // pays no map lookup (and no key allocation) per batch.
+        if !at.part.is_replicated() {
+            return Ok(None);
         }
+        let epoch = self
+            .leader_epoch_of(at.topic, at.partition)
+            .ok_or(ErrorCode::NOT_LEADER_OR_FOLLOWER)?;
+        if at.acks == -1 {
+            self.check_min_isr(at.topic, at.partition)?;
+        }
+        Ok(Some(epoch))
+    }
+
+    /// With LogAppendTime the broker's clock stamps the batch here, on the owning shard, just
+    /// before the append: a copy of the batch with its timestamp type, max timestamp and CRC
+    /// rewritten, as Kafka's LogValidator does in place. The time stamped, or -1.
+    fn stamp_log_append_time(&self, topic: &str, batch: Bytes) -> (Bytes, i64) {
+        let log_append_time = self.catalog().topics.get(topic).is_some_and(|t| {
+            t.log_append_time(self.broker_config().log_message_timestamp_log_append_time)
+        });
+        if !log_append_time {
+            return (batch, -1);
+        }
+        let now = now_ms();
+        let mut stamped = batch.to_vec();
+        tributary_protocol::record_batch::set_log_append_time(&mut stamped, now);
+        (Bytes::from(stamped), now)
+    }
+
+    /// Makes the log durable up to `end` as the partition's flush policy promises: before the
+    /// answer, or behind it for acks=0 (whose producer asked for no answer to wait on).
+    async fn make_durable(
+        &self,
+        at: &ProduceAt<'_>,
+        end: i64,
+        appended_at: Instant,
+    ) -> Result<(), ErrorCode> {
+        if at.acks == 0 {
+            let part = at.part.clone();
+            glommio::spawn_local(async move {
+                if let Err(e) = part.commit(end).await {
+                    warn!(error = %e, "flush after acks=0 produce failed");
+                }
+            })
+            .detach();
+            return Ok(());
+        }
+        let committed = at.part.commit(end).await;
+        self.metrics
+            .observe_stage(Stage::ProduceDurable, appended_at.elapsed());
+        committed.map_err(|e| partition_error_code(&e))
+    }
+
+    /// For a replicated partition: acks=all waits until the ISR holds the batch (within the
+    /// request's timeout); any other acks lets the high watermark follow.
+    async fn acknowledge_replicated(
+        &self,
+        at: &ProduceAt<'_>,
+        end: i64,
+        epoch: i32,
+    ) -> Result<(), ErrorCode> {
+        if at.acks != -1 {
+            self.advance_high_watermark(at.topic, at.partition);
+            return Ok(());
+        }
+        let durable_at = Instant::now();
+        let left = at.deadline.saturating_duration_since(durable_at);
+        let waited = self
+            .wait_replicated(at.part, at.topic, at.partition, end, epoch, left)
+            .await;
+        self.metrics
+            .observe_stage(Stage::ProduceReplicate, durable_at.elapsed());
+        waited.map_err(|code| match self.check_min_isr(at.topic, at.partition) {
+            // Kafka's answer when the ISR shrank below the minimum meanwhile.
+            Err(_) if code == ErrorCode::REQUEST_TIMED_OUT => {
+                ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            }
+            _ => code,
+        })
     }
 
     async fn fetch_local(&self, topic: &str, partition: i32, read: FetchRead) -> FetchResult {
@@ -1576,4 +1634,14 @@ fn not_controller() -> (ErrorCode, Option<String>) {
 /// [`not_controller`] for each of `n` items.
 fn not_controller_each(n: usize) -> Vec<(ErrorCode, Option<String>)> {
     vec![not_controller(); n]
+}
+
+/// Where one produce batch goes and how safe its answer must be.
+struct ProduceAt<'a> {
+    part: &'a Rc<Partition>,
+    topic: &'a str,
+    partition: i32,
+    acks: i16,
+    /// When the request's timeout ends.
+    deadline: Instant,
 }

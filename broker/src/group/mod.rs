@@ -2,6 +2,7 @@
 //! this shard owns. It runs the state machine in `state`, persists group metadata and committed
 //! offsets to that partition (Kafka's record format), and rebuilds both from it on start.
 
+mod join;
 pub mod state;
 
 use std::cell::RefCell;
@@ -262,19 +263,7 @@ impl GroupCoordinator {
     ) -> Result<oneshot::Receiver<JoinResult>, Box<JoinResult>> {
         let limits = self.config.limits;
         let now = Instant::now();
-        if req.group_id.is_empty() {
-            return Err(Box::new(JoinResult::error(
-                ErrorCode::INVALID_GROUP_ID,
-                &req.member_id,
-            )));
-        }
-        let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
-        if session < limits.min_session_timeout || session > limits.max_session_timeout {
-            return Err(Box::new(JoinResult::error(
-                ErrorCode::INVALID_SESSION_TIMEOUT,
-                &req.member_id,
-            )));
-        }
+        let session = join::session_timeout(&req, &limits)?;
         let mut groups = self.groups.borrow_mut();
         let g = groups
             .entry(req.group_id.clone())
@@ -285,130 +274,16 @@ impl GroupCoordinator {
                 &req.member_id,
             )));
         }
-        let mut member_id = req.member_id.clone();
-        if let Some(instance) = &req.group_instance_id {
-            match g.static_members.get(instance).cloned() {
-                Some(existing) if !member_id.is_empty() && existing != member_id => {
-                    return Err(Box::new(JoinResult::error(
-                        ErrorCode::FENCED_INSTANCE_ID,
-                        &member_id,
-                    )));
-                }
-                Some(existing) if member_id.is_empty() => {
-                    // A static member restarting: it takes over its old identity with a new
-                    // member id; the old id is fenced. With nothing changed, no rebalance.
-                    let new_id = format!("{instance}-{}", uuid::Uuid::new_v4());
-                    if let Some(mut old) = g.members.remove(&existing) {
-                        if let Some(tx) = old.pending_join.take() {
-                            let _ = tx
-                                .send(JoinResult::error(ErrorCode::FENCED_INSTANCE_ID, &existing));
-                        }
-                        if let Some(tx) = old.pending_sync.take() {
-                            let _ = tx.send(SyncResult::error(ErrorCode::FENCED_INSTANCE_ID));
-                        }
-                        old.member_id = new_id.clone();
-                        old.deadline = now + session;
-                        let unchanged = old.protocols == req.protocols;
-                        g.members.insert(new_id.clone(), old);
-                        g.static_members.insert(instance.clone(), new_id.clone());
-                        if g.leader.as_deref() == Some(existing.as_str()) {
-                            g.leader = Some(new_id.clone());
-                        }
-                        if unchanged && g.state == GroupState::Stable {
-                            let (tx, rx) = oneshot::channel();
-                            let _ = tx.send(g.current_join(&new_id));
-                            return Ok(rx);
-                        }
-                    }
-                    member_id = new_id;
-                }
-                Some(_) => {}
-                None => {
-                    if member_id.is_empty() {
-                        member_id = format!("{instance}-{}", uuid::Uuid::new_v4());
-                    }
-                    g.static_members.insert(instance.clone(), member_id.clone());
-                }
-            }
-        } else if member_id.is_empty() {
-            let new_id = format!("{client_id}-{}", uuid::Uuid::new_v4());
-            if version >= 4 {
-                // KIP-394: the client must rejoin with the id it is given.
-                if g.members.len() + g.pending_member_ids.len() >= limits.max_size {
-                    return Err(Box::new(JoinResult::error(
-                        ErrorCode::GROUP_MAX_SIZE_REACHED,
-                        "",
-                    )));
-                }
-                g.pending_member_ids.push((new_id.clone(), now + session));
-                return Err(Box::new(JoinResult::error(
-                    ErrorCode::MEMBER_ID_REQUIRED,
-                    &new_id,
-                )));
-            }
-            member_id = new_id;
-        } else if !g.members.contains_key(&member_id)
-            && !g.pending_member_ids.iter().any(|(id, _)| *id == member_id)
-        {
-            return Err(Box::new(JoinResult::error(
-                ErrorCode::UNKNOWN_MEMBER_ID,
-                &member_id,
-            )));
+        let joiner = join::Joiner {
+            client_id,
+            client_host,
+            session,
+            version,
+        };
+        match g.identify(&req, &joiner, now, &limits)? {
+            join::Identity::Rejoined(rx) => Ok(rx),
+            join::Identity::Member(member_id) => g.admit(member_id, req, joiner, now, &limits),
         }
-        g.pending_member_ids.retain(|(id, _)| *id != member_id);
-        if !g.members.contains_key(&member_id) && g.members.len() >= limits.max_size {
-            return Err(Box::new(JoinResult::error(
-                ErrorCode::GROUP_MAX_SIZE_REACHED,
-                &member_id,
-            )));
-        }
-        let (tx, rx) = oneshot::channel();
-        let rebalance = Duration::from_millis(req.rebalance_timeout_ms.max(0) as u64);
-        match g.members.get_mut(&member_id) {
-            Some(m) => {
-                let unchanged = m.protocols == req.protocols;
-                m.session_timeout = session;
-                m.rebalance_timeout = rebalance;
-                m.deadline = now + session;
-                let is_leader = g.leader.as_deref() == Some(member_id.as_str());
-                if unchanged
-                    && (g.state == GroupState::CompletingRebalance
-                        || (g.state == GroupState::Stable && !is_leader))
-                {
-                    let _ = tx.send(g.current_join(&member_id));
-                    return Ok(rx);
-                }
-                m.protocols = req.protocols;
-                m.pending_join = Some(tx);
-            }
-            None => {
-                g.members.insert(
-                    member_id.clone(),
-                    Member {
-                        member_id: member_id.clone(),
-                        group_instance_id: req.group_instance_id.clone(),
-                        client_id,
-                        client_host,
-                        session_timeout: session,
-                        rebalance_timeout: rebalance,
-                        protocols: req.protocols,
-                        assignment: Bytes::new(),
-                        deadline: now + session,
-                        pending_join: Some(tx),
-                        pending_sync: None,
-                    },
-                );
-            }
-        }
-        if g.protocol_type.is_none() || g.state == GroupState::Empty {
-            g.protocol_type = Some(req.protocol_type);
-        }
-        if g.state != GroupState::PreparingRebalance {
-            info!(group = %g.group_id, member = %member_id, "member joining; rebalancing");
-        }
-        g.prepare_rebalance(now, &limits);
-        g.maybe_complete_join(now);
-        Ok(rx)
     }
 
     pub fn sync(
