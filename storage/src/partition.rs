@@ -23,10 +23,11 @@
 //! and the high watermark moves when the broker sets it (never past the durable offset), so
 //! nothing is visible before the replicas have it; unreplicated, nothing of this changes.
 //!
-//! This file holds the state, open and recovery, appends, flushes and close; `read` (fetches,
-//! read-ahead, timestamp lookups, replica reads), `retention` (retention and DeleteRecords),
-//! `clean` (compaction), `replica` (epochs, follower appends, the replicated high watermark) and
-//! `truncate` (truncation from the end) add their methods to [`Partition`] from submodules.
+//! This file holds the state, appends, flushes and close; `open` (open and recovery), `read`
+//! (fetches, read-ahead, timestamp lookups, replica reads), `retention` (retention and
+//! DeleteRecords), `clean` (compaction), `replica` (epochs, follower appends, the replicated high
+//! watermark) and `truncate` (truncation from the end) add their methods to [`Partition`] from
+//! submodules.
 //!
 //! A partition is owned by one shard; it is `!Send` and no `RefCell` borrow is held across an
 //! `.await`.
@@ -56,6 +57,7 @@ use crate::tail::{align_down, Tail};
 
 mod append;
 mod clean;
+mod open;
 mod read;
 mod replica;
 mod retention;
@@ -344,266 +346,6 @@ impl Partition {
         Self::open_with(dir, config, true).await
     }
 
-    async fn open_with(
-        dir: PathBuf,
-        config: LogConfig,
-        replicated: bool,
-    ) -> Result<Rc<Self>, PartitionError> {
-        let clean_marker = dir.join(CLEAN_SHUTDOWN_FILE);
-        // Listing, and finishing what a crash interrupted, in one trip to the blocking thread.
-        let (mut bases, clean) = {
-            let (d, marker) = (dir.clone(), clean_marker.clone());
-            io::blocking(move || {
-                io::now::create_dir_all(&d)?;
-                complete_swaps(&d)?;
-                remove_leftovers(&d)?;
-                Ok((list_segments(&d)?, marker.try_exists()?))
-            })
-            .await
-            .map_err(|e| storage_err(&dir, e))?
-        };
-        if bases.is_empty() {
-            bases.push(0);
-            SegmentFile::open(&segment_path(&dir, 0), true)
-                .await
-                .map_err(|e| storage_err(&dir, e))?
-                .close()
-                .await
-                .map_err(|e| storage_err(&dir, e))?;
-            io::sync_dir(&dir).await.map_err(|e| storage_err(&dir, e))?;
-        }
-        // Closed segments come back from their index files; the active one is scanned unless
-        // the last shutdown was clean. Producer state starts from the snapshot in the last
-        // trusted index file and replays only the segments scanned after it.
-        let interval = config.index_interval_bytes;
-        let last = bases.len() - 1;
-        let mut files = Vec::with_capacity(bases.len());
-        for (i, &base) in bases.iter().enumerate() {
-            let file = SegmentFile::open(&segment_path(&dir, base), false)
-                .await
-                .map_err(|e| storage_err(&dir, e))?;
-            let size = file.file_size().await.map_err(|e| storage_err(&dir, e))?;
-            let index = if i < last || clean {
-                read_index(&dir, base, size).await
-            } else {
-                None
-            };
-            files.push((base, Rc::new(file), index));
-        }
-        // The newest snapshot before the first segment without a trusted index: every segment
-        // scanned is then replayed from a known producer state, which the aborted transactions
-        // of its ABORT markers need (their first offsets).
-        let trusted = files
-            .iter()
-            .position(|f| f.2.is_none())
-            .unwrap_or(files.len());
-        let snapshot_at = files[..trusted]
-            .iter()
-            .rposition(|f| f.2.as_ref().is_some_and(|x| x.producers.is_some()));
-        let mut producers = snapshot_at
-            .and_then(|i| files[i].2.as_ref()?.producers.clone())
-            .unwrap_or_default();
-        producers.set_max_producers(config.producer_state_max_producers);
-        let mut segments: Vec<Segment> = Vec::new();
-        let log_start_offset = bases[0];
-        let mut next_offset = log_start_offset;
-        let mut scanned = 0usize;
-        // Only the active (last) segment can hold a torn write; it is cut back to its valid
-        // prefix. A closed segment that stops early holds a damaged batch: what precedes it is
-        // kept, and the offsets after it are skipped rather than dropping later segments.
-        for (i, (base, file, index)) in files.into_iter().enumerate() {
-            let path = segment_path(&dir, base);
-            // After the newest snapshot, producer batches must be replayed: scan.
-            let index = index.filter(|_| snapshot_at.is_some_and(|s| i <= s));
-            if i > 0 && base < next_offset {
-                warn!(path = %path.display(), next_offset, "removing a segment that overlaps the one before it");
-                drop(file);
-                io::remove_file(&path)
-                    .await
-                    .map_err(|e| storage_err(&dir, e))?;
-                remove_index(&dir, base)
-                    .await
-                    .map_err(|e| storage_err(&dir, e))?;
-                continue;
-            }
-            let (seg, torn) = match index {
-                Some(f) => (Segment::from_index(base, file, f), false),
-                None => {
-                    scanned += 1;
-                    let replay = snapshot_at.is_none_or(|s| i > s);
-                    let (seg, torn) = recover_segment(
-                        file,
-                        base,
-                        replay.then_some(&mut producers),
-                        interval,
-                        config.compact,
-                    )
-                    .await
-                    .map_err(|e| storage_err(&dir, e))?;
-                    if i < last {
-                        // Rebuilt: save it so the next open need not scan this segment again.
-                        let f = seg.index_file(replay.then_some(&producers));
-                        if let Err(e) = write_index(&dir, base, &f, false).await {
-                            warn!(path = %path.display(), error = %e, "writing a rebuilt index failed");
-                        }
-                    }
-                    (seg, torn)
-                }
-            };
-            if i > 0 && base > next_offset {
-                if i == last && seg.is_empty() {
-                    // Rolled to, but the end of the segment before it never reached the disk:
-                    // drop the empty segment so the log ends where its data does.
-                    warn!(path = %path.display(), next_offset, "removing an empty segment after a torn one");
-                    drop(seg);
-                    io::remove_file(&path)
-                        .await
-                        .map_err(|e| storage_err(&dir, e))?;
-                    io::sync_dir(&dir).await.map_err(|e| storage_err(&dir, e))?;
-                    continue;
-                }
-                // Data after a short segment was written after it, so it was never acknowledged
-                // unless the short segment was whole when synced and damaged later; either way
-                // readers skip the missing offsets to the next batch.
-                warn!(path = %path.display(), next_offset, "offsets before this segment are missing; they are skipped");
-            }
-            if torn && i == last {
-                seg.file
-                    .truncate(seg.size)
-                    .await
-                    .map_err(|e| storage_err(&dir, e))?;
-                seg.file
-                    .fdatasync()
-                    .await
-                    .map_err(|e| storage_err(&dir, e))?;
-            }
-            next_offset = seg.next_offset;
-            segments.push(seg);
-        }
-        // The active segment's index file is only true until its next append: remove it, and
-        // the marker that vouched for it, before anything is appended.
-        let active_base = segments.last().expect("at least one segment").base_offset;
-        remove_index(&dir, active_base)
-            .await
-            .map_err(|e| storage_err(&dir, e))?;
-        // Not synced: should the removals be lost, the index's exact size check still refuses it
-        // once anything has been appended (see `read_index`).
-        if clean {
-            io::remove_file(&clean_marker)
-                .await
-                .map_err(|e| storage_err(&dir, e))?;
-        }
-        // The checkpointed log start may be past the first segments: they were due for deletion
-        // when the broker stopped. It never passes the end of what recovery found.
-        let checkpoint = log_start::read(&dir)
-            .await
-            .map_err(|e| storage_err(&dir, e))?;
-        let log_start_offset = checkpoint
-            .map_or(log_start_offset, |c| c.max(log_start_offset))
-            .min(next_offset);
-        // Where the last cleaning pass ended; only when to clean depends on it.
-        let cleaned_through = log_start::read_named(&dir, log_start::CLEANER_FILE)
-            .await
-            .map_err(|e| storage_err(&dir, e))?
-            .map_or(log_start_offset, |c| c.clamp(log_start_offset, next_offset));
-        let below = segments_below(&segments, log_start_offset);
-        for seg in segments.drain(..below) {
-            warn!(path = %seg.file.path().display(), log_start_offset, "removing a segment below the log start offset");
-            io::remove_file(seg.file.path())
-                .await
-                .map_err(|e| storage_err(&dir, e))?;
-            remove_index(&dir, seg.base_offset)
-                .await
-                .map_err(|e| storage_err(&dir, e))?;
-        }
-        if below > 0 {
-            io::sync_dir(&dir).await.map_err(|e| storage_err(&dir, e))?;
-        }
-        // Producers idle past the expiration are dropped now, by the same rule the shard's
-        // periodic pass applies, so one that expired before the restart stays gone even when the
-        // snapshot or the replayed segments still hold it.
-        let expired = producers.remove_expired(wall_clock_ms(), config.producer_id_expiration_ms);
-        if expired > 0 {
-            info!(dir = %dir.display(), expired, "expired idle producers on open");
-        }
-        let active = segments.last().expect("at least one segment");
-        let active_tail = truncate::tail_of(active)
-            .await
-            .map_err(|e| storage_err(&dir, e))?;
-        let epochs = replica::load_epochs(
-            &dir,
-            &segments,
-            log_start_offset,
-            next_offset,
-            config.compact,
-        )
-        .await
-        .map_err(|e| storage_err(&dir, e))?;
-        let ReplicaOpen {
-            high_watermark,
-            visible_end,
-            pending_ends,
-            pending_bytes,
-        } = if replicated {
-            replica::open_high_watermark(
-                &dir,
-                &segments,
-                log_start_offset,
-                next_offset,
-                config.compact,
-            )
-            .await
-            .map_err(|e| storage_err(&dir, e))?
-        } else {
-            ReplicaOpen::at_end(active.base_offset, active.size, next_offset)
-        };
-        producers.on_high_watermark(high_watermark);
-        let opened = OpenStats {
-            segments: segments.len(),
-            scanned,
-            clean,
-        };
-        info!(dir = %dir.display(), segments = segments.len(), scanned, clean, log_start_offset, next_offset, "partition opened");
-        Ok(Rc::new(Self {
-            dir,
-            config: Cell::new(config),
-            state: RefCell::new(LogState {
-                segments,
-                next_offset,
-                high_watermark,
-                durable_offset: next_offset,
-                visible_end,
-                log_start_offset,
-                appended_bytes: pending_bytes,
-                visible_bytes: 0,
-                active_tail,
-                sealed_tails: Vec::new(),
-                producers,
-                failed: None,
-                epochs,
-                leader_epoch: 0,
-                replicated,
-                pending_ends,
-                hw_checkpointed: high_watermark,
-            }),
-            append_lock: Semaphore::new(1),
-            maintenance: Semaphore::new(1),
-            cleaned_through: Cell::new(cleaned_through),
-            flushing: Cell::new(false),
-            last_flush_small: Cell::new(false),
-            flushed: Event::new(),
-            advanced: Event::new(),
-            appended: Event::new(),
-            sync_timer_armed: Cell::new(false),
-            write_ahead: Cell::new(false),
-            prefetch: RefCell::new(None),
-            read_ahead_hits: Cell::new(0),
-            tail_cache_hits: Cell::new(0),
-            disk_chunk_reads: Cell::new(0),
-            opened,
-        }))
-    }
-
     pub fn open_stats(&self) -> OpenStats {
         self.opened
     }
@@ -825,72 +567,20 @@ impl Partition {
     async fn flush_once(&self, kind: Flush) -> Result<(), PartitionError> {
         let sync = kind == Flush::Durable;
         let sync_policy = self.config.get().sync_policy;
-        // The chunks to write are frozen while the state is borrowed; appends that arrive during
-        // the write go into new chunks for the next flush.
-        let (sealed, active_file, active_writes, active_base, active_end, target, appended) = {
-            let mut st = self.state.borrow_mut();
-            // Sealed tails stay in place, their bytes readable by replicas, until they are
-            // written and synced.
-            let sealed: Vec<SealedWrite> = st
-                .sealed_tails
-                .iter_mut()
-                .map(|t| SealedWrite {
-                    file: t.file.clone(),
-                    chunks: t.take_unwritten(false),
-                    end: t.end(),
-                    segment_base: t.segment_base,
-                    index: t.sealed_index.take(),
-                })
-                .collect();
-            let t = &mut st.active_tail;
-            let writes = t.take_unwritten(kind == Flush::FullChunks);
-            let end = match (kind, writes.last()) {
-                (Flush::FullChunks, Some((at, buf))) => at + buf.len() as u64,
-                (Flush::FullChunks, None) => t.written_end,
-                _ => t.end(),
-            };
-            (
-                sealed,
-                t.file.clone(),
-                writes,
-                t.segment_base,
-                end,
-                st.next_offset,
-                st.appended_bytes,
-            )
-        };
+        let FlushPlan {
+            sealed,
+            active_file,
+            active_writes,
+            active_base,
+            active_end,
+            target,
+            appended,
+        } = self.freeze_flush(kind);
         for tail in sealed {
-            let file = tail.file.clone();
-            self.write_chunks(&file, tail.chunks).await?;
-            // Trimmed before the sync, so the index written next matches the synced size.
-            file.truncate(tail.end)
-                .await
-                .map_err(|e| storage_err(&self.dir, e))?;
-            group_commit::sync(file, sync_policy)
-                .await
-                .map_err(|e| storage_err(&self.dir, e))?;
-            if let Some(index) = &tail.index {
-                if let Err(e) = write_index(&self.dir, tail.segment_base, index, false).await {
-                    warn!(dir = %self.dir.display(), error = %e, "writing a segment index failed; it will be rebuilt on open");
-                }
-            }
-            self.state
-                .borrow_mut()
-                .sealed_tails
-                .retain(|t| !Rc::ptr_eq(&t.file, &tail.file));
+            self.finish_sealed(tail, sync_policy).await?;
         }
-        // Zeros ahead only where flushes stay small: a partition written a few requests per
-        // sync round, whose latency is the point, and where zeroing costs little bandwidth. A
-        // busy partition's flushes are large, or alternate large and small (the rest of a large
-        // batch), and would pay for the zeros in disk bandwidth and in data held while flushes
-        // take longer, for little gain.
         let ahead = self.config.get().zero_ahead_bytes;
-        let flushing: usize = active_writes.iter().map(|(_, b)| b.len()).sum();
-        let small = (flushing as u64) <= ahead / ZERO_AHEAD_SMALL_FLUSH_DIVISOR;
-        let after_small = self
-            .last_flush_small
-            .replace(small && !active_writes.is_empty());
-        if ahead > 0 && small && after_small {
+        if self.zero_ahead_due(&active_writes, ahead) {
             active_file
                 .zero_ahead(active_end, ahead)
                 .await
@@ -902,38 +592,117 @@ impl Partition {
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
         }
+        self.publish_flush(kind, target, (active_base, active_end), appended);
+        Ok(())
+    }
+
+    /// Freezes what a flush of `kind` writes: every sealed tail's unwritten chunks and the
+    /// active tail's (only the full ones for [`Flush::FullChunks`]), with the log end and the
+    /// bytes appended at this moment. Appends that arrive during the write go into new chunks
+    /// for the next flush.
+    fn freeze_flush(&self, kind: Flush) -> FlushPlan {
         let mut st = self.state.borrow_mut();
-        if sync {
+        // Sealed tails stay in place, their bytes readable by replicas, until they are written
+        // and synced.
+        let sealed: Vec<SealedWrite> = st
+            .sealed_tails
+            .iter_mut()
+            .map(|t| SealedWrite {
+                file: t.file.clone(),
+                chunks: t.take_unwritten(false),
+                end: t.end(),
+                segment_base: t.segment_base,
+                index: t.sealed_index.take(),
+            })
+            .collect();
+        let t = &mut st.active_tail;
+        let writes = t.take_unwritten(kind == Flush::FullChunks);
+        let last_write = writes.last().map(|(at, buf)| (*at, buf.len()));
+        let active_end = flushed_end(kind, last_write, t.written_end, t.end());
+        let (active_file, active_base) = (t.file.clone(), t.segment_base);
+        FlushPlan {
+            sealed,
+            active_file,
+            active_writes: writes,
+            active_base,
+            active_end,
+            target: st.next_offset,
+            appended: st.appended_bytes,
+        }
+    }
+
+    /// Writes a sealed tail's last chunks, trims its file to the segment's size and syncs it,
+    /// then saves its index file; only then does the tail stop holding the segment's last bytes
+    /// for readers.
+    async fn finish_sealed(
+        &self,
+        tail: SealedWrite,
+        sync_policy: SyncPolicy,
+    ) -> Result<(), PartitionError> {
+        let file = tail.file.clone();
+        self.write_chunks(&file, tail.chunks).await?;
+        // Trimmed before the sync, so the index written next matches the synced size.
+        file.truncate(tail.end)
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
+        group_commit::sync(file, sync_policy)
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
+        if let Some(index) = &tail.index {
+            if let Err(e) = write_index(&self.dir, tail.segment_base, index, false).await {
+                warn!(dir = %self.dir.display(), error = %e, "writing a segment index failed; it will be rebuilt on open");
+            }
+        }
+        self.state
+            .borrow_mut()
+            .sealed_tails
+            .retain(|t| !Rc::ptr_eq(&t.file, &tail.file));
+        Ok(())
+    }
+
+    /// Whether `ahead` bytes of zeros (`log.segment.zero.ahead.bytes`) are written ahead of this
+    /// flush of the active segment, remembering whether it was small for the next one. Zeros go ahead only where flushes stay small: a partition
+    /// written a few requests per sync round, whose latency is the point, and where zeroing
+    /// costs little bandwidth. A busy partition's flushes are large, or alternate large and
+    /// small (the rest of a large batch), and would pay for the zeros in disk bandwidth and in
+    /// data held while flushes take longer, for little gain.
+    fn zero_ahead_due(&self, writes: &[(u64, crate::io::FrozenBuf)], ahead: u64) -> bool {
+        let flushing: usize = writes.iter().map(|(_, b)| b.len()).sum();
+        let small = (flushing as u64) <= ahead / ZERO_AHEAD_SMALL_FLUSH_DIVISOR;
+        let after_small = self.last_flush_small.replace(small && !writes.is_empty());
+        ahead > 0 && small && after_small
+    }
+
+    /// Records what a finished flush of `kind` achieved: a synced flush moves the durable
+    /// offset to `target`, a flush that makes data visible moves the high watermark there (its
+    /// data ending at `visible_end`, with `appended` bytes appended up to it), and the active
+    /// tail learns what is written.
+    fn publish_flush(&self, kind: Flush, target: i64, visible_end: (i64, u64), appended: u64) {
+        let mut st = self.state.borrow_mut();
+        if kind == Flush::Durable {
             st.durable_offset = st.durable_offset.max(target);
         }
         let config = self.config.get();
-        // With flush.messages=1 only a synced flush makes data visible; a write-ahead never does.
-        let visible = sync || (kind == Flush::Written && !config.sync_every_commit());
         // In replicated mode the high watermark moves only through `set_high_watermark`.
-        if visible && !st.replicated && target > st.high_watermark {
+        if flush_makes_visible(kind, &config) && !st.replicated && target > st.high_watermark {
             st.high_watermark = target;
-            st.visible_end = (active_base, active_end);
+            st.visible_end = visible_end;
             st.visible_bytes = appended;
         }
+        // A flush holds the flush slot, so no truncation lowered the log end below `target`.
+        debug_assert!(
+            st.high_watermark <= st.next_offset && st.durable_offset <= st.next_offset,
+            "high watermark {} or durable offset {} past the log end {}",
+            st.high_watermark,
+            st.durable_offset,
+            st.next_offset
+        );
+        let (active_base, active_end) = visible_end;
         let tail = &mut st.active_tail;
         if tail.segment_base == active_base {
             tail.written_to(active_end);
-            // Flushed chunks stay in memory for readers at the tail while the partition's share
-            // and the shard's budget allow; then they all go at once but the partial last block.
-            let kept = tail.kept_bytes();
-            tail.cached = None;
-            if kept <= config.tail_cache_partition_bytes {
-                tail.cached = Reservation::try_new(
-                    &TAIL_CACHE_RESERVED,
-                    kept,
-                    config.tail_cache_budget_bytes,
-                );
-            }
-            if tail.cached.is_none() {
-                tail.release_written();
-            }
+            keep_or_release_flushed(tail, &config);
         }
-        Ok(())
     }
 
     /// Writes frozen chunks in file order. One at a time: writes that extend a file are
@@ -1036,6 +805,53 @@ struct SealedWrite {
     index: Option<crate::index::IndexFile>,
 }
 
+/// What one flush writes, frozen while the state is borrowed.
+struct FlushPlan {
+    sealed: Vec<SealedWrite>,
+    active_file: Rc<SegmentFile>,
+    active_writes: Vec<(u64, crate::io::FrozenBuf)>,
+    active_base: i64,
+    /// Where the active segment's written data ends once these writes are done.
+    active_end: u64,
+    /// The log end when the flush began: what it makes durable, or visible.
+    target: i64,
+    /// Bytes appended since open when the flush began.
+    appended: u64,
+}
+
+/// Where the active segment's written data ends after a flush of `kind`, given its last chunk
+/// to write (`(position, length)`), where its written data ends now, and where its appended
+/// data ends. A write-ahead of full chunks stops after its last chunk, or where the written
+/// data already ends if it has none; every other flush writes everything appended.
+fn flushed_end(kind: Flush, last_write: Option<(u64, usize)>, written_end: u64, end: u64) -> u64 {
+    match (kind, last_write) {
+        (Flush::FullChunks, Some((at, len))) => at + len as u64,
+        (Flush::FullChunks, None) => written_end,
+        _ => end,
+    }
+}
+
+/// Whether a finished flush of `kind` makes its data visible (and acknowledged). With
+/// `flush.messages=1` only a synced flush does; a write-ahead never does.
+fn flush_makes_visible(kind: Flush, config: &LogConfig) -> bool {
+    kind == Flush::Durable || (kind == Flush::Written && !config.sync_every_commit())
+}
+
+/// After a flush of the active segment: the flushed chunks stay in memory for readers at the
+/// tail while the partition's share and the shard's budget allow; then they all go at once but
+/// the partial last block.
+fn keep_or_release_flushed(tail: &mut Tail, config: &LogConfig) {
+    let kept = tail.kept_bytes();
+    tail.cached = None;
+    if kept <= config.tail_cache_partition_bytes {
+        tail.cached =
+            Reservation::try_new(&TAIL_CACHE_RESERVED, kept, config.tail_cache_budget_bytes);
+    }
+    if tail.cached.is_none() {
+        tail.release_written();
+    }
+}
+
 /// What a flush writes, and whether it syncs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Flush {
@@ -1090,5 +906,38 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.pool.with(|r| r.set(r.get() - self.bytes));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_ahead_ends_after_its_last_full_chunk_and_other_flushes_at_the_end() {
+        assert_eq!(
+            flushed_end(Flush::FullChunks, Some((4096, 8192)), 100, 20_000),
+            12_288
+        );
+        assert_eq!(flushed_end(Flush::FullChunks, None, 100, 20_000), 100);
+        assert_eq!(
+            flushed_end(Flush::Written, Some((4096, 8192)), 100, 20_000),
+            20_000
+        );
+        assert_eq!(flushed_end(Flush::Durable, None, 100, 20_000), 20_000);
+    }
+
+    #[test]
+    fn only_a_synced_flush_makes_data_visible_when_every_commit_syncs() {
+        let every = LogConfig::DEFAULT;
+        let batched = LogConfig {
+            flush_messages: 100,
+            ..LogConfig::DEFAULT
+        };
+        assert!(flush_makes_visible(Flush::Durable, &every));
+        assert!(!flush_makes_visible(Flush::Written, &every));
+        assert!(!flush_makes_visible(Flush::FullChunks, &every));
+        assert!(flush_makes_visible(Flush::Written, &batched));
+        assert!(!flush_makes_visible(Flush::FullChunks, &batched));
     }
 }

@@ -96,8 +96,37 @@ impl Partition {
 
     async fn truncate_locked(&self, offset: i64) -> Result<i64, PartitionError> {
         let io = |e: std::io::Error| storage_err(&self.dir, e);
+        // Read once, so the scan for the cut and the rescan after it agree on the log's gaps.
         let gaps = self.config.get().compact;
-        // The segment holding `offset`, and where in it the cut goes.
+        let (keep, cut) = self.cut_point(offset, gaps).await?;
+        let removed = self.remove_segments_after(keep).await?;
+        let (seg, tail, producers) = self.cut_kept_segment(keep, cut, gaps).await?;
+        let leo = seg.next_offset;
+        let (hw_to_write, epochs_changed) = self.install_truncated(keep, seg, tail, producers);
+        self.cleaned_through
+            .set(self.cleaned_through.get().min(leo));
+        self.prefetch.borrow_mut().take();
+        close_removed(&self.dir, removed).await;
+        if epochs_changed {
+            self.persist_epochs(true).await?;
+        }
+        if let Some(hw) = hw_to_write {
+            // A checkpoint past the new end would show batches appended at these offsets later
+            // as committed after a restart.
+            log_start::write_named(&self.dir, replica::HW_CHECKPOINT_FILE, hw)
+                .await
+                .map_err(io)?;
+            self.state.borrow_mut().hw_checkpointed = hw;
+        }
+        Ok(leo)
+    }
+
+    /// Where a truncation at `offset` cuts the log: the index of the segment kept as the new
+    /// active one, and the position in it where its data is cut. The cut goes before the first
+    /// batch that ends at or after `offset`; an `offset` inside a batch is out of range.
+    async fn cut_point(&self, offset: i64, gaps: bool) -> Result<(usize, u64), PartitionError> {
+        let io = |e: std::io::Error| storage_err(&self.dir, e);
+        // The segment holding `offset`, and where in it the scan for the cut starts.
         let (i, file, size, position, expect) = {
             let st = self.state.borrow();
             let i = st
@@ -108,14 +137,18 @@ impl Partition {
             let (position, expect) = seg.locate(offset);
             (i, seg.file.clone(), seg.size, position, expect)
         };
+        // Every batch of the segment ends before `offset` unless the scan finds one that does
+        // not: then the cut goes at the segment's end.
         let mut cut = size;
         let mut reader = SegmentReader::starting_at(file, position, expect, size, gaps);
-        'scan: while let Some(chunk) = reader.next().await.map_err(io)? {
-            for e in &chunk.batches {
-                if e.last_offset < offset {
-                    continue;
+        while let Some(chunk) = reader.next().await.map_err(io)? {
+            match cut_in(&chunk.batches, offset) {
+                None => continue,
+                Some(Cut::Before(position)) => {
+                    cut = position;
+                    break;
                 }
-                if e.base_offset < offset {
+                Some(Cut::InsideBatch) => {
                     let hw = self.high_watermark();
                     return Err(PartitionError::OffsetOutOfRange {
                         offset,
@@ -123,18 +156,17 @@ impl Partition {
                         high_watermark: hw,
                     });
                 }
-                cut = e.position;
-                break 'scan;
             }
         }
-        // A segment cut to nothing goes too (but the first), so the log never ends in an empty
-        // segment after a shorter one, which an open would drop.
-        let (keep, cut) = if cut == 0 && i > 0 {
-            let prev = &self.state.borrow().segments[i - 1];
-            (i - 1, prev.size)
-        } else {
-            (i, cut)
-        };
+        // The reader yields only batches wholly below the segment's size.
+        debug_assert!(cut <= size, "cut at {cut} past the segment's size {size}");
+        Ok(kept_segment(&self.state.borrow().segments, i, cut))
+    }
+
+    /// Removes every segment after `keep`, newest first, so a crash part-way leaves a prefix of
+    /// the log; returns them so their files can be closed once no read holds them.
+    async fn remove_segments_after(&self, keep: usize) -> Result<Vec<Segment>, PartitionError> {
+        let io = |e: std::io::Error| storage_err(&self.dir, e);
         let removed: Vec<Segment> = self.state.borrow_mut().segments.drain(keep + 1..).collect();
         for seg in removed.iter().rev() {
             io::remove_file(&segment_path(&self.dir, seg.base_offset))
@@ -145,6 +177,19 @@ impl Partition {
         if !removed.is_empty() {
             io::sync_dir(&self.dir).await.map_err(io)?;
         }
+        Ok(removed)
+    }
+
+    /// Cuts segment `keep`, the new active one, at position `cut` and makes the cut durable,
+    /// then rescans it from the producer state before it: the segment as an open would
+    /// recover it, its active tail, and the producer state at the new log end.
+    async fn cut_kept_segment(
+        &self,
+        keep: usize,
+        cut: u64,
+        gaps: bool,
+    ) -> Result<(Segment, Tail, ProducerStateTable), PartitionError> {
+        let io = |e: std::io::Error| storage_err(&self.dir, e);
         let (kept_file, kept_base) = {
             let st = self.state.borrow();
             let seg = &st.segments[keep];
@@ -165,48 +210,53 @@ impl Partition {
         .await
         .map_err(io)?;
         let tail = tail_of(&seg).await.map_err(io)?;
+        Ok((seg, tail, producers))
+    }
+
+    /// Makes the rescanned segment `seg` the active one in place of segment `keep`, and brings
+    /// every offset past the new log end down to it: the high watermark, the durable offset,
+    /// the log start, the pending batch ends and the leader epochs. Returns the high watermark
+    /// to checkpoint, if the checkpoint is now past it, and whether the epochs changed.
+    fn install_truncated(
+        &self,
+        keep: usize,
+        seg: Segment,
+        tail: Tail,
+        mut producers: ProducerStateTable,
+    ) -> (Option<i64>, bool) {
         let leo = seg.next_offset;
-        let (hw_to_write, epochs_changed) = {
-            let mut guard = self.state.borrow_mut();
-            let st = &mut *guard;
-            st.segments.truncate(keep);
-            let (seg_base, seg_size) = (seg.base_offset, seg.size);
-            st.segments.push(seg);
-            st.next_offset = leo;
-            st.durable_offset = st.durable_offset.min(leo);
-            if st.high_watermark >= leo {
-                st.high_watermark = leo;
-                st.visible_end = (seg_base, seg_size);
-                st.visible_bytes = st.appended_bytes;
-            }
-            st.pending_ends.retain(|e| e.end_offset <= leo);
-            st.log_start_offset = st.log_start_offset.min(leo);
-            st.active_tail = tail;
-            st.sealed_tails.clear();
-            producers.set_max_producers(self.config.get().producer_state_max_producers);
-            producers.on_high_watermark(st.high_watermark);
-            st.producers = producers;
-            let changed = st.epochs.truncate_from_end(leo);
-            let hw = (st.replicated && st.hw_checkpointed > st.high_watermark)
-                .then_some(st.high_watermark);
-            (hw, changed)
-        };
-        self.cleaned_through
-            .set(self.cleaned_through.get().min(leo));
-        self.prefetch.borrow_mut().take();
-        close_removed(&self.dir, removed).await;
-        if epochs_changed {
-            self.persist_epochs(true).await?;
+        let mut guard = self.state.borrow_mut();
+        let st = &mut *guard;
+        st.segments.truncate(keep);
+        let (seg_base, seg_size) = (seg.base_offset, seg.size);
+        st.segments.push(seg);
+        st.next_offset = leo;
+        st.durable_offset = st.durable_offset.min(leo);
+        if st.high_watermark >= leo {
+            st.high_watermark = leo;
+            st.visible_end = (seg_base, seg_size);
+            st.visible_bytes = st.appended_bytes;
         }
-        if let Some(hw) = hw_to_write {
-            // A checkpoint past the new end would show batches appended at these offsets later
-            // as committed after a restart.
-            log_start::write_named(&self.dir, replica::HW_CHECKPOINT_FILE, hw)
-                .await
-                .map_err(io)?;
-            self.state.borrow_mut().hw_checkpointed = hw;
-        }
-        Ok(leo)
+        st.pending_ends.retain(|e| e.end_offset <= leo);
+        st.log_start_offset = st.log_start_offset.min(leo);
+        st.active_tail = tail;
+        st.sealed_tails.clear();
+        producers.set_max_producers(self.config.get().producer_state_max_producers);
+        producers.on_high_watermark(st.high_watermark);
+        st.producers = producers;
+        let changed = st.epochs.truncate_from_end(leo);
+        let hw =
+            (st.replicated && st.hw_checkpointed > st.high_watermark).then_some(st.high_watermark);
+        debug_assert_eq!(st.segments.len(), keep + 1, "the kept segment is the last");
+        // Every offset that was past the new log end has come down to it.
+        debug_assert!(
+            st.log_start_offset <= leo && st.high_watermark <= leo && st.durable_offset <= leo,
+            "log start {}, high watermark {}, durable offset {}, log end {leo}",
+            st.log_start_offset,
+            st.high_watermark,
+            st.durable_offset
+        );
+        (hw, changed)
     }
 
     /// Producer state at the end of segment `keep - 1`: from the newest snapshot in a closed
@@ -295,6 +345,38 @@ impl Partition {
     }
 }
 
+/// Where a cut at `offset` goes in a run of batches, in offset order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// Before the batch at this position: the first that ends at or after `offset`, and it
+    /// starts there (or past it, in a compacted log's gap).
+    Before(u64),
+    /// `offset` is inside a batch: no cut can leave the batches below it whole.
+    InsideBatch,
+}
+
+/// Where in `batches` a cut at `offset` goes; `None` when every one of them ends before it.
+fn cut_in(batches: &[BatchEntry], offset: i64) -> Option<Cut> {
+    let e = batches.iter().find(|e| e.last_offset >= offset)?;
+    Some(if e.base_offset < offset {
+        Cut::InsideBatch
+    } else {
+        Cut::Before(e.position)
+    })
+}
+
+/// The segment kept as the new active one, and where it is cut, when the cut goes at `cut` in
+/// segment `i`. A segment cut to nothing goes too (but the first), and the one before it is
+/// kept whole, so the log never ends in an empty segment after a shorter one, which an open
+/// would drop.
+fn kept_segment(segments: &[Segment], i: usize, cut: u64) -> (usize, u64) {
+    if cut == 0 && i > 0 {
+        (i - 1, segments[i - 1].size)
+    } else {
+        (i, cut)
+    }
+}
+
 /// The active tail of `seg` as an open builds it: the partial last block read back from disk.
 pub(super) async fn tail_of(seg: &Segment) -> std::io::Result<Tail> {
     let align = seg.file.alignment();
@@ -320,5 +402,32 @@ async fn close_removed(dir: &Path, removed: Vec<Segment>) {
                 warn!(dir = %dir.display(), error = %e, "closing a removed segment failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(base_offset: i64, last_offset: i64, position: u64) -> BatchEntry {
+        BatchEntry {
+            base_offset,
+            last_offset,
+            position,
+            size: 100,
+            max_timestamp: 0,
+        }
+    }
+
+    #[test]
+    fn a_cut_goes_before_the_first_batch_that_reaches_the_offset() {
+        let batches = [batch(0, 4, 0), batch(5, 9, 100), batch(12, 14, 200)];
+        assert_eq!(cut_in(&batches, 5), Some(Cut::Before(100)));
+        assert_eq!(cut_in(&batches, 0), Some(Cut::Before(0)));
+        // In a compacted log's gap: the cut goes before the batch after the gap.
+        assert_eq!(cut_in(&batches, 11), Some(Cut::Before(200)));
+        assert_eq!(cut_in(&batches, 7), Some(Cut::InsideBatch));
+        assert_eq!(cut_in(&batches, 15), None, "every batch ends before it");
+        assert_eq!(cut_in(&[], 3), None);
     }
 }
