@@ -29,7 +29,7 @@ use crate::metrics::Stage;
 use crate::replica::ReplicaLink;
 use crate::routing::ShardId;
 use crate::sasl::{self, AuthState, ListenerCtx, Step};
-use crate::shard::{call, Shard, ShardRequest};
+use crate::shard::{invoke_on, Shard};
 use crate::socket;
 use crate::tls_acceptor::TlsAcceptor;
 
@@ -293,10 +293,8 @@ impl LinkWatch {
         warn!(%peer, follower, timeout_ms = shard.config.replica_link_timeout_ms, "a follower's connection failed: the network no longer reaches it (replica.link.timeout.ms passed, or no route); the partitions it fetched over it leave their ISR");
         let link = self.link.id;
         for s in 0..shard.shards {
-            call(shard, ShardId(s), |reply| ShardRequest::ReplicaLinkLost {
-                follower,
-                link,
-                reply,
+            invoke_on(shard, ShardId(s), move |s| async move {
+                s.replica_link_lost(follower, link)
             })
             .await;
         }

@@ -4,6 +4,7 @@
 //! node applied it — so a client that created a topic can produce to it on any connection at once.
 
 use std::cell::Cell;
+use std::future::Future;
 use std::rc::Rc;
 
 use glommio::sync::Semaphore;
@@ -16,7 +17,8 @@ use crate::cluster::command::{MetadataCommand, Outcome};
 use crate::cluster::node::MetadataNode;
 use crate::cluster::placement;
 use crate::cluster::reassign::ReassignmentTarget;
-use crate::shard::{NewTopic, Shard};
+use crate::routing::ShardId;
+use crate::shard::{invoke_on, Shard};
 use crate::topic_config::{topic_key, validate_topic_config};
 
 /// Producer ids are reserved from the quorum in blocks, as KRaft's `AllocateProducerIds` does;
@@ -31,6 +33,49 @@ pub struct Controller {
     producer_id_lock: Semaphore,
     next_producer_id: Cell<i64>,
     producer_id_block_end: Cell<i64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i32,
+    pub configs: Vec<(String, String)>,
+    /// Manual replica assignments, one list per partition; `None`: the controller places them.
+    pub assignment: Option<Vec<Vec<i32>>>,
+}
+
+/// The metadata quorum's state, for DescribeQuorum: leader, term, commit index, and each
+/// voter's log end (known on the leader only).
+#[derive(Debug, Clone)]
+pub struct QuorumStatus {
+    pub leader: Option<i32>,
+    pub term: u64,
+    pub commit: u64,
+    pub progress: Vec<(i32, u64)>,
+    /// On the leader: the broker-only nodes (observers) it hears from.
+    pub observers: Vec<i32>,
+}
+
+/// This node's controller, if `shard` hosts it (shard 0 does).
+pub fn of(shard: &Shard) -> Option<Rc<Controller>> {
+    shard.hosted::<Controller>()
+}
+
+/// Runs `op` against this node's controller on shard 0 and awaits its answer; `None` when
+/// shard 0 did not answer (it is gone) or hosts no controller.
+pub async fn ask<T, F, Fut>(shard: &Rc<Shard>, op: F) -> Option<T>
+where
+    T: Send + 'static,
+    F: FnOnce(Rc<Shard>, Rc<Controller>) -> Fut + Send + 'static,
+    Fut: Future<Output = T> + 'static,
+{
+    invoke_on(shard, ShardId(0), move |s| async move {
+        let controller = of(&s)?;
+        Some(op(s, controller).await)
+    })
+    .await
+    .flatten()
 }
 
 /// A random placement starting point (Kafka draws them at random too, so that topics created
@@ -79,6 +124,23 @@ impl Controller {
         }
         self.next_producer_id.set(id + 1);
         Ok(id)
+    }
+
+    /// The metadata quorum as this node sees it (DescribeQuorum).
+    pub fn quorum_status(&self, config: &crate::config::BrokerConfig) -> QuorumStatus {
+        let q = &self.node.quorum;
+        QuorumStatus {
+            leader: q.leader(),
+            term: q.term(),
+            commit: q.commit_index(),
+            progress: q.voter_progress(),
+            observers: q
+                .peer_silence()
+                .into_iter()
+                .map(|(id, _)| id)
+                .filter(|id| !config.cluster.voters.iter().any(|v| v.id == *id))
+                .collect(),
+        }
     }
 
     fn node_id(&self) -> i32 {

@@ -14,7 +14,7 @@ use crate::group::state::{JoinResult, SyncResult};
 use crate::group::OFFSETS_TOPIC;
 use crate::group::{DescribedGroup as Described, MemberResults, TopicResults};
 use crate::routing::ShardId;
-use crate::shard::{call, Shard, ShardRequest};
+use crate::shard::{invoke_on, Shard};
 use crate::txn::TXN_TOPIC;
 
 /// A group operation, sent to the group's coordinator shard.
@@ -76,8 +76,20 @@ impl GroupOp {
     }
 }
 
+/// Runs group operation `op` on shard `to` and awaits its reply; `None` when that shard is
+/// gone.
+pub async fn ask_group(shard: &Rc<Shard>, to: ShardId, op: GroupOp) -> Option<GroupReply> {
+    invoke_on(shard, to, move |s| async move { run_group(&s, op).await }).await
+}
+
+/// Runs transaction operation `op` on shard `to` and awaits its reply; `None` when that shard
+/// is gone.
+pub async fn ask_txn(shard: &Rc<Shard>, to: ShardId, op: TxnOp) -> Option<TxnReply> {
+    invoke_on(shard, to, move |s| async move { run_txn(&s, op).await }).await
+}
+
 /// Runs one operation on the coordinator shard.
-pub async fn run_group(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
+async fn run_group(shard: &Rc<Shard>, op: GroupOp) -> GroupReply {
     let Some(group) = op.group_id() else {
         // List is about no one group: it answers with every group this shard holds.
         return GroupReply::List(shard.groups.list());
@@ -256,7 +268,7 @@ pub enum TxnReply {
 }
 
 /// Runs one operation on the coordinator shard (DescribeProducers: on the partition's).
-pub async fn run_txn(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
+async fn run_txn(shard: &Rc<Shard>, op: TxnOp) -> TxnReply {
     match op {
         TxnOp::List => return TxnReply::Listed(shard.txns.list()),
         TxnOp::Producers { topic, partition } => {
@@ -344,9 +356,8 @@ async fn init_producer_id(
     // future recursive.
     let allocate = || -> std::pin::Pin<Box<dyn std::future::Future<Output = _> + '_>> {
         Box::pin(async move {
-            let allocated = call(shard, ShardId(0), |reply| {
-                ShardRequest::AllocateProducerId { reply }
-            });
+            let allocated =
+                crate::controller::ask(shard, |_, c| async move { c.allocate_producer_id().await });
             match allocated.await {
                 Some(Ok(pid)) => Ok(pid),
                 Some(Err(e)) => {

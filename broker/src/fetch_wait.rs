@@ -20,7 +20,7 @@ use tributary_protocol::record_batch;
 use tributary_storage::Partition;
 
 use crate::routing::ShardId;
-use crate::shard::{FetchResult, Shard, ShardRequest};
+use crate::shard::{FetchResult, Shard, ShardRequest, ShardTask};
 
 /// A partition a waiting fetch watches on its owner; `index` is its place in the fetch.
 #[derive(Debug, Clone)]
@@ -191,12 +191,10 @@ pub async fn wait(
         }
         let (cancel_tx, cancel) = oneshot::channel::<()>();
         cancels.push(cancel_tx);
-        let req = ShardRequest::Watch {
-            items,
-            updates: tx.clone(),
-            cancel,
-            deadline,
-        };
+        let updates = tx.clone();
+        let req = ShardRequest::Run(ShardTask::new(move |s| async move {
+            watch_owned(&s, items, updates, cancel, deadline).await
+        }));
         shard.dispatch(ShardId(owner), req).await;
     }
     drop(tx);
@@ -234,7 +232,7 @@ pub async fn wait(
 
 /// The owner's side of a wait: sends the state of `items` at once and then whenever it changes,
 /// until the waiting fetch drops `cancel`, `deadline` passes or this shard drains.
-pub async fn watch_owned(
+async fn watch_owned(
     shard: &Rc<Shard>,
     items: Vec<WatchItem>,
     updates: async_channel::Sender<Vec<WatchUpdate>>,

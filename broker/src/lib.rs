@@ -4,6 +4,7 @@
 // Denied everywhere but `socket`, whose one `unsafe` borrow carries its SAFETY argument.
 #![deny(unsafe_code)]
 
+pub mod accept;
 pub mod access;
 pub mod authz;
 pub mod catalog;

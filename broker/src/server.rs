@@ -25,7 +25,7 @@ use crate::controller::Controller;
 use crate::limits::{ConnectionLimits, ConnectionQuotas};
 use crate::routing::ShardId;
 use crate::sasl::ListenerCtx;
-use crate::shard::{Shard, ShardRequest};
+use crate::shard::{Hosted, Shard, ShardRequest, ShardTask};
 use crate::tls_acceptor::TlsAcceptor;
 
 /// How long a listener found on the port may take to disappear before start-up gives up.
@@ -585,13 +585,13 @@ async fn run_shard(
         doubts,
         metrics,
     } = front;
-    let controller = node.clone().map(Controller::new);
+    let hosted = Hosted::default().with(node.clone().map(|n| Rc::new(Controller::new(n))));
     let shard = Rc::new(Shard::new(
         id,
         config.clone(),
         peers,
         catalog.clone(),
-        controller,
+        hosted,
         connections,
         doubts,
     ));
@@ -863,7 +863,8 @@ where
 /// when it arrives (a reload swaps it for the connections after).
 async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, ctx: Rc<ListenerCtx>) {
     let tls = ctx.protocol.is_tls();
-    while let Some(stream) = accept_until_drained(&shard, &listener, &ctx.name).await {
+    while let Some(stream) = crate::accept::accept_until_drained(&shard, &listener, &ctx.name).await
+    {
         let acceptor = match tls {
             true => match shard.tls_acceptor(&ctx.name) {
                 Some(a) => Some(a),
@@ -876,33 +877,6 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, ctx: Rc<ListenerCt
             false => None,
         };
         admit(&shard, stream, &ctx, &acceptor);
-    }
-}
-
-/// The next connection on `listener`, or `None` once the shard drains. A failed accept (out of
-/// file descriptors, say) is logged and retried after a short pause.
-pub(crate) async fn accept_until_drained(
-    shard: &Shard,
-    listener: &TcpListener,
-    what: &str,
-) -> Option<glommio::net::TcpStream> {
-    loop {
-        let drained = shard.drain_event.listen();
-        if shard.draining.get() {
-            return None;
-        }
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            drained.await;
-            None
-        })
-        .await?;
-        match accepted {
-            Ok(stream) => return Some(stream),
-            Err(e) => {
-                warn!(error = %e, listener = what, "accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
-            }
-        }
     }
 }
 
@@ -970,10 +944,13 @@ impl BrokerHandle {
             // still answers, so clients move at once instead of after a session timeout.
             if let Some(p) = self.peers.first() {
                 let (tx, rx) = oneshot::channel();
-                if p.send(ShardRequest::ControlledShutdown { reply: tx })
-                    .await
-                    .is_ok()
-                {
+                let shutdown = ShardTask::new(|shard| async move {
+                    if let Some(c) = crate::controller::of(&shard) {
+                        c.node.controlled_shutdown(&shard.config).await;
+                    }
+                    let _ = tx.send(());
+                });
+                if p.send(ShardRequest::Run(shutdown)).await.is_ok() {
                     let _ = rx.await;
                 }
             }

@@ -6,8 +6,10 @@
 //! channels. Nothing here is shared between threads except those channels and immutable
 //! catalog snapshots.
 
+use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use event_listener::Event;
 use futures::channel::oneshot;
+use futures::future::LocalBoxFuture;
 use tracing::{info, warn};
 use tributary_protocol::ErrorCode;
 use tributary_storage::group_commit::SyncPolicy;
@@ -22,8 +25,6 @@ use tributary_storage::{LogConfig, Partition, PartitionError};
 
 use crate::catalog::{partition_dir, Catalog};
 use crate::config::BrokerConfig;
-use crate::controller::Controller;
-use crate::coordinators::{GroupOp, GroupReply, TxnOp, TxnReply};
 use crate::group::{GroupConfig, GroupCoordinator, OFFSETS_TOPIC};
 use crate::limits::SpareFrames;
 use crate::limits::{ConnectionLimits, ConnectionQuotas, RequestMemory};
@@ -82,26 +83,43 @@ pub struct FetchStats {
     pub sessions: usize,
 }
 
-#[derive(Debug, Clone)]
-pub struct NewTopic {
-    pub name: String,
-    pub partitions: i32,
-    pub replication_factor: i32,
-    pub configs: Vec<(String, String)>,
-    /// Manual replica assignments, one list per partition; `None`: the controller places them.
-    pub assignment: Option<Vec<Vec<i32>>>,
+/// Work that runs on the shard it is sent to, decided by the module that sends it (Redpanda's
+/// `invoke_on`): the shard runs it without knowing what it does, so it names none of the
+/// modules that send work — coordinators, the controller, replication, fetch waits, markers.
+pub struct ShardTask(Box<dyn FnOnce(Rc<Shard>) -> LocalBoxFuture<'static, ()> + Send>);
+
+impl ShardTask {
+    /// `work` is sent to the shard and builds its future there, so only the closure (what it
+    /// captures) must be `Send`, not the future.
+    pub fn new<F, Fut>(work: F) -> Self
+    where
+        F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        ShardTask(Box::new(move |shard| Box::pin(work(shard))))
+    }
+
+    async fn run(self, shard: Rc<Shard>) {
+        (self.0)(shard).await
+    }
 }
 
-/// The metadata quorum's state, for DescribeQuorum: leader, term, commit index, and each
-/// voter's log end (known on the leader only).
-#[derive(Debug, Clone)]
-pub struct QuorumStatus {
-    pub leader: Option<i32>,
-    pub term: u64,
-    pub commit: u64,
-    pub progress: Vec<(i32, u64)>,
-    /// On the leader: the broker-only nodes (observers) it hears from.
-    pub observers: Vec<i32>,
+/// What this shard hosts beyond its own state, kept by type so that the shard names none of
+/// them: the controller on shard 0 (`controller::of`).
+#[derive(Default)]
+pub struct Hosted(Vec<Rc<dyn Any>>);
+
+impl Hosted {
+    pub fn with<T: 'static>(mut self, service: Option<Rc<T>>) -> Self {
+        if let Some(s) = service {
+            self.0.push(s);
+        }
+        self
+    }
+
+    fn get<T: 'static>(&self) -> Option<Rc<T>> {
+        self.0.iter().find_map(|s| s.clone().downcast::<T>().ok())
+    }
 }
 
 /// Work sent to the shard that owns it.
@@ -130,14 +148,6 @@ pub enum ShardRequest {
         /// transactions among them.
         read_committed: bool,
         reply: oneshot::Sender<FetchResult>,
-    },
-    /// A waiting fetch's watch on this shard's partitions: sends their state as it changes, until
-    /// `cancel` is dropped, the deadline passes or the shard drains.
-    Watch {
-        items: Vec<crate::fetch_wait::WatchItem>,
-        updates: async_channel::Sender<Vec<crate::fetch_wait::WatchUpdate>>,
-        cancel: oneshot::Receiver<()>,
-        deadline: Instant,
     },
     /// This shard's fetch counters.
     FetchStats { reply: oneshot::Sender<FetchStats> },
@@ -177,102 +187,18 @@ pub enum ShardRequest {
         catalog: Arc<Catalog>,
         reply: oneshot::Sender<()>,
     },
-    CreateTopics {
-        topics: Vec<NewTopic>,
-        reply: oneshot::Sender<Vec<(ErrorCode, Option<String>)>>,
-    },
-    DeleteTopics {
-        names: Vec<String>,
-        reply: oneshot::Sender<Vec<ErrorCode>>,
-    },
-    AlterTopicConfigs {
-        change: crate::controller::ConfigChange,
-        reply: oneshot::Sender<(ErrorCode, Option<String>)>,
-    },
-    /// CreatePartitions, for the controller: one (error, message) per topic, in order.
-    CreatePartitions {
-        topics: Vec<crate::controller::PartitionGrowth>,
-        validate_only: bool,
-        reply: oneshot::Sender<Vec<(ErrorCode, Option<String>)>>,
-    },
     /// Serve these TLS listeners' handshakes (by name) to new connections: a reloaded keystore.
     InstallTls {
         acceptors: std::collections::BTreeMap<String, crate::tls_acceptor::TlsAcceptor>,
         inter_broker: crate::inter_broker::InterBrokerSecurity,
         reply: oneshot::Sender<()>,
     },
-    /// AlterConfigs / IncrementalAlterConfigs on a broker resource, for the controller.
-    AlterBrokerConfigs {
-        change: crate::controller::BrokerConfigChange,
-        reply: oneshot::Sender<(ErrorCode, Option<String>)>,
-    },
-    AllocateProducerId {
-        reply: oneshot::Sender<Result<i64, String>>,
-    },
-    /// A follower's fetch of one partition this shard leads.
-    ReplicaFetch {
-        item: crate::replica::leader::ReplicaFetchItem,
-        reply: oneshot::Sender<tributary_protocol::requests::fetch::FetchPartitionResponse>,
-    },
-    /// The connection `link`, which carried `follower`'s fetches to this node, timed out in the
-    /// kernel: the partitions this shard leads that it fetched over it leave the ISR.
-    ReplicaLinkLost {
-        follower: i32,
-        link: crate::replica::LinkId,
-        reply: oneshot::Sender<()>,
-    },
-    /// Answered once a led partition's log grows past `offset`, or at `deadline`.
-    ReplicaWait {
-        topic: String,
-        partition: i32,
-        offset: i64,
-        deadline: Instant,
-        reply: oneshot::Sender<()>,
-    },
-    /// A metadata command from another shard (an ISR change), for the controller to propose.
-    ProposeMetadata {
-        command: Box<crate::cluster::command::MetadataCommand>,
-        reply: oneshot::Sender<(ErrorCode, Option<String>)>,
-    },
-    /// The metadata quorum as shard 0 sees it (DescribeQuorum).
-    QuorumStatus {
-        reply: oneshot::Sender<QuorumStatus>,
-    },
-    /// ElectLeaders, for the controller: one (error, message) per partition, in order.
-    ElectLeaders {
-        partitions: Vec<(String, i32)>,
-        unclean: bool,
-        reply: oneshot::Sender<Vec<(ErrorCode, Option<String>)>>,
-    },
-    /// AlterPartitionReassignments, for the controller: one (error, message) per partition, in
-    /// order.
-    AlterReassignments {
-        partitions: Vec<crate::cluster::reassign::ReassignmentTarget>,
-        reply: oneshot::Sender<Vec<(ErrorCode, Option<String>)>>,
-    },
-    /// For shard 0: before a shutdown, give this broker's partitions to other replicas.
-    ControlledShutdown { reply: oneshot::Sender<()> },
     /// Stop accepting, finish in-flight requests.
     Drain { reply: oneshot::Sender<()> },
+    /// Work its sender's module decides, run on this shard (`invoke_on`).
+    Run(ShardTask),
     /// Flush and close every owned partition, then stop the executor.
     Stop { reply: oneshot::Sender<()> },
-    /// A consumer-group operation for the coordinator of that group.
-    Group {
-        op: Box<GroupOp>,
-        reply: oneshot::Sender<GroupReply>,
-    },
-    /// A transaction coordinator operation, on the shard owning the id's
-    /// `__transaction_state` partition.
-    Txn {
-        op: Box<TxnOp>,
-        reply: oneshot::Sender<TxnReply>,
-    },
-    /// A COMMIT/ABORT marker for a partition this shard owns and this node leads; answered
-    /// once it is appended (and, replicated, held by the ISR).
-    WriteMarker {
-        marker: crate::txn::markers::Marker,
-        reply: oneshot::Sender<ErrorCode>,
-    },
 }
 
 pub struct Shard {
@@ -299,7 +225,7 @@ pub struct Shard {
     peers: Vec<async_channel::Sender<ShardRequest>>,
     catalog: RefCell<Arc<Catalog>>,
     partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
-    pub controller: Option<Controller>,
+    hosted: Hosted,
     pub groups: GroupCoordinator,
     /// `__consumer_offsets` partitions whose groups this shard has loaded: those this node
     /// leads. Group requests for the others are refused (NOT_COORDINATOR).
@@ -334,7 +260,7 @@ pub struct Shard {
     /// Fetch sessions of consumers connected to this shard.
     pub fetch_sessions: RefCell<crate::fetch_session::SessionCache>,
     /// Replication state of the partitions this shard owns.
-    pub replicas: crate::replica::leader::ShardReplicas,
+    pub replicas: crate::replica::ShardReplicas,
     /// Request latencies and per-topic traffic (`metrics.rs`).
     pub metrics: crate::metrics::ShardMetrics,
     /// When the owning shards answered the produce response a connection's writer is about to
@@ -350,7 +276,7 @@ impl Shard {
         config: Arc<BrokerConfig>,
         peers: Vec<async_channel::Sender<ShardRequest>>,
         catalog: Arc<Catalog>,
-        controller: Option<Controller>,
+        hosted: Hosted,
         connections: Arc<ConnectionQuotas>,
         doubts: Arc<tributary_quorum::PeerDoubts>,
     ) -> Self {
@@ -386,7 +312,7 @@ impl Shard {
             peers,
             catalog: RefCell::new(catalog),
             partitions: RefCell::new(HashMap::new()),
-            controller,
+            hosted,
             draining: Cell::new(false),
             drain_event: Event::new(),
             inflight: Cell::new(0),
@@ -408,6 +334,11 @@ impl Shard {
             metrics: crate::metrics::ShardMetrics::default(),
             response_ready: Cell::new(None),
         }
+    }
+
+    /// The service of type `T` this shard hosts, if it hosts one.
+    pub fn hosted<T: 'static>(&self) -> Option<Rc<T>> {
+        self.hosted.get()
     }
 
     /// The shard's authorizer (`None`: no `authorizer.class.name`, everything is allowed).
@@ -588,8 +519,8 @@ impl Shard {
         }
         if old.broker_configs != catalog.broker_configs {
             let effective = effective_config(&self.config, catalog);
-            // The counts are shared by every shard: the controller's shard sets their limits.
-            if self.controller.is_some() {
+            // The counts are shared by every shard: shard 0, the controller's, sets their limits.
+            if self.id == ShardId(0) {
                 self.connections
                     .set_limits(ConnectionLimits::from_config(&effective));
             }
@@ -839,16 +770,9 @@ impl Shard {
         self.partitions.borrow().len()
     }
 
-    /// Handles one request addressed to this shard: the partitions', replication's and the
-    /// coordinators', the controller's, then the shard's own.
+    /// Handles one request addressed to this shard: the partitions', then the shard's own.
     pub async fn handle(self: Rc<Self>, req: ShardRequest) {
         let Some(req) = self.handle_partition(req).await else {
-            return;
-        };
-        let Some(req) = self.handle_replica(req).await else {
-            return;
-        };
-        let Some(req) = self.handle_controller(req).await else {
             return;
         };
         self.handle_shard(req).await;
@@ -893,14 +817,6 @@ impl Shard {
                 let out = self.fetch_local(&topic, partition, read).await;
                 let _ = reply.send(out);
             }
-            ShardRequest::Watch {
-                items,
-                updates,
-                cancel,
-                deadline,
-            } => {
-                crate::fetch_wait::watch_owned(self, items, updates, cancel, deadline).await;
-            }
             ShardRequest::ListOffset {
                 topic,
                 partition,
@@ -942,138 +858,6 @@ impl Shard {
         None
     }
 
-    /// Replication and the coordinators; other requests come back.
-    async fn handle_replica(self: &Rc<Self>, req: ShardRequest) -> Option<ShardRequest> {
-        match req {
-            ShardRequest::ReplicaFetch { item, reply } => {
-                let _ = reply.send(self.replica_fetch_local(item).await);
-            }
-            ShardRequest::ReplicaLinkLost {
-                follower,
-                link,
-                reply,
-            } => {
-                self.replica_link_lost(follower, link);
-                let _ = reply.send(());
-            }
-            ShardRequest::ReplicaWait {
-                topic,
-                partition,
-                offset,
-                deadline,
-                reply,
-            } => {
-                self.replica_wait_local(&topic, partition, offset, deadline)
-                    .await;
-                let _ = reply.send(());
-            }
-            ShardRequest::Group { op, reply } => {
-                let out = crate::coordinators::run_group(self, *op).await;
-                let _ = reply.send(out);
-            }
-            ShardRequest::Txn { op, reply } => {
-                let out = crate::coordinators::run_txn(self, *op).await;
-                let _ = reply.send(out);
-            }
-            ShardRequest::WriteMarker { marker, reply } => {
-                let _ = reply.send(crate::txn::markers::write_local(self, &marker).await);
-            }
-            other => return Some(other),
-        }
-        None
-    }
-
-    /// What only the controller answers; other requests come back.
-    async fn handle_controller(self: &Rc<Self>, req: ShardRequest) -> Option<ShardRequest> {
-        match req {
-            ShardRequest::CreateTopics { topics, reply } => {
-                let out = match &self.controller {
-                    Some(c) => c.create_topics(self, topics).await,
-                    None => not_controller_each(topics.len()),
-                };
-                let _ = reply.send(out);
-            }
-            ShardRequest::DeleteTopics { names, reply } => {
-                let out = match &self.controller {
-                    Some(c) => c.delete_topics(self, names).await,
-                    None => vec![ErrorCode::UNKNOWN_SERVER_ERROR; names.len()],
-                };
-                let _ = reply.send(out);
-            }
-            ShardRequest::AlterTopicConfigs { change, reply } => {
-                let out = match &self.controller {
-                    Some(c) => c.alter_topic_configs(self, change).await,
-                    None => not_controller(),
-                };
-                let _ = reply.send(out);
-            }
-            ShardRequest::CreatePartitions {
-                topics,
-                validate_only,
-                reply,
-            } => {
-                let out = match &self.controller {
-                    Some(c) => c.create_partitions(self, topics, validate_only).await,
-                    None => not_controller_each(topics.len()),
-                };
-                let _ = reply.send(out);
-            }
-            ShardRequest::AlterBrokerConfigs { change, reply } => {
-                let out = match &self.controller {
-                    Some(c) => c.alter_broker_configs(self, change).await,
-                    None => not_controller(),
-                };
-                let _ = reply.send(out);
-            }
-            ShardRequest::AllocateProducerId { reply } => {
-                let out = match &self.controller {
-                    Some(c) => c.allocate_producer_id().await,
-                    None => Err("not the controller".into()),
-                };
-                let _ = reply.send(out);
-            }
-            ShardRequest::ProposeMetadata { command, reply } => {
-                let out = match &self.controller {
-                    Some(c) => c.answer(*command).await,
-                    None => not_controller(),
-                };
-                let _ = reply.send(out);
-            }
-            ShardRequest::QuorumStatus { reply } => {
-                if let Some(status) = self.quorum_status() {
-                    let _ = reply.send(status);
-                }
-            }
-            ShardRequest::ElectLeaders {
-                partitions,
-                unclean,
-                reply,
-            } => {
-                let n = partitions.len();
-                let out = match &self.controller {
-                    Some(c) => c.elect_leaders(partitions, unclean).await,
-                    None => not_controller_each(n),
-                };
-                let _ = reply.send(out);
-            }
-            ShardRequest::AlterReassignments { partitions, reply } => {
-                let n = partitions.len();
-                let out = match &self.controller {
-                    Some(c) => c.alter_reassignments(partitions).await,
-                    None => not_controller_each(n),
-                };
-                let _ = reply.send(out);
-            }
-            ShardRequest::ControlledShutdown { reply } => {
-                if let Some(c) = &self.controller {
-                    c.node.controlled_shutdown(&self.config).await;
-                }
-                let _ = reply.send(());
-            }
-            other => return Some(other),
-        }
-        None
-    }
     /// The shard's own state: metrics, catalog, TLS, drain and stop.
     async fn handle_shard(self: &Rc<Self>, req: ShardRequest) {
         match req {
@@ -1103,6 +887,7 @@ impl Shard {
                 self.set_inter_broker(inter_broker);
                 let _ = reply.send(());
             }
+            ShardRequest::Run(task) => task.run(self.clone()).await,
             ShardRequest::Drain { reply } => {
                 self.drain().await;
                 let _ = reply.send(());
@@ -1116,23 +901,6 @@ impl Shard {
             _ => tracing::error!("a shard request reached no handler"),
         }
     }
-    /// The metadata quorum as this node sees it; none without the controller.
-    fn quorum_status(&self) -> Option<QuorumStatus> {
-        let q = &self.controller.as_ref()?.node.quorum;
-        Some(QuorumStatus {
-            leader: q.leader(),
-            term: q.term(),
-            commit: q.commit_index(),
-            progress: q.voter_progress(),
-            observers: q
-                .peer_silence()
-                .into_iter()
-                .map(|(id, _)| id)
-                .filter(|id| !self.config.cluster.voters.iter().any(|v| v.id == *id))
-                .collect(),
-        })
-    }
-
     /// OffsetForLeaderEpoch of one partition: (error, epoch, end offset).
     fn epoch_end_offset(&self, topic: &str, partition: i32, epoch: i32) -> (ErrorCode, i32, i64) {
         match self.partition(topic, partition) {
@@ -1612,6 +1380,22 @@ pub fn partition_error_code(e: &PartitionError) -> ErrorCode {
     }
 }
 
+/// Runs `work` on shard `to` (in place when it is this one) and awaits its result; `None` when
+/// that shard dropped the work unrun (it is gone).
+pub async fn invoke_on<T, F, Fut>(shard: &Rc<Shard>, to: ShardId, work: F) -> Option<T>
+where
+    T: Send + 'static,
+    F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+    Fut: Future<Output = T> + 'static,
+{
+    let (tx, rx) = oneshot::channel();
+    let task = ShardTask::new(move |shard| async move {
+        let _ = tx.send(work(shard).await);
+    });
+    shard.send(to, ShardRequest::Run(task)).await;
+    rx.await.ok()
+}
+
 /// Sends a request built around a fresh reply channel and awaits the reply.
 pub async fn call<T>(
     shard: &Rc<Shard>,
@@ -1621,19 +1405,6 @@ pub async fn call<T>(
     let (tx, rx) = oneshot::channel();
     shard.send(to, build(tx)).await;
     rx.await.ok()
-}
-
-/// The answer of a shard without the controller (not shard 0).
-fn not_controller() -> (ErrorCode, Option<String>) {
-    (
-        ErrorCode::UNKNOWN_SERVER_ERROR,
-        Some("not the controller".into()),
-    )
-}
-
-/// [`not_controller`] for each of `n` items.
-fn not_controller_each(n: usize) -> Vec<(ErrorCode, Option<String>)> {
-    vec![not_controller(); n]
 }
 
 /// Where one produce batch goes and how safe its answer must be.

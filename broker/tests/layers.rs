@@ -85,6 +85,27 @@ fn the_shard_imports_no_handler_and_not_the_connection() {
     }
 }
 
+/// The modules that send the shard work, which it runs as closures (`ShardTask`) or hosts by
+/// type (`Hosted`) without naming them. (`replica/leader.rs` and `access.rs` extend `Shard`
+/// with `impl Shard` blocks: the shard's own methods, kept beside what they serve.)
+const SHARD_CLIENTS: &[&str] = &[
+    "crate::controller",
+    "crate::coordinators",
+    "crate::fetch_wait",
+    "crate::replica::leader",
+    "crate::replica::fetcher",
+    "crate::txn::markers",
+    "crate::cluster::node",
+];
+
+#[test]
+fn the_shard_names_none_of_the_modules_that_send_it_work() {
+    let src = code(&broker("src/shard.rs"));
+    for banned in SHARD_CLIENTS {
+        assert!(!src.contains(banned), "shard.rs names {banned}");
+    }
+}
+
 #[test]
 fn handlers_share_only_their_common_module() {
     let dir = broker("src/handlers");

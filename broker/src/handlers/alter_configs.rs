@@ -19,8 +19,7 @@ use tributary_security::acl::{AclOperation, ResourceType};
 use super::common::{decode_all, frame, str_bytes, HandlerResult};
 use crate::conn::Conn;
 use crate::controller::{BrokerConfigChange, ConfigChange};
-use crate::routing::ShardId;
-use crate::shard::{call, Shard, ShardRequest};
+use crate::shard::Shard;
 
 /// One resource's outcome: its type, its name, an error code and a message.
 type ResourceOutcome = (i8, String, ErrorCode, Option<String>);
@@ -104,9 +103,8 @@ async fn alter_resource(
                 replace,
                 validate_only,
             };
-            call(shard, ShardId(0), |reply| ShardRequest::AlterTopicConfigs {
-                change,
-                reply,
+            crate::controller::ask(shard, |s, c| async move {
+                c.alter_topic_configs(&s, change).await
             })
             .await
             .unwrap_or((ErrorCode::UNKNOWN_SERVER_ERROR, None))
@@ -120,8 +118,8 @@ async fn alter_resource(
                     replace,
                     validate_only,
                 };
-                call(shard, ShardId(0), |reply| {
-                    ShardRequest::AlterBrokerConfigs { change, reply }
+                crate::controller::ask(shard, |s, c| async move {
+                    c.alter_broker_configs(&s, change).await
                 })
                 .await
                 .unwrap_or((ErrorCode::UNKNOWN_SERVER_ERROR, None))

@@ -109,16 +109,10 @@ pub(crate) async fn propose_metadata(
     shard: &Rc<Shard>,
     cmd: crate::cluster::command::MetadataCommand,
 ) -> (tributary_protocol::ErrorCode, Option<String>) {
-    use crate::shard::{call, ShardRequest};
-    call(shard, crate::routing::ShardId(0), |reply| {
-        ShardRequest::ProposeMetadata {
-            command: Box::new(cmd),
-            reply,
-        }
-    })
-    .await
-    .unwrap_or((
-        tributary_protocol::ErrorCode::UNKNOWN_SERVER_ERROR,
-        Some("the controller shard did not answer".into()),
-    ))
+    crate::controller::ask(shard, |_, c| async move { c.answer(cmd).await })
+        .await
+        .unwrap_or((
+            tributary_protocol::ErrorCode::UNKNOWN_SERVER_ERROR,
+            Some("the controller shard did not answer".into()),
+        ))
 }

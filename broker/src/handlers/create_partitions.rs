@@ -14,8 +14,7 @@ use tributary_protocol::{ErrorCode, Reader};
 
 use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::controller::PartitionGrowth;
-use crate::routing::ShardId;
-use crate::shard::{call, Shard, ShardRequest};
+use crate::shard::Shard;
 
 type Outcome = (ErrorCode, Option<String>);
 
@@ -66,10 +65,9 @@ pub async fn handle(
         .unzip();
     if !growths.is_empty() {
         let n = growths.len();
-        let results = call(shard, ShardId(0), |reply| ShardRequest::CreatePartitions {
-            topics: growths,
-            validate_only: req.validate_only,
-            reply,
+        let validate_only = req.validate_only;
+        let results = crate::controller::ask(shard, move |s, c| async move {
+            c.create_partitions(&s, growths, validate_only).await
         })
         .await
         .unwrap_or_else(|| vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); n]);

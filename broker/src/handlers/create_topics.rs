@@ -17,8 +17,8 @@ use crate::catalog::Catalog;
 use crate::cluster::placement::check_manual;
 use crate::conn::Conn;
 use crate::controller::check_new_topic;
-use crate::routing::ShardId;
-use crate::shard::{call, NewTopic, Shard, ShardRequest};
+use crate::controller::NewTopic;
+use crate::shard::Shard;
 
 /// The outcome of checking (and maybe creating) one topic: an error code and message on failure.
 type TopicCheck = Result<(), (ErrorCode, Option<String>)>;
@@ -196,10 +196,10 @@ async fn create(shard: &Rc<Shard>, to_create: Vec<(usize, NewTopic)>, outcomes: 
     }
     let (idx, topics): (Vec<usize>, Vec<NewTopic>) = to_create.into_iter().unzip();
     let n = topics.len();
-    let results = call(shard, ShardId(0), |reply| ShardRequest::CreateTopics {
-        topics,
-        reply,
-    })
+    let results = crate::controller::ask(
+        shard,
+        |s, c| async move { c.create_topics(&s, topics).await },
+    )
     .await
     .unwrap_or_else(|| vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); n]);
     for (i, (code, msg)) in idx.into_iter().zip(results) {

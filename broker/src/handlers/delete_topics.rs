@@ -12,8 +12,7 @@ use tributary_protocol::requests::delete_topics;
 use tributary_protocol::{ErrorCode, Reader};
 
 use super::common::{decode_all, frame, topic_name, HandlerResult};
-use crate::routing::ShardId;
-use crate::shard::{call, Shard, ShardRequest};
+use crate::shard::Shard;
 
 pub async fn handle(
     shard: &Rc<Shard>,
@@ -59,10 +58,10 @@ pub async fn handle(
     let codes = if known.is_empty() {
         Vec::new()
     } else {
-        call(shard, ShardId(0), |reply| ShardRequest::DeleteTopics {
-            names: known,
-            reply,
-        })
+        crate::controller::ask(
+            shard,
+            |s, c| async move { c.delete_topics(&s, known).await },
+        )
         .await
         .unwrap_or_else(|| vec![ErrorCode::UNKNOWN_SERVER_ERROR; n])
     };

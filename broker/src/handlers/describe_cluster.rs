@@ -16,8 +16,7 @@ use tributary_protocol::requests::describe_cluster;
 use tributary_protocol::{ErrorCode, Reader};
 
 use super::common::{decode_all, frame, str_bytes, HandlerResult};
-use crate::routing::ShardId;
-use crate::shard::{call, Shard, ShardRequest};
+use crate::shard::Shard;
 
 /// KIP-919's `EndpointType` for controllers.
 const CONTROLLER_ENDPOINT: i8 = 2;
@@ -41,10 +40,8 @@ pub async fn handle(
             .with_endpoint_type(req.endpoint_type);
         return frame(spec, header, &resp);
     }
-    let status = call(shard, ShardId(0), |reply| ShardRequest::QuorumStatus {
-        reply,
-    })
-    .await;
+    let status =
+        crate::controller::ask(shard, |s, c| async move { c.quorum_status(&s.config) }).await;
     let catalog = shard.catalog();
     let controller = status
         .and_then(|s| s.leader)

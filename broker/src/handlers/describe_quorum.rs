@@ -17,8 +17,8 @@ use tributary_protocol::{ErrorCode, Reader};
 
 use super::common::{decode_all, frame, topic_name, HandlerResult};
 use crate::cluster::node::METADATA_TOPIC;
-use crate::routing::ShardId;
-use crate::shard::{call, QuorumStatus, Shard, ShardRequest};
+use crate::controller::QuorumStatus;
+use crate::shard::Shard;
 
 pub async fn handle(
     shard: &Rc<Shard>,
@@ -28,10 +28,8 @@ pub async fn handle(
 ) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| describe_quorum::decode(r, v))?;
-    let status = call(shard, ShardId(0), |reply| ShardRequest::QuorumStatus {
-        reply,
-    })
-    .await;
+    let status =
+        crate::controller::ask(shard, |s, c| async move { c.quorum_status(&s.config) }).await;
     let voters: Vec<i32> = shard.config.cluster.voters.iter().map(|v| v.id).collect();
     let topics = req
         .topics

@@ -13,8 +13,7 @@ use tributary_protocol::requests::elect_leaders::{self, UNCLEAN};
 use tributary_protocol::{ErrorCode, Reader};
 
 use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
-use crate::routing::ShardId;
-use crate::shard::{call, Shard, ShardRequest};
+use crate::shard::Shard;
 
 pub async fn handle(
     shard: &Rc<Shard>,
@@ -39,10 +38,8 @@ pub async fn handle(
     let unclean = req.election_type == UNCLEAN;
     let n = partitions.len();
     let asked = partitions.clone();
-    let results = call(shard, ShardId(0), |reply| ShardRequest::ElectLeaders {
-        partitions,
-        unclean,
-        reply,
+    let results = crate::controller::ask(shard, move |_, c| async move {
+        c.elect_leaders(partitions, unclean).await
     })
     .await
     .unwrap_or_else(|| vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); n]);

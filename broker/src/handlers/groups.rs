@@ -34,20 +34,16 @@ use tributary_security::acl::{AclOperation, ResourceType};
 
 use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::catalog::Catalog;
-use crate::coordinators::{GroupOp, GroupReply};
+use crate::coordinators::{ask_group, GroupOp, GroupReply};
 use crate::group::state::{JoinResult, SyncResult};
 use crate::group::OFFSETS_TOPIC;
 use crate::group::{DescribedGroup as Described, TopicResults};
 use crate::routing::ShardId;
-use crate::shard::{call, Shard, ShardRequest};
+use crate::shard::Shard;
 
 async fn ask(shard: &Rc<Shard>, group: &str, op: GroupOp) -> Option<GroupReply> {
     let owner = shard.group_owner(group);
-    call(shard, owner, |reply| ShardRequest::Group {
-        op: Box::new(op),
-        reply,
-    })
-    .await
+    ask_group(shard, owner, op).await
 }
 
 /// What a client without READ on its group is told: joining, syncing, heartbeating and leaving
@@ -723,12 +719,9 @@ pub(super) mod admin {
         let v = header.api_version;
         let states = decode_all(r, |r| decode_list_groups(r, v))?;
         let cluster_describe = shard.allowed_on_cluster(conn, AclOperation::Describe);
-        let lists = futures::future::join_all((0..shard.shards).map(|s| {
-            call(shard, ShardId(s), |reply| ShardRequest::Group {
-                op: Box::new(GroupOp::List),
-                reply,
-            })
-        }))
+        let lists = futures::future::join_all(
+            (0..shard.shards).map(|s| ask_group(shard, ShardId(s), GroupOp::List)),
+        )
         .await;
         let groups = lists
             .into_iter()

@@ -11,8 +11,7 @@ use tributary_protocol::requests::init_producer_id;
 use tributary_protocol::{ErrorCode, Reader};
 
 use super::common::{decode_all, frame, HandlerResult};
-use crate::routing::ShardId;
-use crate::shard::{call, Shard, ShardRequest};
+use crate::shard::Shard;
 
 pub async fn handle(
     shard: &Rc<Shard>,
@@ -42,10 +41,8 @@ pub async fn handle(
                 .with_error_code(ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code()),
         );
     }
-    let allocated = call(shard, ShardId(0), |reply| {
-        ShardRequest::AllocateProducerId { reply }
-    })
-    .await;
+    let allocated =
+        crate::controller::ask(shard, |_, c| async move { c.allocate_producer_id().await }).await;
     let resp = match allocated {
         Some(Ok(id)) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
         Some(Err(e)) => {

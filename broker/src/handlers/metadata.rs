@@ -22,8 +22,8 @@ use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::catalog::note_fencings;
 use crate::catalog::{BrokerRegistration, Catalog};
 use crate::conn::Conn;
-use crate::routing::ShardId;
-use crate::shard::{call, NewTopic, Shard, ShardRequest};
+use crate::controller::NewTopic;
+use crate::shard::Shard;
 #[cfg(test)]
 use std::collections::HashMap;
 
@@ -126,10 +126,10 @@ async fn auto_create(
         })
         .collect();
     if !missing.is_empty() && allow && shard.config.auto_create_topics {
-        call(shard, ShardId(0), |reply| ShardRequest::CreateTopics {
-            topics: missing,
-            reply,
-        })
+        crate::controller::ask(
+            shard,
+            |s, c| async move { c.create_topics(&s, missing).await },
+        )
         .await;
         return shard.catalog();
     }

@@ -21,8 +21,7 @@ use tributary_protocol::{ErrorCode, Reader};
 use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::catalog::{Catalog, PartitionRegistration};
 use crate::cluster::reassign::ReassignmentTarget;
-use crate::routing::ShardId;
-use crate::shard::{call, Shard, ShardRequest};
+use crate::shard::Shard;
 
 /// The wait for the quorum when a request asks for none (or for less than nothing).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -57,8 +56,8 @@ pub async fn handle_alter(
         .ok()
         .filter(|&ms| ms > 0)
         .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
-    let decided = call(shard, ShardId(0), |reply| {
-        ShardRequest::AlterReassignments { partitions, reply }
+    let decided = crate::controller::ask(shard, |_, c| async move {
+        c.alter_reassignments(partitions).await
     });
     // Past the request's timeout the answer is REQUEST_TIMED_OUT; the command, once proposed,
     // may still take effect (as in Kafka).

@@ -28,10 +28,12 @@ use tributary_protocol::{ErrorCode, Reader};
 use tributary_security::acl::{AclOperation, ResourceType};
 
 use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
+use crate::controller::NewTopic;
+use crate::coordinators::ask_txn;
 use crate::coordinators::{TxnOp, TxnReply};
 use crate::group::OFFSETS_TOPIC;
 use crate::routing::ShardId;
-use crate::shard::{call, NewTopic, Shard, ShardRequest};
+use crate::shard::Shard;
 use crate::txn::TXN_TOPIC;
 
 /// KIP-890 part 1 before a transactional produce: INVALID_TXN_STATE unless the coordinator
@@ -242,11 +244,7 @@ pub async fn tick(shard: Rc<Shard>) {
 
 async fn ask(shard: &Rc<Shard>, op: TxnOp) -> Option<TxnReply> {
     let owner = shard.txn_owner(op.id());
-    call(shard, owner, |reply| ShardRequest::Txn {
-        op: Box::new(op),
-        reply,
-    })
-    .await
+    ask_txn(shard, owner, op).await
 }
 
 /// Creates `__transaction_state` if it does not exist yet (Kafka creates it at the first
@@ -280,9 +278,8 @@ pub async fn ensure_txn_topic(shard: &Rc<Shard>) -> bool {
         replication_factor = rf,
         "creating {TXN_TOPIC}"
     );
-    let created = call(shard, ShardId(0), |reply| ShardRequest::CreateTopics {
-        topics: vec![topic],
-        reply,
+    let created = crate::controller::ask(shard, |s, c| async move {
+        c.create_topics(&s, vec![topic]).await
     })
     .await;
     match created.as_deref() {
@@ -756,12 +753,9 @@ async fn list_transactions(
         .filter(|f| !STATES.contains(&f.as_str()))
         .cloned()
         .collect();
-    let lists = futures::future::join_all((0..shard.shards).map(|s| {
-        call(shard, ShardId(s), |reply| ShardRequest::Txn {
-            op: Box::new(TxnOp::List),
-            reply,
-        })
-    }))
+    let lists = futures::future::join_all(
+        (0..shard.shards).map(|s| ask_txn(shard, ShardId(s), TxnOp::List)),
+    )
     .await;
     let now = crate::coordinator_log::now_ms();
     let mut txns: Vec<crate::txn::state::TxnMeta> = lists
@@ -838,12 +832,7 @@ async fn describe_producers(
                     partition: p,
                 };
                 let owner = shard.owner(&topic, p);
-                match call(shard, owner, |reply| ShardRequest::Txn {
-                    op: Box::new(op),
-                    reply,
-                })
-                .await
-                {
+                match ask_txn(shard, owner, op).await {
                     Some(TxnReply::Producers(r)) => r,
                     _ => Err(ErrorCode::UNKNOWN_SERVER_ERROR),
                 }

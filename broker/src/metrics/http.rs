@@ -30,7 +30,7 @@ pub const METRICS_EXCHANGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// has started.
 pub async fn serve(shard: Rc<Shard>, listener: TcpListener, ready: Arc<AtomicBool>) {
     let open = Rc::new(Cell::new(0usize));
-    while let Some(stream) = crate::server::accept_until_drained(&shard, &listener, "metrics").await
+    while let Some(stream) = crate::accept::accept_until_drained(&shard, &listener, "metrics").await
     {
         if open.get() >= METRICS_CONNECTIONS_MAX {
             debug!("metrics: too many scrape connections; closing one");
@@ -154,7 +154,7 @@ async fn scrape(shard: &Rc<Shard>) -> String {
         .flatten()
         .collect();
     let mut out = super::render(&snapshots, shard.connections.open());
-    if let Some(c) = &shard.controller {
+    if let Some(c) = crate::controller::of(shard) {
         let q = &c.node.quorum;
         let quorum = super::QuorumView {
             leader: q.leader(),

@@ -3,13 +3,11 @@
 //! returning replica where to truncate), the high watermark moved over the ISR, acks=all
 //! answered once the ISR holds a batch, and ISR changes proposed to the metadata quorum.
 
-use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use event_listener::Event;
 use tracing::{info, warn};
 use tributary_protocol::requests::fetch::FetchPartitionResponse;
 use tributary_protocol::ErrorCode;
@@ -17,45 +15,11 @@ use tributary_storage::Partition;
 
 use crate::config::BrokerConfig;
 
-use super::LeaderState;
+use super::{Follow, LeaderState, ReplicaFetchItem};
 use crate::catalog::Catalog;
 use crate::cluster::command::{isr_eligible, MetadataCommand};
 use crate::group::OFFSETS_TOPIC;
-use crate::routing::ShardId;
-use crate::shard::{call, Shard, ShardRequest};
-
-/// A partition this shard follows: whom it fetches from, at which leader epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Follow {
-    pub leader: i32,
-    pub leader_epoch: i32,
-}
-
-/// One shard's replication state.
-#[derive(Default)]
-pub struct ShardReplicas {
-    pub leading: RefCell<HashMap<(String, i32), LeaderState>>,
-    pub following: RefCell<HashMap<(String, i32), Follow>>,
-    /// Leader brokers with a fetcher task running on this shard.
-    pub fetchers: RefCell<HashSet<i32>>,
-    /// Notified when a partition starts following a leader, or follows it at a new epoch: that
-    /// leader's fetcher, perhaps in a fetch the leader holds, fetches it at once.
-    pub follows_changed: Event,
-}
-
-/// One partition of a follower's fetch, for the shard that leads it.
-#[derive(Debug, Clone)]
-pub struct ReplicaFetchItem {
-    pub topic: String,
-    pub partition: i32,
-    pub follower: i32,
-    pub fetch_offset: i64,
-    pub current_leader_epoch: i32,
-    pub last_fetched_epoch: i32,
-    pub max_bytes: usize,
-    /// The connection the fetch came over.
-    pub link: crate::replica::LinkId,
-}
+use crate::shard::Shard;
 
 /// A partition of a follower's fetch answered with `error` alone.
 pub(crate) fn answer(partition: i32, error: ErrorCode) -> FetchPartitionResponse {
@@ -747,11 +711,9 @@ impl Shard {
             };
             let proposed_at = *partition_epoch;
             let key = (topic.clone(), *partition);
-            let out = call(self, ShardId(0), |reply| ShardRequest::ProposeMetadata {
-                command: Box::new(cmd.clone()),
-                reply,
-            })
-            .await;
+            let command = cmd.clone();
+            let out =
+                crate::controller::ask(self, |_, c| async move { c.answer(command).await }).await;
             let code = out.as_ref().map(|(code, _)| *code);
             if code == Some(ErrorCode::NONE) {
                 continue;

@@ -25,6 +25,44 @@ pub use tributary_replication::{
 
 pub use crate::conn::ReplicaLink;
 
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+
+use event_listener::Event;
+
+/// A partition this shard follows: whom it fetches from, at which leader epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Follow {
+    pub leader: i32,
+    pub leader_epoch: i32,
+}
+
+/// One shard's replication state.
+#[derive(Default)]
+pub struct ShardReplicas {
+    pub leading: RefCell<HashMap<(String, i32), LeaderState>>,
+    pub following: RefCell<HashMap<(String, i32), Follow>>,
+    /// Leader brokers with a fetcher task running on this shard.
+    pub fetchers: RefCell<HashSet<i32>>,
+    /// Notified when a partition starts following a leader, or follows it at a new epoch: that
+    /// leader's fetcher, perhaps in a fetch the leader holds, fetches it at once.
+    pub follows_changed: Event,
+}
+
+/// One partition of a follower's fetch, for the shard that leads it.
+#[derive(Debug, Clone)]
+pub struct ReplicaFetchItem {
+    pub topic: String,
+    pub partition: i32,
+    pub follower: i32,
+    pub fetch_offset: i64,
+    pub current_leader_epoch: i32,
+    pub last_fetched_epoch: i32,
+    pub max_bytes: usize,
+    /// The connection the fetch came over.
+    pub link: LinkId,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

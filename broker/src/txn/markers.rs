@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use tributary_protocol::ErrorCode;
 
 use super::state::{TxnMeta, TxnState};
-use crate::shard::{call, Shard, ShardRequest};
+use crate::shard::{invoke_on, Shard};
 
 /// First and largest pause between rounds of marker writes that did not all succeed.
 const RETRY_MIN: Duration = Duration::from_millis(50);
@@ -200,17 +200,18 @@ pub async fn write_here(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
     }
     let owner = shard.owner(&marker.topic, marker.partition);
     let m = marker.clone();
-    call(shard, owner, |reply| ShardRequest::WriteMarker {
-        marker: m,
-        reply,
-    })
+    invoke_on(
+        shard,
+        owner,
+        move |s| async move { write_local(&s, &m).await },
+    )
     .await
     .unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR)
 }
 
 /// On the shard owning the partition: appends the marker and, on a replicated partition, waits
 /// until the ISR holds it (Kafka writes markers with acks=all).
-pub async fn write_local(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
+async fn write_local(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
     let Some(part) = shard.partition(&marker.topic, marker.partition) else {
         return ErrorCode::NOT_LEADER_OR_FOLLOWER;
     };

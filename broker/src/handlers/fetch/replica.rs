@@ -13,9 +13,10 @@ use std::time::Instant;
 use tributary_protocol::requests::fetch::{FetchRequest, FetchTopicResponse, NO_TOPIC_ID};
 use tributary_protocol::ErrorCode;
 
-use crate::replica::leader::{answer, ReplicaFetchItem};
+use crate::replica::leader::answer;
 use crate::replica::LinkId;
-use crate::shard::{call, Shard, ShardRequest};
+use crate::replica::ReplicaFetchItem;
+use crate::shard::{invoke_on, Shard};
 
 /// Most partitions one follower fetch may name; more is a malformed request.
 const REPLICA_FETCH_PARTITIONS_MAX: usize = 100_000;
@@ -39,12 +40,10 @@ pub async fn fetch(
             .take(REPLICA_FETCH_PARTITIONS_MAX)
             .map(|(topic, p)| {
                 let owner = shard.owner(&topic, p.partition);
-                Box::pin(call(shard, owner, move |reply| ShardRequest::ReplicaWait {
-                    topic,
-                    partition: p.partition,
-                    offset: p.fetch_offset,
-                    deadline,
-                    reply,
+                let (partition, offset) = (p.partition, p.fetch_offset);
+                Box::pin(invoke_on(shard, owner, move |s| async move {
+                    s.replica_wait_local(&topic, partition, offset, deadline)
+                        .await
                 }))
             })
             .collect();
@@ -84,9 +83,8 @@ async fn read_all(shard: &Rc<Shard>, req: &FetchRequest, link: LinkId) -> Vec<Fe
                 link,
             };
             let owner = shard.owner(&t.name, p.partition);
-            let resp = call(shard, owner, |reply| ShardRequest::ReplicaFetch {
-                item,
-                reply,
+            let resp = invoke_on(shard, owner, |s| async move {
+                s.replica_fetch_local(item).await
             })
             .await
             .unwrap_or_else(|| answer(p.partition, ErrorCode::UNKNOWN_SERVER_ERROR));
