@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use hdrhistogram::Histogram;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -840,21 +841,66 @@ fn run_on_topics(
         sides.e2e.stop.store(true, Ordering::Relaxed);
         load::join_all(consumers)
     };
+    if let Err(msg) = await_assignments(&groups, &consumers) {
+        // A consumer that stopped early says why.
+        stop_consumers(consumers)?;
+        bail!(msg);
+    }
+
+    let producers = spawn_publishers(args, w, names, &sides)?;
+    let failed =
+        || producers.iter().any(|h| h.is_finished()) || consumers.iter().any(|h| h.is_finished());
+    let measured = measure(args, w, &sides, warmup, test, failed)?;
+
+    sides.publish.stop.store(true, Ordering::Relaxed);
+    let produced = load::join_all(producers);
+    let consumed = stop_consumers(consumers);
+    produced?;
+    consumed?;
+
+    let s = summarize(args, w, warmup, test, &measured);
+    output(args, &s, &measured)?;
+    let errors = sides.publish.errors.load(Ordering::Relaxed);
+    if errors > 0 {
+        bail!("{errors} messages were not acknowledged");
+    }
+    Ok(())
+}
+
+/// Starts every topic's producers; they record publish latency into `sides.publish`.
+fn spawn_publishers(
+    args: &RunArgs,
+    w: &Workload,
+    names: &[String],
+    sides: &Sides,
+) -> Result<Vec<Worker>> {
+    let mut producers = Vec::new();
+    for topic in names {
+        producers.extend(load::spawn_producers(
+            &args.topic_load(w, topic),
+            &sides.publish,
+            true,
+            &sides.sent,
+        )?);
+    }
+    Ok(producers)
+}
+
+/// Waits until every group has all its topic's partitions assigned; the error says which group
+/// is short when that takes longer than [`GROUPS_READY_TIMEOUT`] or a consumer has stopped.
+fn await_assignments(groups: &[Group], consumers: &[Worker]) -> Result<(), String> {
     let wait = Instant::now();
     while let Some(g) = groups.iter().find(|g| g.assigned() != g.partitions) {
         let gave_up = wait.elapsed() > GROUPS_READY_TIMEOUT;
         if gave_up || consumers.iter().any(|h| h.is_finished()) {
-            let msg = format!(
+            return Err(format!(
                 "consumer group {} has {} of its {} partitions assigned after {:.1} s; does the \
                  broker coordinate consumer groups?",
                 g.name,
                 g.assigned(),
                 g.partitions,
                 wait.elapsed().as_secs_f64()
-            );
-            // A consumer that stopped early says why.
-            stop_consumers(consumers)?;
-            bail!(msg);
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -865,49 +911,80 @@ fn run_on_topics(
             wait.elapsed().as_secs_f64()
         );
     }
+    Ok(())
+}
 
-    let mut producers = Vec::new();
-    for topic in names {
-        producers.extend(load::spawn_producers(
-            &args.topic_load(w, topic),
-            &sides.publish,
-            true,
-            &sides.sent,
-        )?);
-    }
-    let failed =
-        || producers.iter().any(|h| h.is_finished()) || consumers.iter().any(|h| h.is_finished());
+/// What the measured phase saw.
+struct Measured {
+    /// The counters at its start.
+    before: Counts,
+    /// The counters at its end.
+    after: Counts,
+    /// Its length.
+    seconds: f64,
+    /// The CPU the broker(s) and this process spent over it.
+    cpu: cpu::Usage,
+    publish_latency: Histogram<u64>,
+    e2e_latency: Histogram<u64>,
+    published_per_second: Vec<u64>,
+    consumed_per_second: Vec<u64>,
+}
+
+/// Runs the warm-up (if any), whose latencies are thrown away, then the measured phase with
+/// the broker's CPU metered; either ends early once a worker has `failed`.
+fn measure(
+    args: &RunArgs,
+    w: &Workload,
+    sides: &Sides,
+    warmup: Duration,
+    test: Duration,
+    failed: impl Fn() -> bool,
+) -> Result<Measured> {
     if !warmup.is_zero() {
-        phase("warm-up", warmup, &sides, w, failed);
+        phase("warm-up", warmup, sides, w, &failed);
         sides.publish.reset_latency();
         sides.e2e.reset_latency();
     }
     let meter = cpu::Meter::start(&args.broker_pids)?;
     let before = sides.counts();
     let start = Instant::now();
-    let (pub_per_second, cons_per_second) = phase("test", test, &sides, w, failed);
+    let (published_per_second, consumed_per_second) = phase("test", test, sides, w, &failed);
     let seconds = start.elapsed().as_secs_f64();
-    let usage = meter.stop();
+    let cpu = meter.stop();
     let after = sides.counts();
-    let (pub_h, e2e_h) = (sides.publish.histogram(), sides.e2e.histogram());
+    Ok(Measured {
+        before,
+        after,
+        seconds,
+        cpu,
+        publish_latency: sides.publish.histogram(),
+        e2e_latency: sides.e2e.histogram(),
+        published_per_second,
+        consumed_per_second,
+    })
+}
 
-    sides.publish.stop.store(true, Ordering::Relaxed);
-    let produced = load::join_all(producers);
-    let consumed = stop_consumers(consumers);
-    produced?;
-    consumed?;
-
-    let published = after.published - before.published;
-    let consumed = after.consumed - before.consumed;
-    let consumed_bytes = after.consumed_bytes - before.consumed_bytes;
+/// The run's summary: the publish side as every mode reports it, with the workload, the
+/// consume side and the end-to-end latency added.
+fn summarize(
+    args: &RunArgs,
+    w: &Workload,
+    warmup: Duration,
+    test: Duration,
+    m: &Measured,
+) -> Value {
+    let published = m.after.published - m.before.published;
+    let consumed = m.after.consumed - m.before.consumed;
+    let consumed_bytes = m.after.consumed_bytes - m.before.consumed_bytes;
+    let seconds = m.seconds;
     let mut s = report::summary(&Run {
         mode: "run",
         msgs: published,
         bytes: published * w.message_size as u64,
         seconds,
-        latency_us: &pub_h,
+        latency_us: &m.publish_latency,
         commit_latency_us: None,
-        per_second: &pub_per_second,
+        per_second: &m.published_per_second,
         config: json!({
             "workload": w.to_json(), "file": args.workload.display().to_string(),
             "warmup_seconds": warmup.as_secs_f64(),
@@ -917,28 +994,33 @@ fn run_on_topics(
             "broker_pids": args.broker_pids,
         }),
         broker: &args.bootstrap,
-        cpu: Some(&usage),
+        cpu: Some(&m.cpu),
     });
     s["workload"] = json!(w.name);
     s["consume"] = json!({
         "msgs": consumed,
         "msgs_per_sec": consumed as f64 / seconds.max(1e-9),
         "mb_per_sec": consumed_bytes as f64 / seconds.max(1e-9) / 1e6,
-        "throughput_per_second": cons_per_second,
+        "throughput_per_second": m.consumed_per_second,
     });
-    s["e2e_latency_us"] = report::latency_json(&e2e_h);
+    s["e2e_latency_us"] = report::latency_json(&m.e2e_latency);
+    s
+}
+
+/// Writes the report files with `--report`, prints the summary, and with `--json` the summary
+/// as JSON.
+fn output(args: &RunArgs, s: &Value, measured: &Measured) -> Result<()> {
     if let Some(dir) = &args.report {
-        report::write_report(dir, &s, &pub_h)?;
-        std::fs::write(dir.join("e2e-latency.hgrm"), report::hgrm(&e2e_h))?;
+        report::write_report(dir, s, &measured.publish_latency)?;
+        std::fs::write(
+            dir.join("e2e-latency.hgrm"),
+            report::hgrm(&measured.e2e_latency),
+        )?;
         eprintln!("report written to {}", dir.display());
     }
-    print_summary(&s);
+    print_summary(s);
     if args.json {
         println!("{s}");
-    }
-    let errors = sides.publish.errors.load(Ordering::Relaxed);
-    if errors > 0 {
-        bail!("{errors} messages were not acknowledged");
     }
     Ok(())
 }

@@ -208,50 +208,42 @@ impl SignedValidator {
         Ok((principal, exp))
     }
 
+    /// Checks, in order: the token's form, its signature (by the `alg` its header names, with
+    /// the key its `kid` names), then its claims; returns the principal and the expiry.
     fn validate(&self, token: &str, now_ms: i64) -> Result<(String, i64), OAuthError> {
-        use ring::signature;
         let invalid = OAuthError::Invalid;
         let (header_b64, payload_b64, signature_b64) =
             jws_parts(token).ok_or(invalid("not three dot-separated parts"))?;
         let header = json_object(header_b64).ok_or(invalid("its header is not base64url JSON"))?;
         let alg = header.get("alg").and_then(|a| a.as_str()).unwrap_or("");
         let kid = header.get("kid").and_then(|k| k.as_str());
-        let sig_bytes = URL_SAFE_NO_PAD
+        let sig = URL_SAFE_NO_PAD
             .decode(signature_b64)
             .map_err(|_| invalid("its signature is not base64url"))?;
-        let sig: &[u8] = &sig_bytes;
         let signed = &token.as_bytes()[..header_b64.len() + 1 + payload_b64.len()];
-        let rsa = |params: &'static signature::RsaParameters| {
-            move |k: &PublicKey| match k {
-                PublicKey::Rsa { n, e } => signature::RsaPublicKeyComponents { n, e }
-                    .verify(params, signed, sig)
-                    .is_ok(),
-                _ => false,
-            }
-        };
-        let ec = |p384: bool, alg: &'static signature::EcdsaVerificationAlgorithm| {
-            move |k: &PublicKey| match k {
-                PublicKey::Ec { p384: is384, point } if *is384 == p384 => {
-                    signature::UnparsedPublicKey::new(alg, point)
-                        .verify(signed, sig)
-                        .is_ok()
-                }
-                _ => false,
-            }
-        };
-        let check: Box<dyn Fn(&PublicKey) -> bool> = match alg {
-            "RS256" => Box::new(rsa(&signature::RSA_PKCS1_2048_8192_SHA256)),
-            "RS384" => Box::new(rsa(&signature::RSA_PKCS1_2048_8192_SHA384)),
-            "RS512" => Box::new(rsa(&signature::RSA_PKCS1_2048_8192_SHA512)),
-            "ES256" => Box::new(ec(false, &signature::ECDSA_P256_SHA256_FIXED)),
-            "ES384" => Box::new(ec(true, &signature::ECDSA_P384_SHA384_FIXED)),
-            "none" => return Err(invalid("it is unsecured (alg none)")),
-            _ => {
-                return Err(invalid(
-                    "its alg is not RS256, RS384, RS512, ES256 or ES384",
-                ))
-            }
-        };
+        let check = signature_check(alg, signed, &sig)?;
+        self.verify_signature(kid, &*check)?;
+        let claims =
+            json_object(payload_b64).ok_or(invalid("its claims are not base64url JSON"))?;
+        let exp_ms = self.check_validity_period(&claims, now_ms)?;
+        self.check_issuer(&claims)?;
+        self.check_audience(&claims)?;
+        let principal = claims
+            .get(&self.sub_claim)
+            .and_then(|s| s.as_str())
+            .filter(|s| !s.is_empty())
+            .ok_or(OAuthError::MissingClaim("subject"))?
+            .to_string();
+        Ok((principal, exp_ms))
+    }
+
+    /// Whether `check` accepts a key the token's `kid` names (any key of the set without one):
+    /// refused when no key is named, or none of those named verifies the signature.
+    fn verify_signature(
+        &self,
+        kid: Option<&str>,
+        check: &dyn Fn(&PublicKey) -> bool,
+    ) -> Result<(), OAuthError> {
         // The key the token names, else any key of the set.
         let candidates = self
             .jwks
@@ -268,13 +260,17 @@ impl SignedValidator {
             }
         }
         if !named {
-            return Err(invalid("its kid names no key of the JWKS"));
+            return Err(OAuthError::Invalid("its kid names no key of the JWKS"));
         }
         if !verified {
-            return Err(invalid("its signature does not verify"));
+            return Err(OAuthError::Invalid("its signature does not verify"));
         }
-        let claims =
-            json_object(payload_b64).ok_or(invalid("its claims are not base64url JSON"))?;
+        Ok(())
+    }
+
+    /// Whether the token is valid at `now_ms`, within the clock skew: it has an `exp` that has
+    /// not passed, and any `nbf` has come. Returns the expiry in milliseconds.
+    fn check_validity_period(&self, claims: &JsonObject, now_ms: i64) -> Result<i64, OAuthError> {
         let seconds = |name: &str| claims.get(name).and_then(|v| v.as_f64());
         let exp_ms = (seconds("exp").ok_or(OAuthError::MissingClaim("exp"))? * 1000.0) as i64;
         if exp_ms.saturating_add(self.clock_skew_ms) <= now_ms {
@@ -282,36 +278,86 @@ impl SignedValidator {
         }
         if let Some(nbf) = seconds("nbf") {
             if ((nbf * 1000.0) as i64).saturating_sub(self.clock_skew_ms) > now_ms {
-                return Err(invalid("it is not valid yet (nbf)"));
+                return Err(OAuthError::Invalid("it is not valid yet (nbf)"));
             }
         }
+        Ok(exp_ms)
+    }
+
+    /// Whether the token's `iss` is the expected issuer, when one is configured.
+    fn check_issuer(&self, claims: &JsonObject) -> Result<(), OAuthError> {
         if let Some(issuer) = &self.issuer {
             if claims.get("iss").and_then(|v| v.as_str()) != Some(issuer.as_str()) {
-                return Err(invalid("its issuer is not the expected one"));
+                return Err(OAuthError::Invalid("its issuer is not the expected one"));
             }
         }
-        if !self.audience.is_empty() {
-            let named = |a: &serde_json::Value| {
-                a.as_str()
-                    .is_some_and(|a| self.audience.iter().any(|e| e == a))
-            };
-            let ok = match claims.get("aud") {
-                Some(serde_json::Value::Array(list)) => list.iter().any(named),
-                Some(a) => named(a),
-                None => false,
-            };
-            if !ok {
-                return Err(invalid("its audience is not an expected one"));
-            }
-        }
-        let principal = claims
-            .get(&self.sub_claim)
-            .and_then(|s| s.as_str())
-            .filter(|s| !s.is_empty())
-            .ok_or(OAuthError::MissingClaim("subject"))?
-            .to_string();
-        Ok((principal, exp_ms))
+        Ok(())
     }
+
+    /// Whether the token's `aud` (one name or a list) names an expected audience, when any
+    /// are configured.
+    fn check_audience(&self, claims: &JsonObject) -> Result<(), OAuthError> {
+        if self.audience.is_empty() {
+            return Ok(());
+        }
+        let named = |a: &serde_json::Value| {
+            a.as_str()
+                .is_some_and(|a| self.audience.iter().any(|e| e == a))
+        };
+        let ok = match claims.get("aud") {
+            Some(serde_json::Value::Array(list)) => list.iter().any(named),
+            Some(a) => named(a),
+            None => false,
+        };
+        if !ok {
+            return Err(OAuthError::Invalid("its audience is not an expected one"));
+        }
+        Ok(())
+    }
+}
+
+/// Whether a key verifies a token's signature.
+type SignatureCheck<'a> = Box<dyn Fn(&PublicKey) -> bool + 'a>;
+
+/// How a signature by `alg` over `signed` is checked against a key: RS256/384/512 with an RSA
+/// key, ES256/384 with an EC key of the curve. Refuses `none` and any other `alg`.
+fn signature_check<'a>(
+    alg: &str,
+    signed: &'a [u8],
+    sig: &'a [u8],
+) -> Result<SignatureCheck<'a>, OAuthError> {
+    use ring::signature;
+    let rsa = |params: &'static signature::RsaParameters| {
+        move |k: &PublicKey| match k {
+            PublicKey::Rsa { n, e } => signature::RsaPublicKeyComponents { n, e }
+                .verify(params, signed, sig)
+                .is_ok(),
+            _ => false,
+        }
+    };
+    let ec = |p384: bool, alg: &'static signature::EcdsaVerificationAlgorithm| {
+        move |k: &PublicKey| match k {
+            PublicKey::Ec { p384: is384, point } if *is384 == p384 => {
+                signature::UnparsedPublicKey::new(alg, point)
+                    .verify(signed, sig)
+                    .is_ok()
+            }
+            _ => false,
+        }
+    };
+    Ok(match alg {
+        "RS256" => Box::new(rsa(&signature::RSA_PKCS1_2048_8192_SHA256)),
+        "RS384" => Box::new(rsa(&signature::RSA_PKCS1_2048_8192_SHA384)),
+        "RS512" => Box::new(rsa(&signature::RSA_PKCS1_2048_8192_SHA512)),
+        "ES256" => Box::new(ec(false, &signature::ECDSA_P256_SHA256_FIXED)),
+        "ES384" => Box::new(ec(true, &signature::ECDSA_P384_SHA384_FIXED)),
+        "none" => return Err(OAuthError::Invalid("it is unsecured (alg none)")),
+        _ => {
+            return Err(OAuthError::Invalid(
+                "its alg is not RS256, RS384, RS512, ES256 or ES384",
+            ))
+        }
+    })
 }
 
 /// A compact JWS's header, payload and signature.
@@ -328,8 +374,11 @@ fn jws_parts(token: &str) -> Option<(&str, &str, &str)> {
     }
 }
 
+/// A JSON object: a token's header or its claims.
+type JsonObject = serde_json::Map<String, serde_json::Value>;
+
 /// A base64url-encoded JSON object.
-fn json_object(part: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+fn json_object(part: &str) -> Option<JsonObject> {
     let bytes = URL_SAFE_NO_PAD.decode(part.trim_end_matches('=')).ok()?;
     match serde_json::from_slice(&bytes) {
         Ok(serde_json::Value::Object(m)) => Some(m),

@@ -322,87 +322,113 @@ pub fn acls(cli: &Cli, cmd: &AclsCommand) -> Result<()> {
             hosts,
             resource,
             resource_pattern_type,
-        } => {
-            let (resource_type, name) = resource.pattern()?;
-            let hosts = if hosts.is_empty() {
-                vec![WILDCARD.to_string()]
-            } else {
-                hosts.clone()
-            };
-            let mut bindings = Vec::new();
-            for (principal, permission) in who
-                .allow
-                .iter()
-                .map(|p| (p, AclPermissionType::Allow))
-                .chain(who.deny.iter().map(|p| (p, AclPermissionType::Deny)))
-            {
-                for &operation in operations {
-                    for host in &hosts {
-                        bindings.push(AclBinding {
-                            resource_type,
-                            name: name.clone(),
-                            pattern_type: *resource_pattern_type,
-                            principal: principal.clone(),
-                            host: host.clone(),
-                            operation,
-                            permission,
-                        });
-                    }
-                }
-            }
-            create(cli, &bindings)
-        }
+        } => create(
+            cli,
+            &bindings_to_create(who, operations, hosts, resource, *resource_pattern_type)?,
+        ),
         AclsCommand::Delete {
             who,
             operations,
             hosts,
             resource,
             resource_pattern_type,
-        } => {
-            let resource = Some(resource.pattern()?);
-            let pattern_type = resource_pattern_type.unwrap_or(PatternType::Any);
-            let principals: Vec<(Option<String>, AclPermissionType)> =
-                if who.allow.is_empty() && who.deny.is_empty() {
-                    vec![(None, AclPermissionType::Any)]
-                } else {
-                    who.allow
-                        .iter()
-                        .map(|p| (Some(p.clone()), AclPermissionType::Allow))
-                        .chain(
-                            who.deny
-                                .iter()
-                                .map(|p| (Some(p.clone()), AclPermissionType::Deny)),
-                        )
-                        .collect()
-                };
-            let operations = if operations.is_empty() {
-                vec![AclOperation::Any]
-            } else {
-                operations.clone()
-            };
-            let hosts: Vec<Option<String>> = if hosts.is_empty() {
-                vec![None]
-            } else {
-                hosts.iter().cloned().map(Some).collect()
-            };
-            let mut filters = Vec::new();
-            for (principal, permission) in &principals {
-                for &operation in &operations {
-                    for host in &hosts {
-                        filters.push(Filter {
-                            resource: resource.clone(),
-                            pattern_type,
-                            principal: principal.clone(),
-                            host: host.clone(),
-                            operation,
-                            permission: *permission,
-                        });
-                    }
-                }
+        } => delete(
+            cli,
+            &filters_to_delete(who, operations, hosts, resource, *resource_pattern_type)?,
+        ),
+    }
+}
+
+/// `acls create`'s bindings: one per principal (allowed, then denied), operation and host
+/// (every host when none is given), all on the one resource.
+fn bindings_to_create(
+    who: &Principals,
+    operations: &[AclOperation],
+    hosts: &[String],
+    resource: &ResourceRequired,
+    pattern_type: PatternType,
+) -> Result<Vec<AclBinding>> {
+    let (resource_type, name) = resource.pattern()?;
+    let hosts = if hosts.is_empty() {
+        vec![WILDCARD.to_string()]
+    } else {
+        hosts.to_vec()
+    };
+    let mut bindings = Vec::new();
+    for (principal, permission) in who
+        .allow
+        .iter()
+        .map(|p| (p, AclPermissionType::Allow))
+        .chain(who.deny.iter().map(|p| (p, AclPermissionType::Deny)))
+    {
+        for &operation in operations {
+            for host in &hosts {
+                bindings.push(AclBinding {
+                    resource_type,
+                    name: name.clone(),
+                    pattern_type,
+                    principal: principal.clone(),
+                    host: host.clone(),
+                    operation,
+                    permission,
+                });
             }
-            delete(cli, &filters)
         }
     }
+    Ok(bindings)
+}
+
+/// `acls delete`'s filters: one per principal (allowed, then denied), operation and host given,
+/// on the one resource; a selector not given matches anything.
+fn filters_to_delete(
+    who: &OptionalPrincipals,
+    operations: &[AclOperation],
+    hosts: &[String],
+    resource: &ResourceRequired,
+    pattern_type: Option<PatternType>,
+) -> Result<Vec<Filter>> {
+    let resource = Some(resource.pattern()?);
+    let pattern_type = pattern_type.unwrap_or(PatternType::Any);
+    let principals: Vec<(Option<String>, AclPermissionType)> =
+        if who.allow.is_empty() && who.deny.is_empty() {
+            vec![(None, AclPermissionType::Any)]
+        } else {
+            who.allow
+                .iter()
+                .map(|p| (Some(p.clone()), AclPermissionType::Allow))
+                .chain(
+                    who.deny
+                        .iter()
+                        .map(|p| (Some(p.clone()), AclPermissionType::Deny)),
+                )
+                .collect()
+        };
+    let operations = if operations.is_empty() {
+        vec![AclOperation::Any]
+    } else {
+        operations.to_vec()
+    };
+    let hosts: Vec<Option<String>> = if hosts.is_empty() {
+        vec![None]
+    } else {
+        hosts.iter().cloned().map(Some).collect()
+    };
+    let mut filters = Vec::new();
+    for (principal, permission) in &principals {
+        for &operation in &operations {
+            for host in &hosts {
+                filters.push(Filter {
+                    resource: resource.clone(),
+                    pattern_type,
+                    principal: principal.clone(),
+                    host: host.clone(),
+                    operation,
+                    permission: *permission,
+                });
+            }
+        }
+    }
+    Ok(filters)
 }
 
 fn list(cli: &Cli, f: &Filter) -> Result<()> {

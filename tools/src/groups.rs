@@ -8,6 +8,7 @@ use clap::Subcommand;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::groups::GroupInfo;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::admin::{client_config, metadata};
@@ -77,138 +78,192 @@ fn decode_assignment(b: &[u8]) -> BTreeMap<String, Vec<i32>> {
 pub fn groups(cli: &Cli, cmd: &GroupsCommand) -> Result<()> {
     let probe: BaseConsumer = client_config(cli).create().context("creating a client")?;
     match cmd {
-        GroupsCommand::List => {
-            let list = probe
-                .fetch_group_list(None, cli.timeout())
-                .map_err(|e| anyhow!("cannot reach the broker at {}: {e}", cli.bootstrap))?;
-            let mut groups: Vec<(String, String)> = list
-                .groups()
-                .iter()
-                .map(|g| (g.name().to_string(), g.state().to_string()))
-                .collect();
-            groups.sort();
-            for (name, state) in groups {
-                println!("{name}\t{state}");
-            }
-        }
-        GroupsCommand::Describe { group } => {
-            let list = probe
-                .fetch_group_list(Some(group), cli.timeout())
-                .map_err(|e| anyhow!("cannot reach the broker at {}: {e}", cli.bootstrap))?;
-            let g = list
-                .groups()
-                .first()
-                .ok_or_else(|| anyhow!("group {group} not found"))?;
-            println!(
-                "Group: {}\tState: {}\tProtocol: {} {}",
-                g.name(),
-                g.state(),
-                g.protocol_type(),
-                g.protocol()
-            );
-            let mut owner: BTreeMap<(String, i32), String> = BTreeMap::new();
-            for m in g.members() {
-                let assignment = m.assignment().map(decode_assignment).unwrap_or_default();
-                println!(
-                    "Member: {}\tClient: {}\tHost: {}\tAssignment: {:?}",
-                    m.id(),
-                    m.client_id(),
-                    m.client_host(),
-                    assignment
-                );
-                for (t, ps) in assignment {
-                    for p in ps {
-                        owner.insert((t.clone(), p), m.id().to_string());
-                    }
-                }
-            }
-            let (_, md) = metadata(cli, None)?;
-            let consumer = group_consumer(cli, group)?;
-            let mut tpl = TopicPartitionList::new();
-            for t in md.topics().iter().filter(|t| !t.name().starts_with("__")) {
-                for p in t.partitions() {
-                    tpl.add_partition(t.name(), p.id());
-                }
-            }
-            let committed = consumer
-                .committed_offsets(tpl, cli.timeout())
-                .map_err(|e| anyhow!("fetching committed offsets: {e}"))?;
-            println!("TOPIC\tPARTITION\tCOMMITTED\tEND\tLAG\tOWNER");
-            for e in committed.elements() {
-                let Offset::Offset(c) = e.offset() else {
-                    continue;
-                };
-                let (_, end) = consumer
-                    .fetch_watermarks(e.topic(), e.partition(), cli.timeout())
-                    .map_err(|x| anyhow!("end offset of {}/{}: {x}", e.topic(), e.partition()))?;
-                let who = owner
-                    .get(&(e.topic().to_string(), e.partition()))
-                    .cloned()
-                    .unwrap_or_else(|| "-".into());
-                println!(
-                    "{}\t{}\t{c}\t{end}\t{}\t{who}",
-                    e.topic(),
-                    e.partition(),
-                    end - c
-                );
-            }
-        }
+        GroupsCommand::List => list(cli, &probe),
+        GroupsCommand::Describe { group } => describe(cli, &probe, group),
         GroupsCommand::ResetOffsets {
             group,
             topic,
             to_earliest,
             to_latest,
             to_offset,
-        } => {
-            if !(*to_earliest || *to_latest || to_offset.is_some()) {
-                bail!("say where to: --to-earliest, --to-latest or --to-offset N");
+        } => reset_offsets(
+            cli,
+            &probe,
+            group,
+            topic,
+            *to_earliest,
+            *to_latest,
+            *to_offset,
+        ),
+        GroupsCommand::Delete { group } => delete(cli, group),
+    }
+}
+
+/// `groups list`: every group id with its state, sorted.
+fn list(cli: &Cli, probe: &BaseConsumer) -> Result<()> {
+    let list = probe
+        .fetch_group_list(None, cli.timeout())
+        .map_err(|e| anyhow!("cannot reach the broker at {}: {e}", cli.bootstrap))?;
+    let mut groups: Vec<(String, String)> = list
+        .groups()
+        .iter()
+        .map(|g| (g.name().to_string(), g.state().to_string()))
+        .collect();
+    groups.sort();
+    for (name, state) in groups {
+        println!("{name}\t{state}");
+    }
+    Ok(())
+}
+
+/// `groups describe`: the group's state and members, then its committed offsets with their
+/// lag and owner.
+fn describe(cli: &Cli, probe: &BaseConsumer, group: &str) -> Result<()> {
+    let list = probe
+        .fetch_group_list(Some(group), cli.timeout())
+        .map_err(|e| anyhow!("cannot reach the broker at {}: {e}", cli.bootstrap))?;
+    let g = list
+        .groups()
+        .first()
+        .ok_or_else(|| anyhow!("group {group} not found"))?;
+    println!(
+        "Group: {}\tState: {}\tProtocol: {} {}",
+        g.name(),
+        g.state(),
+        g.protocol_type(),
+        g.protocol()
+    );
+    let owner = print_members(g);
+    print_lag(cli, group, &owner)
+}
+
+/// Prints each member with its assignment; returns which member owns each partition.
+fn print_members(g: &GroupInfo) -> BTreeMap<(String, i32), String> {
+    let mut owner: BTreeMap<(String, i32), String> = BTreeMap::new();
+    for m in g.members() {
+        let assignment = m.assignment().map(decode_assignment).unwrap_or_default();
+        println!(
+            "Member: {}\tClient: {}\tHost: {}\tAssignment: {:?}",
+            m.id(),
+            m.client_id(),
+            m.client_host(),
+            assignment
+        );
+        for (t, ps) in assignment {
+            for p in ps {
+                owner.insert((t.clone(), p), m.id().to_string());
             }
-            let list = probe
-                .fetch_group_list(Some(group), cli.timeout())
-                .map_err(|e| anyhow!("cannot reach the broker at {}: {e}", cli.bootstrap))?;
-            if let Some(g) = list.groups().first() {
-                if !matches!(g.state(), "Empty" | "Dead" | "") {
-                    bail!("group {group} is {} with {} members; stop its consumers before resetting offsets", g.state(), g.members().len());
-                }
-            }
-            let (_, md) = metadata(cli, Some(topic))?;
-            let t = md
-                .topics()
-                .first()
-                .filter(|t| t.error().is_none())
-                .ok_or_else(|| anyhow!("topic {topic} does not exist"))?;
-            let consumer = group_consumer(cli, group)?;
-            let mut tpl = TopicPartitionList::new();
-            for p in t.partitions() {
-                let (low, high) = consumer
-                    .fetch_watermarks(topic, p.id(), cli.timeout())
-                    .map_err(|e| anyhow!("offsets of {topic}/{}: {e}", p.id()))?;
-                let target = match (to_offset, *to_earliest) {
-                    (Some(o), _) => (*o).clamp(low, high),
-                    (None, true) => low,
-                    (None, false) => high,
-                };
-                tpl.add_partition_offset(topic, p.id(), Offset::Offset(target))
-                    .map_err(|e| anyhow!("{e}"))?;
-                println!("{topic}\t{}\t{target}", p.id());
-            }
-            consumer
-                .commit(&tpl, CommitMode::Sync)
-                .map_err(|e| anyhow!("committing offsets for {group}: {e}"))?;
-        }
-        GroupsCommand::Delete { group } => {
-            let admin: AdminClient<DefaultClientContext> = client_config(cli)
-                .create()
-                .context("creating the admin client")?;
-            let opts = AdminOptions::new().request_timeout(Some(cli.timeout()));
-            let results =
-                futures::executor::block_on(admin.delete_groups(&[group.as_str()], &opts))
-                    .map_err(|e| anyhow!("cannot reach the broker at {}: {e}", cli.bootstrap))?;
-            for r in results {
-                r.map_err(|(g, e)| anyhow!("deleting group {g}: {e}"))?;
-            }
-            println!("deleted group {group}");
         }
     }
+    owner
+}
+
+/// Prints the group's committed offset, end offset, lag and owner of every partition of a
+/// non-internal topic it has an offset for.
+fn print_lag(cli: &Cli, group: &str, owner: &BTreeMap<(String, i32), String>) -> Result<()> {
+    let (_, md) = metadata(cli, None)?;
+    let consumer = group_consumer(cli, group)?;
+    let mut tpl = TopicPartitionList::new();
+    for t in md.topics().iter().filter(|t| !t.name().starts_with("__")) {
+        for p in t.partitions() {
+            tpl.add_partition(t.name(), p.id());
+        }
+    }
+    let committed = consumer
+        .committed_offsets(tpl, cli.timeout())
+        .map_err(|e| anyhow!("fetching committed offsets: {e}"))?;
+    println!("TOPIC\tPARTITION\tCOMMITTED\tEND\tLAG\tOWNER");
+    for e in committed.elements() {
+        let Offset::Offset(c) = e.offset() else {
+            continue;
+        };
+        let (_, end) = consumer
+            .fetch_watermarks(e.topic(), e.partition(), cli.timeout())
+            .map_err(|x| anyhow!("end offset of {}/{}: {x}", e.topic(), e.partition()))?;
+        let who = owner
+            .get(&(e.topic().to_string(), e.partition()))
+            .cloned()
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "{}\t{}\t{c}\t{end}\t{}\t{who}",
+            e.topic(),
+            e.partition(),
+            end - c
+        );
+    }
+    Ok(())
+}
+
+/// `groups reset-offsets`: refuses a group with members, then commits the chosen offset of
+/// every partition of the topic.
+fn reset_offsets(
+    cli: &Cli,
+    probe: &BaseConsumer,
+    group: &str,
+    topic: &str,
+    to_earliest: bool,
+    to_latest: bool,
+    to_offset: Option<i64>,
+) -> Result<()> {
+    if !(to_earliest || to_latest || to_offset.is_some()) {
+        bail!("say where to: --to-earliest, --to-latest or --to-offset N");
+    }
+    let list = probe
+        .fetch_group_list(Some(group), cli.timeout())
+        .map_err(|e| anyhow!("cannot reach the broker at {}: {e}", cli.bootstrap))?;
+    if let Some(g) = list.groups().first() {
+        if !matches!(g.state(), "Empty" | "Dead" | "") {
+            bail!(
+                "group {group} is {} with {} members; stop its consumers before resetting offsets",
+                g.state(),
+                g.members().len()
+            );
+        }
+    }
+    let (_, md) = metadata(cli, Some(topic))?;
+    let t = md
+        .topics()
+        .first()
+        .filter(|t| t.error().is_none())
+        .ok_or_else(|| anyhow!("topic {topic} does not exist"))?;
+    let consumer = group_consumer(cli, group)?;
+    let mut tpl = TopicPartitionList::new();
+    for p in t.partitions() {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p.id(), cli.timeout())
+            .map_err(|e| anyhow!("offsets of {topic}/{}: {e}", p.id()))?;
+        let target = reset_target(to_offset, to_earliest, low, high);
+        tpl.add_partition_offset(topic, p.id(), Offset::Offset(target))
+            .map_err(|e| anyhow!("{e}"))?;
+        println!("{topic}\t{}\t{target}", p.id());
+    }
+    consumer
+        .commit(&tpl, CommitMode::Sync)
+        .map_err(|e| anyhow!("committing offsets for {group}: {e}"))?;
+    Ok(())
+}
+
+/// Where a reset moves a partition whose offsets run from `low` to `high`: the given offset
+/// (kept within them), else the earliest, else the latest.
+fn reset_target(to_offset: Option<i64>, to_earliest: bool, low: i64, high: i64) -> i64 {
+    match (to_offset, to_earliest) {
+        (Some(o), _) => o.clamp(low, high),
+        (None, true) => low,
+        (None, false) => high,
+    }
+}
+
+/// `groups delete`: deletes the group through the admin client.
+fn delete(cli: &Cli, group: &str) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> = client_config(cli)
+        .create()
+        .context("creating the admin client")?;
+    let opts = AdminOptions::new().request_timeout(Some(cli.timeout()));
+    let results = futures::executor::block_on(admin.delete_groups(&[group], &opts))
+        .map_err(|e| anyhow!("cannot reach the broker at {}: {e}", cli.bootstrap))?;
+    for r in results {
+        r.map_err(|(g, e)| anyhow!("deleting group {g}: {e}"))?;
+    }
+    println!("deleted group {group}");
     Ok(())
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::{DeliveryResult, Header, Headers, Message, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, DeliveryResult, Header, Headers, Message, OwnedHeaders};
+use rdkafka::metadata::MetadataTopic;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -171,6 +172,36 @@ pub fn consume(cli: &Cli, a: &ConsumeArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let consumer = consumer_for(cli, a)?;
+    let (_, md) = metadata(cli, Some(&a.topic))?;
+    let topic = md
+        .topics()
+        .first()
+        .ok_or_else(|| anyhow!("no metadata for topic {}", a.topic))?;
+    if topic.error().is_some() || topic.partitions().is_empty() {
+        bail!("topic {} does not exist", a.topic);
+    }
+    start_consuming(&consumer, a, topic)?;
+    let mut count = 0u64;
+    while !stop.load(Ordering::Relaxed) && a.max_messages.is_none_or(|m| count < m) {
+        let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let msg = msg.map_err(|e| anyhow!("consuming {}: {e}", a.topic))?;
+        count += 1;
+        println!("{}", format_message(&msg, &a.format));
+    }
+    if a.group.is_some() && count > 0 {
+        consumer
+            .commit_consumer_state(CommitMode::Sync)
+            .map_err(|e| anyhow!("committing offsets: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The consumer's settings: where it starts without a committed offset, and its group (with
+/// `--group`, a member that commits; else the console's, never committing).
+fn consumer_for(cli: &Cli, a: &ConsumeArgs) -> Result<BaseConsumer> {
     let mut conf = client_config(cli);
     conf.set("enable.partition.eof", "false")
         .set(
@@ -186,78 +217,62 @@ pub fn consume(cli: &Cli, a: &ConsumeArgs) -> Result<()> {
             "enable.auto.commit",
             if a.group.is_some() { "true" } else { "false" },
         );
-    let consumer: BaseConsumer = conf.create().context("creating the consumer")?;
-    let (_, md) = metadata(cli, Some(&a.topic))?;
-    let topic = md
-        .topics()
-        .first()
-        .ok_or_else(|| anyhow!("no metadata for topic {}", a.topic))?;
-    if topic.error().is_some() || topic.partitions().is_empty() {
-        bail!("topic {} does not exist", a.topic);
+    conf.create().context("creating the consumer")
+}
+
+/// Subscribes as a group member (`--group` without `--partition`), else assigns the given
+/// partition, or every partition of `topic`, from the chosen start.
+fn start_consuming(consumer: &BaseConsumer, a: &ConsumeArgs, topic: &MetadataTopic) -> Result<()> {
+    if let (Some(_), None) = (&a.group, a.partition) {
+        return consumer.subscribe(&[&a.topic]).context("subscribing");
     }
-    match (&a.group, a.partition) {
-        (Some(_), None) => consumer.subscribe(&[&a.topic]).context("subscribing")?,
-        _ => {
-            let mut tpl = TopicPartitionList::new();
-            let start = match (a.offset, a.from_beginning) {
-                (Some(o), _) => Offset::Offset(o),
-                (None, true) => Offset::Beginning,
-                (None, false) if a.group.is_some() => Offset::Stored,
-                (None, false) => Offset::End,
-            };
-            let parts: Vec<i32> = match a.partition {
-                Some(p) => vec![p],
-                None => topic.partitions().iter().map(|p| p.id()).collect(),
-            };
-            for p in parts {
-                tpl.add_partition_offset(&a.topic, p, start)
-                    .map_err(|e| anyhow!("{e}"))?;
-            }
-            consumer.assign(&tpl).context("assigning partitions")?;
-        }
+    let mut tpl = TopicPartitionList::new();
+    let start = match (a.offset, a.from_beginning) {
+        (Some(o), _) => Offset::Offset(o),
+        (None, true) => Offset::Beginning,
+        (None, false) if a.group.is_some() => Offset::Stored,
+        (None, false) => Offset::End,
+    };
+    let parts: Vec<i32> = match a.partition {
+        Some(p) => vec![p],
+        None => topic.partitions().iter().map(|p| p.id()).collect(),
+    };
+    for p in parts {
+        tpl.add_partition_offset(&a.topic, p, start)
+            .map_err(|e| anyhow!("{e}"))?;
     }
-    let mut count = 0u64;
-    while !stop.load(Ordering::Relaxed) && a.max_messages.is_none_or(|m| count < m) {
-        let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        let msg = msg.map_err(|e| anyhow!("consuming {}: {e}", a.topic))?;
-        count += 1;
-        let value = String::from_utf8_lossy(msg.payload().unwrap_or_default());
-        if a.format == "json" {
-            let headers: serde_json::Map<String, serde_json::Value> = msg
-                .headers()
-                .map(|hs| {
-                    hs.iter()
-                        .map(|h| {
-                            (
-                                h.key.to_string(),
-                                serde_json::Value::from(
-                                    String::from_utf8_lossy(h.value.unwrap_or_default())
-                                        .into_owned(),
-                                ),
-                            )
-                        })
-                        .collect()
+    consumer.assign(&tpl).context("assigning partitions")
+}
+
+/// One message as `--format` prints it: the value alone, or a JSON object with its partition,
+/// offset, timestamp, key, value and headers.
+fn format_message(msg: &BorrowedMessage<'_>, format: &str) -> String {
+    let value = String::from_utf8_lossy(msg.payload().unwrap_or_default());
+    if format != "json" {
+        return value.into_owned();
+    }
+    let headers: serde_json::Map<String, serde_json::Value> = msg
+        .headers()
+        .map(|hs| {
+            hs.iter()
+                .map(|h| {
+                    (
+                        h.key.to_string(),
+                        serde_json::Value::from(
+                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                        ),
+                    )
                 })
-                .unwrap_or_default();
-            let line = serde_json::json!({
-                "partition": msg.partition(),
-                "offset": msg.offset(),
-                "timestamp": msg.timestamp().to_millis(),
-                "key": msg.key().map(|k| String::from_utf8_lossy(k).into_owned()),
-                "value": value,
-                "headers": headers,
-            });
-            println!("{line}");
-        } else {
-            println!("{value}");
-        }
-    }
-    if a.group.is_some() && count > 0 {
-        consumer
-            .commit_consumer_state(CommitMode::Sync)
-            .map_err(|e| anyhow!("committing offsets: {e}"))?;
-    }
-    Ok(())
+                .collect()
+        })
+        .unwrap_or_default();
+    serde_json::json!({
+        "partition": msg.partition(),
+        "offset": msg.offset(),
+        "timestamp": msg.timestamp().to_millis(),
+        "key": msg.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+        "value": value,
+        "headers": headers,
+    })
+    .to_string()
 }
