@@ -235,12 +235,12 @@ mod tests {
         assert_eq!(batch_kind(&h, &c), BatchKind::OtherControl);
     }
 
-    fn t(pid: i64, first: i64, last: i64, lso: i64) -> AbortedTxn {
+    fn t(pid: i64, first: i64, last: i64, last_stable: i64) -> AbortedTxn {
         AbortedTxn {
             producer_id: pid,
             first_offset: first,
             last_offset: last,
-            last_stable_offset: lso,
+            last_stable_offset: last_stable,
         }
     }
 

@@ -84,7 +84,7 @@ impl Partition {
     /// nothing when it is not above the log start. The caller holds the maintenance and append
     /// locks and has checked `target` against the high watermark.
     async fn advance_log_start(&self, target: i64) -> Result<(), PartitionError> {
-        let (lso, below, hw) = {
+        let (start_offset, below, hw) = {
             let st = self.state.borrow();
             (
                 st.log_start_offset,
@@ -96,7 +96,7 @@ impl Partition {
             target <= hw,
             "the log start never passes the high watermark"
         );
-        if target > lso {
+        if target > start_offset {
             self.remove_front_segments(below, target).await?;
         }
         Ok(())
@@ -110,7 +110,7 @@ impl Partition {
         count: usize,
         new_start: i64,
     ) -> Result<(), PartitionError> {
-        let (removed, lso, epochs_moved) = {
+        let (removed, start_offset, epochs_moved) = {
             let mut st = self.state.borrow_mut();
             let removed: Vec<Segment> = st.segments.drain(..count).collect();
             let first = st
@@ -120,11 +120,11 @@ impl Partition {
                 .base_offset;
             st.sealed_tails.retain(|t| t.segment_base >= first);
             st.log_start_offset = st.log_start_offset.max(new_start).max(first);
-            let lso = st.log_start_offset;
-            let epochs_moved = st.epochs.truncate_from_start(lso);
-            (removed, lso, epochs_moved)
+            let start_offset = st.log_start_offset;
+            let epochs_moved = st.epochs.truncate_from_start(start_offset);
+            (removed, start_offset, epochs_moved)
         };
-        if let Err(e) = log_start::write(&self.dir, lso).await {
+        if let Err(e) = log_start::write(&self.dir, start_offset).await {
             return Err(self.go_offline(format!("writing the log start checkpoint: {e}")));
         }
         for seg in &removed {
@@ -143,7 +143,7 @@ impl Partition {
             io::sync_dir(&self.dir)
                 .await
                 .map_err(|e| self.go_offline(e))?;
-            info!(dir = %self.dir.display(), segments = removed.len(), log_start_offset = lso, "deleted segments");
+            info!(dir = %self.dir.display(), segments = removed.len(), log_start_offset = start_offset, "deleted segments");
         }
         for seg in removed {
             // A read in flight may still hold the file; it is closed when that read drops it.

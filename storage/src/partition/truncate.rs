@@ -22,7 +22,7 @@ impl Partition {
         let _maintenance = self.lock(&self.maintenance).await?;
         let _guard = self.lock(&self.append_lock).await?;
         self.check_online()?;
-        let (leo, lso, hw) = {
+        let (leo, start_offset, hw) = {
             let st = self.state.borrow();
             (st.next_offset, st.log_start_offset, st.high_watermark)
         };
@@ -36,10 +36,10 @@ impl Partition {
             }
             return Ok(leo);
         }
-        if offset < lso {
+        if offset < start_offset {
             return Err(PartitionError::OffsetOutOfRange {
                 offset,
-                log_start_offset: lso,
+                log_start_offset: start_offset,
                 high_watermark: hw,
             });
         }

@@ -14,11 +14,11 @@ impl Partition {
     pub fn last_stable_offset(&self) -> i64 {
         let st = self.state.borrow();
         let hw = st.high_watermark;
-        let lso = st
+        let last_stable = st
             .producers
             .first_unstable_offset(hw)
             .map_or(hw, |first| first.min(hw));
-        lso.max(st.log_start_offset.min(hw))
+        last_stable.max(st.log_start_offset.min(hw))
     }
 
     /// The aborted transactions that overlap `[from, upto)` — their ABORT marker is at or
