@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::compression::Compression;
+use crate::types::PartitionEpoch;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicMeta {
@@ -29,7 +30,7 @@ pub struct PartitionRegistration {
     /// The broker serving the partition; -1 when none may (its replicas are fenced).
     pub leader: i32,
     pub leader_epoch: i32,
-    pub partition_epoch: i32,
+    pub partition_epoch: PartitionEpoch,
     /// During a reassignment (KIP-455), the target replicas not yet in the original set: they
     /// are in `replicas` and fetch, but join the ISR only once caught up.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -48,7 +49,7 @@ impl PartitionRegistration {
             isr: replicas.clone(),
             replicas,
             leader_epoch: 0,
-            partition_epoch: 0,
+            partition_epoch: PartitionEpoch(0),
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
         }

@@ -15,6 +15,7 @@ use tributary_protocol::ErrorCode;
 
 use crate::catalog::{BrokerRegistration, Catalog, PartitionRegistration, TopicMeta};
 use crate::reassign::{self, ReassignmentTarget};
+use crate::types::PartitionEpoch;
 
 /// Leader of a partition with no live replica (Kafka's `NO_LEADER`).
 pub const NO_LEADER: i32 = -1;
@@ -117,7 +118,7 @@ pub enum MetadataCommand {
         topic: String,
         partition: i32,
         leader_epoch: i32,
-        partition_epoch: i32,
+        partition_epoch: PartitionEpoch,
         isr: Vec<i32>,
     },
     /// Kafka's AlterPartitionReassignments (KIP-455): each partition moves to its target
@@ -429,7 +430,7 @@ fn change_isr(
     topic: String,
     partition: i32,
     leader_epoch: i32,
-    partition_epoch: i32,
+    partition_epoch: PartitionEpoch,
     isr: Vec<i32>,
 ) -> Outcome {
     let live: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
@@ -486,7 +487,7 @@ fn change_isr(
     let shrank = p.isr.iter().any(|b| !isr.contains(b));
     let grew = !added.is_empty();
     p.isr = isr;
-    p.partition_epoch += 1;
+    p.partition_epoch.bump();
     debug_assert!(p.isr.contains(&p.leader), "an ISR holds its leader");
     image.liveness.isr_shrinks += u64::from(shrank);
     image.liveness.isr_expansions += u64::from(grew);
@@ -583,7 +584,7 @@ fn elect(
     };
     p.leader = to;
     p.leader_epoch += 1;
-    p.partition_epoch += 1;
+    p.partition_epoch.bump();
     Ok(())
 }
 
@@ -697,7 +698,7 @@ fn fence_in_partition(p: &mut PartitionRegistration, id: i32, fenced: &[i32]) {
         changed = true;
     }
     if changed {
-        p.partition_epoch += 1;
+        p.partition_epoch.bump();
     }
     // Checked in tests and the simulator only: every node applies the same entry, and a
     // failed assertion here would stop them all at once.
@@ -716,7 +717,7 @@ fn elect_where_leaderless(image: &mut Catalog, broker: i32) {
             if p.leader == NO_LEADER && p.isr.contains(&broker) {
                 p.leader = broker;
                 p.leader_epoch += 1;
-                p.partition_epoch += 1;
+                p.partition_epoch.bump();
             }
         }
     }
@@ -977,7 +978,11 @@ mod tests {
             Outcome::Refused(ErrorCode::FENCED_LEADER_EPOCH, _)
         ));
         assert!(matches!(
-            run(&mut image, 11, change(3, p.partition_epoch - 1, vec![2, 1])),
+            run(
+                &mut image,
+                11,
+                change(3, PartitionEpoch(p.partition_epoch.0 - 1), vec![2, 1])
+            ),
             Outcome::Refused(ErrorCode::INVALID_UPDATE_VERSION, _)
         ));
         assert!(matches!(
@@ -991,7 +996,7 @@ mod tests {
         let q = &image.topics["r"].assignment[0];
         assert_eq!(
             (q.isr.clone(), q.partition_epoch),
-            (vec![2, 1], p.partition_epoch + 1)
+            (vec![2, 1], p.partition_epoch.next())
         );
         // The same incarnation registering again changes nothing. Its leader restarting (a
         // new incarnation, before anyone fenced it) ends its old session at once, as Kafka's
@@ -1187,7 +1192,7 @@ mod tests {
                 2,
                 vec![2],
                 before.leader_epoch + 1,
-                before.partition_epoch + 1
+                before.partition_epoch.next()
             )
         );
         // The others stay offline until 1 returns, and lead from the ISR then.
@@ -1560,7 +1565,7 @@ mod tests {
                 topic: "orders".into(),
                 partition: 0,
                 leader_epoch: 0,
-                partition_epoch: 0,
+                partition_epoch: PartitionEpoch(0),
                 isr: vec![1],
             },
             MetadataCommand::AlterReassignments {

@@ -10,7 +10,8 @@
 //! replica placement and elections (`placement`), reassignments (`reassign`), the active
 //! controller's judgement of each broker's liveness (`liveness`),
 //! `compression.type`'s codecs, the internal topics' names and which `__consumer_offsets`
-//! partition holds a group, and the client quota records.
+//! partition holds a group, the client quota records, and Kafka's nouns as types (`types`:
+//! `PartitionEpoch` so far).
 
 #![forbid(unsafe_code)]
 
@@ -22,3 +23,4 @@ pub mod liveness;
 pub mod placement;
 pub mod quota;
 pub mod reassign;
+pub mod types;

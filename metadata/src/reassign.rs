@@ -123,7 +123,7 @@ fn start(p: &mut PartitionRegistration, target: &[i32], live: &[i32]) {
     p.replicas = replicas;
     p.adding_replicas = adding;
     p.removing_replicas = removing;
-    p.partition_epoch += 1;
+    p.partition_epoch.bump();
     complete_if_caught_up(p, live);
 }
 
@@ -163,7 +163,7 @@ fn cancel(
     p.isr = isr;
     p.adding_replicas.clear();
     p.removing_replicas.clear();
-    p.partition_epoch += 1;
+    p.partition_epoch.bump();
     lead_from_isr(p, live);
     Ok(())
 }
@@ -357,7 +357,7 @@ mod tests {
         assert_eq!(p.replicas, vec![3, 4, 1, 2]);
         assert_eq!(p.adding_replicas, vec![3, 4]);
         assert_eq!(p.removing_replicas, vec![1, 2]);
-        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (1, 0, 1));
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch.0), (1, 0, 1));
         // One of the two new replicas in sync: not yet.
         assert_eq!(change_isr(&mut image, &[1, 2, 3]), Outcome::Done);
         assert!(part(&image).is_reassigning());
@@ -366,7 +366,7 @@ mod tests {
         assert_eq!(p.replicas, vec![3, 4]);
         assert_eq!(p.isr, vec![3, 4]);
         assert!(!p.is_reassigning());
-        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (3, 1, 3));
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch.0), (3, 1, 3));
     }
 
     #[test]

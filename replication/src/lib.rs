@@ -13,6 +13,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+pub use tributary_metadata::types::PartitionEpoch;
+
 /// A connection that carried a follower's fetches to this node: unique in the process, so the
 /// partitions fetched over a link that died can be told from those fetched over another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -116,7 +118,7 @@ pub fn backlog_admits(outstanding: u64, len: u64, max: u64) -> bool {
 #[derive(Debug, Clone)]
 pub struct LeaderState {
     pub leader_epoch: i32,
-    pub partition_epoch: i32,
+    pub partition_epoch: PartitionEpoch,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
     /// Where this leader's epoch began: a follower joins the ISR only once it holds this much
@@ -180,7 +182,7 @@ impl Turns {
 impl LeaderState {
     pub fn new(
         leader_epoch: i32,
-        partition_epoch: i32,
+        partition_epoch: PartitionEpoch,
         replicas: Vec<i32>,
         isr: Vec<i32>,
         epoch_start_offset: i64,
@@ -226,7 +228,7 @@ impl LeaderState {
     /// (the image changed for another reason) its members keep holding the high watermark.
     pub fn take_image(
         &mut self,
-        partition_epoch: i32,
+        partition_epoch: PartitionEpoch,
         isr: Vec<i32>,
         replicas: Vec<i32>,
         now: Instant,
@@ -258,7 +260,7 @@ impl LeaderState {
     /// decided. A refusal of one proposed at an older partition epoch says nothing of the one
     /// pending now, and one proposed at this epoch whose fate is unknown may still be applied:
     /// their members keep holding the high watermark.
-    pub fn isr_change_refused(&mut self, proposed_at: i32) {
+    pub fn isr_change_refused(&mut self, proposed_at: PartitionEpoch) {
         if proposed_at != self.partition_epoch {
             return;
         }
@@ -272,7 +274,7 @@ impl LeaderState {
     /// out, or the controller changed while it waited): it may still be applied, so its
     /// members keep holding the high watermark until the partition epoch moves; another
     /// change may be proposed meanwhile.
-    pub fn isr_change_unknown(&mut self, proposed_at: i32) {
+    pub fn isr_change_unknown(&mut self, proposed_at: PartitionEpoch) {
         if proposed_at != self.partition_epoch {
             return;
         }
@@ -442,7 +444,7 @@ mod tests {
     fn leader(isr: &[i32]) -> (LeaderState, Instant) {
         let now = Instant::now();
         (
-            LeaderState::new(1, 0, vec![1, 2, 3], isr.to_vec(), 100, now),
+            LeaderState::new(1, PartitionEpoch(0), vec![1, 2, 3], isr.to_vec(), 100, now),
             now,
         )
     }
@@ -670,41 +672,41 @@ mod tests {
         l.isr_proposed(&[1, 2, 3]);
         assert_eq!(l.high_watermark(1, 150), 120);
         // An unrelated image change (same partition epoch): still pending, still holding.
-        l.take_image(0, vec![1, 2], vec![1, 2, 3], now);
+        l.take_image(PartitionEpoch(0), vec![1, 2], vec![1, 2, 3], now);
         assert_eq!(l.high_watermark(1, 150), 120);
         // The proposal timed out: it may still be applied. Another may be proposed, and the
         // members of both hold the high watermark.
-        l.isr_change_unknown(0);
+        l.isr_change_unknown(PartitionEpoch(0));
         assert!(!l.isr_change_pending);
         l.isr_proposed(&[1]);
         assert_eq!(l.pending_isr, Some(vec![1, 2, 3]));
         assert_eq!(l.high_watermark(1, 150), 120);
         // Decided: the partition epoch moved (one of them was applied).
-        l.take_image(1, vec![1], vec![1, 2, 3], now);
+        l.take_image(PartitionEpoch(1), vec![1], vec![1, 2, 3], now);
         assert_eq!(l.pending_isr, None);
         assert_eq!(l.high_watermark(1, 150), 150);
         assert_eq!(l.maximal_isr_size(), 1);
         // A refusal decides too.
         l.isr_proposed(&[1, 3]);
         assert_eq!(l.maximal_isr_size(), 2, "a member proposed to join counts");
-        l.isr_change_refused(1);
+        l.isr_change_refused(PartitionEpoch(1));
         assert_eq!(l.high_watermark(1, 150), 150);
         // The refusal of a change proposed at an older partition epoch, arriving after a new
         // one was proposed, leaves the new one pending.
         l.isr_proposed(&[1, 3]);
-        l.isr_change_refused(0);
+        l.isr_change_refused(PartitionEpoch(0));
         assert!(l.isr_change_pending);
         assert_eq!(l.high_watermark(1, 150), 120);
         // One whose fate is unknown keeps holding after another at its epoch is refused.
-        l.isr_change_unknown(1);
+        l.isr_change_unknown(PartitionEpoch(1));
         l.isr_proposed(&[1]);
-        l.isr_change_refused(1);
+        l.isr_change_refused(PartitionEpoch(1));
         assert_eq!(
             l.high_watermark(1, 150),
             120,
             "the unknown one may still be applied"
         );
-        l.take_image(2, vec![1], vec![1, 2, 3], now);
+        l.take_image(PartitionEpoch(2), vec![1], vec![1, 2, 3], now);
         assert_eq!(l.high_watermark(1, 150), 150);
     }
 }
