@@ -30,6 +30,7 @@ use crate::limits::SpareFrames;
 use crate::limits::{ConnectionLimits, ConnectionQuotas, RequestMemory};
 use crate::metrics::Stage;
 use crate::partition_dirs;
+use crate::replica::LeaderEpoch;
 use crate::routing::{shard_for, ShardId};
 
 #[derive(Debug, Clone, Copy)]
@@ -969,7 +970,7 @@ impl Shard {
         };
         let append_start = Instant::now();
         let appended = match epoch {
-            Some(e) => at.part.append_with_epoch(&batch, e).await,
+            Some(e) => at.part.append_with_epoch(&batch, e.0).await,
             None => at.part.append(&batch).await,
         };
         drop(turn);
@@ -1000,7 +1001,7 @@ impl Shard {
     /// The leader epoch a replicated partition's append carries (`None`: one replica, no
     /// replication state). This shard must lead it — the handler checked an image that may
     /// have changed since — and acks=all needs enough replicas in sync.
-    fn produce_epoch(&self, at: &ProduceAt<'_>) -> Result<Option<i32>, ErrorCode> {
+    fn produce_epoch(&self, at: &ProduceAt<'_>) -> Result<Option<LeaderEpoch>, ErrorCode> {
         // A partition with one replica has no replication state to look up: the common case
         // pays no map lookup (and no key allocation) per batch.
         if !at.part.is_replicated() {
@@ -1061,7 +1062,7 @@ impl Shard {
         &self,
         at: &ProduceAt<'_>,
         end: i64,
-        epoch: i32,
+        epoch: LeaderEpoch,
     ) -> Result<(), ErrorCode> {
         if at.acks != -1 {
             self.advance_high_watermark(at.topic, at.partition);

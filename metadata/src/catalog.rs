@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::compression::Compression;
-use crate::types::PartitionEpoch;
+use crate::types::{LeaderEpoch, PartitionEpoch};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicMeta {
@@ -29,7 +29,7 @@ pub struct PartitionRegistration {
     pub isr: Vec<i32>,
     /// The broker serving the partition; -1 when none may (its replicas are fenced).
     pub leader: i32,
-    pub leader_epoch: i32,
+    pub leader_epoch: LeaderEpoch,
     pub partition_epoch: PartitionEpoch,
     /// During a reassignment (KIP-455), the target replicas not yet in the original set: they
     /// are in `replicas` and fetch, but join the ISR only once caught up.
@@ -48,7 +48,7 @@ impl PartitionRegistration {
             leader: replicas.first().copied().unwrap_or(-1),
             isr: replicas.clone(),
             replicas,
-            leader_epoch: 0,
+            leader_epoch: LeaderEpoch(0),
             partition_epoch: PartitionEpoch(0),
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
@@ -298,7 +298,7 @@ impl Catalog {
             return ((-1, -1), None);
         };
         let live = self.brokers.get(&p.leader).filter(|b| !b.fenced);
-        ((p.leader, p.leader_epoch), live)
+        ((p.leader, p.leader_epoch.0), live)
     }
 
     /// `partition` of `topic`, if both exist.
@@ -376,7 +376,7 @@ mod tests {
         let mut c = Catalog::empty();
         let id = uuid::Uuid::new_v4();
         let mut p = PartitionRegistration::new(vec![2, 1]);
-        p.leader_epoch = 4;
+        p.leader_epoch = LeaderEpoch(4);
         c.topics.insert(
             "t".into(),
             TopicMeta {

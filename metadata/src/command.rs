@@ -15,7 +15,7 @@ use tributary_protocol::ErrorCode;
 
 use crate::catalog::{BrokerRegistration, Catalog, PartitionRegistration, TopicMeta};
 use crate::reassign::{self, ReassignmentTarget};
-use crate::types::PartitionEpoch;
+use crate::types::{LeaderEpoch, PartitionEpoch};
 
 /// Leader of a partition with no live replica (Kafka's `NO_LEADER`).
 pub const NO_LEADER: i32 = -1;
@@ -117,7 +117,7 @@ pub enum MetadataCommand {
     ChangeIsr {
         topic: String,
         partition: i32,
-        leader_epoch: i32,
+        leader_epoch: LeaderEpoch,
         partition_epoch: PartitionEpoch,
         isr: Vec<i32>,
     },
@@ -429,7 +429,7 @@ fn change_isr(
     image: &mut Catalog,
     topic: String,
     partition: i32,
-    leader_epoch: i32,
+    leader_epoch: LeaderEpoch,
     partition_epoch: PartitionEpoch,
     isr: Vec<i32>,
 ) -> Outcome {
@@ -583,7 +583,7 @@ fn elect(
         preferred
     };
     p.leader = to;
-    p.leader_epoch += 1;
+    p.leader_epoch.bump();
     p.partition_epoch.bump();
     Ok(())
 }
@@ -694,7 +694,7 @@ fn fence_in_partition(p: &mut PartitionRegistration, id: i32, fenced: &[i32]) {
             .copied()
             .find(|b| !fenced.contains(b))
             .unwrap_or(NO_LEADER);
-        p.leader_epoch += 1;
+        p.leader_epoch.bump();
         changed = true;
     }
     if changed {
@@ -716,7 +716,7 @@ fn elect_where_leaderless(image: &mut Catalog, broker: i32) {
         for p in &mut t.assignment {
             if p.leader == NO_LEADER && p.isr.contains(&broker) {
                 p.leader = broker;
-                p.leader_epoch += 1;
+                p.leader_epoch.bump();
                 p.partition_epoch.bump();
             }
         }
@@ -841,7 +841,7 @@ mod tests {
         assert_eq!(
             t.assignment
                 .iter()
-                .map(|p| (p.leader, p.leader_epoch))
+                .map(|p| (p.leader, p.leader_epoch.0))
                 .collect::<Vec<_>>(),
             vec![(NO_LEADER, 1), (2, 0), (NO_LEADER, 1)]
         );
@@ -856,13 +856,13 @@ mod tests {
                 reason: FenceReason::Silent,
             },
         );
-        assert_eq!(image.topics["t"].assignment[0].leader_epoch, 1);
+        assert_eq!(image.topics["t"].assignment[0].leader_epoch, LeaderEpoch(1));
         run(&mut image, 6, MetadataCommand::UnfenceBroker { id: 1 });
         let t = &image.topics["t"];
         assert_eq!(
             t.assignment
                 .iter()
-                .map(|p| (p.leader, p.leader_epoch))
+                .map(|p| (p.leader, p.leader_epoch.0))
                 .collect::<Vec<_>>(),
             vec![(1, 2), (2, 0), (1, 2)]
         );
@@ -928,7 +928,7 @@ mod tests {
         );
         let p = &image.topics["r"].assignment[0];
         assert_eq!(
-            (p.leader, p.leader_epoch, p.isr.clone()),
+            (p.leader, p.leader_epoch.0, p.isr.clone()),
             (2, 1, vec![2, 3])
         );
         run(
@@ -942,7 +942,7 @@ mod tests {
             },
         );
         let p = &image.topics["r"].assignment[0];
-        assert_eq!((p.leader, p.leader_epoch, p.isr.clone()), (2, 1, vec![2]));
+        assert_eq!((p.leader, p.leader_epoch.0, p.isr.clone()), (2, 1, vec![2]));
         // The last ISR member stays in it when fenced: it alone holds everything acknowledged.
         run(
             &mut image,
@@ -956,7 +956,7 @@ mod tests {
         );
         let p = &image.topics["r"].assignment[0];
         assert_eq!(
-            (p.leader, p.leader_epoch, p.isr.clone()),
+            (p.leader, p.leader_epoch.0, p.isr.clone()),
             (NO_LEADER, 2, vec![2])
         );
         // An out-of-sync replica returning does not lead; the ISR member does.
@@ -964,12 +964,12 @@ mod tests {
         assert_eq!(image.topics["r"].assignment[0].leader, NO_LEADER);
         run(&mut image, 9, MetadataCommand::UnfenceBroker { id: 2 });
         let p = image.topics["r"].assignment[0].clone();
-        assert_eq!((p.leader, p.leader_epoch), (2, 3));
+        assert_eq!((p.leader, p.leader_epoch.0), (2, 3));
         // The leader grows the ISR back, at its current epochs only.
         let change = |leader_epoch, partition_epoch, isr: Vec<i32>| MetadataCommand::ChangeIsr {
             topic: "r".into(),
             partition: 0,
-            leader_epoch,
+            leader_epoch: LeaderEpoch(leader_epoch),
             partition_epoch,
             isr,
         };
@@ -1003,18 +1003,18 @@ mod tests {
         // incarnation id does: the other in-sync replica leads at the next epoch while the
         // restarted one recovers outside the ISR.
         run(&mut image, 14, register(2, "x"));
-        assert_eq!(image.topics["r"].assignment[0].leader_epoch, 3);
+        assert_eq!(image.topics["r"].assignment[0].leader_epoch, LeaderEpoch(3));
         assert_eq!(image.liveness.fencings.get("restarted"), None);
         run(&mut image, 15, register(2, "restarted"));
         let r = &image.topics["r"].assignment[0];
-        assert_eq!((r.leader, r.leader_epoch, r.isr.clone()), (1, 4, vec![1]));
+        assert_eq!((r.leader, r.leader_epoch.0, r.isr.clone()), (1, 4, vec![1]));
         assert_eq!(image.liveness.fencings.get("restarted"), Some(&1));
         assert!(!image.brokers[&2].fenced, "the new process is live");
         // Where it is the only in-sync replica, it leads again, at a new epoch.
         run(&mut image, 16, register(1, "restarted"));
         let r = &image.topics["r"].assignment[0];
         assert_eq!((r.leader, r.isr.clone()), (1, vec![1]));
-        assert!(r.leader_epoch > 4, "{r:?}");
+        assert!(r.leader_epoch > LeaderEpoch(4), "{r:?}");
     }
 
     #[test]
@@ -1191,7 +1191,7 @@ mod tests {
             (
                 2,
                 vec![2],
-                before.leader_epoch + 1,
+                before.leader_epoch.next(),
                 before.partition_epoch.next()
             )
         );
@@ -1319,7 +1319,7 @@ mod tests {
         );
         assert_eq!(codes(run(&mut image, 10, elect(false)))[0], ErrorCode::NONE);
         let p = &image.topics["e"].assignment[0];
-        assert_eq!((p.leader, p.leader_epoch), (1, 2));
+        assert_eq!((p.leader, p.leader_epoch.0), (1, 2));
         // Partition 1: both replicas fenced, 2 last in the ISR; 1 returns: only an unclean
         // election lets it lead.
         run(
@@ -1564,7 +1564,7 @@ mod tests {
             MetadataCommand::ChangeIsr {
                 topic: "orders".into(),
                 partition: 0,
-                leader_epoch: 0,
+                leader_epoch: LeaderEpoch(0),
                 partition_epoch: PartitionEpoch(0),
                 isr: vec![1],
             },

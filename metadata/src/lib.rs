@@ -11,7 +11,7 @@
 //! controller's judgement of each broker's liveness (`liveness`),
 //! `compression.type`'s codecs, the internal topics' names and which `__consumer_offsets`
 //! partition holds a group, the client quota records, and Kafka's nouns as types (`types`:
-//! `PartitionEpoch` so far).
+//! `PartitionEpoch` and `LeaderEpoch` so far).
 
 #![forbid(unsafe_code)]
 

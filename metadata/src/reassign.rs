@@ -204,7 +204,7 @@ fn lead_from_isr(p: &mut PartitionRegistration, live: &[i32]) {
         .copied()
         .find(|r| p.isr.contains(r) && live.contains(r))
         .unwrap_or(NO_LEADER);
-    p.leader_epoch += 1;
+    p.leader_epoch.bump();
 }
 
 #[cfg(test)]
@@ -357,7 +357,7 @@ mod tests {
         assert_eq!(p.replicas, vec![3, 4, 1, 2]);
         assert_eq!(p.adding_replicas, vec![3, 4]);
         assert_eq!(p.removing_replicas, vec![1, 2]);
-        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch.0), (1, 0, 1));
+        assert_eq!((p.leader, p.leader_epoch.0, p.partition_epoch.0), (1, 0, 1));
         // One of the two new replicas in sync: not yet.
         assert_eq!(change_isr(&mut image, &[1, 2, 3]), Outcome::Done);
         assert!(part(&image).is_reassigning());
@@ -366,7 +366,7 @@ mod tests {
         assert_eq!(p.replicas, vec![3, 4]);
         assert_eq!(p.isr, vec![3, 4]);
         assert!(!p.is_reassigning());
-        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch.0), (3, 1, 3));
+        assert_eq!((p.leader, p.leader_epoch.0, p.partition_epoch.0), (3, 1, 3));
     }
 
     #[test]
@@ -380,7 +380,7 @@ mod tests {
             (vec![2, 1], vec![1, 2])
         );
         assert!(!p.is_reassigning());
-        assert_eq!((p.leader, p.leader_epoch), (1, 0), "the leader stays");
+        assert_eq!((p.leader, p.leader_epoch.0), (1, 0), "the leader stays");
         // Growing [2,1] to [2,1,4]: 4 must catch up first.
         assert_eq!(reassign(&mut image, 0, Some(&[2, 1, 4])), ErrorCode::NONE);
         let p = part(&image);

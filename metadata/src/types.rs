@@ -36,6 +36,36 @@ impl fmt::Display for PartitionEpoch {
     }
 }
 
+/// A partition's leader epoch: it moves each time the partition gets a new leader (or the same
+/// leader anew), and it is what clients and followers send back (`current_leader_epoch`), so a
+/// request made against a deposed leader is refused.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct LeaderEpoch(pub i32);
+
+impl LeaderEpoch {
+    /// The epoch after this one: every election takes it.
+    #[must_use]
+    pub fn next(self) -> Self {
+        let next = LeaderEpoch(self.0 + 1);
+        debug_assert!(next > self, "leader epoch {} overflowed", self.0);
+        next
+    }
+
+    /// Moves this epoch on to [`next`](Self::next).
+    pub fn bump(&mut self) {
+        *self = self.next();
+    }
+}
+
+impl fmt::Display for LeaderEpoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

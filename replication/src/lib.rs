@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-pub use tributary_metadata::types::PartitionEpoch;
+pub use tributary_metadata::types::{LeaderEpoch, PartitionEpoch};
 
 /// A connection that carried a follower's fetches to this node: unique in the process, so the
 /// partitions fetched over a link that died can be told from those fetched over another.
@@ -117,7 +117,7 @@ pub fn backlog_admits(outstanding: u64, len: u64, max: u64) -> bool {
 /// A partition this shard leads with more than one replica.
 #[derive(Debug, Clone)]
 pub struct LeaderState {
-    pub leader_epoch: i32,
+    pub leader_epoch: LeaderEpoch,
     pub partition_epoch: PartitionEpoch,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
@@ -181,7 +181,7 @@ impl Turns {
 
 impl LeaderState {
     pub fn new(
-        leader_epoch: i32,
+        leader_epoch: LeaderEpoch,
         partition_epoch: PartitionEpoch,
         replicas: Vec<i32>,
         isr: Vec<i32>,
@@ -444,7 +444,14 @@ mod tests {
     fn leader(isr: &[i32]) -> (LeaderState, Instant) {
         let now = Instant::now();
         (
-            LeaderState::new(1, PartitionEpoch(0), vec![1, 2, 3], isr.to_vec(), 100, now),
+            LeaderState::new(
+                LeaderEpoch(1),
+                PartitionEpoch(0),
+                vec![1, 2, 3],
+                isr.to_vec(),
+                100,
+                now,
+            ),
             now,
         )
     }

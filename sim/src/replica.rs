@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use tributary_protocol::ErrorCode;
-use tributary_replication::{divergence, truncation_target, LeaderState, LinkId};
+use tributary_replication::{divergence, truncation_target, LeaderEpoch, LeaderState, LinkId};
 use tributary_storage::producer_state::SequenceCheck;
 
 use crate::log::{Record, ReplicaLog};
@@ -17,7 +17,7 @@ use crate::{Body, Effects, Event, FetchAnswer, Limits, TOPIC};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Follow {
     pub leader: i32,
-    pub leader_epoch: i32,
+    pub leader_epoch: LeaderEpoch,
 }
 
 /// An acks=all batch appended here, waiting for the ISR.
@@ -27,7 +27,7 @@ pub struct PendingAck {
     pub request: u64,
     pub base: i64,
     pub end: i64,
-    pub epoch: i32,
+    pub epoch: LeaderEpoch,
     pub deadline: u64,
 }
 
@@ -91,7 +91,7 @@ impl Node {
                         l.take_image(reg.partition_epoch, isr, replicas, at(base, now));
                     }
                     None => {
-                        part.log.begin_epoch(reg.leader_epoch);
+                        part.log.begin_epoch(reg.leader_epoch.0);
                         part.leading = Some(LeaderState::new(
                             reg.leader_epoch,
                             reg.partition_epoch,
@@ -100,7 +100,7 @@ impl Node {
                             part.log.log_end_offset(),
                             at(base, now),
                         ));
-                        fx.began_leading.push((p, reg.leader_epoch));
+                        fx.began_leading.push((p, reg.leader_epoch.0));
                     }
                 }
             } else if reg.leader >= 0 && reg.replicas.contains(&me) {
@@ -191,7 +191,7 @@ impl Node {
                 let records: Vec<Record> = ids
                     .iter()
                     .map(|&id| Record {
-                        epoch,
+                        epoch: epoch.0,
                         id,
                         producer,
                         first_seq,
@@ -266,6 +266,7 @@ impl Node {
             fx.send(self.id, follower, a);
             return;
         };
+        let current_epoch = LeaderEpoch(current_epoch);
         if current_epoch != l.leader_epoch {
             let code = if current_epoch < l.leader_epoch {
                 ErrorCode::FENCED_LEADER_EPOCH
@@ -368,7 +369,7 @@ impl Node {
                 partition: p,
                 fetch: fetch_id,
                 offset: part.log.log_end_offset(),
-                current_epoch: follow.leader_epoch,
+                current_epoch: follow.leader_epoch.0,
                 last_fetched_epoch: part.log.latest_epoch().unwrap_or(-1),
             },
         );

@@ -564,7 +564,7 @@ impl World {
                 n.parts[&p]
                     .leading
                     .as_ref()
-                    .is_some_and(|l| l.leader_epoch == epoch)
+                    .is_some_and(|l| l.leader_epoch.0 == epoch)
             })
             .map_or(-1, |n| n.id)
     }

@@ -369,7 +369,7 @@ async fn read_and_wait(
                 Ok(()) => {
                     let current = catalog
                         .partition(&i.topic, i.partition)
-                        .map_or(0, |r| r.leader_epoch);
+                        .map_or(0, |r| r.leader_epoch.0);
                     check_leader_epoch(i.current_leader_epoch, current)
                 }
                 Err(code) => code,

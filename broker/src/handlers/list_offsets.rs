@@ -37,7 +37,7 @@ pub async fn handle(
         let lookups = t.partitions.iter().map(|p| {
             let epoch = catalog
                 .partition(&t.name, p.partition)
-                .map_or(0, |r| r.leader_epoch);
+                .map_or(0, |r| r.leader_epoch.0);
             let access = if denied {
                 Err(ErrorCode::TOPIC_AUTHORIZATION_FAILED)
             } else {

@@ -250,7 +250,7 @@ fn describe_topic(
                 part = part.with_offline_replicas(ids(&offline));
             }
             if v >= 7 {
-                part = part.with_leader_epoch(r.leader_epoch);
+                part = part.with_leader_epoch(r.leader_epoch.0);
             }
             part
         })

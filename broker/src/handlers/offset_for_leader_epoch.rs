@@ -72,7 +72,7 @@ pub async fn handle(
             };
             let current = catalog
                 .partition(name, q.partition)
-                .map_or(0, |r| r.leader_epoch);
+                .map_or(0, |r| r.leader_epoch.0);
             let (code, epoch, end) = if let Err(code) = access {
                 (code, UNDEFINED, UNDEFINED_OFFSET)
             } else {

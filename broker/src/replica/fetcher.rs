@@ -22,6 +22,7 @@ use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, info, warn};
 use tributary_protocol::ErrorCode;
 
+use super::LeaderEpoch;
 use crate::config::BrokerConfig;
 use crate::shard::Shard;
 
@@ -271,7 +272,7 @@ fn follows_beyond(shard: &Shard, leader: i32, items: &[Item]) -> bool {
         .any(|((topic, p), f)| {
             let fetched = items
                 .binary_search_by(|i| (i.topic.as_str(), i.partition).cmp(&(topic.as_str(), *p)))
-                .is_ok_and(|k| items[k].leader_epoch == f.leader_epoch);
+                .is_ok_and(|k| items[k].leader_epoch == f.leader_epoch.0);
             !fetched && shard.partition(topic, *p).is_some()
         })
 }
@@ -295,7 +296,7 @@ fn followed(shard: &Shard, leader: i32) -> Vec<Item> {
             Some(Item {
                 topic: topic.clone(),
                 partition: *p,
-                leader_epoch: f.leader_epoch,
+                leader_epoch: f.leader_epoch.0,
                 fetch_offset: part.log_end_offset(),
                 last_fetched_epoch: part.latest_epoch().unwrap_or(-1),
             })
@@ -374,7 +375,9 @@ async fn apply(
                 .borrow()
                 .get(&(item.topic.clone(), item.partition))
                 .copied();
-            if current.map(|f| (f.leader, f.leader_epoch)) != Some((leader, item.leader_epoch)) {
+            if current.map(|f| (f.leader, f.leader_epoch))
+                != Some((leader, LeaderEpoch(item.leader_epoch)))
+            {
                 continue;
             }
             let Some(part) = shard.partition(name, p.partition_index) else {

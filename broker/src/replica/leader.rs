@@ -15,7 +15,7 @@ use tributary_storage::Partition;
 
 use crate::config::BrokerConfig;
 
-use super::{Follow, LeaderState, ReplicaFetchItem};
+use super::{Follow, LeaderEpoch, LeaderState, ReplicaFetchItem};
 use crate::catalog::Catalog;
 use crate::cluster::command::{isr_eligible, MetadataCommand};
 use crate::group::OFFSETS_TOPIC;
@@ -63,8 +63,8 @@ fn unreplicated_role(
     me: i32,
     changes: &mut RoleChanges,
 ) {
-    if reg.leader == me && part.leader_epoch() < reg.leader_epoch {
-        changes.new_epochs.push((part.clone(), reg.leader_epoch));
+    if reg.leader == me && part.leader_epoch() < reg.leader_epoch.0 {
+        changes.new_epochs.push((part.clone(), reg.leader_epoch.0));
     }
     if reg.leader == me && part.is_replicated() {
         // Reassigned down to this one replica: what it holds durably is replicated enough,
@@ -159,7 +159,7 @@ impl Shard {
                         );
                     }
                     _ => {
-                        info!(topic = %topic, partition = p, epoch = reg.leader_epoch, isr = ?reg.isr, "leading partition");
+                        info!(topic = %topic, partition = p, epoch = %reg.leader_epoch, isr = ?reg.isr, "leading partition");
                         // Not leading until the epoch is in the partition's epoch cache: a
                         // follower's fetch answered before would be checked against the
                         // old epochs (and could be told to drop its whole log).
@@ -174,7 +174,7 @@ impl Shard {
                 };
                 if following.insert(key, follow) != Some(follow) {
                     changes.follows_changed = true;
-                    info!(topic = %topic, partition = p, leader = reg.leader, epoch = reg.leader_epoch, "following partition");
+                    info!(topic = %topic, partition = p, leader = reg.leader, epoch = %reg.leader_epoch, "following partition");
                 }
                 if !self.replicas.fetchers.borrow().contains(&reg.leader) {
                     changes.start_fetchers.push(reg.leader);
@@ -188,7 +188,7 @@ impl Shard {
     async fn start_leading(&self, new_leaders: Vec<NewLeader>, now: Instant) {
         let me = self.config.node_id;
         for (key, part, reg) in new_leaders {
-            if let Err(e) = part.set_leader_epoch(reg.leader_epoch).await {
+            if let Err(e) = part.set_leader_epoch(reg.leader_epoch.0).await {
                 warn!(dir = %part.dir().display(), error = %e, "recording the new leader epoch failed; not leading");
                 continue;
             }
@@ -331,7 +331,7 @@ impl Shard {
     }
 
     /// The leader epoch of a partition this shard leads with replicas, if it does.
-    pub fn leader_epoch_of(&self, topic: &str, partition: i32) -> Option<i32> {
+    pub fn leader_epoch_of(&self, topic: &str, partition: i32) -> Option<LeaderEpoch> {
         self.replicas
             .leading
             .borrow()
@@ -410,7 +410,7 @@ impl Shard {
         topic: &str,
         partition: i32,
         len: usize,
-        epoch: i32,
+        epoch: LeaderEpoch,
         deadline: Instant,
     ) -> Result<AppendTurn, ErrorCode> {
         let key = (topic.to_string(), partition);
@@ -462,7 +462,7 @@ impl Shard {
         topic: &str,
         partition: i32,
         end: i64,
-        epoch: i32,
+        epoch: LeaderEpoch,
         timeout: Duration,
     ) -> Result<(), ErrorCode> {
         if self.leader_epoch_of(topic, partition) != Some(epoch) {
@@ -495,10 +495,12 @@ impl Shard {
         let Some(epoch) = self.leader_epoch_of(&item.topic, item.partition) else {
             return answer(item.partition, ErrorCode::NOT_LEADER_OR_FOLLOWER);
         };
-        if item.current_leader_epoch >= 0 && item.current_leader_epoch < epoch {
+        // -1: a follower that names no epoch is not checked.
+        let current = LeaderEpoch(item.current_leader_epoch);
+        if item.current_leader_epoch >= 0 && current < epoch {
             return answer(item.partition, ErrorCode::FENCED_LEADER_EPOCH);
         }
-        if item.current_leader_epoch > epoch {
+        if current > epoch {
             return answer(item.partition, ErrorCode::UNKNOWN_LEADER_EPOCH);
         }
         let mut out = answer(item.partition, ErrorCode::NONE);

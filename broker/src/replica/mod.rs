@@ -19,8 +19,8 @@ pub mod fetcher;
 pub mod leader;
 
 pub use tributary_replication::{
-    backlog_admits, divergence, truncation_target, FollowerState, IsrRules, LeaderState, LinkId,
-    OutOfSync, Turns,
+    backlog_admits, divergence, truncation_target, FollowerState, IsrRules, LeaderEpoch,
+    LeaderState, LinkId, OutOfSync, Turns,
 };
 
 pub use crate::conn::ReplicaLink;
@@ -34,7 +34,7 @@ use event_listener::Event;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Follow {
     pub leader: i32,
-    pub leader_epoch: i32,
+    pub leader_epoch: LeaderEpoch,
 }
 
 /// One shard's replication state.

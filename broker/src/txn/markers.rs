@@ -48,7 +48,7 @@ pub async fn finish(shard: Rc<Shard>, prepared: TxnMeta) {
         let coordinator_epoch = shard
             .catalog()
             .partition(super::TXN_TOPIC, shard.txns.partition_of(&id))
-            .map_or(0, |r| r.leader_epoch);
+            .map_or(0, |r| r.leader_epoch.0);
         let mut failed = Vec::new();
         let mut remote: std::collections::BTreeMap<i32, Vec<Marker>> = Default::default();
         for (topic, partition) in left {
