@@ -561,7 +561,7 @@ pub struct BrokerConfig {
     /// `quota.sensors.max`: (user, client id) pairs a shard measures at most.
     pub quota_sensors_max: usize,
     /// `quota.window.num` samples of `quota.window.size.seconds`.
-    pub quota_window: crate::quota::QuotaWindow,
+    pub quota_window: QuotaWindow,
     /// `inter.broker.connections.idle.max`: idle connections a shard keeps to each other broker.
     pub inter_broker_connections_idle_max: usize,
     pub max_connections: usize,
@@ -1281,7 +1281,7 @@ impl Append {
 struct Network {
     queued_max_requests: usize,
     quota_sensors_max: usize,
-    quota_window: crate::quota::QuotaWindow,
+    quota_window: QuotaWindow,
     inter_broker_connections_idle_max: usize,
     max_connections: usize,
     max_connections_per_ip: usize,
@@ -1299,7 +1299,7 @@ impl Network {
         Ok(Self {
             queued_max_requests: key_num(get, "queued.max.requests", 1)?,
             quota_sensors_max: key_num(get, "quota.sensors.max", 1)?,
-            quota_window: crate::quota::QuotaWindow {
+            quota_window: QuotaWindow {
                 samples: key_num(get, "quota.window.num", 1)?,
                 sample: std::time::Duration::from_secs(key_num(
                     get,
@@ -1948,6 +1948,43 @@ impl BrokerConfig {
 
 /// Unit tests' config input: `props` over the defaults, data in `./data`, `--listen`
 /// 127.0.0.1:9092.
+/// How rates are measured (Kafka's `quota.window.num` and `quota.window.size.seconds`): over
+/// the last `samples` samples of `sample` each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaWindow {
+    pub samples: usize,
+    pub sample: std::time::Duration,
+}
+
+impl Default for QuotaWindow {
+    /// Kafka's defaults: 11 samples of 1 s.
+    fn default() -> Self {
+        Self {
+            samples: 11,
+            sample: std::time::Duration::from_secs(1),
+        }
+    }
+}
+
+impl QuotaWindow {
+    /// The whole window; also the longest a single response throttles its connection for a
+    /// byte rate, as Kafka's `ClientQuotaManager` bounds it.
+    pub fn span(&self) -> std::time::Duration {
+        self.sample.saturating_mul(saturating_u32(self.samples))
+    }
+
+    /// The longest a single response throttles its connection for its request time: Kafka's
+    /// `ClientRequestQuotaManager` bounds it by one sample, so a client past its quota by a
+    /// burst comes back within a sample and is measured again.
+    pub fn request_throttle_max(&self) -> std::time::Duration {
+        self.sample
+    }
+}
+/// `n` as a multiplier of a duration (whatever `quota.window.num` an operator set).
+pub(crate) fn saturating_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 #[cfg(test)]
 impl ConfigInput {
     pub(crate) fn for_test(props: &[(&str, &str)]) -> ConfigInput {
@@ -1984,7 +2021,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             c.quota_window,
-            crate::quota::QuotaWindow {
+            QuotaWindow {
                 samples: 3,
                 sample: std::time::Duration::from_secs(2)
             }

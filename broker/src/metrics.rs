@@ -453,7 +453,7 @@ fn render_liveness(out: &mut String, counts: &crate::catalog::LivenessCounts) {
         "counter",
         "Brokers fenced by the active controller, cluster-wide, by what it saw.",
     );
-    for reason in crate::cluster::command::FenceReason::ALL {
+    for reason in tributary_metadata::command::FenceReason::ALL {
         let n = counts.fencings.get(reason.name()).copied().unwrap_or(0);
         let _ = writeln!(out, "{fencings}{{reason=\"{}\"}} {n}", reason.name());
     }

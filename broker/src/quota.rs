@@ -30,42 +30,8 @@ pub use tributary_metadata::quota::{
     REQUEST_PERCENTAGE,
 };
 
-/// How rates are measured (Kafka's `quota.window.num` and `quota.window.size.seconds`): over
-/// the last `samples` samples of `sample` each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QuotaWindow {
-    pub samples: usize,
-    pub sample: Duration,
-}
-
-impl Default for QuotaWindow {
-    /// Kafka's defaults: 11 samples of 1 s.
-    fn default() -> Self {
-        Self {
-            samples: 11,
-            sample: Duration::from_secs(1),
-        }
-    }
-}
-
-impl QuotaWindow {
-    /// The whole window; also the longest a single response throttles its connection for a
-    /// byte rate, as Kafka's `ClientQuotaManager` bounds it.
-    pub fn span(&self) -> Duration {
-        self.sample.saturating_mul(saturating_u32(self.samples))
-    }
-
-    /// The longest a single response throttles its connection for its request time: Kafka's
-    /// `ClientRequestQuotaManager` bounds it by one sample, so a client past its quota by a
-    /// burst comes back within a sample and is measured again.
-    pub fn request_throttle_max(&self) -> Duration {
-        self.sample
-    }
-}
-/// `n` as a multiplier of a duration (whatever `quota.window.num` an operator set).
-fn saturating_u32(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
+use crate::config::saturating_u32;
+pub use crate::config::QuotaWindow;
 
 /// `quota.sensors.max` by default: (user, client id) pairs a shard measures at most; when a new
 /// pair comes past it the least recently used is forgotten.

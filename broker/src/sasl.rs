@@ -381,7 +381,7 @@ pub fn add_bootstrap_scram(data_dir: &std::path::Path, arg: &str) -> anyhow::Res
 /// are none.
 pub fn bootstrap_scram_command(
     bytes: &[u8],
-) -> anyhow::Result<Option<crate::cluster::command::MetadataCommand>> {
+) -> anyhow::Result<Option<tributary_metadata::command::MetadataCommand>> {
     let mut upsert = Vec::new();
     for (n, line) in String::from_utf8_lossy(bytes).lines().enumerate() {
         if line.trim().is_empty() {
@@ -397,7 +397,7 @@ pub fn bootstrap_scram_command(
         upsert.push(entry);
     }
     Ok((!upsert.is_empty()).then_some(
-        crate::cluster::command::MetadataCommand::AlterScramCredentials {
+        tributary_metadata::command::MetadataCommand::AlterScramCredentials {
             upsert,
             delete: Vec::new(),
         },
