@@ -233,6 +233,12 @@ impl LeaderState {
         replicas: Vec<i32>,
         now: Instant,
     ) {
+        // Images apply in log order: at one leader epoch the partition epoch never goes back.
+        assert!(
+            partition_epoch >= self.partition_epoch,
+            "partition epoch {partition_epoch} after {}",
+            self.partition_epoch
+        );
         if partition_epoch != self.partition_epoch {
             self.isr_change_pending = false;
             self.pending_isr = None;
@@ -337,12 +343,18 @@ impl LeaderState {
     /// ISR member. A follower that has not fetched yet in this epoch holds it where it is.
     pub fn high_watermark(&self, me: i32, leader_durable: i64) -> i64 {
         let pending = self.pending_isr.iter().flatten();
-        self.isr
+        let hw = self
+            .isr
             .iter()
             .chain(pending)
             .filter(|&&r| r != me)
             .map(|r| self.followers.get(r).map_or(-1, |f| f.log_end_offset))
-            .fold(leader_durable, i64::min)
+            .fold(leader_durable, i64::min);
+        assert!(
+            hw <= leader_durable,
+            "high watermark {hw} above the durable end {leader_durable}"
+        );
+        hw
     }
 
     /// The ISR this leader should propose, if it differs: members out of sync by `rules` leave;
@@ -378,6 +390,19 @@ impl LeaderState {
         if !isr.contains(&me) {
             isr.insert(0, me);
         }
+        assert!(
+            isr.contains(&me),
+            "the leader {me} left its own ISR {isr:?}"
+        );
+        debug_assert!(
+            {
+                let mut members = isr.clone();
+                members.sort_unstable();
+                members.dedup();
+                members.len() == isr.len()
+            },
+            "a member twice in {isr:?}"
+        );
         (isr != self.isr).then_some(isr)
     }
 }
