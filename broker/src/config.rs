@@ -1946,8 +1946,6 @@ impl BrokerConfig {
     }
 }
 
-/// Unit tests' config input: `props` over the defaults, data in `./data`, `--listen`
-/// 127.0.0.1:9092.
 /// How rates are measured (Kafka's `quota.window.num` and `quota.window.size.seconds`): over
 /// the last `samples` samples of `sample` each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1985,6 +1983,8 @@ pub(crate) fn saturating_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// Unit tests' config input: `props` over the defaults, data in `./data`, `--listen`
+/// 127.0.0.1:9092.
 #[cfg(test)]
 impl ConfigInput {
     pub(crate) fn for_test(props: &[(&str, &str)]) -> ConfigInput {

@@ -1,6 +1,6 @@
 //! The operations a coordinator runs on the shard that owns its internal partition: a group's
 //! (`__consumer_offsets`) and a transactional id's (`__transaction_state`). The handlers of the
-//! group and transaction APIs send them there (`ShardRequest::Group`, `ShardRequest::Txn`) and
+//! group and transaction APIs send them there (`ask_group`, `ask_txn`: closures the shard runs) and
 //! turn the replies into responses; the shard runs them here, against its coordinators.
 
 use std::rc::Rc;

@@ -543,8 +543,16 @@ impl Shard {
             }
         }
         for key in gone {
+            // Its replication state goes with it: a topic recreated under the same name starts
+            // at leader and partition epoch 0, and must not inherit the old one's followers
+            // (their log ends would hold the new high watermark) nor its follow.
+            self.replicas.leading.borrow_mut().remove(&key);
+            self.replicas.following.borrow_mut().remove(&key);
             let part = self.partitions.borrow_mut().remove(&key);
             if let Some(part) = part {
+                // Writes waiting on it are answered now (NOT_LEADER_OR_FOLLOWER), not at their
+                // timeout.
+                part.wake_waiters();
                 if let Err(e) = part.delete().await {
                     warn!(topic = %key.0, partition = key.1, error = %e, "deleting partition failed");
                 }
