@@ -5,12 +5,11 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::channel::oneshot;
 use tracing::info;
 use tributary_protocol::requests::groups::JoinGroupRequest;
 use tributary_protocol::ErrorCode;
 
-use super::state::{Group, GroupLimits, GroupState, JoinResult, Member, SyncResult};
+use super::state::{Group, GroupLimits, GroupState, JoinResult, Member, Reply, SyncResult};
 
 /// A refusal, answered at once.
 type Refused = Box<JoinResult>;
@@ -47,9 +46,9 @@ pub(super) struct Joiner {
 pub(super) enum Identity {
     /// This member joins (or rejoins) and waits for the rebalance.
     Member(String),
-    /// A static member took over its old identity with nothing changed: answered at once,
-    /// without a rebalance.
-    Rejoined(oneshot::Receiver<JoinResult>),
+    /// A static member took over its old identity (the new member id) with nothing changed:
+    /// answered at once, without a rebalance.
+    Rejoined(String),
 }
 
 impl Group {
@@ -134,11 +133,15 @@ impl Group {
         let Some(mut old) = self.members.remove(existing) else {
             return Identity::Member(new_id);
         };
-        if let Some(tx) = old.pending_join.take() {
-            let _ = tx.send(JoinResult::error(ErrorCode::FENCED_INSTANCE_ID, existing));
+        // The old member id's parked requests are fenced; the new id has none.
+        if std::mem::take(&mut old.awaiting_join) {
+            let fenced = JoinResult::error(ErrorCode::FENCED_INSTANCE_ID, existing);
+            self.push_reply(Reply::Join(fenced));
         }
-        if let Some(tx) = old.pending_sync.take() {
-            let _ = tx.send(SyncResult::error(ErrorCode::FENCED_INSTANCE_ID));
+        if std::mem::take(&mut old.awaiting_sync) {
+            let result = SyncResult::error(ErrorCode::FENCED_INSTANCE_ID);
+            let member_id = existing.to_owned();
+            self.push_reply(Reply::Sync { member_id, result });
         }
         old.member_id = new_id.clone();
         old.deadline = now + session;
@@ -150,16 +153,17 @@ impl Group {
             self.leader = Some(new_id.clone());
         }
         if unchanged && self.state == GroupState::Stable {
-            let (tx, rx) = oneshot::channel();
-            let _ = tx.send(self.current_join(&new_id));
-            return Identity::Rejoined(rx);
+            let current = self.current_join(&new_id);
+            self.push_reply(Reply::Join(current));
+            return Identity::Rejoined(new_id);
         }
         Identity::Member(new_id)
     }
 
     /// Takes `member_id` into the group: a known member with nothing changed while the group
     /// completes a rebalance (or is stable and it is not the leader) gets the current
-    /// generation at once; anything else joins the rebalance, whose answer comes later.
+    /// generation at once; anything else joins the rebalance, whose answer comes later. Either
+    /// way the answer is a [`Reply`] for `member_id`.
     pub(super) fn admit(
         &mut self,
         member_id: String,
@@ -167,12 +171,11 @@ impl Group {
         joiner: Joiner,
         now: Instant,
         limits: &GroupLimits,
-    ) -> Result<oneshot::Receiver<JoinResult>, Refused> {
+    ) -> Result<(), Refused> {
         self.pending_member_ids.retain(|(id, _)| *id != member_id);
         if !self.members.contains_key(&member_id) && self.members.len() >= limits.max_size {
             return Err(refuse(ErrorCode::GROUP_MAX_SIZE_REACHED, &member_id));
         }
-        let (tx, rx) = oneshot::channel();
         let session = joiner.session;
         let rebalance = Duration::from_millis(req.rebalance_timeout_ms.max(0) as u64);
         let is_leader = self.leader.as_deref() == Some(member_id.as_str());
@@ -187,11 +190,12 @@ impl Group {
                     && (state == GroupState::CompletingRebalance
                         || (state == GroupState::Stable && !is_leader))
                 {
-                    let _ = tx.send(self.current_join(&member_id));
-                    return Ok(rx);
+                    let current = self.current_join(&member_id);
+                    self.push_reply(Reply::Join(current));
+                    return Ok(());
                 }
                 m.protocols = req.protocols;
-                m.pending_join = Some(tx);
+                m.awaiting_join = true;
             }
             None => {
                 let member = Member {
@@ -204,8 +208,8 @@ impl Group {
                     protocols: req.protocols,
                     assignment: Bytes::new(),
                     deadline: now + session,
-                    pending_join: Some(tx),
-                    pending_sync: None,
+                    awaiting_join: true,
+                    awaiting_sync: false,
                 };
                 self.members.insert(member_id.clone(), member);
             }
@@ -218,6 +222,6 @@ impl Group {
         }
         self.prepare_rebalance(now, limits);
         self.maybe_complete_join(now);
-        Ok(rx)
+        Ok(())
     }
 }

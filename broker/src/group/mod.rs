@@ -22,7 +22,9 @@ use tributary_protocol::ErrorCode;
 use tributary_storage::Partition;
 
 use crate::coordinator_log::now_ms;
-use state::{CommittedOffset, Group, GroupLimits, GroupState, JoinResult, Member, SyncResult};
+use state::{
+    CommittedOffset, Group, GroupLimits, GroupState, JoinResult, Member, Reply, SyncResult,
+};
 
 pub use tributary_metadata::internal_topics::{is_internal, partition_for_group, OFFSETS_TOPIC};
 
@@ -62,6 +64,16 @@ pub use crate::coordinator_log::ReplicatedWrite;
 /// A record of `__consumer_offsets`: key and value (`None`: a tombstone).
 type Record = (Bytes, Option<Bytes>);
 
+/// The JoinGroup and SyncGroup requests of one group waiting for its decisions, by member id.
+/// A request whose member stops waiting without an answer (removed by a reload, its group
+/// unloaded or deleted, or replaced by the member's next request) is dropped, and its sender
+/// answers REBALANCE_IN_PROGRESS.
+#[derive(Default)]
+struct Parked {
+    joins: HashMap<String, oneshot::Sender<JoinResult>>,
+    syncs: HashMap<String, oneshot::Sender<SyncResult>>,
+}
+
 pub struct GroupCoordinator {
     config: GroupConfig,
     /// Set by the shard: how a write to a replicated offsets partition waits for its ISR.
@@ -70,6 +82,8 @@ pub struct GroupCoordinator {
     /// created with, whatever `offsets.topic.num.partitions` says later).
     offsets_partitions: std::cell::Cell<i32>,
     groups: RefCell<HashMap<String, Group>>,
+    /// Requests waiting on each group's decisions, by group id.
+    parked: RefCell<HashMap<String, Parked>>,
     /// Offset records of open transactions, by producer id, until their marker.
     pending_txn: RefCell<HashMap<i64, Vec<Record>>>,
 }
@@ -81,6 +95,7 @@ impl GroupCoordinator {
             offsets_partitions: std::cell::Cell::new(config.offsets_partitions),
             config,
             groups: RefCell::new(HashMap::new()),
+            parked: RefCell::new(HashMap::new()),
             pending_txn: RefCell::new(HashMap::new()),
         }
     }
@@ -142,7 +157,50 @@ impl GroupCoordinator {
         let mut groups = self.groups.borrow_mut();
         let before = groups.len();
         groups.retain(|id, _| partition_for_group(id, n) != partition);
+        self.forget_parked(&groups);
         before - groups.len()
+    }
+
+    /// Delivers the answers `g` decided to the requests parked for them, then drops the
+    /// requests whose member no longer waits.
+    fn settle(&self, g: &mut Group) {
+        let mut all = self.parked.borrow_mut();
+        let parked = all.entry(g.group_id.clone()).or_default();
+        for reply in g.take_replies() {
+            match reply {
+                Reply::Join(result) => {
+                    if let Some(tx) = parked.joins.remove(&result.member_id) {
+                        let _ = tx.send(result);
+                    }
+                }
+                Reply::Sync { member_id, result } => {
+                    if let Some(tx) = parked.syncs.remove(&member_id) {
+                        let _ = tx.send(result);
+                    }
+                }
+            }
+        }
+        let waits = |id: &String, join: bool| {
+            g.members.get(id).is_some_and(|m| {
+                if join {
+                    m.awaiting_join
+                } else {
+                    m.awaiting_sync
+                }
+            })
+        };
+        parked.joins.retain(|id, _| waits(id, true));
+        parked.syncs.retain(|id, _| waits(id, false));
+        if parked.joins.is_empty() && parked.syncs.is_empty() {
+            all.remove(&g.group_id);
+        }
+    }
+
+    /// Drops the parked requests of groups this coordinator no longer holds.
+    fn forget_parked(&self, groups: &HashMap<String, Group>) {
+        self.parked
+            .borrow_mut()
+            .retain(|id, _| groups.contains_key(id));
     }
 
     /// Rebuilds groups and offsets from one `__consumer_offsets` partition this node leads,
@@ -232,8 +290,8 @@ impl GroupCoordinator {
                                 )],
                                 assignment: m.assignment,
                                 deadline: now + session,
-                                pending_join: None,
-                                pending_sync: None,
+                                awaiting_join: false,
+                                awaiting_sync: false,
                             },
                         );
                     }
@@ -242,9 +300,11 @@ impl GroupCoordinator {
                     } else {
                         GroupState::Stable
                     };
+                    self.settle(g);
                 }
                 None => {
                     groups.remove(&group);
+                    self.forget_parked(&groups);
                 }
                 Some(Err(e)) => warn!(error = %e, "unreadable group record skipped"),
             },
@@ -280,10 +340,22 @@ impl GroupCoordinator {
             session,
             version,
         };
-        match g.identify(&req, &joiner, now, &limits)? {
-            join::Identity::Rejoined(rx) => Ok(rx),
-            join::Identity::Member(member_id) => g.admit(member_id, req, joiner, now, &limits),
-        }
+        let admitted = match g.identify(&req, &joiner, now, &limits) {
+            Ok(join::Identity::Rejoined(member_id)) => Ok(member_id),
+            Ok(join::Identity::Member(member_id)) => g
+                .admit(member_id.clone(), req, joiner, now, &limits)
+                .map(|()| member_id),
+            Err(refused) => Err(refused),
+        };
+        let rx = admitted.map(|member_id| {
+            let (tx, rx) = oneshot::channel();
+            let mut parked = self.parked.borrow_mut();
+            let group = parked.entry(g.group_id.clone()).or_default();
+            group.joins.insert(member_id, tx);
+            rx
+        });
+        self.settle(g);
+        rx
     }
 
     pub fn sync(
@@ -295,55 +367,15 @@ impl GroupCoordinator {
         let Some(g) = groups.get_mut(&req.group_id) else {
             return Err(SyncResult::error(ErrorCode::UNKNOWN_MEMBER_ID));
         };
-        check_instance(g, &req.member_id, req.group_instance_id.as_deref())
-            .map_err(SyncResult::error)?;
-        if !g.members.contains_key(&req.member_id) {
-            return Err(SyncResult::error(ErrorCode::UNKNOWN_MEMBER_ID));
-        }
-        if req.generation_id != g.generation {
-            return Err(SyncResult::error(ErrorCode::ILLEGAL_GENERATION));
-        }
-        if req
-            .protocol_type
-            .as_ref()
-            .is_some_and(|p| Some(p) != g.protocol_type.as_ref())
-            || req
-                .protocol_name
-                .as_ref()
-                .is_some_and(|p| Some(p) != g.protocol_name.as_ref())
-        {
-            return Err(SyncResult::error(ErrorCode::INCONSISTENT_GROUP_PROTOCOL));
-        }
-        let (tx, rx) = oneshot::channel();
-        match g.state {
-            GroupState::PreparingRebalance => {
-                Err(SyncResult::error(ErrorCode::REBALANCE_IN_PROGRESS))
-            }
-            GroupState::Stable => {
-                let m = &g.members[&req.member_id];
-                let _ = tx.send(SyncResult {
-                    error: ErrorCode::NONE,
-                    protocol_type: g.protocol_type.clone(),
-                    protocol_name: g.protocol_name.clone(),
-                    assignment: m.assignment.clone(),
-                });
-                Ok((rx, false))
-            }
-            GroupState::CompletingRebalance => {
-                if let Some(m) = g.members.get_mut(&req.member_id) {
-                    m.pending_sync = Some(tx);
-                    m.deadline = now + m.session_timeout;
-                }
-                let is_leader = g.leader.as_deref() == Some(req.member_id.as_str());
-                if is_leader {
-                    g.complete_sync(&req.assignments, now);
-                }
-                Ok((rx, is_leader))
-            }
-            GroupState::Empty | GroupState::Dead => {
-                Err(SyncResult::error(ErrorCode::UNKNOWN_MEMBER_ID))
-            }
-        }
+        let synced = g.sync(&req, now).map(|completed| {
+            let (tx, rx) = oneshot::channel();
+            let mut parked = self.parked.borrow_mut();
+            let group = parked.entry(g.group_id.clone()).or_default();
+            group.syncs.insert(req.member_id, tx);
+            (rx, completed)
+        });
+        self.settle(g);
+        synced.map_err(SyncResult::error)
     }
 
     /// Writes the group's metadata after a completed rebalance.
@@ -362,7 +394,7 @@ impl GroupCoordinator {
         let Some(g) = groups.get_mut(&req.group_id) else {
             return ErrorCode::UNKNOWN_MEMBER_ID;
         };
-        if let Err(e) = check_instance(g, &req.member_id, req.group_instance_id.as_deref()) {
+        if let Err(e) = g.check_instance(&req.member_id, req.group_instance_id.as_deref()) {
             return e;
         }
         let Some(m) = g.members.get_mut(&req.member_id) else {
@@ -401,7 +433,7 @@ impl GroupCoordinator {
                 (Some(i), true) => g.static_members.get(i).cloned().unwrap_or_default(),
                 _ => member_id.clone(),
             };
-            let code = if let Err(e) = check_instance(g, &id, instance.as_deref()) {
+            let code = if let Err(e) = g.check_instance(&id, instance.as_deref()) {
                 e
             } else if g.members.contains_key(&id) {
                 info!(group = %g.group_id, member = %id, "member left");
@@ -423,6 +455,7 @@ impl GroupCoordinator {
             }
             emptied = g.maybe_complete_join(now) && g.state == GroupState::Empty;
         }
+        self.settle(g);
         let top = if results.len() == 1 {
             results[0].2
         } else {
@@ -767,7 +800,9 @@ impl GroupCoordinator {
         if let Err(code) = self.persist(log, records).await {
             return code;
         }
-        self.groups.borrow_mut().remove(group_id);
+        let mut groups = self.groups.borrow_mut();
+        groups.remove(group_id);
+        self.forget_parked(&groups);
         info!(group = %group_id, "group deleted");
         ErrorCode::NONE
     }
@@ -786,6 +821,7 @@ impl GroupCoordinator {
             if g.maybe_complete_join(now) && g.state == GroupState::Empty {
                 changed.push(g.group_id.clone());
             }
+            self.settle(g);
             if expire_offsets && g.state == GroupState::Empty {
                 let old: Vec<(String, i32)> = g
                     .offsets
@@ -813,6 +849,7 @@ impl GroupCoordinator {
                 && g.members.is_empty()
                 && g.generation == 0)
         });
+        self.forget_parked(&groups);
         (changed, tombstones)
     }
 
@@ -834,19 +871,6 @@ impl GroupCoordinator {
             }
         }
     }
-}
-
-/// Static-membership check: a request naming an instance id must come from the member that
-/// currently holds it.
-fn check_instance(g: &Group, member_id: &str, instance: Option<&str>) -> Result<(), ErrorCode> {
-    if let Some(instance) = instance {
-        if let Some(holder) = g.static_members.get(instance) {
-            if holder != member_id {
-                return Err(ErrorCode::FENCED_INSTANCE_ID);
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -902,8 +926,8 @@ mod coordinator_tests {
                     protocols: vec![("range".into(), Bytes::from_static(b"m"))],
                     assignment: Bytes::new(),
                     deadline: Instant::now(),
-                    pending_join: None,
-                    pending_sync: None,
+                    awaiting_join: false,
+                    awaiting_sync: false,
                 },
             );
             GroupCoordinator::group_record(&g)
@@ -930,6 +954,96 @@ mod coordinator_tests {
         assert_eq!(joined.error, ErrorCode::NONE);
         assert_eq!(joined.generation_id, 4);
         assert_eq!(joined.leader, first.member_id);
+    }
+}
+
+#[cfg(test)]
+mod parked_request_tests {
+    use super::coordinator_tests::coordinator_with as coordinator;
+    use super::*;
+
+    fn join_req(member: &str) -> JoinGroupRequest {
+        JoinGroupRequest {
+            group_id: "g".into(),
+            session_timeout_ms: 6000,
+            rebalance_timeout_ms: 300_000,
+            member_id: member.into(),
+            group_instance_id: None,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"m"))],
+        }
+    }
+
+    /// Joins a new member (the two steps of KIP-394) and returns its parked join.
+    fn join_new(c: &GroupCoordinator, client: &str) -> oneshot::Receiver<JoinResult> {
+        let first = c
+            .join(join_req(""), 5, client.into(), "h".into())
+            .unwrap_err();
+        assert_eq!(first.error, ErrorCode::MEMBER_ID_REQUIRED);
+        c.join(join_req(&first.member_id), 5, client.into(), "h".into())
+            .unwrap()
+    }
+
+    fn sync_req(member: &str, generation: i32) -> SyncGroupRequest {
+        SyncGroupRequest {
+            group_id: "g".into(),
+            generation_id: generation,
+            member_id: member.into(),
+            group_instance_id: None,
+            protocol_type: None,
+            protocol_name: None,
+            assignments: vec![(member.into(), Bytes::from_static(b"all"))],
+        }
+    }
+
+    #[test]
+    fn a_join_waits_for_the_group_and_is_dropped_when_the_group_is_unloaded() {
+        let c = coordinator(Duration::from_secs(3600));
+        let a = join_new(&c, "a")
+            .try_recv()
+            .unwrap()
+            .expect("alone: joined at once");
+        assert_eq!(
+            (a.generation_id, a.leader.as_str()),
+            (1, a.member_id.as_str())
+        );
+        let (mut synced, completed) = c.sync(sync_req(&a.member_id, 1)).unwrap();
+        assert!(completed, "the leader's sync completes the rebalance");
+        assert_eq!(
+            synced.try_recv().unwrap().unwrap().assignment,
+            Bytes::from_static(b"all")
+        );
+        // b's join waits for a to rejoin.
+        let mut b = join_new(&c, "b");
+        assert!(b.try_recv().unwrap().is_none());
+        assert_eq!(c.parked.borrow()["g"].joins.len(), 1);
+        // Another broker now leads the group's partition: b's request is dropped, which its
+        // connection answers REBALANCE_IN_PROGRESS, and nothing stays parked.
+        assert_eq!(c.unload(c.group_partition("g")), 1);
+        assert!(b.try_recv().is_err(), "the parked join was dropped");
+        assert!(c.parked.borrow().is_empty());
+    }
+
+    #[test]
+    fn a_member_that_asks_again_replaces_its_parked_request() {
+        let c = coordinator(Duration::from_secs(3600));
+        let a = join_new(&c, "a").try_recv().unwrap().unwrap();
+        let (_synced, completed) = c.sync(sync_req(&a.member_id, 1)).unwrap();
+        assert!(completed);
+        let b = join_new(&c, "b");
+        let b_id = c.parked.borrow()["g"].joins.keys().next().unwrap().clone();
+        let mut again = c.join(join_req(&b_id), 5, "b".into(), "h".into()).unwrap();
+        let mut b = b;
+        assert!(b.try_recv().is_err(), "the first request was replaced");
+        assert!(again.try_recv().unwrap().is_none(), "the second waits");
+        // a rejoins: the join phase completes and b's second request gets generation 2.
+        let mut a_again = c
+            .join(join_req(&a.member_id), 5, "a".into(), "h".into())
+            .unwrap();
+        let b_joined = again.try_recv().unwrap().expect("answered");
+        assert_eq!(b_joined.generation_id, 2);
+        assert_eq!(a_again.try_recv().unwrap().unwrap().generation_id, 2);
+        assert!(c.parked.borrow().is_empty());
     }
 }
 

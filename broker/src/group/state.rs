@@ -1,13 +1,13 @@
 //! One consumer group's state machine (Kafka's classic protocol): Empty → PreparingRebalance →
-//! CompletingRebalance → Stable, and back. Decisions only: no I/O, time passed in, responses
-//! delivered on the one-shot channels parked in the group. The coordinator persists what the
-//! machine decides.
+//! CompletingRebalance → Stable, and back. Decisions only: no I/O, no channels, time passed
+//! in. What a decision answers is returned as [`Reply`]s (`Group::take_replies`); the
+//! coordinator delivers them to the requests parked for them and persists what was decided.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::channel::oneshot;
+use tributary_protocol::requests::groups::SyncGroupRequest;
 use tributary_protocol::ErrorCode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +77,19 @@ impl SyncResult {
     }
 }
 
+/// An answer the group decided for a request that waits on it: the coordinator hands it to the
+/// JoinGroup or SyncGroup parked for that member.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// A JoinGroup's answer, for the member it names (`JoinResult::member_id`).
+    Join(JoinResult),
+    /// A SyncGroup's answer, for `member_id`.
+    Sync {
+        member_id: String,
+        result: SyncResult,
+    },
+}
+
 pub struct Member {
     pub member_id: String,
     pub group_instance_id: Option<String>,
@@ -87,8 +100,10 @@ pub struct Member {
     pub protocols: Vec<(String, Bytes)>,
     pub assignment: Bytes,
     pub deadline: Instant,
-    pub pending_join: Option<oneshot::Sender<JoinResult>>,
-    pub pending_sync: Option<oneshot::Sender<SyncResult>>,
+    /// A JoinGroup of this member waits for the join phase to complete.
+    pub awaiting_join: bool,
+    /// A SyncGroup of this member waits for the leader's assignment.
+    pub awaiting_sync: bool,
 }
 
 impl Member {
@@ -118,6 +133,8 @@ pub struct Group {
     pub state_since: Instant,
     /// Committed offsets: (topic, partition) → offset.
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// Answers decided and not yet taken by the coordinator.
+    replies: Vec<Reply>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,6 +170,43 @@ impl Group {
             initial_delay_until: None,
             state_since: now,
             offsets: BTreeMap::new(),
+            replies: Vec::new(),
+        }
+    }
+
+    /// The answers decided since the last call, to deliver to the requests waiting for them.
+    pub fn take_replies(&mut self) -> Vec<Reply> {
+        std::mem::take(&mut self.replies)
+    }
+
+    /// Records an answer decided outside the member walks below (JoinGroup's own decisions).
+    pub(super) fn push_reply(&mut self, reply: Reply) {
+        self.replies.push(reply);
+    }
+
+    /// Answers `member`'s parked JoinGroup, if it has one.
+    fn answer_join(replies: &mut Vec<Reply>, member: &mut Member, result: JoinResult) {
+        if std::mem::take(&mut member.awaiting_join) {
+            debug_assert_eq!(result.member_id, member.member_id);
+            replies.push(Reply::Join(result));
+        }
+    }
+
+    /// Answers `member`'s parked SyncGroup, if it has one.
+    fn answer_sync(replies: &mut Vec<Reply>, member: &mut Member, result: SyncResult) {
+        if std::mem::take(&mut member.awaiting_sync) {
+            let member_id = member.member_id.clone();
+            replies.push(Reply::Sync { member_id, result });
+        }
+    }
+
+    /// Kafka's static-membership check: a request naming an instance id must come from the
+    /// member that currently holds it.
+    pub fn check_instance(&self, member_id: &str, instance: Option<&str>) -> Result<(), ErrorCode> {
+        let holder = instance.and_then(|i| self.static_members.get(i));
+        match holder {
+            Some(holder) if holder != member_id => Err(ErrorCode::FENCED_INSTANCE_ID),
+            _ => Ok(()),
         }
     }
 
@@ -265,9 +319,8 @@ impl Group {
             .unwrap_or_default();
         // Members waiting on a sync will never get it for this generation.
         for m in self.members.values_mut() {
-            if let Some(tx) = m.pending_sync.take() {
-                let _ = tx.send(SyncResult::error(ErrorCode::REBALANCE_IN_PROGRESS));
-            }
+            let result = SyncResult::error(ErrorCode::REBALANCE_IN_PROGRESS);
+            Self::answer_sync(&mut self.replies, m, result);
         }
         if self.state != GroupState::PreparingRebalance {
             self.rebalance_deadline = Some(now + timeout);
@@ -287,7 +340,7 @@ impl Group {
     }
 
     fn all_joined(&self) -> bool {
-        self.members.values().all(|m| m.pending_join.is_some())
+        self.members.values().all(|m| m.awaiting_join)
     }
 
     /// Completes the join phase if it is due. Returns true if a new generation started.
@@ -304,7 +357,7 @@ impl Group {
         let gone: Vec<String> = self
             .members
             .values()
-            .filter(|m| m.pending_join.is_none())
+            .filter(|m| !m.awaiting_join)
             .map(|m| m.member_id.clone())
             .collect();
         for id in gone {
@@ -345,21 +398,20 @@ impl Group {
         for m in self.members.values_mut() {
             m.deadline = now + m.session_timeout;
             m.assignment = Bytes::new();
-            if let Some(tx) = m.pending_join.take() {
-                let _ = tx.send(JoinResult {
-                    error: ErrorCode::NONE,
-                    generation_id: self.generation,
-                    protocol_type: self.protocol_type.clone(),
-                    protocol_name: Some(protocol.clone()),
-                    leader: leader.clone(),
-                    member_id: m.member_id.clone(),
-                    members: if m.member_id == leader {
-                        all.clone()
-                    } else {
-                        Vec::new()
-                    },
-                });
-            }
+            let joined = JoinResult {
+                error: ErrorCode::NONE,
+                generation_id: self.generation,
+                protocol_type: self.protocol_type.clone(),
+                protocol_name: Some(protocol.clone()),
+                leader: leader.clone(),
+                member_id: m.member_id.clone(),
+                members: if m.member_id == leader {
+                    all.clone()
+                } else {
+                    Vec::new()
+                },
+            };
+            Self::answer_join(&mut self.replies, m, joined);
         }
         true
     }
@@ -394,12 +446,10 @@ impl Group {
 
     pub fn remove_member(&mut self, member_id: &str) {
         if let Some(mut m) = self.members.remove(member_id) {
-            if let Some(tx) = m.pending_join.take() {
-                let _ = tx.send(JoinResult::error(ErrorCode::UNKNOWN_MEMBER_ID, member_id));
-            }
-            if let Some(tx) = m.pending_sync.take() {
-                let _ = tx.send(SyncResult::error(ErrorCode::UNKNOWN_MEMBER_ID));
-            }
+            let joined = JoinResult::error(ErrorCode::UNKNOWN_MEMBER_ID, member_id);
+            Self::answer_join(&mut self.replies, &mut m, joined);
+            let synced = SyncResult::error(ErrorCode::UNKNOWN_MEMBER_ID);
+            Self::answer_sync(&mut self.replies, &mut m, synced);
             if let Some(instance) = &m.group_instance_id {
                 if self
                     .static_members
@@ -426,13 +476,62 @@ impl Group {
         }
         self.set_state(GroupState::Stable, now);
         for m in self.members.values_mut() {
-            if let Some(tx) = m.pending_sync.take() {
-                let _ = tx.send(SyncResult {
-                    error: ErrorCode::NONE,
-                    protocol_type: self.protocol_type.clone(),
-                    protocol_name: self.protocol_name.clone(),
-                    assignment: m.assignment.clone(),
+            let synced = SyncResult {
+                error: ErrorCode::NONE,
+                protocol_type: self.protocol_type.clone(),
+                protocol_name: self.protocol_name.clone(),
+                assignment: m.assignment.clone(),
+            };
+            Self::answer_sync(&mut self.replies, m, synced);
+        }
+    }
+
+    /// SyncGroup's decision: refused at once, answered at once (a stable group's current
+    /// assignment), or parked until the leader's assignment arrives — which, when `member_id`
+    /// is the leader, is this request. Returns whether this request completed the rebalance
+    /// (and the group's metadata must be persisted).
+    pub fn sync(&mut self, req: &SyncGroupRequest, now: Instant) -> Result<bool, ErrorCode> {
+        self.check_instance(&req.member_id, req.group_instance_id.as_deref())?;
+        if !self.members.contains_key(&req.member_id) {
+            return Err(ErrorCode::UNKNOWN_MEMBER_ID);
+        }
+        if req.generation_id != self.generation {
+            return Err(ErrorCode::ILLEGAL_GENERATION);
+        }
+        let differs = |asked: &Option<String>, ours: &Option<String>| {
+            asked.as_ref().is_some_and(|p| Some(p) != ours.as_ref())
+        };
+        if differs(&req.protocol_type, &self.protocol_type)
+            || differs(&req.protocol_name, &self.protocol_name)
+        {
+            return Err(ErrorCode::INCONSISTENT_GROUP_PROTOCOL);
+        }
+        match self.state {
+            GroupState::PreparingRebalance => Err(ErrorCode::REBALANCE_IN_PROGRESS),
+            GroupState::Empty | GroupState::Dead => Err(ErrorCode::UNKNOWN_MEMBER_ID),
+            GroupState::Stable => {
+                let m = &self.members[&req.member_id];
+                self.replies.push(Reply::Sync {
+                    member_id: req.member_id.clone(),
+                    result: SyncResult {
+                        error: ErrorCode::NONE,
+                        protocol_type: self.protocol_type.clone(),
+                        protocol_name: self.protocol_name.clone(),
+                        assignment: m.assignment.clone(),
+                    },
                 });
+                Ok(false)
+            }
+            GroupState::CompletingRebalance => {
+                if let Some(m) = self.members.get_mut(&req.member_id) {
+                    m.awaiting_sync = true;
+                    m.deadline = now + m.session_timeout;
+                }
+                let is_leader = self.leader.as_deref() == Some(req.member_id.as_str());
+                if is_leader {
+                    self.complete_sync(&req.assignments, now);
+                }
+                Ok(is_leader)
             }
         }
     }
@@ -451,7 +550,7 @@ impl Group {
         let expired: Vec<String> = self
             .members
             .values()
-            .filter(|m| m.pending_join.is_none() && now >= m.deadline)
+            .filter(|m| !m.awaiting_join && now >= m.deadline)
             .map(|m| m.member_id.clone())
             .collect();
         if expired.is_empty() {
@@ -498,31 +597,62 @@ mod tests {
         initial_rebalance_delay: Duration::from_millis(0),
     };
 
-    fn member(
-        id: &str,
-        now: Instant,
-        protocols: &[&str],
-    ) -> (Member, oneshot::Receiver<JoinResult>) {
-        let (tx, rx) = oneshot::channel();
-        (
-            Member {
-                member_id: id.into(),
-                group_instance_id: None,
-                client_id: "c".into(),
-                client_host: "h".into(),
-                session_timeout: Duration::from_secs(10),
-                rebalance_timeout: Duration::from_secs(10),
-                protocols: protocols
-                    .iter()
-                    .map(|p| (p.to_string(), Bytes::from(p.to_string())))
-                    .collect(),
-                assignment: Bytes::new(),
-                deadline: now,
-                pending_join: Some(tx),
-                pending_sync: None,
-            },
-            rx,
-        )
+    fn member(id: &str, now: Instant, protocols: &[&str]) -> Member {
+        Member {
+            member_id: id.into(),
+            group_instance_id: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+            session_timeout: Duration::from_secs(10),
+            rebalance_timeout: Duration::from_secs(10),
+            protocols: protocols
+                .iter()
+                .map(|p| (p.to_string(), Bytes::from(p.to_string())))
+                .collect(),
+            assignment: Bytes::new(),
+            deadline: now,
+            awaiting_join: true,
+            awaiting_sync: false,
+        }
+    }
+
+    /// The join answers `g` decided, by member id.
+    fn joins(g: &mut Group) -> BTreeMap<String, JoinResult> {
+        let mut joins = BTreeMap::new();
+        for reply in g.take_replies() {
+            if let Reply::Join(j) = reply {
+                let earlier = joins.insert(j.member_id.clone(), j);
+                assert!(earlier.is_none(), "one answer per parked join");
+            }
+        }
+        joins
+    }
+
+    /// The sync answers `g` decided, by member id.
+    fn syncs(g: &mut Group) -> BTreeMap<String, SyncResult> {
+        let mut syncs = BTreeMap::new();
+        for reply in g.take_replies() {
+            if let Reply::Sync { member_id, result } = reply {
+                let earlier = syncs.insert(member_id, result);
+                assert!(earlier.is_none(), "one answer per parked sync");
+            }
+        }
+        syncs
+    }
+
+    fn sync_req(member: &str, generation: i32, assignments: &[(&str, &str)]) -> SyncGroupRequest {
+        SyncGroupRequest {
+            group_id: "g".into(),
+            generation_id: generation,
+            member_id: member.into(),
+            group_instance_id: None,
+            protocol_type: None,
+            protocol_name: None,
+            assignments: assignments
+                .iter()
+                .map(|(m, a)| (m.to_string(), Bytes::from(a.to_string())))
+                .collect(),
+        }
     }
 
     #[test]
@@ -530,34 +660,65 @@ mod tests {
         let now = Instant::now();
         let mut g = Group::new("g", now);
         g.protocol_type = Some("consumer".into());
-        let (a, mut ra) = member("a", now, &["cooperative-sticky", "range"]);
-        let (b, mut rb) = member("b", now, &["range", "roundrobin"]);
+        let a = member("a", now, &["cooperative-sticky", "range"]);
+        let b = member("b", now, &["range", "roundrobin"]);
         g.members.insert("a".into(), a);
         g.prepare_rebalance(now, &LIMITS);
         g.members.insert("b".into(), b);
         assert!(g.maybe_complete_join(now));
-        let ja = ra.try_recv().unwrap().unwrap();
-        let jb = rb.try_recv().unwrap().unwrap();
+        let joined = joins(&mut g);
+        let (ja, jb) = (&joined["a"], &joined["b"]);
         assert_eq!(ja.protocol_name.as_deref(), Some("range"));
         assert_eq!(ja.generation_id, 1);
         assert_eq!(ja.leader, "a");
         assert_eq!(ja.members.len(), 2, "the leader sees every member");
         assert!(jb.members.is_empty());
         assert_eq!(g.state, GroupState::CompletingRebalance);
-        let (tx, mut rx) = oneshot::channel();
-        g.members.get_mut("b").unwrap().pending_sync = Some(tx);
-        g.complete_sync(
-            &[
-                ("a".into(), Bytes::from_static(b"A")),
-                ("b".into(), Bytes::from_static(b"B")),
-            ],
-            now,
+        assert!(g.members.values().all(|m| !m.awaiting_join));
+        // The follower's sync waits for the leader's; the leader's completes both.
+        assert_eq!(g.sync(&sync_req("b", 1, &[]), now), Ok(false));
+        assert!(g.take_replies().is_empty(), "b waits for the assignment");
+        let assignment = [("a", "A"), ("b", "B")];
+        assert_eq!(g.sync(&sync_req("a", 1, &assignment), now), Ok(true));
+        let synced = syncs(&mut g);
+        assert_eq!(synced["b"].assignment, Bytes::from_static(b"B"));
+        assert_eq!(synced["a"].assignment, Bytes::from_static(b"A"));
+        assert_eq!(g.state, GroupState::Stable);
+        // Stable: a sync is answered at once with the member's assignment.
+        assert_eq!(g.sync(&sync_req("b", 1, &[]), now), Ok(false));
+        assert_eq!(syncs(&mut g)["b"].assignment, Bytes::from_static(b"B"));
+        assert_eq!(
+            g.sync(&sync_req("b", 0, &[]), now),
+            Err(ErrorCode::ILLEGAL_GENERATION)
         );
         assert_eq!(
-            rx.try_recv().unwrap().unwrap().assignment,
-            Bytes::from_static(b"B")
+            g.sync(&sync_req("z", 1, &[]), now),
+            Err(ErrorCode::UNKNOWN_MEMBER_ID)
         );
-        assert_eq!(g.state, GroupState::Stable);
+    }
+
+    #[test]
+    fn a_rebalance_answers_a_parked_sync_and_a_removed_member_its_parked_requests() {
+        let now = Instant::now();
+        let mut g = Group::new("g", now);
+        g.protocol_type = Some("consumer".into());
+        g.members.insert("a".into(), member("a", now, &["range"]));
+        g.members.insert("b".into(), member("b", now, &["range"]));
+        g.prepare_rebalance(now, &LIMITS);
+        assert!(g.maybe_complete_join(now));
+        assert_eq!(joins(&mut g).len(), 2);
+        assert_eq!(g.sync(&sync_req("b", 1, &[]), now), Ok(false));
+        // A new rebalance before the leader's sync: b's parked sync cannot complete.
+        g.prepare_rebalance(now, &LIMITS);
+        let synced = syncs(&mut g);
+        assert_eq!(synced["b"].error, ErrorCode::REBALANCE_IN_PROGRESS);
+        assert!(!g.members["b"].awaiting_sync);
+        // b rejoins and is removed while it waits: its join is answered UNKNOWN_MEMBER_ID.
+        g.members.get_mut("b").unwrap().awaiting_join = true;
+        g.remove_member("b");
+        let joined = joins(&mut g);
+        assert_eq!(joined["b"].error, ErrorCode::UNKNOWN_MEMBER_ID);
+        assert_eq!(joined.len(), 1, "a was not waiting");
     }
 
     #[test]
@@ -565,9 +726,9 @@ mod tests {
         let now = Instant::now();
         let mut g = Group::new("g", now);
         g.protocol_type = Some("consumer".into());
-        let (a, _ra) = member("a", now, &["range"]);
-        let (mut b, _rb) = member("b", now, &["range"]);
-        b.pending_join = None;
+        let a = member("a", now, &["range"]);
+        let mut b = member("b", now, &["range"]);
+        b.awaiting_join = false;
         g.members.insert("a".into(), a);
         g.members.insert("b".into(), b);
         g.prepare_rebalance(now, &LIMITS);
@@ -590,7 +751,7 @@ mod tests {
             g.validate_offset_commit("x", None, 0),
             Err(ErrorCode::UNKNOWN_MEMBER_ID)
         );
-        let (a, _ra) = member("a", now, &["range"]);
+        let a = member("a", now, &["range"]);
         g.members.insert("a".into(), a);
         g.prepare_rebalance(now, &LIMITS);
         assert!(g.maybe_complete_join(now));
@@ -641,7 +802,7 @@ mod tests {
         let now = Instant::now();
         let mut g = Group::new("g", now);
         g.protocol_type = Some("consumer".into());
-        let (mut a, _ra) = member("a", now, &["range"]);
+        let mut a = member("a", now, &["range"]);
         a.group_instance_id = Some("i1".into());
         g.members.insert("a".into(), a);
         g.static_members.insert("i1".into(), "a".into());
@@ -669,7 +830,7 @@ mod tests {
         let now = Instant::now();
         let mut g = Group::new("g", now);
         g.protocol_type = Some("consumer".into());
-        let (a, _ra) = member("a", now, &["range"]);
+        let a = member("a", now, &["range"]);
         g.members.insert("a".into(), a);
         g.prepare_rebalance(now, &LIMITS);
         assert!(g.maybe_complete_join(now));
