@@ -743,7 +743,7 @@ fn render_partitions(out: &mut String, shards: &[MetricsSnapshot]) {
 }
 
 fn render_shards(out: &mut String, shards: &[MetricsSnapshot]) {
-    let counters: [Series<MetricsSnapshot, u64>; 13] = [
+    let counters: [Series<MetricsSnapshot, u64>; 14] = [
         (
             "tributary_connections_refused_total",
             "Connections closed at accept by max.connections or max.connections.per.ip.",
@@ -808,6 +808,11 @@ fn render_shards(out: &mut String, shards: &[MetricsSnapshot]) {
             "tributary_group_commit_syncfs_skipped_dirty_total",
             "Rounds that synced each file because the page cache held too much dirty data.",
             |s| s.sync.syncfs_skipped_dirty,
+        ),
+        (
+            "tributary_group_commit_written_through_total",
+            "Durable flushes that needed no sync: written O_DSYNC (log.flush.write.through).",
+            |s| s.sync.written_through,
         ),
     ];
     for (name, help, value) in counters {

@@ -21,6 +21,7 @@ use futures::future::LocalBoxFuture;
 use tracing::{info, warn};
 use tributary_protocol::ErrorCode;
 use tributary_storage::group_commit::SyncPolicy;
+use tributary_storage::io::WriteDurability;
 use tributary_storage::{LogConfig, Partition, PartitionError};
 
 use crate::catalog::{partition_dir, Catalog};
@@ -444,6 +445,10 @@ impl Shard {
             sync_policy: SyncPolicy {
                 syncfs_min_files: c.log_flush_syncfs_min_files,
                 syncfs_max_dirty_bytes: c.log_flush_syncfs_max_dirty_bytes,
+            },
+            write_durability: match c.log_flush_write_through {
+                true => WriteDurability::EachWrite,
+                false => WriteDurability::OnSync,
             },
             producer_id_expiration_ms: c.producer_id_expiration_ms,
             producer_state_max_producers: c.producer_state_partition_max_producers,
@@ -1288,6 +1293,7 @@ impl Shard {
             syncfs = sync.syncfs,
             fdatasyncs = sync.fdatasyncs,
             syncfs_skipped_dirty = sync.syncfs_skipped_dirty,
+            written_through = sync.written_through,
             "durability since start"
         );
         let parts: Vec<_> = self.partitions.borrow_mut().drain().collect();

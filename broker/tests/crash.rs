@@ -2,7 +2,9 @@
 //! that every acknowledged message is readable at the offset it was acknowledged with, that each
 //! partition's offsets are contiguous, and that no offset ever changes its data.
 //!
-//! `KILL_ROUNDS` sets the number of rounds (default 50); the soak run is
+//! The loop runs with the default durability (sync rounds after the writes) and with
+//! `log.flush.write.through` (every write `O_DSYNC`, no sync). `KILL_ROUNDS` sets the number of
+//! rounds of each (default 50, and 20 for the second); the soak run is
 //! `KILL_ROUNDS=1000 cargo test --release -p tributary-broker --test crash`. `SEED=` replays the
 //! kill timings.
 
@@ -25,6 +27,8 @@ use tributary_protocol::fuzzing::SeededRng;
 const TOPIC: &str = "crash";
 const PARTITIONS: i32 = 4;
 const KILL_ROUNDS_DEFAULT: usize = 50;
+/// Rounds of the write-through loop: it shares the recovery code the first loop covers.
+const WRITE_THROUGH_KILL_ROUNDS_DEFAULT: usize = 20;
 /// Verify the whole log every this many rounds (and after the last).
 const VERIFY_EVERY: usize = 10;
 
@@ -35,7 +39,7 @@ fn free_addr() -> SocketAddr {
         .unwrap()
 }
 
-fn start(dir: &Path, log: &Path) -> (Child, SocketAddr) {
+fn start(dir: &Path, log: &Path, sets: &[&str]) -> (Child, SocketAddr) {
     let addr = free_addr();
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -50,6 +54,7 @@ fn start(dir: &Path, log: &Path) -> (Child, SocketAddr) {
         // Brokers of parallel tests must not share the default metrics port.
         .arg("--set")
         .arg("metrics.listen=127.0.0.1:0")
+        .args(sets.iter().flat_map(|s| ["--set", s]))
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -90,12 +95,14 @@ fn create_topic(addr: SocketAddr) {
 }
 
 /// Produces until `kill_at`, then kills the broker with SIGKILL; returns what was acknowledged.
+/// Produces until `kill_at`, kills the broker, and returns what was acknowledged and, for each
+/// segment file of the topic the broker held open, whether it was open `O_DSYNC`.
 fn produce_and_kill(
     addr: SocketAddr,
     broker: &mut Child,
     round: usize,
     kill_at: Instant,
-) -> Vec<(i32, i64, String)> {
+) -> (Vec<(i32, i64, String)>, Vec<bool>) {
     let acks: Acks = Arc::default();
     let producer: BaseProducer<AckCtx> = ClientConfig::new()
         .set("bootstrap.servers", addr.to_string())
@@ -121,13 +128,46 @@ fn produce_and_kill(
         }
     }
     producer.poll(Duration::ZERO);
+    // Partitions still opening after a restart may not have their files open yet.
+    let dsync = segments_open_dsync(broker.id());
     broker.kill().expect("SIGKILL");
     broker.wait().unwrap();
     // What was not acknowledged before the kill never will be.
     producer.purge(PurgeConfig::default().queue().inflight());
     producer.poll(Duration::from_millis(100));
     let acked = std::mem::take(&mut *acks.lock().unwrap());
-    acked
+    (acked, dsync)
+}
+
+/// For each segment file of the test's topic that process `pid` holds open, whether it is open `O_DSYNC`, as the
+/// kernel reports its status flags.
+fn segments_open_dsync(pid: u32) -> Vec<bool> {
+    const O_DSYNC: u32 = 0o10000;
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
+        let entry = entry.unwrap();
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        let in_topic = target
+            .parent()
+            .and_then(|d| d.file_name())
+            .is_some_and(|d| d.to_string_lossy().starts_with(&format!("{TOPIC}-")));
+        if !in_topic || target.extension().is_none_or(|e| e != "log") {
+            continue;
+        }
+        let fd = entry.file_name().to_string_lossy().into_owned();
+        let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")) else {
+            continue;
+        };
+        let flags = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
+            .unwrap();
+        out.push(flags & O_DSYNC != 0);
+    }
+    out
 }
 
 /// Reads every partition to its high watermark and checks it against what was acknowledged and
@@ -194,13 +234,28 @@ fn verify(
     }
 }
 
-#[test]
-fn kill_9_in_a_loop_loses_no_acknowledged_message() {
-    let rounds = std::env::var("KILL_ROUNDS")
+fn kill_rounds(default: usize) -> usize {
+    std::env::var("KILL_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(KILL_ROUNDS_DEFAULT);
+        .unwrap_or(default)
+}
+
+#[test]
+fn kill_9_in_a_loop_loses_no_acknowledged_message() {
+    kill_loop(kill_rounds(KILL_ROUNDS_DEFAULT), &[]);
+}
+
+#[test]
+fn kill_9_in_a_loop_with_writes_through_loses_no_acknowledged_message() {
+    let rounds = kill_rounds(WRITE_THROUGH_KILL_ROUNDS_DEFAULT);
+    kill_loop(rounds, &["log.flush.write.through=true"]);
+}
+
+fn kill_loop(rounds: usize, sets: &[&str]) {
     let mut rng = SeededRng::from_env("kill -9 loop");
+    let through = sets.contains(&"log.flush.write.through=true");
+    let mut files_checked = 0;
     eprintln!("KILL_ROUNDS={rounds}");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -208,7 +263,7 @@ fn kill_9_in_a_loop_loses_no_acknowledged_message() {
     let mut seen = HashMap::new();
     let mut acked = Vec::new();
     for round in 0..=rounds {
-        let (mut broker, addr) = start(&data, &log);
+        let (mut broker, addr) = start(&data, &log, sets);
         if round == 0 {
             create_topic(addr);
         }
@@ -221,12 +276,14 @@ fn kill_9_in_a_loop_loses_no_acknowledged_message() {
             break;
         }
         let kill_after = Duration::from_millis(50 + rng.below(300) as u64);
-        acked.extend(produce_and_kill(
-            addr,
-            &mut broker,
-            round,
-            Instant::now() + kill_after,
-        ));
+        let (acknowledged, dsync) =
+            produce_and_kill(addr, &mut broker, round, Instant::now() + kill_after);
+        assert!(
+            dsync.iter().all(|d| *d == through),
+            "round {round}: segment files open O_DSYNC: {dsync:?}, expected {through}"
+        );
+        files_checked += dsync.len();
+        acked.extend(acknowledged);
     }
     eprintln!(
         "{rounds} kills, {} acknowledged messages, all present",
@@ -236,4 +293,5 @@ fn kill_9_in_a_loop_loses_no_acknowledged_message() {
         !acked.is_empty(),
         "nothing was acknowledged; the test proved nothing"
     );
+    assert!(files_checked > 0, "no segment file's flags were checked");
 }

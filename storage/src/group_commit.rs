@@ -42,6 +42,9 @@ pub struct SyncStats {
     /// Rounds that could have used `syncfs` but synced each file because the page cache held
     /// too much dirty data.
     pub syncfs_skipped_dirty: u64,
+    /// Durable flushes that needed no sync: their file's writes are durable as each completes
+    /// (`WriteDurability::EachWrite`).
+    pub written_through: u64,
 }
 
 /// When a shard's sync rounds share a `syncfs`.
@@ -84,7 +87,9 @@ thread_local! {
         })
     };
     static STATS: Cell<SyncStats> = const {
-        Cell::new(SyncStats { rounds: 0, files: 0, syncfs: 0, fdatasyncs: 0, syncfs_skipped_dirty: 0 })
+        Cell::new(SyncStats {
+            rounds: 0, files: 0, syncfs: 0, fdatasyncs: 0, syncfs_skipped_dirty: 0, written_through: 0,
+        })
     };
 }
 
@@ -120,6 +125,11 @@ fn count(f: impl FnOnce(&mut SyncStats)) {
         f(&mut v);
         s.set(v);
     });
+}
+
+/// Counts a durable flush whose writes were durable as they completed, with no sync.
+pub fn written_through() {
+    count(|s| s.written_through += 1);
 }
 
 /// Makes what has been written to `file` durable in the shard's next sync round. Call it only

@@ -54,10 +54,28 @@ pub async fn prime_executor_io(data_dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// When what is written to a segment file is durable (`log.flush.write.through`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WriteDurability {
+    /// Once the file is synced: the partition asks the shard's sync rounds
+    /// ([`crate::group_commit`]) for an `fdatasync` (or a shared `syncfs`) after its writes.
+    #[default]
+    OnSync,
+    /// Once each write completes: the file is opened `O_DSYNC`, so the kernel makes a write's
+    /// data, and the metadata needed to read it back, durable before it reports the write done
+    /// (a FUA write where the device has one, else the write and a cache flush). A flush needs
+    /// no separate sync: one submission instead of a write, its completion, and an `fdatasync`
+    /// that io_uring always hands to a worker thread. Every write to such a file is durable,
+    /// the zeros ahead of the log's end too, so no earlier write can be left behind in a
+    /// device cache that a FUA write bypasses.
+    EachWrite,
+}
+
 /// One segment file opened for direct I/O. Every operation passes `faults::check` first.
 pub struct SegmentFile {
     file: DmaFile,
     path: PathBuf,
+    durability: WriteDurability,
     /// The file's size as this handle's writes and truncations left it; `None` until
     /// [`SegmentFile::zero_ahead`] first needs it.
     size: std::cell::Cell<Option<u64>>,
@@ -74,20 +92,48 @@ thread_local! {
 }
 
 impl SegmentFile {
-    /// Opens (creating if asked) a segment file for direct reads and writes.
+    /// Opens (creating if asked) a segment file for direct reads and writes, made durable by
+    /// a sync ([`WriteDurability::OnSync`]).
     pub async fn open(path: &Path, create: bool) -> std::io::Result<Self> {
+        Self::open_with(path, create, WriteDurability::OnSync).await
+    }
+
+    /// Opens a segment file whose writes are durable as `durability` says.
+    pub async fn open_with(
+        path: &Path,
+        create: bool,
+        durability: WriteDurability,
+    ) -> std::io::Result<Self> {
+        let flags = match durability {
+            WriteDurability::OnSync => 0,
+            // glommio adds O_DIRECT to these; the kernel keeps O_DSYNC beside it.
+            WriteDurability::EachWrite => rustix::fs::OFlags::DSYNC.bits() as i32,
+        };
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(create)
+            .custom_flags(flags)
             .dma_open(path)
             .await
             .map_err(std::io::Error::from)?;
         Ok(Self {
             file,
             path: path.to_path_buf(),
+            durability,
             size: std::cell::Cell::new(None),
         })
+    }
+
+    /// The file descriptor, for what the kernel reports about it (`/proc/self/fdinfo`).
+    pub fn descriptor(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.file)
+    }
+
+    /// Whether every completed write to this file is already durable
+    /// ([`WriteDurability::EachWrite`]), so a flush needs no sync after it.
+    pub fn writes_are_durable(&self) -> bool {
+        self.durability == WriteDurability::EachWrite
     }
 
     /// Makes sure the file extends, with zeros written to disk, at least `ahead / 2` bytes past

@@ -44,7 +44,7 @@ use tributary_protocol::record_batch::{self, BatchHeader};
 
 use crate::cleaner::{self, KeyMap};
 use crate::group_commit::{self, SyncPolicy};
-use crate::io::{self, SegmentFile};
+use crate::io::{self, SegmentFile, WriteDurability};
 use crate::leader_epoch::{self, LeaderEpochCache};
 use crate::log_start;
 use crate::producer_state::{ProducerStateTable, SequenceCheck, SequenceError};
@@ -125,6 +125,10 @@ pub struct LogConfig {
     /// `fdatasync` each (`log.flush.syncfs.min.files`, `log.flush.syncfs.max.dirty.bytes`). See
     /// [`crate::group_commit`].
     pub sync_policy: SyncPolicy,
+    /// When the active segment's writes are durable (`log.flush.write.through`): after a sync
+    /// round, or as each write completes (`O_DSYNC`), so a durable flush needs no sync. Takes
+    /// effect for a segment when it is opened or rolled to.
+    pub write_durability: WriteDurability,
     /// A producer whose last batch's timestamp is this long ago is forgotten
     /// (`producer.id.expiration.ms`); see [`crate::producer_state`].
     pub producer_id_expiration_ms: i64,
@@ -156,6 +160,7 @@ impl LogConfig {
             syncfs_min_files: 2,
             syncfs_max_dirty_bytes: 16 << 20,
         },
+        write_durability: WriteDurability::OnSync,
         producer_id_expiration_ms: 24 * 3600 * 1000,
         producer_state_max_producers: 10_000,
     };
@@ -587,7 +592,9 @@ impl Partition {
                 .map_err(|e| storage_err(&self.dir, e))?;
         }
         self.write_chunks(&active_file, active_writes).await?;
-        if sync {
+        if sync && active_file.writes_are_durable() {
+            group_commit::written_through();
+        } else if sync {
             group_commit::sync(active_file.clone(), sync_policy)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;

@@ -8,6 +8,7 @@ use common::{on_executor, segment_base, sorted_segments};
 use tributary_protocol::fuzzing::SeededRng;
 use tributary_protocol::record_batch::{build_batch, validate_all};
 use tributary_storage::io::faults::{self, FileOp};
+use tributary_storage::io::WriteDurability;
 use tributary_storage::scan::scan_chunk;
 use tributary_storage::{LogConfig, Partition, PartitionError};
 
@@ -150,6 +151,18 @@ fn power_loss_with_zeros_written_ahead_keeps_every_synced_record() {
         ..CONFIG
     };
     power_loss(config, "powerloss-zeros-0");
+}
+
+/// The same with every write durable as it completes (`O_DSYNC`) and zeros ahead: the
+/// acknowledged records are the ones whose writes completed.
+#[test]
+fn power_loss_with_writes_through_keeps_every_acknowledged_record() {
+    let config = LogConfig {
+        zero_ahead_bytes: 64 * 1024,
+        write_durability: WriteDurability::EachWrite,
+        ..CONFIG
+    };
+    power_loss(config, "powerloss-through-0");
 }
 
 fn power_loss(config: LogConfig, name: &'static str) {

@@ -12,7 +12,7 @@ use futures::future::join_all;
 use tributary_protocol::record_batch::build_batch;
 use tributary_storage::group_commit::{self, SyncPolicy, SyncStats};
 use tributary_storage::io::faults::{self, FileOp};
-use tributary_storage::io::SegmentFile;
+use tributary_storage::io::{SegmentFile, WriteDurability};
 use tributary_storage::{LogConfig, Partition};
 
 const EIO: i32 = 5;
@@ -52,6 +52,7 @@ fn stats(rounds: u64, files: u64, syncfs: u64, fdatasyncs: u64) -> SyncStats {
         syncfs,
         fdatasyncs,
         syncfs_skipped_dirty: 0,
+        written_through: 0,
     }
 }
 
@@ -221,6 +222,61 @@ fn concurrent_commits_to_different_partitions_share_rounds_and_survive_a_crash()
                 .await
                 .unwrap();
             assert_eq!(p.high_watermark(), rounds);
+        }
+    });
+}
+
+/// With `WriteDurability::EachWrite` a commit is durable once its writes complete: no sync
+/// round and no `fdatasync` for the active segment, for concurrent commits to several
+/// partitions; a closed segment is still trimmed and synced. After a crash every committed
+/// record is there.
+#[test]
+fn write_through_commits_need_no_sync_and_survive_a_crash() {
+    on_executor(|path| async move {
+        let dirs: Vec<_> = (0..4).map(|i| path.join(format!("through-{i}"))).collect();
+        let config = LogConfig {
+            segment_bytes: 1024,
+            sync_policy: policy(2),
+            write_durability: WriteDurability::EachWrite,
+            zero_ahead_bytes: 64 << 10,
+            ..LogConfig::DEFAULT
+        };
+        let mut parts = Vec::new();
+        for d in &dirs {
+            parts.push(Partition::open(d.clone(), config).await.unwrap());
+        }
+        let rounds = 30;
+        for r in 0..rounds {
+            join_all(parts.iter().enumerate().map(|(i, p)| async move {
+                let v = format!("partition {i} round {r}");
+                let b = build_batch(&[(None, Some(v.as_bytes()))], r, None);
+                let out = p.append(&b).await.unwrap();
+                p.commit(out.last_offset + 1).await.unwrap();
+                assert_eq!(p.durable_offset(), out.last_offset + 1);
+            }))
+            .await;
+        }
+        let s = group_commit::stats();
+        assert_eq!(s.written_through, 4 * rounds as u64, "{s:?}");
+        let closed: usize = dirs
+            .iter()
+            .map(|d| common::sorted_segments(d).len() - 1)
+            .sum();
+        assert!(
+            closed >= 4,
+            "every partition rolled: {closed} closed segments"
+        );
+        assert_eq!(
+            s.files, closed as u64,
+            "only closed segments were synced: {s:?}"
+        );
+        // A crash: no close, no clean-shutdown marker.
+        drop(parts);
+        for (i, d) in dirs.iter().enumerate() {
+            let p = Partition::open(d.clone(), LogConfig::DEFAULT)
+                .await
+                .unwrap();
+            assert_eq!(p.high_watermark(), rounds, "partition {i}");
         }
     });
 }

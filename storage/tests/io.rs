@@ -119,3 +119,34 @@ fn a_blocking_call_on_a_shard_thread_is_caught_in_debug_builds() {
         assert_eq!(read.unwrap(), None);
     });
 }
+
+/// A write-through segment file is open with O_DSYNC beside O_DIRECT, as the kernel reports
+/// its status flags; a plain one has O_DIRECT only.
+#[test]
+fn a_write_through_segment_is_open_o_dsync_and_o_direct() {
+    on_executor(|path| async move {
+        let flags = |fd: i32| -> u32 {
+            let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+            let line = info.lines().find(|l| l.starts_with("flags:")).unwrap();
+            u32::from_str_radix(line["flags:".len()..].trim(), 8).unwrap()
+        };
+        let dsync = rustix::fs::OFlags::DSYNC.bits();
+        let direct = rustix::fs::OFlags::DIRECT.bits();
+        let through = io::SegmentFile::open_with(
+            &path.join("through.log"),
+            true,
+            io::WriteDurability::EachWrite,
+        )
+        .await
+        .unwrap();
+        assert!(through.writes_are_durable());
+        let f = flags(through.descriptor());
+        assert_eq!((f & dsync, f & direct), (dsync, direct), "flags {f:o}");
+        let plain = io::SegmentFile::open(&path.join("plain.log"), true)
+            .await
+            .unwrap();
+        assert!(!plain.writes_are_durable());
+        let f = flags(plain.descriptor());
+        assert_eq!((f & dsync, f & direct), (0, direct), "flags {f:o}");
+    });
+}

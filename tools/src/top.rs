@@ -51,6 +51,8 @@ const MEMORY_USED: &str = "tributary_request_memory_used_bytes";
 const MEMORY_CAPACITY: &str = "tributary_request_memory_capacity_bytes";
 const GROUP_LAG: &str = "kafka_consumergroup_lag";
 const THROTTLED: &str = "tributary_quota_throttled_responses_total";
+const FILES_SYNCED: &str = "tributary_group_commit_files_synced_total";
+const WRITTEN_THROUGH: &str = "tributary_group_commit_written_through_total";
 
 /// The stage histograms, each with the prefix its rows are shown under.
 const STAGE_FAMILIES: [(&str, &str); 3] = [
@@ -617,6 +619,10 @@ pub struct Interval {
     pub latency: BTreeMap<(String, String), Buckets>,
     /// Responses a quota delayed, per second.
     pub throttled: f64,
+    /// Segment files made durable by a sync (a round's or a direct one), per second.
+    pub synced: f64,
+    /// Durable flushes that needed no sync (`log.flush.write.through`), per second.
+    pub written_through: f64,
 }
 
 impl Interval {
@@ -653,15 +659,15 @@ impl Interval {
                 latency.insert((family.to_string(), key), bucket_increase(old, &buckets));
             }
         }
-        let throttled = increase(
-            sum_of(prev, THROTTLED),
-            sum_of(cur, THROTTLED).unwrap_or(0.0),
-        );
+        let per_sec =
+            |name: &str| increase(sum_of(prev, name), sum_of(cur, name).unwrap_or(0.0)) / secs;
         Interval {
             topics,
             requests: rates(REQUESTS, "request"),
             latency,
-            throttled: throttled / secs,
+            throttled: per_sec(THROTTLED),
+            synced: per_sec(FILES_SYNCED),
+            written_through: per_sec(WRITTEN_THROUGH),
         }
     }
 
@@ -684,6 +690,8 @@ impl Interval {
             sum.sort_by(|x, y| x.0.total_cmp(&y.0));
         }
         self.throttled += other.throttled;
+        self.synced += other.synced;
+        self.written_through += other.written_through;
     }
 
     /// The p50 and p99 of one latency histogram over the interval, and its observations.
@@ -699,14 +707,24 @@ impl Interval {
     }
 }
 
+/// One broker's rates over the interval, per second.
+#[derive(Debug, Clone, Copy)]
+struct BrokerRates {
+    requests: f64,
+    throttled: f64,
+    /// Files made durable by a sync.
+    synced: f64,
+    /// Durable flushes written through, with no sync.
+    written_through: f64,
+}
+
 /// One broker's line: its gauges from the latest scrape, its rates when it was scraped twice.
 struct BrokerRow {
     addr: String,
     connections: Option<f64>,
     memory_used: Option<f64>,
     memory_capacity: Option<f64>,
-    /// (requests/s, throttled responses/s).
-    rates: Option<(f64, f64)>,
+    rates: Option<BrokerRates>,
     error: Option<String>,
 }
 
@@ -752,7 +770,12 @@ impl View {
                 let secs = now.at.duration_since(b.at).as_secs_f64();
                 let interval = Interval::between(&b.samples, &now.samples, secs);
                 total.add(&interval);
-                (interval.requests.values().sum(), interval.throttled)
+                BrokerRates {
+                    requests: interval.requests.values().sum(),
+                    throttled: interval.throttled,
+                    synced: interval.synced,
+                    written_through: interval.written_through,
+                }
             });
             // A partition's lag is reported by the broker holding it; with replicas, keep the
             // largest any broker reports.
@@ -825,9 +848,11 @@ impl View {
                     clip(&b.addr),
                     status.to_string(),
                     b.connections.map_or("-".into(), |c| format!("{c:.0}")),
-                    b.rates.map_or("-".into(), |r| count(r.0)),
+                    b.rates.map_or("-".into(), |r| count(r.requests)),
                     memory,
-                    b.rates.map_or("-".into(), |r| count(r.1)),
+                    b.rates.map_or("-".into(), |r| count(r.throttled)),
+                    b.rates.map_or("-".into(), |r| count(r.synced)),
+                    b.rates.map_or("-".into(), |r| count(r.written_through)),
                 ]
             })
             .collect();
@@ -840,6 +865,8 @@ impl View {
                 "REQ/s",
                 "REQ MEMORY",
                 "THROTTLED/s",
+                "SYNCED/s",
+                "WRITTEN-THROUGH/s",
             ],
             &rows,
         );
@@ -1222,6 +1249,8 @@ mod tests {
              tributary_sync_round_seconds_bucket{{le=\"+Inf\"}} {inf}\n\
              tributary_quota_throttled_responses_total{{type=\"Produce\"}} {produces}\n\
              tributary_quota_throttled_responses_total{{type=\"Fetch\"}} 0\n\
+             tributary_group_commit_files_synced_total{{shard=\"0\"}} {produces}\n\
+             tributary_group_commit_written_through_total{{shard=\"1\"}} {messages}\n\
              kafka_server_socket_server_metrics_connection_count 3\n\
              tributary_request_memory_used_bytes{{shard=\"0\"}} 1024\n\
              tributary_request_memory_used_bytes{{shard=\"1\"}} 1024\n\
@@ -1330,10 +1359,22 @@ mod tests {
         // The broker scraped twice has rates; the new one only gauges; the third is down.
         assert_eq!(
             row("a:1"),
-            ["a:1", "up", "3", "10.0", "2.0KiB/2.0MiB", "10.0"]
+            [
+                "a:1",
+                "up",
+                "3",
+                "10.0",
+                "2.0KiB/2.0MiB",
+                "10.0",
+                "10.0",
+                "20.0"
+            ]
         );
-        assert_eq!(row("b:2"), ["b:2", "new", "3", "-", "2.0KiB/2.0MiB", "-"]);
-        assert_eq!(row("c:3"), ["c:3", "down", "-", "-", "-", "-"]);
+        assert_eq!(
+            row("b:2"),
+            ["b:2", "new", "3", "-", "2.0KiB/2.0MiB", "-", "-", "-"]
+        );
+        assert_eq!(row("c:3"), ["c:3", "down", "-", "-", "-", "-", "-", "-"]);
         assert!(
             out.contains("  c:3: cannot connect to the metrics endpoint c:3\n"),
             "{out}"

@@ -162,7 +162,7 @@ impl Partition {
 async fn recover_log(dir: &Path, config: &LogConfig) -> Result<RecoveredLog, PartitionError> {
     let clean_marker = dir.join(CLEAN_SHUTDOWN_FILE);
     let (bases, clean) = list_or_create_segments(dir, &clean_marker).await?;
-    let found = open_segment_files(dir, &bases, clean).await?;
+    let found = open_segment_files(dir, &bases, clean, config.write_durability).await?;
     let snapshot_at = newest_usable_snapshot(&found);
     let mut producers = snapshot_at
         .and_then(|i| found[i].index.as_ref()?.producers.clone())
@@ -252,11 +252,17 @@ async fn open_segment_files(
     dir: &Path,
     bases: &[i64],
     clean: bool,
+    active_durability: WriteDurability,
 ) -> Result<Vec<FoundSegment>, PartitionError> {
     let last = bases.len() - 1;
     let mut found = Vec::with_capacity(bases.len());
     for (i, &base) in bases.iter().enumerate() {
-        let file = SegmentFile::open(&segment_path(dir, base), false)
+        // Only the last segment is written to: the active one.
+        let durability = match i == last {
+            true => active_durability,
+            false => WriteDurability::OnSync,
+        };
+        let file = SegmentFile::open_with(&segment_path(dir, base), false, durability)
             .await
             .map_err(|e| storage_err(dir, e))?;
         let size = file.file_size().await.map_err(|e| storage_err(dir, e))?;
