@@ -15,7 +15,7 @@ use tributary_protocol::ErrorCode;
 
 use crate::catalog::{BrokerRegistration, Catalog, PartitionRegistration, TopicMeta};
 use crate::reassign::{self, ReassignmentTarget};
-use crate::types::{LeaderEpoch, PartitionEpoch, TopicPartition};
+use crate::types::{LeaderEpoch, NodeId, PartitionEpoch, TopicPartition};
 
 /// Leader of a partition with no live replica (Kafka's `NO_LEADER`).
 pub const NO_LEADER: i32 = -1;
@@ -477,7 +477,7 @@ fn change_isr(
     // join; the leader keeps the replica out and asks again later. Leaving is always
     // allowed.
     let added: Vec<i32> = isr.iter().copied().filter(|b| !p.isr.contains(b)).collect();
-    if let Some(b) = added.iter().find(|&&b| !isr_eligible(brokers, b)) {
+    if let Some(b) = added.iter().find(|&&b| !isr_eligible(brokers, NodeId(b))) {
         return Outcome::Refused(
             ErrorCode::INELIGIBLE_REPLICA,
             format!(
@@ -522,9 +522,9 @@ fn create_topic(image: &mut Catalog, t: TopicMeta) -> Result<(), (ErrorCode, Str
 /// Whether `broker` may join an ISR (KIP-841): registered, not fenced and not in controlled
 /// shutdown. The controller refuses an ISR change adding any other (INELIGIBLE_REPLICA), and a
 /// leader does not propose one.
-pub fn isr_eligible(brokers: &BTreeMap<i32, BrokerRegistration>, broker: i32) -> bool {
+pub fn isr_eligible(brokers: &BTreeMap<i32, BrokerRegistration>, broker: NodeId) -> bool {
     brokers
-        .get(&broker)
+        .get(&broker.0)
         .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
 }
 
@@ -1112,8 +1112,8 @@ mod tests {
                 reason: FenceReason::Silent,
             },
         );
-        assert!(!isr_eligible(&image.brokers, 2));
-        assert!(!isr_eligible(&image.brokers, 9), "not registered");
+        assert!(!isr_eligible(&image.brokers, NodeId(2)));
+        assert!(!isr_eligible(&image.brokers, NodeId(9)), "not registered");
         assert!(matches!(
             run(&mut image, 11, change(&p, vec![1, 3, 2])),
             Outcome::Refused(ErrorCode::INELIGIBLE_REPLICA, _)

@@ -5,7 +5,7 @@
 //! only at the edges: wire structs and storage files.
 
 use std::fmt;
-use std::ops::{Add, Sub};
+use std::ops::{Add, AddAssign, Sub};
 
 use serde::{Deserialize, Serialize};
 
@@ -60,12 +60,13 @@ epoch!(
     "every election"
 );
 
-/// An id newtype: written as its integer, compared and hashed as it.
+/// An id or offset newtype: written as its integer, compared and hashed as it. Its `Debug`
+/// is the integer's too, so an ISR in a log line still reads `[1, 2]`, not `[NodeId(1), ..]`.
 macro_rules! id {
     ($(#[$doc:meta])* $name:ident($int:ty)) => {
         $(#[$doc])*
         #[derive(
-            Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+            Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
         )]
         #[serde(transparent)]
         pub struct $name(pub $int);
@@ -73,6 +74,12 @@ macro_rules! id {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 self.0.fmt(f)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
             }
         }
     };
@@ -115,6 +122,12 @@ impl Add<i64> for Offset {
     type Output = Offset;
     fn add(self, n: i64) -> Offset {
         Offset(self.0 + n)
+    }
+}
+
+impl AddAssign<i64> for Offset {
+    fn add_assign(&mut self, n: i64) {
+        self.0 += n;
     }
 }
 
@@ -193,6 +206,7 @@ mod tests {
         assert_eq!(serde_json::to_string(&ProducerId(4000)).unwrap(), "4000");
         assert_eq!(serde_json::to_string(&ProducerEpoch(-1)).unwrap(), "-1");
         assert_eq!(serde_json::to_string(&Offset(42)).unwrap(), "42");
+        assert_eq!(format!("{:?}", [NodeId(1), NodeId(2)]), "[1, 2]");
         let read: Offset = serde_json::from_str("42").unwrap();
         assert_eq!(read, Offset(42));
     }
@@ -202,6 +216,9 @@ mod tests {
         assert_eq!(Offset(9).next(), Offset(10));
         assert_eq!(Offset(9) + 3, Offset(12));
         assert_eq!(Offset(9) - 3, Offset(6));
+        let mut end = Offset(9);
+        end += 2;
+        assert_eq!(end, Offset(11));
         assert_eq!(Offset(12) - Offset(9), 3);
         assert!(Offset(9) < Offset(10));
     }

@@ -20,7 +20,7 @@ use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, info, warn};
-use tributary_metadata::types::TopicPartition;
+use tributary_metadata::types::{Offset, TopicPartition};
 use tributary_protocol::ErrorCode;
 
 use super::LeaderEpoch;
@@ -492,13 +492,15 @@ async fn truncate_divergent(
     end: i64,
 ) -> Result<(), String> {
     let leo = part.log_end_offset();
+    let (my_epoch, my_end) = part.end_offset_for(epoch);
     let target = super::truncation_target(
         epoch,
-        end,
-        part.end_offset_for(epoch),
-        leo,
-        part.log_start_offset(),
-    );
+        Offset(end),
+        (my_epoch, Offset(my_end)),
+        Offset(leo),
+        Offset(part.log_start_offset()),
+    )
+    .0;
     if target >= leo {
         // No batch to drop, but an epoch this replica began at its log end (as a leader, deposed
         // before appending) may be one the leader never had: the truncation drops it, so the

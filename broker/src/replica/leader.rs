@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tracing::{info, warn};
-use tributary_metadata::types::TopicPartition;
+use tributary_metadata::types::{NodeId, Offset, TopicPartition};
 use tributary_protocol::requests::fetch::FetchPartitionResponse;
 use tributary_protocol::ErrorCode;
 use tributary_storage::Partition;
@@ -155,8 +155,8 @@ impl Shard {
                     Some(l) if l.leader_epoch == reg.leader_epoch => {
                         l.take_image(
                             reg.partition_epoch,
-                            reg.isr.clone(),
-                            reg.replicas.clone(),
+                            reg.isr_nodes(),
+                            reg.replica_nodes(),
                             now,
                         );
                     }
@@ -203,9 +203,9 @@ impl Shard {
                 let state = LeaderState::new(
                     reg.leader_epoch,
                     reg.partition_epoch,
-                    reg.replicas.clone(),
-                    reg.isr.clone(),
-                    part.log_end_offset(),
+                    reg.replica_nodes(),
+                    reg.isr_nodes(),
+                    Offset(part.log_end_offset()),
                     now,
                 );
                 self.replicas.leading.borrow_mut().insert(key, state);
@@ -352,10 +352,10 @@ impl Shard {
             .borrow()
             .get(&TopicPartition::new(topic, partition))
         {
-            Some(l) => l.high_watermark(self.config.node_id, part.durable_offset()),
+            Some(l) => l.high_watermark(NodeId(self.config.node_id), Offset(part.durable_offset())),
             None => return,
         };
-        part.set_high_watermark(hw);
+        part.set_high_watermark(hw.0);
     }
 
     /// Before an acks=all append: refuses when the ISR is smaller than `min.insync.replicas`.
@@ -509,14 +509,16 @@ impl Shard {
         out.log_start_offset = part.log_start_offset();
         let diverging = (item.last_fetched_epoch >= 0)
             .then(|| {
+                let (epoch, end) = part.end_offset_for(item.last_fetched_epoch);
                 crate::replica::divergence(
                     item.last_fetched_epoch,
-                    item.fetch_offset,
-                    part.end_offset_for(item.last_fetched_epoch),
-                    part.log_start_offset(),
+                    Offset(item.fetch_offset),
+                    (epoch, Offset(end)),
+                    Offset(part.log_start_offset()),
                 )
             })
-            .flatten();
+            .flatten()
+            .map(|(epoch, end)| (epoch, end.0));
         if diverging.is_some() {
             out.diverging_epoch = diverging;
             out.high_watermark = part.high_watermark();
@@ -531,14 +533,10 @@ impl Shard {
         }
         let outside_isr = match self.replicas.leading.borrow_mut().get_mut(&key) {
             Some(l) => {
-                l.record_fetch(
-                    item.follower,
-                    item.fetch_offset,
-                    leo,
-                    item.link,
-                    Instant::now(),
-                );
-                !l.isr.contains(&item.follower) && !l.isr_change_pending
+                let follower = NodeId(item.follower);
+                let offset = Offset(item.fetch_offset);
+                l.record_fetch(follower, offset, Offset(leo), item.link, Instant::now());
+                !l.isr.contains(&follower) && !l.isr_change_pending
             }
             None => false,
         };
@@ -617,7 +615,7 @@ impl Shard {
         // Every partition is marked: no short circuit.
         let mut marked = false;
         for l in self.replicas.leading.borrow_mut().values_mut() {
-            marked |= l.link_lost(follower, link);
+            marked |= l.link_lost(NodeId(follower), link);
         }
         if marked {
             let shard = self.clone();
@@ -672,14 +670,14 @@ impl Shard {
         // ISR, the usual case, needs no partition lookup.
         let hw = if l.isr.len() < l.replicas.len() {
             self.partition(&key.topic, key.partition)
-                .map_or(-1, |part| part.high_watermark())
+                .map_or(Offset(-1), |part| Offset(part.high_watermark()))
         } else {
-            -1
+            Offset(-1)
         };
-        let eligible = |r: i32| isr_eligible(&catalog.brokers, r);
-        let isr = l.wanted_isr(self.config.node_id, hw, rules, now, eligible)?;
+        let eligible = |r: NodeId| isr_eligible(&catalog.brokers, r);
+        let isr = l.wanted_isr(NodeId(self.config.node_id), hw, rules, now, eligible)?;
         // Each member leaving, with why: a healthy broker must never be one.
-        let leaving: Vec<(i32, Option<crate::replica::OutOfSync>)> = l
+        let leaving: Vec<(NodeId, Option<crate::replica::OutOfSync>)> = l
             .isr
             .iter()
             .filter(|r| !isr.contains(r))
@@ -697,7 +695,7 @@ impl Shard {
             partition: key.partition,
             leader_epoch: l.leader_epoch,
             partition_epoch: l.partition_epoch,
-            isr,
+            isr: isr.iter().map(|r| r.0).collect(),
         })
     }
 
