@@ -9,6 +9,7 @@ use std::rc::Rc;
 
 use glommio::sync::Semaphore;
 use tracing::{info, warn};
+use tributary_metadata::types::TopicPartition;
 use tributary_protocol::topic::validate_topic_name;
 use tributary_protocol::ErrorCode;
 
@@ -515,7 +516,7 @@ impl Controller {
     /// per partition, in order.
     pub async fn elect_leaders(
         &self,
-        partitions: Vec<(String, i32)>,
+        partitions: Vec<TopicPartition>,
         unclean: bool,
     ) -> Vec<(ErrorCode, Option<String>)> {
         let n = partitions.len();

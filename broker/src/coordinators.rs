@@ -6,6 +6,7 @@
 use std::rc::Rc;
 
 use tracing::warn;
+use tributary_metadata::types::{ProducerEpoch, ProducerId, TopicPartition};
 use tributary_protocol::requests::groups::*;
 use tributary_protocol::ErrorCode;
 use tributary_storage::Partition;
@@ -220,23 +221,23 @@ pub enum TxnOp {
     Init {
         id: String,
         timeout_ms: i32,
-        given: (i64, i16),
+        given: (ProducerId, ProducerEpoch),
     },
     AddPartitions {
         id: String,
-        producer: (i64, i16),
-        partitions: Vec<(String, i32)>,
+        producer: (ProducerId, ProducerEpoch),
+        partitions: Vec<TopicPartition>,
     },
     End {
         id: String,
-        producer: (i64, i16),
+        producer: (ProducerId, ProducerEpoch),
         commit: bool,
     },
     /// KIP-890: is the partition in the id's ongoing transaction at this producer?
     Verify {
         id: String,
-        producer: (i64, i16),
-        partition: (String, i32),
+        producer: (ProducerId, ProducerEpoch),
+        partition: TopicPartition,
     },
     /// DescribeTransactions, for one id.
     Describe(String),
@@ -260,7 +261,7 @@ impl TxnOp {
 }
 
 pub enum TxnReply {
-    Init(Result<(i64, i16), ErrorCode>),
+    Init(Result<(ProducerId, ProducerEpoch), ErrorCode>),
     Code(ErrorCode),
     Described(Result<crate::txn::state::TxnMeta, ErrorCode>),
     Listed(Vec<crate::txn::state::TxnMeta>),
@@ -350,7 +351,7 @@ async fn init_producer_id(
     log: &Rc<Partition>,
     id: &str,
     timeout_ms: i32,
-    given: (i64, i16),
+    given: (ProducerId, ProducerEpoch),
 ) -> TxnReply {
     // Boxed: a shard call from inside a shard request handler would make the handler's
     // future recursive.
@@ -359,7 +360,7 @@ async fn init_producer_id(
             let allocated =
                 crate::controller::ask(shard, |_, c| async move { c.allocate_producer_id().await });
             match allocated.await {
-                Some(Ok(pid)) => Ok(pid),
+                Some(Ok(pid)) => Ok(ProducerId(pid)),
                 Some(Err(e)) => {
                     warn!(error = %e, "producer id allocation failed");
                     Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
@@ -390,7 +391,7 @@ async fn end_txn(
     shard: &Rc<Shard>,
     log: &Rc<Partition>,
     id: &str,
-    producer: (i64, i16),
+    producer: (ProducerId, ProducerEpoch),
     commit: bool,
 ) -> TxnReply {
     match shard.txns.end_txn(log, id, producer, commit).await {

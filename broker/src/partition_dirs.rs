@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use tracing::warn;
+use tributary_metadata::types::TopicPartition;
 use tributary_storage::io;
 
 use crate::catalog::Catalog;
@@ -92,13 +93,13 @@ pub async fn set_aside(dir: &Path, id: Option<&str>, why: &str) -> std::io::Resu
     Ok(aside)
 }
 
-/// The partition directories under `data_dir` (name, topic, partition).
-pub async fn list(data_dir: &Path) -> std::io::Result<Vec<(String, i32)>> {
+/// The partitions whose directories are under `data_dir`, in order.
+pub async fn list(data_dir: &Path) -> std::io::Result<Vec<TopicPartition>> {
     let dir = data_dir.to_path_buf();
     let names = io::blocking(move || io::now::read_dir_names(&dir)).await?;
-    let mut out: Vec<(String, i32)> = names
+    let mut out: Vec<TopicPartition> = names
         .iter()
-        .filter_map(|n| parse_dir_name(n).map(|(t, p)| (t.to_string(), p)))
+        .filter_map(|n| parse_dir_name(n).map(|(t, p)| TopicPartition::new(t, p)))
         .collect();
     out.sort();
     Ok(out)

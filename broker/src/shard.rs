@@ -19,6 +19,7 @@ use event_listener::Event;
 use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 use tracing::{info, warn};
+use tributary_metadata::types::TopicPartition;
 use tributary_protocol::ErrorCode;
 use tributary_storage::group_commit::SyncPolicy;
 use tributary_storage::io::WriteDurability;
@@ -176,7 +177,7 @@ pub enum ShardRequest {
     },
     /// Bytes of each owned partition's segment files (DescribeLogDirs).
     PartitionSizes {
-        reply: oneshot::Sender<Vec<((String, i32), i64)>>,
+        reply: oneshot::Sender<Vec<(TopicPartition, i64)>>,
     },
     /// DeleteRecords for one partition: replies with the new log start offset.
     DeleteRecords {
@@ -226,7 +227,7 @@ pub struct Shard {
     pub(crate) fenced_since: RefCell<std::collections::HashMap<i32, Instant>>,
     peers: Vec<async_channel::Sender<ShardRequest>>,
     catalog: RefCell<Arc<Catalog>>,
-    partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    partitions: RefCell<HashMap<TopicPartition, Rc<Partition>>>,
     hosted: Hosted,
     pub groups: GroupCoordinator,
     /// `__consumer_offsets` partitions whose groups this shard has loaded: those this node
@@ -498,7 +499,7 @@ impl Shard {
                 {
                     continue;
                 }
-                let key = (topic.name.clone(), p);
+                let key = TopicPartition::new(topic.name.clone(), p);
                 let existing = self.partitions.borrow().get(&key).cloned();
                 match existing {
                     Some(part) => part.set_config(config),
@@ -537,14 +538,15 @@ impl Shard {
     /// Deletes the partitions this shard holds that `catalog` no longer places on this node,
     /// or whose topic was deleted and created again (a new topic id) since `old`.
     async fn delete_vanished_partitions(&self, old: &Catalog, catalog: &Catalog) {
-        let mut gone: Vec<(String, i32)> = Vec::new();
-        for ((topic, p), _) in self.partitions.borrow().iter() {
+        let mut gone: Vec<TopicPartition> = Vec::new();
+        for key in self.partitions.borrow().keys() {
+            let topic = &key.topic;
             let keep = catalog
-                .partition(topic, *p)
+                .partition(topic, key.partition)
                 .is_some_and(|r| r.replicas.contains(&self.config.node_id))
                 && old.topics.get(topic).map(|t| &t.id) == catalog.topics.get(topic).map(|t| &t.id);
             if !keep {
-                gone.push((topic.clone(), *p));
+                gone.push(key.clone());
             }
         }
         for key in gone {
@@ -559,7 +561,7 @@ impl Shard {
                 // timeout.
                 part.wake_waiters();
                 if let Err(e) = part.delete().await {
-                    warn!(topic = %key.0, partition = key.1, error = %e, "deleting partition failed");
+                    warn!(topic = %key.topic, partition = key.partition, error = %e, "deleting partition failed");
                 }
             }
         }
@@ -611,7 +613,7 @@ impl Shard {
                 }
                 self.partitions
                     .borrow_mut()
-                    .insert((topic.name.clone(), p), part);
+                    .insert(TopicPartition::new(topic.name.clone(), p), part);
             }
             Err(e) => {
                 warn!(topic = %topic.name, partition = p, error = %e, "opening partition failed")
@@ -630,12 +632,13 @@ impl Shard {
                 return;
             }
         };
-        for (topic, p) in dirs {
-            if self.owner(&topic, p) != self.id
-                || self.partitions.borrow().contains_key(&(topic.clone(), p))
+        for key in dirs {
+            if self.owner(&key.topic, key.partition) != self.id
+                || self.partitions.borrow().contains_key(&key)
             {
                 continue;
             }
+            let (topic, p) = (key.topic, key.partition);
             let dir = partition_dir(&self.config.data_dir, &topic, p);
             let Ok(id) = partition_dirs::recorded_topic_id(&dir).await else {
                 continue;
@@ -688,7 +691,7 @@ impl Shard {
     }
 
     /// Every partition this shard holds.
-    pub(crate) fn owned_partitions(&self) -> Vec<((String, i32), Rc<Partition>)> {
+    pub(crate) fn owned_partitions(&self) -> Vec<(TopicPartition, Rc<Partition>)> {
         self.partitions
             .borrow()
             .iter()
@@ -699,14 +702,14 @@ impl Shard {
     pub(crate) fn partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
         self.partitions
             .borrow()
-            .get(&(topic.to_string(), partition))
+            .get(&TopicPartition::new(topic, partition))
             .cloned()
     }
 
     /// Each owned partition with the bytes its segment files hold on disk. The listings run on
     /// the executor's blocking thread, as every file-system call but segment I/O does.
-    async fn partition_sizes(&self) -> Vec<((String, i32), i64)> {
-        let parts: Vec<((String, i32), std::path::PathBuf)> = self
+    async fn partition_sizes(&self) -> Vec<(TopicPartition, i64)> {
+        let parts: Vec<(TopicPartition, std::path::PathBuf)> = self
             .partitions
             .borrow()
             .iter()
@@ -741,9 +744,9 @@ impl Shard {
             .partitions
             .borrow()
             .iter()
-            .map(|((topic, partition), p)| crate::metrics::PartitionGauges {
-                topic: topic.clone(),
-                partition: *partition,
+            .map(|(key, p)| crate::metrics::PartitionGauges {
+                topic: key.topic.clone(),
+                partition: key.partition,
                 high_watermark: p.high_watermark(),
                 log_end_offset: p.log_end_offset(),
                 log_start_offset: p.log_start_offset(),
@@ -1243,20 +1246,20 @@ impl Shard {
     /// Deletes what retention allows from every owned partition, and forgets its idle producers
     /// (`producer.id.expiration.ms`), every `log.retention.check.interval.ms`.
     pub async fn enforce_retention(&self) {
-        let parts: Vec<((String, i32), Rc<Partition>)> = self
+        let parts: Vec<(TopicPartition, Rc<Partition>)> = self
             .partitions
             .borrow()
             .iter()
             .map(|(k, p)| (k.clone(), p.clone()))
             .collect();
         let now_ms = now_ms();
-        for ((topic, p), part) in parts {
+        for (key, part) in parts {
             if part.is_offline() {
                 continue;
             }
             part.expire_producers(now_ms);
             if let Err(e) = part.enforce_retention(now_ms).await {
-                warn!(%topic, partition = p, error = %e, "retention failed");
+                warn!(topic = %key.topic, partition = key.partition, error = %e, "retention failed");
             }
         }
     }
@@ -1264,19 +1267,19 @@ impl Shard {
     /// Runs a cleaning pass on each owned compacted partition with enough new data
     /// (`log.cleaner.backoff.ms`).
     pub async fn clean_partitions(&self) {
-        let parts: Vec<((String, i32), Rc<Partition>)> = self
+        let parts: Vec<(TopicPartition, Rc<Partition>)> = self
             .partitions
             .borrow()
             .iter()
             .filter(|(_, p)| p.needs_cleaning())
             .map(|(k, p)| (k.clone(), p.clone()))
             .collect();
-        for ((topic, p), part) in parts {
+        for (key, part) in parts {
             if self.draining.get() {
                 return;
             }
             if let Err(e) = part.clean(now_ms()).await {
-                warn!(%topic, partition = p, error = %e, "cleaning failed");
+                warn!(topic = %key.topic, partition = key.partition, error = %e, "cleaning failed");
             }
         }
     }
@@ -1297,9 +1300,9 @@ impl Shard {
             "durability since start"
         );
         let parts: Vec<_> = self.partitions.borrow_mut().drain().collect();
-        for ((topic, p), part) in parts {
+        for (key, part) in parts {
             if let Err(e) = part.close().await {
-                warn!(%topic, partition = p, error = %e, "closing partition failed");
+                warn!(topic = %key.topic, partition = key.partition, error = %e, "closing partition failed");
             }
         }
         info!(shard = self.id.0, "partitions closed");

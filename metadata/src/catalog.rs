@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::compression::Compression;
-use crate::types::{LeaderEpoch, PartitionEpoch};
+use crate::types::{LeaderEpoch, NodeId, PartitionEpoch};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicMeta {
@@ -53,6 +53,16 @@ impl PartitionRegistration {
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
         }
+    }
+
+    /// Its replicas as node ids (the image keeps the integers it writes).
+    pub fn replica_nodes(&self) -> Vec<NodeId> {
+        self.replicas.iter().map(|&r| NodeId(r)).collect()
+    }
+
+    /// Its in-sync replicas as node ids.
+    pub fn isr_nodes(&self) -> Vec<NodeId> {
+        self.isr.iter().map(|&r| NodeId(r)).collect()
     }
 
     /// Whether a reassignment is in progress.

@@ -15,7 +15,7 @@ use tributary_protocol::ErrorCode;
 
 use crate::catalog::{BrokerRegistration, Catalog, PartitionRegistration, TopicMeta};
 use crate::reassign::{self, ReassignmentTarget};
-use crate::types::{LeaderEpoch, PartitionEpoch};
+use crate::types::{LeaderEpoch, NodeId, PartitionEpoch, TopicPartition};
 
 /// Leader of a partition with no live replica (Kafka's `NO_LEADER`).
 pub const NO_LEADER: i32 = -1;
@@ -108,7 +108,8 @@ pub enum MetadataCommand {
     /// is live and in sync; or, `unclean`, a partition without a leader led by any live
     /// replica (which becomes the whole ISR: what others held beyond it is lost).
     ElectLeaders {
-        partitions: Vec<(String, i32)>,
+        /// Written as `[topic, partition]` pairs (see `TopicPartition`).
+        partitions: Vec<TopicPartition>,
         unclean: bool,
     },
     /// A partition leader changes its in-sync replicas (Kafka's AlterPartition): refused unless
@@ -303,12 +304,12 @@ fn create_acls(image: &mut Catalog, acls: Vec<crate::catalog::AclRecord>) -> Out
     Outcome::Done
 }
 
-fn elect_leaders(image: &mut Catalog, partitions: &[(String, i32)], unclean: bool) -> Outcome {
+fn elect_leaders(image: &mut Catalog, partitions: &[TopicPartition], unclean: bool) -> Outcome {
     let live: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
     Outcome::Items(
         partitions
             .iter()
-            .map(|(topic, p)| elect(image, topic, *p, unclean, &live))
+            .map(|tp| elect(image, &tp.topic, tp.partition, unclean, &live))
             .collect(),
     )
 }
@@ -476,7 +477,7 @@ fn change_isr(
     // join; the leader keeps the replica out and asks again later. Leaving is always
     // allowed.
     let added: Vec<i32> = isr.iter().copied().filter(|b| !p.isr.contains(b)).collect();
-    if let Some(b) = added.iter().find(|&&b| !isr_eligible(brokers, b)) {
+    if let Some(b) = added.iter().find(|&&b| !isr_eligible(brokers, NodeId(b))) {
         return Outcome::Refused(
             ErrorCode::INELIGIBLE_REPLICA,
             format!(
@@ -521,9 +522,9 @@ fn create_topic(image: &mut Catalog, t: TopicMeta) -> Result<(), (ErrorCode, Str
 /// Whether `broker` may join an ISR (KIP-841): registered, not fenced and not in controlled
 /// shutdown. The controller refuses an ISR change adding any other (INELIGIBLE_REPLICA), and a
 /// leader does not propose one.
-pub fn isr_eligible(brokers: &BTreeMap<i32, BrokerRegistration>, broker: i32) -> bool {
+pub fn isr_eligible(brokers: &BTreeMap<i32, BrokerRegistration>, broker: NodeId) -> bool {
     brokers
-        .get(&broker)
+        .get(&broker.0)
         .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
 }
 
@@ -1111,8 +1112,8 @@ mod tests {
                 reason: FenceReason::Silent,
             },
         );
-        assert!(!isr_eligible(&image.brokers, 2));
-        assert!(!isr_eligible(&image.brokers, 9), "not registered");
+        assert!(!isr_eligible(&image.brokers, NodeId(2)));
+        assert!(!isr_eligible(&image.brokers, NodeId(9)), "not registered");
         assert!(matches!(
             run(&mut image, 11, change(&p, vec![1, 3, 2])),
             Outcome::Refused(ErrorCode::INELIGIBLE_REPLICA, _)
@@ -1170,7 +1171,7 @@ mod tests {
             let p = &image.topics[t].assignment[0];
             assert_eq!((p.leader, p.isr.clone()), (NO_LEADER, vec![1]), "{t}");
         }
-        let names = |v: Vec<(String, i32)>| v.into_iter().map(|(t, _)| t).collect::<Vec<_>>();
+        let names = |v: Vec<TopicPartition>| v.into_iter().map(|tp| tp.topic).collect::<Vec<_>>();
         // Off by default: only the topic that turns it on; on by default: all but the one
         // that turns it off.
         assert_eq!(names(unclean_elections(&image, false)), vec!["on"]);
@@ -1239,7 +1240,7 @@ mod tests {
         run(&mut image, 6, register(2, "restarted"));
         assert_eq!(image.topics["u"].assignment[0].leader, NO_LEADER);
         let partitions = unclean_elections(&image, false);
-        assert_eq!(partitions, vec![("u".to_string(), 0)]);
+        assert_eq!(partitions, vec![TopicPartition::new("u", 0)]);
         run(
             &mut image,
             7,
@@ -1269,7 +1270,11 @@ mod tests {
             MetadataCommand::CreateTopics { topics: vec![t] },
         );
         let elect = |unclean| MetadataCommand::ElectLeaders {
-            partitions: vec![("e".into(), 0), ("e".into(), 1), ("e".into(), 9)],
+            partitions: vec![
+                TopicPartition::new("e", 0),
+                TopicPartition::new("e", 1),
+                TopicPartition::new("e", 9),
+            ],
             unclean,
         };
         let codes = |o: Outcome| match o {
@@ -1558,7 +1563,7 @@ mod tests {
                 count: 1000,
             },
             MetadataCommand::ElectLeaders {
-                partitions: vec![("orders".into(), 0)],
+                partitions: vec![TopicPartition::new("orders", 0)],
                 unclean: false,
             },
             MetadataCommand::ChangeIsr {
@@ -1617,6 +1622,35 @@ mod tests {
         }
         assert_eq!(log, GOLDEN_LOG);
         assert_eq!(snapshot, GOLDEN_SNAPSHOT);
+    }
+
+    #[test]
+    fn elect_leaders_is_written_as_the_tuples_it_was() {
+        // The command as it was declared before `TopicPartition`: the same variant, serde's
+        // same tagging, the partitions as `(String, i32)` pairs.
+        #[derive(Serialize)]
+        #[serde(tag = "type")]
+        enum Before {
+            ElectLeaders {
+                partitions: Vec<(String, i32)>,
+                unclean: bool,
+            },
+        }
+        let before = Before::ElectLeaders {
+            partitions: vec![("orders".into(), 0), ("audit".into(), 11)],
+            unclean: true,
+        };
+        let now = MetadataCommand::ElectLeaders {
+            partitions: vec![
+                TopicPartition::new("orders", 0),
+                TopicPartition::new("audit", 11),
+            ],
+            unclean: true,
+        };
+        let old = serde_json::to_vec(&before).expect("it encodes");
+        assert_eq!(now.encode(), old);
+        let read: MetadataCommand = serde_json::from_slice(&old).expect("old bytes read");
+        assert_eq!(read, now);
     }
 
     /// What `the_log_and_snapshot_bytes_stay_as_written` saw when the types were first pinned

@@ -11,7 +11,8 @@
 //! controller's judgement of each broker's liveness (`liveness`),
 //! `compression.type`'s codecs, the internal topics' names and which `__consumer_offsets`
 //! partition holds a group, the client quota records, and Kafka's nouns as types (`types`:
-//! `PartitionEpoch` and `LeaderEpoch` so far).
+//! `TopicPartition`, `NodeId`, `Offset`, `ProducerId`, `ProducerEpoch`, `PartitionEpoch`,
+//! `LeaderEpoch`).
 
 #![forbid(unsafe_code)]
 

@@ -9,6 +9,7 @@
 use tributary_protocol::ErrorCode;
 
 use crate::catalog::{Catalog, PartitionRegistration};
+use crate::types::TopicPartition;
 
 /// Replica lists for `count` new partitions numbered from `first_partition`, over `brokers`
 /// (live broker ids, any order). `start` and `shift` are the caller's random draws.
@@ -118,11 +119,11 @@ pub fn manual_registration(image: &Catalog, replicas: Vec<i32>) -> PartitionRegi
 pub fn preferred_elections(
     image: &crate::catalog::Catalog,
     imbalance_percentage: u32,
-) -> Vec<(String, i32)> {
+) -> Vec<TopicPartition> {
     use std::collections::BTreeMap;
     let live: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
     // Per preferred broker: its partitions, those it does not lead, and those it could.
-    type Share = (u64, u64, Vec<(String, i32)>);
+    type Share = (u64, u64, Vec<TopicPartition>);
     let mut preferred: BTreeMap<i32, Share> = BTreeMap::new();
     for t in image.topics.values() {
         for (p, r) in t.assignment.iter().enumerate() {
@@ -137,7 +138,7 @@ pub fn preferred_elections(
             if r.leader != first {
                 entry.1 += 1;
                 if r.isr.contains(&first) {
-                    entry.2.push((t.name.clone(), p as i32));
+                    entry.2.push(TopicPartition::new(t.name.clone(), p as i32));
                 }
             }
         }
@@ -159,7 +160,7 @@ pub fn preferred_elections(
 pub fn unclean_elections(
     image: &crate::catalog::Catalog,
     broker_default: bool,
-) -> Vec<(String, i32)> {
+) -> Vec<TopicPartition> {
     let live = |b: &i32| image.brokers.get(b).is_some_and(|b| !b.fenced);
     let mut out = Vec::new();
     for t in image.topics.values() {
@@ -174,7 +175,7 @@ pub fn unclean_elections(
             if *allowed.get_or_insert_with(|| {
                 t.config_or("unclean.leader.election.enable", broker_default)
             }) {
-                out.push((t.name.clone(), p as i32));
+                out.push(TopicPartition::new(t.name.clone(), p as i32));
             }
         }
     }
@@ -317,11 +318,14 @@ mod tests {
         image.topics.insert("t".into(), topic(2));
         assert_eq!(
             preferred_elections(&image, 10),
-            vec![("t".to_string(), 0), ("t".to_string(), 1)]
+            vec![TopicPartition::new("t", 0), TopicPartition::new("t", 1)]
         );
         // Not in sync: not movable.
         image.topics.get_mut("t").unwrap().assignment[0].isr = vec![2];
-        assert_eq!(preferred_elections(&image, 10), vec![("t".to_string(), 1)]);
+        assert_eq!(
+            preferred_elections(&image, 10),
+            vec![TopicPartition::new("t", 1)]
+        );
         image.brokers.get_mut(&1).unwrap().fenced = true;
         assert!(
             preferred_elections(&image, 10).is_empty(),

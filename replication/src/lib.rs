@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-pub use tributary_metadata::types::{LeaderEpoch, PartitionEpoch};
+pub use tributary_metadata::types::{LeaderEpoch, NodeId, Offset, PartitionEpoch};
 
 /// A connection that carried a follower's fetches to this node: unique in the process, so the
 /// partitions fetched over a link that died can be told from those fetched over another.
@@ -32,11 +32,11 @@ impl LinkId {
 #[derive(Debug, Clone, Copy)]
 pub struct FollowerState {
     /// The offset of its last fetch: everything below is durable on it.
-    pub log_end_offset: i64,
+    pub log_end_offset: Offset,
     /// The last moment it held everything the leader had then.
     pub last_caught_up: Instant,
     /// The leader's log end offset when it answered the follower's previous fetch, and when.
-    pub last_fetch_leader_end: i64,
+    pub last_fetch_leader_end: Offset,
     pub last_fetch_at: Instant,
     /// The connection its last fetch came over.
     pub link: Option<LinkId>,
@@ -49,9 +49,9 @@ impl FollowerState {
     /// A follower that has not fetched yet, given a full lag window from `now`.
     fn new(now: Instant) -> Self {
         Self {
-            log_end_offset: -1,
+            log_end_offset: Offset(-1),
             last_caught_up: now,
-            last_fetch_leader_end: i64::MAX,
+            last_fetch_leader_end: Offset(i64::MAX),
             last_fetch_at: now,
             link: None,
             unreachable: false,
@@ -119,12 +119,12 @@ pub fn backlog_admits(outstanding: u64, len: u64, max: u64) -> bool {
 pub struct LeaderState {
     pub leader_epoch: LeaderEpoch,
     pub partition_epoch: PartitionEpoch,
-    pub replicas: Vec<i32>,
-    pub isr: Vec<i32>,
+    pub replicas: Vec<NodeId>,
+    pub isr: Vec<NodeId>,
     /// Where this leader's epoch began: a follower joins the ISR only once it holds this much
     /// (Kafka's `leaderEpochStartOffset` check).
-    pub epoch_start_offset: i64,
-    pub followers: HashMap<i32, FollowerState>,
+    pub epoch_start_offset: Offset,
+    pub followers: HashMap<NodeId, FollowerState>,
     /// An ISR change is proposed and its outcome not known yet: no other is proposed.
     pub isr_change_pending: bool,
     /// The members of every ISR proposed at this partition epoch and not yet decided (Kafka's
@@ -133,7 +133,7 @@ pub struct LeaderState {
     /// not pass what it holds. Decided only when the partition epoch moves (the change, or
     /// another, was applied: the controller refuses one of an older partition epoch) or the
     /// controller refused it; never by a timeout or an unrelated image change.
-    pub pending_isr: Option<Vec<i32>>,
+    pub pending_isr: Option<Vec<NodeId>>,
     /// A change proposed at this partition epoch may still be applied: its outcome is unknown.
     pub pending_unknown: bool,
     /// The acks=all appends waiting for room in the backlog, in arrival order.
@@ -183,9 +183,9 @@ impl LeaderState {
     pub fn new(
         leader_epoch: LeaderEpoch,
         partition_epoch: PartitionEpoch,
-        replicas: Vec<i32>,
-        isr: Vec<i32>,
-        epoch_start_offset: i64,
+        replicas: Vec<NodeId>,
+        isr: Vec<NodeId>,
+        epoch_start_offset: Offset,
         now: Instant,
     ) -> Self {
         // Every follower starts caught up: a new leader gives each a full lag window.
@@ -210,7 +210,7 @@ impl LeaderState {
     /// Takes a new replica set at the same leader epoch (a reassignment started, completed or
     /// was cancelled): a replica being added is tracked from now on — its fetches count, and it
     /// joins the ISR once caught up — and a replica gone is forgotten.
-    pub fn set_replicas(&mut self, replicas: Vec<i32>, now: Instant) {
+    pub fn set_replicas(&mut self, replicas: Vec<NodeId>, now: Instant) {
         if replicas == self.replicas {
             return;
         }
@@ -229,8 +229,8 @@ impl LeaderState {
     pub fn take_image(
         &mut self,
         partition_epoch: PartitionEpoch,
-        isr: Vec<i32>,
-        replicas: Vec<i32>,
+        isr: Vec<NodeId>,
+        replicas: Vec<NodeId>,
         now: Instant,
     ) {
         // Images apply in log order: at one leader epoch the partition epoch never goes back
@@ -253,7 +253,7 @@ impl LeaderState {
 
     /// `isr` is proposed: pending, and its members hold the high watermark (with those of any
     /// earlier proposal at this partition epoch whose outcome is unknown).
-    pub fn isr_proposed(&mut self, isr: &[i32]) {
+    pub fn isr_proposed(&mut self, isr: &[NodeId]) {
         self.isr_change_pending = true;
         let pending = self.pending_isr.get_or_insert_with(Vec::new);
         for &r in isr {
@@ -296,9 +296,9 @@ impl LeaderState {
     /// that fetch — so a follower keeping pace with a steady stream of appends stays in sync.
     pub fn record_fetch(
         &mut self,
-        follower: i32,
-        offset: i64,
-        leader_end: i64,
+        follower: NodeId,
+        offset: Offset,
+        leader_end: Offset,
         link: LinkId,
         now: Instant,
     ) {
@@ -322,7 +322,7 @@ impl LeaderState {
 
     /// The connection `link` that carried `follower`'s fetches timed out: if its last fetch of
     /// this partition came over it, it is out of sync until it fetches again. Whether it was.
-    pub fn link_lost(&mut self, follower: i32, link: LinkId) -> bool {
+    pub fn link_lost(&mut self, follower: NodeId, link: LinkId) -> bool {
         match self.followers.get_mut(&follower) {
             Some(f) if f.link == Some(link) => {
                 f.unreachable = true;
@@ -343,15 +343,19 @@ impl LeaderState {
 
     /// The high watermark: the leader's durable end, held to the log end offset of every other
     /// ISR member. A follower that has not fetched yet in this epoch holds it where it is.
-    pub fn high_watermark(&self, me: i32, leader_durable: i64) -> i64 {
+    pub fn high_watermark(&self, me: NodeId, leader_durable: Offset) -> Offset {
         let pending = self.pending_isr.iter().flatten();
         let hw = self
             .isr
             .iter()
             .chain(pending)
             .filter(|&&r| r != me)
-            .map(|r| self.followers.get(r).map_or(-1, |f| f.log_end_offset))
-            .fold(leader_durable, i64::min);
+            .map(|r| {
+                self.followers
+                    .get(r)
+                    .map_or(Offset(-1), |f| f.log_end_offset)
+            })
+            .fold(leader_durable, Offset::min);
         assert!(
             hw <= leader_durable,
             "high watermark {hw} above the durable end {leader_durable}"
@@ -365,14 +369,14 @@ impl LeaderState {
     /// shutting down; the controller refuses any other with INELIGIBLE_REPLICA).
     pub fn wanted_isr(
         &self,
-        me: i32,
-        hw: i64,
+        me: NodeId,
+        hw: Offset,
         rules: IsrRules,
         now: Instant,
-        eligible: impl Fn(i32) -> bool,
-    ) -> Option<Vec<i32>> {
-        let in_sync = |r: &i32| self.followers.get(r).is_some_and(|f| rules.in_sync(f, now));
-        let mut isr: Vec<i32> = self
+        eligible: impl Fn(NodeId) -> bool,
+    ) -> Option<Vec<NodeId>> {
+        let in_sync = |r: &NodeId| self.followers.get(r).is_some_and(|f| rules.in_sync(f, now));
+        let mut isr: Vec<NodeId> = self
             .isr
             .iter()
             .copied()
@@ -418,10 +422,10 @@ impl LeaderState {
 /// to the leader's log start.
 pub fn divergence(
     last_fetched_epoch: i32,
-    fetch_offset: i64,
-    leaders_end: (i32, i64),
-    log_start: i64,
-) -> Option<(i32, i64)> {
+    fetch_offset: Offset,
+    leaders_end: (i32, Offset),
+    log_start: Offset,
+) -> Option<(i32, Offset)> {
     if last_fetched_epoch < 0 {
         return None;
     }
@@ -441,7 +445,13 @@ pub fn divergence(
 /// (`mine`, its own `(epoch, end offset)` for it), the logs agree up to the smaller of the two
 /// ends; if not, up to where this replica's largest epoch below it ends — and the next fetch
 /// asks again from there. Never past this replica's log end `leo`, never below its log start.
-pub fn truncation_target(epoch: i32, end: i64, mine: (i32, i64), leo: i64, log_start: i64) -> i64 {
+pub fn truncation_target(
+    epoch: i32,
+    end: Offset,
+    mine: (i32, Offset),
+    leo: Offset,
+    log_start: Offset,
+) -> Offset {
     let (my_epoch, my_end) = mine;
     let target = if my_epoch == epoch {
         end.min(my_end).min(leo)
@@ -457,8 +467,12 @@ mod tests {
 
     const LINK: LinkId = LinkId(1);
 
-    fn any(_: i32) -> bool {
+    fn any(_: NodeId) -> bool {
         true
+    }
+
+    fn nodes(ids: &[i32]) -> Vec<NodeId> {
+        ids.iter().map(|&r| NodeId(r)).collect()
     }
 
     fn lag_only(lag: Duration) -> IsrRules {
@@ -474,9 +488,9 @@ mod tests {
             LeaderState::new(
                 LeaderEpoch(1),
                 PartitionEpoch(0),
-                vec![1, 2, 3],
-                isr.to_vec(),
-                100,
+                nodes(&[1, 2, 3]),
+                nodes(isr),
+                Offset(100),
                 now,
             ),
             now,
@@ -486,22 +500,26 @@ mod tests {
     #[test]
     fn the_high_watermark_waits_for_every_isr_member() {
         let (mut l, now) = leader(&[1, 2, 3]);
-        assert_eq!(l.high_watermark(1, 150), -1, "no follower fetched yet");
-        l.record_fetch(2, 140, 150, LINK, now);
-        l.record_fetch(3, 120, 150, LINK, now);
-        assert_eq!(l.high_watermark(1, 150), 120);
-        l.record_fetch(3, 150, 150, LINK, now);
-        assert_eq!(l.high_watermark(1, 150), 140);
+        assert_eq!(
+            l.high_watermark(NodeId(1), Offset(150)),
+            Offset(-1),
+            "no follower fetched yet"
+        );
+        l.record_fetch(NodeId(2), Offset(140), Offset(150), LINK, now);
+        l.record_fetch(NodeId(3), Offset(120), Offset(150), LINK, now);
+        assert_eq!(l.high_watermark(NodeId(1), Offset(150)), Offset(120));
+        l.record_fetch(NodeId(3), Offset(150), Offset(150), LINK, now);
+        assert_eq!(l.high_watermark(NodeId(1), Offset(150)), Offset(140));
         // Never past what the leader itself made durable.
-        l.record_fetch(2, 160, 160, LINK, now);
-        assert_eq!(l.high_watermark(1, 150), 150);
+        l.record_fetch(NodeId(2), Offset(160), Offset(160), LINK, now);
+        assert_eq!(l.high_watermark(NodeId(1), Offset(150)), Offset(150));
         // A member out of the ISR does not hold it back.
-        l.isr = vec![1, 2];
-        l.record_fetch(3, 0, 160, LINK, now);
-        assert_eq!(l.high_watermark(1, 160), 160);
+        l.isr = nodes(&[1, 2]);
+        l.record_fetch(NodeId(3), Offset(0), Offset(160), LINK, now);
+        assert_eq!(l.high_watermark(NodeId(1), Offset(160)), Offset(160));
         // A member being added does, from the moment it is proposed.
-        l.pending_isr = Some(vec![1, 2, 3]);
-        assert_eq!(l.high_watermark(1, 160), 0);
+        l.pending_isr = Some(nodes(&[1, 2, 3]));
+        assert_eq!(l.high_watermark(NodeId(1), Offset(160)), Offset(0));
     }
 
     #[test]
@@ -509,48 +527,67 @@ mod tests {
         let (mut l, start) = leader(&[1, 2]);
         let lag = lag_only(Duration::from_secs(10));
         // Each fetch reaches where the leader ended at the previous one, never its end now.
-        let mut end = 100;
+        let mut end = Offset(100);
         let mut t = start;
         for _ in 0..30 {
             t += Duration::from_secs(1);
-            l.record_fetch(2, end, end + 10, LINK, t);
+            l.record_fetch(NodeId(2), end, end + 10, LINK, t);
             end += 10;
         }
-        assert_eq!(l.followers[&2].last_caught_up, t - Duration::from_secs(1));
-        assert_eq!(l.wanted_isr(1, end, lag, t, any), None, "it stays in sync");
+        assert_eq!(
+            l.followers[&NodeId(2)].last_caught_up,
+            t - Duration::from_secs(1)
+        );
+        assert_eq!(
+            l.wanted_isr(NodeId(1), end, lag, t, any),
+            None,
+            "it stays in sync"
+        );
     }
 
     #[test]
     fn a_lagging_follower_leaves_the_isr_and_a_caught_up_one_joins() {
         let (mut l, start) = leader(&[1, 2, 3]);
         let lag = lag_only(Duration::from_secs(10));
-        l.record_fetch(2, 150, 150, LINK, start);
-        l.record_fetch(3, 150, 150, LINK, start);
-        assert_eq!(l.wanted_isr(1, 150, lag, start + lag.lag_max, any), None);
+        l.record_fetch(NodeId(2), Offset(150), Offset(150), LINK, start);
+        l.record_fetch(NodeId(3), Offset(150), Offset(150), LINK, start);
+        assert_eq!(
+            l.wanted_isr(NodeId(1), Offset(150), lag, start + lag.lag_max, any),
+            None
+        );
         // 3 stops catching up; 2 keeps up.
         let later = start + lag.lag_max + Duration::from_secs(1);
-        l.record_fetch(2, 200, 200, LINK, later);
-        l.record_fetch(3, 160, 200, LINK, later);
-        assert_eq!(l.wanted_isr(1, 200, lag, later, any), Some(vec![1, 2]));
-        l.isr = vec![1, 2];
+        l.record_fetch(NodeId(2), Offset(200), Offset(200), LINK, later);
+        l.record_fetch(NodeId(3), Offset(160), Offset(200), LINK, later);
+        assert_eq!(
+            l.wanted_isr(NodeId(1), Offset(200), lag, later, any),
+            Some(nodes(&[1, 2]))
+        );
+        l.isr = nodes(&[1, 2]);
         // It comes back: caught up to the high watermark and the epoch start.
         let back = later + Duration::from_secs(1);
-        l.record_fetch(3, 200, 200, LINK, back);
-        assert_eq!(l.wanted_isr(1, 200, lag, back, any), Some(vec![1, 2, 3]));
+        l.record_fetch(NodeId(3), Offset(200), Offset(200), LINK, back);
+        assert_eq!(
+            l.wanted_isr(NodeId(1), Offset(200), lag, back, any),
+            Some(nodes(&[1, 2, 3]))
+        );
         // Not while the image says it is fenced or shutting down (KIP-841); leaving the ISR
         // does not wait for that.
-        assert_eq!(l.wanted_isr(1, 200, lag, back, |r| r != 3), None);
-        l.isr = vec![1, 2, 3];
-        let gone = back + lag.lag_max + Duration::from_secs(1);
-        l.record_fetch(2, 200, 200, LINK, gone);
         assert_eq!(
-            l.wanted_isr(1, 200, lag, gone, |r| r != 3),
-            Some(vec![1, 2])
+            l.wanted_isr(NodeId(1), Offset(200), lag, back, |r| r != NodeId(3)),
+            None
         );
-        l.isr = vec![1, 2];
+        l.isr = nodes(&[1, 2, 3]);
+        let gone = back + lag.lag_max + Duration::from_secs(1);
+        l.record_fetch(NodeId(2), Offset(200), Offset(200), LINK, gone);
+        assert_eq!(
+            l.wanted_isr(NodeId(1), Offset(200), lag, gone, |r| r != NodeId(3)),
+            Some(nodes(&[1, 2]))
+        );
+        l.isr = nodes(&[1, 2]);
         // Not before it reaches the epoch's start, even at the high watermark.
-        l.epoch_start_offset = 300;
-        assert_eq!(l.wanted_isr(1, 200, lag, back, any), None);
+        l.epoch_start_offset = Offset(300);
+        assert_eq!(l.wanted_isr(NodeId(1), Offset(200), lag, back, any), None);
     }
 
     #[test]
@@ -558,26 +595,30 @@ mod tests {
         let (mut l, start) = leader(&[1, 2, 3]);
         let lag = lag_only(Duration::from_secs(10));
         for r in [2, 3] {
-            l.record_fetch(r, 150, 150, LINK, start);
+            l.record_fetch(NodeId(r), Offset(150), Offset(150), LINK, start);
         }
         // 4 is added (replicas [4,1,2,3]): unknown before, its fetches count now.
-        l.set_replicas(vec![4, 1, 2, 3], start);
-        l.record_fetch(4, 0, 150, LINK, start);
-        assert_eq!(l.followers[&4].log_end_offset, 0);
+        l.set_replicas(nodes(&[4, 1, 2, 3]), start);
+        l.record_fetch(NodeId(4), Offset(0), Offset(150), LINK, start);
+        assert_eq!(l.followers[&NodeId(4)].log_end_offset, Offset(0));
         assert_eq!(
-            l.high_watermark(1, 150),
-            150,
+            l.high_watermark(NodeId(1), Offset(150)),
+            Offset(150),
             "not in the ISR: it holds nothing back"
         );
-        assert_eq!(l.wanted_isr(1, 150, lag, start, any), None);
+        assert_eq!(l.wanted_isr(NodeId(1), Offset(150), lag, start, any), None);
         let t = start + Duration::from_secs(1);
-        l.record_fetch(4, 150, 150, LINK, t);
-        assert_eq!(l.wanted_isr(1, 150, lag, t, any), Some(vec![1, 2, 3, 4]));
-        // The reassignment completes without 3: it is forgotten.
-        l.set_replicas(vec![4, 1, 2], t);
-        assert!(!l.followers.contains_key(&3));
+        l.record_fetch(NodeId(4), Offset(150), Offset(150), LINK, t);
         assert_eq!(
-            l.followers[&4].log_end_offset, 150,
+            l.wanted_isr(NodeId(1), Offset(150), lag, t, any),
+            Some(nodes(&[1, 2, 3, 4]))
+        );
+        // The reassignment completes without 3: it is forgotten.
+        l.set_replicas(nodes(&[4, 1, 2]), t);
+        assert!(!l.followers.contains_key(&NodeId(3)));
+        assert_eq!(
+            l.followers[&NodeId(4)].log_end_offset,
+            Offset(150),
             "a kept replica keeps its state"
         );
     }
@@ -589,36 +630,42 @@ mod tests {
             lag_max: Duration::from_secs(30),
             silence_max: Some(Duration::from_secs(2)),
         };
-        l.record_fetch(2, 150, 150, LINK, start);
-        l.record_fetch(3, 150, 150, LINK, start);
+        l.record_fetch(NodeId(2), Offset(150), Offset(150), LINK, start);
+        l.record_fetch(NodeId(3), Offset(150), Offset(150), LINK, start);
         // Idle: both fetch every half second (the leader holds each), nothing new arrives.
         let mut t = start;
         for _ in 0..6 {
             t += Duration::from_millis(500);
-            l.record_fetch(2, 150, 150, LINK, t);
+            l.record_fetch(NodeId(2), Offset(150), Offset(150), LINK, t);
             if t <= start + Duration::from_secs(1) {
-                l.record_fetch(3, 150, 150, LINK, t);
+                l.record_fetch(NodeId(3), Offset(150), Offset(150), LINK, t);
             }
         }
         // 3's last fetch came 2 s ago: still in.
-        assert_eq!(l.wanted_isr(1, 150, rules, t, any), None);
+        assert_eq!(l.wanted_isr(NodeId(1), Offset(150), rules, t, any), None);
         t += Duration::from_millis(1);
-        l.record_fetch(2, 150, 150, LINK, t);
-        assert_eq!(l.wanted_isr(1, 150, rules, t, any), Some(vec![1, 2]));
+        l.record_fetch(NodeId(2), Offset(150), Offset(150), LINK, t);
         assert_eq!(
-            rules.out_of_sync(&l.followers[&3], t),
+            l.wanted_isr(NodeId(1), Offset(150), rules, t, any),
+            Some(nodes(&[1, 2]))
+        );
+        assert_eq!(
+            rules.out_of_sync(&l.followers[&NodeId(3)], t),
             Some(OutOfSync::Silent)
         );
         assert_eq!(
-            l.wanted_isr(1, 150, lag_only(rules.lag_max), t, any),
+            l.wanted_isr(NodeId(1), Offset(150), lag_only(rules.lag_max), t, any),
             None,
             "the lag window alone keeps it for 30 s"
         );
-        l.isr = vec![1, 2];
+        l.isr = nodes(&[1, 2]);
         // Its fetches arrive again, caught up: it joins.
         t += Duration::from_millis(100);
-        l.record_fetch(3, 150, 150, LINK, t);
-        assert_eq!(l.wanted_isr(1, 150, rules, t, any), Some(vec![1, 2, 3]));
+        l.record_fetch(NodeId(3), Offset(150), Offset(150), LINK, t);
+        assert_eq!(
+            l.wanted_isr(NodeId(1), Offset(150), rules, t, any),
+            Some(nodes(&[1, 2, 3]))
+        );
     }
 
     #[test]
@@ -629,32 +676,41 @@ mod tests {
             silence_max: Some(Duration::from_secs(5)),
         };
         let (old, new) = (LinkId(7), LinkId(8));
-        l.record_fetch(2, 150, 150, LINK, start);
-        l.record_fetch(3, 150, 150, old, start);
+        l.record_fetch(NodeId(2), Offset(150), Offset(150), LINK, start);
+        l.record_fetch(NodeId(3), Offset(150), Offset(150), old, start);
         // Another follower's link, or one this partition was not fetched over: nothing.
-        assert!(!l.link_lost(2, old));
-        assert!(!l.link_lost(3, LINK));
-        assert!(!l.link_lost(9, old), "not a replica");
-        assert_eq!(l.wanted_isr(1, 150, rules, start, any), None);
+        assert!(!l.link_lost(NodeId(2), old));
+        assert!(!l.link_lost(NodeId(3), LINK));
+        assert!(!l.link_lost(NodeId(9), old), "not a replica");
+        assert_eq!(
+            l.wanted_isr(NodeId(1), Offset(150), rules, start, any),
+            None
+        );
         // 3's own link: out at once, long before the silence window.
-        assert!(l.link_lost(3, old));
+        assert!(l.link_lost(NodeId(3), old));
         let t = start + Duration::from_millis(10);
         assert_eq!(
-            rules.out_of_sync(&l.followers[&3], t),
+            rules.out_of_sync(&l.followers[&NodeId(3)], t),
             Some(OutOfSync::Unreachable)
         );
-        assert_eq!(l.wanted_isr(1, 150, rules, t, any), Some(vec![1, 2]));
-        l.isr = vec![1, 2];
+        assert_eq!(
+            l.wanted_isr(NodeId(1), Offset(150), rules, t, any),
+            Some(nodes(&[1, 2]))
+        );
+        l.isr = nodes(&[1, 2]);
         // A fetch that was held here when the link failed, answered late into it, changes
         // nothing.
-        l.record_fetch(3, 150, 150, old, t);
-        assert_eq!(l.wanted_isr(1, 150, rules, t, any), None);
+        l.record_fetch(NodeId(3), Offset(150), Offset(150), old, t);
+        assert_eq!(l.wanted_isr(NodeId(1), Offset(150), rules, t, any), None);
         // It reconnects and fetches, caught up: back in, and the old link no longer counts.
-        l.record_fetch(3, 150, 150, new, t);
-        assert_eq!(l.wanted_isr(1, 150, rules, t, any), Some(vec![1, 2, 3]));
-        l.isr = vec![1, 2, 3];
-        assert!(!l.link_lost(3, old));
-        assert_eq!(l.wanted_isr(1, 150, rules, t, any), None);
+        l.record_fetch(NodeId(3), Offset(150), Offset(150), new, t);
+        assert_eq!(
+            l.wanted_isr(NodeId(1), Offset(150), rules, t, any),
+            Some(nodes(&[1, 2, 3]))
+        );
+        l.isr = nodes(&[1, 2, 3]);
+        assert!(!l.link_lost(NodeId(3), old));
+        assert_eq!(l.wanted_isr(NodeId(1), Offset(150), rules, t, any), None);
     }
 
     #[test]
@@ -672,75 +728,105 @@ mod tests {
     #[test]
     fn logs_diverge_where_the_leaders_epoch_ended_before_the_followers_fetch() {
         // No batch fetched yet: nothing to compare.
-        assert_eq!(divergence(-1, 0, (-1, -1), 0), None);
+        assert_eq!(divergence(-1, Offset(0), (-1, Offset(-1)), Offset(0)), None);
         // Same epoch, the leader's reaches at least as far: no divergence.
-        assert_eq!(divergence(3, 100, (3, 100), 0), None);
-        assert_eq!(divergence(3, 100, (3, 150), 0), None);
+        assert_eq!(
+            divergence(3, Offset(100), (3, Offset(100)), Offset(0)),
+            None
+        );
+        assert_eq!(
+            divergence(3, Offset(100), (3, Offset(150)), Offset(0)),
+            None
+        );
         // The leader's epoch 3 ended at 90: the follower's 90..100 is not the leader's.
-        assert_eq!(divergence(3, 100, (3, 90), 0), Some((3, 90)));
+        assert_eq!(
+            divergence(3, Offset(100), (3, Offset(90)), Offset(0)),
+            Some((3, Offset(90)))
+        );
         // The leader never had epoch 4: its largest below, 3, ended at 80.
-        assert_eq!(divergence(4, 100, (3, 80), 0), Some((3, 80)));
+        assert_eq!(
+            divergence(4, Offset(100), (3, Offset(80)), Offset(0)),
+            Some((3, Offset(80)))
+        );
         // Unknown to the leader altogether: agree at most up to its log start.
-        assert_eq!(divergence(2, 100, (-1, -1), 40), Some((0, 40)));
+        assert_eq!(
+            divergence(2, Offset(100), (-1, Offset(-1)), Offset(40)),
+            Some((0, Offset(40)))
+        );
     }
 
     #[test]
     fn a_follower_truncates_to_where_both_logs_still_agree() {
         // Both have epoch 3; the leader's ends at 90, this replica's at 100.
-        assert_eq!(truncation_target(3, 90, (3, 100), 100, 0), 90);
+        assert_eq!(
+            truncation_target(3, Offset(90), (3, Offset(100)), Offset(100), Offset(0)),
+            Offset(90)
+        );
         // This replica's epoch 3 ends first: keep all of it.
-        assert_eq!(truncation_target(3, 120, (3, 100), 110, 0), 100);
+        assert_eq!(
+            truncation_target(3, Offset(120), (3, Offset(100)), Offset(110), Offset(0)),
+            Offset(100)
+        );
         // This replica lacks epoch 3: its largest below ends at 70.
-        assert_eq!(truncation_target(3, 90, (2, 70), 100, 0), 70);
+        assert_eq!(
+            truncation_target(3, Offset(90), (2, Offset(70)), Offset(100), Offset(0)),
+            Offset(70)
+        );
         // Never past its own end nor below its log start.
-        assert_eq!(truncation_target(3, 90, (3, 200), 50, 0), 50);
-        assert_eq!(truncation_target(3, 10, (3, 200), 100, 30), 30);
+        assert_eq!(
+            truncation_target(3, Offset(90), (3, Offset(200)), Offset(50), Offset(0)),
+            Offset(50)
+        );
+        assert_eq!(
+            truncation_target(3, Offset(10), (3, Offset(200)), Offset(100), Offset(30)),
+            Offset(30)
+        );
     }
 
     #[test]
     fn a_proposed_member_holds_the_high_watermark_until_the_partition_epoch_moves() {
         let (mut l, now) = leader(&[1, 2]);
-        l.record_fetch(2, 150, 150, LINK, now);
-        l.record_fetch(3, 120, 150, LINK, now);
-        assert_eq!(l.high_watermark(1, 150), 150);
-        l.isr_proposed(&[1, 2, 3]);
-        assert_eq!(l.high_watermark(1, 150), 120);
+        l.record_fetch(NodeId(2), Offset(150), Offset(150), LINK, now);
+        l.record_fetch(NodeId(3), Offset(120), Offset(150), LINK, now);
+        assert_eq!(l.high_watermark(NodeId(1), Offset(150)), Offset(150));
+        l.isr_proposed(&nodes(&[1, 2, 3]));
+        assert_eq!(l.high_watermark(NodeId(1), Offset(150)), Offset(120));
         // An unrelated image change (same partition epoch): still pending, still holding.
-        l.take_image(PartitionEpoch(0), vec![1, 2], vec![1, 2, 3], now);
-        assert_eq!(l.high_watermark(1, 150), 120);
+        l.take_image(PartitionEpoch(0), nodes(&[1, 2]), nodes(&[1, 2, 3]), now);
+        assert_eq!(l.high_watermark(NodeId(1), Offset(150)), Offset(120));
         // The proposal timed out: it may still be applied. Another may be proposed, and the
         // members of both hold the high watermark.
         l.isr_change_unknown(PartitionEpoch(0));
         assert!(!l.isr_change_pending);
-        l.isr_proposed(&[1]);
-        assert_eq!(l.pending_isr, Some(vec![1, 2, 3]));
-        assert_eq!(l.high_watermark(1, 150), 120);
+        l.isr_proposed(&nodes(&[1]));
+        assert_eq!(l.pending_isr, Some(nodes(&[1, 2, 3])));
+        assert_eq!(l.high_watermark(NodeId(1), Offset(150)), Offset(120));
         // Decided: the partition epoch moved (one of them was applied).
-        l.take_image(PartitionEpoch(1), vec![1], vec![1, 2, 3], now);
+        l.take_image(PartitionEpoch(1), nodes(&[1]), nodes(&[1, 2, 3]), now);
         assert_eq!(l.pending_isr, None);
-        assert_eq!(l.high_watermark(1, 150), 150);
+        assert_eq!(l.high_watermark(NodeId(1), Offset(150)), Offset(150));
         assert_eq!(l.maximal_isr_size(), 1);
         // A refusal decides too.
-        l.isr_proposed(&[1, 3]);
+        l.isr_proposed(&nodes(&[1, 3]));
         assert_eq!(l.maximal_isr_size(), 2, "a member proposed to join counts");
         l.isr_change_refused(PartitionEpoch(1));
-        assert_eq!(l.high_watermark(1, 150), 150);
+        assert_eq!(l.high_watermark(NodeId(1), Offset(150)), Offset(150));
         // The refusal of a change proposed at an older partition epoch, arriving after a new
         // one was proposed, leaves the new one pending.
-        l.isr_proposed(&[1, 3]);
+        l.isr_proposed(&nodes(&[1, 3]));
         l.isr_change_refused(PartitionEpoch(0));
         assert!(l.isr_change_pending);
-        assert_eq!(l.high_watermark(1, 150), 120);
+        assert_eq!(l.high_watermark(NodeId(1), Offset(150)), Offset(120));
         // One whose fate is unknown keeps holding after another at its epoch is refused.
         l.isr_change_unknown(PartitionEpoch(1));
-        l.isr_proposed(&[1]);
+        l.isr_proposed(&nodes(&[1]));
         l.isr_change_refused(PartitionEpoch(1));
         assert_eq!(
-            l.high_watermark(1, 150),
-            120,
+            l.high_watermark(NodeId(1), Offset(150)),
+            Offset(120),
             "the unknown one may still be applied"
         );
-        l.take_image(PartitionEpoch(2), vec![1], vec![1, 2, 3], now);
-        assert_eq!(l.high_watermark(1, 150), 150);
+        l.take_image(PartitionEpoch(2), nodes(&[1]), nodes(&[1, 2, 3]), now);
+        assert_eq!(l.high_watermark(NodeId(1), Offset(150)), Offset(150));
     }
 }

@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use tributary_protocol::ErrorCode;
-use tributary_replication::{divergence, truncation_target, LeaderEpoch, LeaderState, LinkId};
+use tributary_replication::{
+    divergence, truncation_target, LeaderEpoch, LeaderState, LinkId, NodeId, Offset,
+};
 use tributary_storage::producer_state::SequenceCheck;
 
 use crate::log::{Record, ReplicaLog};
@@ -87,7 +89,7 @@ impl Node {
                 part.following = None;
                 match part.leading.as_mut() {
                     Some(l) => {
-                        let (isr, replicas) = (reg.isr.clone(), reg.replicas.clone());
+                        let (isr, replicas) = (reg.isr_nodes(), reg.replica_nodes());
                         l.take_image(reg.partition_epoch, isr, replicas, at(base, now));
                     }
                     None => {
@@ -95,9 +97,9 @@ impl Node {
                         part.leading = Some(LeaderState::new(
                             reg.leader_epoch,
                             reg.partition_epoch,
-                            reg.replicas.clone(),
-                            reg.isr.clone(),
-                            part.log.log_end_offset(),
+                            reg.replica_nodes(),
+                            reg.isr_nodes(),
+                            Offset(part.log.log_end_offset()),
                             at(base, now),
                         ));
                         fx.began_leading.push((p, reg.leader_epoch.0));
@@ -131,7 +133,7 @@ impl Node {
         let hw = if limits.canary == Some(crate::Canary::HighWatermarkIgnoresIsr) {
             durable
         } else {
-            l.high_watermark(me, durable)
+            l.high_watermark(NodeId(me), Offset(durable)).0
         };
         part.log.advance_high_watermark(hw);
         let hw = part.log.high_watermark();
@@ -277,9 +279,12 @@ impl Node {
             return;
         }
         let log = &part.log;
-        let leaders_end = log.end_offset_for(last_fetched_epoch);
-        if let Some(d) = divergence(last_fetched_epoch, offset, leaders_end, 0) {
-            let a = answer(FetchAnswer::Diverging(d));
+        let (epoch, end) = log.end_offset_for(last_fetched_epoch);
+        let leaders_end = (epoch, Offset(end));
+        if let Some((epoch, end)) =
+            divergence(last_fetched_epoch, Offset(offset), leaders_end, Offset(0))
+        {
+            let a = answer(FetchAnswer::Diverging((epoch, end.0)));
             fx.send(self.id, follower, a);
             return;
         }
@@ -289,8 +294,15 @@ impl Node {
             fx.send(self.id, follower, a);
             return;
         }
-        l.record_fetch(follower, offset, leo, link, at(base, now));
-        let outside_isr = !l.isr.contains(&follower) && !l.isr_change_pending;
+        let follower_id = NodeId(follower);
+        l.record_fetch(
+            follower_id,
+            Offset(offset),
+            Offset(leo),
+            link,
+            at(base, now),
+        );
+        let outside_isr = !l.isr.contains(&follower_id) && !l.isr_change_pending;
         self.advance_high_watermark(p, limits, fx);
         if outside_isr {
             self.check_isr(Some(p), now, base, limits);
@@ -311,7 +323,7 @@ impl Node {
             if only.is_some_and(|o| o != p) {
                 continue;
             }
-            let hw = part.log.high_watermark();
+            let hw = Offset(part.log.high_watermark());
             let Some(l) = part.leading.as_mut() else {
                 continue;
             };
@@ -324,8 +336,8 @@ impl Node {
                 l.isr_change_unknown(proposed_at);
             }
             let brokers = &self.image.brokers;
-            let eligible = |r: i32| tributary_metadata::command::isr_eligible(brokers, r);
-            let Some(isr) = l.wanted_isr(me, hw, rules, at(base, now), eligible) else {
+            let eligible = |r: NodeId| tributary_metadata::command::isr_eligible(brokers, r);
+            let Some(isr) = l.wanted_isr(NodeId(me), hw, rules, at(base, now), eligible) else {
                 continue;
             };
             l.isr_proposed(&isr);
@@ -335,7 +347,7 @@ impl Node {
                 partition: p,
                 leader_epoch: l.leader_epoch,
                 partition_epoch: l.partition_epoch,
-                isr,
+                isr: isr.iter().map(|r| r.0).collect(),
             });
         }
         for cmd in proposals {
@@ -396,7 +408,9 @@ impl Node {
             FetchAnswer::Diverging((epoch, end)) => {
                 let log = &mut part.log;
                 let leo = log.log_end_offset();
-                let target = truncation_target(epoch, end, log.end_offset_for(epoch), leo, 0);
+                let (my_epoch, my_end) = log.end_offset_for(epoch);
+                let mine = (my_epoch, Offset(my_end));
+                let target = truncation_target(epoch, Offset(end), mine, Offset(leo), Offset(0)).0;
                 log.truncate_to(target.min(leo));
                 fx.truncated.push((me, p));
                 fx.timer(0, Event::FetchDue(me, inc, p));

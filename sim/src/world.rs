@@ -784,7 +784,7 @@ impl World {
                 let mut marked = false;
                 for part in node.parts.values_mut() {
                     if let Some(l) = part.leading.as_mut() {
-                        marked |= l.link_lost(follower, link);
+                        marked |= l.link_lost(tributary_replication::NodeId(follower), link);
                     }
                 }
                 if marked {

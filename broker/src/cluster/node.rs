@@ -544,12 +544,12 @@ impl MetadataNode {
             }
         };
         let image = self.image();
-        for ((topic, partition), item) in partitions.iter().zip(items) {
+        for (tp, item) in partitions.iter().zip(items) {
             if item.is_ok() {
-                let leader = image.partition(topic, *partition).map(|p| p.leader);
+                let leader = image.partition(&tp.topic, tp.partition).map(|p| p.leader);
                 warn!(
-                    topic = %topic,
-                    partition,
+                    topic = %tp.topic,
+                    partition = tp.partition,
                     leader = ?leader,
                     "unclean leader election: every in-sync replica is fenced, so a replica outside the ISR now leads; records acknowledged only by the old ISR may be lost"
                 );

@@ -7,6 +7,7 @@ use std::rc::Rc;
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResponse, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
+use tributary_metadata::types::TopicPartition;
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::describe_log_dirs;
@@ -29,16 +30,20 @@ pub async fn handle(
             reply,
         })
     });
-    let mut sizes: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    let mut sizes: BTreeMap<TopicPartition, i64> = BTreeMap::new();
     for reply in futures::future::join_all(calls).await {
         sizes.extend(reply.unwrap_or_default());
     }
     // Partitions not asked for, or that do not exist, are left out, as Kafka leaves them out.
     if let Some(wanted) = &req.topics {
-        sizes.retain(|(t, p), _| wanted.iter().any(|(wt, wp)| wt == t && wp.contains(p)));
+        sizes.retain(|tp, _| {
+            wanted
+                .iter()
+                .any(|(wt, wp)| *wt == tp.topic && wp.contains(&tp.partition))
+        });
     }
     let mut topics: Vec<DescribeLogDirsTopic> = Vec::new();
-    for ((topic, partition), size) in sizes {
+    for (TopicPartition { topic, partition }, size) in sizes {
         let part = DescribeLogDirsPartition::default()
             .with_partition_index(partition)
             .with_partition_size(size)

@@ -7,6 +7,7 @@ use std::rc::Rc;
 use kafka_protocol::messages::elect_leaders_response::{
     ElectLeadersResponse, PartitionResult, ReplicaElectionResult,
 };
+use tributary_metadata::types::TopicPartition;
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::elect_leaders::{self, UNCLEAN};
@@ -24,15 +25,15 @@ pub async fn handle(
     let v = header.api_version;
     let req = decode_all(r, |r| elect_leaders::decode(r, v))?;
     let catalog = shard.catalog();
-    let partitions: Vec<(String, i32)> = match &req.partitions {
+    let partitions: Vec<TopicPartition> = match &req.partitions {
         Some(topics) => topics
             .iter()
-            .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+            .flat_map(|(t, ps)| ps.iter().map(move |p| TopicPartition::new(t.clone(), *p)))
             .collect(),
         None => catalog
             .topics
             .values()
-            .flat_map(|t| (0..t.partitions).map(move |p| (t.name.clone(), p)))
+            .flat_map(|t| (0..t.partitions).map(move |p| TopicPartition::new(t.name.clone(), p)))
             .collect(),
     };
     let unclean = req.election_type == UNCLEAN;
@@ -44,7 +45,8 @@ pub async fn handle(
     .await
     .unwrap_or_else(|| vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); n]);
     let mut topics: Vec<ReplicaElectionResult> = Vec::new();
-    for ((topic, p), (code, msg)) in asked.into_iter().zip(results) {
+    for (tp, (code, msg)) in asked.into_iter().zip(results) {
+        let (topic, p) = (tp.topic, tp.partition);
         let result = PartitionResult::default()
             .with_partition_id(p)
             .with_error_code(code.code())

@@ -13,6 +13,7 @@ use kafka_protocol::messages::list_partition_reassignments_response::{
     ListPartitionReassignmentsResponse, OngoingPartitionReassignment, OngoingTopicReassignment,
 };
 use kafka_protocol::messages::BrokerId;
+use tributary_metadata::types::TopicPartition;
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::partition_reassignments as req;
@@ -48,9 +49,9 @@ pub async fn handle_alter(
         })
         .collect();
     let n = partitions.len();
-    let asked: Vec<(String, i32)> = partitions
+    let asked: Vec<TopicPartition> = partitions
         .iter()
-        .map(|t| (t.topic.clone(), t.partition))
+        .map(|t| TopicPartition::new(t.topic.clone(), t.partition))
         .collect();
     let timeout = u64::try_from(request.timeout_ms)
         .ok()
@@ -74,7 +75,8 @@ pub async fn handle_alter(
     .await
     .unwrap_or_else(|| vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); n]);
     let mut topics: Vec<ReassignableTopicResponse> = Vec::new();
-    for ((topic, p), (code, msg)) in asked.into_iter().zip(results) {
+    for (tp, (code, msg)) in asked.into_iter().zip(results) {
+        let (topic, p) = (tp.topic, tp.partition);
         let result = ReassignablePartitionResponse::default()
             .with_partition_index(p)
             .with_error_code(code.code())

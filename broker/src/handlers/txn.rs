@@ -18,6 +18,7 @@ use kafka_protocol::messages::{
     AddOffsetsToTxnResponse, EndTxnResponse, InitProducerIdResponse, ProducerId,
 };
 use tracing::{info, warn};
+use tributary_metadata::types::{self, TopicPartition};
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::{api_key, ApiSpec};
 use tributary_protocol::requests::groups::{CommitPartition, OffsetCommitRequest};
@@ -54,8 +55,8 @@ pub async fn verify(
     } else {
         let op = TxnOp::Verify {
             id: id.to_string(),
-            producer,
-            partition: (partition.0.to_string(), partition.1),
+            producer: wire_producer(producer.0, producer.1),
+            partition: TopicPartition::new(partition.0, partition.1),
         };
         verify_code(ask(shard, op).await)
     };
@@ -67,6 +68,11 @@ pub async fn verify(
         }
         c => c,
     }
+}
+
+/// A producer id and epoch as a request carries them.
+fn wire_producer(id: i64, epoch: i16) -> (types::ProducerId, types::ProducerEpoch) {
+    (types::ProducerId(id), types::ProducerEpoch(epoch))
 }
 
 /// The largest AddPartitionsToTxn response read back: a few bytes per partition.
@@ -165,11 +171,11 @@ async fn add_partitions(
     } else if all_known {
         let op = TxnOp::AddPartitions {
             id: req.transactional_id.clone(),
-            producer: (req.producer_id, req.producer_epoch),
+            producer: wire_producer(req.producer_id, req.producer_epoch),
             partitions: req
                 .topics
                 .iter()
-                .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+                .flat_map(|(t, ps)| ps.iter().map(move |p| TopicPartition::new(t.clone(), *p)))
                 .collect(),
         };
         ask_code(shard, op, v).await
@@ -339,7 +345,7 @@ pub async fn init_producer_id(
         let op = TxnOp::Init {
             id,
             timeout_ms: req.transaction_timeout_ms,
-            given: (req.producer_id, req.producer_epoch),
+            given: wire_producer(req.producer_id, req.producer_epoch),
         };
         match ask(shard, op).await {
             Some(TxnReply::Init(r)) => r,
@@ -348,8 +354,8 @@ pub async fn init_producer_id(
     };
     let resp = match out {
         Ok((pid, epoch)) => resp
-            .with_producer_id(ProducerId(pid))
-            .with_producer_epoch(epoch),
+            .with_producer_id(ProducerId(pid.0))
+            .with_producer_epoch(epoch.0),
         Err(code) => resp.with_error_code(for_version(code, v, 3).code()),
     };
     frame(spec, header, &resp)
@@ -409,8 +415,8 @@ async fn add_partitions_batched(
                 for p in ps {
                     let op = TxnOp::Verify {
                         id: req.transactional_id.clone(),
-                        producer: (req.producer_id, req.producer_epoch),
-                        partition: (t.clone(), *p),
+                        producer: wire_producer(req.producer_id, req.producer_epoch),
+                        partition: TopicPartition::new(t.clone(), *p),
                     };
                     parts.push(
                         AddPartitionsToTxnPartitionResult::default()
@@ -482,8 +488,8 @@ async fn add_offsets_to_txn(
     } else {
         let op = TxnOp::AddPartitions {
             id: req.transactional_id,
-            producer: (req.producer_id, req.producer_epoch),
-            partitions: vec![(OFFSETS_TOPIC.to_string(), p)],
+            producer: wire_producer(req.producer_id, req.producer_epoch),
+            partitions: vec![TopicPartition::new(OFFSETS_TOPIC, p)],
         };
         ask_code(shard, op, v).await
     };
@@ -508,7 +514,7 @@ async fn end_txn(
     } else {
         let op = TxnOp::End {
             id: req.transactional_id,
-            producer: (req.producer_id, req.producer_epoch),
+            producer: wire_producer(req.producer_id, req.producer_epoch),
             commit: req.committed,
         };
         ask_code(shard, op, v).await
@@ -626,8 +632,8 @@ async fn write_txn_markers(
                 let marker = crate::txn::markers::Marker {
                     topic: topic.clone(),
                     partition,
-                    producer_id: m.producer_id,
-                    producer_epoch: m.producer_epoch,
+                    producer_id: types::ProducerId(m.producer_id),
+                    producer_epoch: types::ProducerEpoch(m.producer_epoch),
                     commit: m.commit,
                     coordinator_epoch: m.coordinator_epoch,
                 };
@@ -697,7 +703,8 @@ async fn describe_transactions(
         states.push(match reply {
             Some(TxnReply::Described(Ok(m))) => {
                 let mut topics: Vec<TopicData> = Vec::new();
-                for (t, p) in &m.partitions {
+                for tp in &m.partitions {
+                    let (t, p) = (&tp.topic, &tp.partition);
                     match topics.last_mut().filter(|d| d.topic.0.as_str() == t) {
                         Some(d) => d.partitions.push(*p),
                         None => topics.push(
@@ -710,8 +717,8 @@ async fn describe_transactions(
                 out.with_transaction_state(str_bytes(m.state.name()))
                     .with_transaction_timeout_ms(m.timeout_ms)
                     .with_transaction_start_time_ms(m.start_ms)
-                    .with_producer_id(ProducerId(m.producer_id))
-                    .with_producer_epoch(m.producer_epoch)
+                    .with_producer_id(ProducerId(m.producer_id.0))
+                    .with_producer_epoch(m.producer_epoch.0)
                     .with_topics(topics)
             }
             Some(TxnReply::Described(Err(code))) => out.with_error_code(code.code()),
@@ -777,7 +784,7 @@ async fn list_transactions(
             )
         })
         .filter(|m| {
-            req.producer_id_filters.is_empty() || req.producer_id_filters.contains(&m.producer_id)
+            req.producer_id_filters.is_empty() || req.producer_id_filters.contains(&m.producer_id.0)
         })
         .filter(|m| {
             req.duration_filter_ms < 0
@@ -790,7 +797,7 @@ async fn list_transactions(
         .map(|m| {
             TransactionState::default()
                 .with_transactional_id(transactional_id(&m.transactional_id))
-                .with_producer_id(ProducerId(m.producer_id))
+                .with_producer_id(ProducerId(m.producer_id.0))
                 .with_transaction_state(str_bytes(m.state.name()))
         })
         .collect();

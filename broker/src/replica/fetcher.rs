@@ -20,6 +20,7 @@ use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, info, warn};
+use tributary_metadata::types::{Offset, TopicPartition};
 use tributary_protocol::ErrorCode;
 
 use super::LeaderEpoch;
@@ -269,11 +270,12 @@ fn follows_beyond(shard: &Shard, leader: i32, items: &[Item]) -> bool {
     following
         .iter()
         .filter(|(_, f)| f.leader == leader)
-        .any(|((topic, p), f)| {
+        .any(|(key, f)| {
+            let (topic, p) = (&key.topic, key.partition);
             let fetched = items
-                .binary_search_by(|i| (i.topic.as_str(), i.partition).cmp(&(topic.as_str(), *p)))
+                .binary_search_by(|i| (i.topic.as_str(), i.partition).cmp(&(topic.as_str(), p)))
                 .is_ok_and(|k| items[k].leader_epoch == f.leader_epoch.0);
-            !fetched && shard.partition(topic, *p).is_some()
+            !fetched && shard.partition(topic, p).is_some()
         })
 }
 
@@ -282,7 +284,7 @@ fn follows_from(shard: &Shard, leader: i32) -> bool {
     let following = shard.replicas.following.borrow();
     following
         .iter()
-        .any(|((topic, p), f)| f.leader == leader && shard.partition(topic, *p).is_some())
+        .any(|(key, f)| f.leader == leader && shard.partition(&key.topic, key.partition).is_some())
 }
 
 /// What this shard fetches from `leader`, sorted by topic and partition.
@@ -291,11 +293,11 @@ fn followed(shard: &Shard, leader: i32) -> Vec<Item> {
     let mut items: Vec<Item> = following
         .iter()
         .filter(|(_, f)| f.leader == leader)
-        .filter_map(|((topic, p), f)| {
-            let part = shard.partition(topic, *p)?;
+        .filter_map(|(key, f)| {
+            let part = shard.partition(&key.topic, key.partition)?;
             Some(Item {
-                topic: topic.clone(),
-                partition: *p,
+                topic: key.topic.clone(),
+                partition: key.partition,
                 leader_epoch: f.leader_epoch.0,
                 fetch_offset: part.log_end_offset(),
                 last_fetched_epoch: part.latest_epoch().unwrap_or(-1),
@@ -373,7 +375,7 @@ async fn apply(
                 .replicas
                 .following
                 .borrow()
-                .get(&(item.topic.clone(), item.partition))
+                .get(&TopicPartition::new(item.topic.clone(), item.partition))
                 .copied();
             if current.map(|f| (f.leader, f.leader_epoch))
                 != Some((leader, LeaderEpoch(item.leader_epoch)))
@@ -490,13 +492,15 @@ async fn truncate_divergent(
     end: i64,
 ) -> Result<(), String> {
     let leo = part.log_end_offset();
+    let (my_epoch, my_end) = part.end_offset_for(epoch);
     let target = super::truncation_target(
         epoch,
-        end,
-        part.end_offset_for(epoch),
-        leo,
-        part.log_start_offset(),
-    );
+        Offset(end),
+        (my_epoch, Offset(my_end)),
+        Offset(leo),
+        Offset(part.log_start_offset()),
+    )
+    .0;
     if target >= leo {
         // No batch to drop, but an epoch this replica began at its log end (as a leader, deposed
         // before appending) may be one the leader never had: the truncation drops it, so the

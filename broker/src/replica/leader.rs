@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tracing::{info, warn};
+use tributary_metadata::types::{NodeId, Offset, TopicPartition};
 use tributary_protocol::requests::fetch::FetchPartitionResponse;
 use tributary_protocol::ErrorCode;
 use tributary_storage::Partition;
@@ -38,7 +39,7 @@ pub(crate) fn answer(partition: i32, error: ErrorCode) -> FetchPartitionResponse
 
 /// A partition about to lead: its key, its log, and its registration in the image.
 type NewLeader = (
-    (String, i32),
+    TopicPartition,
     Rc<Partition>,
     crate::catalog::PartitionRegistration,
 );
@@ -90,9 +91,9 @@ impl Shard {
             }
         }
         self.start_leading(changes.new_leaders, now).await;
-        let keys: Vec<(String, i32)> = self.replicas.leading.borrow().keys().cloned().collect();
-        for (t, p) in keys {
-            self.advance_high_watermark(&t, p);
+        let keys: Vec<TopicPartition> = self.replicas.leading.borrow().keys().cloned().collect();
+        for key in keys {
+            self.advance_high_watermark(&key.topic, key.partition);
         }
         self.load_led_groups(catalog).await;
         self.load_led_txns(catalog).await;
@@ -117,27 +118,29 @@ impl Shard {
         // Writes waiting on a partition this node no longer leads are answered at once
         // (NOT_LEADER_OR_FOLLOWER): an idempotent producer moves to the new leader only
         // once every request to the old one came back.
-        let mut deposed: Vec<(String, i32)> = Vec::new();
-        leading.retain(|(t, p), l| {
+        let mut deposed: Vec<TopicPartition> = Vec::new();
+        leading.retain(|key, l| {
             let kept = catalog
-                .partition(t, *p)
+                .partition(&key.topic, key.partition)
                 .is_some_and(|r| r.leader == me && r.leader_epoch == l.leader_epoch);
             if !kept {
-                deposed.push((t.clone(), *p));
+                deposed.push(key.clone());
             }
             kept
         });
-        for (t, p) in &deposed {
-            if let Some(part) = self.partition(t, *p) {
+        for key in &deposed {
+            if let Some(part) = self.partition(&key.topic, key.partition) {
                 part.wake_waiters();
             }
         }
-        following.retain(|(t, p), _| {
+        following.retain(|key, _| {
             catalog
-                .partition(t, *p)
+                .partition(&key.topic, key.partition)
                 .is_some_and(|r| r.leader != me && r.leader >= 0 && r.replicas.contains(&me))
         });
-        for ((topic, p), part) in self.owned_partitions() {
+        for (key, part) in self.owned_partitions() {
+            // The key moves into the maps below; the log lines after it name the partition.
+            let (topic, p) = (key.topic.clone(), key.partition);
             let Some(reg) = catalog.partition(&topic, p) else {
                 continue;
             };
@@ -146,15 +149,14 @@ impl Shard {
                 continue;
             }
             part.set_replicated(true);
-            let key = (topic.clone(), p);
             if reg.leader == me {
                 following.remove(&key);
                 match leading.get_mut(&key) {
                     Some(l) if l.leader_epoch == reg.leader_epoch => {
                         l.take_image(
                             reg.partition_epoch,
-                            reg.isr.clone(),
-                            reg.replicas.clone(),
+                            reg.isr_nodes(),
+                            reg.replica_nodes(),
                             now,
                         );
                     }
@@ -195,15 +197,15 @@ impl Shard {
             // The image may have moved on while the epoch was written.
             let still = self
                 .catalog()
-                .partition(&key.0, key.1)
+                .partition(&key.topic, key.partition)
                 .is_some_and(|r| r.leader == me && r.leader_epoch == reg.leader_epoch);
             if still {
                 let state = LeaderState::new(
                     reg.leader_epoch,
                     reg.partition_epoch,
-                    reg.replicas.clone(),
-                    reg.isr.clone(),
-                    part.log_end_offset(),
+                    reg.replica_nodes(),
+                    reg.isr_nodes(),
+                    Offset(part.log_end_offset()),
                     now,
                 );
                 self.replicas.leading.borrow_mut().insert(key, state);
@@ -267,8 +269,8 @@ impl Shard {
         let owned: Vec<(i32, Rc<Partition>)> = self
             .owned_partitions()
             .into_iter()
-            .filter(|((t, _), _)| t == topic)
-            .map(|((_, p), part)| (p, part))
+            .filter(|(key, _)| key.topic == topic)
+            .map(|(key, part)| (key.partition, part))
             .collect();
         let mut set = loaded.borrow_mut();
         set.retain(|p| owned.iter().any(|(o, _)| o == p));
@@ -311,7 +313,7 @@ impl Shard {
             .into_iter()
             .find(|(_, p)| Rc::ptr_eq(p, part))
             .map(|(k, _)| k);
-        let Some((topic, partition)) = key else {
+        let Some(TopicPartition { topic, partition }) = key else {
             return Err(ErrorCode::NOT_COORDINATOR);
         };
         let timeout = Duration::from_millis(self.config.offsets_commit_timeout_ms);
@@ -335,7 +337,7 @@ impl Shard {
         self.replicas
             .leading
             .borrow()
-            .get(&(topic.to_string(), partition))
+            .get(&TopicPartition::new(topic, partition))
             .map(|l| l.leader_epoch)
     }
 
@@ -348,12 +350,12 @@ impl Shard {
             .replicas
             .leading
             .borrow()
-            .get(&(topic.to_string(), partition))
+            .get(&TopicPartition::new(topic, partition))
         {
-            Some(l) => l.high_watermark(self.config.node_id, part.durable_offset()),
+            Some(l) => l.high_watermark(NodeId(self.config.node_id), Offset(part.durable_offset())),
             None => return,
         };
-        part.set_high_watermark(hw);
+        part.set_high_watermark(hw.0);
     }
 
     /// Before an acks=all append: refuses when the ISR is smaller than `min.insync.replicas`.
@@ -387,7 +389,7 @@ impl Shard {
         f: impl FnOnce(&LeaderState) -> T,
     ) -> Option<T> {
         let leading = self.replicas.leading.borrow();
-        leading.get(&(topic.to_string(), partition)).map(f)
+        leading.get(&TopicPartition::new(topic, partition)).map(f)
     }
 
     /// `min.insync.replicas` of `topic`: its own, or the broker's.
@@ -413,7 +415,7 @@ impl Shard {
         epoch: LeaderEpoch,
         deadline: Instant,
     ) -> Result<AppendTurn, ErrorCode> {
-        let key = (topic.to_string(), partition);
+        let key = TopicPartition::new(topic, partition);
         let Some(turns) = self
             .replicas
             .leading
@@ -488,7 +490,7 @@ impl Shard {
         self: &Rc<Self>,
         item: ReplicaFetchItem,
     ) -> FetchPartitionResponse {
-        let key = (item.topic.clone(), item.partition);
+        let key = TopicPartition::new(item.topic.clone(), item.partition);
         let Some(part) = self.partition(&item.topic, item.partition) else {
             return answer(item.partition, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
         };
@@ -507,14 +509,16 @@ impl Shard {
         out.log_start_offset = part.log_start_offset();
         let diverging = (item.last_fetched_epoch >= 0)
             .then(|| {
+                let (epoch, end) = part.end_offset_for(item.last_fetched_epoch);
                 crate::replica::divergence(
                     item.last_fetched_epoch,
-                    item.fetch_offset,
-                    part.end_offset_for(item.last_fetched_epoch),
-                    part.log_start_offset(),
+                    Offset(item.fetch_offset),
+                    (epoch, Offset(end)),
+                    Offset(part.log_start_offset()),
                 )
             })
-            .flatten();
+            .flatten()
+            .map(|(epoch, end)| (epoch, end.0));
         if diverging.is_some() {
             out.diverging_epoch = diverging;
             out.high_watermark = part.high_watermark();
@@ -529,14 +533,10 @@ impl Shard {
         }
         let outside_isr = match self.replicas.leading.borrow_mut().get_mut(&key) {
             Some(l) => {
-                l.record_fetch(
-                    item.follower,
-                    item.fetch_offset,
-                    leo,
-                    item.link,
-                    Instant::now(),
-                );
-                !l.isr.contains(&item.follower) && !l.isr_change_pending
+                let follower = NodeId(item.follower);
+                let offset = Offset(item.fetch_offset);
+                l.record_fetch(follower, offset, Offset(leo), item.link, Instant::now());
+                !l.isr.contains(&follower) && !l.isr_change_pending
             }
             None => false,
         };
@@ -615,7 +615,7 @@ impl Shard {
         // Every partition is marked: no short circuit.
         let mut marked = false;
         for l in self.replicas.leading.borrow_mut().values_mut() {
-            marked |= l.link_lost(follower, link);
+            marked |= l.link_lost(NodeId(follower), link);
         }
         if marked {
             let shard = self.clone();
@@ -636,7 +636,7 @@ impl Shard {
 
     /// The ISR changes this shard's led partitions (or only `only`, looked up directly: a
     /// catching-up follower's fetch asks on the fetch path) need now, each marked pending.
-    fn isr_changes(&self, only: Option<&(String, i32)>) -> Vec<MetadataCommand> {
+    fn isr_changes(&self, only: Option<&TopicPartition>) -> Vec<MetadataCommand> {
         let rules = isr_rules(&self.config);
         let now = Instant::now();
         let catalog = self.catalog();
@@ -657,7 +657,7 @@ impl Shard {
     /// The ISR change led partition `key` needs now, if any, marked pending.
     fn isr_change(
         &self,
-        (topic, p): &(String, i32),
+        key: &TopicPartition,
         l: &mut LeaderState,
         rules: crate::replica::IsrRules,
         now: Instant,
@@ -669,15 +669,15 @@ impl Shard {
         // The high watermark only decides whether a replica outside the ISR may join: a full
         // ISR, the usual case, needs no partition lookup.
         let hw = if l.isr.len() < l.replicas.len() {
-            self.partition(topic, *p)
-                .map_or(-1, |part| part.high_watermark())
+            self.partition(&key.topic, key.partition)
+                .map_or(Offset(-1), |part| Offset(part.high_watermark()))
         } else {
-            -1
+            Offset(-1)
         };
-        let eligible = |r: i32| isr_eligible(&catalog.brokers, r);
-        let isr = l.wanted_isr(self.config.node_id, hw, rules, now, eligible)?;
+        let eligible = |r: NodeId| isr_eligible(&catalog.brokers, r);
+        let isr = l.wanted_isr(NodeId(self.config.node_id), hw, rules, now, eligible)?;
         // Each member leaving, with why: a healthy broker must never be one.
-        let leaving: Vec<(i32, Option<crate::replica::OutOfSync>)> = l
+        let leaving: Vec<(NodeId, Option<crate::replica::OutOfSync>)> = l
             .isr
             .iter()
             .filter(|r| !isr.contains(r))
@@ -688,14 +688,14 @@ impl Shard {
                 )
             })
             .collect();
-        info!(topic = %topic, partition = p, from = ?l.isr, to = ?isr, ?leaving, "changing the ISR");
+        info!(topic = %key.topic, partition = key.partition, from = ?l.isr, to = ?isr, ?leaving, "changing the ISR");
         l.isr_proposed(&isr);
         Some(MetadataCommand::ChangeIsr {
-            topic: topic.clone(),
-            partition: *p,
+            topic: key.topic.clone(),
+            partition: key.partition,
             leader_epoch: l.leader_epoch,
             partition_epoch: l.partition_epoch,
-            isr,
+            isr: isr.iter().map(|r| r.0).collect(),
         })
     }
 
@@ -712,7 +712,7 @@ impl Shard {
                 continue;
             };
             let proposed_at = *partition_epoch;
-            let key = (topic.clone(), *partition);
+            let key = TopicPartition::new(topic.clone(), *partition);
             let command = cmd.clone();
             let out =
                 crate::controller::ask(self, |_, c| async move { c.answer(command).await }).await;
@@ -724,9 +724,9 @@ impl Shard {
                 // KIP-841: the controller knows a joining replica is fenced or shutting
                 // down before this node's image does. Not now: the replica stays out, and
                 // the next check (half a lag window on) asks again from a newer image.
-                info!(topic = %key.0, partition = key.1, outcome = ?out, "ISR change refused for now: a joining replica is not eligible");
+                info!(topic = %key.topic, partition = key.partition, outcome = ?out, "ISR change refused for now: a joining replica is not eligible");
             } else {
-                warn!(topic = %key.0, partition = key.1, outcome = ?out, "ISR change not made");
+                warn!(topic = %key.topic, partition = key.partition, outcome = ?out, "ISR change not made");
             }
             let mut leading = self.replicas.leading.borrow_mut();
             let Some(l) = leading.get_mut(&key) else {

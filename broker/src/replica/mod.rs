@@ -29,6 +29,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
 use event_listener::Event;
+use tributary_metadata::types::TopicPartition;
 
 /// A partition this shard follows: whom it fetches from, at which leader epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,8 +41,8 @@ pub struct Follow {
 /// One shard's replication state.
 #[derive(Default)]
 pub struct ShardReplicas {
-    pub leading: RefCell<HashMap<(String, i32), LeaderState>>,
-    pub following: RefCell<HashMap<(String, i32), Follow>>,
+    pub leading: RefCell<HashMap<TopicPartition, LeaderState>>,
+    pub following: RefCell<HashMap<TopicPartition, Follow>>,
     /// Leader brokers with a fetcher task running on this shard.
     pub fetchers: RefCell<HashSet<i32>>,
     /// Notified when a partition starts following a leader, or follows it at a new epoch: that

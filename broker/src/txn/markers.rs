@@ -12,6 +12,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use tracing::{info, warn};
+use tributary_metadata::types::{self, TopicPartition};
 use tributary_protocol::ErrorCode;
 
 use super::state::{TxnMeta, TxnState};
@@ -26,8 +27,8 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 pub struct Marker {
     pub topic: String,
     pub partition: i32,
-    pub producer_id: i64,
-    pub producer_epoch: i16,
+    pub producer_id: types::ProducerId,
+    pub producer_epoch: types::ProducerEpoch,
     pub commit: bool,
     /// The coordinator's epoch: the leader epoch of its `__transaction_state` partition.
     pub coordinator_epoch: i32,
@@ -38,7 +39,7 @@ pub struct Marker {
 pub async fn finish(shard: Rc<Shard>, prepared: TxnMeta) {
     let id = prepared.transactional_id.clone();
     let commit = prepared.state == TxnState::PrepareCommit;
-    let mut left: Vec<(String, i32)> = prepared.partitions.iter().cloned().collect();
+    let mut left: Vec<TopicPartition> = prepared.partitions.iter().cloned().collect();
     let mut pause = RETRY_MIN;
     loop {
         let Some(log) = shard.txn_log(&id) else {
@@ -51,7 +52,7 @@ pub async fn finish(shard: Rc<Shard>, prepared: TxnMeta) {
             .map_or(0, |r| r.leader_epoch.0);
         let mut failed = Vec::new();
         let mut remote: std::collections::BTreeMap<i32, Vec<Marker>> = Default::default();
-        for (topic, partition) in left {
+        for TopicPartition { topic, partition } in left {
             let marker = Marker {
                 topic,
                 partition,
@@ -92,7 +93,10 @@ pub async fn finish(shard: Rc<Shard>, prepared: TxnMeta) {
             return;
         }
         warn!(transactional_id = %id, failed = ?failed, "transaction markers not written yet; retrying");
-        left = failed.into_iter().map(|(t, p, _)| (t, p)).collect();
+        left = failed
+            .into_iter()
+            .map(|(t, p, _)| TopicPartition::new(t, p))
+            .collect();
         glommio::timer::sleep(pause).await;
         pause = (pause * 2).min(RETRY_MAX);
     }
@@ -131,8 +135,8 @@ async fn send_remote(
         }
     }
     let req = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
-        .with_producer_id(ProducerId(first.producer_id))
-        .with_producer_epoch(first.producer_epoch)
+        .with_producer_id(ProducerId(first.producer_id.0))
+        .with_producer_epoch(first.producer_epoch.0)
         .with_transaction_result(first.commit)
         .with_topics(topics)
         .with_coordinator_epoch(first.coordinator_epoch)]);
@@ -188,7 +192,7 @@ const MARKER_RESPONSE_BYTES_MAX: usize = 1 << 20;
 /// a coordinator's own partitions, and WriteTxnMarkers from another broker's coordinator.
 pub async fn write_here(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
     // A marker closes a producer's transaction: without a producer there is none to close.
-    if marker.producer_id < 0 {
+    if marker.producer_id.0 < 0 {
         return ErrorCode::INVALID_REQUEST;
     }
     let catalog = shard.catalog();
@@ -221,8 +225,8 @@ async fn write_local(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
     }
     let appended = part
         .append_marker(
-            marker.producer_id,
-            marker.producer_epoch,
+            marker.producer_id.0,
+            marker.producer_epoch.0,
             marker.commit,
             marker.coordinator_epoch,
         )
@@ -255,7 +259,7 @@ async fn write_local(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
     if marker.topic == tributary_metadata::internal_topics::OFFSETS_TOPIC {
         shard
             .groups
-            .end_txn_offsets(marker.producer_id, marker.commit);
+            .end_txn_offsets(marker.producer_id.0, marker.commit);
     }
     ErrorCode::NONE
 }

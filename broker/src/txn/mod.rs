@@ -17,6 +17,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use tracing::{info, warn};
+use tributary_metadata::types::{ProducerEpoch, ProducerId, TopicPartition};
 use tributary_protocol::txn_records::{TxnKey, TxnValue};
 use tributary_protocol::ErrorCode;
 use tributary_storage::Partition;
@@ -177,12 +178,12 @@ impl TxnCoordinator {
         log: &Rc<Partition>,
         id: &str,
         timeout_ms: i32,
-        given: (i64, i16),
+        given: (ProducerId, ProducerEpoch),
         allocate: F,
-    ) -> Result<(i64, i16), (ErrorCode, Option<TxnMeta>)>
+    ) -> Result<(ProducerId, ProducerEpoch), (ErrorCode, Option<TxnMeta>)>
     where
         F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<i64, ErrorCode>>,
+        Fut: std::future::Future<Output = Result<ProducerId, ErrorCode>>,
     {
         if timeout_ms <= 0 || timeout_ms > self.config.max_timeout_ms {
             return Err((ErrorCode::INVALID_TRANSACTION_TIMEOUT, None));
@@ -199,7 +200,7 @@ impl TxnCoordinator {
             InitDecision::AbortFirst(next) => {
                 info!(
                     transactional_id = id,
-                    epoch = next.producer_epoch,
+                    epoch = next.producer_epoch.0,
                     "aborting the open transaction of an older producer instance"
                 );
                 self.transition(log, next.clone())
@@ -209,7 +210,7 @@ impl TxnCoordinator {
             }
             InitDecision::Ready(next) => next,
             InitDecision::NewProducerId => {
-                if given.0 >= 0 && current.is_none() {
+                if given.0 >= ProducerId(0) && current.is_none() {
                     // KIP-360: a producer id for an id this coordinator does not know.
                     return Err((ErrorCode::INVALID_PRODUCER_ID_MAPPING, None));
                 }
@@ -228,8 +229,8 @@ impl TxnCoordinator {
         &self,
         log: &Rc<Partition>,
         id: &str,
-        producer: (i64, i16),
-        partitions: &[(String, i32)],
+        producer: (ProducerId, ProducerEpoch),
+        partitions: &[TopicPartition],
     ) -> Result<(), ErrorCode> {
         let _busy = self.claim(id)?;
         let Some(current) = self.txns.borrow().get(id).cloned() else {
@@ -248,7 +249,7 @@ impl TxnCoordinator {
         &self,
         log: &Rc<Partition>,
         id: &str,
-        producer: (i64, i16),
+        producer: (ProducerId, ProducerEpoch),
         commit: bool,
     ) -> Result<Option<TxnMeta>, ErrorCode> {
         let _busy = self.claim(id)?;
@@ -352,7 +353,7 @@ impl TxnCoordinator {
     }
 
     /// The producer id and epoch an id holds now, if this coordinator knows it.
-    pub fn producer_of(&self, id: &str) -> Option<(i64, i16, TxnState)> {
+    pub fn producer_of(&self, id: &str) -> Option<(ProducerId, ProducerEpoch, TxnState)> {
         self.txns
             .borrow()
             .get(id)
@@ -361,7 +362,12 @@ impl TxnCoordinator {
 
     /// Whether `partition` is in the ongoing transaction of `id` at this producer id and epoch
     /// (KIP-890's check before a transactional produce).
-    pub fn verify(&self, id: &str, producer: (i64, i16), partition: &(String, i32)) -> ErrorCode {
+    pub fn verify(
+        &self,
+        id: &str,
+        producer: (ProducerId, ProducerEpoch),
+        partition: &TopicPartition,
+    ) -> ErrorCode {
         match self.txns.borrow().get(id) {
             None => ErrorCode::INVALID_PRODUCER_ID_MAPPING,
             Some(m) => match m.check_producer(producer.0, producer.1) {

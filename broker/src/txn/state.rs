@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 
+use tributary_metadata::types::{ProducerEpoch, ProducerId, TopicPartition};
 use tributary_protocol::txn_records::TxnValue;
 use tributary_protocol::ErrorCode;
 
@@ -74,11 +75,11 @@ impl TxnState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxnMeta {
     pub transactional_id: String,
-    pub producer_id: i64,
-    pub producer_epoch: i16,
+    pub producer_id: ProducerId,
+    pub producer_epoch: ProducerEpoch,
     pub timeout_ms: i32,
     pub state: TxnState,
-    pub partitions: BTreeSet<(String, i32)>,
+    pub partitions: BTreeSet<TopicPartition>,
     pub start_ms: i64,
     pub last_update_ms: i64,
 }
@@ -86,15 +87,15 @@ pub struct TxnMeta {
 impl TxnMeta {
     pub fn to_value(&self) -> TxnValue {
         let mut by_topic: Vec<(String, Vec<i32>)> = Vec::new();
-        for (t, p) in &self.partitions {
-            match by_topic.last_mut().filter(|(name, _)| name == t) {
-                Some((_, ps)) => ps.push(*p),
-                None => by_topic.push((t.clone(), vec![*p])),
+        for TopicPartition { topic, partition } in &self.partitions {
+            match by_topic.last_mut().filter(|(name, _)| name == topic) {
+                Some((_, ps)) => ps.push(*partition),
+                None => by_topic.push((topic.clone(), vec![*partition])),
             }
         }
         TxnValue {
-            producer_id: self.producer_id,
-            producer_epoch: self.producer_epoch,
+            producer_id: self.producer_id.0,
+            producer_epoch: self.producer_epoch.0,
             timeout_ms: self.timeout_ms,
             status: self.state.id(),
             partitions: by_topic,
@@ -107,14 +108,14 @@ impl TxnMeta {
     pub fn from_value(transactional_id: &str, v: &TxnValue) -> Option<TxnMeta> {
         Some(TxnMeta {
             transactional_id: transactional_id.to_string(),
-            producer_id: v.producer_id,
-            producer_epoch: v.producer_epoch,
+            producer_id: ProducerId(v.producer_id),
+            producer_epoch: ProducerEpoch(v.producer_epoch),
             timeout_ms: v.timeout_ms,
             state: TxnState::from_id(v.status)?,
             partitions: v
                 .partitions
                 .iter()
-                .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+                .flat_map(|(t, ps)| ps.iter().map(move |p| TopicPartition::new(t.clone(), *p)))
                 .collect(),
             start_ms: v.start_ms,
             last_update_ms: v.last_update_ms,
@@ -123,7 +124,11 @@ impl TxnMeta {
 
     /// Whether a request names this producer at its current epoch: INVALID_PRODUCER_ID_MAPPING
     /// for another producer id, PRODUCER_FENCED for another epoch (an older instance).
-    pub fn check_producer(&self, producer_id: i64, epoch: i16) -> Result<(), ErrorCode> {
+    pub fn check_producer(
+        &self,
+        producer_id: ProducerId,
+        epoch: ProducerEpoch,
+    ) -> Result<(), ErrorCode> {
         if producer_id != self.producer_id {
             return Err(ErrorCode::INVALID_PRODUCER_ID_MAPPING);
         }
@@ -149,8 +154,14 @@ pub enum InitDecision {
 
 /// InitProducerId for an existing transactional id (KIP-98, with KIP-360's producer id and
 /// epoch from v3: `given` is (-1, -1) otherwise).
-pub fn init(meta: &TxnMeta, timeout_ms: i32, given: (i64, i16), now_ms: i64) -> InitDecision {
-    if given.0 >= 0 && (given.0 != meta.producer_id || given.1 != meta.producer_epoch) {
+pub fn init(
+    meta: &TxnMeta,
+    timeout_ms: i32,
+    (given_id, given_epoch): (ProducerId, ProducerEpoch),
+    now_ms: i64,
+) -> InitDecision {
+    let given = given_id.0 >= 0;
+    if given && (given_id != meta.producer_id || given_epoch != meta.producer_epoch) {
         return InitDecision::Refuse(ErrorCode::PRODUCER_FENCED);
     }
     match meta.state {
@@ -165,7 +176,7 @@ pub fn init(meta: &TxnMeta, timeout_ms: i32, given: (i64, i16), now_ms: i64) -> 
             InitDecision::AbortFirst(next)
         }
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort | TxnState::Dead => {
-            if meta.producer_epoch >= i16::MAX - 1 {
+            if meta.producer_epoch.0 >= i16::MAX - 1 {
                 return InitDecision::NewProducerId;
             }
             let mut next = meta.clone();
@@ -180,16 +191,16 @@ pub fn init(meta: &TxnMeta, timeout_ms: i32, given: (i64, i16), now_ms: i64) -> 
     }
 }
 
-fn bumped(epoch: i16) -> i16 {
-    epoch.saturating_add(1)
+fn bumped(epoch: ProducerEpoch) -> ProducerEpoch {
+    ProducerEpoch(epoch.0.saturating_add(1))
 }
 
 /// A new transactional id, or one whose epoch ran out, at epoch 0 of `producer_id`.
-pub fn fresh(id: &str, producer_id: i64, timeout_ms: i32, now_ms: i64) -> TxnMeta {
+pub fn fresh(id: &str, producer_id: ProducerId, timeout_ms: i32, now_ms: i64) -> TxnMeta {
     TxnMeta {
         transactional_id: id.to_string(),
         producer_id,
-        producer_epoch: 0,
+        producer_epoch: ProducerEpoch(0),
         timeout_ms,
         state: TxnState::Empty,
         partitions: BTreeSet::new(),
@@ -202,8 +213,8 @@ pub fn fresh(id: &str, producer_id: i64, timeout_ms: i32, now_ms: i64) -> TxnMet
 /// transaction already (nothing to write), `Ok(Some(next))` to write.
 pub fn add_partitions(
     meta: &TxnMeta,
-    producer: (i64, i16),
-    partitions: &[(String, i32)],
+    producer: (ProducerId, ProducerEpoch),
+    partitions: &[TopicPartition],
     now_ms: i64,
 ) -> Result<Option<TxnMeta>, ErrorCode> {
     meta.check_producer(producer.0, producer.1)?;
@@ -239,7 +250,12 @@ pub enum EndDecision {
     Refuse(ErrorCode),
 }
 
-pub fn end(meta: &TxnMeta, producer: (i64, i16), commit: bool, now_ms: i64) -> EndDecision {
+pub fn end(
+    meta: &TxnMeta,
+    producer: (ProducerId, ProducerEpoch),
+    commit: bool,
+    now_ms: i64,
+) -> EndDecision {
     if let Err(e) = meta.check_producer(producer.0, producer.1) {
         return EndDecision::Refuse(e);
     }
@@ -295,45 +311,50 @@ pub fn expire(meta: &TxnMeta, now_ms: i64) -> Option<TxnMeta> {
 mod tests {
     use super::*;
 
-    fn p(t: &str, n: i32) -> (String, i32) {
-        (t.to_string(), n)
+    fn p(t: &str, n: i32) -> TopicPartition {
+        TopicPartition::new(t, n)
+    }
+
+    /// Producer `id` at `epoch`.
+    fn pr(id: i64, epoch: i16) -> (ProducerId, ProducerEpoch) {
+        (ProducerId(id), ProducerEpoch(epoch))
     }
 
     #[test]
     fn a_transaction_runs_empty_ongoing_prepare_complete() {
-        let m = fresh("tx", 7, 60_000, 1);
-        assert_eq!(m.producer_epoch, 0);
-        let m = add_partitions(&m, (7, 0), &[p("t", 0)], 10)
+        let m = fresh("tx", ProducerId(7), 60_000, 1);
+        assert_eq!(m.producer_epoch, ProducerEpoch(0));
+        let m = add_partitions(&m, pr(7, 0), &[p("t", 0)], 10)
             .unwrap()
             .unwrap();
         assert_eq!((m.state, m.start_ms), (TxnState::Ongoing, 10));
-        assert_eq!(add_partitions(&m, (7, 0), &[p("t", 0)], 11), Ok(None));
-        let m = add_partitions(&m, (7, 0), &[p("u", 1)], 12)
+        assert_eq!(add_partitions(&m, pr(7, 0), &[p("t", 0)], 11), Ok(None));
+        let m = add_partitions(&m, pr(7, 0), &[p("u", 1)], 12)
             .unwrap()
             .unwrap();
         assert_eq!(m.partitions.len(), 2);
-        let EndDecision::Prepare(m) = end(&m, (7, 0), true, 13) else {
+        let EndDecision::Prepare(m) = end(&m, pr(7, 0), true, 13) else {
             panic!()
         };
         assert_eq!(m.state, TxnState::PrepareCommit);
         assert_eq!(
-            add_partitions(&m, (7, 0), &[p("t", 0)], 14),
+            add_partitions(&m, pr(7, 0), &[p("t", 0)], 14),
             Err(ErrorCode::CONCURRENT_TRANSACTIONS)
         );
         assert_eq!(
-            end(&m, (7, 0), true, 14),
+            end(&m, pr(7, 0), true, 14),
             EndDecision::Refuse(ErrorCode::CONCURRENT_TRANSACTIONS)
         );
         let m = complete(&m, 15).unwrap();
         assert_eq!(m.state, TxnState::CompleteCommit);
         assert!(m.partitions.is_empty());
-        assert_eq!(end(&m, (7, 0), true, 16), EndDecision::Done, "a retry");
+        assert_eq!(end(&m, pr(7, 0), true, 16), EndDecision::Done, "a retry");
         assert_eq!(
-            end(&m, (7, 0), false, 16),
+            end(&m, pr(7, 0), false, 16),
             EndDecision::Refuse(ErrorCode::INVALID_TXN_STATE)
         );
         // The next transaction starts afresh.
-        let m = add_partitions(&m, (7, 0), &[p("v", 2)], 20)
+        let m = add_partitions(&m, pr(7, 0), &[p("v", 2)], 20)
             .unwrap()
             .unwrap();
         assert_eq!(m.partitions.len(), 1);
@@ -342,80 +363,90 @@ mod tests {
 
     #[test]
     fn an_older_instance_is_fenced_and_its_open_transaction_aborted() {
-        let m = fresh("tx", 7, 60_000, 1);
-        let m = add_partitions(&m, (7, 0), &[p("t", 0)], 10)
+        let m = fresh("tx", ProducerId(7), 60_000, 1);
+        let m = add_partitions(&m, pr(7, 0), &[p("t", 0)], 10)
             .unwrap()
             .unwrap();
         // A second instance initialises: the first one's transaction is aborted at a new epoch.
-        let InitDecision::AbortFirst(aborting) = init(&m, 60_000, (-1, -1), 20) else {
+        let InitDecision::AbortFirst(aborting) = init(&m, 60_000, pr(-1, -1), 20) else {
             panic!()
         };
         assert_eq!(
             (aborting.state, aborting.producer_epoch),
-            (TxnState::PrepareAbort, 1)
+            (TxnState::PrepareAbort, ProducerEpoch(1))
         );
         assert_eq!(
-            init(&aborting, 60_000, (-1, -1), 21),
+            init(&aborting, 60_000, pr(-1, -1), 21),
             InitDecision::Refuse(ErrorCode::CONCURRENT_TRANSACTIONS)
         );
         let done = complete(&aborting, 22).unwrap();
-        let InitDecision::Ready(ready) = init(&done, 30_000, (-1, -1), 23) else {
+        let InitDecision::Ready(ready) = init(&done, 30_000, pr(-1, -1), 23) else {
             panic!()
         };
-        assert_eq!((ready.producer_epoch, ready.state), (2, TxnState::Empty));
+        assert_eq!(
+            (ready.producer_epoch, ready.state),
+            (ProducerEpoch(2), TxnState::Empty)
+        );
         assert_eq!(ready.timeout_ms, 30_000);
         // The old instance at epoch 0 is fenced everywhere.
         assert_eq!(
-            add_partitions(&ready, (7, 0), &[p("t", 0)], 24),
+            add_partitions(&ready, pr(7, 0), &[p("t", 0)], 24),
             Err(ErrorCode::PRODUCER_FENCED)
         );
         assert_eq!(
-            end(&ready, (7, 0), true, 24),
+            end(&ready, pr(7, 0), true, 24),
             EndDecision::Refuse(ErrorCode::PRODUCER_FENCED)
         );
         assert_eq!(
-            add_partitions(&ready, (8, 2), &[p("t", 0)], 24),
+            add_partitions(&ready, pr(8, 2), &[p("t", 0)], 24),
             Err(ErrorCode::INVALID_PRODUCER_ID_MAPPING)
         );
         assert_eq!(
-            init(&ready, 30_000, (7, 1), 25),
+            init(&ready, 30_000, pr(7, 1), 25),
             InitDecision::Refuse(ErrorCode::PRODUCER_FENCED),
             "KIP-360: an old epoch cannot re-initialise"
         );
         assert!(matches!(
-            init(&ready, 30_000, (7, 2), 25),
+            init(&ready, 30_000, pr(7, 2), 25),
             InitDecision::Ready(_)
         ));
     }
 
     #[test]
     fn ending_nothing_is_invalid_and_an_exhausted_epoch_needs_a_new_id() {
-        let m = fresh("tx", 7, 60_000, 1);
+        let m = fresh("tx", ProducerId(7), 60_000, 1);
         assert_eq!(
-            end(&m, (7, 0), true, 2),
+            end(&m, pr(7, 0), true, 2),
             EndDecision::Refuse(ErrorCode::INVALID_TXN_STATE)
         );
         let mut old = m.clone();
-        old.producer_epoch = i16::MAX - 1;
-        assert_eq!(init(&old, 1000, (-1, -1), 3), InitDecision::NewProducerId);
+        old.producer_epoch = ProducerEpoch(i16::MAX - 1);
+        assert_eq!(init(&old, 1000, pr(-1, -1), 3), InitDecision::NewProducerId);
     }
 
     #[test]
     fn a_transaction_past_its_timeout_is_aborted_at_a_new_epoch() {
-        let m = fresh("tx", 7, 1_000, 0);
-        let m = add_partitions(&m, (7, 0), &[p("t", 0)], 100)
+        let m = fresh("tx", ProducerId(7), 1_000, 0);
+        let m = add_partitions(&m, pr(7, 0), &[p("t", 0)], 100)
             .unwrap()
             .unwrap();
         assert_eq!(expire(&m, 1_099), None);
         let e = expire(&m, 1_100).unwrap();
-        assert_eq!((e.state, e.producer_epoch), (TxnState::PrepareAbort, 1));
-        assert_eq!(expire(&fresh("x", 1, 1, 0), 10_000), None, "nothing open");
+        assert_eq!(
+            (e.state, e.producer_epoch),
+            (TxnState::PrepareAbort, ProducerEpoch(1))
+        );
+        assert_eq!(
+            expire(&fresh("x", ProducerId(1), 1, 0), 10_000),
+            None,
+            "nothing open"
+        );
     }
 
     #[test]
     fn metadata_round_trips_through_its_record() {
-        let m = fresh("tx", 7, 60_000, 1);
-        let m = add_partitions(&m, (7, 0), &[p("b", 1), p("a", 0), p("a", 3)], 5)
+        let m = fresh("tx", ProducerId(7), 60_000, 1);
+        let m = add_partitions(&m, pr(7, 0), &[p("b", 1), p("a", 0), p("a", 3)], 5)
             .unwrap()
             .unwrap();
         let v = m.to_value();
