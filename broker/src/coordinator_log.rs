@@ -9,6 +9,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tracing::{info, warn};
+use tributary_metadata::types::{ProducerEpoch, ProducerId};
 use tributary_protocol::record_batch;
 use tributary_protocol::ErrorCode;
 use tributary_storage::Partition;
@@ -48,7 +49,7 @@ pub async fn append(
 pub async fn append_for(
     log: &Rc<Partition>,
     records: &[(Bytes, Option<Bytes>)],
-    txn_producer: Option<(i64, i16)>,
+    txn_producer: Option<(ProducerId, ProducerEpoch)>,
     replicated: &RefCell<Option<ReplicatedWrite>>,
 ) -> Result<(), ErrorCode> {
     if records.is_empty() {
@@ -61,7 +62,7 @@ pub async fn append_for(
     let batch = match txn_producer {
         // Kafka's coordinators write transactional records without a sequence.
         Some((id, epoch)) => {
-            record_batch::build_transactional_batch(&kv, now_ms(), (id, epoch, -1))
+            record_batch::build_transactional_batch(&kv, now_ms(), (id.0, epoch.0, -1))
         }
         None => record_batch::build_batch(&kv, now_ms(), None),
     };
@@ -95,10 +96,13 @@ pub enum Replayed {
     Record {
         key: Bytes,
         value: Option<Bytes>,
-        txn_producer: Option<i64>,
+        txn_producer: Option<ProducerId>,
     },
     /// A transaction marker of `producer_id`.
-    Marker { producer_id: i64, commit: bool },
+    Marker {
+        producer_id: ProducerId,
+        commit: bool,
+    },
 }
 
 /// Feeds every record and transaction marker of `log`, from its start to its log end (a new
@@ -134,7 +138,7 @@ pub async fn replay(log: &Rc<Partition>, mut apply: impl FnMut(Replayed)) -> usi
                     // The control record key: [version i16][type i16: 0 abort, 1 commit].
                     if let Some(k) = rec.key.filter(|k| k.len() >= 4) {
                         apply(Replayed::Marker {
-                            producer_id: header.producer_id,
+                            producer_id: ProducerId(header.producer_id),
                             commit: i16::from_be_bytes([k[2], k[3]]) == 1,
                         });
                     }
@@ -145,7 +149,9 @@ pub async fn replay(log: &Rc<Partition>, mut apply: impl FnMut(Replayed)) -> usi
                     apply(Replayed::Record {
                         key: Bytes::copy_from_slice(key),
                         value: rec.value.map(Bytes::copy_from_slice),
-                        txn_producer: header.is_transactional().then_some(header.producer_id),
+                        txn_producer: header
+                            .is_transactional()
+                            .then_some(ProducerId(header.producer_id)),
                     });
                 }
             }

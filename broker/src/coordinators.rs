@@ -33,7 +33,7 @@ pub enum GroupOp {
     /// TxnOffsetCommit: offsets in the transaction of producer (id, epoch).
     TxnCommit {
         req: OffsetCommitRequest,
-        producer: (i64, i16),
+        producer: (ProducerId, ProducerEpoch),
     },
     Fetch(OffsetFetchGroup),
     Describe(String),
@@ -53,7 +53,7 @@ pub enum GroupReply {
     Fetch(
         ErrorCode,
         TopicResults<(i64, i32, String)>,
-        Vec<(String, i32)>,
+        Vec<TopicPartition>,
     ),
     Describe(Described),
     List(Vec<(String, String, String)>),
@@ -196,8 +196,8 @@ async fn run_group_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: GroupOp) -> Gr
             let unstable = if req.require_stable {
                 offsets
                     .iter()
-                    .flat_map(|(t, ps)| ps.iter().map(move |(p, _)| (t.clone(), *p)))
-                    .filter(|(t, p)| g.has_pending_offset(&req.group_id, t, *p))
+                    .flat_map(|(t, ps)| ps.iter().map(move |(p, _)| TopicPartition::new(t, *p)))
+                    .filter(|tp| g.has_pending_offset(&req.group_id, tp))
                     .collect()
             } else {
                 Vec::new()

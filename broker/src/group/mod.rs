@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::channel::oneshot;
 use tracing::{info, warn};
+use tributary_metadata::types::{ProducerEpoch, ProducerId, TopicPartition};
 use tributary_protocol::group_records::{GroupKey, GroupValue, MemberValue, OffsetValue};
 use tributary_protocol::requests::groups::{
     HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest,
@@ -85,7 +86,7 @@ pub struct GroupCoordinator {
     /// Requests waiting on each group's decisions, by group id.
     parked: RefCell<HashMap<String, Parked>>,
     /// Offset records of open transactions, by producer id, until their marker.
-    pending_txn: RefCell<HashMap<i64, Vec<Record>>>,
+    pending_txn: RefCell<HashMap<ProducerId, Vec<Record>>>,
 }
 
 impl GroupCoordinator {
@@ -241,7 +242,7 @@ impl GroupCoordinator {
                         .entry(group.clone())
                         .or_insert_with(|| Group::new(&group, now));
                     g.offsets.insert(
-                        (topic, partition),
+                        TopicPartition::new(topic, partition),
                         CommittedOffset {
                             offset: v.offset,
                             leader_epoch: v.leader_epoch,
@@ -252,7 +253,7 @@ impl GroupCoordinator {
                 }
                 None => {
                     if let Some(g) = groups.get_mut(&group) {
-                        g.offsets.remove(&(topic, partition));
+                        g.offsets.remove(&TopicPartition::new(topic, partition));
                     }
                 }
                 Some(Err(e)) => warn!(error = %e, "unreadable offset record skipped"),
@@ -475,7 +476,7 @@ impl GroupCoordinator {
         &self,
         log: &Rc<Partition>,
         req: OffsetCommitRequest,
-        txn: Option<(i64, i16)>,
+        txn: Option<(ProducerId, ProducerEpoch)>,
     ) -> TopicResults<ErrorCode> {
         let all = |code: ErrorCode| -> TopicResults<ErrorCode> {
             req.topics
@@ -559,7 +560,7 @@ impl GroupCoordinator {
     }
 
     /// Holds a transactional offset record until its producer's marker.
-    fn hold_txn_record(&self, producer_id: i64, key: Bytes, value: Option<Bytes>) {
+    fn hold_txn_record(&self, producer_id: ProducerId, key: Bytes, value: Option<Bytes>) {
         self.pending_txn
             .borrow_mut()
             .entry(producer_id)
@@ -569,7 +570,7 @@ impl GroupCoordinator {
 
     /// A transaction marker of `producer_id` reached this partition: its held offsets take
     /// effect (COMMIT) or are dropped (ABORT).
-    pub fn end_txn_offsets(&self, producer_id: i64, commit: bool) {
+    pub fn end_txn_offsets(&self, producer_id: ProducerId, commit: bool) {
         let held = self.pending_txn.borrow_mut().remove(&producer_id);
         if commit {
             for (key, value) in held.into_iter().flatten() {
@@ -580,7 +581,7 @@ impl GroupCoordinator {
 
     /// Whether a transaction holds an offset of `group` for the partition not yet committed
     /// (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT then).
-    pub fn has_pending_offset(&self, group: &str, topic: &str, partition: i32) -> bool {
+    pub fn has_pending_offset(&self, group: &str, tp: &TopicPartition) -> bool {
         self.pending_txn
             .borrow()
             .values()
@@ -589,7 +590,7 @@ impl GroupCoordinator {
                 matches!(
                     GroupKey::decode(key.clone()),
                     Ok(GroupKey::Offset { group: g, topic: t, partition: p })
-                        if g == group && t == topic && p == partition
+                        if g == group && t == tp.topic && p == tp.partition
                 )
             })
     }
@@ -600,8 +601,8 @@ impl GroupCoordinator {
         let groups = self.groups.borrow();
         let mut out = Vec::new();
         for (name, g) in groups.iter() {
-            for ((topic, partition), c) in &g.offsets {
-                out.push((name.clone(), topic.clone(), *partition, c.offset));
+            for (tp, c) in &g.offsets {
+                out.push((name.clone(), tp.topic.clone(), tp.partition, c.offset));
             }
         }
         out
@@ -618,7 +619,8 @@ impl GroupCoordinator {
                     let rs = ps
                         .iter()
                         .map(|p| {
-                            let c = g.and_then(|g| g.offsets.get(&(t.clone(), *p)));
+                            let c =
+                                g.and_then(|g| g.offsets.get(&TopicPartition::new(t.clone(), *p)));
                             (
                                 *p,
                                 c.map_or((-1, -1, String::new()), |c| {
@@ -632,11 +634,11 @@ impl GroupCoordinator {
                 .collect(),
             None => {
                 let mut out: TopicResults<(i64, i32, String)> = Vec::new();
-                for ((t, p), c) in g.map(|g| g.offsets.iter()).into_iter().flatten() {
-                    let entry = (*p, (c.offset, c.leader_epoch, c.metadata.clone()));
-                    match out.last_mut().filter(|(name, _)| name == t) {
+                for (tp, c) in g.map(|g| g.offsets.iter()).into_iter().flatten() {
+                    let entry = (tp.partition, (c.offset, c.leader_epoch, c.metadata.clone()));
+                    match out.last_mut().filter(|(name, _)| *name == tp.topic) {
                         Some((_, v)) => v.push(entry),
-                        None => out.push((t.clone(), vec![entry])),
+                        None => out.push((tp.topic.clone(), vec![entry])),
                     }
                 }
                 out
@@ -670,7 +672,7 @@ impl GroupCoordinator {
                             if subscribed.contains(t) {
                                 (*p, ErrorCode::GROUP_SUBSCRIBED_TO_TOPIC)
                             } else {
-                                if g.offsets.contains_key(&(t.clone(), *p)) {
+                                if g.offsets.contains_key(&TopicPartition::new(t.clone(), *p)) {
                                     let key = GroupKey::Offset {
                                         group: req.group_id.clone(),
                                         topic: t.clone(),
@@ -694,7 +696,7 @@ impl GroupCoordinator {
             for (t, rs) in &results {
                 for (p, code) in rs {
                     if *code == ErrorCode::NONE {
-                        g.offsets.remove(&(t.clone(), *p));
+                        g.offsets.remove(&TopicPartition::new(t.clone(), *p));
                     }
                 }
             }
@@ -776,12 +778,12 @@ impl GroupCoordinator {
             let mut records: Vec<(Bytes, Option<Bytes>)> = g
                 .offsets
                 .keys()
-                .map(|(t, p)| {
+                .map(|tp| {
                     (
                         GroupKey::Offset {
                             group: group_id.into(),
-                            topic: t.clone(),
-                            partition: *p,
+                            topic: tp.topic.clone(),
+                            partition: tp.partition,
                         }
                         .encode(),
                         None,
@@ -823,20 +825,20 @@ impl GroupCoordinator {
             }
             self.settle(g);
             if expire_offsets && g.state == GroupState::Empty {
-                let old: Vec<(String, i32)> = g
+                let old: Vec<TopicPartition> = g
                     .offsets
                     .iter()
                     .filter(|(_, c)| c.commit_timestamp_ms + retention_ms < wall)
                     .map(|(k, _)| k.clone())
                     .collect();
-                for (t, p) in old {
-                    g.offsets.remove(&(t.clone(), p));
+                for tp in old {
+                    g.offsets.remove(&tp);
                     tombstones.push((
                         g.group_id.clone(),
                         GroupKey::Offset {
                             group: g.group_id.clone(),
-                            topic: t,
-                            partition: p,
+                            topic: tp.topic,
+                            partition: tp.partition,
                         }
                         .encode(),
                     ));

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tributary_metadata::types::TopicPartition;
 use tributary_protocol::requests::groups::SyncGroupRequest;
 use tributary_protocol::ErrorCode;
 
@@ -131,8 +132,8 @@ pub struct Group {
     pub rebalance_deadline: Option<Instant>,
     pub initial_delay_until: Option<Instant>,
     pub state_since: Instant,
-    /// Committed offsets: (topic, partition) → offset.
-    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// Committed offsets by partition.
+    pub offsets: BTreeMap<TopicPartition, CommittedOffset>,
     /// Answers decided and not yet taken by the coordinator.
     replies: Vec<Reply>,
 }

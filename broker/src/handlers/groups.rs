@@ -26,6 +26,7 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::{
     BrokerId, DeleteGroupsResponse, GroupId, HeartbeatResponse, SyncGroupResponse,
 };
+use tributary_metadata::types::{ProducerEpoch, ProducerId, TopicPartition};
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::{api_key, ApiSpec};
 use tributary_protocol::requests::groups::*;
@@ -437,7 +438,7 @@ pub fn authorize_commit(
 pub async fn commit_offsets(
     shard: &Rc<Shard>,
     mut req: OffsetCommitRequest,
-    txn: Option<(i64, i16)>,
+    txn: Option<(ProducerId, ProducerEpoch)>,
 ) -> TopicResults<ErrorCode> {
     let group = req.group_id.clone();
     let catalog = shard.catalog();
@@ -595,12 +596,12 @@ pub(super) mod admin {
     type GroupOffsets = (String, ErrorCode, TopicResults<(i64, i32, String)>);
 
     /// Marks each partition named in `unstable` with `UNSTABLE_OFFSET`.
-    fn mark_unstable(topics: &mut TopicResults<(i64, i32, String)>, unstable: &[(String, i32)]) {
+    fn mark_unstable(topics: &mut TopicResults<(i64, i32, String)>, unstable: &[TopicPartition]) {
         // A partition a transaction holds an offset for: no offset yet, and
         // UNSTABLE_OFFSET_COMMIT, so the consumer retries (KIP-447).
         for (t, ps) in topics {
             for (p, entry) in ps.iter_mut() {
-                if unstable.iter().any(|(ut, up)| ut == t && up == p) {
+                if unstable.iter().any(|u| u.topic == *t && u.partition == *p) {
                     *entry = (UNSTABLE_OFFSET, -1, String::new());
                 }
             }

@@ -558,7 +558,7 @@ async fn txn_offset_commit(
             })
             .collect(),
     };
-    let producer = (req.producer_id, req.producer_epoch);
+    let producer = wire_producer(req.producer_id, req.producer_epoch);
     // WRITE on the transactional id, then READ on the group and each topic.
     let denied: Vec<(String, Vec<(i32, ErrorCode)>)> = if txn_denied {
         std::mem::take(&mut commit.topics)

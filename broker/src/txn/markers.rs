@@ -259,7 +259,7 @@ async fn write_local(shard: &Rc<Shard>, marker: &Marker) -> ErrorCode {
     if marker.topic == tributary_metadata::internal_topics::OFFSETS_TOPIC {
         shard
             .groups
-            .end_txn_offsets(marker.producer_id.0, marker.commit);
+            .end_txn_offsets(marker.producer_id, marker.commit);
     }
     ErrorCode::NONE
 }
