@@ -62,12 +62,16 @@ pub enum WriteDurability {
     #[default]
     OnSync,
     /// Once each write completes: the file is opened `O_DSYNC`, so the kernel makes a write's
-    /// data, and the metadata needed to read it back, durable before it reports the write done
-    /// (a FUA write where the device has one, else the write and a cache flush). A flush needs
-    /// no separate sync: one submission instead of a write, its completion, and an `fdatasync`
-    /// that io_uring always hands to a worker thread. Every write to such a file is durable,
-    /// the zeros ahead of the log's end too, so no earlier write can be left behind in a
-    /// device cache that a FUA write bypasses.
+    /// data, and the metadata needed to read it back, durable before it reports the write done.
+    /// A pure overwrite of written blocks inside the file, with no inode change pending, is one
+    /// FUA write on a device that has FUA; anything else (no FUA, as on many virtual disks, a
+    /// write that extends the file or lands on blocks whose allocation is not committed yet)
+    /// runs the equivalent of an `fdatasync` in the kernel before the write completes, on its
+    /// own workqueue. Either way a flush needs no separate sync from the shard: one submission
+    /// instead of a write, its completion, and an `fdatasync` that io_uring always hands to a
+    /// worker thread. Every write through such a handle is durable, the zeros ahead of the
+    /// log's end too, so none of this handle's writes can be left in a device cache that a FUA
+    /// write bypasses; what an earlier process wrote is synced once when recovery scans it.
     EachWrite,
 }
 

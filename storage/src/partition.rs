@@ -5,14 +5,15 @@
 //! (`tail.rs`), and assigns its offsets; a flush writes those buffers as whole blocks, rewriting
 //! the partial last block each time, then makes them durable in the shard's next sync round
 //! (`group_commit`: one round, and often one `syncfs`, for every partition of the shard whose
-//! flush is waiting). One flush runs at a time per partition, and every waiter whose data it
-//! covered is released by it.
+//! flush is waiting) — or, with `log.flush.write.through`, the writes themselves are durable
+//! (`O_DSYNC`, see `io::WriteDurability`) and no round is needed. One flush runs at a time per
+//! partition, and every waiter whose data it covered is released by it.
 //!
 //! Durability follows `flush.messages` / `flush.ms`. With `flush.messages=1` (the default) the
 //! high watermark is the durable end: nothing is visible to readers, and nothing is acknowledged,
-//! before it is `fdatasync`ed. With a larger value a commit waits only for the write (the data
-//! survives a process crash, not a power loss), and the `fdatasync` follows once that many
-//! messages or that much time have gone unsynced — Kafka's page-cache behaviour.
+//! before it is durable. With a larger value a commit waits only for the write (the data
+//! survives a process crash, not a power loss, unless written through), and the sync follows
+//! once that many messages or that much time have gone unsynced — Kafka's page-cache behaviour.
 //!
 //! Retention deletes whole segments from the front of the log and moves the log start offset,
 //! which is checkpointed in the partition directory before any file is removed.
@@ -127,7 +128,9 @@ pub struct LogConfig {
     pub sync_policy: SyncPolicy,
     /// When the active segment's writes are durable (`log.flush.write.through`): after a sync
     /// round, or as each write completes (`O_DSYNC`), so a durable flush needs no sync. Takes
-    /// effect for a segment when it is opened or rolled to.
+    /// effect for the active segment when it is opened or rolled to; a closed segment made
+    /// active again by a truncation keeps the handle it was opened with, and is synced as that
+    /// handle needs.
     pub write_durability: WriteDurability,
     /// A producer whose last batch's timestamp is this long ago is forgotten
     /// (`producer.id.expiration.ms`); see [`crate::producer_state`].

@@ -353,7 +353,8 @@ async fn recover_segments(
         // the first one without), so none of them is scanned without replaying.
         debug_assert!(!from_index || index.is_some());
         let index = index.filter(|_| from_index);
-        if index.is_none() {
+        let scanning = index.is_none();
+        if scanning {
             scanned += 1;
         }
         let this = FoundSegment { base, file, index };
@@ -379,6 +380,15 @@ async fn recover_segments(
             // Only the active segment can hold a torn write: it is cut back to its valid prefix
             // before anything is appended after it.
             cut_torn_tail(dir, &seg).await?;
+        } else if scanning {
+            // A segment without a trusted index was not synced since its last write, or not
+            // known to be: a process that died left its writes in the device's cache, not yet
+            // on the medium. They count as durable from here on, so they are made so, whatever
+            // this process's handle does with its own writes (`WriteDurability`).
+            seg.file
+                .fdatasync()
+                .await
+                .map_err(|e| storage_err(dir, e))?;
         }
         next_offset = seg.next_offset;
         segments.push(seg);
