@@ -1091,11 +1091,8 @@ impl Shard {
             .await;
         self.metrics
             .observe_stage(Stage::ProduceReplicate, durable_at.elapsed());
-        waited.map_err(|code| match self.check_min_isr(at.topic, at.partition) {
-            // Kafka's answer when the ISR shrank below the minimum meanwhile.
-            Err(_) if code == ErrorCode::REQUEST_TIMED_OUT => {
-                ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND
-            }
+        waited.map_err(|code| match code {
+            ErrorCode::REQUEST_TIMED_OUT => self.acks_all_timed_out(at.topic, at.partition),
             _ => code,
         })
     }

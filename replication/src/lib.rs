@@ -413,6 +413,57 @@ impl LeaderState {
     }
 }
 
+/// Where an acks=all write stands: Kafka's `checkEnoughReplicasReachOffset`, decided in one
+/// place for the broker's waiting produce and the simulator's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcksAll {
+    /// The high watermark has not reached the write's end yet: it waits.
+    Waiting,
+    /// Covered by the high watermark, on at least `min.insync.replicas` replicas.
+    Acknowledged,
+    /// Covered, but the ISR shrank below `min.insync.replicas` meanwhile: the write is on
+    /// fewer replicas than the producer asked (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+    TooFewReplicas,
+    /// The leader epoch that wrote it no longer leads here (NOT_LEADER_OR_FOLLOWER). Checked
+    /// first: a deposed leader's log may be truncated and refilled by the new leader up to
+    /// the same offsets, so its high watermark says nothing about this write. Kafka fails a
+    /// waiting produce the moment its broker stops leading, whatever the high watermark.
+    Deposed,
+    /// The request's timeout passed first (REQUEST_TIMED_OUT).
+    TimedOut,
+}
+
+/// The acks=all decision for a write that ends at `end`, appended by `written_in`, when this
+/// node's leader state for the partition is `leading` (none: it does not lead it) and the
+/// partition's high watermark is `high_watermark`.
+pub fn acks_all(
+    leading: Option<&LeaderState>,
+    written_in: LeaderEpoch,
+    end: Offset,
+    high_watermark: Offset,
+    min_insync_replicas: i32,
+) -> AcksAll {
+    let Some(l) = leading.filter(|l| l.leader_epoch == written_in) else {
+        return AcksAll::Deposed;
+    };
+    if high_watermark < end {
+        return AcksAll::Waiting;
+    }
+    match (l.maximal_isr_size() as i64) < i64::from(min_insync_replicas) {
+        true => AcksAll::TooFewReplicas,
+        false => AcksAll::Acknowledged,
+    }
+}
+
+/// The answer to an acks=all write whose timeout passed while it waited: timed out, or, when
+/// the ISR is below `min.insync.replicas` by then, too few replicas — the reason it waited.
+pub fn acks_all_timed_out(leading: Option<&LeaderState>, min_insync_replicas: i32) -> AcksAll {
+    match leading {
+        Some(l) if (l.isr.len() as i64) < i64::from(min_insync_replicas) => AcksAll::TooFewReplicas,
+        _ => AcksAll::TimedOut,
+    }
+}
+
 /// The leader's side of a follower's fetch at `fetch_offset` whose last fetched batch was of
 /// `last_fetched_epoch` (negative: none, nothing to compare): where the logs diverge, as the
 /// Fetch response's `diverging_epoch` (Kafka's KIP-320), or none. `leaders_end` is the leader's
@@ -495,6 +546,31 @@ mod tests {
             ),
             now,
         )
+    }
+
+    #[test]
+    fn acks_all_waits_for_the_high_watermark_and_answers_as_kafka_does() {
+        let (l, _) = leader(&[1, 2]);
+        let decide = |l: Option<&LeaderState>, epoch: i32, hw: i64| {
+            acks_all(l, LeaderEpoch(epoch), Offset(120), Offset(hw), 2)
+        };
+        assert_eq!(decide(Some(&l), 1, 119), AcksAll::Waiting);
+        assert_eq!(decide(Some(&l), 1, 120), AcksAll::Acknowledged);
+        // Another epoch leads, or none: deposed, even where the high watermark covers it.
+        assert_eq!(decide(Some(&l), 0, 200), AcksAll::Deposed);
+        assert_eq!(decide(None, 1, 200), AcksAll::Deposed);
+        // The ISR shrank below min.insync.replicas: covered, but on too few replicas.
+        let (alone, _) = leader(&[1]);
+        assert_eq!(decide(Some(&alone), 1, 119), AcksAll::Waiting);
+        assert_eq!(decide(Some(&alone), 1, 120), AcksAll::TooFewReplicas);
+        // A member proposed to join counts (the maximal ISR).
+        let mut joining = alone.clone();
+        joining.pending_isr = Some(nodes(&[1, 3]));
+        assert_eq!(decide(Some(&joining), 1, 120), AcksAll::Acknowledged);
+        // Timed out: too few replicas if that is why it waited.
+        assert_eq!(acks_all_timed_out(Some(&l), 2), AcksAll::TimedOut);
+        assert_eq!(acks_all_timed_out(Some(&alone), 2), AcksAll::TooFewReplicas);
+        assert_eq!(acks_all_timed_out(None, 2), AcksAll::TimedOut);
     }
 
     #[test]

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use tributary_protocol::ErrorCode;
 use tributary_replication::{
-    divergence, truncation_target, LeaderEpoch, LeaderState, LinkId, NodeId, Offset,
+    acks_all, acks_all_timed_out, divergence, truncation_target, AcksAll, LeaderEpoch, LeaderState,
+    LinkId, NodeId, Offset,
 };
 use tributary_storage::producer_state::SequenceCheck;
 
@@ -136,21 +137,18 @@ impl Node {
             l.high_watermark(NodeId(me), Offset(durable)).0
         };
         part.log.advance_high_watermark(hw);
-        let hw = part.log.high_watermark();
-        let epoch = l.leader_epoch;
-        let enough = l.maximal_isr_size() as i32 >= limits.min_insync_replicas;
+        let hw = Offset(part.log.high_watermark());
+        let min_insync = limits.min_insync_replicas;
         part.acks.retain(|a| {
-            if a.end > hw {
-                return true;
-            }
-            let ok = if a.epoch != epoch {
-                Err(ErrorCode::NOT_LEADER_OR_FOLLOWER)
-            } else if !enough {
-                Err(ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND)
-            } else {
-                Ok(a.base)
+            let decided = acks_all(Some(l), a.epoch, Offset(a.end), hw, min_insync);
+            let answer = match decided {
+                AcksAll::Waiting => return true,
+                AcksAll::Acknowledged => Ok(a.base),
+                AcksAll::TooFewReplicas => Err(ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND),
+                AcksAll::Deposed => Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
+                AcksAll::TimedOut => Err(ErrorCode::REQUEST_TIMED_OUT),
             };
-            fx.reply(me, a.client, a.request, ok);
+            fx.reply(me, a.client, a.request, answer);
             false
         });
         fx.hw_moved.push((me, p));
@@ -230,15 +228,22 @@ impl Node {
         );
     }
 
-    /// Answers REQUEST_TIMED_OUT to the writes whose deadline passed.
-    pub fn expire_acks(&mut self, p: i32, now: u64, fx: &mut Effects) {
+    /// Answers the writes whose deadline passed: REQUEST_TIMED_OUT, or
+    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR is below the minimum by then
+    /// (`acknowledge_replicated`).
+    pub fn expire_acks(&mut self, p: i32, now: u64, limits: &Limits, fx: &mut Effects) {
         let me = self.id;
         let part = self.parts.get_mut(&p).expect("every partition is modelled");
+        let timed_out = acks_all_timed_out(part.leading.as_ref(), limits.min_insync_replicas);
+        let code = match timed_out {
+            AcksAll::TooFewReplicas => ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+            _ => ErrorCode::REQUEST_TIMED_OUT,
+        };
         part.acks.retain(|a| {
             if a.deadline > now {
                 return true;
             }
-            fx.reply(me, a.client, a.request, Err(ErrorCode::REQUEST_TIMED_OUT));
+            fx.reply(me, a.client, a.request, Err(code));
             false
         });
     }

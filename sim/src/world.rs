@@ -360,7 +360,7 @@ impl World {
             }
             Event::AckDeadline(n, inc, p) => {
                 if let Some(i) = self.live(*n, *inc, &event) {
-                    self.nodes[i].expire_acks(*p, now, &mut fx);
+                    self.nodes[i].expire_acks(*p, now, &self.limits, &mut fx);
                 }
             }
             Event::Synced {

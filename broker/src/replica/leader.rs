@@ -21,6 +21,7 @@ use crate::catalog::Catalog;
 use crate::cluster::command::{isr_eligible, MetadataCommand};
 use crate::group::OFFSETS_TOPIC;
 use crate::shard::Shard;
+use tributary_replication::{self as replication, AcksAll};
 
 /// A partition of a follower's fetch answered with `error` alone.
 pub(crate) fn answer(partition: i32, error: ErrorCode) -> FetchPartitionResponse {
@@ -369,17 +370,32 @@ impl Shard {
         }
     }
 
-    /// After an acks=all append the high watermark covers, as Kafka's
-    /// `checkEnoughReplicasReachOffset`: refuses when the ISR shrank below
-    /// `min.insync.replicas` meanwhile — the write is on fewer replicas than the producer asked.
-    fn check_min_isr_after_append(&self, topic: &str, partition: i32) -> Result<(), ErrorCode> {
-        let isr = self.with_leading(topic, partition, |l| l.maximal_isr_size());
-        match isr {
-            Some(n) if (n as i32) < self.min_insync_replicas(topic) => {
-                Err(ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND)
-            }
-            _ => Ok(()),
-        }
+    /// Where an acks=all write to a partition this shard owns stands now
+    /// ([`replication::acks_all`]).
+    fn acks_all_now(
+        &self,
+        part: &Partition,
+        tp: (&str, i32),
+        end: Offset,
+        written_in: LeaderEpoch,
+    ) -> AcksAll {
+        let min_insync = self.min_insync_replicas(tp.0);
+        let hw = Offset(part.high_watermark());
+        let leading = self.replicas.leading.borrow();
+        let l = leading.get(&TopicPartition::new(tp.0, tp.1));
+        replication::acks_all(l, written_in, end, hw, min_insync)
+    }
+
+    /// The answer to an acks=all produce whose wait timed out: REQUEST_TIMED_OUT, or
+    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR is below `min.insync.replicas` by then
+    /// ([`replication::acks_all_timed_out`]).
+    pub fn acks_all_timed_out(&self, topic: &str, partition: i32) -> ErrorCode {
+        let min_insync = self.min_insync_replicas(topic);
+        let leading = self.replicas.leading.borrow();
+        let l = leading.get(&TopicPartition::new(topic, partition));
+        acks_all_answer(replication::acks_all_timed_out(l, min_insync))
+            .err()
+            .unwrap_or(ErrorCode::REQUEST_TIMED_OUT)
     }
 
     fn with_leading<T>(
@@ -467,21 +483,14 @@ impl Shard {
         epoch: LeaderEpoch,
         timeout: Duration,
     ) -> Result<(), ErrorCode> {
-        if self.leader_epoch_of(topic, partition) != Some(epoch) {
-            return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
-        }
         self.advance_high_watermark(topic, partition);
         let deadline = Instant::now() + timeout;
         loop {
             let advanced = part.listen_advance();
-            if part.high_watermark() >= end {
-                return self.check_min_isr_after_append(topic, partition);
+            match self.acks_all_now(part, (topic, partition), Offset(end), epoch) {
+                AcksAll::Waiting => advance_or_deadline(advanced, deadline).await?,
+                decided => return acks_all_answer(decided),
             }
-            if self.leader_epoch_of(topic, partition) != Some(epoch) {
-                // Deposed while waiting: the new leader may not have it.
-                return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
-            }
-            advance_or_deadline(advanced, deadline).await?;
         }
     }
 
@@ -753,6 +762,16 @@ fn isr_change_decided(code: ErrorCode) -> bool {
 
 /// Waits for `advanced` (the partition moved, or its leadership changed), at most 100 ms and
 /// never past `deadline`: REQUEST_TIMED_OUT once it has passed.
+/// An acks=all decision as the produce answers it.
+fn acks_all_answer(decided: AcksAll) -> Result<(), ErrorCode> {
+    match decided {
+        AcksAll::Acknowledged => Ok(()),
+        AcksAll::TooFewReplicas => Err(ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND),
+        AcksAll::Deposed => Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
+        AcksAll::TimedOut | AcksAll::Waiting => Err(ErrorCode::REQUEST_TIMED_OUT),
+    }
+}
+
 async fn advance_or_deadline(
     advanced: event_listener::EventListener,
     deadline: Instant,
