@@ -131,6 +131,11 @@ impl Group {
     ) -> Identity {
         let new_id = format!("{instance}-{}", uuid::Uuid::new_v4());
         let Some(mut old) = self.members.remove(existing) else {
+            // The instance's last id never became a member (its join was refused, e.g. by
+            // `group.max.size`): the new id takes the instance, or every request it sends
+            // would be fenced by the stale one.
+            self.static_members
+                .insert(instance.to_owned(), new_id.clone());
             return Identity::Member(new_id);
         };
         // The old member id's parked requests are fenced; the new id has none.

@@ -1027,6 +1027,48 @@ mod parked_request_tests {
     }
 
     #[test]
+    fn a_static_member_refused_by_a_full_group_joins_once_there_is_room() {
+        let c = coordinator(Duration::from_secs(3600));
+        // A group of one member at most.
+        let c = GroupCoordinator::new(GroupConfig {
+            limits: GroupLimits {
+                max_size: 1,
+                ..c.config.limits
+            },
+            ..c.config
+        });
+        let a = join_new(&c, "a").try_recv().unwrap().unwrap();
+        let static_req = JoinGroupRequest {
+            group_instance_id: Some("i1".into()),
+            ..join_req("")
+        };
+        let full = c
+            .join(static_req.clone(), 5, "s".into(), "h".into())
+            .unwrap_err();
+        assert_eq!(full.error, ErrorCode::GROUP_MAX_SIZE_REACHED);
+        // a leaves; the static member comes back and is not fenced by its refused id.
+        let left = c.leave(LeaveGroupRequest {
+            group_id: "g".into(),
+            members: vec![(a.member_id.clone(), None)],
+        });
+        assert_eq!(left.0, ErrorCode::NONE);
+        let joined = c
+            .join(static_req, 5, "s".into(), "h".into())
+            .unwrap()
+            .try_recv()
+            .unwrap()
+            .expect("joined at once: alone in the group");
+        assert_eq!(joined.error, ErrorCode::NONE);
+        let hb = c.heartbeat(HeartbeatRequest {
+            group_id: "g".into(),
+            generation_id: joined.generation_id,
+            member_id: joined.member_id.clone(),
+            group_instance_id: Some("i1".into()),
+        });
+        assert_eq!(hb, ErrorCode::NONE);
+    }
+
+    #[test]
     fn a_member_that_asks_again_replaces_its_parked_request() {
         let c = coordinator(Duration::from_secs(3600));
         let a = join_new(&c, "a").try_recv().unwrap().unwrap();

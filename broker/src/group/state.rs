@@ -414,6 +414,12 @@ impl Group {
             };
             Self::answer_join(&mut self.replies, m, joined);
         }
+        // A new generation: every member is answered, and the leader is one of them.
+        assert!(self.members.values().all(|m| !m.awaiting_join));
+        assert!(self
+            .leader
+            .as_ref()
+            .is_some_and(|l| self.members.contains_key(l)));
         true
     }
 
@@ -464,6 +470,8 @@ impl Group {
         if self.leader.as_deref() == Some(member_id) {
             self.leader = self.members.keys().next().cloned();
         }
+        debug_assert!(!self.members.contains_key(member_id));
+        debug_assert!(self.static_members.values().all(|id| id != member_id));
     }
 
     /// Applies the leader's assignment and releases every waiting SyncGroup.
@@ -485,6 +493,7 @@ impl Group {
             };
             Self::answer_sync(&mut self.replies, m, synced);
         }
+        assert!(self.members.values().all(|m| !m.awaiting_sync));
     }
 
     /// SyncGroup's decision: refused at once, answered at once (a stable group's current
