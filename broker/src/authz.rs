@@ -14,12 +14,12 @@ use crate::config::BrokerConfig;
 
 /// The authorizer for `acls`, or `None` when no authorizer is configured.
 pub fn build(config: &BrokerConfig, acls: &[AclRecord]) -> Option<Rc<Authorizer>> {
-    if !config.authorizer_enabled {
+    if !config.security.authorizer_enabled {
         return None;
     }
     let mut a = Authorizer::new(
-        config.super_users.clone(),
-        config.allow_everyone_if_no_acl_found,
+        config.security.super_users.clone(),
+        config.security.allow_everyone_if_no_acl_found,
     );
     // Bindings were validated before they reached the image; one that no longer validates
     // (written by a newer version) is left out with a warning rather than failing them all.

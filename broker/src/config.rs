@@ -276,13 +276,13 @@ impl BrokerConfig {
 /// A SASL listener needs mechanisms that are built, and PLAIN needs its users.
 fn check_sasl(cfg: &BrokerConfig) -> Result<()> {
     for l in cfg.listeners.iter().filter(|l| l.protocol.is_sasl()) {
-        if cfg.sasl_enabled_mechanisms.is_empty() {
+        if cfg.security.sasl_enabled_mechanisms.is_empty() {
             bail!(
                 "config sasl.enabled.mechanisms is empty, but listener {} uses SASL; set PLAIN, SCRAM-SHA-256 and/or SCRAM-SHA-512",
                 l.name
             );
         }
-        for m in &cfg.sasl_enabled_mechanisms {
+        for m in &cfg.security.sasl_enabled_mechanisms {
             if !SASL_MECHANISMS.contains(&m.as_str()) {
                 bail!(
                     "config sasl.enabled.mechanisms: {m} is not supported (listener {} uses SASL); set PLAIN, SCRAM-SHA-256 and/or SCRAM-SHA-512",
@@ -290,7 +290,12 @@ fn check_sasl(cfg: &BrokerConfig) -> Result<()> {
                 );
             }
         }
-        if cfg.sasl_enabled_mechanisms.iter().any(|m| m == "PLAIN") {
+        if cfg
+            .security
+            .sasl_enabled_mechanisms
+            .iter()
+            .any(|m| m == "PLAIN")
+        {
             let key = format!(
                 "listener.name.{}.plain.sasl.jaas.config",
                 l.name.to_ascii_lowercase()
@@ -479,10 +484,8 @@ pub struct BrokerConfig {
     pub values: BTreeMap<&'static str, (String, bool)>,
     /// Every client listener, the inter-broker one (`listen`) first.
     pub listeners: Vec<crate::cluster::config::ListenerSpec>,
-    /// `sasl.enabled.mechanisms`, checked against what is built when a listener uses SASL.
-    pub sasl_enabled_mechanisms: Vec<String>,
-    /// `connections.max.reauth.ms`; 0: SASL sessions never end.
-    pub connections_max_reauth_ms: u64,
+    /// Who a client is and what it may do: SASL mechanisms and sessions, ACL checks.
+    pub security: Security,
     /// Per-listener keys, `listener.name.NAME.…` (NAME lower case), e.g.
     /// `listener.name.sasl_plaintext.plain.sasl.jaas.config`.
     pub listener_props: BTreeMap<String, String>,
@@ -492,18 +495,10 @@ pub struct BrokerConfig {
     /// The ports listeners other than the inter-broker one were bound to, by name (those given
     /// port 0 get theirs at start-up).
     pub bound: BTreeMap<String, u16>,
-    /// Random per process: salts the fake SCRAM credential an unknown user is answered with.
-    pub scram_unknown_user_key: [u8; 32],
     /// The SASL listeners validating signed OAUTHBEARER tokens (their
     /// `oauthbearer.sasl.server.callback.handler.class` is Kafka's validator), by listener name,
     /// with the JWKS read at start-up. Other listeners take unsecured tokens.
     pub oauth_validators: HashMap<String, Arc<tributary_security::oauthbearer::SignedValidator>>,
-    /// `authorizer.class.name` names Kafka's standard authorizer: requests are checked
-    /// against the ACLs.
-    pub authorizer_enabled: bool,
-    /// `super.users`.
-    pub super_users: std::collections::HashSet<String>,
-    pub allow_everyone_if_no_acl_found: bool,
     pub node_id: i32,
     /// The node's place in the cluster: the quorum's voters and timeouts.
     pub cluster: crate::cluster::config::ClusterConfig,
@@ -940,16 +935,11 @@ fn assemble(p: Parts) -> BrokerConfig {
         max_incremental_fetch_session_cache_slots: p.lim.max_incremental_fetch_session_cache_slots,
         values: p.keys.values,
         listeners: p.node.listeners,
-        sasl_enabled_mechanisms: p.security.sasl_enabled_mechanisms,
-        connections_max_reauth_ms: p.security.connections_max_reauth_ms,
+        security: p.security,
         listener_props: p.keys.listener_props,
         secret_props: p.keys.secret_props,
         bound: BTreeMap::new(),
         oauth_validators: HashMap::new(),
-        scram_unknown_user_key: p.security.scram_unknown_user_key,
-        authorizer_enabled: p.security.authorizer_enabled,
-        super_users: p.security.super_users,
-        allow_everyone_if_no_acl_found: p.security.allow_everyone_if_no_acl_found,
     }
 }
 
@@ -1459,13 +1449,21 @@ impl BrokerLimits {
 /// Who a client is and what it may do: the SASL mechanisms offered and how long a login
 /// lasts, the key fake SCRAM credentials are salted with, and whether and how ACLs are
 /// checked. (The per-listener SASL and TLS keys are checked once all keys are parsed.)
-struct Security {
-    sasl_enabled_mechanisms: Vec<String>,
-    connections_max_reauth_ms: u64,
-    scram_unknown_user_key: [u8; 32],
-    authorizer_enabled: bool,
-    super_users: std::collections::HashSet<String>,
-    allow_everyone_if_no_acl_found: bool,
+#[derive(Debug, Clone)]
+pub struct Security {
+    /// `sasl.enabled.mechanisms`, checked against what is built when a listener uses SASL.
+    pub sasl_enabled_mechanisms: Vec<String>,
+    /// `connections.max.reauth.ms`; 0: SASL sessions never end.
+    pub connections_max_reauth_ms: u64,
+    /// Random per process: salts the fake SCRAM credential an unknown user is answered with.
+    pub scram_unknown_user_key: [u8; 32],
+    /// `authorizer.class.name` names Kafka's standard authorizer: requests are checked
+    /// against the ACLs.
+    pub authorizer_enabled: bool,
+    /// `super.users`.
+    pub super_users: std::collections::HashSet<String>,
+    /// `allow.everyone.if.no.acl.found`.
+    pub allow_everyone_if_no_acl_found: bool,
 }
 
 impl Security {
@@ -1538,6 +1536,7 @@ fn oauth_validators(
             );
         }
         if !cfg
+            .security
             .sasl_enabled_mechanisms
             .iter()
             .any(|m| m == "OAUTHBEARER")

@@ -353,7 +353,7 @@ impl InterBrokerSecurity {
                         INTER_BROKER_MECHANISMS.join(", ")
                     );
                 }
-                if !config.sasl_enabled_mechanisms.contains(&mechanism) {
+                if !config.security.sasl_enabled_mechanisms.contains(&mechanism) {
                     bail!(
                         "config sasl.mechanism.inter.broker.protocol={mechanism} is not in sasl.enabled.mechanisms; add it there, so brokers accept the login they make"
                     );

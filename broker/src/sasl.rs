@@ -64,15 +64,15 @@ impl ListenerCtx {
             name: spec.name,
             protocol: spec.protocol,
             mechanisms: if sasl {
-                config.sasl_enabled_mechanisms.clone()
+                config.security.sasl_enabled_mechanisms.clone()
             } else {
                 Vec::new()
             },
             plain_users,
             oauth,
-            reauth: (config.connections_max_reauth_ms > 0)
-                .then(|| Duration::from_millis(config.connections_max_reauth_ms)),
-            unknown_user_key: config.scram_unknown_user_key,
+            reauth: (config.security.connections_max_reauth_ms > 0)
+                .then(|| Duration::from_millis(config.security.connections_max_reauth_ms)),
+            unknown_user_key: config.security.scram_unknown_user_key,
         }
     }
 
