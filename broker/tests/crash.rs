@@ -2,8 +2,8 @@
 //! that every acknowledged message is readable at the offset it was acknowledged with, that each
 //! partition's offsets are contiguous, and that no offset ever changes its data.
 //!
-//! The loop runs with the default durability (sync rounds after the writes) and with
-//! `log.flush.write.through` (every write `O_DSYNC`, no sync). `KILL_ROUNDS` sets the number of
+//! The loop runs with sync rounds after the writes (`log.flush.write.through=false`), and with
+//! every write `O_DSYNC` and no sync (the default) alternating with them. `KILL_ROUNDS` sets the number of
 //! rounds of each (default 50, and 20 for the second); the soak run is
 //! `KILL_ROUNDS=1000 cargo test --release -p tributary-broker --test crash`. `SEED=` replays the
 //! kill timings.
@@ -278,7 +278,7 @@ fn kill_loop(rounds: usize, write_through: impl Fn(usize) -> bool) {
         let through = write_through(round);
         let sets: &[&str] = match through {
             true => &["log.flush.write.through=true"],
-            false => &[],
+            false => &["log.flush.write.through=false"],
         };
         let (mut broker, addr) = start(&data, &log, sets);
         if round == 0 {

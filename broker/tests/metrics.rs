@@ -133,7 +133,8 @@ fn scrape_shows_the_traffic_sent() {
     const VALUE_BYTES: usize = 100;
     const PARTITIONS: i32 = 4;
     let dir = tempfile::tempdir().unwrap();
-    let broker = start_broker(dir.path(), 2, &[]);
+    // Sync rounds, whose histograms this checks (written-through flushes have their own test).
+    let broker = start_broker(dir.path(), 2, &[("log.flush.write.through", "false")]);
     let metrics = broker.metrics_addr.expect("metrics endpoint on");
     let topic = "metered";
     rd_create_topics(
@@ -442,6 +443,43 @@ fn consumer_group_lag_is_the_high_watermark_less_the_committed_offset() {
         lag += l;
     }
     assert_eq!(lag, (RECORDS - 3) as f64);
+    broker.shutdown().unwrap();
+}
+
+/// By default (`log.flush.write.through`) an acks=all produce's flushes are durable as
+/// written: they are counted, and the topic's segments need no sync round.
+#[test]
+fn written_through_flushes_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 1, &[]);
+    let metrics = broker.metrics_addr.expect("metrics endpoint on");
+    rd_create_topics(
+        broker.addr,
+        &[rdkafka::admin::NewTopic::new(
+            "through",
+            1,
+            rdkafka::admin::TopicReplication::Fixed(1),
+        )],
+    );
+    let messages: Vec<(Option<String>, String)> =
+        (0..50).map(|i| (None, format!("value {i}"))).collect();
+    rd_produce(broker.addr, "through", &[("acks", "all")], &messages);
+    assert_eq!(rd_consume(broker.addr, "through", 1, 50).len(), 50);
+    let (status, body) = get(metrics, "/metrics");
+    assert_eq!(status, 200);
+    let samples = parse(&body);
+    let total = |name: &str| -> f64 {
+        samples
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|s| s.2)
+            .sum()
+    };
+    assert!(
+        total("tributary_group_commit_written_through_total") >= 1.0,
+        "acks=all flushes written through"
+    );
+    assert_eq!(total("tributary_group_commit_files_synced_total"), 0.0);
     broker.shutdown().unwrap();
 }
 

@@ -127,10 +127,11 @@ pub struct LogConfig {
     /// [`crate::group_commit`].
     pub sync_policy: SyncPolicy,
     /// When the active segment's writes are durable (`log.flush.write.through`): after a sync
-    /// round, or as each write completes (`O_DSYNC`), so a durable flush needs no sync. Takes
-    /// effect for the active segment when it is opened or rolled to; a closed segment made
-    /// active again by a truncation keeps the handle it was opened with, and is synced as that
-    /// handle needs.
+    /// round, or as each write completes (`O_DSYNC`), so a durable flush needs no sync. Only
+    /// where every flush is made durable anyway (`flush.messages` 1, see
+    /// [`LogConfig::active_durability`]). Takes effect for the active segment when it is
+    /// opened or rolled to; a closed segment made active again by a truncation keeps the handle
+    /// it was opened with, and is synced as that handle needs.
     pub write_durability: WriteDurability,
     /// A producer whose last batch's timestamp is this long ago is forgotten
     /// (`producer.id.expiration.ms`); see [`crate::producer_state`].
@@ -141,6 +142,16 @@ pub struct LogConfig {
 }
 
 impl LogConfig {
+    /// How a new active segment is opened: written through only where every flush is made
+    /// durable anyway (`flush.messages` 1). With a larger `flush.messages` most writes need no
+    /// durability, and `O_DSYNC` would make each of them pay for it.
+    pub fn active_durability(&self) -> WriteDurability {
+        match self.flush_messages <= 1 {
+            true => self.write_durability,
+            false => WriteDurability::OnSync,
+        }
+    }
+
     pub const DEFAULT: LogConfig = LogConfig {
         segment_bytes: 1 << 30,
         segment_ms: 7 * 24 * 3600 * 1000,

@@ -280,3 +280,24 @@ fn write_through_commits_need_no_sync_and_survive_a_crash() {
         }
     });
 }
+
+/// Write-through is only for partitions whose every flush is durable: with `flush.messages`
+/// above 1 the active segment keeps plain writes and a durable flush goes through a sync round.
+#[test]
+fn write_through_is_left_out_where_flushes_need_no_durability() {
+    on_executor(|path| async move {
+        let config = LogConfig {
+            flush_messages: 10,
+            sync_policy: policy(2),
+            write_durability: WriteDurability::EachWrite,
+            ..LogConfig::DEFAULT
+        };
+        assert_eq!(config.active_durability(), WriteDurability::OnSync);
+        let p = Partition::open(path.join("batched"), config).await.unwrap();
+        let b = build_batch(&[(None, Some(b"v".as_slice()))], 0, None);
+        let out = p.append(&b).await.unwrap();
+        p.sync_to(out.last_offset + 1).await.unwrap();
+        let s = group_commit::stats();
+        assert_eq!((s.written_through, s.files), (0, 1), "{s:?}");
+    });
+}

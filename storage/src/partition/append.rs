@@ -258,7 +258,7 @@ impl Partition {
     pub(super) async fn roll_at(&self, base: i64) -> Result<(), PartitionError> {
         assert!(base >= self.state.borrow().next_offset);
         let path = segment_path(&self.dir, base);
-        let durability = self.config.get().write_durability;
+        let durability = self.config.get().active_durability();
         let file = Rc::new(
             SegmentFile::open_with(&path, true, durability)
                 .await

@@ -162,7 +162,7 @@ impl Partition {
 async fn recover_log(dir: &Path, config: &LogConfig) -> Result<RecoveredLog, PartitionError> {
     let clean_marker = dir.join(CLEAN_SHUTDOWN_FILE);
     let (bases, clean) = list_or_create_segments(dir, &clean_marker).await?;
-    let found = open_segment_files(dir, &bases, clean, config.write_durability).await?;
+    let found = open_segment_files(dir, &bases, clean, config.active_durability()).await?;
     let snapshot_at = newest_usable_snapshot(&found);
     let mut producers = snapshot_at
         .and_then(|i| found[i].index.as_ref()?.producers.clone())

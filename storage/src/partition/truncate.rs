@@ -309,7 +309,7 @@ impl Partition {
             remove_index(&self.dir, seg.base_offset).await.map_err(io)?;
         }
         let path = segment_path(&self.dir, offset);
-        let durability = self.config.get().write_durability;
+        let durability = self.config.get().active_durability();
         let file = SegmentFile::open_with(&path, true, durability).await;
         let file = Rc::new(file.map_err(io)?);
         io::sync_dir(&self.dir).await.map_err(io)?;
