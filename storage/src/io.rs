@@ -238,6 +238,10 @@ impl SegmentFile {
             "direct writes start on a block boundary"
         );
         faults::check(&self.path, faults::FileOp::Write)?;
+        if self.writes_are_durable() {
+            // The write is also the sync: a failing device flush fails it.
+            faults::check(&self.path, faults::FileOp::Sync)?;
+        }
         let padded = buf.len();
         let first = if padded as u64 > align
             && faults::check(&self.path, faults::FileOp::ShortWrite).is_err()
@@ -537,6 +541,7 @@ pub mod faults {
         Read,
         /// Writes and truncations.
         Write,
+        /// `fdatasync`, and the sync inside each write to a written-through file.
         Sync,
         /// A `syncfs` of the filesystem holding a directory (the rule matches the directory).
         SyncFs,

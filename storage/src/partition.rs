@@ -142,11 +142,13 @@ pub struct LogConfig {
 }
 
 impl LogConfig {
-    /// How a new active segment is opened: written through only where every flush is made
-    /// durable anyway (`flush.messages` 1). With a larger `flush.messages` most writes need no
-    /// durability, and `O_DSYNC` would make each of them pay for it.
+    /// How a new active segment is opened: written through only where every commit is made
+    /// durable anyway ([`LogConfig::sync_every_commit`]). With a larger `flush.messages` most
+    /// writes need no durability, and `O_DSYNC` would make each of them pay for it. (A
+    /// replicated partition syncs every commit whatever its `flush.messages`; it keeps sync
+    /// rounds then, since whether it is replicated is decided after its segment is opened.)
     pub fn active_durability(&self) -> WriteDurability {
-        match self.flush_messages <= 1 {
+        match self.sync_every_commit() {
             true => self.write_durability,
             false => WriteDurability::OnSync,
         }

@@ -52,12 +52,12 @@ async fn contents(p: &Partition, from: i64) -> Vec<(i64, String)> {
     out
 }
 
-fn sync_or_write_failure_is_never_acknowledged(op: FileOp, errno: i32) {
+fn sync_or_write_failure_is_never_acknowledged(op: FileOp, errno: i32, config: LogConfig) {
     on_executor(move |path| async move {
         let failing = path.join("failing-0");
         let healthy = path.join("healthy-0");
-        let p = Partition::open(failing.clone(), CONFIG).await.unwrap();
-        let q = Partition::open(healthy.clone(), CONFIG).await.unwrap();
+        let p = Partition::open(failing.clone(), config).await.unwrap();
+        let q = Partition::open(healthy.clone(), config).await.unwrap();
         for i in 0..10 {
             p.append(&batch(i)).await.unwrap();
         }
@@ -86,7 +86,7 @@ fn sync_or_write_failure_is_never_acknowledged(op: FileOp, errno: i32) {
         drop(p);
 
         // After a restart everything acknowledged is there, intact and contiguous.
-        let p = Partition::open(failing, CONFIG).await.unwrap();
+        let p = Partition::open(failing, config).await.unwrap();
         let got = contents(&p, 0).await;
         assert!(got.len() >= 10);
         for (i, (offset, v)) in got.iter().enumerate().take(10) {
@@ -97,14 +97,26 @@ fn sync_or_write_failure_is_never_acknowledged(op: FileOp, errno: i32) {
     });
 }
 
+const WRITE_THROUGH: LogConfig = LogConfig {
+    write_durability: WriteDurability::EachWrite,
+    ..CONFIG
+};
+
 #[test]
 fn eio_on_sync_takes_only_that_partition_offline() {
-    sync_or_write_failure_is_never_acknowledged(FileOp::Sync, EIO);
+    sync_or_write_failure_is_never_acknowledged(FileOp::Sync, EIO, CONFIG);
+}
+
+/// With writes through, the sync is part of each write: a failing device flush fails the write.
+#[test]
+fn eio_on_a_written_through_sync_takes_only_that_partition_offline() {
+    sync_or_write_failure_is_never_acknowledged(FileOp::Sync, EIO, WRITE_THROUGH);
 }
 
 #[test]
 fn enospc_on_write_takes_only_that_partition_offline() {
-    sync_or_write_failure_is_never_acknowledged(FileOp::Write, ENOSPC);
+    sync_or_write_failure_is_never_acknowledged(FileOp::Write, ENOSPC, CONFIG);
+    sync_or_write_failure_is_never_acknowledged(FileOp::Write, ENOSPC, WRITE_THROUGH);
 }
 
 #[test]

@@ -107,11 +107,12 @@ impl Group {
                 Ok(self.take_over(instance, &existing, req, session, now))
             }
             Some(_) => Ok(Identity::Member(member_id)),
+            // A member id the instance does not hold: Kafka's UNKNOWN_MEMBER_ID (the client
+            // joins again without one). Taking the instance over here would bind it to a
+            // member that does not know it is static.
+            None if !member_id.is_empty() => Err(refuse(ErrorCode::UNKNOWN_MEMBER_ID, &member_id)),
             None => {
-                let member_id = match member_id.is_empty() {
-                    true => format!("{instance}-{}", uuid::Uuid::new_v4()),
-                    false => member_id,
-                };
+                let member_id = format!("{instance}-{}", uuid::Uuid::new_v4());
                 self.static_members
                     .insert(instance.to_owned(), member_id.clone());
                 Ok(Identity::Member(member_id))

@@ -894,7 +894,7 @@ mod coordinator_tests {
         })
     }
 
-    fn join_req(member: &str) -> JoinGroupRequest {
+    pub(super) fn join_req(member: &str) -> JoinGroupRequest {
         JoinGroupRequest {
             group_id: "g".into(),
             session_timeout_ms: 6000,
@@ -961,20 +961,8 @@ mod coordinator_tests {
 
 #[cfg(test)]
 mod parked_request_tests {
-    use super::coordinator_tests::coordinator_with as coordinator;
+    use super::coordinator_tests::{coordinator_with as coordinator, join_req};
     use super::*;
-
-    fn join_req(member: &str) -> JoinGroupRequest {
-        JoinGroupRequest {
-            group_id: "g".into(),
-            session_timeout_ms: 6000,
-            rebalance_timeout_ms: 300_000,
-            member_id: member.into(),
-            group_instance_id: None,
-            protocol_type: "consumer".into(),
-            protocols: vec![("range".into(), Bytes::from_static(b"m"))],
-        }
-    }
 
     /// Joins a new member (the two steps of KIP-394) and returns its parked join.
     fn join_new(c: &GroupCoordinator, client: &str) -> oneshot::Receiver<JoinResult> {
@@ -1066,6 +1054,26 @@ mod parked_request_tests {
             group_instance_id: Some("i1".into()),
         });
         assert_eq!(hb, ErrorCode::NONE);
+    }
+
+    #[test]
+    fn a_known_member_id_with_an_instance_it_does_not_hold_is_unknown() {
+        let c = coordinator(Duration::from_secs(3600));
+        let a = join_new(&c, "a").try_recv().unwrap().unwrap();
+        // Kafka: a member id with a group.instance.id the group does not know.
+        let claimed = JoinGroupRequest {
+            group_instance_id: Some("i9".into()),
+            ..join_req(&a.member_id)
+        };
+        let refused = c.join(claimed, 5, "a".into(), "h".into()).unwrap_err();
+        assert_eq!(refused.error, ErrorCode::UNKNOWN_MEMBER_ID);
+        // The member is unharmed, and removing it later touches no instance.
+        let left = c.leave(LeaveGroupRequest {
+            group_id: "g".into(),
+            members: vec![(a.member_id.clone(), None)],
+        });
+        assert_eq!(left.0, ErrorCode::NONE);
+        assert!(c.groups.borrow()["g"].static_members.is_empty());
     }
 
     #[test]

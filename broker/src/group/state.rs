@@ -457,21 +457,14 @@ impl Group {
             Self::answer_join(&mut self.replies, &mut m, joined);
             let synced = SyncResult::error(ErrorCode::UNKNOWN_MEMBER_ID);
             Self::answer_sync(&mut self.replies, &mut m, synced);
-            if let Some(instance) = &m.group_instance_id {
-                if self
-                    .static_members
-                    .get(instance)
-                    .is_some_and(|id| id == member_id)
-                {
-                    self.static_members.remove(instance);
-                }
-            }
         }
+        // Whatever instance still names the removed id (its own, or one whose join with that
+        // id was refused before it became a member) is free again.
+        self.static_members.retain(|_, id| id != member_id);
         if self.leader.as_deref() == Some(member_id) {
             self.leader = self.members.keys().next().cloned();
         }
         debug_assert!(!self.members.contains_key(member_id));
-        debug_assert!(self.static_members.values().all(|id| id != member_id));
     }
 
     /// Applies the leader's assignment and releases every waiting SyncGroup.

@@ -760,8 +760,6 @@ fn isr_change_decided(code: ErrorCode) -> bool {
     )
 }
 
-/// Waits for `advanced` (the partition moved, or its leadership changed), at most 100 ms and
-/// never past `deadline`: REQUEST_TIMED_OUT once it has passed.
 /// An acks=all decision as the produce answers it.
 fn acks_all_answer(decided: AcksAll) -> Result<(), ErrorCode> {
     match decided {
@@ -772,6 +770,8 @@ fn acks_all_answer(decided: AcksAll) -> Result<(), ErrorCode> {
     }
 }
 
+/// Waits for `advanced` (the partition moved, or its leadership changed), at most 100 ms and
+/// never past `deadline`: REQUEST_TIMED_OUT once it has passed.
 async fn advance_or_deadline(
     advanced: event_listener::EventListener,
     deadline: Instant,
