@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tracing::{info, warn};
-use tributary_metadata::types::{ProducerEpoch, ProducerId};
+use tributary_metadata::types::{LeaderEpoch, ProducerEpoch, ProducerId};
 use tributary_protocol::record_batch;
 use tributary_protocol::ErrorCode;
 use tributary_storage::Partition;
@@ -20,6 +20,7 @@ pub type ReplicatedWrite = Box<
     dyn Fn(
         Rc<Partition>,
         i64,
+        LeaderEpoch,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ErrorCode>>>>,
 >;
 
@@ -66,6 +67,9 @@ pub async fn append_for(
         }
         None => record_batch::build_batch(&kv, now_ms(), None),
     };
+    // The epoch the write is made in, read before it: should leadership move during the
+    // append or the sync, the write is not acknowledged under a later epoch.
+    let written_in = LeaderEpoch(log.leader_epoch());
     let out = log.append(&batch).await.map_err(|e| {
         warn!(dir = %log.dir().display(), error = %e, "writing a coordinator record failed");
         ErrorCode::COORDINATOR_NOT_AVAILABLE
@@ -80,7 +84,7 @@ pub async fn append_for(
         let wait = replicated
             .borrow()
             .as_ref()
-            .map(|hook| hook(log.clone(), end));
+            .map(|hook| hook(log.clone(), end, written_in));
         if let Some(wait) = wait {
             wait.await?;
         }

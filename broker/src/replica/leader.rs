@@ -291,11 +291,11 @@ impl Shard {
     /// partitions wait for the ISR.
     pub fn install_coordinator_write_waits(self: &Rc<Self>) {
         let hook = |weak: std::rc::Weak<Self>| -> crate::coordinator_log::ReplicatedWrite {
-            Box::new(move |part, end| {
+            Box::new(move |part, end, written_in| {
                 let weak = weak.clone();
                 Box::pin(async move {
                     match weak.upgrade() {
-                        Some(shard) => shard.wait_internal_write(&part, end).await,
+                        Some(shard) => shard.wait_internal_write(&part, end, written_in).await,
                         None => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
                     }
                 })
@@ -305,10 +305,16 @@ impl Shard {
         *self.txns.replicated_write.borrow_mut() = Some(hook(Rc::downgrade(self)));
     }
 
-    /// Waits until a coordinator's write to internal partition `part`, up to `end`, is held by
-    /// the ISR (within `offsets.commit.timeout.ms`): NOT_COORDINATOR once this shard no longer
-    /// leads it, COORDINATOR_NOT_AVAILABLE when the ISR does not follow in time.
-    async fn wait_internal_write(&self, part: &Rc<Partition>, end: i64) -> Result<(), ErrorCode> {
+    /// Waits until a coordinator's write to internal partition `part`, up to `end`, made in
+    /// leader epoch `written_in`, is held by the ISR (within `offsets.commit.timeout.ms`):
+    /// NOT_COORDINATOR once that epoch no longer leads here, COORDINATOR_NOT_AVAILABLE when the
+    /// ISR does not follow in time.
+    async fn wait_internal_write(
+        &self,
+        part: &Rc<Partition>,
+        end: i64,
+        written_in: LeaderEpoch,
+    ) -> Result<(), ErrorCode> {
         let key = self
             .owned_partitions()
             .into_iter()
@@ -318,11 +324,7 @@ impl Shard {
             return Err(ErrorCode::NOT_COORDINATOR);
         };
         let timeout = Duration::from_millis(self.config.offsets_commit_timeout_ms);
-        // The epoch now: if this shard no longer leads, the write is not acknowledged.
-        let Some(epoch) = self.leader_epoch_of(&topic, partition) else {
-            return Err(ErrorCode::NOT_COORDINATOR);
-        };
-        self.wait_replicated(part, &topic, partition, end, epoch, timeout)
+        self.wait_replicated(part, &topic, partition, end, written_in, timeout)
             .await
             .map_err(|e| {
                 if e == ErrorCode::NOT_LEADER_OR_FOLLOWER {
