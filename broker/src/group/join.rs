@@ -9,7 +9,7 @@ use tracing::info;
 use tributary_protocol::requests::groups::JoinGroupRequest;
 use tributary_protocol::ErrorCode;
 
-use super::state::{Group, GroupLimits, GroupState, JoinResult, Member, Reply, SyncResult};
+use super::state::{Group, GroupLimits, GroupState, JoinResult, Member, Reply};
 
 /// A refusal, answered at once.
 type Refused = Box<JoinResult>;
@@ -140,15 +140,7 @@ impl Group {
             return Identity::Member(new_id);
         };
         // The old member id's parked requests are fenced; the new id has none.
-        if std::mem::take(&mut old.awaiting_join) {
-            let fenced = JoinResult::error(ErrorCode::FENCED_INSTANCE_ID, existing);
-            self.push_reply(Reply::Join(fenced));
-        }
-        if std::mem::take(&mut old.awaiting_sync) {
-            let result = SyncResult::error(ErrorCode::FENCED_INSTANCE_ID);
-            let member_id = existing.to_owned();
-            self.push_reply(Reply::Sync { member_id, result });
-        }
+        self.refuse_parked(&mut old, ErrorCode::FENCED_INSTANCE_ID);
         old.member_id = new_id.clone();
         old.deadline = now + session;
         let unchanged = old.protocols == req.protocols;

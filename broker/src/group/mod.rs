@@ -165,9 +165,14 @@ impl GroupCoordinator {
     /// Delivers the answers `g` decided to the requests parked for them, then drops the
     /// requests whose member no longer waits.
     fn settle(&self, g: &mut Group) {
+        let replies = g.take_replies();
         let mut all = self.parked.borrow_mut();
+        // The common case, every group on every tick: nothing decided, nothing parked.
+        if replies.is_empty() && !all.contains_key(&g.group_id) {
+            return;
+        }
         let parked = all.entry(g.group_id.clone()).or_default();
-        for reply in g.take_replies() {
+        for reply in replies {
             match reply {
                 Reply::Join(result) => {
                     if let Some(tx) = parked.joins.remove(&result.member_id) {

@@ -185,6 +185,14 @@ impl Group {
         self.replies.push(reply);
     }
 
+    /// Answers `member`'s parked JoinGroup and SyncGroup, if it has them, with `error`: it was
+    /// removed (UNKNOWN_MEMBER_ID) or its instance taken over (FENCED_INSTANCE_ID).
+    pub(super) fn refuse_parked(&mut self, member: &mut Member, error: ErrorCode) {
+        let joined = JoinResult::error(error, &member.member_id);
+        Self::answer_join(&mut self.replies, member, joined);
+        Self::answer_sync(&mut self.replies, member, SyncResult::error(error));
+    }
+
     /// Answers `member`'s parked JoinGroup, if it has one.
     fn answer_join(replies: &mut Vec<Reply>, member: &mut Member, result: JoinResult) {
         if std::mem::take(&mut member.awaiting_join) {
@@ -453,10 +461,7 @@ impl Group {
 
     pub fn remove_member(&mut self, member_id: &str) {
         if let Some(mut m) = self.members.remove(member_id) {
-            let joined = JoinResult::error(ErrorCode::UNKNOWN_MEMBER_ID, member_id);
-            Self::answer_join(&mut self.replies, &mut m, joined);
-            let synced = SyncResult::error(ErrorCode::UNKNOWN_MEMBER_ID);
-            Self::answer_sync(&mut self.replies, &mut m, synced);
+            self.refuse_parked(&mut m, ErrorCode::UNKNOWN_MEMBER_ID);
         }
         // Whatever instance still names the removed id (its own, or one whose join with that
         // id was refused before it became a member) is free again.

@@ -395,9 +395,10 @@ impl Shard {
         let min_insync = self.min_insync_replicas(topic);
         let leading = self.replicas.leading.borrow();
         let l = leading.get(&TopicPartition::new(topic, partition));
-        acks_all_answer(replication::acks_all_timed_out(l, min_insync))
-            .err()
-            .unwrap_or(ErrorCode::REQUEST_TIMED_OUT)
+        match replication::acks_all_timed_out(l, min_insync) {
+            AcksAll::TooFewReplicas => ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+            _ => ErrorCode::REQUEST_TIMED_OUT,
+        }
     }
 
     fn with_leading<T>(
