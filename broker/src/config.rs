@@ -460,6 +460,10 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "group.initial.rebalance.delay.ms", default: "3000", kind: ConfigKind::Int, doc: "How long the first rebalance of an empty group waits for more members." },
     BrokerKey { name: "max.broker.partitions", default: "100000", kind: ConfigKind::Int, doc: "Most partitions this broker holds, all topics together (KIP-578's proposed key; Kafka has no limit). CreateTopics, CreatePartitions and auto-creation past it fail with POLICY_VIOLATION." },
     BrokerKey { name: "group.max.size", default: "1000", kind: ConfigKind::Int, doc: "Most members a consumer group may have (GROUP_MAX_SIZE_REACHED)." },
+    BrokerKey { name: "group.consumer.session.timeout.ms", default: "45000", kind: ConfigKind::Int, doc: "KIP-848 consumer groups: a member not heard from for this long is removed and its partitions reassigned." },
+    BrokerKey { name: "group.consumer.heartbeat.interval.ms", default: "5000", kind: ConfigKind::Int, doc: "KIP-848 consumer groups: how often members are told to heartbeat; below group.consumer.session.timeout.ms." },
+    BrokerKey { name: "group.consumer.max.size", default: "2147483647", kind: ConfigKind::Int, doc: "Most members a KIP-848 consumer group may have (GROUP_MAX_SIZE_REACHED)." },
+    BrokerKey { name: "group.consumer.assignors", default: "uniform,range", kind: ConfigKind::List, doc: "The server-side assignors KIP-848 consumer groups may use (uniform, range); the first is used when no member names one with group.remote.assignor." },
     BrokerKey { name: "fetch.max.bytes", default: "57671680", kind: ConfigKind::Int, doc: "Most record bytes one Fetch response carries, whatever the client asks for (the first non-empty partition may exceed it, KIP-74); nothing is read past it." },
     BrokerKey { name: "inter.broker.connections.idle.max", default: "4", kind: ConfigKind::Int, doc: "Idle connections each shard keeps open to each other broker for the requests it sends one at a time — transaction markers and KIP-890 verification (Kafka has no such key; its marker channel holds one connection per broker). 0 opens a new connection, with its TLS handshake and SASL login, for every request." },
     BrokerKey { name: "sasl.oauthbearer.jwks.endpoint.url", default: "", kind: ConfigKind::String, doc: "The JSON Web Key Set signed OAUTHBEARER tokens are checked against, on listeners whose oauthbearer.sasl.server.callback.handler.class is Kafka's OAuthBearerValidatorCallbackHandler: a file URL (file:///PATH), read at start-up." },
@@ -592,6 +596,7 @@ pub struct BrokerConfig {
     pub group_max_session_timeout_ms: u64,
     pub group_initial_rebalance_delay_ms: u64,
     pub group_max_size: usize,
+    pub group_consumer: crate::group::consumer::ConsumerLimits,
     pub max_broker_partitions: i64,
     pub fetch_max_bytes: usize,
     pub max_incremental_fetch_session_cache_slots: usize,
@@ -930,6 +935,7 @@ fn assemble(p: Parts) -> BrokerConfig {
         group_max_session_timeout_ms: p.coord.group_max_session_timeout_ms,
         group_initial_rebalance_delay_ms: p.coord.group_initial_rebalance_delay_ms,
         group_max_size: p.coord.group_max_size,
+        group_consumer: p.coord.group_consumer,
         max_broker_partitions: p.lim.max_broker_partitions,
         fetch_max_bytes: p.lim.fetch_max_bytes,
         max_incremental_fetch_session_cache_slots: p.lim.max_incremental_fetch_session_cache_slots,
@@ -1377,6 +1383,7 @@ struct Coordinators {
     group_max_session_timeout_ms: u64,
     group_initial_rebalance_delay_ms: u64,
     group_max_size: usize,
+    group_consumer: crate::group::consumer::ConsumerLimits,
 }
 
 impl Coordinators {
@@ -1420,8 +1427,43 @@ impl Coordinators {
             group_max_session_timeout_ms: key_num(get, "group.max.session.timeout.ms", 0)?,
             group_initial_rebalance_delay_ms: key_num(get, "group.initial.rebalance.delay.ms", 0)?,
             group_max_size: key_num(get, "group.max.size", 1)?,
+            group_consumer: consumer_group_limits(get)?,
         })
     }
+}
+
+/// The `group.consumer.*` keys of KIP-848 consumer groups.
+fn consumer_group_limits(get: Get) -> Result<crate::group::consumer::ConsumerLimits> {
+    use crate::group::assignor::Assignor;
+    let session: u64 = key_num(get, "group.consumer.session.timeout.ms", 1)?;
+    let heartbeat: u64 = key_num(get, "group.consumer.heartbeat.interval.ms", 1)?;
+    if heartbeat >= session {
+        bail!(
+            "group.consumer.heartbeat.interval.ms ({heartbeat}) must be below \
+             group.consumer.session.timeout.ms ({session})"
+        );
+    }
+    let mut assignors = [None; 2];
+    let names = get("group.consumer.assignors");
+    let names: Vec<&str> = names
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    if names.is_empty() || names.len() > assignors.len() {
+        bail!("group.consumer.assignors must name one or both of uniform, range; got {names:?}");
+    }
+    for (slot, name) in assignors.iter_mut().zip(&names) {
+        *slot = Some(Assignor::named(name).ok_or_else(|| {
+            anyhow!("group.consumer.assignors: unknown assignor {name}; the assignors are uniform and range")
+        })?);
+    }
+    Ok(crate::group::consumer::ConsumerLimits {
+        max_size: key_num(get, "group.consumer.max.size", 1)?,
+        session_timeout: std::time::Duration::from_millis(session),
+        heartbeat_interval: std::time::Duration::from_millis(heartbeat),
+        assignors,
+    })
 }
 
 /// How much one broker holds and serves: partitions in all, record bytes per Fetch response,

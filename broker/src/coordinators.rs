@@ -11,12 +11,15 @@ use tributary_protocol::requests::groups::*;
 use tributary_protocol::ErrorCode;
 use tributary_storage::Partition;
 
+use crate::group::consumer::{Caller, HeartbeatAnswer, Refusal, TopicsImage};
 use crate::group::state::{JoinResult, SyncResult};
 use crate::group::OFFSETS_TOPIC;
+use crate::group::{DescribedConsumerGroup, ListedGroup};
 use crate::group::{DescribedGroup as Described, MemberResults, TopicResults};
 use crate::routing::ShardId;
 use crate::shard::{invoke_on, Shard};
 use crate::txn::TXN_TOPIC;
+use tributary_protocol::requests::consumer_group::ConsumerGroupHeartbeatRequest;
 
 /// A group operation, sent to the group's coordinator shard.
 pub enum GroupOp {
@@ -40,6 +43,12 @@ pub enum GroupOp {
     List,
     Delete(String),
     OffsetDelete(OffsetDeleteRequest),
+    /// KIP-848's ConsumerGroupHeartbeat.
+    ConsumerHeartbeat {
+        req: ConsumerGroupHeartbeatRequest,
+        caller: Caller,
+    },
+    ConsumerDescribe(String),
 }
 
 pub enum GroupReply {
@@ -56,8 +65,10 @@ pub enum GroupReply {
         Vec<TopicPartition>,
     ),
     Describe(Described),
-    List(Vec<(String, String, String)>),
+    List(Vec<ListedGroup>),
     OffsetDelete(ErrorCode, TopicResults<ErrorCode>),
+    ConsumerHeartbeat(Result<HeartbeatAnswer, Refusal>),
+    ConsumerDescribe(Option<DescribedConsumerGroup>),
 }
 
 impl GroupOp {
@@ -72,6 +83,8 @@ impl GroupOp {
             GroupOp::Fetch(r) => Some(&r.group_id),
             GroupOp::Describe(id) | GroupOp::Delete(id) => Some(id),
             GroupOp::OffsetDelete(r) => Some(&r.group_id),
+            GroupOp::ConsumerHeartbeat { req, .. } => Some(&req.group_id),
+            GroupOp::ConsumerDescribe(id) => Some(id),
             GroupOp::List => None,
         }
     }
@@ -138,6 +151,10 @@ fn group_unavailable(op: GroupOp, gone: ErrorCode) -> GroupReply {
         GroupOp::Leave(_) => GroupReply::Leave(gone, Vec::new()),
         GroupOp::Fetch(_) => GroupReply::Fetch(gone, Vec::new(), Vec::new()),
         GroupOp::OffsetDelete(_) => GroupReply::OffsetDelete(gone, Vec::new()),
+        GroupOp::ConsumerHeartbeat { .. } => GroupReply::ConsumerHeartbeat(Err(Refusal {
+            code: gone,
+            message: "this broker does not coordinate the group now".into(),
+        })),
         _ => GroupReply::Code(gone),
     }
 }
@@ -202,7 +219,22 @@ async fn run_group_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: GroupOp) -> Gr
             } else {
                 Vec::new()
             };
-            GroupReply::Fetch(ErrorCode::NONE, offsets, unstable)
+            let member = req.member_id.as_deref().unwrap_or("");
+            let checked = match (member.is_empty(), req.member_epoch) {
+                (true, e) if e < 0 => None,
+                _ => g.consumer_offset_check(&req.group_id, member, req.member_epoch),
+            };
+            match checked {
+                Some(Err(code)) => GroupReply::Fetch(code, Vec::new(), Vec::new()),
+                _ => GroupReply::Fetch(ErrorCode::NONE, offsets, unstable),
+            }
+        }
+        GroupOp::ConsumerHeartbeat { req, caller } => {
+            let topics = subscribable_topics(&shard.catalog());
+            GroupReply::ConsumerHeartbeat(g.consumer_heartbeat(&req, &caller, &topics))
+        }
+        GroupOp::ConsumerDescribe(id) => {
+            GroupReply::ConsumerDescribe(g.describe_consumer_group(&id))
         }
         GroupOp::Describe(id) => GroupReply::Describe(g.describe(&id)),
         GroupOp::Delete(id) => GroupReply::Code(g.delete_group(log, &id).await),
@@ -211,6 +243,17 @@ async fn run_group_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: GroupOp) -> Gr
             GroupReply::OffsetDelete(code, topics)
         }
     }
+}
+
+/// The topics a consumer group may subscribe to: every topic of the image but the internal
+/// ones, with its id and partition count.
+fn subscribable_topics(catalog: &crate::catalog::Catalog) -> TopicsImage {
+    catalog
+        .topics
+        .values()
+        .filter(|t| !crate::group::is_internal(&t.name))
+        .map(|t| (t.name.clone(), (t.uuid().into_bytes(), t.partitions)))
+        .collect()
 }
 
 /// How long EndTxn waits for its markers before answering anyway.

@@ -1346,6 +1346,7 @@ fn group_config(c: &BrokerConfig) -> GroupConfig {
             max_session_timeout: Duration::from_millis(c.group_max_session_timeout_ms),
             initial_rebalance_delay: Duration::from_millis(c.group_initial_rebalance_delay_ms),
         },
+        consumer: c.group_consumer,
         offset_metadata_max_bytes: c.offset_metadata_max_bytes,
         offsets_retention: Duration::from_secs(c.offsets_retention_minutes * 60),
         offsets_partitions: c.offsets_topic_num_partitions,

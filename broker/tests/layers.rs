@@ -8,6 +8,8 @@ use std::path::Path;
 const SERVICES: &[&str] = &[
     "src/group/mod.rs",
     "src/group/state.rs",
+    "src/group/consumer.rs",
+    "src/group/assignor.rs",
     "src/txn/mod.rs",
     "src/txn/state.rs",
     "src/coordinator_log.rs",
@@ -147,6 +149,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "group/state.rs",
             "group/join.rs",
+            "group/consumer.rs",
+            "group/assignor.rs",
             "txn/state.rs",
             "fetch_session.rs",
         ],

@@ -89,6 +89,15 @@ impl ErrorCode {
     pub const TRANSACTIONAL_ID_NOT_FOUND: Self = Self(105);
     /// KIP-919: a DescribeCluster for controller endpoints sent to a broker.
     pub const MISMATCHED_ENDPOINT_TYPE: Self = Self(114);
+    /// KIP-848's consumer groups: a member epoch the coordinator no longer accepts (the member
+    /// must give up its partitions and rejoin), an instance still held by a live member, an
+    /// assignor the coordinator does not have, an epoch behind the member's current one (an
+    /// offset commit that must wait for the next heartbeat), an unparsable subscription regex.
+    pub const FENCED_MEMBER_EPOCH: Self = Self(110);
+    pub const UNRELEASED_INSTANCE_ID: Self = Self(111);
+    pub const UNSUPPORTED_ASSIGNOR: Self = Self(112);
+    pub const STALE_MEMBER_EPOCH: Self = Self(113);
+    pub const INVALID_REGULAR_EXPRESSION: Self = Self(128);
     pub const UNKNOWN_SERVER_ERROR: Self = Self(-1);
 
     pub fn code(self) -> i16 {

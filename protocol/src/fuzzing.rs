@@ -62,6 +62,8 @@ pub fn request(data: &[u8]) {
                 drop(groups::decode_group_ids(&mut r, key, v))
             }
             api_key::OFFSET_DELETE => drop(groups::decode_offset_delete(&mut r, v)),
+            api_key::CONSUMER_GROUP_HEARTBEAT => drop(consumer_group::decode_heartbeat(&mut r, v)),
+            api_key::CONSUMER_GROUP_DESCRIBE => drop(consumer_group::decode_describe(&mut r, v)),
             api_key::ALTER_CONFIGS | api_key::INCREMENTAL_ALTER_CONFIGS => {
                 drop(alter_configs::decode(&mut r, key, v))
             }

@@ -54,6 +54,8 @@ pub mod api_key {
     pub const DELETE_ACLS: i16 = 31;
     pub const DESCRIBE_CLIENT_QUOTAS: i16 = 48;
     pub const ALTER_CLIENT_QUOTAS: i16 = 49;
+    pub const CONSUMER_GROUP_HEARTBEAT: i16 = 68;
+    pub const CONSUMER_GROUP_DESCRIBE: i16 = 69;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,17 +148,31 @@ pub const SUPPORTED_APIS: &[ApiSpec] = &[
     spec(api_key::ALTER_CLIENT_QUOTAS, "AlterClientQuotas", 0, 1, 1),
     spec(api_key::DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4, 4),
     spec(api_key::DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, 0),
-    spec(api_key::OFFSET_COMMIT, "OffsetCommit", 2, 8, 8),
-    spec(api_key::OFFSET_FETCH, "OffsetFetch", 1, 8, 6),
+    spec(api_key::OFFSET_COMMIT, "OffsetCommit", 2, 9, 8),
+    spec(api_key::OFFSET_FETCH, "OffsetFetch", 1, 9, 6),
     spec(api_key::FIND_COORDINATOR, "FindCoordinator", 0, 4, 3),
     spec(api_key::JOIN_GROUP, "JoinGroup", 0, 7, 6),
     spec(api_key::HEARTBEAT, "Heartbeat", 0, 4, 4),
     spec(api_key::LEAVE_GROUP, "LeaveGroup", 0, 4, 4),
     spec(api_key::SYNC_GROUP, "SyncGroup", 0, 5, 4),
     spec(api_key::DESCRIBE_GROUPS, "DescribeGroups", 0, 5, 5),
-    spec(api_key::LIST_GROUPS, "ListGroups", 0, 4, 3),
+    spec(api_key::LIST_GROUPS, "ListGroups", 0, 5, 3),
     spec(api_key::DELETE_GROUPS, "DeleteGroups", 0, 2, 2),
     spec(api_key::OFFSET_DELETE, "OffsetDelete", 0, 0, i16::MAX),
+    spec(
+        api_key::CONSUMER_GROUP_HEARTBEAT,
+        "ConsumerGroupHeartbeat",
+        0,
+        1,
+        0,
+    ),
+    spec(
+        api_key::CONSUMER_GROUP_DESCRIBE,
+        "ConsumerGroupDescribe",
+        0,
+        1,
+        0,
+    ),
     spec(api_key::ALTER_CONFIGS, "AlterConfigs", 0, 2, 2),
     spec(api_key::CREATE_PARTITIONS, "CreatePartitions", 0, 3, 2),
     spec(api_key::ELECT_LEADERS, "ElectLeaders", 0, 2, 2),

@@ -2,6 +2,9 @@
 //! this shard owns. It runs the state machine in `state`, persists group metadata and committed
 //! offsets to that partition (Kafka's record format), and rebuilds both from it on start.
 
+pub mod assignor;
+pub mod consumer;
+mod consumer_ops;
 mod join;
 pub mod state;
 
@@ -27,11 +30,14 @@ use state::{
     CommittedOffset, Group, GroupLimits, GroupState, JoinResult, Member, Reply, SyncResult,
 };
 
+pub use consumer_ops::{DescribedConsumer, DescribedConsumerGroup};
 pub use tributary_metadata::internal_topics::{is_internal, partition_for_group, OFFSETS_TOPIC};
 
 #[derive(Debug, Clone, Copy)]
 pub struct GroupConfig {
     pub limits: GroupLimits,
+    /// KIP-848 consumer groups' limits, timeouts and assignors.
+    pub consumer: consumer::ConsumerLimits,
     pub offset_metadata_max_bytes: usize,
     pub offsets_retention: Duration,
     pub offsets_partitions: i32,
@@ -52,6 +58,16 @@ pub struct DescribedGroup {
     pub protocol_type: String,
     pub protocol: String,
     pub members: Vec<DescribedMember>,
+}
+
+/// A group as ListGroups lists it.
+#[derive(Debug, Clone)]
+pub struct ListedGroup {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: String,
+    /// "classic" or "consumer" (KIP-848).
+    pub group_type: &'static str,
 }
 
 /// Per-member results of a LeaveGroup: (member_id, group_instance_id, error).
@@ -83,6 +99,8 @@ pub struct GroupCoordinator {
     /// created with, whatever `offsets.topic.num.partitions` says later).
     offsets_partitions: std::cell::Cell<i32>,
     groups: RefCell<HashMap<String, Group>>,
+    /// KIP-848 consumer groups by id; their offsets live in `groups` like any group's.
+    consumer_groups: RefCell<HashMap<String, consumer::ConsumerGroup>>,
     /// Requests waiting on each group's decisions, by group id.
     parked: RefCell<HashMap<String, Parked>>,
     /// Offset records of open transactions, by producer id, until their marker.
@@ -96,6 +114,7 @@ impl GroupCoordinator {
             offsets_partitions: std::cell::Cell::new(config.offsets_partitions),
             config,
             groups: RefCell::new(HashMap::new()),
+            consumer_groups: RefCell::new(HashMap::new()),
             parked: RefCell::new(HashMap::new()),
             pending_txn: RefCell::new(HashMap::new()),
         }
@@ -159,6 +178,9 @@ impl GroupCoordinator {
         let before = groups.len();
         groups.retain(|id, _| partition_for_group(id, n) != partition);
         self.forget_parked(&groups);
+        self.consumer_groups
+            .borrow_mut()
+            .retain(|id, _| partition_for_group(id, n) != partition);
         before - groups.len()
     }
 
@@ -330,6 +352,14 @@ impl GroupCoordinator {
         let limits = self.config.limits;
         let now = Instant::now();
         let session = join::session_timeout(&req, &limits)?;
+        if self.consumer_group_has_members(&req.group_id) {
+            // A classic member of a group the consumer protocol runs: Kafka's answer when it
+            // does not run mixed groups.
+            return Err(Box::new(JoinResult::error(
+                ErrorCode::INCONSISTENT_GROUP_PROTOCOL,
+                &req.member_id,
+            )));
+        }
         let mut groups = self.groups.borrow_mut();
         let g = groups
             .entry(req.group_id.clone())
@@ -489,16 +519,23 @@ impl GroupCoordinator {
                 .map(|(t, ps)| (t.clone(), ps.iter().map(|p| (p.partition, code)).collect()))
                 .collect()
         };
-        let check = match self.groups.borrow().get(&req.group_id) {
-            Some(g) => g.validate_offset_commit(
+        // A transactional commit outside any member (no id, no epoch) is taken by a consumer
+        // group too, as Kafka does.
+        let outside_txn = txn.is_some() && req.generation_id < 0 && req.member_id.is_empty();
+        let consumer = self
+            .consumer_offset_check(&req.group_id, &req.member_id, req.generation_id)
+            .filter(|_| !outside_txn);
+        let check = match (consumer, self.groups.borrow().get(&req.group_id)) {
+            (Some(checked), _) => checked,
+            (None, Some(g)) => g.validate_offset_commit(
                 &req.member_id,
                 req.group_instance_id.as_deref(),
                 req.generation_id,
             ),
             // A simple commit creates the group, as in Kafka; one naming a generation of a
             // group that does not exist is ILLEGAL_GENERATION below OffsetCommit v9.
-            None if req.generation_id < 0 => Ok(()),
-            None => Err(ErrorCode::ILLEGAL_GENERATION),
+            (None, None) if req.generation_id < 0 => Ok(()),
+            (None, None) => Err(ErrorCode::ILLEGAL_GENERATION),
         };
         if let Err(code) = check {
             // Said at info: a refused commit is what a stuck consumer or transactional producer
@@ -756,25 +793,46 @@ impl GroupCoordinator {
         }
     }
 
-    /// (group_id, protocol_type, state) of every group here.
-    pub fn list(&self) -> Vec<(String, String, String)> {
-        self.groups
-            .borrow()
+    /// Every group here, of either type.
+    pub fn list(&self) -> Vec<ListedGroup> {
+        let consumer = self.consumer_groups.borrow();
+        let mut out: Vec<ListedGroup> = consumer
             .values()
-            .map(|g| {
-                (
-                    g.group_id.clone(),
-                    g.protocol_type.clone().unwrap_or_default(),
-                    g.state.name().to_string(),
-                )
+            .map(|g| ListedGroup {
+                group_id: g.group_id.clone(),
+                protocol_type: "consumer".into(),
+                state: g.state_name().to_string(),
+                group_type: "consumer",
             })
-            .collect()
+            .collect();
+        out.extend(
+            self.groups
+                .borrow()
+                .values()
+                .filter(|g| !consumer.contains_key(&g.group_id))
+                .map(|g| ListedGroup {
+                    group_id: g.group_id.clone(),
+                    protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                    state: g.state.name().to_string(),
+                    group_type: "classic",
+                }),
+        );
+        out
     }
 
     pub async fn delete_group(&self, log: &Rc<Partition>, group_id: &str) -> ErrorCode {
+        if self.consumer_group_has_members(group_id) {
+            return ErrorCode::NON_EMPTY_GROUP;
+        }
+        let consumer = self.is_consumer_group(group_id);
         let records = {
             let groups = self.groups.borrow();
             let Some(g) = groups.get(group_id) else {
+                if consumer {
+                    self.forget_consumer_group(group_id);
+                    info!(group = %group_id, "consumer group deleted");
+                    return ErrorCode::NONE;
+                }
                 return ErrorCode::GROUP_ID_NOT_FOUND;
             };
             if g.state != GroupState::Empty {
@@ -810,6 +868,7 @@ impl GroupCoordinator {
         let mut groups = self.groups.borrow_mut();
         groups.remove(group_id);
         self.forget_parked(&groups);
+        self.forget_consumer_group(group_id);
         info!(group = %group_id, "group deleted");
         ErrorCode::NONE
     }
@@ -822,6 +881,7 @@ impl GroupCoordinator {
         let mut tombstones = Vec::new();
         let retention_ms = self.config.offsets_retention.as_millis() as i64;
         let wall = now_ms();
+        self.expire_consumers(now);
         let mut groups = self.groups.borrow_mut();
         for g in groups.values_mut() {
             g.expire_sessions(now, &limits);
@@ -892,6 +952,12 @@ mod coordinator_tests {
                 min_session_timeout: Duration::from_millis(100),
                 max_session_timeout: Duration::from_secs(600),
                 initial_rebalance_delay: Duration::from_millis(0),
+            },
+            consumer: consumer::ConsumerLimits {
+                max_size: 10,
+                session_timeout: Duration::from_secs(45),
+                heartbeat_interval: Duration::from_secs(5),
+                assignors: [Some(assignor::Assignor::Uniform), None],
             },
             offset_metadata_max_bytes: 4096,
             offsets_retention: retention,
@@ -1147,6 +1213,8 @@ mod retention_and_fencing_tests {
             group_id: "g".into(),
             topics: None,
             require_stable: false,
+            member_id: None,
+            member_epoch: -1,
         });
         assert_eq!(
             fetched,

@@ -718,7 +718,7 @@ pub(super) mod admin {
         conn: crate::conn::Conn<'_>,
     ) -> HandlerResult {
         let v = header.api_version;
-        let states = decode_all(r, |r| decode_list_groups(r, v))?;
+        let filter = decode_all(r, |r| decode_list_groups(r, v))?;
         let cluster_describe = shard.allowed_on_cluster(conn, AclOperation::Describe);
         let lists = futures::future::join_all(
             (0..shard.shards).map(|s| ask_group(shard, ShardId(s), GroupOp::List)),
@@ -730,24 +730,29 @@ pub(super) mod admin {
                 Some(GroupReply::List(gs)) => gs,
                 _ => Vec::new(),
             })
-            .filter(|(_, _, state)| {
-                states.is_empty() || states.iter().any(|s| s.eq_ignore_ascii_case(state))
-            })
+            .filter(|g| filter.keeps(&g.state, g.group_type))
             // DESCRIBE on the cluster lists every group; otherwise those the principal
             // may describe, as in Kafka.
-            .filter(|(id, _, _)| {
+            .filter(|g| {
                 cluster_describe
-                    || shard.allowed(conn, AclOperation::Describe, ResourceType::Group, id)
+                    || shard.allowed(
+                        conn,
+                        AclOperation::Describe,
+                        ResourceType::Group,
+                        &g.group_id,
+                    )
             })
-            .map(|(id, ptype, state)| {
-                let g = ListedGroup::default()
-                    .with_group_id(GroupId(str_bytes(&id)))
-                    .with_protocol_type(str_bytes(&ptype));
+            .map(|g| {
+                let mut listed = ListedGroup::default()
+                    .with_group_id(GroupId(str_bytes(&g.group_id)))
+                    .with_protocol_type(str_bytes(&g.protocol_type));
                 if v >= 4 {
-                    g.with_group_state(str_bytes(&state))
-                } else {
-                    g
+                    listed = listed.with_group_state(str_bytes(&g.state));
                 }
+                if v >= 5 {
+                    listed = listed.with_group_type(str_bytes(g.group_type));
+                }
+                listed
             })
             .collect();
         frame(

@@ -5,6 +5,8 @@ pub mod acls;
 pub mod alter_configs;
 pub mod api_versions;
 pub mod common;
+pub mod consumer_group_describe;
+pub mod consumer_group_heartbeat;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_records;
@@ -152,6 +154,12 @@ async fn handle(
         | api_key::DESCRIBE_GROUPS
         | api_key::DELETE_GROUPS
         | api_key::OFFSET_DELETE => groups::handle(shard, spec, header, r, conn).await,
+        api_key::CONSUMER_GROUP_HEARTBEAT => {
+            consumer_group_heartbeat::handle(shard, spec, header, r, conn).await
+        }
+        api_key::CONSUMER_GROUP_DESCRIBE => {
+            consumer_group_describe::handle(shard, spec, header, r, conn).await
+        }
         api_key::ALTER_CONFIGS | api_key::INCREMENTAL_ALTER_CONFIGS => {
             alter_configs::handle(shard, spec, header, r, conn).await
         }

@@ -275,6 +275,10 @@ pub struct OffsetFetchGroup {
     /// v7+ (KIP-447): partitions with transactional offsets not yet committed answer
     /// UNSTABLE_OFFSET_COMMIT instead of their last stable offset.
     pub require_stable: bool,
+    /// v9+ (KIP-848): the member of a consumer group asking, and its epoch; `None` and -1 for
+    /// a client outside the group (an admin, a classic member).
+    pub member_id: Option<String>,
+    pub member_epoch: i32,
 }
 
 fn fetch_topics(r: &mut Reader, flex: bool) -> Result<Option<TopicPartitions>, DecodeError> {
@@ -308,18 +312,30 @@ pub fn decode_offset_fetch(r: &mut Reader, v: i16) -> Result<Vec<OffsetFetchGrou
             group_id,
             topics,
             require_stable: false,
+            member_id: None,
+            member_epoch: -1,
         });
     } else {
         let n = r.array_len_required("groups", flex, 2)?;
         groups.reserve(n);
         for _ in 0..n {
             let group_id = r.string("group_id", flex)?;
+            let (member_id, member_epoch) = if v >= 9 {
+                (
+                    r.nullable_string("member_id", flex)?,
+                    r.i32("member_epoch")?,
+                )
+            } else {
+                (None, -1)
+            };
             let topics = fetch_topics(r, flex)?;
             r.tagged_fields(flex)?;
             groups.push(OffsetFetchGroup {
                 group_id,
                 topics,
                 require_stable: false,
+                member_id,
+                member_epoch,
             });
         }
     }
@@ -333,16 +349,38 @@ pub fn decode_offset_fetch(r: &mut Reader, v: i16) -> Result<Vec<OffsetFetchGrou
     Ok(groups)
 }
 
-/// ListGroups: the optional state filter (v4+).
-pub fn decode_list_groups(r: &mut Reader, v: i16) -> Result<Vec<String>, DecodeError> {
+/// ListGroups' filters: by state (v4+) and by group type (v5+, KIP-848); empty keeps all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListGroupsFilter {
+    pub states: Vec<String>,
+    pub types: Vec<String>,
+}
+
+impl ListGroupsFilter {
+    /// Whether a group in `state` of `group_type` ("classic", "consumer") is listed; both
+    /// compared ignoring case, as Kafka does.
+    pub fn keeps(&self, state: &str, group_type: &str) -> bool {
+        let any = |filter: &[String], value: &str| {
+            filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
+        };
+        any(&self.states, state) && any(&self.types, group_type)
+    }
+}
+
+pub fn decode_list_groups(r: &mut Reader, v: i16) -> Result<ListGroupsFilter, DecodeError> {
     let flex = flexible(api_key::LIST_GROUPS, v);
     let states = if v >= 4 {
         strings(r, "states_filter", flex)?
     } else {
         Vec::new()
     };
+    let types = if v >= 5 {
+        strings(r, "types_filter", flex)?
+    } else {
+        Vec::new()
+    };
     r.tagged_fields(flex)?;
-    Ok(states)
+    Ok(ListGroupsFilter { states, types })
 }
 
 /// DescribeGroups and DeleteGroups both carry a list of group ids.
@@ -528,6 +566,8 @@ mod tests {
                 kp::OffsetFetchRequest::default().with_groups(vec![
                     offset_fetch_request::OffsetFetchRequestGroup::default()
                         .with_group_id(GroupId(s("g")))
+                        .with_member_id((v >= 9).then(|| s("member-1")))
+                        .with_member_epoch(if v >= 9 { 4 } else { -1 })
                         .with_topics(Some(vec![
                             offset_fetch_request::OffsetFetchRequestTopics::default()
                                 .with_name(TopicName(s("t")))
@@ -538,6 +578,10 @@ mod tests {
             let bytes = enc(&req, v);
             let got = decode_offset_fetch(&mut Reader::new(bytes.clone()), v).unwrap();
             assert_eq!(got[0].topics.as_ref().unwrap()[0].1, vec![0, 1]);
+            if v >= 9 {
+                assert_eq!(got[0].member_id.as_deref(), Some("member-1"));
+                assert_eq!(got[0].member_epoch, 4);
+            }
             crate::requests::assert_prefixes_fail(&bytes, |r| decode_offset_fetch(r, v));
         }
         for v in versions(api_key::FIND_COORDINATOR) {

@@ -1,0 +1,162 @@
+//! The group coordinator's side of KIP-848 consumer groups: it holds them beside the classic
+//! groups, runs their heartbeats through `consumer::ConsumerGroup`, expires their members on
+//! its tick, and keeps the two protocols apart — a group id is one type or the other. A
+//! consumer group's committed offsets live with every group's offsets, in the classic map's
+//! entry for its id (`Group::offsets`), so commits, fetches, retention and deletion treat both
+//! types alike.
+
+use std::time::Instant;
+
+use tracing::info;
+use tributary_protocol::requests::consumer_group::ConsumerGroupHeartbeatRequest;
+use tributary_protocol::ErrorCode;
+
+use super::consumer::{
+    Assignment, Caller, ConsumerGroup, HeartbeatAnswer, MemberState, Refusal, TopicsImage,
+    JOIN_EPOCH,
+};
+use super::GroupCoordinator;
+
+/// One member as ConsumerGroupDescribe shows it.
+#[derive(Debug, Clone)]
+pub struct DescribedConsumer {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub member_epoch: i32,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub assignment: Assignment,
+    pub target: Assignment,
+    pub state: MemberState,
+}
+
+/// A consumer group as ConsumerGroupDescribe shows it.
+#[derive(Debug, Clone)]
+pub struct DescribedConsumerGroup {
+    pub state: &'static str,
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor: &'static str,
+    pub members: Vec<DescribedConsumer>,
+}
+
+impl GroupCoordinator {
+    /// Whether `group_id` is a consumer group (KIP-848) here.
+    pub fn is_consumer_group(&self, group_id: &str) -> bool {
+        self.consumer_groups.borrow().contains_key(group_id)
+    }
+
+    /// A ConsumerGroupHeartbeat. A group id a classic group with members holds is refused
+    /// GROUP_ID_NOT_FOUND, as Kafka answers when it does not migrate the group.
+    pub fn consumer_heartbeat(
+        &self,
+        req: &ConsumerGroupHeartbeatRequest,
+        caller: &Caller,
+        topics: &TopicsImage,
+    ) -> Result<HeartbeatAnswer, Refusal> {
+        let now = Instant::now();
+        let classic_members = self
+            .groups
+            .borrow()
+            .get(&req.group_id)
+            .is_some_and(|g| !g.members.is_empty());
+        if classic_members {
+            return Err(Refusal {
+                code: ErrorCode::GROUP_ID_NOT_FOUND,
+                message: format!("Group {} is not a consumer group.", req.group_id),
+            });
+        }
+        let mut groups = self.consumer_groups.borrow_mut();
+        if req.member_epoch != JOIN_EPOCH && !groups.contains_key(&req.group_id) {
+            // A coordinator that does not hold the group does not know the member: it joins
+            // again (after a coordinator move, its partitions are its own to keep until then).
+            return Err(Refusal {
+                code: ErrorCode::UNKNOWN_MEMBER_ID,
+                message: format!("group {} has no member {}", req.group_id, req.member_id),
+            });
+        }
+        let g = groups
+            .entry(req.group_id.clone())
+            .or_insert_with(|| ConsumerGroup::new(&req.group_id));
+        let before = (g.group_epoch, g.members.len());
+        let answer = g.heartbeat(req, caller, topics, now, &self.config.consumer)?;
+        if before != (g.group_epoch, g.members.len()) {
+            info!(
+                group = %req.group_id,
+                member = %answer.member_id,
+                group_epoch = g.group_epoch,
+                members = g.members.len(),
+                "consumer group changed"
+            );
+        }
+        Ok(answer)
+    }
+
+    /// Removes the members of consumer groups whose session or revocation time ran out.
+    pub(super) fn expire_consumers(&self, now: Instant) {
+        for g in self.consumer_groups.borrow_mut().values_mut() {
+            for member in g.expire(now) {
+                info!(group = %g.group_id, member = %member, "consumer group member expired");
+            }
+        }
+    }
+
+    /// The member epoch check of an offset commit or fetch to a consumer group; `None` when
+    /// `group_id` is not one.
+    pub fn consumer_offset_check(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        epoch: i32,
+    ) -> Option<Result<(), ErrorCode>> {
+        let groups = self.consumer_groups.borrow();
+        let g = groups.get(group_id)?;
+        Some(g.validate_offset_epoch(member_id, epoch))
+    }
+
+    /// Whether a consumer group with members holds `group_id` (DeleteGroups answers
+    /// NON_EMPTY_GROUP, a classic JoinGroup INCONSISTENT_GROUP_PROTOCOL).
+    pub fn consumer_group_has_members(&self, group_id: &str) -> bool {
+        self.consumer_groups
+            .borrow()
+            .get(group_id)
+            .is_some_and(|g| !g.members.is_empty())
+    }
+
+    pub(super) fn forget_consumer_group(&self, group_id: &str) {
+        self.consumer_groups.borrow_mut().remove(group_id);
+    }
+
+    /// ConsumerGroupDescribe's view of one group; `None` when it is not a consumer group here.
+    pub fn describe_consumer_group(&self, group_id: &str) -> Option<DescribedConsumerGroup> {
+        let groups = self.consumer_groups.borrow();
+        let g = groups.get(group_id)?;
+        let members = g
+            .members
+            .values()
+            .map(|m| DescribedConsumer {
+                member_id: m.member_id.clone(),
+                instance_id: m.instance_id.clone(),
+                rack_id: m.rack_id.clone(),
+                member_epoch: m.member_epoch,
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                subscribed_topic_names: m.subscribed_topic_names.clone(),
+                subscribed_topic_regex: m.subscribed_topic_regex.clone(),
+                assignment: m.assigned.clone(),
+                target: g.target.get(&m.member_id).cloned().unwrap_or_default(),
+                state: m.state,
+            })
+            .collect();
+        Some(DescribedConsumerGroup {
+            state: g.state_name(),
+            group_epoch: g.group_epoch,
+            assignment_epoch: g.assignment_epoch,
+            assignor: g.current_assignor(&self.config.consumer).name(),
+            members,
+        })
+    }
+}
