@@ -246,7 +246,7 @@ impl ConsumerGroup {
         limits: &ConsumerLimits,
     ) -> Result<(String, bool), Refusal> {
         let member_id = if req.member_id.is_empty() {
-            uuid::Uuid::new_v4().simple().to_string()
+            uuid::Uuid::new_v4().to_string()
         } else {
             req.member_id.clone()
         };
@@ -562,10 +562,10 @@ impl ConsumerMember {
                 changed = true;
             }
         }
+        // A new assignor preference alone does not move the group epoch (as in Kafka): it
+        // takes effect at the next change.
         if let Some(name) = &req.server_assignor {
-            let a = Assignor::named(name);
-            changed |= a != self.server_assignor;
-            self.server_assignor = a;
+            self.server_assignor = Assignor::named(name);
         }
         Ok(changed)
     }

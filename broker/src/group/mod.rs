@@ -526,6 +526,11 @@ impl GroupCoordinator {
             .consumer_offset_check(&req.group_id, &req.member_id, req.generation_id)
             .filter(|_| !outside_txn);
         let check = match (consumer, self.groups.borrow().get(&req.group_id)) {
+            // A transactional commit behind the member's epoch is told ILLEGAL_GENERATION, as
+            // Kafka tells it.
+            (Some(Err(ErrorCode::STALE_MEMBER_EPOCH)), _) if txn.is_some() => {
+                Err(ErrorCode::ILLEGAL_GENERATION)
+            }
             (Some(checked), _) => checked,
             (None, Some(g)) => g.validate_offset_commit(
                 &req.member_id,
@@ -750,7 +755,11 @@ impl GroupCoordinator {
 
     pub fn describe(&self, group_id: &str) -> DescribedGroup {
         let groups = self.groups.borrow();
-        let Some(g) = groups.get(group_id) else {
+        // A consumer group is "Dead" to DescribeGroups below v6, as Kafka answers it.
+        let found = groups
+            .get(group_id)
+            .filter(|_| !self.is_consumer_group(group_id));
+        let Some(g) = found else {
             return DescribedGroup {
                 group_id: group_id.into(),
                 state: "Dead",

@@ -39,9 +39,33 @@ pub async fn handle(
 ) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| metadata::decode(r, v))?;
-    let requested: Option<Vec<Option<String>>> = req
+    // Topics asked for by id (v12+, as KIP-848 consumers ask for the topics of an assignment)
+    // are answered by their name; an unknown id stays unnamed (UNKNOWN_TOPIC_ID).
+    let known = shard.catalog();
+    let by_id = |t: &tributary_protocol::requests::metadata::MetadataTopic| {
+        t.name.clone().or_else(|| {
+            (t.topic_id != [0; 16])
+                .then(|| known.topic_by_id(&t.topic_id).map(|m| m.name.clone()))
+                .flatten()
+        })
+    };
+    let unknown_ids: Vec<[u8; 16]> = req
         .topics
-        .map(|ts| ts.into_iter().map(|t| t.name).collect());
+        .iter()
+        .flatten()
+        .filter(|t| by_id(t).is_none() && t.topic_id != [0; 16])
+        .map(|t| t.topic_id)
+        .collect();
+    let requested: Option<Vec<Option<String>>> = req.topics.as_ref().map(|ts| {
+        ts.iter()
+            .filter_map(|t| match by_id(t) {
+                Some(name) => Some(Some(name)),
+                None if t.topic_id == [0; 16] => Some(None),
+                None => None,
+            })
+            .collect()
+    });
+    drop(known);
     let catalog = match &requested {
         Some(names) => auto_create(shard, conn, names, req.allow_auto_topic_creation).await,
         None => shard.catalog(),
@@ -58,7 +82,7 @@ pub async fn handle(
             .map(Some)
             .collect(),
     };
-    let topics = topics(
+    let mut topics = topics(
         shard,
         conn,
         &catalog,
@@ -66,6 +90,12 @@ pub async fn handle(
         v,
         req.include_topic_authorized_operations,
     );
+    topics.extend(unknown_ids.into_iter().map(|id| {
+        MetadataResponseTopic::default()
+            .with_error_code(ErrorCode::UNKNOWN_TOPIC_ID.code())
+            .with_name(None)
+            .with_topic_id(uuid::Uuid::from_bytes(id))
+    }));
     let cfg = &shard.config;
     let mut resp = MetadataResponse::default()
         .with_brokers(brokers(shard, conn, &catalog))

@@ -1,0 +1,337 @@
+//! KIP-848 consumer groups over the wire: librdkafka with `group.protocol=consumer` joining,
+//! sharing partitions, leaving, committing and resuming, following a regex subscription; and
+//! the error paths a well-behaved client does not take, over the raw protocol.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::{rd_create_topics, rd_produce, start_broker, RawConn};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::admin::{NewTopic, TopicReplication};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message;
+
+/// Fast heartbeats so that reconciliation takes tenths of a second, not the default 5 s steps.
+const PROPS: &[(&str, &str)] = &[
+    ("group.consumer.heartbeat.interval.ms", "300"),
+    ("group.consumer.session.timeout.ms", "6000"),
+];
+
+fn s(x: &str) -> StrBytes {
+    StrBytes::from_string(x.to_string())
+}
+
+fn consumer(addr: SocketAddr, group: &str, extra: &[(&str, &str)]) -> BaseConsumer {
+    let mut cfg = rdkafka::config::ClientConfig::new();
+    cfg.set("bootstrap.servers", addr.to_string())
+        .set("group.id", group)
+        .set("group.protocol", "consumer")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest");
+    for (k, v) in extra {
+        cfg.set(*k, *v);
+    }
+    cfg.create().expect("consumer")
+}
+
+fn create(addr: SocketAddr, topic: &str, partitions: i32) {
+    rd_create_topics(
+        addr,
+        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+    );
+}
+
+fn produce(addr: SocketAddr, topic: &str, n: usize, tag: &str) {
+    let messages: Vec<(Option<String>, String)> = (0..n)
+        .map(|i| (Some(format!("k{i}")), format!("{tag}-{i}")))
+        .collect();
+    rd_produce(addr, topic, &[], &messages);
+}
+
+fn owned(c: &BaseConsumer) -> BTreeSet<(String, i32)> {
+    c.assignment()
+        .expect("assignment")
+        .elements()
+        .iter()
+        .map(|e| (e.topic().to_string(), e.partition()))
+        .collect()
+}
+
+/// Polls every consumer in turn (each poll serves its heartbeats) until `done` holds, keeping
+/// each message read by consumer index; fails after 60 s naming `what`.
+fn poll_until(
+    consumers: &[&BaseConsumer],
+    read: &mut BTreeMap<usize, Vec<String>>,
+    what: &str,
+    mut done: impl FnMut(&BTreeMap<usize, Vec<String>>) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done(read) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        for (i, c) in consumers.iter().enumerate() {
+            if let Some(m) = c.poll(Duration::from_millis(20)) {
+                let m = m.expect("consume");
+                let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+                read.entry(i).or_default().push(v);
+            }
+        }
+    }
+}
+
+fn total(read: &BTreeMap<usize, Vec<String>>) -> usize {
+    read.values().map(Vec::len).sum()
+}
+
+#[test]
+fn members_share_partitions_leave_and_resume_from_their_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, PROPS);
+    let addr = broker.addr;
+    create(addr, "events", 6);
+    produce(addr, "events", 600, "a");
+
+    let one = consumer(addr, "g", &[]);
+    one.subscribe(&["events"]).unwrap();
+    let mut read = BTreeMap::new();
+    poll_until(
+        &[&one],
+        &mut read,
+        "the first member's 6 partitions",
+        |_| owned(&one).len() == 6,
+    );
+    let two = consumer(addr, "g", &[]);
+    two.subscribe(&["events"]).unwrap();
+    // Nothing is committed yet, so a moved partition is read again from the start by its new
+    // owner (at least once): every record is read, some twice.
+    let distinct =
+        |r: &BTreeMap<usize, Vec<String>>| r.values().flatten().collect::<BTreeSet<_>>().len();
+    poll_until(
+        &[&one, &two],
+        &mut read,
+        "the partitions shared 3 and 3",
+        |r| {
+            let (a, b) = (owned(&one), owned(&two));
+            a.len() == 3 && b.len() == 3 && a.is_disjoint(&b) && distinct(r) == 600
+        },
+    );
+    one.commit_consumer_state(CommitMode::Sync).unwrap();
+    two.commit_consumer_state(CommitMode::Sync).unwrap();
+
+    // The second member leaves: the first takes all six back.
+    drop(two);
+    poll_until(
+        &[&one],
+        &mut read,
+        "the first member owning 6 again",
+        |_| owned(&one).len() == 6,
+    );
+    drop(one);
+
+    // A member of the same group starts from the committed offsets: only what came after.
+    produce(addr, "events", 60, "b");
+    let three = consumer(addr, "g", &[]);
+    three.subscribe(&["events"]).unwrap();
+    let mut later = BTreeMap::new();
+    poll_until(&[&three], &mut later, "the 60 new records", |r| {
+        total(r) >= 60
+    });
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        if let Some(m) = three.poll(Duration::from_millis(50)) {
+            let m = m.unwrap();
+            panic!(
+                "read a record again: {:?}",
+                m.payload().map(String::from_utf8_lossy)
+            );
+        }
+    }
+    assert!(
+        later[&0].iter().all(|v| v.starts_with("b-")),
+        "{:?}",
+        later[&0]
+    );
+}
+
+#[test]
+fn a_regex_subscription_picks_up_a_topic_created_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 1, PROPS);
+    let addr = broker.addr;
+    create(addr, "orders-eu", 2);
+    create(addr, "payments", 1);
+    produce(addr, "orders-eu", 20, "eu");
+    produce(addr, "payments", 5, "pay");
+    let c = consumer(addr, "regex", &[]);
+    c.subscribe(&["^orders-.*"]).unwrap();
+    let mut read = BTreeMap::new();
+    poll_until(&[&c], &mut read, "orders-eu", |r| total(r) >= 20);
+    create(addr, "orders-us", 3);
+    produce(addr, "orders-us", 30, "us");
+    poll_until(&[&c], &mut read, "orders-us", |r| total(r) >= 50);
+    assert!(
+        read[&0].iter().all(|v| !v.starts_with("pay")),
+        "read a topic the regex does not match"
+    );
+    assert_eq!(owned(&c).len(), 5);
+}
+
+fn heartbeat(
+    conn: &mut RawConn,
+    version: i16,
+    edit: impl FnOnce(ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatRequest,
+) -> ConsumerGroupHeartbeatResponse {
+    let req = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s("raw")))
+        .with_member_id(s("member-a"))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![TopicName(s("raw-topic"))]))
+        .with_topic_partitions(Some(Vec::new()));
+    conn.request(ApiKey::ConsumerGroupHeartbeat, version, &edit(req))
+}
+
+#[test]
+fn bad_heartbeats_and_mixed_protocols_get_kafkas_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, PROPS);
+    let addr = broker.addr;
+    create(addr, "raw-topic", 4);
+    let mut c = RawConn::connect(addr);
+    let code = |r: &ConsumerGroupHeartbeatResponse| r.error_code;
+
+    // Refused before any state changes.
+    let r = heartbeat(&mut c, 1, |q| q.with_member_id(s("")));
+    assert_eq!(code(&r), 42, "INVALID_REQUEST: {:?}", r.error_message);
+    let r = heartbeat(&mut c, 1, |q| q.with_server_assignor(Some(s("sticky"))));
+    assert_eq!(code(&r), 112, "UNSUPPORTED_ASSIGNOR");
+    let r = heartbeat(&mut c, 1, |q| {
+        q.with_subscribed_topic_regex(Some(s("(unclosed")))
+    });
+    assert_eq!(code(&r), 128, "INVALID_REGULAR_EXPRESSION");
+    let r = heartbeat(&mut c, 1, |q| q.with_member_epoch(3));
+    assert_eq!(
+        code(&r),
+        25,
+        "UNKNOWN_MEMBER_ID for a group that does not exist"
+    );
+
+    // A member joins and gets all four partitions at epoch 1.
+    let r = heartbeat(&mut c, 1, |q| q);
+    assert_eq!(code(&r), 0, "{:?}", r.error_message);
+    assert_eq!(r.member_epoch, 1);
+    assert_eq!(r.heartbeat_interval_ms, 300);
+    let assigned = r.assignment.expect("an assignment");
+    assert_eq!(assigned.topic_partitions.len(), 1);
+    let topic_id = assigned.topic_partitions[0].topic_id;
+    assert_eq!(assigned.topic_partitions[0].partitions, vec![0, 1, 2, 3]);
+
+    // An epoch ahead of the member's is fenced.
+    let r = heartbeat(&mut c, 1, |q| {
+        q.with_member_epoch(5).with_topic_partitions(None)
+    });
+    assert_eq!(code(&r), 110, "FENCED_MEMBER_EPOCH");
+
+    // Offsets at the member's epoch are taken; behind it, STALE_MEMBER_EPOCH.
+    let commit = |c: &mut RawConn, epoch: i32| -> i16 {
+        let req = OffsetCommitRequest::default()
+            .with_group_id(GroupId(s("raw")))
+            .with_generation_id_or_member_epoch(epoch)
+            .with_member_id(s("member-a"))
+            .with_topics(vec![
+                offset_commit_request::OffsetCommitRequestTopic::default()
+                    .with_name(TopicName(s("raw-topic")))
+                    .with_partitions(vec![
+                        offset_commit_request::OffsetCommitRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_committed_offset(7),
+                    ]),
+            ]);
+        let resp: OffsetCommitResponse = c.request(ApiKey::OffsetCommit, 9, &req);
+        resp.topics[0].partitions[0].error_code
+    };
+    assert_eq!(commit(&mut c, 1), 0);
+    assert_eq!(commit(&mut c, 0), 113, "STALE_MEMBER_EPOCH");
+    assert_eq!(commit(&mut c, 2), 110, "FENCED_MEMBER_EPOCH");
+
+    // A classic member may not join a group the consumer protocol runs.
+    let join = JoinGroupRequest::default()
+        .with_group_id(GroupId(s("raw")))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_member_id(s(""))
+        .with_protocol_type(s("consumer"))
+        .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default(
+        )
+        .with_name(s("range"))
+        .with_metadata(bytes::Bytes::from_static(b"\x00\x01\x00\x00\x00\x00"))]);
+    let r: JoinGroupResponse = c.request(ApiKey::JoinGroup, 5, &join);
+    assert_eq!(r.error_code, 23, "INCONSISTENT_GROUP_PROTOCOL");
+
+    // The group as ConsumerGroupDescribe and ListGroups v5 show it.
+    let d: ConsumerGroupDescribeResponse = c.request(
+        ApiKey::ConsumerGroupDescribe,
+        0,
+        &ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(s("raw")), GroupId(s("nope"))]),
+    );
+    let g = &d.groups[0];
+    assert_eq!(g.error_code, 0);
+    assert_eq!(g.group_state.as_str(), "Stable");
+    assert_eq!((g.group_epoch, g.assignment_epoch), (1, 1));
+    assert_eq!(g.assignor_name.as_str(), "uniform");
+    assert_eq!(g.members.len(), 1);
+    assert_eq!(
+        g.members[0].assignment.topic_partitions[0]
+            .topic_name
+            .as_str(),
+        "raw-topic"
+    );
+    assert_eq!(d.groups[1].error_code, 69, "GROUP_ID_NOT_FOUND");
+    let l: ListGroupsResponse = c.request(
+        ApiKey::ListGroups,
+        5,
+        &ListGroupsRequest::default().with_types_filter(vec![s("consumer")]),
+    );
+    let listed: Vec<_> = l
+        .groups
+        .iter()
+        .map(|g| (g.group_id.as_str(), g.group_type.as_str()))
+        .collect();
+    assert_eq!(listed, vec![("raw", "consumer")]);
+
+    // Metadata by topic id (as the consumer looks up the topics of its assignment).
+    let m: MetadataResponse = c.request(
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![
+            metadata_request::MetadataRequestTopic::default()
+                .with_topic_id(topic_id)
+                .with_name(None),
+            metadata_request::MetadataRequestTopic::default()
+                .with_topic_id(uuid::Uuid::from_bytes([3; 16]))
+                .with_name(None),
+        ])),
+    );
+    assert_eq!(
+        m.topics[0].name.as_ref().map(|n| n.as_str()),
+        Some("raw-topic")
+    );
+    assert_eq!(m.topics[0].partitions.len(), 4);
+    assert_eq!(m.topics[1].error_code, 100, "UNKNOWN_TOPIC_ID");
+
+    // The member leaves; the group is empty and may be deleted.
+    let r = heartbeat(&mut c, 1, |q| {
+        q.with_member_epoch(-1).with_topic_partitions(None)
+    });
+    assert_eq!((code(&r), r.member_epoch), (0, -1));
+    let del: DeleteGroupsResponse = c.request(
+        ApiKey::DeleteGroups,
+        2,
+        &DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s("raw"))]),
+    );
+    assert_eq!(del.results[0].error_code, 0);
+}
