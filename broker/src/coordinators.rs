@@ -231,7 +231,16 @@ async fn run_group_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: GroupOp) -> Gr
         }
         GroupOp::ConsumerHeartbeat { req, caller } => {
             let topics = subscribable_topics(&shard.catalog());
-            GroupReply::ConsumerHeartbeat(g.consumer_heartbeat(&req, &caller, &topics))
+            let answer = g.consumer_heartbeat(&req, &caller, &topics);
+            // What the heartbeat changed is durable before it is answered, as in Kafka.
+            let written = g.persist_consumer(log, &req.group_id).await;
+            GroupReply::ConsumerHeartbeat(match written {
+                Err(code) if answer.is_ok() => Err(Refusal {
+                    code: write_refusal(code),
+                    message: format!("the group's state could not be written (error {})", code.0),
+                }),
+                _ => answer,
+            })
         }
         GroupOp::ConsumerDescribe(id) => {
             GroupReply::ConsumerDescribe(g.describe_consumer_group(&id))
@@ -242,6 +251,17 @@ async fn run_group_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: GroupOp) -> Gr
             let (code, topics) = g.delete_offsets(log, req).await;
             GroupReply::OffsetDelete(code, topics)
         }
+    }
+}
+
+/// What a member is told when the coordinator could not write its group's state: to find the
+/// coordinator again when this broker no longer leads the partition, else to retry.
+fn write_refusal(code: ErrorCode) -> ErrorCode {
+    match code {
+        ErrorCode::NOT_LEADER_OR_FOLLOWER | ErrorCode::NOT_COORDINATOR => {
+            ErrorCode::NOT_COORDINATOR
+        }
+        _ => ErrorCode::COORDINATOR_NOT_AVAILABLE,
     }
 }
 

@@ -345,6 +345,8 @@ pub fn throttle_field_at(key: i16, version: i16) -> Option<usize> {
         | ALTER_CLIENT_QUOTAS
         | DESCRIBE_USER_SCRAM_CREDENTIALS
         | ALTER_USER_SCRAM_CREDENTIALS
+        | CONSUMER_GROUP_HEARTBEAT
+        | CONSUMER_GROUP_DESCRIBE
         | DESCRIBE_CLUSTER
         | DESCRIBE_PRODUCERS
         | DESCRIBE_TRANSACTIONS
@@ -745,6 +747,8 @@ mod tests {
             api_key::DESCRIBE_LOG_DIRS => enc!(DescribeLogDirsResponse),
             api_key::OFFSET_FOR_LEADER_EPOCH => enc!(OffsetForLeaderEpochResponse),
             api_key::INCREMENTAL_ALTER_CONFIGS => enc!(IncrementalAlterConfigsResponse),
+            api_key::CONSUMER_GROUP_HEARTBEAT => enc!(ConsumerGroupHeartbeatResponse),
+            api_key::CONSUMER_GROUP_DESCRIBE => enc!(ConsumerGroupDescribeResponse),
             // No throttle_time_ms in these responses.
             api_key::SASL_HANDSHAKE
             | api_key::SASL_AUTHENTICATE

@@ -335,3 +335,63 @@ fn bad_heartbeats_and_mixed_protocols_get_kafkas_errors() {
     );
     assert_eq!(del.results[0].error_code, 0);
 }
+
+#[test]
+fn a_member_keeps_its_epoch_and_partitions_across_a_coordinator_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, PROPS);
+    create(broker.addr, "raw-topic", 4);
+    let mut c = RawConn::connect(broker.addr);
+    let joined = heartbeat(&mut c, 1, |q| q);
+    assert_eq!((joined.error_code, joined.member_epoch), (0, 1));
+    let r = heartbeat(&mut c, 1, |q| {
+        q.with_member_id(s("member-b"))
+            .with_subscribed_topic_regex(Some(s("raw-.*")))
+            .with_subscribed_topic_names(None)
+    });
+    assert_eq!((r.error_code, r.member_epoch), (0, 2));
+    drop(c);
+    broker.shutdown().unwrap();
+
+    // The group is rebuilt from __consumer_offsets: both members are known at their epochs.
+    let broker = start_broker(dir.path(), 1, PROPS);
+    let mut c = RawConn::connect(broker.addr);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let r = loop {
+        let r = heartbeat(&mut c, 1, |q| {
+            q.with_member_epoch(1).with_topic_partitions(None)
+        });
+        // COORDINATOR_LOAD_IN_PROGRESS / NOT_AVAILABLE while the partition loads.
+        if ![14, 15].contains(&r.error_code) || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    assert_eq!(r.member_epoch, 1, "member-a still owes its revocation");
+    let d: ConsumerGroupDescribeResponse = c.request(
+        ApiKey::ConsumerGroupDescribe,
+        1,
+        &ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s("raw"))]),
+    );
+    let g = &d.groups[0];
+    assert_eq!(g.error_code, 0);
+    assert_eq!(g.group_epoch, 2);
+    let mut members: Vec<(&str, i32)> = g
+        .members
+        .iter()
+        .map(|m| (m.member_id.as_str(), m.member_epoch))
+        .collect();
+    members.sort();
+    assert_eq!(members, vec![("member-a", 1), ("member-b", 2)]);
+    let b = g
+        .members
+        .iter()
+        .find(|m| m.member_id.as_str() == "member-b")
+        .unwrap();
+    assert_eq!(
+        b.subscribed_topic_regex.as_ref().map(|r| r.as_str()),
+        Some("raw-.*")
+    );
+    broker.shutdown().unwrap();
+}

@@ -16,6 +16,8 @@ pub enum GroupKey {
     Group {
         group: String,
     },
+    /// A KIP-848 consumer group's record (types 3–16).
+    Consumer(crate::consumer_group_records::ConsumerKey),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +85,7 @@ impl GroupKey {
                 out.put_i16(2);
                 put_str(&mut out, group);
             }
+            GroupKey::Consumer(key) => return key.encode(),
         }
         out.freeze()
     }
@@ -98,6 +101,11 @@ impl GroupKey {
             2 => Ok(GroupKey::Group {
                 group: r.string("group", false)?,
             }),
+            t if crate::consumer_group_records::CONSUMER_KEY_TYPES.contains(&t) => {
+                Ok(GroupKey::Consumer(
+                    crate::consumer_group_records::ConsumerKey::decode_body(t, &mut r)?,
+                ))
+            }
             v => Err(r.malformed(
                 "key version",
                 format!("unknown __consumer_offsets key version {v}"),

@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod consumer_group_records;
 pub mod error_code;
 pub mod frame;
 pub mod fuzzing;

@@ -5,11 +5,16 @@
 //! entry for its id (`Group::offsets`), so commits, fetches, retention and deletion treat both
 //! types alike.
 
+use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::time::Instant;
 
-use tracing::info;
+use bytes::Bytes;
+use tracing::{info, warn};
+use tributary_protocol::consumer_group_records::ConsumerKey;
 use tributary_protocol::requests::consumer_group::ConsumerGroupHeartbeatRequest;
 use tributary_protocol::ErrorCode;
+use tributary_storage::Partition;
 
 use super::consumer::{
     Assignment, Caller, ConsumerGroup, HeartbeatAnswer, MemberState, Refusal, TopicsImage,
@@ -95,13 +100,135 @@ impl GroupCoordinator {
         Ok(answer)
     }
 
-    /// Removes the members of consumer groups whose session or revocation time ran out.
-    pub(super) fn expire_consumers(&self, now: Instant) {
+    /// Removes the members of consumer groups whose session or revocation time ran out;
+    /// the groups that changed, to be persisted.
+    pub(super) fn expire_consumers(&self, now: Instant) -> Vec<String> {
+        let mut changed = Vec::new();
         for g in self.consumer_groups.borrow_mut().values_mut() {
-            for member in g.expire(now) {
+            let gone = g.expire(now);
+            for member in &gone {
                 info!(group = %g.group_id, member = %member, "consumer group member expired");
             }
+            if !gone.is_empty() {
+                changed.push(g.group_id.clone());
+            }
         }
+        changed
+    }
+
+    /// The records that bring the log from what was last written for `group_id` to the
+    /// group as it is now: changed values, and tombstones for what is gone (the whole group
+    /// when it no longer exists). Counted as written from here on; a failed write forgets
+    /// that, so the next one writes the group whole.
+    fn consumer_changes(&self, group_id: &str) -> Vec<(Bytes, Option<Bytes>)> {
+        let now = self
+            .consumer_groups
+            .borrow()
+            .get(group_id)
+            .map(|g| g.records())
+            .unwrap_or_default();
+        let mut persisted = self.persisted_consumers.borrow_mut();
+        let before = persisted.remove(group_id).unwrap_or_default();
+        let mut out: Vec<(Bytes, Option<Bytes>)> = Vec::new();
+        // Tombstones first, members' before the group's, as Kafka orders them.
+        let mut gone: Vec<&ConsumerKey> = before.keys().filter(|k| !now.contains_key(*k)).collect();
+        gone.sort_by_key(|k| {
+            !matches!(k, ConsumerKey::Current { .. } | ConsumerKey::Target { .. })
+        });
+        out.extend(gone.into_iter().map(|k| (k.encode(), None)));
+        for (k, v) in &now {
+            if before.get(k) != Some(v) {
+                out.push((k.encode(), Some(v.clone())));
+            }
+        }
+        if !now.is_empty() {
+            persisted.insert(group_id.to_string(), now);
+        }
+        out
+    }
+
+    /// Writes what changed in consumer group `group_id` since its last write, and waits until
+    /// it is durable (and held by the ISR).
+    pub async fn persist_consumer(
+        &self,
+        log: &Rc<Partition>,
+        group_id: &str,
+    ) -> Result<(), ErrorCode> {
+        let records = self.consumer_changes(group_id);
+        if records.is_empty() {
+            return Ok(());
+        }
+        let written = self.persist(log, records).await;
+        if let Err(code) = written {
+            warn!(group = %group_id, error = code.0, "persisting consumer group state failed");
+            self.persisted_consumers.borrow_mut().remove(group_id);
+        }
+        written
+    }
+
+    /// Takes one consumer-group record from the log (a new coordinator loading the group).
+    pub(super) fn apply_consumer_record(&self, key: ConsumerKey, value: Option<Bytes>) {
+        let mut groups = self.consumer_groups.borrow_mut();
+        if matches!(key, ConsumerKey::Metadata { .. }) && value.is_none() {
+            groups.remove(key.group());
+            return;
+        }
+        let g = groups
+            .entry(key.group().to_string())
+            .or_insert_with(|| ConsumerGroup::new(key.group()));
+        if let Err(e) = g.restore(&key, value, Instant::now(), &self.config.consumer) {
+            warn!(group = %key.group(), error = %e, "unreadable consumer group record skipped");
+        }
+    }
+
+    /// DeleteGroups of consumer group `group_id`: its `records` (tombstones of its own
+    /// records) and those of its committed offsets.
+    pub(super) async fn delete_consumer_group(
+        &self,
+        log: &Rc<Partition>,
+        group_id: &str,
+        mut records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> ErrorCode {
+        let offsets: Vec<(Bytes, Option<Bytes>)> = self
+            .groups
+            .borrow()
+            .get(group_id)
+            .map(|g| {
+                g.offsets
+                    .keys()
+                    .map(|tp| {
+                        let key = tributary_protocol::group_records::GroupKey::Offset {
+                            group: group_id.into(),
+                            topic: tp.topic.clone(),
+                            partition: tp.partition,
+                        };
+                        (key.encode(), None)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        records.extend(offsets);
+        if let Err(code) = self.persist(log, records).await {
+            return code;
+        }
+        self.groups.borrow_mut().remove(group_id);
+        self.forget_consumer_group(group_id);
+        info!(group = %group_id, "consumer group deleted");
+        ErrorCode::NONE
+    }
+
+    /// Tombstones for every record of consumer group `group_id`, for DeleteGroups.
+    pub(super) fn consumer_tombstones(&self, group_id: &str) -> Vec<(Bytes, Option<Bytes>)> {
+        let mut keys: BTreeMap<ConsumerKey, ()> = BTreeMap::new();
+        if let Some(g) = self.consumer_groups.borrow().get(group_id) {
+            keys.extend(g.records().into_keys().map(|k| (k, ())));
+        }
+        if let Some(p) = self.persisted_consumers.borrow().get(group_id) {
+            keys.extend(p.keys().cloned().map(|k| (k, ())));
+        }
+        let mut keys: Vec<ConsumerKey> = keys.into_keys().collect();
+        keys.sort_by_key(|k| matches!(k, ConsumerKey::Metadata { .. }));
+        keys.into_iter().map(|k| (k.encode(), None)).collect()
     }
 
     /// The member epoch check of an offset commit or fetch to a consumer group; `None` when
@@ -128,6 +255,7 @@ impl GroupCoordinator {
 
     pub(super) fn forget_consumer_group(&self, group_id: &str) {
         self.consumer_groups.borrow_mut().remove(group_id);
+        self.persisted_consumers.borrow_mut().remove(group_id);
     }
 
     /// ConsumerGroupDescribe's view of one group; `None` when it is not a consumer group here.

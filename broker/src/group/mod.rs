@@ -101,6 +101,16 @@ pub struct GroupCoordinator {
     groups: RefCell<HashMap<String, Group>>,
     /// KIP-848 consumer groups by id; their offsets live in `groups` like any group's.
     consumer_groups: RefCell<HashMap<String, consumer::ConsumerGroup>>,
+    /// Each consumer group's records as last written, to write only what changes.
+    persisted_consumers: RefCell<
+        HashMap<
+            String,
+            std::collections::BTreeMap<
+                tributary_protocol::consumer_group_records::ConsumerKey,
+                Bytes,
+            >,
+        >,
+    >,
     /// Requests waiting on each group's decisions, by group id.
     parked: RefCell<HashMap<String, Parked>>,
     /// Offset records of open transactions, by producer id, until their marker.
@@ -115,6 +125,7 @@ impl GroupCoordinator {
             config,
             groups: RefCell::new(HashMap::new()),
             consumer_groups: RefCell::new(HashMap::new()),
+            persisted_consumers: RefCell::new(HashMap::new()),
             parked: RefCell::new(HashMap::new()),
             pending_txn: RefCell::new(HashMap::new()),
         }
@@ -179,6 +190,9 @@ impl GroupCoordinator {
         groups.retain(|id, _| partition_for_group(id, n) != partition);
         self.forget_parked(&groups);
         self.consumer_groups
+            .borrow_mut()
+            .retain(|id, _| partition_for_group(id, n) != partition);
+        self.persisted_consumers
             .borrow_mut()
             .retain(|id, _| partition_for_group(id, n) != partition);
         before - groups.len()
@@ -336,6 +350,10 @@ impl GroupCoordinator {
                 }
                 Some(Err(e)) => warn!(error = %e, "unreadable group record skipped"),
             },
+            Ok(GroupKey::Consumer(key)) => {
+                drop(groups);
+                self.apply_consumer_record(key, value);
+            }
             Err(e) => warn!(error = %e, "unknown __consumer_offsets key skipped"),
         }
     }
@@ -414,8 +432,13 @@ impl GroupCoordinator {
         synced.map_err(SyncResult::error)
     }
 
-    /// Writes the group's metadata after a completed rebalance.
+    /// Writes the group's metadata after a completed rebalance (or, for a consumer group, what
+    /// changed in it).
     pub async fn persist_group(&self, log: &Rc<Partition>, group_id: &str) {
+        if self.is_consumer_group(group_id) {
+            let _ = self.persist_consumer(log, group_id).await;
+            return;
+        }
         let record = self.groups.borrow().get(group_id).map(Self::group_record);
         if let Some(record) = record {
             if let Err(e) = self.persist(log, vec![record]).await {
@@ -834,34 +857,33 @@ impl GroupCoordinator {
             return ErrorCode::NON_EMPTY_GROUP;
         }
         let consumer = self.is_consumer_group(group_id);
-        let records = {
+        let mut records = if consumer {
+            self.consumer_tombstones(group_id)
+        } else {
+            Vec::new()
+        };
+        if consumer {
+            return self.delete_consumer_group(log, group_id, records).await;
+        }
+        {
             let groups = self.groups.borrow();
             let Some(g) = groups.get(group_id) else {
-                if consumer {
-                    self.forget_consumer_group(group_id);
-                    info!(group = %group_id, "consumer group deleted");
-                    return ErrorCode::NONE;
-                }
                 return ErrorCode::GROUP_ID_NOT_FOUND;
             };
             if g.state != GroupState::Empty {
                 return ErrorCode::NON_EMPTY_GROUP;
             }
-            let mut records: Vec<(Bytes, Option<Bytes>)> = g
-                .offsets
-                .keys()
-                .map(|tp| {
-                    (
-                        GroupKey::Offset {
-                            group: group_id.into(),
-                            topic: tp.topic.clone(),
-                            partition: tp.partition,
-                        }
-                        .encode(),
-                        None,
-                    )
-                })
-                .collect();
+            records.extend(g.offsets.keys().map(|tp| {
+                (
+                    GroupKey::Offset {
+                        group: group_id.into(),
+                        topic: tp.topic.clone(),
+                        partition: tp.partition,
+                    }
+                    .encode(),
+                    None,
+                )
+            }));
             records.push((
                 GroupKey::Group {
                     group: group_id.into(),
@@ -869,8 +891,7 @@ impl GroupCoordinator {
                 .encode(),
                 None,
             ));
-            records
-        };
+        }
         if let Err(code) = self.persist(log, records).await {
             return code;
         }
@@ -886,11 +907,10 @@ impl GroupCoordinator {
     /// whose metadata changed and must be persisted, and offset tombstones to write.
     pub fn tick(&self, now: Instant, expire_offsets: bool) -> (Vec<String>, Vec<(String, Bytes)>) {
         let limits = self.config.limits;
-        let mut changed = Vec::new();
         let mut tombstones = Vec::new();
         let retention_ms = self.config.offsets_retention.as_millis() as i64;
         let wall = now_ms();
-        self.expire_consumers(now);
+        let mut changed = self.expire_consumers(now);
         let mut groups = self.groups.borrow_mut();
         for g in groups.values_mut() {
             g.expire_sessions(now, &limits);

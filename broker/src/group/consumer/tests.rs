@@ -1,4 +1,5 @@
 use super::*;
+use tributary_protocol::consumer_group_records::ConsumerKey;
 
 const T: TopicId = [9; 16];
 const U: TopicId = [8; 16];
@@ -380,4 +381,62 @@ fn a_v0_join_without_a_member_id_is_given_one() {
         .unwrap();
     assert!(!a.member_id.is_empty());
     assert!(g.members.contains_key(&a.member_id));
+}
+
+#[test]
+fn a_group_rebuilt_from_its_records_is_the_same_group() {
+    let now = Instant::now();
+    let mut g = ConsumerGroup::new("g");
+    let stat = ConsumerGroupHeartbeatRequest {
+        instance_id: Some("i".into()),
+        subscribed_topic_regex: Some("t|u".into()),
+        server_assignor: Some("range".into()),
+        ..join("m1")
+    };
+    let a = ok(&mut g, &stat, now);
+    ok(&mut g, &join("m2"), now);
+    // m1 is mid-revocation: it must give up half of its six.
+    ok(&mut g, &beat("m1", 1, a.assignment.as_ref().unwrap()), now);
+    assert_eq!(g.members["m1"].state, MemberState::UnrevokedPartitions);
+    let mut back = ConsumerGroup::new("g");
+    for (key, value) in g.records() {
+        back.restore(&key, Some(value), now, &limits()).unwrap();
+    }
+    assert_eq!(
+        (back.group_epoch, back.assignment_epoch),
+        (g.group_epoch, g.assignment_epoch)
+    );
+    assert_eq!(back.target, g.target);
+    for (id, m) in &g.members {
+        let r = &back.members[id];
+        assert_eq!(
+            (r.member_epoch, r.previous_member_epoch, r.state),
+            (m.member_epoch, m.previous_member_epoch, m.state)
+        );
+        assert_eq!((&r.assigned, &r.revoking), (&m.assigned, &m.revoking));
+        assert_eq!(
+            (&r.instance_id, &r.subscribed_topic_regex, r.server_assignor),
+            (&m.instance_id, &m.subscribed_topic_regex, m.server_assignor)
+        );
+        assert_eq!(r.rebalance_timeout, m.rebalance_timeout);
+    }
+    assert!(back.members["m1"].revocation_deadline.is_some());
+    // The rebuilt group goes on where the old one was: m1 revokes and advances.
+    let kept = back.members["m1"].assigned.clone();
+    let a1 = back
+        .heartbeat(&beat("m1", 1, &kept), &caller(), &topics(6), now, &limits())
+        .unwrap();
+    assert_eq!(a1.member_epoch, 2);
+    // A member's tombstone removes it.
+    back.restore(
+        &ConsumerKey::Member {
+            group: "g".into(),
+            member: "m2".into(),
+        },
+        None,
+        now,
+        &limits(),
+    )
+    .unwrap();
+    assert!(!back.members.contains_key("m2"));
 }
