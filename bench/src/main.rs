@@ -5,7 +5,8 @@
 //! transactions, adding the commit latency), `consume` (read throughput),
 //! `e2e` (producers and consumers together; latency from a timestamp in each payload), `machine`
 //! (the disk, loopback, memcpy and CRC32C limits to quote results against), `compare` (two runs
-//! side by side), `failover` (a three-node cluster of its own whose partition leader it kills repeatedly:
+//! side by side), `rebalance` (what adding and killing a consumer group member costs, per group
+//! protocol), `failover` (a three-node cluster of its own whose partition leader it kills repeatedly:
 //! the produce stall per kill, and whether every acknowledged message survives exactly once)
 //! and `run` (an OpenMessaging Benchmark workload file, replayed).
 //! Each load mode prints a progress line per second and a summary; `--json` adds one JSON object
@@ -25,6 +26,7 @@ mod load;
 mod machine;
 mod mixed;
 mod readback;
+mod rebalance;
 mod report;
 mod workload;
 
@@ -69,6 +71,13 @@ enum Mode {
     /// Replay an OpenMessaging Benchmark workload file (bench/workloads/): producers at its
     /// rate, one consumer group per subscription; publish and end-to-end latency.
     Run(workload::RunArgs),
+    /// What a rebalance costs a group, per protocol (classic eager and cooperative, KIP-848):
+    /// add a member, then kill one, under steady consumption; time until every partition is
+    /// owned again and the longest pause of the members the change did not concern.
+    Rebalance(rebalance::RebalanceArgs),
+    /// One member of a `rebalance` run (started by it).
+    #[command(hide = true)]
+    RebalanceMember(rebalance::MemberArgs),
     /// Print the ratios of two JSON summaries (B/A); with --report draw them together.
     Compare {
         a: PathBuf,
@@ -87,6 +96,8 @@ fn main() {
         Mode::Compare { a, b, report } => report::compare(&a, &b, report.as_deref()),
         Mode::Failover(a) => failover::run(&a),
         Mode::Run(a) => workload::run(&a),
+        Mode::Rebalance(a) => rebalance::run(&a),
+        Mode::RebalanceMember(a) => rebalance::member(&a),
     };
     if let Err(e) = result {
         eprintln!("tributary-bench: {e:#}");

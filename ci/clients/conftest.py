@@ -239,6 +239,22 @@ def broker(tmp_path, suite_security):
 
 
 @pytest.fixture
+def cg_broker(tmp_path, suite_security):
+    """A broker for KIP-848 consumer groups: heartbeats every 300 ms (reconciliations take
+    tenths of a second) and a 6 s session (a killed member's partitions move within a test)."""
+    b = Broker(tmp_path / "data", extra=[
+        "--set", "num.partitions=1",
+        "--set", "group.consumer.heartbeat.interval.ms=300",
+        "--set", "group.consumer.session.timeout.ms=6000",
+    ])
+    if suite_security:
+        b.secure(suite_security)
+    b.start()
+    yield b
+    assert b.stop() == 0, "broker must exit 0 on SIGTERM"
+
+
+@pytest.fixture
 def txn_broker(tmp_path, suite_security):
     """A broker with small internal topics, for the transaction tests."""
     b = Broker(tmp_path / "data", extra=[
