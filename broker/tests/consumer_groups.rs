@@ -395,3 +395,101 @@ fn a_member_keeps_its_epoch_and_partitions_across_a_coordinator_restart() {
     );
     broker.shutdown().unwrap();
 }
+
+/// A member on a three-node cluster whose group coordinator is killed -9: the next
+/// coordinator rebuilds the group from `__consumer_offsets` and the member goes on at its epoch,
+/// never losing its partitions, and reads everything written across the kill.
+#[test]
+fn a_member_keeps_its_partitions_when_its_coordinator_is_killed() {
+    use common::cluster::{metadata, placement, Cluster};
+    let mut cluster = Cluster::new(3);
+    cluster.extra = vec![
+        "group.consumer.heartbeat.interval.ms=300".into(),
+        "replica.lag.time.max.ms=3000".into(),
+    ];
+    cluster.start_all();
+    let all = cluster.all_bootstrap();
+    common::wait_until("three brokers", || {
+        metadata(&all, None).brokers().len() == 3
+    });
+    rd_create_topics(
+        cluster.nodes[0].client,
+        &[NewTopic::new("cg", 4, TopicReplication::Fixed(3)).set("min.insync.replicas", "2")],
+    );
+    common::wait_until("every replica in sync", || {
+        placement(&all, "cg").1 == vec![1, 2, 3]
+    });
+    common::cluster::produce(&all, "cg", &[0, 1, 2, 3], 200, "before");
+    let c: BaseConsumer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", &all)
+        .set("group.id", "survivor")
+        .set("group.protocol", "consumer")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    c.subscribe(&["cg"]).unwrap();
+    let mut read = BTreeMap::new();
+    poll_until(&[&c], &mut read, "the 200 records before", |r| {
+        total(r) >= 200 && owned(&c).len() == 4
+    });
+
+    let coordinator = find_coordinator(cluster.nodes[0].client, "survivor");
+    let describe = |addr: SocketAddr| -> Option<(i32, i32)> {
+        let mut conn = RawConn::connect(addr);
+        let d: ConsumerGroupDescribeResponse = conn.request(
+            ApiKey::ConsumerGroupDescribe,
+            0,
+            &ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s("survivor"))]),
+        );
+        let g = d.groups.first().filter(|g| g.error_code == 0)?;
+        Some((g.group_epoch, g.members.first()?.member_epoch))
+    };
+    let before = describe(cluster.nodes[(coordinator - 1) as usize].client).expect("described");
+    cluster.kill((coordinator - 1) as usize);
+    let others = cluster.bootstrap_except(coordinator);
+    common::cluster::produce(&others, "cg", &[0, 1, 2, 3], 200, "after");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut fewest = 4;
+    while total(&read) < 400 {
+        assert!(Instant::now() < deadline, "read {} of 400", total(&read));
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(50)) {
+            let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+            read.entry(0).or_default().push(v);
+        }
+        fewest = fewest.min(owned(&c).len());
+    }
+    assert_eq!(
+        fewest, 4,
+        "the member lost partitions when its coordinator moved"
+    );
+    let now = find_coordinator(
+        others.split(',').next().unwrap().parse().unwrap(),
+        "survivor",
+    );
+    assert_ne!(now, coordinator);
+    let after = describe(cluster.nodes[(now - 1) as usize].client)
+        .expect("described by the new coordinator");
+    assert_eq!(after, before, "the group and member epochs carried over");
+    let distinct: BTreeSet<&String> = read.values().flatten().collect();
+    assert_eq!(distinct.len(), 400);
+}
+
+/// The node coordinating `group`, as FindCoordinator v1 answers it through `addr`.
+fn find_coordinator(addr: SocketAddr, group: &str) -> i32 {
+    let req = FindCoordinatorRequest::default()
+        .with_key(s(group))
+        .with_key_type(0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let resp: FindCoordinatorResponse =
+            RawConn::connect(addr).request(ApiKey::FindCoordinator, 1, &req);
+        if resp.error_code == 0 {
+            return resp.node_id.0;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no coordinator for {group}: {resp:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -9,6 +9,7 @@ const SERVICES: &[&str] = &[
     "src/group/mod.rs",
     "src/group/state.rs",
     "src/group/consumer.rs",
+    "src/group/consumer_ops.rs",
     "src/group/assignor.rs",
     "src/txn/mod.rs",
     "src/txn/state.rs",
@@ -150,6 +151,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "group/state.rs",
             "group/join.rs",
             "group/consumer.rs",
+            "group/consumer/",
             "group/assignor.rs",
             "txn/state.rs",
             "fetch_session.rs",
@@ -168,6 +170,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "services",
         &[
             "group/mod.rs",
+            "group/consumer_ops.rs",
             "txn/mod.rs",
             "coordinator_log.rs",
             "quota.rs",

@@ -8,6 +8,7 @@ from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from test_groups import Member, create, produce, wait_for
+from test_trib import trib
 
 
 def members(bootstrap, group, topic, n, **kw):
@@ -148,4 +149,7 @@ def test_the_two_protocols_stay_apart_and_admin_sees_the_group(cg_broker):
     described = admin.describe_consumer_groups(["apart-group"])["apart-group"].result(timeout=20)
     assert len(described.members) == 1, described
     assert sorted(tp.partition for tp in described.members[0].assignment.topic_partitions) == [0, 1]
+    out = trib(cg_broker, "groups", "describe", "apart-group").stdout
+    assert "Type: consumer" in out and "Assignor: uniform" in out, out
+    assert "'apart': [0, 1]" in out, out
     new.close()

@@ -117,8 +117,13 @@ fn list(cli: &Cli, probe: &BaseConsumer) -> Result<()> {
 }
 
 /// `groups describe`: the group's state and members, then its committed offsets with their
-/// lag and owner.
+/// lag and owner. A KIP-848 consumer group is described by its coordinator
+/// (ConsumerGroupDescribe: epochs, assignor, each member's epoch, subscription, assignment and
+/// target); a classic one through DescribeGroups.
 fn describe(cli: &Cli, probe: &BaseConsumer, group: &str) -> Result<()> {
+    if let Some(owner) = describe_consumer_group(cli, group)? {
+        return print_lag(cli, group, &owner);
+    }
     let list = probe
         .fetch_group_list(Some(group), cli.timeout())
         .map_err(|e| anyhow!("cannot reach the broker at {}: {e}", cli.bootstrap))?;
@@ -135,6 +140,77 @@ fn describe(cli: &Cli, probe: &BaseConsumer, group: &str) -> Result<()> {
     );
     let owner = print_members(g);
     print_lag(cli, group, &owner)
+}
+
+/// Describes `group` if it is a KIP-848 consumer group, printing its epochs and members;
+/// returns which member owns each partition, or `None` for a group of the classic protocol.
+fn describe_consumer_group(
+    cli: &Cli,
+    group: &str,
+) -> Result<Option<BTreeMap<(String, i32), String>>> {
+    use kafka_protocol::messages::{
+        ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
+        FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let first = cli.bootstrap.split(',').next().unwrap_or_default();
+    let find = FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.into()));
+    let found: FindCoordinatorResponse =
+        crate::reassign::request_at(cli, first, ApiKey::FindCoordinator, 3, &find)?;
+    if found.error_code != 0 {
+        bail!(
+            "finding the coordinator of {group}: {}",
+            crate::reassign::error_name(found.error_code)
+        );
+    }
+    let coordinator = format!("{}:{}", found.host.as_str(), found.port);
+    let req = ConsumerGroupDescribeRequest::default()
+        .with_group_ids(vec![GroupId(StrBytes::from_string(group.into()))]);
+    let resp: ConsumerGroupDescribeResponse =
+        crate::reassign::request_at(cli, &coordinator, ApiKey::ConsumerGroupDescribe, 0, &req)?;
+    let Some(g) = resp.groups.first().filter(|g| g.error_code == 0) else {
+        return Ok(None);
+    };
+    println!(
+        "Group: {group}\tType: consumer\tState: {}\tGroupEpoch: {}\tAssignmentEpoch: {}\tAssignor: {}",
+        g.group_state.as_str(),
+        g.group_epoch,
+        g.assignment_epoch,
+        g.assignor_name.as_str()
+    );
+    let by_topic = |a: &kafka_protocol::messages::consumer_group_describe_response::Assignment| {
+        a.topic_partitions
+            .iter()
+            .map(|t| (t.topic_name.0.to_string(), t.partitions.clone()))
+            .collect::<BTreeMap<String, Vec<i32>>>()
+    };
+    let mut owner = BTreeMap::new();
+    for m in &g.members {
+        let subscribed: Vec<&str> = m
+            .subscribed_topic_names
+            .iter()
+            .map(|t| t.0.as_str())
+            .collect();
+        let assigned = by_topic(&m.assignment);
+        println!(
+            "Member: {}\tEpoch: {}\tInstance: {}\tClient: {}\tHost: {}\tSubscribed: {:?}{}\tAssignment: {:?}\tTarget: {:?}",
+            m.member_id.as_str(),
+            m.member_epoch,
+            m.instance_id.as_ref().map_or("-", |i| i.as_str()),
+            m.client_id.as_str(),
+            m.client_host.as_str(),
+            subscribed,
+            m.subscribed_topic_regex.as_ref().map(|r| format!(" /{}/", r.as_str())).unwrap_or_default(),
+            assigned,
+            by_topic(&m.target_assignment),
+        );
+        for (t, ps) in assigned {
+            for p in ps {
+                owner.insert((t.clone(), p), m.member_id.to_string());
+            }
+        }
+    }
+    Ok(Some(owner))
 }
 
 /// Prints each member with its assignment; returns which member owns each partition.

@@ -918,7 +918,11 @@ impl GroupCoordinator {
                 changed.push(g.group_id.clone());
             }
             self.settle(g);
-            if expire_offsets && g.state == GroupState::Empty {
+            // A consumer group's offsets live in its classic entry, which has no members: they
+            // expire only once the consumer group has none either.
+            let empty =
+                g.state == GroupState::Empty && !self.consumer_group_has_members(&g.group_id);
+            if expire_offsets && empty {
                 let old: Vec<TopicPartition> = g
                     .offsets
                     .iter()
@@ -1248,6 +1252,46 @@ mod retention_and_fencing_tests {
         assert_eq!(
             fetched,
             vec![("t".to_string(), vec![(1, (5, -1, String::new()))])]
+        );
+    }
+
+    #[test]
+    fn offsets_of_a_consumer_group_with_members_do_not_expire() {
+        use tributary_protocol::requests::consumer_group::ConsumerGroupHeartbeatRequest;
+        let c = coordinator(Duration::from_secs(3600));
+        let (k, v) = offset_record("g", 0, now_ms() - 2 * 3600 * 1000);
+        c.apply_record(k, v);
+        let mut req = ConsumerGroupHeartbeatRequest {
+            group_id: "g".into(),
+            member_id: "m".into(),
+            member_epoch: 0,
+            instance_id: None,
+            rack_id: None,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            subscribed_topic_regex: None,
+            server_assignor: None,
+            topic_partitions: Some(Vec::new()),
+        };
+        let caller = consumer::Caller {
+            client_id: "c".into(),
+            client_host: "h".into(),
+            version: 1,
+        };
+        let topics = consumer::TopicsImage::from([("t".to_string(), ([1; 16], 1))]);
+        c.consumer_heartbeat(&req, &caller, &topics).unwrap();
+        let (_, tombstones) = c.tick(Instant::now(), true);
+        assert!(
+            tombstones.is_empty(),
+            "a member still reads the group's partitions"
+        );
+        req.member_epoch = -1;
+        c.consumer_heartbeat(&req, &caller, &topics).unwrap();
+        let (_, tombstones) = c.tick(Instant::now(), true);
+        assert_eq!(
+            tombstones.len(),
+            1,
+            "the group emptied: its old offset expires"
         );
     }
 
