@@ -462,6 +462,10 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "group.max.size", default: "1000", kind: ConfigKind::Int, doc: "Most members a consumer group may have (GROUP_MAX_SIZE_REACHED)." },
     BrokerKey { name: "group.consumer.session.timeout.ms", default: "45000", kind: ConfigKind::Int, doc: "KIP-848 consumer groups: a member not heard from for this long is removed and its partitions reassigned." },
     BrokerKey { name: "group.consumer.heartbeat.interval.ms", default: "5000", kind: ConfigKind::Int, doc: "KIP-848 consumer groups: how often members are told to heartbeat; below group.consumer.session.timeout.ms." },
+    BrokerKey { name: "group.consumer.min.session.timeout.ms", default: "45000", kind: ConfigKind::Int, doc: "Smallest session a KIP-848 group may be given (its consumer.session.timeout.ms, and the broker's default)." },
+    BrokerKey { name: "group.consumer.max.session.timeout.ms", default: "60000", kind: ConfigKind::Int, doc: "Largest session a KIP-848 group may be given." },
+    BrokerKey { name: "group.consumer.min.heartbeat.interval.ms", default: "5000", kind: ConfigKind::Int, doc: "Shortest heartbeat interval a KIP-848 group may be given (its consumer.heartbeat.interval.ms, and the broker's default)." },
+    BrokerKey { name: "group.consumer.max.heartbeat.interval.ms", default: "15000", kind: ConfigKind::Int, doc: "Longest heartbeat interval a KIP-848 group may be given." },
     BrokerKey { name: "group.consumer.max.size", default: "2147483647", kind: ConfigKind::Int, doc: "Most members a KIP-848 consumer group may have (GROUP_MAX_SIZE_REACHED)." },
     BrokerKey { name: "group.consumer.assignors", default: "uniform,range", kind: ConfigKind::List, doc: "The server-side assignors KIP-848 consumer groups may use (uniform, range); the first is used when no member names one with group.remote.assignor." },
     BrokerKey { name: "fetch.max.bytes", default: "57671680", kind: ConfigKind::Int, doc: "Most record bytes one Fetch response carries, whatever the client asks for (the first non-empty partition may exceed it, KIP-74); nothing is read past it." },
@@ -1435,6 +1439,7 @@ impl Coordinators {
 /// The `group.consumer.*` keys of KIP-848 consumer groups.
 fn consumer_group_limits(get: Get) -> Result<crate::group::consumer::ConsumerLimits> {
     use crate::group::assignor::Assignor;
+    let ms = std::time::Duration::from_millis;
     let session: u64 = key_num(get, "group.consumer.session.timeout.ms", 1)?;
     let heartbeat: u64 = key_num(get, "group.consumer.heartbeat.interval.ms", 1)?;
     if heartbeat >= session {
@@ -1442,6 +1447,28 @@ fn consumer_group_limits(get: Get) -> Result<crate::group::consumer::ConsumerLim
             "group.consumer.heartbeat.interval.ms ({heartbeat}) must be below \
              group.consumer.session.timeout.ms ({session})"
         );
+    }
+    let range = |what: &str| -> Result<(u64, u64)> {
+        let lo: u64 = key_num(get, &format!("group.consumer.min.{what}"), 1)?;
+        let hi: u64 = key_num(get, &format!("group.consumer.max.{what}"), 1)?;
+        if lo > hi {
+            bail!("group.consumer.min.{what} ({lo}) is above group.consumer.max.{what} ({hi})");
+        }
+        Ok((lo, hi))
+    };
+    let session_range = range("session.timeout.ms")?;
+    let heartbeat_range = range("heartbeat.interval.ms")?;
+    for (key, value, (lo, hi)) in [
+        ("group.consumer.session.timeout.ms", session, session_range),
+        (
+            "group.consumer.heartbeat.interval.ms",
+            heartbeat,
+            heartbeat_range,
+        ),
+    ] {
+        if !(lo..=hi).contains(&value) {
+            bail!("{key} ({value}) must be within its min and max keys ({lo}..={hi}); set the min or max key too");
+        }
     }
     let mut assignors = [None; 2];
     let names = get("group.consumer.assignors");
@@ -1463,6 +1490,8 @@ fn consumer_group_limits(get: Get) -> Result<crate::group::consumer::ConsumerLim
         session_timeout: std::time::Duration::from_millis(session),
         heartbeat_interval: std::time::Duration::from_millis(heartbeat),
         assignors,
+        session_timeout_range: (ms(session_range.0), ms(session_range.1)),
+        heartbeat_interval_range: (ms(heartbeat_range.0), ms(heartbeat_range.1)),
     })
 }
 

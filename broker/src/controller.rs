@@ -335,6 +335,70 @@ impl Controller {
     }
 }
 
+/// A consumer group's config change, as AlterConfigs or IncrementalAlterConfigs asks it.
+pub struct GroupConfigChange {
+    pub group: String,
+    /// (name, operation, value): SET and DELETE (the group configs are no lists).
+    pub configs: Vec<(String, i8, Option<String>)>,
+    pub replace: bool,
+    pub validate_only: bool,
+}
+
+impl Controller {
+    /// Changes a consumer group's own configs (KIP-848's `consumer.session.timeout.ms` and
+    /// `consumer.heartbeat.interval.ms`), held to the broker's `group.consumer.min/max.*`
+    /// bounds (INVALID_CONFIG naming the key and the bounds).
+    pub async fn alter_group_configs(
+        &self,
+        limits: &crate::group::consumer::ConsumerLimits,
+        change: GroupConfigChange,
+    ) -> (ErrorCode, Option<String>) {
+        use tributary_protocol::requests::alter_configs::{OP_DELETE, OP_SET};
+        let Ok(_guard) = self.lock.acquire_permit(1).await else {
+            return (ErrorCode::UNKNOWN_SERVER_ERROR, None);
+        };
+        let catalog = self.node.image();
+        let current = catalog.group_configs.get(&change.group);
+        let mut configs = match current {
+            Some(c) if !change.replace => c.clone(),
+            _ => Default::default(),
+        };
+        for (name, op, value) in &change.configs {
+            match *op {
+                OP_SET => {
+                    configs.insert(name.clone(), value.clone().unwrap_or_default());
+                }
+                OP_DELETE if crate::group::consumer::GROUP_CONFIG_KEYS.contains(&name.as_str()) => {
+                    configs.remove(name);
+                }
+                _ => {
+                    return (
+                        ErrorCode::INVALID_CONFIG,
+                        Some(format!(
+                            "{name}: only SET and DELETE apply to a group config"
+                        )),
+                    )
+                }
+            }
+        }
+        if let Err(e) = limits.check_group_configs(&configs) {
+            return (ErrorCode::INVALID_CONFIG, Some(e));
+        }
+        if change.validate_only
+            || Some(&configs) == current
+            || (configs.is_empty() && current.is_none())
+        {
+            return (ErrorCode::NONE, None);
+        }
+        info!(group = %change.group, ?configs, "altering group configs");
+        let cmd = MetadataCommand::SetGroupConfigs {
+            group: change.group,
+            configs,
+        };
+        self.answer(cmd).await
+    }
+}
+
 fn apply_config_op(
     configs: &mut std::collections::BTreeMap<String, String>,
     name: &str,

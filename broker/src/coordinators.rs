@@ -219,28 +219,13 @@ async fn run_group_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: GroupOp) -> Gr
             } else {
                 Vec::new()
             };
-            let member = req.member_id.as_deref().unwrap_or("");
-            let checked = match (member.is_empty(), req.member_epoch) {
-                (true, e) if e < 0 => None,
-                _ => g.consumer_offset_check(&req.group_id, member, req.member_epoch),
-            };
-            match checked {
-                Some(Err(code)) => GroupReply::Fetch(code, Vec::new(), Vec::new()),
-                _ => GroupReply::Fetch(ErrorCode::NONE, offsets, unstable),
+            match fetch_refusal(g, &req) {
+                Some(code) => GroupReply::Fetch(code, Vec::new(), Vec::new()),
+                None => GroupReply::Fetch(ErrorCode::NONE, offsets, unstable),
             }
         }
         GroupOp::ConsumerHeartbeat { req, caller } => {
-            let topics = subscribable_topics(&shard.catalog());
-            let answer = g.consumer_heartbeat(&req, &caller, &topics);
-            // What the heartbeat changed is durable before it is answered, as in Kafka.
-            let written = g.persist_consumer(log, &req.group_id).await;
-            GroupReply::ConsumerHeartbeat(match written {
-                Err(code) if answer.is_ok() => Err(Refusal {
-                    code: write_refusal(code),
-                    message: format!("the group's state could not be written (error {})", code.0),
-                }),
-                _ => answer,
-            })
+            GroupReply::ConsumerHeartbeat(consumer_heartbeat(shard, log, req, caller).await)
         }
         GroupOp::ConsumerDescribe(id) => {
             GroupReply::ConsumerDescribe(g.describe_consumer_group(&id))
@@ -251,6 +236,38 @@ async fn run_group_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: GroupOp) -> Gr
             let (code, topics) = g.delete_offsets(log, req).await;
             GroupReply::OffsetDelete(code, topics)
         }
+    }
+}
+
+/// An OffsetFetch v9+ from a consumer group's member at an epoch the group does not hold: the
+/// group's error. A fetch without a member (null id, epoch -1) is always answered.
+fn fetch_refusal(g: &crate::group::GroupCoordinator, req: &OffsetFetchGroup) -> Option<ErrorCode> {
+    let member = req.member_id.as_deref().unwrap_or("");
+    if member.is_empty() && req.member_epoch < 0 {
+        return None;
+    }
+    g.consumer_offset_check(&req.group_id, member, req.member_epoch)?
+        .err()
+}
+
+/// A ConsumerGroupHeartbeat, answered once what it changed is durable, as in Kafka.
+async fn consumer_heartbeat(
+    shard: &Rc<Shard>,
+    log: &Rc<Partition>,
+    req: ConsumerGroupHeartbeatRequest,
+    caller: Caller,
+) -> Result<HeartbeatAnswer, Refusal> {
+    let g = &shard.groups;
+    let catalog = shard.catalog();
+    let topics = subscribable_topics(&catalog);
+    let own = catalog.group_configs.get(&req.group_id);
+    let answer = g.consumer_heartbeat(&req, &caller, &topics, own);
+    match g.persist_consumer(log, &req.group_id).await {
+        Err(code) if answer.is_ok() => Err(Refusal {
+            code: write_refusal(code),
+            message: format!("the group's state could not be written (error {})", code.0),
+        }),
+        _ => answer,
     }
 }
 

@@ -17,7 +17,9 @@ use rdkafka::message::Message;
 
 /// Fast heartbeats so that reconciliation takes tenths of a second, not the default 5 s steps.
 const PROPS: &[(&str, &str)] = &[
+    ("group.consumer.min.heartbeat.interval.ms", "100"),
     ("group.consumer.heartbeat.interval.ms", "300"),
+    ("group.consumer.min.session.timeout.ms", "1000"),
     ("group.consumer.session.timeout.ms", "6000"),
 ];
 
@@ -404,6 +406,7 @@ fn a_member_keeps_its_partitions_when_its_coordinator_is_killed() {
     use common::cluster::{metadata, placement, Cluster};
     let mut cluster = Cluster::new(3);
     cluster.extra = vec![
+        "group.consumer.min.heartbeat.interval.ms=100".into(),
         "group.consumer.heartbeat.interval.ms=300".into(),
         "replica.lag.time.max.ms=3000".into(),
     ];
@@ -492,4 +495,80 @@ fn find_coordinator(addr: SocketAddr, group: &str) -> i32 {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+#[test]
+fn a_groups_own_configs_change_what_its_members_are_told() {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 1, PROPS);
+    create(broker.addr, "raw-topic", 1);
+    let mut c = RawConn::connect(broker.addr);
+    let alter = |c: &mut RawConn, key: &str, value: &str| -> (i16, Option<String>) {
+        let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(32)
+                .with_resource_name(s("raw"))
+                .with_configs(vec![AlterableConfig::default()
+                    .with_name(s(key))
+                    .with_config_operation(0)
+                    .with_value(Some(s(value)))]),
+        ]);
+        let r: IncrementalAlterConfigsResponse =
+            c.request(ApiKey::IncrementalAlterConfigs, 1, &req);
+        let r = &r.responses[0];
+        (
+            r.error_code,
+            r.error_message.as_ref().map(|m| m.to_string()),
+        )
+    };
+    assert_eq!(heartbeat(&mut c, 1, |q| q).heartbeat_interval_ms, 300);
+    assert_eq!(
+        alter(&mut c, "consumer.heartbeat.interval.ms", "900"),
+        (0, None)
+    );
+    let r = heartbeat(&mut c, 1, |q| {
+        q.with_member_epoch(1).with_topic_partitions(None)
+    });
+    assert_eq!((r.error_code, r.heartbeat_interval_ms), (0, 900));
+    // Outside the broker's bounds, or not a group config: INVALID_CONFIG, saying why.
+    let (code, msg) = alter(&mut c, "consumer.session.timeout.ms", "500");
+    assert_eq!(code, 40, "{msg:?}");
+    assert!(msg
+        .unwrap()
+        .contains("group.consumer.min.session.timeout.ms"));
+    assert_eq!(alter(&mut c, "session.timeout.ms", "10000").0, 40);
+    let d: DescribeConfigsResponse = c.request(
+        ApiKey::DescribeConfigs,
+        4,
+        &DescribeConfigsRequest::default().with_resources(vec![
+            describe_configs_request::DescribeConfigsResource::default()
+                .with_resource_type(32)
+                .with_resource_name(s("raw"))
+                .with_configuration_keys(None),
+        ]),
+    );
+    let configs: BTreeMap<String, (String, i8)> = d.results[0]
+        .configs
+        .iter()
+        .map(|e| {
+            (
+                e.name.to_string(),
+                (
+                    e.value.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+                    e.config_source,
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(
+        configs["consumer.heartbeat.interval.ms"],
+        ("900".to_string(), 8)
+    );
+    assert_eq!(
+        configs["consumer.session.timeout.ms"],
+        ("6000".to_string(), 5)
+    );
 }

@@ -244,7 +244,9 @@ def cg_broker(tmp_path, suite_security):
     tenths of a second) and a 6 s session (a killed member's partitions move within a test)."""
     b = Broker(tmp_path / "data", extra=[
         "--set", "num.partitions=1",
+        "--set", "group.consumer.min.heartbeat.interval.ms=100",
         "--set", "group.consumer.heartbeat.interval.ms=300",
+        "--set", "group.consumer.min.session.timeout.ms=1000",
         "--set", "group.consumer.session.timeout.ms=6000",
     ])
     if suite_security:

@@ -223,6 +223,10 @@ pub struct Catalog {
     /// Fencings and ISR changes, counted as the log applies them.
     #[serde(default)]
     pub liveness: LivenessCounts,
+    /// Consumer groups' config overrides (IncrementalAlterConfigs on the GROUP resource), by
+    /// group id; a group without overrides has no entry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
     /// Topic names by topic id, built on first use (fetches from v13 name topics by id).
     #[serde(skip)]
     pub topic_ids: TopicIdIndex,
@@ -276,6 +280,7 @@ impl Catalog {
             acls: Vec::new(),
             client_quotas: Vec::new(),
             liveness: LivenessCounts::default(),
+            group_configs: BTreeMap::new(),
             topic_ids: TopicIdIndex::default(),
         }
     }

@@ -94,6 +94,11 @@ pub enum MetadataCommand {
         topic: String,
         configs: BTreeMap<String, String>,
     },
+    /// Replaces a consumer group's config overrides (none: the broker's defaults).
+    SetGroupConfigs {
+        group: String,
+        configs: BTreeMap<String, String>,
+    },
     /// Replaces the dynamic broker configs of one broker (`Some(id)`) or the cluster (`None`).
     SetBrokerConfigs {
         broker: Option<i32>,
@@ -271,6 +276,14 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             ),
         },
         C::SetBrokerConfigs { broker, configs } => set_broker_configs(image, broker, configs),
+        C::SetGroupConfigs { group, configs } => {
+            if configs.is_empty() {
+                image.group_configs.remove(&group);
+            } else {
+                image.group_configs.insert(group, configs);
+            }
+            Outcome::Done
+        }
         C::ChangeIsr {
             topic,
             partition,

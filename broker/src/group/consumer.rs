@@ -49,9 +49,75 @@ pub struct ConsumerLimits {
     pub heartbeat_interval: Duration,
     /// `group.consumer.assignors`, in order: the first is used when no member asks for one.
     pub assignors: [Option<Assignor>; 2],
+    /// `group.consumer.{min,max}.session.timeout.ms`: a group's own session must fall in it.
+    pub session_timeout_range: (Duration, Duration),
+    /// `group.consumer.{min,max}.heartbeat.interval.ms`, likewise for the heartbeat.
+    pub heartbeat_interval_range: (Duration, Duration),
 }
 
+/// A consumer group's own configs (IncrementalAlterConfigs on the GROUP resource), Kafka 4's
+/// names; each overrides the broker's `group.consumer.*` default for that group.
+pub const GROUP_SESSION_TIMEOUT: &str = "consumer.session.timeout.ms";
+pub const GROUP_HEARTBEAT_INTERVAL: &str = "consumer.heartbeat.interval.ms";
+pub const GROUP_CONFIG_KEYS: [&str; 2] = [GROUP_SESSION_TIMEOUT, GROUP_HEARTBEAT_INTERVAL];
+
 impl ConsumerLimits {
+    /// These limits with a group's own configs in place of the broker's defaults (a value that
+    /// no longer parses keeps the default).
+    pub fn for_group(&self, configs: Option<&BTreeMap<String, String>>) -> ConsumerLimits {
+        let mut out = *self;
+        let ms = |key: &str| {
+            configs
+                .and_then(|c| c.get(key))
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(Duration::from_millis)
+        };
+        if let Some(d) = ms(GROUP_SESSION_TIMEOUT) {
+            out.session_timeout = d;
+        }
+        if let Some(d) = ms(GROUP_HEARTBEAT_INTERVAL) {
+            out.heartbeat_interval = d;
+        }
+        out
+    }
+
+    /// Whether `configs` may be a group's own configs: known keys, whole numbers of ms within
+    /// the broker's bounds, the heartbeat below the session. The error names what is wrong.
+    pub fn check_group_configs(&self, configs: &BTreeMap<String, String>) -> Result<(), String> {
+        for (key, value) in configs {
+            let (range, bound) = match key.as_str() {
+                GROUP_SESSION_TIMEOUT => (self.session_timeout_range, "session.timeout.ms"),
+                GROUP_HEARTBEAT_INTERVAL => {
+                    (self.heartbeat_interval_range, "heartbeat.interval.ms")
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown group config {key:?}; the group configs are {}",
+                        GROUP_CONFIG_KEYS.join(", ")
+                    ))
+                }
+            };
+            let ms: u64 = value
+                .parse()
+                .map_err(|_| format!("{key} must be a whole number of ms, not {value:?}"))?;
+            let (lo, hi) = (range.0.as_millis() as u64, range.1.as_millis() as u64);
+            if !(lo..=hi).contains(&ms) {
+                return Err(format!(
+                    "{key} = {ms} is outside {lo}..={hi} (group.consumer.min.{bound} and group.consumer.max.{bound})"
+                ));
+            }
+        }
+        let effective = self.for_group(Some(configs));
+        if effective.heartbeat_interval >= effective.session_timeout {
+            return Err(format!(
+                "{GROUP_HEARTBEAT_INTERVAL} ({} ms) must be below {GROUP_SESSION_TIMEOUT} ({} ms)",
+                effective.heartbeat_interval.as_millis(),
+                effective.session_timeout.as_millis()
+            ));
+        }
+        Ok(())
+    }
+
     fn default_assignor(&self) -> Assignor {
         self.assignors[0].unwrap_or(Assignor::Uniform)
     }

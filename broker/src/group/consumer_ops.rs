@@ -56,11 +56,13 @@ impl GroupCoordinator {
 
     /// A ConsumerGroupHeartbeat. A group id a classic group with members holds is refused
     /// GROUP_ID_NOT_FOUND, as Kafka answers when it does not migrate the group.
+    /// `configs`: the group's own configs, from the image (`None`: the broker's defaults).
     pub fn consumer_heartbeat(
         &self,
         req: &ConsumerGroupHeartbeatRequest,
         caller: &Caller,
         topics: &TopicsImage,
+        configs: Option<&std::collections::BTreeMap<String, String>>,
     ) -> Result<HeartbeatAnswer, Refusal> {
         let now = Instant::now();
         let classic_members = self
@@ -87,7 +89,8 @@ impl GroupCoordinator {
             .entry(req.group_id.clone())
             .or_insert_with(|| ConsumerGroup::new(&req.group_id));
         let before = (g.group_epoch, g.members.len());
-        let answer = g.heartbeat(req, caller, topics, now, &self.config.consumer)?;
+        let limits = self.config.consumer.for_group(configs);
+        let answer = g.heartbeat(req, caller, topics, now, &limits)?;
         if before != (g.group_epoch, g.members.len()) {
             info!(
                 group = %req.group_id,

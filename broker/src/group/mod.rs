@@ -542,30 +542,7 @@ impl GroupCoordinator {
                 .map(|(t, ps)| (t.clone(), ps.iter().map(|p| (p.partition, code)).collect()))
                 .collect()
         };
-        // A transactional commit outside any member (no id, no epoch) is taken by a consumer
-        // group too, as Kafka does.
-        let outside_txn = txn.is_some() && req.generation_id < 0 && req.member_id.is_empty();
-        let consumer = self
-            .consumer_offset_check(&req.group_id, &req.member_id, req.generation_id)
-            .filter(|_| !outside_txn);
-        let check = match (consumer, self.groups.borrow().get(&req.group_id)) {
-            // A transactional commit behind the member's epoch is told ILLEGAL_GENERATION, as
-            // Kafka tells it.
-            (Some(Err(ErrorCode::STALE_MEMBER_EPOCH)), _) if txn.is_some() => {
-                Err(ErrorCode::ILLEGAL_GENERATION)
-            }
-            (Some(checked), _) => checked,
-            (None, Some(g)) => g.validate_offset_commit(
-                &req.member_id,
-                req.group_instance_id.as_deref(),
-                req.generation_id,
-            ),
-            // A simple commit creates the group, as in Kafka; one naming a generation of a
-            // group that does not exist is ILLEGAL_GENERATION below OffsetCommit v9.
-            (None, None) if req.generation_id < 0 => Ok(()),
-            (None, None) => Err(ErrorCode::ILLEGAL_GENERATION),
-        };
-        if let Err(code) = check {
+        if let Err(code) = self.check_commit(&req, txn.is_some()) {
             // Said at info: a refused commit is what a stuck consumer or transactional producer
             // shows first, and the client's own report may name another broker.
             info!(
@@ -627,6 +604,38 @@ impl GroupCoordinator {
             }
         }
         results
+    }
+
+    /// Whether the group takes a commit of `req` (`transactional`: a TxnOffsetCommit): by the
+    /// member epoch in a consumer group, by the generation in a classic one.
+    fn check_commit(
+        &self,
+        req: &OffsetCommitRequest,
+        transactional: bool,
+    ) -> Result<(), ErrorCode> {
+        // A transactional commit outside any member (no id, no epoch) is taken by a consumer
+        // group too, as Kafka does.
+        let outside_txn = transactional && req.generation_id < 0 && req.member_id.is_empty();
+        let consumer = self
+            .consumer_offset_check(&req.group_id, &req.member_id, req.generation_id)
+            .filter(|_| !outside_txn);
+        match (consumer, self.groups.borrow().get(&req.group_id)) {
+            // A transactional commit behind the member's epoch is told ILLEGAL_GENERATION, as
+            // Kafka tells it.
+            (Some(Err(ErrorCode::STALE_MEMBER_EPOCH)), _) if transactional => {
+                Err(ErrorCode::ILLEGAL_GENERATION)
+            }
+            (Some(checked), _) => checked,
+            (None, Some(g)) => g.validate_offset_commit(
+                &req.member_id,
+                req.group_instance_id.as_deref(),
+                req.generation_id,
+            ),
+            // A simple commit creates the group, as in Kafka; one naming a generation of a
+            // group that does not exist is ILLEGAL_GENERATION below OffsetCommit v9.
+            (None, None) if req.generation_id < 0 => Ok(()),
+            (None, None) => Err(ErrorCode::ILLEGAL_GENERATION),
+        }
     }
 
     /// Holds a transactional offset record until its producer's marker.
@@ -991,6 +1000,8 @@ mod coordinator_tests {
                 session_timeout: Duration::from_secs(45),
                 heartbeat_interval: Duration::from_secs(5),
                 assignors: [Some(assignor::Assignor::Uniform), None],
+                session_timeout_range: (Duration::from_secs(1), Duration::from_secs(60)),
+                heartbeat_interval_range: (Duration::from_secs(1), Duration::from_secs(15)),
             },
             offset_metadata_max_bytes: 4096,
             offsets_retention: retention,
@@ -1279,14 +1290,14 @@ mod retention_and_fencing_tests {
             version: 1,
         };
         let topics = consumer::TopicsImage::from([("t".to_string(), ([1; 16], 1))]);
-        c.consumer_heartbeat(&req, &caller, &topics).unwrap();
+        c.consumer_heartbeat(&req, &caller, &topics, None).unwrap();
         let (_, tombstones) = c.tick(Instant::now(), true);
         assert!(
             tombstones.is_empty(),
             "a member still reads the group's partitions"
         );
         req.member_epoch = -1;
-        c.consumer_heartbeat(&req, &caller, &topics).unwrap();
+        c.consumer_heartbeat(&req, &caller, &topics, None).unwrap();
         let (_, tombstones) = c.tick(Instant::now(), true);
         assert_eq!(
             tombstones.len(),

@@ -12,13 +12,15 @@ use kafka_protocol::messages::incremental_alter_configs_response::{
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::{api_key, ApiSpec};
 use tributary_protocol::requests::alter_configs::{self, AlterResource};
-use tributary_protocol::requests::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use tributary_protocol::requests::describe_configs::{
+    RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC,
+};
 use tributary_protocol::{ErrorCode, Reader};
 use tributary_security::acl::{AclOperation, ResourceType};
 
 use super::common::{decode_all, frame, str_bytes, HandlerResult};
 use crate::conn::Conn;
-use crate::controller::{BrokerConfigChange, ConfigChange};
+use crate::controller::{BrokerConfigChange, ConfigChange, GroupConfigChange};
 use crate::shard::Shard;
 
 /// One resource's outcome: its type, its name, an error code and a message.
@@ -125,6 +127,20 @@ async fn alter_resource(
                 .unwrap_or((ErrorCode::UNKNOWN_SERVER_ERROR, None))
             }
         },
+        RESOURCE_GROUP => {
+            let change = GroupConfigChange {
+                group: res.resource_name.clone(),
+                configs: res.configs,
+                replace,
+                validate_only,
+            };
+            crate::controller::ask(shard, |s, c| async move {
+                c.alter_group_configs(&s.config.group_consumer, change)
+                    .await
+            })
+            .await
+            .unwrap_or((ErrorCode::UNKNOWN_SERVER_ERROR, None))
+        }
         other => (
             ErrorCode::INVALID_REQUEST,
             Some(format!("resource type {other} is not supported")),
@@ -141,26 +157,32 @@ fn refusal(
     conn: Conn<'_>,
     res: &AlterResource,
 ) -> Option<(ErrorCode, Option<String>)> {
-    // ALTER_CONFIGS on the topic, or on the cluster for a broker, as in Kafka.
-    let allowed = match res.resource_type {
-        RESOURCE_TOPIC => shard.allowed(
-            conn,
-            AclOperation::AlterConfigs,
-            ResourceType::Topic,
-            &res.resource_name,
+    // ALTER_CONFIGS on the topic or the group, or on the cluster for a broker, as in Kafka.
+    let (allowed, denied) = match res.resource_type {
+        RESOURCE_TOPIC => (
+            shard.allowed(
+                conn,
+                AclOperation::AlterConfigs,
+                ResourceType::Topic,
+                &res.resource_name,
+            ),
+            ErrorCode::TOPIC_AUTHORIZATION_FAILED,
         ),
-        _ => shard.allowed_on_cluster(conn, AclOperation::AlterConfigs),
+        RESOURCE_GROUP => (
+            shard.allowed(
+                conn,
+                AclOperation::AlterConfigs,
+                ResourceType::Group,
+                &res.resource_name,
+            ),
+            ErrorCode::GROUP_AUTHORIZATION_FAILED,
+        ),
+        _ => (
+            shard.allowed_on_cluster(conn, AclOperation::AlterConfigs),
+            ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
+        ),
     };
-    (!allowed).then(|| {
-        (
-            if res.resource_type == RESOURCE_TOPIC {
-                ErrorCode::TOPIC_AUTHORIZATION_FAILED
-            } else {
-                ErrorCode::CLUSTER_AUTHORIZATION_FAILED
-            },
-            Some("ALTER_CONFIGS is not allowed".to_string()),
-        )
-    })
+    (!allowed).then(|| (denied, Some("ALTER_CONFIGS is not allowed".to_string())))
 }
 
 /// The broker a BROKER resource names: `None` for the cluster-wide defaults (an empty name),

@@ -11,7 +11,7 @@ use kafka_protocol::messages::describe_configs_response::{
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::ApiSpec;
 use tributary_protocol::requests::describe_configs::{
-    self, ConfigResource, DescribeConfigsRequest, RESOURCE_BROKER, RESOURCE_TOPIC,
+    self, ConfigResource, DescribeConfigsRequest, RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC,
 };
 use tributary_protocol::{ErrorCode, Reader};
 use tributary_security::acl::{AclOperation, ResourceType};
@@ -29,6 +29,7 @@ const SOURCE_DYNAMIC_BROKER: i8 = 2;
 const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
+const SOURCE_GROUP: i8 = 8;
 
 struct Entry {
     name: std::borrow::Cow<'static, str>,
@@ -96,25 +97,34 @@ fn entries(
     effective: &BrokerConfig,
     res: &ConfigResource,
 ) -> Result<Vec<Entry>, (ErrorCode, String)> {
-    // DESCRIBE_CONFIGS on the topic, or on the cluster for a broker, as in Kafka.
-    let allowed = match res.resource_type {
-        RESOURCE_TOPIC => shard.allowed(
-            conn,
-            AclOperation::DescribeConfigs,
-            ResourceType::Topic,
-            &res.resource_name,
+    // DESCRIBE_CONFIGS on the topic or the group, or on the cluster for a broker, as in Kafka.
+    let (allowed, denied) = match res.resource_type {
+        RESOURCE_TOPIC => (
+            shard.allowed(
+                conn,
+                AclOperation::DescribeConfigs,
+                ResourceType::Topic,
+                &res.resource_name,
+            ),
+            ErrorCode::TOPIC_AUTHORIZATION_FAILED,
         ),
-        _ => shard.allowed_on_cluster(conn, AclOperation::DescribeConfigs),
+        RESOURCE_GROUP => (
+            shard.allowed(
+                conn,
+                AclOperation::DescribeConfigs,
+                ResourceType::Group,
+                &res.resource_name,
+            ),
+            ErrorCode::GROUP_AUTHORIZATION_FAILED,
+        ),
+        _ => (
+            shard.allowed_on_cluster(conn, AclOperation::DescribeConfigs),
+            ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
+        ),
     };
     match res.resource_type {
-        _ if !allowed => Err((
-            if res.resource_type == RESOURCE_TOPIC {
-                ErrorCode::TOPIC_AUTHORIZATION_FAILED
-            } else {
-                ErrorCode::CLUSTER_AUTHORIZATION_FAILED
-            },
-            "DESCRIBE_CONFIGS is not allowed".to_string(),
-        )),
+        _ if !allowed => Err((denied, "DESCRIBE_CONFIGS is not allowed".to_string())),
+        RESOURCE_GROUP => Ok(group_entries(catalog, effective, &res.resource_name)),
         RESOURCE_TOPIC => match catalog.topics.get(&res.resource_name) {
             Some(t) => Ok(topic_entries(shard, catalog, effective, t)),
             None => Err((
@@ -162,6 +172,36 @@ fn topic_entries(
                 kind: k.kind,
                 doc: k.doc,
             },
+        })
+        .collect()
+}
+
+/// A consumer group's configs: its own value of each group key (source GROUP_CONFIG), else
+/// the broker's default it takes (`group.consumer.*`, source DEFAULT_CONFIG).
+fn group_entries(catalog: &Catalog, effective: &BrokerConfig, group: &str) -> Vec<Entry> {
+    use crate::group::consumer::{GROUP_CONFIG_KEYS, GROUP_SESSION_TIMEOUT};
+    let own = catalog.group_configs.get(group);
+    let limits = &effective.group_consumer;
+    GROUP_CONFIG_KEYS
+        .iter()
+        .map(|key| {
+            let default = if *key == GROUP_SESSION_TIMEOUT {
+                limits.session_timeout
+            } else {
+                limits.heartbeat_interval
+            };
+            let (value, source) = match own.and_then(|c| c.get(*key)) {
+                Some(v) => (v.clone(), SOURCE_GROUP),
+                None => (default.as_millis().to_string(), SOURCE_DEFAULT),
+            };
+            Entry {
+                name: (*key).into(),
+                value,
+                source,
+                read_only: false,
+                kind: ConfigKind::Int,
+                doc: "A KIP-848 consumer group's own setting, within the broker's group.consumer.min/max bounds.",
+            }
         })
         .collect()
 }

@@ -39,33 +39,7 @@ pub async fn handle(
 ) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| metadata::decode(r, v))?;
-    // Topics asked for by id (v12+, as KIP-848 consumers ask for the topics of an assignment)
-    // are answered by their name; an unknown id stays unnamed (UNKNOWN_TOPIC_ID).
-    let known = shard.catalog();
-    let by_id = |t: &tributary_protocol::requests::metadata::MetadataTopic| {
-        t.name.clone().or_else(|| {
-            (t.topic_id != [0; 16])
-                .then(|| known.topic_by_id(&t.topic_id).map(|m| m.name.clone()))
-                .flatten()
-        })
-    };
-    let unknown_ids: Vec<[u8; 16]> = req
-        .topics
-        .iter()
-        .flatten()
-        .filter(|t| by_id(t).is_none() && t.topic_id != [0; 16])
-        .map(|t| t.topic_id)
-        .collect();
-    let requested: Option<Vec<Option<String>>> = req.topics.as_ref().map(|ts| {
-        ts.iter()
-            .filter_map(|t| match by_id(t) {
-                Some(name) => Some(Some(name)),
-                None if t.topic_id == [0; 16] => Some(None),
-                None => None,
-            })
-            .collect()
-    });
-    drop(known);
+    let (requested, unknown_ids) = by_name(&shard.catalog(), req.topics.as_deref());
     let catalog = match &requested {
         Some(names) => auto_create(shard, conn, names, req.allow_auto_topic_creation).await,
         None => shard.catalog(),
@@ -120,6 +94,33 @@ pub async fn handle(
         ));
     }
     frame(spec, header, &resp)
+}
+
+/// The requested topics by name: a topic asked for by id (v12+, as KIP-848 consumers ask for
+/// the topics of an assignment) is answered by its name; the ids no topic has are returned
+/// apart (answered UNKNOWN_TOPIC_ID). `None`: every topic.
+fn by_name(
+    catalog: &Catalog,
+    topics: Option<&[tributary_protocol::requests::metadata::MetadataTopic]>,
+) -> (Option<Vec<Option<String>>>, Vec<[u8; 16]>) {
+    let Some(topics) = topics else {
+        return (None, Vec::new());
+    };
+    let mut names = Vec::with_capacity(topics.len());
+    let mut unknown = Vec::new();
+    for t in topics {
+        let named = t.name.clone().or_else(|| {
+            (t.topic_id != [0; 16])
+                .then(|| catalog.topic_by_id(&t.topic_id).map(|m| m.name.clone()))
+                .flatten()
+        });
+        match named {
+            Some(name) => names.push(Some(name)),
+            None if t.topic_id == [0; 16] => names.push(None),
+            None => unknown.push(t.topic_id),
+        }
+    }
+    (Some(names), unknown)
 }
 
 /// Whether the principal may see topic `t` in Metadata: DESCRIBE on it.

@@ -6,6 +6,8 @@ use crate::wire::{DecodeError, Reader};
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
+/// Kafka 4's consumer group configs (KIP-848).
+pub const RESOURCE_GROUP: i8 = 32;
 
 #[derive(Debug, Clone)]
 pub struct DescribeConfigsRequest {

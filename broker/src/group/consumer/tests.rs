@@ -10,6 +10,8 @@ fn limits() -> ConsumerLimits {
         session_timeout: Duration::from_secs(45),
         heartbeat_interval: Duration::from_secs(5),
         assignors: [Some(Assignor::Uniform), Some(Assignor::Range)],
+        session_timeout_range: (Duration::from_secs(45), Duration::from_secs(60)),
+        heartbeat_interval_range: (Duration::from_secs(5), Duration::from_secs(15)),
     }
 }
 
@@ -439,4 +441,36 @@ fn a_group_rebuilt_from_its_records_is_the_same_group() {
     )
     .unwrap();
     assert!(!back.members.contains_key("m2"));
+}
+
+#[test]
+fn a_groups_own_configs_are_held_to_the_brokers_bounds() {
+    let l = limits();
+    let set = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert!(l
+        .check_group_configs(&set(&[("consumer.session.timeout.ms", "50000")]))
+        .is_ok());
+    assert!(l
+        .check_group_configs(&set(&[("consumer.session.timeout.ms", "1000")]))
+        .is_err());
+    assert!(l
+        .check_group_configs(&set(&[("consumer.heartbeat.interval.ms", "x")]))
+        .is_err());
+    assert!(l
+        .check_group_configs(&set(&[("share.record.lock.duration.ms", "1")]))
+        .is_err());
+    let g = l.for_group(Some(&set(&[("consumer.heartbeat.interval.ms", "7000")])));
+    assert_eq!(g.heartbeat_interval, Duration::from_secs(7));
+    assert_eq!(g.session_timeout, l.session_timeout);
+    // The group's heartbeat is what its members are told.
+    let mut group = ConsumerGroup::new("g");
+    let a = group
+        .heartbeat(&join("m1"), &caller(), &topics(1), Instant::now(), &g)
+        .unwrap();
+    assert_eq!(a.heartbeat_interval_ms, 7000);
 }
