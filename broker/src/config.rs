@@ -356,6 +356,8 @@ impl ConfigKind {
 
 pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "node.id", default: "0", kind: ConfigKind::Int, doc: "The id of this broker." },
+    BrokerKey { name: "broker.rack", default: "", kind: ConfigKind::String, doc: "The rack (or zone) of this broker: new partitions spread their replicas over racks, and with replica.selector.class consumers read from a replica in their client.rack." },
+    BrokerKey { name: "replica.selector.class", default: "", kind: ConfigKind::String, doc: "Which replica a consumer reads from (KIP-392): empty, the leader; org.apache.kafka.common.replica.RackAwareReplicaSelector, an in-sync replica in the consumer's client.rack." },
     BrokerKey { name: "process.roles", default: "broker,controller", kind: ConfigKind::List, doc: "The node's roles: broker (serves clients and holds replicas), controller (a voter of controller.quorum.voters, may be the active controller), or both. A broker-only node follows the controllers' metadata log; a controller-only node serves no clients." },
     BrokerKey { name: "controller.quorum.voters", default: "", kind: ConfigKind::List, doc: "The metadata quorum, as id@host:port entries (the voters' CONTROLLER listeners), e.g. 1@10.0.0.1:9093,2@10.0.0.2:9093,3@10.0.0.3:9093. Empty: this node is the one voter of its own quorum." },
     BrokerKey { name: "listeners", default: "", kind: ConfigKind::List, doc: "NAME://host:port entries: one PLAINTEXT listener for clients and, with several voters, the one named in controller.listener.names for the quorum. Empty: clients on --listen, no quorum listener." },
@@ -508,6 +510,8 @@ pub struct BrokerConfig {
     /// with the JWKS read at start-up. Other listeners take unsecured tokens.
     pub oauth_validators: HashMap<String, Arc<tributary_security::oauthbearer::SignedValidator>>,
     pub node_id: i32,
+    /// `broker.rack` and `replica.selector.class`.
+    pub rack: RackConfig,
     /// The node's place in the cluster: the quorum's voters and timeouts.
     pub cluster: crate::cluster::config::ClusterConfig,
     pub auto_create_topics: bool,
@@ -861,6 +865,7 @@ fn assemble(p: Parts) -> BrokerConfig {
         advertised_port: p.node.advertised_port,
         cpus: p.cpus,
         node_id: p.node.node_id,
+        rack: p.node.rack,
         cluster: p.node.cluster,
         default_replication_factor: p.repl.default_replication_factor,
         min_insync_replicas: p.repl.min_insync_replicas,
@@ -994,10 +999,42 @@ impl LogTimes {
     }
 }
 
+/// Kafka's `RackAwareReplicaSelector`, the one replica selector served.
+pub const RACK_AWARE_SELECTOR: &str = "org.apache.kafka.common.replica.RackAwareReplicaSelector";
+
+/// Where the broker stands and which replica its consumers read from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RackConfig {
+    /// `broker.rack`; `None` when unset.
+    pub broker_rack: Option<String>,
+    /// `replica.selector.class` is the rack-aware selector: a leader sends a consumer with a
+    /// `client.rack` to an in-sync replica in that rack (KIP-392).
+    pub rack_aware_reads: bool,
+}
+
+impl RackConfig {
+    fn parse(get: Get) -> Result<Self> {
+        let rack = get("broker.rack");
+        let selector = get("replica.selector.class");
+        let rack_aware_reads = match selector.trim() {
+            "" => false,
+            s if s == RACK_AWARE_SELECTOR || s == "RackAwareReplicaSelector" => true,
+            other => bail!(
+                "replica.selector.class {other:?} is not served: leave it empty (consumers read from the leader) or set {RACK_AWARE_SELECTOR}"
+            ),
+        };
+        Ok(RackConfig {
+            broker_rack: Some(rack.trim().to_string()).filter(|r| !r.is_empty()),
+            rack_aware_reads,
+        })
+    }
+}
+
 /// Who the node is and where it is reached: `node.id`, its place in the cluster (roles and
 /// quorum), its client listeners, and the inter-broker address it binds and registers.
 struct NodeIdentity {
     node_id: i32,
+    rack: RackConfig,
     cluster: crate::cluster::config::ClusterConfig,
     listeners: Vec<crate::cluster::config::ListenerSpec>,
     listen: SocketAddr,
@@ -1027,6 +1064,7 @@ impl NodeIdentity {
         };
         Ok(Self {
             node_id,
+            rack: RackConfig::parse(get)?,
             cluster,
             listeners: client.all,
             listen,

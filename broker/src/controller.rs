@@ -197,7 +197,6 @@ impl Controller {
         };
         let catalog = self.node.image();
         let max = shard.broker_config().max_broker_partitions;
-        let brokers: Vec<i32> = catalog.live_brokers().map(|b| b.id).collect();
         let mut results: Vec<(ErrorCode, Option<String>)> = Vec::with_capacity(topics.len());
         let mut proposed: Vec<(usize, TopicMeta)> = Vec::new();
         let mut adding = 0i64;
@@ -211,7 +210,7 @@ impl Controller {
                     }
                     let (start, shift) = (random(), random());
                     let rf = usize::try_from(t.replication_factor).unwrap_or(0);
-                    placement::assign(&brokers, 0, t.partitions, rf, start, shift)
+                    placement::assign_live(&catalog, 0, t.partitions, rf, start, shift)
                         .map_err(|(c, m)| (c, Some(m)))
                 });
             match checked {
@@ -535,11 +534,10 @@ impl Controller {
         };
         let max = shard.broker_config().max_broker_partitions;
         let mut catalog = (*self.node.image()).clone();
-        let brokers: Vec<i32> = catalog.live_brokers().map(|b| b.id).collect();
         let mut results = Vec::with_capacity(topics.len());
         let mut proposed: Vec<(usize, MetadataCommand)> = Vec::new();
         for (i, g) in topics.iter().enumerate() {
-            let placed = place_growth(&catalog, g, max, &brokers, (random(), random()));
+            let placed = place_growth(&catalog, g, max, (random(), random()));
             match placed {
                 Err(e) => results.push(e),
                 Ok((from, replicas)) => {
@@ -632,7 +630,7 @@ type Refusal = (ErrorCode, Option<String>);
 
 /// Where one CreatePartitions topic's new partitions go, as (first new partition, one replica
 /// list per new partition): the client's assignment, checked as Kafka checks it, or a placement
-/// over the live `brokers` from the random `draws`. Either way each new partition gets the
+/// over the live brokers from the random `draws`. Either way each new partition gets the
 /// topic's replication factor — its first partition's replica count, less the replicas a
 /// reassignment in progress is adding — so an explicit assignment must name that many
 /// distinct, registered brokers per partition.
@@ -640,7 +638,6 @@ fn place_growth(
     catalog: &Catalog,
     g: &PartitionGrowth,
     max: i64,
-    brokers: &[i32],
     draws: (usize, usize),
 ) -> Result<(i32, ReplicaLists), Refusal> {
     check_growth(catalog, g, max)?;
@@ -653,7 +650,7 @@ fn place_growth(
         Some(given) => {
             placement::check_manual(catalog, given, Some(rf), from).map(|()| given.clone())
         }
-        None => placement::assign(brokers, from, g.count - from, rf, draws.0, draws.1),
+        None => placement::assign_live(catalog, from, g.count - from, rf, draws.0, draws.1),
     };
     placed.map(|r| (from, r)).map_err(|(c, m)| (c, Some(m)))
 }
@@ -944,6 +941,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 9000,
                 listeners: Vec::new(),
+                rack: None,
             };
             apply(&mut image, id as u64, &cmd.encode());
         }
@@ -970,8 +968,7 @@ mod tests {
     }
 
     fn place(g: &PartitionGrowth) -> Result<(i32, ReplicaLists), (ErrorCode, String)> {
-        place_growth(&image(), g, i64::MAX, &[1, 2, 3, 4], (0, 0))
-            .map_err(|(c, m)| (c, m.unwrap_or_default()))
+        place_growth(&image(), g, i64::MAX, (0, 0)).map_err(|(c, m)| (c, m.unwrap_or_default()))
     }
 
     #[test]

@@ -261,13 +261,14 @@ async fn consumer_heartbeat(
     let catalog = shard.catalog();
     let topics = subscribable_topics(&catalog);
     let own = catalog.group_configs.get(&req.group_id);
-    let answer = g.consumer_heartbeat(&req, &caller, &topics, own);
+    // A refused heartbeat changed nothing.
+    let answer = g.consumer_heartbeat(&req, &caller, &topics, own)?;
     match g.persist_consumer(log, &req.group_id).await {
-        Err(code) if answer.is_ok() => Err(Refusal {
+        Err(code) => Err(Refusal {
             code: write_refusal(code),
             message: format!("the group's state could not be written (error {})", code.0),
         }),
-        _ => answer,
+        Ok(()) => Ok(answer),
     }
 }
 

@@ -1128,6 +1128,15 @@ impl Shard {
             aborted_transactions: Vec::new(),
             visible_bytes,
         };
+        // A follower serving a consumer (KIP-392) may trail the leader's high watermark the
+        // consumer read up to: an offset it holds but may not show yet is empty, as in Kafka.
+        let follower = self
+            .catalog()
+            .partition(topic, partition)
+            .is_some_and(|r| r.leader != self.config.node_id);
+        if follower && offset > part.high_watermark() && offset <= part.log_end_offset() {
+            return watermarks(ErrorCode::NONE);
+        }
         if hard_limit && max_bytes == 0 {
             // No bytes left in the response: answer from the watermarks, read nothing.
             let error = if part.is_offline() {

@@ -151,5 +151,5 @@ def test_the_two_protocols_stay_apart_and_admin_sees_the_group(cg_broker):
     assert sorted(tp.partition for tp in described.members[0].assignment.topic_partitions) == [0, 1]
     out = trib(cg_broker, "groups", "describe", "apart-group").stdout
     assert "Type: consumer" in out and "Assignor: uniform" in out, out
-    assert "'apart': [0, 1]" in out, out
+    assert '"apart": [0, 1]' in out, out
     new.close()

@@ -104,6 +104,9 @@ pub struct BrokerRegistration {
     /// recorded: `host:port` is then the broker's one PLAINTEXT endpoint.
     #[serde(default)]
     pub listeners: Vec<Endpoint>,
+    /// `broker.rack`, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
 }
 
 /// One listener of a broker: a name, where clients reach it and its security protocol id.
@@ -412,6 +415,7 @@ mod tests {
             in_controlled_shutdown: false,
             fenced_as_gone: false,
             listeners: Vec::new(),
+            rack: None,
         };
         c.brokers.insert(2, broker(2, false));
         assert_eq!(

@@ -39,6 +39,10 @@ pub enum MetadataCommand {
         port: u16,
         #[serde(default)]
         listeners: Vec<crate::catalog::Endpoint>,
+        /// `broker.rack` (KIP-36): placement spreads replicas over racks, and consumers may
+        /// fetch from a replica in their own (KIP-392).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rack: Option<String>,
     },
     /// Kafka's AlterUserScramCredentials: credentials set (user, mechanism type, credential)
     /// and removed (user, mechanism type). Deleting one that does not exist changes nothing.
@@ -227,6 +231,7 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             host,
             port,
             listeners,
+            rack,
         } => {
             let registration = BrokerRegistration {
                 id,
@@ -238,6 +243,7 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
                 in_controlled_shutdown: false,
                 fenced_as_gone: false,
                 listeners,
+                rack,
             };
             register_broker(image, registration);
             Outcome::Done
@@ -765,6 +771,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 9092 + id as u16,
             listeners: Vec::new(),
+            rack: None,
         }
     }
 
@@ -1531,6 +1538,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 9093,
                 listeners: vec![endpoint.clone()],
+                rack: None,
             },
             register(2, "inc-2"),
             MetadataCommand::AlterScramCredentials {

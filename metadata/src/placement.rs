@@ -11,6 +11,111 @@ use tributary_protocol::ErrorCode;
 use crate::catalog::{Catalog, PartitionRegistration};
 use crate::types::TopicPartition;
 
+/// Replica lists for `count` new partitions numbered from `first_partition` over the live
+/// brokers of `image`: rack-aware when any of them has a rack ([`assign_rack_aware`]), else
+/// [`assign`]. `start` and `shift` are the caller's random draws.
+pub fn assign_live(
+    image: &Catalog,
+    first_partition: i32,
+    count: i32,
+    replication_factor: usize,
+    start: usize,
+    shift: usize,
+) -> Result<Vec<Vec<i32>>, (ErrorCode, String)> {
+    let brokers: Vec<(i32, Option<&str>)> = image
+        .live_brokers()
+        .map(|b| (b.id, b.rack.as_deref()))
+        .collect();
+    if brokers.iter().all(|(_, rack)| rack.is_none()) {
+        let ids: Vec<i32> = brokers.iter().map(|(id, _)| *id).collect();
+        return assign(
+            &ids,
+            first_partition,
+            count,
+            replication_factor,
+            start,
+            shift,
+        );
+    }
+    assign_rack_aware(
+        &brokers,
+        first_partition,
+        count,
+        replication_factor,
+        start,
+        shift,
+    )
+}
+
+/// Kafka's rack-aware assignment: the brokers in an order that alternates racks (the first
+/// broker of each rack, then the second of each, …); the first replica of partition `p` at
+/// `start + p` in it, and each further one the next broker, from a shift that grows every full
+/// round, that is not chosen yet and whose rack holds none of the partition's replicas while
+/// some rack holds none. A broker without a rack is in the rack "" (Kafka refuses such a mix;
+/// here it only weakens the spread).
+pub fn assign_rack_aware(
+    brokers: &[(i32, Option<&str>)],
+    first_partition: i32,
+    count: i32,
+    replication_factor: usize,
+    start: usize,
+    shift: usize,
+) -> Result<Vec<Vec<i32>>, (ErrorCode, String)> {
+    let ordered = rack_alternated(brokers);
+    let ids: Vec<i32> = ordered.iter().map(|(id, _)| *id).collect();
+    // The same checks and messages as the rack-unaware placement.
+    assign(&ids, 0, 0, replication_factor, 0, 0)?;
+    let n = ordered.len();
+    let racks: std::collections::BTreeSet<&str> = ordered.iter().map(|(_, r)| *r).collect();
+    let mut shift = shift % n;
+    let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    for i in 0..count.max(0) as usize {
+        let p = first_partition as usize + i;
+        if p > 0 && p.is_multiple_of(n) {
+            shift += 1;
+        }
+        let first = (p + start) % n;
+        let mut chosen = vec![first];
+        while chosen.len() < replication_factor {
+            let used: std::collections::BTreeSet<&str> =
+                chosen.iter().map(|c| ordered[*c].1).collect();
+            let from = first + 1 + shift % n.saturating_sub(1).max(1);
+            let next = (0..n)
+                .map(|j| (from + j) % n)
+                .filter(|k| !chosen.contains(k))
+                .find(|k| used.len() >= racks.len() || !used.contains(ordered[*k].1))
+                .expect("fewer replicas than brokers");
+            chosen.push(next);
+        }
+        out.push(chosen.into_iter().map(|k| ordered[k].0).collect());
+    }
+    Ok(out)
+}
+
+/// The brokers sorted by rack then id, taken one per rack in turn.
+fn rack_alternated<'a>(brokers: &[(i32, Option<&'a str>)]) -> Vec<(i32, &'a str)> {
+    let mut by_rack: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
+    for (id, rack) in brokers {
+        by_rack.entry(rack.unwrap_or("")).or_default().push(*id);
+    }
+    for ids in by_rack.values_mut() {
+        ids.sort_unstable();
+    }
+    let mut out = Vec::with_capacity(brokers.len());
+    for round in 0.. {
+        let before = out.len();
+        for (rack, ids) in &by_rack {
+            if let Some(id) = ids.get(round) {
+                out.push((*id, *rack));
+            }
+        }
+        if out.len() == before {
+            break;
+        }
+    }
+    out
+}
+
 /// Replica lists for `count` new partitions numbered from `first_partition`, over `brokers`
 /// (live broker ids, any order). `start` and `shift` are the caller's random draws.
 pub fn assign(
@@ -197,6 +302,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 9000,
                 listeners: Vec::new(),
+                rack: None,
             };
             apply(&mut image, id as u64, &cmd.encode());
         }
@@ -291,6 +397,7 @@ mod tests {
                     in_controlled_shutdown: false,
                     fenced_as_gone: false,
                     listeners: Vec::new(),
+                    rack: None,
                 },
             );
         }
@@ -338,5 +445,39 @@ mod tests {
         let all = assign(&[1, 2, 3], 0, 6, 1, 1, 0).unwrap();
         let tail = assign(&[3, 1, 2], 4, 2, 1, 1, 0).unwrap();
         assert_eq!(&all[4..], &tail[..]);
+    }
+
+    #[test]
+    fn replicas_spread_over_racks() {
+        let brokers = [
+            (1, Some("a")),
+            (2, Some("a")),
+            (3, Some("b")),
+            (4, Some("b")),
+            (5, Some("c")),
+            (6, Some("c")),
+        ];
+        let rack = |id: i32| brokers.iter().find(|b| b.0 == id).unwrap().1.unwrap();
+        for start in 0..6 {
+            let placed = assign_rack_aware(&brokers, 0, 24, 3, start, start + 2).unwrap();
+            let mut leaders = std::collections::BTreeMap::new();
+            for replicas in &placed {
+                let racks: std::collections::BTreeSet<&str> =
+                    replicas.iter().map(|b| rack(*b)).collect();
+                assert_eq!(racks.len(), 3, "{replicas:?} not over three racks");
+                let ids: std::collections::BTreeSet<&i32> = replicas.iter().collect();
+                assert_eq!(ids.len(), 3);
+                *leaders.entry(replicas[0]).or_insert(0) += 1;
+            }
+            assert!(leaders.values().all(|n| *n == 4), "leaders {leaders:?}");
+        }
+        // Two racks, three replicas: both racks used, every broker once.
+        let two = [(1, Some("a")), (2, Some("a")), (3, Some("b"))];
+        for replicas in assign_rack_aware(&two, 0, 6, 3, 1, 0).unwrap() {
+            let mut sorted = replicas.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, vec![1, 2, 3]);
+        }
+        assert!(assign_rack_aware(&two, 0, 1, 4, 0, 0).is_err());
     }
 }

@@ -232,6 +232,7 @@ mod tests {
                     host: "127.0.0.1".into(),
                     port: 9000 + id as u16,
                     listeners: Vec::new(),
+                    rack: None,
                 },
             );
         }

@@ -242,6 +242,7 @@ impl Node {
                 host: "127.0.0.1".into(),
                 port: 9092 + self.id as u16,
                 listeners: Vec::new(),
+                rack: None,
             });
         }
         let late = self

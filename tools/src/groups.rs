@@ -121,7 +121,8 @@ fn list(cli: &Cli, probe: &BaseConsumer) -> Result<()> {
 /// (ConsumerGroupDescribe: epochs, assignor, each member's epoch, subscription, assignment and
 /// target); a classic one through DescribeGroups.
 fn describe(cli: &Cli, probe: &BaseConsumer, group: &str) -> Result<()> {
-    if let Some(owner) = describe_consumer_group(cli, group)? {
+    // A broker without KIP-848 (or any failure to ask) leaves the classic description.
+    if let Ok(Some(owner)) = describe_consumer_group(cli, group) {
         return print_lag(cli, group, &owner);
     }
     let list = probe

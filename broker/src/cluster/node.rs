@@ -213,6 +213,7 @@ impl MetadataNode {
                 host: config.advertised_host.clone(),
                 port: config.advertised_port,
                 listeners: config.endpoints(),
+                rack: config.rack.broker_rack.clone(),
             },
         )
         .await?;
@@ -585,7 +586,7 @@ fn offsets_topic_command(config: &BrokerConfig, image: &Catalog) -> Option<Metad
     let brokers: Vec<i32> = image.live_brokers().map(|b| b.id).collect();
     let partitions = config.offsets_topic_num_partitions;
     let rf = config.offsets_topic_replication_factor.min(brokers.len());
-    let assignment = super::placement::assign(&brokers, 0, partitions, rf, 0, 0).ok()?;
+    let assignment = super::placement::assign_live(image, 0, partitions, rf, 0, 0).ok()?;
     let configs = [
         ("cleanup.policy".to_string(), "compact".to_string()),
         (

@@ -269,8 +269,13 @@ impl ConsumerGroup {
         member.session_deadline = now + limits.session_timeout;
         let metadata = self.subscription_metadata(topics);
         if !self.subscribed_known {
-            self.subscribed = metadata.clone();
+            // Rebuilt from its records, which do not hold the topics it was assigned over: the
+            // targets stand unless they miss a partition of the topics now (one added, a topic
+            // created or re-created while the coordinator moved).
             self.subscribed_known = true;
+            if self.targets_cover(&metadata) {
+                self.subscribed = metadata.clone();
+            }
         }
         if joined || subscription_changed || metadata != self.subscribed {
             self.subscribed = metadata;
@@ -407,11 +412,26 @@ impl ConsumerGroup {
             ));
         };
         if req.member_epoch == STATIC_LEAVE_EPOCH {
-            // It will come back: its partitions wait for it until its session ends.
+            if id != req.member_id {
+                return Err(refuse(
+                    ErrorCode::FENCED_INSTANCE_ID,
+                    format!(
+                        "instance {:?} is held by member {id}, not {}",
+                        req.instance_id, req.member_id
+                    ),
+                ));
+            }
+            // It will come back: its partitions wait for it until its session ends; what it
+            // was giving up is given up (its process stopped).
             let m = self.members.get_mut(&id).expect("found");
             m.previous_member_epoch = m.member_epoch;
             m.member_epoch = STATIC_LEAVE_EPOCH;
             m.session_deadline = now + limits.session_timeout;
+            m.revoking.clear();
+            m.revocation_deadline = None;
+            if m.state == MemberState::UnrevokedPartitions {
+                m.state = MemberState::Stable;
+            }
         } else {
             self.remove_member(&id);
         }
@@ -421,6 +441,33 @@ impl ConsumerGroup {
             heartbeat_interval_ms: 0,
             assignment: None,
         })
+    }
+
+    /// Whether the targets assign exactly the partitions of `metadata`'s topics.
+    fn targets_cover(&self, metadata: &TopicsImage) -> bool {
+        let targeted: BTreeSet<(TopicId, i32)> = self
+            .target
+            .values()
+            .flat_map(|a| {
+                a.iter()
+                    .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
+            })
+            .collect();
+        let all: BTreeSet<(TopicId, i32)> = metadata
+            .values()
+            .flat_map(|(id, n)| (0..*n).map(move |p| (*id, p)))
+            .collect();
+        targeted == all
+    }
+
+    /// After the group was rebuilt from its records: every member's session starts now, and a
+    /// member revoking has its whole rebalance timeout again (Kafka's `onLoaded`).
+    pub fn rearm(&mut self, now: Instant, limits: &ConsumerLimits) {
+        for m in self.members.values_mut() {
+            m.session_deadline = now + limits.session_timeout;
+            m.revocation_deadline =
+                (m.state == MemberState::UnrevokedPartitions).then(|| now + m.rebalance_timeout);
+        }
     }
 
     /// Removes a member; what it owned is free at once, and the group epoch moves.
@@ -571,10 +618,12 @@ impl ConsumerGroup {
         let Some(m) = self.members.get(member_id) else {
             return Err(ErrorCode::UNKNOWN_MEMBER_ID);
         };
-        match epoch.cmp(&m.member_epoch) {
-            std::cmp::Ordering::Greater => Err(ErrorCode::FENCED_MEMBER_EPOCH),
-            std::cmp::Ordering::Less => Err(ErrorCode::STALE_MEMBER_EPOCH),
-            std::cmp::Ordering::Equal => Ok(()),
+        // Kafka's `validateMemberEpoch` for commits: any other epoch is stale (the member
+        // retries after its next heartbeat).
+        if epoch == m.member_epoch {
+            Ok(())
+        } else {
+            Err(ErrorCode::STALE_MEMBER_EPOCH)
         }
     }
 
@@ -768,9 +817,9 @@ impl ConsumerMember {
         };
         self.assigned = from_topics(v.assigned);
         self.revoking = from_topics(v.pending_revocation);
-        // A revocation in progress gets its whole timeout again, as Kafka re-arms it on load.
-        self.revocation_deadline =
-            (self.state == MemberState::UnrevokedPartitions).then(|| now + self.rebalance_timeout);
+        // Re-armed once the whole group is loaded (`ConsumerGroup::rearm`): the member's
+        // rebalance timeout may come in a later record.
+        self.revocation_deadline = (self.state == MemberState::UnrevokedPartitions).then_some(now);
         self.sent = None;
     }
 
@@ -845,9 +894,10 @@ impl ConsumerMember {
         if epoch > self.member_epoch || epoch != self.previous_member_epoch {
             return Err(fenced());
         }
+        // Kafka's rule: the previous epoch only with the partitions owned, all of them given.
         match owned {
-            Some(o) if !is_subset(o, &self.assigned) => Err(fenced()),
-            _ => Ok(()),
+            Some(o) if is_subset(o, &self.assigned) => Ok(()),
+            _ => Err(fenced()),
         }
     }
 

@@ -85,12 +85,23 @@ impl GroupCoordinator {
                 message: format!("group {} has no member {}", req.group_id, req.member_id),
             });
         }
+        let created = !groups.contains_key(&req.group_id);
         let g = groups
             .entry(req.group_id.clone())
             .or_insert_with(|| ConsumerGroup::new(&req.group_id));
         let before = (g.group_epoch, g.members.len());
         let limits = self.config.consumer.for_group(configs);
-        let answer = g.heartbeat(req, caller, topics, now, &limits)?;
+        let answer = match g.heartbeat(req, caller, topics, now, &limits) {
+            Ok(a) => a,
+            Err(refused) => {
+                // A refused first heartbeat leaves no group behind: the id stays free for
+                // either protocol.
+                if created {
+                    groups.remove(&req.group_id);
+                }
+                return Err(refused);
+            }
+        };
         if before != (g.group_epoch, g.members.len()) {
             info!(
                 group = %req.group_id,
@@ -123,7 +134,7 @@ impl GroupCoordinator {
     /// group as it is now: changed values, and tombstones for what is gone (the whole group
     /// when it no longer exists). Counted as written from here on; a failed write forgets
     /// that, so the next one writes the group whole.
-    fn consumer_changes(&self, group_id: &str) -> Vec<(Bytes, Option<Bytes>)> {
+    pub(super) fn consumer_changes(&self, group_id: &str) -> Vec<(Bytes, Option<Bytes>)> {
         let now = self
             .consumer_groups
             .borrow()
@@ -161,21 +172,40 @@ impl GroupCoordinator {
         if records.is_empty() {
             return Ok(());
         }
-        let written = self.persist(log, records).await;
+        let written = self.persist(log, records.clone()).await;
         if let Err(code) = written {
             warn!(group = %group_id, error = code.0, "persisting consumer group state failed");
-            self.persisted_consumers.borrow_mut().remove(group_id);
+            // What this write carried may not be in the log: the next write carries it again,
+            // tombstones too (an empty value matches no record).
+            let mut persisted = self.persisted_consumers.borrow_mut();
+            let entry = persisted.entry(group_id.to_string()).or_default();
+            for (key, _) in records {
+                let key = match tributary_protocol::group_records::GroupKey::decode(key) {
+                    Ok(tributary_protocol::group_records::GroupKey::Consumer(k)) => k,
+                    _ => continue,
+                };
+                entry.insert(key, Bytes::new());
+            }
         }
         written
     }
 
-    /// Takes one consumer-group record from the log (a new coordinator loading the group).
+    /// Takes one consumer-group record from the log (a new coordinator loading the group), and
+    /// counts it as written: the next write's tombstones are taken against what the log holds.
     pub(super) fn apply_consumer_record(&self, key: ConsumerKey, value: Option<Bytes>) {
         let mut groups = self.consumer_groups.borrow_mut();
+        let mut persisted = self.persisted_consumers.borrow_mut();
         if matches!(key, ConsumerKey::Metadata { .. }) && value.is_none() {
             groups.remove(key.group());
+            persisted.remove(key.group());
             return;
         }
+        let written = persisted.entry(key.group().to_string()).or_default();
+        match &value {
+            Some(v) => written.insert(key.clone(), v.clone()),
+            None => written.remove(&key),
+        };
+        drop(persisted);
         let g = groups
             .entry(key.group().to_string())
             .or_insert_with(|| ConsumerGroup::new(key.group()));
@@ -211,10 +241,16 @@ impl GroupCoordinator {
             })
             .unwrap_or_default();
         records.extend(offsets);
+        let classic = tributary_protocol::group_records::GroupKey::Group {
+            group: group_id.into(),
+        };
+        records.push((classic.encode(), None));
         if let Err(code) = self.persist(log, records).await {
             return code;
         }
-        self.groups.borrow_mut().remove(group_id);
+        let mut groups = self.groups.borrow_mut();
+        groups.remove(group_id);
+        self.forget_parked(&groups);
         self.forget_consumer_group(group_id);
         info!(group = %group_id, "consumer group deleted");
         ErrorCode::NONE
@@ -254,6 +290,32 @@ impl GroupCoordinator {
             .borrow()
             .get(group_id)
             .is_some_and(|g| !g.members.is_empty())
+    }
+
+    /// A classic member joins a consumer group without members: the id becomes a classic group,
+    /// as in Kafka. The consumer group's records are tombstoned with the classic group's next
+    /// write (`persist_group`).
+    pub(super) fn convert_to_classic(&self, group_id: &str) {
+        let tombstones = self.consumer_tombstones(group_id);
+        self.forget_consumer_group(group_id);
+        if !tombstones.is_empty() {
+            info!(group = %group_id, "empty consumer group converted to a classic group");
+            self.converted
+                .borrow_mut()
+                .insert(group_id.to_string(), tombstones);
+        }
+    }
+
+    /// Re-arms the members' deadlines of the consumer groups in `__consumer_offsets` partition
+    /// `partition` once it is loaded.
+    pub(super) fn rearm_consumers(&self, partition: i32) {
+        let n = self.offsets_partitions.get();
+        let now = Instant::now();
+        for g in self.consumer_groups.borrow_mut().values_mut() {
+            if super::partition_for_group(&g.group_id, n) == partition {
+                g.rearm(now, &self.config.consumer);
+            }
+        }
     }
 
     pub(super) fn forget_consumer_group(&self, group_id: &str) {

@@ -101,6 +101,8 @@ pub struct GroupCoordinator {
     groups: RefCell<HashMap<String, Group>>,
     /// KIP-848 consumer groups by id; their offsets live in `groups` like any group's.
     consumer_groups: RefCell<HashMap<String, consumer::ConsumerGroup>>,
+    /// Tombstones of consumer groups converted to classic ones, written with their next write.
+    converted: RefCell<HashMap<String, Vec<Record>>>,
     /// Each consumer group's records as last written, to write only what changes.
     persisted_consumers: RefCell<
         HashMap<
@@ -126,6 +128,7 @@ impl GroupCoordinator {
             groups: RefCell::new(HashMap::new()),
             consumer_groups: RefCell::new(HashMap::new()),
             persisted_consumers: RefCell::new(HashMap::new()),
+            converted: RefCell::new(HashMap::new()),
             parked: RefCell::new(HashMap::new()),
             pending_txn: RefCell::new(HashMap::new()),
         }
@@ -248,7 +251,7 @@ impl GroupCoordinator {
     /// Rebuilds groups and offsets from one `__consumer_offsets` partition this node leads,
     /// reading to its log end as Kafka's coordinator does: a new leader's log is the one its
     /// high watermark will reach.
-    pub async fn load(&self, log: &Rc<Partition>) {
+    pub async fn load(&self, partition: i32, log: &Rc<Partition>) {
         use crate::coordinator_log::Replayed;
         crate::coordinator_log::replay(log, |item| match item {
             Replayed::Record {
@@ -267,6 +270,7 @@ impl GroupCoordinator {
             } => self.end_txn_offsets(producer_id, commit),
         })
         .await;
+        self.rearm_consumers(partition);
     }
 
     fn apply_record(&self, key: Bytes, value: Option<Bytes>) {
@@ -378,6 +382,9 @@ impl GroupCoordinator {
                 &req.member_id,
             )));
         }
+        if self.is_consumer_group(&req.group_id) {
+            self.convert_to_classic(&req.group_id);
+        }
         let mut groups = self.groups.borrow_mut();
         let g = groups
             .entry(req.group_id.clone())
@@ -441,8 +448,21 @@ impl GroupCoordinator {
         }
         let record = self.groups.borrow().get(group_id).map(Self::group_record);
         if let Some(record) = record {
-            if let Err(e) = self.persist(log, vec![record]).await {
+            let mut records = self
+                .converted
+                .borrow_mut()
+                .remove(group_id)
+                .unwrap_or_default();
+            records.push(record);
+            if let Err(e) = self.persist(log, records.clone()).await {
                 warn!(group = %group_id, error = e.0, "persisting group metadata failed");
+                // The consumer group's tombstones go with the next write.
+                records.pop();
+                if !records.is_empty() {
+                    self.converted
+                        .borrow_mut()
+                        .insert(group_id.to_string(), records);
+                }
             }
         }
     }
@@ -1216,7 +1236,7 @@ mod parked_request_tests {
 
 #[cfg(test)]
 mod retention_and_fencing_tests {
-    use super::coordinator_tests::coordinator_with as coordinator;
+    use super::coordinator_tests::{coordinator_with as coordinator, join_req};
     use super::*;
 
     fn offset_record(
@@ -1303,6 +1323,116 @@ mod retention_and_fencing_tests {
             tombstones.len(),
             1,
             "the group emptied: its old offset expires"
+        );
+    }
+
+    /// A member that left while this coordinator did not hold the group: its records, loaded
+    /// from the log, are tombstoned by the next write, and a refused first heartbeat leaves no
+    /// group behind.
+    #[test]
+    fn a_loaded_consumer_group_tombstones_what_it_lost() {
+        use tributary_protocol::consumer_group_records::ConsumerKey;
+        use tributary_protocol::requests::consumer_group::ConsumerGroupHeartbeatRequest;
+        let c = coordinator(Duration::from_secs(3600));
+        let caller = consumer::Caller {
+            client_id: "c".into(),
+            client_host: "h".into(),
+            version: 1,
+        };
+        let topics = consumer::TopicsImage::from([("t".to_string(), ([1; 16], 2))]);
+        let join = |m: &str| ConsumerGroupHeartbeatRequest {
+            group_id: "g".into(),
+            member_id: m.into(),
+            member_epoch: 0,
+            instance_id: None,
+            rack_id: None,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            subscribed_topic_regex: None,
+            server_assignor: None,
+            topic_partitions: Some(Vec::new()),
+        };
+        // Another coordinator's log: the group with two members.
+        let mut other = consumer::ConsumerGroup::new("g");
+        let limits = c.config.consumer;
+        for m in ["a", "b"] {
+            other
+                .heartbeat(&join(m), &caller, &topics, Instant::now(), &limits)
+                .unwrap();
+        }
+        for (key, value) in other.records() {
+            c.apply_record(key.encode(), Some(value));
+        }
+        let leave = ConsumerGroupHeartbeatRequest {
+            member_epoch: -1,
+            ..join("a")
+        };
+        c.consumer_heartbeat(&leave, &caller, &topics, None)
+            .unwrap();
+        let written: Vec<(Bytes, Option<Bytes>)> = c.consumer_changes("g");
+        let gone = ConsumerKey::Member {
+            group: "g".into(),
+            member: "a".into(),
+        };
+        assert!(
+            written
+                .iter()
+                .any(|(k, v)| *k == gone.encode() && v.is_none()),
+            "the member that left is tombstoned"
+        );
+        let refused = ConsumerGroupHeartbeatRequest {
+            server_assignor: Some("nope".into()),
+            group_id: "fresh".into(),
+            ..join("x")
+        };
+        assert!(c
+            .consumer_heartbeat(&refused, &caller, &topics, None)
+            .is_err());
+        assert!(!c.is_consumer_group("fresh"));
+    }
+
+    #[test]
+    fn a_classic_member_turns_an_empty_consumer_group_classic() {
+        use tributary_protocol::requests::consumer_group::ConsumerGroupHeartbeatRequest;
+        let c = coordinator(Duration::from_secs(3600));
+        let caller = consumer::Caller {
+            client_id: "c".into(),
+            client_host: "h".into(),
+            version: 1,
+        };
+        let topics = consumer::TopicsImage::from([("t".to_string(), ([1; 16], 1))]);
+        let mut req = ConsumerGroupHeartbeatRequest {
+            group_id: "g".into(),
+            member_id: "m".into(),
+            member_epoch: 0,
+            instance_id: None,
+            rack_id: None,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            subscribed_topic_regex: None,
+            server_assignor: None,
+            topic_partitions: Some(Vec::new()),
+        };
+        c.consumer_heartbeat(&req, &caller, &topics, None).unwrap();
+        c.consumer_changes("g");
+        let refused = c.join(join_req(""), 5, "c".into(), "h".into());
+        assert_eq!(
+            refused.err().map(|e| e.error),
+            Some(ErrorCode::INCONSISTENT_GROUP_PROTOCOL)
+        );
+        req.member_epoch = -1;
+        c.consumer_heartbeat(&req, &caller, &topics, None).unwrap();
+        c.consumer_changes("g");
+        // Taken as a classic member (v5's first join is asked for its member id).
+        let classic = c.join(join_req(""), 5, "c".into(), "h".into());
+        assert_eq!(
+            classic.err().map(|e| e.error),
+            Some(ErrorCode::MEMBER_ID_REQUIRED)
+        );
+        assert!(!c.is_consumer_group("g"));
+        assert!(
+            !c.converted.borrow()["g"].is_empty(),
+            "the consumer group's records are tombstoned with the classic group's first write"
         );
     }
 

@@ -55,7 +55,8 @@ pub async fn handle(
                 DescribeClusterBroker::default()
                     .with_broker_id(BrokerId(b.id))
                     .with_host(str_bytes(host))
-                    .with_port(i32::from(port)),
+                    .with_port(i32::from(port))
+                    .with_rack(b.rack.as_deref().map(str_bytes)),
             )
         })
         .collect();

@@ -39,6 +39,59 @@ pub const FETCH_MAX_WAIT_MS_CAP: u64 = 60_000;
 /// `aborted_transactions` in the response).
 pub const READ_COMMITTED_FROM: i16 = 4;
 
+/// The first Fetch version whose consumers may read from a follower (KIP-392's rack_id).
+const FOLLOWER_READS_FROM: i16 = 11;
+
+/// Where a consumer's fetch may be read and where it should be: from a follower of this
+/// broker's (Fetch v11+), and, with the rack-aware selector, from a replica in `rack`.
+#[derive(Debug, Clone, Copy)]
+struct ReadFrom<'a> {
+    from_follower: bool,
+    rack: Option<&'a str>,
+}
+
+/// For each item, the replica the consumer should read it from instead of this leader
+/// (Kafka's `RackAwareReplicaSelector`), or -1: an in-sync, unfenced replica in the consumer's
+/// rack when this broker is not in it, spread over such replicas by partition.
+fn preferred_replicas(shard: &Shard, items: &[FetchItem], reader: &ReadFrom<'_>) -> Vec<i32> {
+    let Some(rack) = reader.rack else {
+        return vec![-1; items.len()];
+    };
+    let catalog = shard.catalog();
+    let me = shard.config.node_id;
+    let rack_of = |id: i32| {
+        catalog
+            .brokers
+            .get(&id)
+            .filter(|b| !b.fenced)
+            .and_then(|b| b.rack.as_deref())
+    };
+    if rack_of(me) == Some(rack) {
+        return vec![-1; items.len()];
+    }
+    items
+        .iter()
+        .map(|i| {
+            let Some(reg) = catalog
+                .partition(&i.topic, i.partition)
+                .filter(|r| r.leader == me)
+            else {
+                return -1;
+            };
+            let near: Vec<i32> = reg
+                .isr
+                .iter()
+                .copied()
+                .filter(|id| *id != me && rack_of(*id) == Some(rack))
+                .collect();
+            match near.len() {
+                0 => -1,
+                n => near[i.partition.unsigned_abs() as usize % n],
+            }
+        })
+        .collect()
+}
+
 /// What a client's fetch may return and how: the response's byte budget, the bytes it waits
 /// for, and its isolation level.
 #[derive(Debug, Clone, Copy)]
@@ -82,9 +135,25 @@ pub async fn handle(
     let budget = consumer_budget(shard, &req, v);
     let context = begin_session(shard, &req, v);
     let denied = denied_topics(shard, conn, context.items());
-    let results = read_and_wait(shard, context.items(), budget, deadline, &denied).await;
+    let reader = ReadFrom {
+        // KIP-392: a consumer that sends its rack (v11+) may read from a follower.
+        from_follower: v >= FOLLOWER_READS_FROM,
+        rack: (shard.config.rack.rack_aware_reads && !req.rack_id.is_empty())
+            .then_some(req.rack_id.as_str()),
+    };
+    let redirect = preferred_replicas(shard, context.items(), &reader);
+    let results = read_and_wait(
+        shard,
+        context.items(),
+        budget,
+        deadline,
+        &denied,
+        &redirect,
+        reader,
+    )
+    .await;
     let (error, session_id, include) =
-        finish_session(shard, v >= TOPIC_IDS_FROM, &context, &results);
+        finish_session(shard, v >= TOPIC_IDS_FROM, &context, &results, &redirect);
     // consumer_byte_rate: the bytes this fetch returns count against it.
     let bytes: u64 = results.iter().map(|r| r.records.len() as u64).sum();
     let throttle = shard.throttle(
@@ -93,7 +162,7 @@ pub async fn handle(
         crate::quota::CONSUMER_BYTE_RATE,
         bytes,
     );
-    let mut topics = response_topics(context.items(), results, &include);
+    let mut topics = response_topics(context.items(), results, &include, &redirect);
     let endpoints = leader_hints(shard, v, &mut topics);
     // Record bytes are not copied into the response: they are pieces of the frame, written to
     // the socket from the buffers the reads returned.
@@ -263,17 +332,20 @@ fn finish_session(
     uses_topic_ids: bool,
     context: &Context,
     results: &[FetchResult],
+    redirect: &[i32],
 ) -> (ErrorCode, i32, Vec<bool>) {
     let answered: Vec<(FetchItem, Answered)> = context
         .items()
         .iter()
         .zip(results)
-        .map(|(item, r)| {
+        .zip(redirect)
+        .map(|((item, r), to)| {
             let a = Answered {
                 error: r.error,
                 high_watermark: r.high_watermark,
                 log_start_offset: r.log_start_offset,
-                has_records: !r.records.is_empty(),
+                // A partition sent to another replica is in the answer, as one with records.
+                has_records: !r.records.is_empty() || *to >= 0,
             };
             (item.clone(), a)
         })
@@ -305,10 +377,11 @@ fn response_topics(
     items: &[FetchItem],
     results: Vec<FetchResult>,
     include: &[bool],
+    redirect: &[i32],
 ) -> Vec<FetchTopicResponse> {
     let mut topics: Vec<FetchTopicResponse> = Vec::new();
-    let chosen = items.iter().zip(results).zip(include);
-    for ((item, res), _) in chosen.filter(|(_, included)| **included) {
+    let chosen = items.iter().zip(results).zip(include).zip(redirect);
+    for (((item, res), _), to) in chosen.filter(|((_, included), _)| **included) {
         let part = FetchPartitionResponse {
             partition: item.partition,
             error: res.error,
@@ -319,6 +392,7 @@ fn response_topics(
             records: res.records,
             diverging_epoch: None,
             current_leader: None,
+            preferred_read_replica: *to,
         };
         let same_topic = |t: &&mut FetchTopicResponse| {
             t.topic_id == item.topic_id && (item.topic_id != NO_TOPIC_ID || t.name == item.topic)
@@ -348,6 +422,8 @@ async fn read_and_wait(
     budget: Budget,
     deadline: Instant,
     denied: &HashSet<String>,
+    redirect: &[i32],
+    reader: ReadFrom<'_>,
 ) -> Vec<FetchResult> {
     let Budget {
         max_bytes,
@@ -365,7 +441,16 @@ async fn read_and_wait(
             if denied.contains(&i.topic) {
                 return ErrorCode::TOPIC_AUTHORIZATION_FAILED;
             }
-            match catalog.check_leader(&i.topic, i.partition, node) {
+            let readable = match catalog.check_leader(&i.topic, i.partition, node) {
+                // A follower of it serves a consumer that may read from followers (KIP-392).
+                Err(ErrorCode::NOT_LEADER_OR_FOLLOWER)
+                    if reader.from_follower && is_replica(&catalog, i, node) =>
+                {
+                    Ok(())
+                }
+                other => other,
+            };
+            match readable {
                 Ok(()) => {
                     let current = catalog
                         .partition(&i.topic, i.partition)
@@ -376,11 +461,14 @@ async fn read_and_wait(
             }
         })
         .collect();
-    let first = read_all(shard, items, &known, max_bytes, read_committed).await;
+    let first = read_all(shard, items, &known, redirect, max_bytes, read_committed).await;
     let bytes: usize = first.results.iter().map(|r| r.records.len()).sum();
     let errors = first.results.iter().any(|r| r.error.is_error());
+    // A partition sent to another replica is answered at once, as an error would be.
+    let redirected = redirect.iter().any(|r| *r >= 0);
     if bytes >= min_bytes
         || errors
+        || redirected
         || first.full
         || items.is_empty()
         || Instant::now() >= deadline
@@ -414,9 +502,17 @@ async fn read_and_wait(
     shard
         .metrics
         .observe_stage(crate::metrics::Stage::FetchWait, wait_start.elapsed());
-    read_all(shard, items, &known, max_bytes, read_committed)
+    read_all(shard, items, &known, redirect, max_bytes, read_committed)
         .await
         .results
+}
+
+/// Whether this node is an in-sync replica of the item's partition: a follower out of the ISR
+/// answers NOT_LEADER_OR_FOLLOWER, and its consumers go back to the leader.
+fn is_replica(catalog: &Catalog, item: &FetchItem, node: i32) -> bool {
+    catalog
+        .partition(&item.topic, item.partition)
+        .is_some_and(|r| r.isr.contains(&node))
 }
 
 /// Whether a v13+ item's topic id still names the topic it was resolved to (the topic may have
@@ -451,6 +547,7 @@ async fn read_all(
     shard: &Rc<Shard>,
     items: &[FetchItem],
     known: &[ErrorCode],
+    redirect: &[i32],
     max_bytes: usize,
     read_committed: bool,
 ) -> ReadAll {
@@ -474,8 +571,8 @@ async fn read_all(
             }
             let part_max = item.partition_max_bytes.max(0) as usize;
             let left = max_bytes.saturating_sub(used);
-            let grant = if returned_any && left == 0 {
-                0 // watermarks only
+            let grant = if returned_any && left == 0 || redirect[i] >= 0 {
+                0 // watermarks only (for one read elsewhere, too)
             } else if inflight.is_empty() {
                 part_max.min(left)
             } else if left.saturating_sub(granted) >= part_max {
@@ -484,7 +581,7 @@ async fn read_all(
                 break; // wait for the reads under way to give back what they did not use
             };
             granted += grant;
-            let hard_limit = returned_any;
+            let hard_limit = returned_any || redirect[i] >= 0;
             inflight.push(async move {
                 let r = read_one(shard, item, grant, hard_limit, read_committed).await;
                 (i, grant, hard_limit, r)

@@ -222,7 +222,8 @@ fn brokers(shard: &Shard, conn: Conn<'_>, catalog: &Catalog) -> Vec<MetadataResp
                 MetadataResponseBroker::default()
                     .with_node_id(BrokerId(b.id))
                     .with_host(str_bytes(host))
-                    .with_port(i32::from(port)),
+                    .with_port(i32::from(port))
+                    .with_rack(b.rack.as_deref().map(str_bytes)),
             )
         })
         .collect()
@@ -339,6 +340,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 9000,
             listeners: Vec::new(),
+            rack: None,
         };
         apply(&mut image, 1, &register.encode());
         if fenced {

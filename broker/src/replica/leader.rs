@@ -35,6 +35,7 @@ pub(crate) fn answer(partition: i32, error: ErrorCode) -> FetchPartitionResponse
         records: Bytes::new(),
         diverging_epoch: None,
         current_leader: None,
+        preferred_read_replica: -1,
     }
 }
 
@@ -219,7 +220,7 @@ impl Shard {
     async fn load_led_groups(&self, catalog: &Catalog) {
         let (load, unload) = self.coordinator_changes(catalog, OFFSETS_TOPIC, &self.groups_loaded);
         for (p, part) in load {
-            self.groups.load(&part).await;
+            self.groups.load(p, &part).await;
             self.groups_loaded.borrow_mut().insert(p);
         }
         for p in unload {

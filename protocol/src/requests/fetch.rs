@@ -54,6 +54,8 @@ pub struct FetchRequest {
     pub topics: Vec<FetchTopic>,
     /// Partitions an incremental fetch removes from its session (v7+).
     pub forgotten: Vec<ForgottenPartition>,
+    /// The consumer's `client.rack` (v11+, KIP-392); empty when it has none.
+    pub rack_id: String,
 }
 
 #[derive(Debug, Clone)]
@@ -135,9 +137,11 @@ pub fn decode(r: &mut Reader, version: i16) -> Result<FetchRequest, DecodeError>
             r.tagged_fields(flex)?;
         }
     }
-    if version >= 11 {
-        r.string("rack_id", flex)?;
-    }
+    let rack_id = if version >= 11 {
+        r.string("rack_id", flex)?
+    } else {
+        String::new()
+    };
     let mut replica = (replica_id, -1);
     if flex {
         let count = r.uvarint("tagged field count")?;
@@ -161,6 +165,7 @@ pub fn decode(r: &mut Reader, version: i16) -> Result<FetchRequest, DecodeError>
         session_epoch,
         topics,
         forgotten,
+        rack_id,
     })
 }
 
@@ -233,6 +238,8 @@ pub struct FetchPartitionResponse {
     /// The partition's leader as this broker knows it (v12+, tagged field 1); set on
     /// NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH from v16 (KIP-951).
     pub current_leader: Option<CurrentLeader>,
+    /// The replica the consumer should read this partition from (v11+, KIP-392); -1: here.
+    pub preferred_read_replica: i32,
 }
 
 /// A partition's leader and leader epoch; -1/-1 when none is known.
@@ -352,7 +359,7 @@ fn encode_partition(
         put_null_array(out, flex);
     }
     if version >= 11 {
-        out.put_i32(-1); // preferred_read_replica
+        out.put_i32(p.preferred_read_replica);
     }
     put_nullable_bytes_len(out, Some(p.records.len()), flex);
     out.put_records(&p.records);
@@ -555,6 +562,7 @@ mod tests {
         let value = vec![7u8; 3 * crate::frame::RECORDS_BY_REFERENCE_MIN];
         let long = crate::record_batch::build_batch(&[(None, Some(&value))], 1, None).freeze();
         let part = |partition: i32, records: &Bytes| FetchPartitionResponse {
+            preferred_read_replica: -1,
             partition,
             error: ErrorCode::NONE,
             high_watermark: 10,

@@ -359,7 +359,7 @@ fn offset_commits_check_the_member_epoch() {
     );
     assert_eq!(
         g.validate_offset_epoch("m1", 2),
-        Err(ErrorCode::FENCED_MEMBER_EPOCH)
+        Err(ErrorCode::STALE_MEMBER_EPOCH)
     );
     assert_eq!(
         g.validate_offset_epoch("m2", 1),
@@ -473,4 +473,67 @@ fn a_groups_own_configs_are_held_to_the_brokers_bounds() {
         .heartbeat(&join("m1"), &caller(), &topics(1), Instant::now(), &g)
         .unwrap();
     assert_eq!(a.heartbeat_interval_ms, 7000);
+}
+
+#[test]
+fn a_static_leave_from_a_replaced_process_is_fenced() {
+    let now = Instant::now();
+    let mut g = ConsumerGroup::new("g");
+    let stat = |m: &str| ConsumerGroupHeartbeatRequest {
+        instance_id: Some("i".into()),
+        ..join(m)
+    };
+    ok(&mut g, &stat("m1"), now);
+    let leave = |m: &str| ConsumerGroupHeartbeatRequest {
+        member_epoch: -2,
+        instance_id: Some("i".into()),
+        ..beat(m, 0, &Assignment::new())
+    };
+    ok(&mut g, &leave("m1"), now);
+    ok(&mut g, &stat("m2"), now);
+    // The old process, late, leaves again: the instance is m2's now.
+    let err = g
+        .heartbeat(&leave("m1"), &caller(), &topics(6), now, &limits())
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::FENCED_INSTANCE_ID);
+    assert!(g.members["m2"].member_epoch > 0);
+}
+
+#[test]
+fn a_rebuilt_group_whose_topic_grew_assigns_the_new_partitions() {
+    let now = Instant::now();
+    let mut g = ConsumerGroup::new("g");
+    let a = ok(&mut g, &join("m1"), now);
+    let mut back = ConsumerGroup::new("g");
+    for (key, value) in g.records() {
+        back.restore(&key, Some(value), now, &limits()).unwrap();
+    }
+    back.rearm(now, &limits());
+    // The topic grew from 6 to 8 partitions while the coordinator moved.
+    let b = back
+        .heartbeat(
+            &beat("m1", a.member_epoch, a.assignment.as_ref().unwrap()),
+            &caller(),
+            &topics(8),
+            now,
+            &limits(),
+        )
+        .unwrap();
+    assert_eq!(b.member_epoch, a.member_epoch + 1);
+    assert_eq!(parts(b.assignment.as_ref().unwrap()).len(), 8);
+    // Unchanged topics: the rebuilt group goes on at its epoch.
+    let mut same = ConsumerGroup::new("g");
+    for (key, value) in g.records() {
+        same.restore(&key, Some(value), now, &limits()).unwrap();
+    }
+    let c = same
+        .heartbeat(
+            &beat("m1", a.member_epoch, a.assignment.as_ref().unwrap()),
+            &caller(),
+            &topics(6),
+            now,
+            &limits(),
+        )
+        .unwrap();
+    assert_eq!(c.member_epoch, a.member_epoch);
 }
