@@ -245,8 +245,7 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
                 listeners,
                 rack,
             };
-            register_broker(image, registration);
-            Outcome::Done
+            register_broker(image, registration)
         }
         C::FenceBroker {
             id,
@@ -282,14 +281,7 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             ),
         },
         C::SetBrokerConfigs { broker, configs } => set_broker_configs(image, broker, configs),
-        C::SetGroupConfigs { group, configs } => {
-            if configs.is_empty() {
-                image.group_configs.remove(&group);
-            } else {
-                image.group_configs.insert(group, configs);
-            }
-            Outcome::Done
-        }
+        C::SetGroupConfigs { group, configs } => set_group_configs(image, group, configs),
         C::ChangeIsr {
             topic,
             partition,
@@ -614,7 +606,7 @@ fn elect(
 /// does: where other in-sync replicas hold its replicated partitions, it leaves their ISRs
 /// and its leadership moves to them while it recovers (it rejoins once caught up); where it is
 /// the only in-sync replica, it leads again at a new epoch, so followers truncate to its log.
-fn register_broker(image: &mut Catalog, mut registration: BrokerRegistration) {
+fn register_broker(image: &mut Catalog, mut registration: BrokerRegistration) -> Outcome {
     let id = registration.id;
     let previous = image.brokers.get(&id);
     let restarted = previous.is_some_and(|b| b.incarnation != registration.incarnation);
@@ -638,6 +630,21 @@ fn register_broker(image: &mut Catalog, mut registration: BrokerRegistration) {
     }
     image.brokers.insert(id, registration);
     elect_where_leaderless(image, id);
+    Outcome::Done
+}
+
+/// A consumer group's config overrides replaced; none left removes its entry.
+fn set_group_configs(
+    image: &mut Catalog,
+    group: String,
+    configs: BTreeMap<String, String>,
+) -> Outcome {
+    if configs.is_empty() {
+        image.group_configs.remove(&group);
+    } else {
+        image.group_configs.insert(group, configs);
+    }
+    Outcome::Done
 }
 
 /// Fences broker `id` (unless `epoch` names a registration it has since replaced).

@@ -254,8 +254,17 @@ pub fn cluster(cli: &Cli, cmd: &ClusterCommand) -> Result<()> {
                 md.orig_broker_name(),
                 md.orig_broker_id()
             );
+            let racks = broker_racks(cli);
             for b in md.brokers() {
-                println!("Broker {} at {}:{}", b.id(), b.host(), b.port());
+                match racks.get(&b.id()) {
+                    Some(rack) => println!(
+                        "Broker {} at {}:{}\track {rack}",
+                        b.id(),
+                        b.host(),
+                        b.port()
+                    ),
+                    None => println!("Broker {} at {}:{}", b.id(), b.host(), b.port()),
+                }
             }
             match controller(cli) {
                 Ok((cluster_id, controller)) => {
@@ -284,6 +293,27 @@ pub(crate) fn exchange(cli: &Cli, request: &[u8]) -> Result<Vec<u8>> {
 /// (`--command-config`).
 pub(crate) fn exchange_at(cli: &Cli, host_port: &str, request: &[u8]) -> Result<Vec<u8>> {
     crate::raw::exchange_at(cli, host_port, request)
+}
+
+/// Each broker's `broker.rack`, from DescribeCluster (empty when the broker cannot say).
+fn broker_racks(cli: &Cli) -> std::collections::BTreeMap<i32, String> {
+    use kafka_protocol::messages::{ApiKey, DescribeClusterRequest, DescribeClusterResponse};
+    let first = cli.bootstrap.split(',').next().unwrap_or_default();
+    let asked: Result<DescribeClusterResponse> = crate::reassign::request_at(
+        cli,
+        first,
+        ApiKey::DescribeCluster,
+        0,
+        &DescribeClusterRequest::default(),
+    );
+    asked
+        .map(|r| {
+            r.brokers
+                .iter()
+                .filter_map(|b| Some((b.broker_id.0, b.rack.as_ref()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The cluster id and controller from DescribeCluster v0 (a flexible request, header v2).

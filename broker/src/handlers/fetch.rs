@@ -432,35 +432,7 @@ async fn read_and_wait(
     } = budget;
     let catalog = shard.catalog();
     let node = shard.config.node_id;
-    let known: Vec<ErrorCode> = items
-        .iter()
-        .map(|i| {
-            if i.topic_id != NO_TOPIC_ID && !names_topic(&catalog, i) {
-                return ErrorCode::UNKNOWN_TOPIC_ID;
-            }
-            if denied.contains(&i.topic) {
-                return ErrorCode::TOPIC_AUTHORIZATION_FAILED;
-            }
-            let readable = match catalog.check_leader(&i.topic, i.partition, node) {
-                // A follower of it serves a consumer that may read from followers (KIP-392).
-                Err(ErrorCode::NOT_LEADER_OR_FOLLOWER)
-                    if reader.from_follower && is_replica(&catalog, i, node) =>
-                {
-                    Ok(())
-                }
-                other => other,
-            };
-            match readable {
-                Ok(()) => {
-                    let current = catalog
-                        .partition(&i.topic, i.partition)
-                        .map_or(0, |r| r.leader_epoch.0);
-                    check_leader_epoch(i.current_leader_epoch, current)
-                }
-                Err(code) => code,
-            }
-        })
-        .collect();
+    let known = readability(&catalog, items, node, denied, &reader);
     let first = read_all(shard, items, &known, redirect, max_bytes, read_committed).await;
     let bytes: usize = first.results.iter().map(|r| r.records.len()).sum();
     let errors = first.results.iter().any(|r| r.error.is_error());
@@ -505,6 +477,47 @@ async fn read_and_wait(
     read_all(shard, items, &known, redirect, max_bytes, read_committed)
         .await
         .results
+}
+
+/// Whether each item may be read here: its topic known by id, READ allowed, this node its
+/// leader (or an in-sync follower, for a consumer that may read from one), the client's
+/// leader epoch current.
+fn readability(
+    catalog: &Catalog,
+    items: &[FetchItem],
+    node: i32,
+    denied: &HashSet<String>,
+    reader: &ReadFrom<'_>,
+) -> Vec<ErrorCode> {
+    items
+        .iter()
+        .map(|i| {
+            if i.topic_id != NO_TOPIC_ID && !names_topic(catalog, i) {
+                return ErrorCode::UNKNOWN_TOPIC_ID;
+            }
+            if denied.contains(&i.topic) {
+                return ErrorCode::TOPIC_AUTHORIZATION_FAILED;
+            }
+            let readable = match catalog.check_leader(&i.topic, i.partition, node) {
+                // A follower of it serves a consumer that may read from followers (KIP-392).
+                Err(ErrorCode::NOT_LEADER_OR_FOLLOWER)
+                    if reader.from_follower && is_replica(catalog, i, node) =>
+                {
+                    Ok(())
+                }
+                other => other,
+            };
+            match readable {
+                Ok(()) => {
+                    let current = catalog
+                        .partition(&i.topic, i.partition)
+                        .map_or(0, |r| r.leader_epoch.0);
+                    check_leader_epoch(i.current_leader_epoch, current)
+                }
+                Err(code) => code,
+            }
+        })
+        .collect()
 }
 
 /// Whether this node is an in-sync replica of the item's partition: a follower out of the ISR
