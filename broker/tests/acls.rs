@@ -210,6 +210,29 @@ fn the_acl_matrix_over_the_wire() {
         metadata(&mut alice, Some(&["orders"])),
         [("orders".to_string(), TOPIC_AUTHORIZATION_FAILED)]
     );
+    // Asked for by id, a topic the principal may not describe keeps its name to itself.
+    let id = {
+        let r: MetadataResponse = admin.request(
+            ApiKey::Metadata,
+            12,
+            &MetadataRequest::default().with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(TopicName(s("orders"))))
+            ])),
+        );
+        r.topics[0].topic_id
+    };
+    let r: MetadataResponse = alice.request(
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+            .with_topic_id(id)
+            .with_name(None)])),
+    );
+    assert_eq!(r.topics[0].error_code, TOPIC_AUTHORIZATION_FAILED);
+    assert_eq!(
+        (r.topics[0].name.as_ref(), r.topics[0].topic_id),
+        (None, id)
+    );
     assert_eq!(produce(&mut alice, "orders"), TOPIC_AUTHORIZATION_FAILED);
     assert_eq!(create_topic(&mut alice, "mine"), TOPIC_AUTHORIZATION_FAILED);
     // Only ALTER on the cluster changes ACLs.

@@ -1029,6 +1029,34 @@ mod coordinator_tests {
         })
     }
 
+    /// A KIP-848 member of group "g" joining on topic "t" (one partition unless `topics`
+    /// says otherwise), and who it comes from.
+    pub(super) fn consumer_join(
+        member: &str,
+    ) -> (
+        tributary_protocol::requests::consumer_group::ConsumerGroupHeartbeatRequest,
+        consumer::Caller,
+    ) {
+        let req = tributary_protocol::requests::consumer_group::ConsumerGroupHeartbeatRequest {
+            group_id: "g".into(),
+            member_id: member.into(),
+            member_epoch: 0,
+            instance_id: None,
+            rack_id: None,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            subscribed_topic_regex: None,
+            server_assignor: None,
+            topic_partitions: Some(Vec::new()),
+        };
+        let caller = consumer::Caller {
+            client_id: "c".into(),
+            client_host: "h".into(),
+            version: 1,
+        };
+        (req, caller)
+    }
+
     pub(super) fn join_req(member: &str) -> JoinGroupRequest {
         JoinGroupRequest {
             group_id: "g".into(),
@@ -1236,7 +1264,7 @@ mod parked_request_tests {
 
 #[cfg(test)]
 mod retention_and_fencing_tests {
-    use super::coordinator_tests::{coordinator_with as coordinator, join_req};
+    use super::coordinator_tests::{consumer_join, coordinator_with as coordinator, join_req};
     use super::*;
 
     fn offset_record(
@@ -1288,27 +1316,10 @@ mod retention_and_fencing_tests {
 
     #[test]
     fn offsets_of_a_consumer_group_with_members_do_not_expire() {
-        use tributary_protocol::requests::consumer_group::ConsumerGroupHeartbeatRequest;
         let c = coordinator(Duration::from_secs(3600));
         let (k, v) = offset_record("g", 0, now_ms() - 2 * 3600 * 1000);
         c.apply_record(k, v);
-        let mut req = ConsumerGroupHeartbeatRequest {
-            group_id: "g".into(),
-            member_id: "m".into(),
-            member_epoch: 0,
-            instance_id: None,
-            rack_id: None,
-            rebalance_timeout_ms: 30_000,
-            subscribed_topic_names: Some(vec!["t".into()]),
-            subscribed_topic_regex: None,
-            server_assignor: None,
-            topic_partitions: Some(Vec::new()),
-        };
-        let caller = consumer::Caller {
-            client_id: "c".into(),
-            client_host: "h".into(),
-            version: 1,
-        };
+        let (mut req, caller) = consumer_join("m");
         let topics = consumer::TopicsImage::from([("t".to_string(), ([1; 16], 1))]);
         c.consumer_heartbeat(&req, &caller, &topics, None).unwrap();
         let (_, tombstones) = c.tick(Instant::now(), true);
@@ -1334,24 +1345,9 @@ mod retention_and_fencing_tests {
         use tributary_protocol::consumer_group_records::ConsumerKey;
         use tributary_protocol::requests::consumer_group::ConsumerGroupHeartbeatRequest;
         let c = coordinator(Duration::from_secs(3600));
-        let caller = consumer::Caller {
-            client_id: "c".into(),
-            client_host: "h".into(),
-            version: 1,
-        };
+        let caller = consumer_join("").1;
         let topics = consumer::TopicsImage::from([("t".to_string(), ([1; 16], 2))]);
-        let join = |m: &str| ConsumerGroupHeartbeatRequest {
-            group_id: "g".into(),
-            member_id: m.into(),
-            member_epoch: 0,
-            instance_id: None,
-            rack_id: None,
-            rebalance_timeout_ms: 30_000,
-            subscribed_topic_names: Some(vec!["t".into()]),
-            subscribed_topic_regex: None,
-            server_assignor: None,
-            topic_partitions: Some(Vec::new()),
-        };
+        let join = |m: &str| consumer_join(m).0;
         // Another coordinator's log: the group with two members.
         let mut other = consumer::ConsumerGroup::new("g");
         let limits = c.config.consumer;
@@ -1393,26 +1389,9 @@ mod retention_and_fencing_tests {
 
     #[test]
     fn a_classic_member_turns_an_empty_consumer_group_classic() {
-        use tributary_protocol::requests::consumer_group::ConsumerGroupHeartbeatRequest;
         let c = coordinator(Duration::from_secs(3600));
-        let caller = consumer::Caller {
-            client_id: "c".into(),
-            client_host: "h".into(),
-            version: 1,
-        };
         let topics = consumer::TopicsImage::from([("t".to_string(), ([1; 16], 1))]);
-        let mut req = ConsumerGroupHeartbeatRequest {
-            group_id: "g".into(),
-            member_id: "m".into(),
-            member_epoch: 0,
-            instance_id: None,
-            rack_id: None,
-            rebalance_timeout_ms: 30_000,
-            subscribed_topic_names: Some(vec!["t".into()]),
-            subscribed_topic_regex: None,
-            server_assignor: None,
-            topic_partitions: Some(Vec::new()),
-        };
+        let (mut req, caller) = consumer_join("m");
         c.consumer_heartbeat(&req, &caller, &topics, None).unwrap();
         c.consumer_changes("g");
         let refused = c.join(join_req(""), 5, "c".into(), "h".into());

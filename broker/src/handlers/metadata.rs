@@ -39,7 +39,7 @@ pub async fn handle(
 ) -> HandlerResult {
     let v = header.api_version;
     let req = decode_all(r, |r| metadata::decode(r, v))?;
-    let (requested, unknown_ids) = by_name(&shard.catalog(), req.topics.as_deref());
+    let (requested, asked_by_id, unknown_ids) = by_name(&shard.catalog(), req.topics.as_deref());
     let catalog = match &requested {
         Some(names) => auto_create(shard, conn, names, req.allow_auto_topic_creation).await,
         None => shard.catalog(),
@@ -64,6 +64,16 @@ pub async fn handle(
         v,
         req.include_topic_authorized_operations,
     );
+    // A topic asked for by id that the principal may not describe keeps its name to itself,
+    // as in Kafka.
+    for (t, id) in topics.iter_mut().zip(&asked_by_id) {
+        if let Some(id) =
+            id.filter(|_| t.error_code == ErrorCode::TOPIC_AUTHORIZATION_FAILED.code())
+        {
+            t.name = None;
+            t.topic_id = uuid::Uuid::from_bytes(id);
+        }
+    }
     topics.extend(unknown_ids.into_iter().map(|id| {
         MetadataResponseTopic::default()
             .with_error_code(ErrorCode::UNKNOWN_TOPIC_ID.code())
@@ -97,16 +107,23 @@ pub async fn handle(
 }
 
 /// The requested topics by name: a topic asked for by id (v12+, as KIP-848 consumers ask for
-/// the topics of an assignment) is answered by its name; the ids no topic has are returned
-/// apart (answered UNKNOWN_TOPIC_ID). `None`: every topic.
+/// the topics of an assignment) is answered by its name; beside them, which were asked for by
+/// id, and the ids no topic has (answered UNKNOWN_TOPIC_ID). `None`: every topic.
+type ByName = (
+    Option<Vec<Option<String>>>,
+    Vec<Option<[u8; 16]>>,
+    Vec<[u8; 16]>,
+);
+
 fn by_name(
     catalog: &Catalog,
     topics: Option<&[tributary_protocol::requests::metadata::MetadataTopic]>,
-) -> (Option<Vec<Option<String>>>, Vec<[u8; 16]>) {
+) -> ByName {
     let Some(topics) = topics else {
-        return (None, Vec::new());
+        return (None, Vec::new(), Vec::new());
     };
     let mut names = Vec::with_capacity(topics.len());
+    let mut by_id = Vec::with_capacity(topics.len());
     let mut unknown = Vec::new();
     for t in topics {
         let named = t.name.clone().or_else(|| {
@@ -114,13 +131,20 @@ fn by_name(
                 .then(|| catalog.topic_by_id(&t.topic_id).map(|m| m.name.clone()))
                 .flatten()
         });
+        let id = (t.name.is_none() && t.topic_id != [0; 16]).then_some(t.topic_id);
         match named {
-            Some(name) => names.push(Some(name)),
-            None if t.topic_id == [0; 16] => names.push(None),
+            Some(name) => {
+                names.push(Some(name));
+                by_id.push(id);
+            }
+            None if t.topic_id == [0; 16] => {
+                names.push(None);
+                by_id.push(None);
+            }
             None => unknown.push(t.topic_id),
         }
     }
-    (Some(names), unknown)
+    (Some(names), by_id, unknown)
 }
 
 /// Whether the principal may see topic `t` in Metadata: DESCRIBE on it.
