@@ -304,6 +304,9 @@ class Cluster:
                 "--set", "broker.heartbeat.interval.ms=250",
                 "--set", "group.initial.rebalance.delay.ms=300",
                 "--set", "offsets.topic.num.partitions=6",
+                # Each node its own rack; consumers naming theirs read from its replica (KIP-392).
+                "--set", f"broker.rack=rack-{i + 1}",
+                "--set", "replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector",
             ])
             b.port = p
             if certs:

@@ -148,3 +148,45 @@ def test_trib_creates_and_describes_a_replicated_topic(cluster):
     wait_for("both partitions fully in sync", in_sync)
     out = run("topics", "describe", "trib-rep")
     assert out.count("Replicas: [") == 2, out
+
+
+def test_confluent_consumers_read_from_the_replica_in_their_rack(cluster):
+    """KIP-392: each node is its own rack; a consumer with `client.rack` receives its records
+    from that rack's node, whichever node leads each partition (librdkafka's per-broker
+    receive counters say where the bytes came from)."""
+    bootstrap = cluster.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([CNewTopic("racked", 3, 3, config={"min.insync.replicas": "2"})]).values():
+        f.result()
+
+    def in_sync():
+        md = admin.list_topics("racked", timeout=10)
+        return all(sorted(p.isrs) == [1, 2, 3] for p in md.topics["racked"].partitions.values())
+
+    wait_for("every replica in sync", in_sync)
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(300):
+        p.produce("racked", value=b"x" * 1000, partition=i % 3)
+    assert p.flush(30) == 0
+    for rack in (1, 2, 3):
+        stats = []
+        c = confluent_kafka.Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"rack-reader-{rack}",
+            "client.rack": f"rack-{rack}", "enable.auto.commit": False,
+            "statistics.interval.ms": 200, "stats_cb": stats.append,
+        })
+        c.assign([confluent_kafka.TopicPartition("racked", part, confluent_kafka.OFFSET_BEGINNING)
+                  for part in range(3)])
+        got = []
+        wait_for("300 records", lambda: (got.extend(m for m in c.consume(300, 0.5) if not m.error())
+                                         or len(got) >= 300), timeout=60)
+        n = len(stats)
+        # Statistics are handed over from within poll.
+        wait_for("statistics", lambda: (c.poll(0.1), len(stats) > n)[1])
+        c.close()
+        rx = {}
+        for b in json.loads(stats[-1])["brokers"].values():
+            if b.get("nodeid", -1) > 0:
+                rx[b["nodeid"]] = rx.get(b["nodeid"], 0) + b["rxbytes"]
+        print(f"client.rack=rack-{rack}: bytes received by node {rx}")
+        assert rx[rack] > 0.8 * sum(rx.values()), f"client.rack=rack-{rack} received {rx} bytes by node"
