@@ -363,8 +363,17 @@ impl Shard {
     }
 
     /// Before an acks=all append: refuses when the ISR is smaller than `min.insync.replicas`.
+    /// The ISR is the leader's, or the image's when that is smaller: a shrink the image holds
+    /// is committed, and this shard may take the image's replica roles a moment after the
+    /// image itself (opening partitions comes between), while Metadata already answers from it.
     pub fn check_min_isr(&self, topic: &str, partition: i32) -> Result<(), ErrorCode> {
-        let isr = self.with_leading(topic, partition, |l| l.isr.len());
+        let image = self
+            .catalog()
+            .partition(topic, partition)
+            .map(|r| r.isr.len());
+        let isr = self
+            .with_leading(topic, partition, |l| l.isr.len())
+            .map(|n| image.map_or(n, |i| n.min(i)));
         match isr {
             Some(n) if (n as i32) < self.min_insync_replicas(topic) => {
                 Err(ErrorCode::NOT_ENOUGH_REPLICAS)
