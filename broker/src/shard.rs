@@ -1134,7 +1134,8 @@ impl Shard {
             .catalog()
             .partition(topic, partition)
             .is_some_and(|r| r.leader != self.config.node_id);
-        if follower && offset > part.high_watermark() && offset <= part.log_end_offset() {
+        let held = offset > part.high_watermark() && offset <= part.log_end_offset();
+        if follower && held && !part.is_offline() {
             return watermarks(ErrorCode::NONE);
         }
         if hard_limit && max_bytes == 0 {

@@ -705,8 +705,7 @@ impl ConsumerGroup {
             }
             (ConsumerKey::Current { member, .. }, Some(v)) => {
                 let value = CurrentAssignmentValue::decode(v)?;
-                self.restored_member(member, deadline)
-                    .take_current(value, now);
+                self.restored_member(member, deadline).take_current(value);
             }
             _ => {}
         }
@@ -807,7 +806,7 @@ impl ConsumerMember {
         self.server_assignor = v.server_assignor.as_deref().and_then(Assignor::named);
     }
 
-    fn take_current(&mut self, v: CurrentAssignmentValue, now: Instant) {
+    fn take_current(&mut self, v: CurrentAssignmentValue) {
         self.member_epoch = v.member_epoch;
         self.previous_member_epoch = v.previous_member_epoch;
         self.state = match v.state {
@@ -817,9 +816,10 @@ impl ConsumerMember {
         };
         self.assigned = from_topics(v.assigned);
         self.revoking = from_topics(v.pending_revocation);
-        // Re-armed once the whole group is loaded (`ConsumerGroup::rearm`): the member's
-        // rebalance timeout may come in a later record.
-        self.revocation_deadline = (self.state == MemberState::UnrevokedPartitions).then_some(now);
+        // Armed once the whole partition is loaded (`ConsumerGroup::rearm`): the member's
+        // rebalance timeout may come in a later record, and the coordinator's tick runs while
+        // the load reads.
+        self.revocation_deadline = None;
         self.sent = None;
     }
 

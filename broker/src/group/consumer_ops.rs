@@ -22,6 +22,9 @@ use super::consumer::{
 };
 use super::GroupCoordinator;
 
+/// The groups' own configs, by group id, as the image holds them.
+pub type GroupConfigs = BTreeMap<String, BTreeMap<String, String>>;
+
 /// One member as ConsumerGroupDescribe shows it.
 #[derive(Debug, Clone)]
 pub struct DescribedConsumer {
@@ -177,6 +180,9 @@ impl GroupCoordinator {
             warn!(group = %group_id, error = code.0, "persisting consumer group state failed");
             // What this write carried may not be in the log: the next write carries it again,
             // tombstones too (an empty value matches no record).
+            if !self.is_consumer_group(group_id) {
+                return written;
+            }
             let mut persisted = self.persisted_consumers.borrow_mut();
             let entry = persisted.entry(group_id.to_string()).or_default();
             for (key, _) in records {
@@ -308,12 +314,13 @@ impl GroupCoordinator {
 
     /// Re-arms the members' deadlines of the consumer groups in `__consumer_offsets` partition
     /// `partition` once it is loaded.
-    pub(super) fn rearm_consumers(&self, partition: i32) {
+    pub(super) fn rearm_consumers(&self, partition: i32, configs: &GroupConfigs) {
         let n = self.offsets_partitions.get();
         let now = Instant::now();
         for g in self.consumer_groups.borrow_mut().values_mut() {
             if super::partition_for_group(&g.group_id, n) == partition {
-                g.rearm(now, &self.config.consumer);
+                let limits = self.config.consumer.for_group(configs.get(&g.group_id));
+                g.rearm(now, &limits);
             }
         }
     }

@@ -198,6 +198,9 @@ impl GroupCoordinator {
         self.persisted_consumers
             .borrow_mut()
             .retain(|id, _| partition_for_group(id, n) != partition);
+        self.converted
+            .borrow_mut()
+            .retain(|id, _| partition_for_group(id, n) != partition);
         before - groups.len()
     }
 
@@ -251,7 +254,13 @@ impl GroupCoordinator {
     /// Rebuilds groups and offsets from one `__consumer_offsets` partition this node leads,
     /// reading to its log end as Kafka's coordinator does: a new leader's log is the one its
     /// high watermark will reach.
-    pub async fn load(&self, partition: i32, log: &Rc<Partition>) {
+    /// `configs`: the groups' own configs, which their members' re-armed deadlines follow.
+    pub async fn load(
+        &self,
+        partition: i32,
+        log: &Rc<Partition>,
+        configs: &consumer_ops::GroupConfigs,
+    ) {
         use crate::coordinator_log::Replayed;
         crate::coordinator_log::replay(log, |item| match item {
             Replayed::Record {
@@ -270,7 +279,7 @@ impl GroupCoordinator {
             } => self.end_txn_offsets(producer_id, commit),
         })
         .await;
-        self.rearm_consumers(partition);
+        self.rearm_consumers(partition, configs);
     }
 
     fn apply_record(&self, key: Bytes, value: Option<Bytes>) {
@@ -928,6 +937,7 @@ impl GroupCoordinator {
         groups.remove(group_id);
         self.forget_parked(&groups);
         self.forget_consumer_group(group_id);
+        self.converted.borrow_mut().remove(group_id);
         info!(group = %group_id, "group deleted");
         ErrorCode::NONE
     }

@@ -392,7 +392,8 @@ fn response_topics(
             records: res.records,
             diverging_epoch: None,
             current_leader: None,
-            preferred_read_replica: *to,
+            // Kafka names a preferred replica only in an answer without error.
+            preferred_read_replica: if res.error.is_error() { -1 } else { *to },
         };
         let same_topic = |t: &&mut FetchTopicResponse| {
             t.topic_id == item.topic_id && (item.topic_id != NO_TOPIC_ID || t.name == item.topic)

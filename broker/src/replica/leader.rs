@@ -220,7 +220,7 @@ impl Shard {
     async fn load_led_groups(&self, catalog: &Catalog) {
         let (load, unload) = self.coordinator_changes(catalog, OFFSETS_TOPIC, &self.groups_loaded);
         for (p, part) in load {
-            self.groups.load(p, &part).await;
+            self.groups.load(p, &part, &catalog.group_configs).await;
             self.groups_loaded.borrow_mut().insert(p);
         }
         for p in unload {

@@ -422,6 +422,10 @@ fn a_group_rebuilt_from_its_records_is_the_same_group() {
         );
         assert_eq!(r.rebalance_timeout, m.rebalance_timeout);
     }
+    // Mid-load, a revoking member is not timed out (the coordinator's tick runs meanwhile);
+    // once loaded it has its whole rebalance timeout again.
+    assert!(back.expire(now + Duration::from_secs(1)).is_empty());
+    back.rearm(now, &limits());
     assert!(back.members["m1"].revocation_deadline.is_some());
     // The rebuilt group goes on where the old one was: m1 revokes and advances.
     let kept = back.members["m1"].assigned.clone();
