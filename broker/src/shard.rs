@@ -1130,12 +1130,14 @@ impl Shard {
         };
         // A follower serving a consumer (KIP-392) may trail the leader's high watermark the
         // consumer read up to: an offset it holds but may not show yet is empty, as in Kafka.
-        let follower = self
-            .catalog()
-            .partition(topic, partition)
-            .is_some_and(|r| r.leader != self.config.node_id);
+        // The image is looked at only for such an offset, not on every read.
         let held = offset > part.high_watermark() && offset <= part.log_end_offset();
-        if follower && held && !part.is_offline() {
+        let follower = || {
+            self.catalog()
+                .partition(topic, partition)
+                .is_some_and(|r| r.leader != self.config.node_id)
+        };
+        if held && !part.is_offline() && follower() {
             return watermarks(ErrorCode::NONE);
         }
         if hard_limit && max_bytes == 0 {

@@ -50,12 +50,28 @@ struct ReadFrom<'a> {
     rack: Option<&'a str>,
 }
 
+/// Where a consumer fetch's items are to be read instead of here (KIP-392): nothing is
+/// allocated for a fetch without a rack to choose by, which is every fetch but a rack-aware
+/// consumer's.
+struct Redirects(Option<Vec<i32>>);
+
+impl Redirects {
+    /// The replica item `i` is read from instead, or -1: here.
+    fn to(&self, i: usize) -> i32 {
+        self.0.as_ref().map_or(-1, |v| v[i])
+    }
+
+    fn any(&self) -> bool {
+        self.0.as_ref().is_some_and(|v| v.iter().any(|r| *r >= 0))
+    }
+}
+
 /// For each item, the replica the consumer should read it from instead of this leader
 /// (Kafka's `RackAwareReplicaSelector`), or -1: an in-sync, unfenced replica in the consumer's
 /// rack when this broker is not in it, spread over such replicas by partition.
-fn preferred_replicas(shard: &Shard, items: &[FetchItem], reader: &ReadFrom<'_>) -> Vec<i32> {
+fn preferred_replicas(shard: &Shard, items: &[FetchItem], reader: &ReadFrom<'_>) -> Redirects {
     let Some(rack) = reader.rack else {
-        return vec![-1; items.len()];
+        return Redirects(None);
     };
     let catalog = shard.catalog();
     let me = shard.config.node_id;
@@ -67,9 +83,9 @@ fn preferred_replicas(shard: &Shard, items: &[FetchItem], reader: &ReadFrom<'_>)
             .and_then(|b| b.rack.as_deref())
     };
     if rack_of(me) == Some(rack) {
-        return vec![-1; items.len()];
+        return Redirects(None);
     }
-    items
+    let to = items
         .iter()
         .map(|i| {
             let Some(reg) = catalog
@@ -89,7 +105,8 @@ fn preferred_replicas(shard: &Shard, items: &[FetchItem], reader: &ReadFrom<'_>)
                 n => near[i.partition.unsigned_abs() as usize % n],
             }
         })
-        .collect()
+        .collect();
+    Redirects(Some(to))
 }
 
 /// What a client's fetch may return and how: the response's byte budget, the bytes it waits
@@ -332,20 +349,20 @@ fn finish_session(
     uses_topic_ids: bool,
     context: &Context,
     results: &[FetchResult],
-    redirect: &[i32],
+    redirect: &Redirects,
 ) -> (ErrorCode, i32, Vec<bool>) {
     let answered: Vec<(FetchItem, Answered)> = context
         .items()
         .iter()
         .zip(results)
-        .zip(redirect)
-        .map(|((item, r), to)| {
+        .enumerate()
+        .map(|(i, (item, r))| {
             let a = Answered {
                 error: r.error,
                 high_watermark: r.high_watermark,
                 log_start_offset: r.log_start_offset,
                 // A partition sent to another replica is in the answer, as one with records.
-                has_records: !r.records.is_empty() || *to >= 0,
+                has_records: !r.records.is_empty() || redirect.to(i) >= 0,
             };
             (item.clone(), a)
         })
@@ -377,11 +394,11 @@ fn response_topics(
     items: &[FetchItem],
     results: Vec<FetchResult>,
     include: &[bool],
-    redirect: &[i32],
+    redirect: &Redirects,
 ) -> Vec<FetchTopicResponse> {
     let mut topics: Vec<FetchTopicResponse> = Vec::new();
-    let chosen = items.iter().zip(results).zip(include).zip(redirect);
-    for (((item, res), _), to) in chosen.filter(|((_, included), _)| **included) {
+    let chosen = items.iter().zip(results).zip(include).enumerate();
+    for (i, ((item, res), _)) in chosen.filter(|(_, (_, included))| **included) {
         let part = FetchPartitionResponse {
             partition: item.partition,
             error: res.error,
@@ -393,7 +410,11 @@ fn response_topics(
             diverging_epoch: None,
             current_leader: None,
             // Kafka names a preferred replica only in an answer without error.
-            preferred_read_replica: if res.error.is_error() { -1 } else { *to },
+            preferred_read_replica: if res.error.is_error() {
+                -1
+            } else {
+                redirect.to(i)
+            },
         };
         let same_topic = |t: &&mut FetchTopicResponse| {
             t.topic_id == item.topic_id && (item.topic_id != NO_TOPIC_ID || t.name == item.topic)
@@ -423,7 +444,7 @@ async fn read_and_wait(
     budget: Budget,
     deadline: Instant,
     denied: &HashSet<String>,
-    redirect: &[i32],
+    redirect: &Redirects,
     reader: ReadFrom<'_>,
 ) -> Vec<FetchResult> {
     let Budget {
@@ -438,7 +459,7 @@ async fn read_and_wait(
     let bytes: usize = first.results.iter().map(|r| r.records.len()).sum();
     let errors = first.results.iter().any(|r| r.error.is_error());
     // A partition sent to another replica is answered at once, as an error would be.
-    let redirected = redirect.iter().any(|r| *r >= 0);
+    let redirected = redirect.any();
     if bytes >= min_bytes
         || errors
         || redirected
@@ -561,7 +582,7 @@ async fn read_all(
     shard: &Rc<Shard>,
     items: &[FetchItem],
     known: &[ErrorCode],
-    redirect: &[i32],
+    redirect: &Redirects,
     max_bytes: usize,
     read_committed: bool,
 ) -> ReadAll {
@@ -585,7 +606,8 @@ async fn read_all(
             }
             let part_max = item.partition_max_bytes.max(0) as usize;
             let left = max_bytes.saturating_sub(used);
-            let grant = if returned_any && left == 0 || redirect[i] >= 0 {
+            let elsewhere = redirect.to(i) >= 0;
+            let grant = if returned_any && left == 0 || elsewhere {
                 0 // watermarks only (for one read elsewhere, too)
             } else if inflight.is_empty() {
                 part_max.min(left)
@@ -595,7 +617,7 @@ async fn read_all(
                 break; // wait for the reads under way to give back what they did not use
             };
             granted += grant;
-            let hard_limit = returned_any || redirect[i] >= 0;
+            let hard_limit = returned_any || elsewhere;
             inflight.push(async move {
                 let r = read_one(shard, item, grant, hard_limit, read_committed).await;
                 (i, grant, hard_limit, r)
