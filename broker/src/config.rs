@@ -470,6 +470,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "group.consumer.max.heartbeat.interval.ms", default: "15000", kind: ConfigKind::Int, doc: "Longest heartbeat interval a KIP-848 group may be given." },
     BrokerKey { name: "group.consumer.max.size", default: "2147483647", kind: ConfigKind::Int, doc: "Most members a KIP-848 consumer group may have (GROUP_MAX_SIZE_REACHED)." },
     BrokerKey { name: "group.consumer.assignors", default: "uniform,range", kind: ConfigKind::List, doc: "The server-side assignors KIP-848 consumer groups may use (uniform, range); the first is used when no member names one with group.remote.assignor." },
+    BrokerKey { name: "group.consumer.migration.policy", default: "bidirectional", kind: ConfigKind::String, doc: "Online migration between the classic and the KIP-848 protocol (Kafka's values, any case): bidirectional, upgrade (a classic group with members becomes a consumer group when a consumer-protocol member joins), downgrade (a consumer group whose last consumer-protocol member left becomes classic again with its classic members), disabled. Empty groups change type whatever it says." },
     BrokerKey { name: "fetch.max.bytes", default: "57671680", kind: ConfigKind::Int, doc: "Most record bytes one Fetch response carries, whatever the client asks for (the first non-empty partition may exceed it, KIP-74); nothing is read past it." },
     BrokerKey { name: "inter.broker.connections.idle.max", default: "4", kind: ConfigKind::Int, doc: "Idle connections each shard keeps open to each other broker for the requests it sends one at a time — transaction markers and KIP-890 verification (Kafka has no such key; its marker channel holds one connection per broker). 0 opens a new connection, with its TLS handshake and SASL login, for every request." },
     BrokerKey { name: "sasl.oauthbearer.jwks.endpoint.url", default: "", kind: ConfigKind::String, doc: "The JSON Web Key Set signed OAUTHBEARER tokens are checked against, on listeners whose oauthbearer.sasl.server.callback.handler.class is Kafka's OAuthBearerValidatorCallbackHandler: a file URL (file:///PATH), read at start-up." },
@@ -1523,8 +1524,17 @@ fn consumer_group_limits(get: Get) -> Result<crate::group::consumer::ConsumerLim
             anyhow!("group.consumer.assignors: unknown assignor {name}; the assignors are uniform and range")
         })?);
     }
+    let policy = get("group.consumer.migration.policy");
+    let migration =
+        crate::group::consumer::MigrationPolicy::named(policy.trim()).ok_or_else(|| {
+            anyhow!(
+                "group.consumer.migration.policy: unknown policy {policy:?}; the policies are {}",
+                crate::group::consumer::MigrationPolicy::NAMES.join(", ")
+            )
+        })?;
     Ok(crate::group::consumer::ConsumerLimits {
         max_size: key_num(get, "group.consumer.max.size", 1)?,
+        migration,
         session_timeout: std::time::Duration::from_millis(session),
         heartbeat_interval: std::time::Duration::from_millis(heartbeat),
         assignors,

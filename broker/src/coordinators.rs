@@ -13,7 +13,7 @@ use tributary_storage::Partition;
 
 use crate::group::consumer::{Caller, HeartbeatAnswer, Refusal, TopicsImage};
 use crate::group::state::{JoinResult, SyncResult};
-use crate::group::OFFSETS_TOPIC;
+use crate::group::{ClassicCaller, CommitFrom, OFFSETS_TOPIC};
 use crate::group::{DescribedConsumerGroup, ListedGroup};
 use crate::group::{DescribedGroup as Described, MemberResults, TopicResults};
 use crate::routing::ShardId;
@@ -32,7 +32,11 @@ pub enum GroupOp {
     Sync(SyncGroupRequest),
     Heartbeat(HeartbeatRequest),
     Leave(LeaveGroupRequest),
-    Commit(OffsetCommitRequest),
+    /// OffsetCommit at its version.
+    Commit {
+        req: OffsetCommitRequest,
+        version: i16,
+    },
     /// TxnOffsetCommit: offsets in the transaction of producer (id, epoch).
     TxnCommit {
         req: OffsetCommitRequest,
@@ -79,7 +83,7 @@ impl GroupOp {
             GroupOp::Sync(r) => Some(&r.group_id),
             GroupOp::Heartbeat(r) => Some(&r.group_id),
             GroupOp::Leave(r) => Some(&r.group_id),
-            GroupOp::Commit(r) | GroupOp::TxnCommit { req: r, .. } => Some(&r.group_id),
+            GroupOp::Commit { req: r, .. } | GroupOp::TxnCommit { req: r, .. } => Some(&r.group_id),
             GroupOp::Fetch(r) => Some(&r.group_id),
             GroupOp::Describe(id) | GroupOp::Delete(id) => Some(id),
             GroupOp::OffsetDelete(r) => Some(&r.group_id),
@@ -170,6 +174,19 @@ async fn run_group_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: GroupOp) -> Gr
             version,
             client_id,
             client_host,
+        } if g.consumer_group_has_members(&req.group_id) => {
+            let caller = ClassicCaller {
+                version,
+                client_id,
+                client_host,
+            };
+            GroupReply::Join(join_consumer_group(shard, log, req, caller).await)
+        }
+        GroupOp::Join {
+            req,
+            version,
+            client_id,
+            client_host,
         } => {
             let member = req.member_id.clone();
             match g.join(req, version, client_id, client_host) {
@@ -179,13 +196,17 @@ async fn run_group_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: GroupOp) -> Gr
                 })),
             }
         }
+        GroupOp::Sync(req) if g.is_consumer_group(&req.group_id) => {
+            let topics = subscribable_topics(&shard.catalog());
+            GroupReply::Sync(g.sync_consumer_group(&req, &topics))
+        }
         GroupOp::Sync(req) => {
             let group_id = req.group_id.clone();
             match g.sync(req) {
                 Err(e) => GroupReply::Sync(e),
                 Ok((rx, completed)) => {
                     if completed {
-                        g.persist_group(log, &group_id).await;
+                        let _ = g.persist_group(log, &group_id).await;
                     }
                     GroupReply::Sync(
                         rx.await.unwrap_or_else(|_| {
@@ -195,18 +216,32 @@ async fn run_group_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: GroupOp) -> Gr
                 }
             }
         }
+        GroupOp::Heartbeat(req) if g.is_consumer_group(&req.group_id) => {
+            GroupReply::Code(g.heartbeat_consumer_group(&req))
+        }
         GroupOp::Heartbeat(req) => GroupReply::Code(g.heartbeat(req)),
+        GroupOp::Leave(req) if g.is_consumer_group(&req.group_id) => {
+            let (code, members) = g.leave_consumer_group(&req);
+            match g.persist_consumer(log, &req.group_id).await {
+                Ok(()) => GroupReply::Leave(code, members),
+                Err(e) => GroupReply::Leave(write_refusal(e), Vec::new()),
+            }
+        }
         GroupOp::Leave(req) => {
             let group_id = req.group_id.clone();
             let (code, members, emptied) = g.leave(req);
             if emptied {
-                g.persist_group(log, &group_id).await;
+                let _ = g.persist_group(log, &group_id).await;
             }
             GroupReply::Leave(code, members)
         }
-        GroupOp::Commit(req) => GroupReply::Commit(g.commit(log, req, None).await),
+        GroupOp::Commit { req, version } => {
+            let from = CommitFrom::OffsetCommit { version };
+            GroupReply::Commit(g.commit(log, req, from).await)
+        }
         GroupOp::TxnCommit { req, producer } => {
-            GroupReply::Commit(g.commit(log, req, Some(producer)).await)
+            let from = CommitFrom::Txn(producer.0, producer.1);
+            GroupReply::Commit(g.commit(log, req, from).await)
         }
         GroupOp::Fetch(req) => {
             let offsets = g.fetch_offsets(&req);
@@ -263,12 +298,33 @@ async fn consumer_heartbeat(
     let own = catalog.group_configs.get(&req.group_id);
     // A refused heartbeat changed nothing.
     let answer = g.consumer_heartbeat(&req, &caller, &topics, own)?;
-    match g.persist_consumer(log, &req.group_id).await {
+    // The group's type may have changed (an upgrade, or a downgrade by this leave).
+    match g.persist_group(log, &req.group_id).await {
         Err(code) => Err(Refusal {
             code: write_refusal(code),
             message: format!("the group's state could not be written (error {})", code.0),
         }),
         Ok(()) => Ok(answer),
+    }
+}
+
+/// A classic JoinGroup to a consumer group with members, answered once what it changed is
+/// durable.
+async fn join_consumer_group(
+    shard: &Rc<Shard>,
+    log: &Rc<Partition>,
+    req: JoinGroupRequest,
+    caller: ClassicCaller,
+) -> JoinResult {
+    let g = &shard.groups;
+    let topics = subscribable_topics(&shard.catalog());
+    let answer = g.join_consumer_group(&req, caller, &topics);
+    if answer.error.is_error() {
+        return answer;
+    }
+    match g.persist_consumer(log, &req.group_id).await {
+        Ok(()) => answer,
+        Err(code) => JoinResult::error(write_refusal(code), &answer.member_id),
     }
 }
 
@@ -285,7 +341,7 @@ fn write_refusal(code: ErrorCode) -> ErrorCode {
 
 /// The topics a consumer group may subscribe to: every topic of the image but the internal
 /// ones, with its id and partition count.
-fn subscribable_topics(catalog: &crate::catalog::Catalog) -> TopicsImage {
+pub fn subscribable_topics(catalog: &crate::catalog::Catalog) -> TopicsImage {
     catalog
         .topics
         .values()

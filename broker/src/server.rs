@@ -830,7 +830,8 @@ async fn group_ticker(shard: Rc<Shard>) {
         if expire {
             last_expiry = now;
         }
-        let (changed, tombstones) = shard.groups.tick(now, expire);
+        let topics = || crate::coordinators::subscribable_topics(&shard.catalog());
+        let (changed, tombstones) = shard.groups.tick(now, expire, &topics);
         if !changed.is_empty() || !tombstones.is_empty() {
             let s = shard.clone();
             shard

@@ -1128,16 +1128,12 @@ impl Shard {
             aborted_transactions: Vec::new(),
             visible_bytes,
         };
-        // A follower serving a consumer (KIP-392) may trail the leader's high watermark the
-        // consumer read up to: an offset it holds but may not show yet is empty, as in Kafka.
-        // The image is looked at only for such an offset, not on every read.
+        // An offset the log holds but may not show yet (above the high watermark, at most the
+        // log end) is empty, not out of range, as in Kafka's `LocalLog.read`: a follower
+        // serving a consumer (KIP-392) may trail the leader's high watermark the consumer read
+        // up to, and a new leader's high watermark may trail what its predecessor showed.
         let held = offset > part.high_watermark() && offset <= part.log_end_offset();
-        let follower = || {
-            self.catalog()
-                .partition(topic, partition)
-                .is_some_and(|r| r.leader != self.config.node_id)
-        };
-        if held && !part.is_offline() && follower() {
+        if held && !part.is_offline() {
             return watermarks(ErrorCode::NONE);
         }
         if hard_limit && max_bytes == 0 {

@@ -238,9 +238,9 @@ fn bad_heartbeats_and_mixed_protocols_get_kafkas_errors() {
     assert_eq!(code(&r), 110, "FENCED_MEMBER_EPOCH");
 
     // Offsets at the member's epoch are taken; behind it, STALE_MEMBER_EPOCH.
-    let commit = |c: &mut RawConn, epoch: i32| -> i16 {
+    let commit_as = |c: &mut RawConn, group: &str, epoch: i32, version: i16| -> i16 {
         let req = OffsetCommitRequest::default()
-            .with_group_id(GroupId(s("raw")))
+            .with_group_id(GroupId(s(group)))
             .with_generation_id_or_member_epoch(epoch)
             .with_member_id(s("member-a"))
             .with_topics(vec![
@@ -252,10 +252,18 @@ fn bad_heartbeats_and_mixed_protocols_get_kafkas_errors() {
                             .with_committed_offset(7),
                     ]),
             ]);
-        let resp: OffsetCommitResponse = c.request(ApiKey::OffsetCommit, 9, &req);
+        let resp: OffsetCommitResponse = c.request(ApiKey::OffsetCommit, version, &req);
         resp.topics[0].partitions[0].error_code
     };
+    let commit = |c: &mut RawConn, epoch: i32| commit_as(c, "raw", epoch, 9);
     assert_eq!(commit(&mut c, 1), 0);
+    // A member of this protocol commits with v9 or above (Kafka: "OffsetCommit version 9 or
+    // above must be used by members using the modern group protocol").
+    assert_eq!(commit_as(&mut c, "raw", 1, 8), 35, "UNSUPPORTED_VERSION");
+    // An epoch for a group that does not exist: GROUP_ID_NOT_FOUND from v9 on, before it
+    // ILLEGAL_GENERATION.
+    assert_eq!(commit_as(&mut c, "nope", 3, 9), 69, "GROUP_ID_NOT_FOUND");
+    assert_eq!(commit_as(&mut c, "nope", 3, 8), 22, "ILLEGAL_GENERATION");
     assert_eq!(commit(&mut c, 0), 113, "STALE_MEMBER_EPOCH");
     assert_eq!(
         commit(&mut c, 2),
@@ -263,13 +271,14 @@ fn bad_heartbeats_and_mixed_protocols_get_kafkas_errors() {
         "STALE_MEMBER_EPOCH, as Kafka answers any other epoch"
     );
 
-    // A classic member may not join a group the consumer protocol runs.
+    // A classic member may join a group the consumer protocol runs (a mixed group; see
+    // `a_classic_group_upgrades_...`), but only with the consumer protocol's type.
     let join = JoinGroupRequest::default()
         .with_group_id(GroupId(s("raw")))
         .with_session_timeout_ms(10_000)
         .with_rebalance_timeout_ms(10_000)
         .with_member_id(s(""))
-        .with_protocol_type(s("consumer"))
+        .with_protocol_type(s("connect"))
         .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default(
         )
         .with_name(s("range"))
@@ -574,5 +583,104 @@ fn a_groups_own_configs_change_what_its_members_are_told() {
     assert_eq!(
         configs["consumer.session.timeout.ms"],
         ("6000".to_string(), 5)
+    );
+}
+
+/// The type ListGroups v5 gives `group` ("classic", "consumer"), or "" when it is not listed.
+fn group_type(addr: SocketAddr, group: &str) -> String {
+    let l: ListGroupsResponse =
+        RawConn::connect(addr).request(ApiKey::ListGroups, 5, &ListGroupsRequest::default());
+    l.groups
+        .iter()
+        .find(|g| g.group_id.as_str() == group)
+        .map(|g| g.group_type.to_string())
+        .unwrap_or_default()
+}
+
+/// Whether the consumers own `n` partitions between them, none twice.
+fn cover(consumers: &[&BaseConsumer], n: usize) -> bool {
+    let sets: Vec<BTreeSet<(String, i32)>> = consumers.iter().map(|c| owned(c)).collect();
+    let all: BTreeSet<&(String, i32)> = sets.iter().flatten().collect();
+    all.len() == n && sets.iter().map(BTreeSet::len).sum::<usize>() == n
+}
+
+#[test]
+fn a_classic_group_upgrades_when_a_consumer_member_joins_and_downgrades_when_it_leaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut props = PROPS.to_vec();
+    props.push(("group.initial.rebalance.delay.ms", "0"));
+    let broker = start_broker(dir.path(), 2, &props);
+    let addr = broker.addr;
+    create(addr, "mixed", 6);
+    produce(addr, "mixed", 600, "a");
+    let classic = |client: &str| {
+        consumer(
+            addr,
+            "mixed-g",
+            &[
+                ("group.protocol", "classic"),
+                ("client.id", client),
+                ("session.timeout.ms", "6000"),
+                ("heartbeat.interval.ms", "200"),
+            ],
+        )
+    };
+    let (c1, c2) = (classic("c1"), classic("c2"));
+    c1.subscribe(&["mixed"]).unwrap();
+    c2.subscribe(&["mixed"]).unwrap();
+    let mut read = BTreeMap::new();
+    poll_until(
+        &[&c1, &c2],
+        &mut read,
+        "two classic members sharing",
+        |_| cover(&[&c1, &c2], 6) && !owned(&c1).is_empty() && !owned(&c2).is_empty(),
+    );
+    assert_eq!(group_type(addr, "mixed-g"), "classic");
+
+    // A member of the consumer protocol joins: the group becomes a consumer group, and the
+    // classic members rejoin it and give it partitions.
+    let k = consumer(addr, "mixed-g", &[]);
+    k.subscribe(&["mixed"]).unwrap();
+    poll_until(
+        &[&c1, &c2, &k],
+        &mut read,
+        "three members of two protocols sharing",
+        |_| cover(&[&c1, &c2, &k], 6) && [&c1, &c2, &k].iter().all(|c| !owned(c).is_empty()),
+    );
+    assert_eq!(group_type(addr, "mixed-g"), "consumer");
+    let d: ConsumerGroupDescribeResponse = RawConn::connect(addr).request(
+        ApiKey::ConsumerGroupDescribe,
+        1,
+        &ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s("mixed-g"))]),
+    );
+    let mut types: Vec<i8> = d.groups[0].members.iter().map(|m| m.member_type).collect();
+    types.sort();
+    assert_eq!(
+        types,
+        vec![0, 0, 1],
+        "two classic members and one of the consumer protocol"
+    );
+
+    // It leaves: only classic members remain, and the group is classic again.
+    k.unsubscribe();
+    poll_until(
+        &[&c1, &c2, &k],
+        &mut read,
+        "the classic members owning everything",
+        |_| owned(&k).is_empty() && cover(&[&c1, &c2], 6),
+    );
+    drop(k);
+    common::wait_until("the group to be classic again", || {
+        group_type(addr, "mixed-g") == "classic"
+    });
+    poll_until(&[&c1, &c2], &mut read, "all 600 messages read", |r| {
+        r.values().flatten().collect::<BTreeSet<_>>().len() == 600
+    });
+    // Stable as a classic group: both still share the partitions.
+    poll_until(
+        &[&c1, &c2],
+        &mut read,
+        "two classic members sharing again",
+        |_| cover(&[&c1, &c2], 6) && !owned(&c1).is_empty() && !owned(&c2).is_empty(),
     );
 }

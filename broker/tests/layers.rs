@@ -10,6 +10,7 @@ const SERVICES: &[&str] = &[
     "src/group/state.rs",
     "src/group/consumer.rs",
     "src/group/consumer_ops.rs",
+    "src/group/migration.rs",
     "src/group/assignor.rs",
     "src/txn/mod.rs",
     "src/txn/state.rs",
@@ -171,6 +172,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "group/mod.rs",
             "group/consumer_ops.rs",
+            "group/migration.rs",
             "txn/mod.rs",
             "coordinator_log.rs",
             "quota.rs",

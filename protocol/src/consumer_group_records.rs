@@ -123,6 +123,73 @@ pub struct MemberMetadataValue {
     pub subscribed_topic_regex: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub server_assignor: Option<String>,
+    /// Tagged field 0: set for a member of the classic protocol in a consumer group.
+    pub classic: Option<ClassicMemberMetadata>,
+}
+
+/// A classic member's own part of its type 5 value (`ClassicMemberMetadata`, a nullable struct
+/// in tagged field 0): its JoinGroup's session timeout and protocols, in its order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicMemberMetadata {
+    pub session_timeout_ms: i32,
+    pub supported_protocols: Vec<(String, Bytes)>,
+}
+
+impl ClassicMemberMetadata {
+    fn encode(&self, out: &mut BytesMut) {
+        out.put_i32(self.session_timeout_ms);
+        put_array_len(out, self.supported_protocols.len(), true);
+        for (name, metadata) in &self.supported_protocols {
+            put_string(out, name, true);
+            crate::wire::put_nullable_bytes_len(out, Some(metadata.len()), true);
+            out.put_slice(metadata);
+            put_empty_tagged_fields(out, true);
+        }
+        put_empty_tagged_fields(out, true);
+    }
+
+    /// The struct after its nullable marker.
+    fn decode(r: &mut Reader) -> Result<Self, DecodeError> {
+        let session_timeout_ms = r.i32("session_timeout_ms")?;
+        // A protocol is at least a name length, a metadata length and a tag count.
+        let n = r.array_len_required("supported_protocols", true, 3)?;
+        let mut supported_protocols = Vec::with_capacity(n);
+        for _ in 0..n {
+            let name = r.string("protocol name", true)?;
+            let metadata = r
+                .nullable_bytes("protocol metadata", true)?
+                .ok_or_else(|| r.malformed("protocol metadata", "null metadata"))?;
+            r.tagged_fields(true)?;
+            supported_protocols.push((name, metadata));
+        }
+        r.tagged_fields(true)?;
+        Ok(ClassicMemberMetadata {
+            session_timeout_ms,
+            supported_protocols,
+        })
+    }
+}
+
+/// The tagged fields of a type 5 value: tag 0 is the classic member metadata, any other tag is
+/// skipped as Kafka skips tags it does not know.
+fn member_tags(r: &mut Reader) -> Result<Option<ClassicMemberMetadata>, DecodeError> {
+    let mut classic = None;
+    let count = r.uvarint("tagged field count")?;
+    for _ in 0..count {
+        let tag = r.uvarint("tag")?;
+        let size = r.uvarint("tagged field size")? as usize;
+        let field = r.bytes("tagged field", size)?;
+        if tag != 0 {
+            continue;
+        }
+        let mut f = Reader::new(field);
+        // KIP-893's nullable struct: 0 null, 1 present.
+        classic = match f.uvarint("classic member metadata marker")? {
+            0 => None,
+            _ => Some(ClassicMemberMetadata::decode(&mut f)?),
+        };
+    }
+    Ok(classic)
 }
 
 /// Type 8's value.
@@ -228,7 +295,22 @@ impl MemberMetadataValue {
         put_nullable(&mut out, self.subscribed_topic_regex.as_deref());
         out.put_i32(self.rebalance_timeout_ms);
         put_nullable(&mut out, self.server_assignor.as_deref());
-        put_empty_tagged_fields(&mut out, true);
+        match &self.classic {
+            None => put_empty_tagged_fields(&mut out, true),
+            Some(c) => {
+                let mut field = BytesMut::new();
+                c.encode(&mut field);
+                crate::wire::put_uvarint(&mut out, 1);
+                crate::wire::put_uvarint(&mut out, 0);
+                // The struct's size plus its one-byte nullable marker.
+                crate::wire::put_uvarint(
+                    &mut out,
+                    u32::try_from(field.len() + 1).unwrap_or(u32::MAX),
+                );
+                crate::wire::put_uvarint(&mut out, 1);
+                out.put_slice(&field);
+            }
+        }
         out.freeze()
     }
 
@@ -246,7 +328,7 @@ impl MemberMetadataValue {
         let subscribed_topic_regex = r.nullable_string("subscribed_topic_regex", true)?;
         let rebalance_timeout_ms = r.i32("rebalance_timeout_ms")?;
         let server_assignor = r.nullable_string("server_assignor", true)?;
-        r.tagged_fields(true)?;
+        let classic = member_tags(&mut r)?;
         Ok(MemberMetadataValue {
             instance_id,
             rack_id,
@@ -256,6 +338,7 @@ impl MemberMetadataValue {
             subscribed_topic_regex,
             rebalance_timeout_ms,
             server_assignor,
+            classic,
         })
     }
 }
@@ -341,10 +424,45 @@ mod tests {
             subscribed_topic_regex: Some("x.*".into()),
             rebalance_timeout_ms: 300_000,
             server_assignor: Some("uniform".into()),
+            classic: None,
         };
         let b = m.encode();
         assert_eq!(MemberMetadataValue::decode(b.clone()).unwrap(), m);
         prefixes_fail(&b, MemberMetadataValue::decode);
+        // A classic member's value carries its metadata in tagged field 0.
+        let classic = MemberMetadataValue {
+            classic: Some(ClassicMemberMetadata {
+                session_timeout_ms: 45_000,
+                supported_protocols: vec![
+                    (
+                        "cooperative-sticky".into(),
+                        Bytes::from_static(b"\x00\x03sub"),
+                    ),
+                    ("range".into(), Bytes::new()),
+                ],
+            }),
+            ..m.clone()
+        };
+        let b = classic.encode();
+        assert_eq!(MemberMetadataValue::decode(b.clone()).unwrap(), classic);
+        prefixes_fail(&b, MemberMetadataValue::decode);
+        // Byte by byte, the tagged section as Kafka's generated code writes it: one field, tag
+        // 0, size (struct + 1), the nullable marker 1, session timeout, a compact array of one.
+        let one = MemberMetadataValue {
+            classic: Some(ClassicMemberMetadata {
+                session_timeout_ms: 10,
+                supported_protocols: vec![("r".into(), Bytes::from_static(b"m"))],
+            }),
+            ..m.clone()
+        };
+        let bytes = one.encode();
+        let plain = m.encode();
+        let tail: &[u8] = &[1, 0, 12, 1, 0, 0, 0, 10, 2, 2, b'r', 2, b'm', 0, 0];
+        assert_eq!(&bytes[plain.len() - 1..], tail);
+        // An unknown tag is skipped.
+        let mut unknown = BytesMut::from(&plain[..plain.len() - 1]);
+        unknown.put_slice(&[1, 5, 2, 0xaa, 0xbb]);
+        assert_eq!(MemberMetadataValue::decode(unknown.freeze()).unwrap(), m);
         let c = CurrentAssignmentValue {
             member_epoch: 4,
             previous_member_epoch: 3,

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod consumer_group_records;
+pub mod consumer_protocol;
 pub mod error_code;
 pub mod frame;
 pub mod fuzzing;

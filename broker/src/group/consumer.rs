@@ -13,14 +13,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tributary_protocol::consumer_group_records::{
-    decode_epoch, decode_target, encode_epoch, encode_target, ConsumerKey, CurrentAssignmentValue,
-    MemberMetadataValue, TopicPartitionIds,
-};
 use tributary_protocol::requests::consumer_group::{
     ConsumerGroupHeartbeatRequest, OwnedPartitions,
 };
-use tributary_protocol::{DecodeError, ErrorCode};
+use tributary_protocol::ErrorCode;
 
 use super::assignor::{self, Assignor, Subscriber};
 
@@ -39,6 +35,10 @@ pub const JOIN_EPOCH: i32 = 0;
 pub const LEAVE_EPOCH: i32 = -1;
 pub const STATIC_LEAVE_EPOCH: i32 = -2;
 
+/// The first OffsetCommit version that carries a member epoch (KIP-848): the lowest a member of
+/// this protocol may commit with.
+pub const OFFSET_COMMIT_MEMBER_EPOCH_VERSION: i16 = 9;
+
 #[derive(Debug, Clone, Copy)]
 pub struct ConsumerLimits {
     /// `group.consumer.max.size`.
@@ -53,6 +53,35 @@ pub struct ConsumerLimits {
     pub session_timeout_range: (Duration, Duration),
     /// `group.consumer.{min,max}.heartbeat.interval.ms`, likewise for the heartbeat.
     pub heartbeat_interval_range: (Duration, Duration),
+    /// `group.consumer.migration.policy`.
+    pub migration: MigrationPolicy,
+}
+
+/// `group.consumer.migration.policy`: whether a classic group with members turns into a
+/// consumer group when a member of the consumer protocol joins it (upgrade), and back when the
+/// last such member leaves and only classic members remain (downgrade). Kafka's default is
+/// both. An empty group changes type whatever the policy, and classic members may join a
+/// consumer group with members under any policy, as in Kafka.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MigrationPolicy {
+    pub upgrade: bool,
+    pub downgrade: bool,
+}
+
+impl MigrationPolicy {
+    pub const NAMES: [&'static str; 4] = ["bidirectional", "upgrade", "downgrade", "disabled"];
+
+    /// Kafka's values, in any case.
+    pub fn named(name: &str) -> Option<MigrationPolicy> {
+        let (upgrade, downgrade) = match name.to_ascii_lowercase().as_str() {
+            "bidirectional" => (true, true),
+            "upgrade" => (true, false),
+            "downgrade" => (false, true),
+            "disabled" => (false, false),
+            _ => return None,
+        };
+        Some(MigrationPolicy { upgrade, downgrade })
+    }
 }
 
 /// A consumer group's own configs (IncrementalAlterConfigs on the GROUP resource), Kafka 4's
@@ -172,6 +201,17 @@ pub struct ConsumerMember {
     pub revocation_deadline: Option<Instant>,
     /// The assignment the member was last answered with.
     sent: Option<Assignment>,
+    /// Set for a member of the classic protocol (JoinGroup, SyncGroup, Heartbeat): what its
+    /// JoinGroup said. `None` for a member that heartbeats with ConsumerGroupHeartbeat.
+    pub classic: Option<ClassicMember>,
+}
+
+/// A classic member's own part: its JoinGroup's session timeout and protocols (name and
+/// subscription metadata), most preferred first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicMember {
+    pub session_timeout: Duration,
+    pub protocols: Vec<(String, Bytes)>,
 }
 
 /// Who a heartbeat comes from, beyond the request.
@@ -394,13 +434,15 @@ impl ConsumerGroup {
         now: Instant,
         limits: &ConsumerLimits,
     ) -> Result<HeartbeatAnswer, Refusal> {
-        let id = match (&req.instance_id, req.member_epoch) {
-            (Some(i), STATIC_LEAVE_EPOCH) => self
+        // A static member's leave (either epoch) names its instance, which finds the member,
+        // as Kafka's `consumerGroupStaticMemberGroupLeave`: a replaced process is fenced.
+        let id = match &req.instance_id {
+            Some(i) => self
                 .members
                 .values()
                 .find(|m| m.instance_id.as_ref() == Some(i))
                 .map(|m| m.member_id.clone()),
-            _ => self
+            None => self
                 .members
                 .contains_key(&req.member_id)
                 .then(|| req.member_id.clone()),
@@ -411,16 +453,16 @@ impl ConsumerGroup {
                 format!("member {} is not in group {}", req.member_id, self.group_id),
             ));
         };
+        if id != req.member_id {
+            return Err(refuse(
+                ErrorCode::FENCED_INSTANCE_ID,
+                format!(
+                    "instance {:?} is held by member {id}, not {}",
+                    req.instance_id, req.member_id
+                ),
+            ));
+        }
         if req.member_epoch == STATIC_LEAVE_EPOCH {
-            if id != req.member_id {
-                return Err(refuse(
-                    ErrorCode::FENCED_INSTANCE_ID,
-                    format!(
-                        "instance {:?} is held by member {id}, not {}",
-                        req.instance_id, req.member_id
-                    ),
-                ));
-            }
             // It will come back: its partitions wait for it until its session ends; what it
             // was giving up is given up (its process stopped).
             let m = self.members.get_mut(&id).expect("found");
@@ -464,7 +506,7 @@ impl ConsumerGroup {
     /// member revoking has its whole rebalance timeout again (Kafka's `onLoaded`).
     pub fn rearm(&mut self, now: Instant, limits: &ConsumerLimits) {
         for m in self.members.values_mut() {
-            m.session_deadline = now + limits.session_timeout;
+            m.session_deadline = now + m.session_timeout(limits);
             m.revocation_deadline =
                 (m.state == MemberState::UnrevokedPartitions).then(|| now + m.rebalance_timeout);
         }
@@ -480,17 +522,17 @@ impl ConsumerGroup {
     }
 
     /// Members whose session ended, or that did not revoke within their rebalance timeout, are
-    /// removed. Returns their ids.
-    pub fn expire(&mut self, now: Instant) -> Vec<String> {
-        let gone: Vec<String> = self
+    /// removed. Returns their ids, each with whether it was a classic member.
+    pub fn expire(&mut self, now: Instant) -> Vec<(String, bool)> {
+        let gone: Vec<(String, bool)> = self
             .members
             .values()
             .filter(|m| {
                 m.session_deadline <= now || m.revocation_deadline.is_some_and(|d| d <= now)
             })
-            .map(|m| m.member_id.clone())
+            .map(|m| (m.member_id.clone(), m.classic.is_some()))
             .collect();
-        for id in &gone {
+        for (id, _) in &gone {
             self.remove_member(id);
         }
         gone
@@ -604,9 +646,9 @@ impl ConsumerGroup {
         }
     }
 
-    /// The member epoch an offset commit or fetch of `member_id` may carry: Kafka's
-    /// `validateOffsetCommit` for consumer members. A member id of "" with epoch -1 is a client
-    /// outside the group (an admin or a manual assignment), allowed while the group is empty.
+    /// The member epoch an offset fetch of `member_id` may carry: Kafka's
+    /// `validateOffsetFetch` for consumer groups (a fetch without member, null id and epoch -1,
+    /// is answered before this).
     pub fn validate_offset_epoch(&self, member_id: &str, epoch: i32) -> Result<(), ErrorCode> {
         if epoch < 0 && member_id.is_empty() {
             return if self.members.is_empty() {
@@ -618,123 +660,32 @@ impl ConsumerGroup {
         let Some(m) = self.members.get(member_id) else {
             return Err(ErrorCode::UNKNOWN_MEMBER_ID);
         };
-        // Kafka's `validateMemberEpoch` for commits: any other epoch is stale (the member
-        // retries after its next heartbeat).
-        if epoch == m.member_epoch {
-            Ok(())
-        } else {
-            Err(ErrorCode::STALE_MEMBER_EPOCH)
-        }
+        m.check_offset_epoch(epoch)
     }
 
-    /// The group as its `__consumer_offsets` records state it (types 3, 5, 6, 7, 8; see
-    /// `consumer_group_records`). The coordinator writes what changed between two images.
-    pub fn records(&self) -> BTreeMap<ConsumerKey, Bytes> {
-        let group = || self.group_id.clone();
-        let mut out = BTreeMap::new();
-        out.insert(
-            ConsumerKey::Metadata { group: group() },
-            encode_epoch(self.group_epoch),
-        );
-        out.insert(
-            ConsumerKey::TargetMetadata { group: group() },
-            encode_epoch(self.assignment_epoch),
-        );
-        for m in self.members.values() {
-            let member = || m.member_id.clone();
-            out.insert(
-                ConsumerKey::Member {
-                    group: group(),
-                    member: member(),
-                },
-                m.metadata_value(),
-            );
-            let target = self
-                .target
-                .get(&m.member_id)
-                .map(by_topic)
-                .unwrap_or_default();
-            out.insert(
-                ConsumerKey::Target {
-                    group: group(),
-                    member: member(),
-                },
-                encode_target(&target),
-            );
-            out.insert(
-                ConsumerKey::Current {
-                    group: group(),
-                    member: member(),
-                },
-                m.current_value(),
-            );
+    /// Whether an offset commit of `member_id` at `epoch` is taken: Kafka's
+    /// `validateOffsetCommit` for consumer groups. `version`: the OffsetCommit's version, `None`
+    /// for a TxnOffsetCommit. An epoch below zero is a client outside the group (an admin, a
+    /// manual assignment), taken while the group has no member; a member of this protocol must
+    /// commit with OffsetCommit v9 or above, which carries its member epoch.
+    pub fn validate_offset_commit(
+        &self,
+        member_id: &str,
+        epoch: i32,
+        version: Option<i16>,
+    ) -> Result<(), ErrorCode> {
+        if epoch < 0 && self.members.is_empty() {
+            return Ok(());
         }
-        out
-    }
-
-    /// Takes one record of this group from the log (`value` `None`: a tombstone), as a new
-    /// coordinator rebuilds the group. Sessions start afresh from `now`.
-    pub fn restore(
-        &mut self,
-        key: &ConsumerKey,
-        value: Option<Bytes>,
-        now: Instant,
-        limits: &ConsumerLimits,
-    ) -> Result<(), DecodeError> {
-        let deadline = now + limits.session_timeout;
-        self.subscribed_known = false;
-        match (key, value) {
-            (ConsumerKey::Metadata { .. }, Some(v)) => self.group_epoch = decode_epoch(v)?,
-            (ConsumerKey::TargetMetadata { .. }, Some(v)) => {
-                self.assignment_epoch = decode_epoch(v)?
-            }
-            (ConsumerKey::Member { member, .. }, Some(v)) => {
-                let value = MemberMetadataValue::decode(v)?;
-                self.restored_member(member, deadline).take_metadata(value);
-            }
-            (ConsumerKey::Member { member, .. }, None) => {
-                self.members.remove(member);
-                self.target.remove(member);
-            }
-            (ConsumerKey::Target { member, .. }, Some(v)) => {
-                self.target
-                    .insert(member.clone(), from_topics(decode_target(v)?));
-            }
-            (ConsumerKey::Target { member, .. }, None) => {
-                self.target.remove(member);
-            }
-            (ConsumerKey::Current { member, .. }, Some(v)) => {
-                let value = CurrentAssignmentValue::decode(v)?;
-                self.restored_member(member, deadline).take_current(value);
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn restored_member(&mut self, member_id: &str, deadline: Instant) -> &mut ConsumerMember {
-        let caller = Caller {
-            client_id: String::new(),
-            client_host: String::new(),
-            version: 1,
+        let Some(m) = self.members.get(member_id) else {
+            return Err(ErrorCode::UNKNOWN_MEMBER_ID);
         };
-        self.members
-            .entry(member_id.to_string())
-            .or_insert_with(|| ConsumerMember::new(member_id, &caller, deadline))
+        let below_v9 = version.is_some_and(|v| v < OFFSET_COMMIT_MEMBER_EPOCH_VERSION);
+        if below_v9 && m.classic.is_none() {
+            return Err(ErrorCode::UNSUPPORTED_VERSION);
+        }
+        m.check_offset_epoch(epoch)
     }
-}
-
-fn by_topic(a: &Assignment) -> TopicPartitionIds {
-    a.iter()
-        .map(|(t, ps)| (*t, ps.iter().copied().collect()))
-        .collect()
-}
-
-fn from_topics(ps: TopicPartitionIds) -> Assignment {
-    ps.into_iter()
-        .map(|(t, ps)| (t, ps.into_iter().collect()))
-        .filter(|(_, ps): &(TopicId, BTreeSet<i32>)| !ps.is_empty())
-        .collect()
 }
 
 impl ConsumerMember {
@@ -758,69 +709,16 @@ impl ConsumerMember {
             session_deadline,
             revocation_deadline: None,
             sent: None,
+            classic: None,
         }
     }
 
-    fn metadata_value(&self) -> Bytes {
-        MemberMetadataValue {
-            instance_id: self.instance_id.clone(),
-            rack_id: self.rack_id.clone(),
-            client_id: self.client_id.clone(),
-            client_host: self.client_host.clone(),
-            subscribed_topic_names: self.subscribed_topic_names.clone(),
-            subscribed_topic_regex: self.subscribed_topic_regex.clone(),
-            rebalance_timeout_ms: self.rebalance_timeout.as_millis().min(i32::MAX as u128) as i32,
-            server_assignor: self.server_assignor.map(|a| a.name().to_string()),
-        }
-        .encode()
-    }
-
-    fn current_value(&self) -> Bytes {
-        CurrentAssignmentValue {
-            member_epoch: self.member_epoch,
-            previous_member_epoch: self.previous_member_epoch,
-            state: match self.state {
-                MemberState::Stable => 0,
-                MemberState::UnrevokedPartitions => 1,
-                MemberState::UnreleasedPartitions => 2,
-            },
-            assigned: by_topic(&self.assigned),
-            pending_revocation: by_topic(&self.revoking),
-        }
-        .encode()
-    }
-
-    fn take_metadata(&mut self, v: MemberMetadataValue) {
-        self.instance_id = v.instance_id;
-        self.rack_id = v.rack_id;
-        self.client_id = v.client_id;
-        self.client_host = v.client_host;
-        self.subscribed_topic_names = v.subscribed_topic_names;
-        // A regex was checked when it was taken; one that no longer compiles matches nothing.
-        self.regex = v
-            .subscribed_topic_regex
-            .as_deref()
-            .and_then(|p| compile(p).ok());
-        self.subscribed_topic_regex = v.subscribed_topic_regex;
-        self.rebalance_timeout = Duration::from_millis(v.rebalance_timeout_ms.max(0) as u64);
-        self.server_assignor = v.server_assignor.as_deref().and_then(Assignor::named);
-    }
-
-    fn take_current(&mut self, v: CurrentAssignmentValue) {
-        self.member_epoch = v.member_epoch;
-        self.previous_member_epoch = v.previous_member_epoch;
-        self.state = match v.state {
-            1 => MemberState::UnrevokedPartitions,
-            2 => MemberState::UnreleasedPartitions,
-            _ => MemberState::Stable,
-        };
-        self.assigned = from_topics(v.assigned);
-        self.revoking = from_topics(v.pending_revocation);
-        // Armed once the whole partition is loaded (`ConsumerGroup::rearm`): the member's
-        // rebalance timeout may come in a later record, and the coordinator's tick runs while
-        // the load reads.
-        self.revocation_deadline = None;
-        self.sent = None;
+    /// How long its session lasts: its JoinGroup's session timeout for a classic member, the
+    /// group's for a member of the consumer protocol.
+    pub fn session_timeout(&self, limits: &ConsumerLimits) -> Duration {
+        self.classic
+            .as_ref()
+            .map_or(limits.session_timeout, |c| c.session_timeout)
     }
 
     /// Takes the heartbeat's non-null fields; whether the subscription changed.
@@ -830,6 +728,8 @@ impl ConsumerMember {
         caller: &Caller,
     ) -> Result<bool, Refusal> {
         let mut changed = false;
+        // A member that heartbeats speaks the consumer protocol from now on.
+        self.classic = None;
         if req.instance_id.is_some() {
             self.instance_id = req.instance_id.clone();
         }
@@ -874,6 +774,19 @@ impl ConsumerMember {
             })
             .map(|(name, meta)| (name.clone(), *meta))
             .collect()
+    }
+
+    /// Kafka's `validateMemberEpoch` for commits and fetches: any other epoch is stale (the
+    /// member retries after its next heartbeat).
+    fn check_offset_epoch(&self, epoch: i32) -> Result<(), ErrorCode> {
+        if epoch == self.member_epoch {
+            Ok(())
+        } else if self.classic.is_some() {
+            // A classic member's generation is its member epoch.
+            Err(ErrorCode::ILLEGAL_GENERATION)
+        } else {
+            Err(ErrorCode::STALE_MEMBER_EPOCH)
+        }
     }
 
     /// Kafka's epoch rule: the current epoch, or the previous one from a member whose
@@ -944,7 +857,7 @@ impl ConsumerMember {
 }
 
 /// Refuses what Kafka's `throwIfConsumerGroupHeartbeatRequestIsInvalid` refuses.
-fn validate(
+pub(super) fn validate(
     req: &ConsumerGroupHeartbeatRequest,
     version: i16,
     limits: &ConsumerLimits,
@@ -1040,6 +953,9 @@ fn is_subset(owned: &OwnedPartitions, set: &Assignment) -> bool {
         .iter()
         .all(|(t, ps)| ps.iter().all(|p| set.get(t).is_some_and(|s| s.contains(p))))
 }
+
+mod classic;
+mod records;
 
 #[cfg(test)]
 mod tests;

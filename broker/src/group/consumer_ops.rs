@@ -18,7 +18,7 @@ use tributary_storage::Partition;
 
 use super::consumer::{
     Assignment, Caller, ConsumerGroup, HeartbeatAnswer, MemberState, Refusal, TopicsImage,
-    JOIN_EPOCH,
+    JOIN_EPOCH, LEAVE_EPOCH,
 };
 use super::GroupCoordinator;
 
@@ -39,6 +39,8 @@ pub struct DescribedConsumer {
     pub assignment: Assignment,
     pub target: Assignment,
     pub state: MemberState,
+    /// A member of the classic protocol (JoinGroup, SyncGroup) in this consumer group.
+    pub classic: bool,
 }
 
 /// A consumer group as ConsumerGroupDescribe shows it.
@@ -57,8 +59,9 @@ impl GroupCoordinator {
         self.consumer_groups.borrow().contains_key(group_id)
     }
 
-    /// A ConsumerGroupHeartbeat. A group id a classic group with members holds is refused
-    /// GROUP_ID_NOT_FOUND, as Kafka answers when it does not migrate the group.
+    /// A ConsumerGroupHeartbeat. A classic group with members under the id is upgraded by a
+    /// joining member, if it may be, or the heartbeat refused (`upgrade_for`); the leave of the
+    /// last member of the consumer protocol may downgrade the group (`maybe_downgrade`).
     /// `configs`: the group's own configs, from the image (`None`: the broker's defaults).
     pub fn consumer_heartbeat(
         &self,
@@ -68,17 +71,10 @@ impl GroupCoordinator {
         configs: Option<&std::collections::BTreeMap<String, String>>,
     ) -> Result<HeartbeatAnswer, Refusal> {
         let now = Instant::now();
-        let classic_members = self
-            .groups
-            .borrow()
-            .get(&req.group_id)
-            .is_some_and(|g| !g.members.is_empty());
-        if classic_members {
-            return Err(Refusal {
-                code: ErrorCode::GROUP_ID_NOT_FOUND,
-                message: format!("Group {} is not a consumer group.", req.group_id),
-            });
-        }
+        let limits = self.config.consumer.for_group(configs);
+        // A bad request changes nothing, not even a classic group's type.
+        super::consumer::validate(req, caller.version, &limits)?;
+        self.upgrade_for(req, topics)?;
         let mut groups = self.consumer_groups.borrow_mut();
         if req.member_epoch != JOIN_EPOCH && !groups.contains_key(&req.group_id) {
             // A coordinator that does not hold the group does not know the member: it joins
@@ -93,7 +89,6 @@ impl GroupCoordinator {
             .entry(req.group_id.clone())
             .or_insert_with(|| ConsumerGroup::new(&req.group_id));
         let before = (g.group_epoch, g.members.len());
-        let limits = self.config.consumer.for_group(configs);
         let answer = match g.heartbeat(req, caller, topics, now, &limits) {
             Ok(a) => a,
             Err(refused) => {
@@ -114,20 +109,39 @@ impl GroupCoordinator {
                 "consumer group changed"
             );
         }
+        drop(groups);
+        if req.member_epoch == LEAVE_EPOCH {
+            self.maybe_downgrade(&req.group_id, topics);
+        }
         Ok(answer)
     }
 
-    /// Removes the members of consumer groups whose session or revocation time ran out;
-    /// the groups that changed, to be persisted.
-    pub(super) fn expire_consumers(&self, now: Instant) -> Vec<String> {
+    /// Removes the members of consumer groups whose session or revocation time ran out, and
+    /// downgrades a group that lost its last member of the consumer protocol so (`topics`: the
+    /// image's, asked for only then); the groups that changed, to be persisted.
+    pub(super) fn expire_consumers(
+        &self,
+        now: Instant,
+        topics: &dyn Fn() -> TopicsImage,
+    ) -> Vec<String> {
         let mut changed = Vec::new();
+        let mut downgrades = Vec::new();
         for g in self.consumer_groups.borrow_mut().values_mut() {
             let gone = g.expire(now);
-            for member in &gone {
-                info!(group = %g.group_id, member = %member, "consumer group member expired");
+            for (member, classic) in &gone {
+                info!(group = %g.group_id, member = %member, classic, "consumer group member expired");
+            }
+            if gone.iter().any(|(_, classic)| !classic) {
+                downgrades.push(g.group_id.clone());
             }
             if !gone.is_empty() {
                 changed.push(g.group_id.clone());
+            }
+        }
+        if !downgrades.is_empty() {
+            let topics = topics();
+            for id in downgrades {
+                self.maybe_downgrade(&id, &topics);
             }
         }
         changed
@@ -171,13 +185,28 @@ impl GroupCoordinator {
         log: &Rc<Partition>,
         group_id: &str,
     ) -> Result<(), ErrorCode> {
-        let records = self.consumer_changes(group_id);
+        // What a change of type owes the log (the classic group's tombstone) goes first.
+        let mut records = self
+            .converted
+            .borrow_mut()
+            .remove(group_id)
+            .unwrap_or_default();
+        let owed = records.len();
+        records.extend(self.consumer_changes(group_id));
         if records.is_empty() {
             return Ok(());
         }
         let written = self.persist(log, records.clone()).await;
         if let Err(code) = written {
             warn!(group = %group_id, error = code.0, "persisting consumer group state failed");
+            let changes = records.split_off(owed);
+            if !records.is_empty() {
+                let mut converted = self.converted.borrow_mut();
+                let later = converted.remove(group_id).unwrap_or_default();
+                records.extend(later);
+                converted.insert(group_id.to_string(), records);
+            }
+            let records = changes;
             // What this write carried may not be in the log: the next write carries it again,
             // tombstones too (an empty value matches no record).
             if !self.is_consumer_group(group_id) {
@@ -289,6 +318,20 @@ impl GroupCoordinator {
         Some(g.validate_offset_epoch(member_id, epoch))
     }
 
+    /// The member check of an offset commit to a consumer group (`version`: OffsetCommit's,
+    /// `None` for a TxnOffsetCommit); `None` when `group_id` is not one.
+    pub fn consumer_commit_check(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        epoch: i32,
+        version: Option<i16>,
+    ) -> Option<Result<(), ErrorCode>> {
+        let groups = self.consumer_groups.borrow();
+        let g = groups.get(group_id)?;
+        Some(g.validate_offset_commit(member_id, epoch, version))
+    }
+
     /// Whether a consumer group with members holds `group_id` (DeleteGroups answers
     /// NON_EMPTY_GROUP, a classic JoinGroup INCONSISTENT_GROUP_PROTOCOL).
     pub fn consumer_group_has_members(&self, group_id: &str) -> bool {
@@ -349,6 +392,7 @@ impl GroupCoordinator {
                 assignment: m.assigned.clone(),
                 target: g.target.get(&m.member_id).cloned().unwrap_or_default(),
                 state: m.state,
+                classic: m.classic.is_some(),
             })
             .collect();
         Some(DescribedConsumerGroup {

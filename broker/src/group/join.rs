@@ -35,7 +35,7 @@ pub(super) fn session_timeout(
 }
 
 /// Who sends a join: the client, its session timeout and the JoinGroup version it speaks.
-pub(super) struct Joiner {
+pub(crate) struct Joiner {
     pub client_id: String,
     pub client_host: String,
     pub session: Duration,

@@ -6,6 +6,7 @@ pub mod assignor;
 pub mod consumer;
 mod consumer_ops;
 mod join;
+mod migration;
 pub mod state;
 
 use std::cell::RefCell;
@@ -31,6 +32,7 @@ use state::{
 };
 
 pub use consumer_ops::{DescribedConsumer, DescribedConsumerGroup};
+pub use migration::ClassicCaller;
 pub use tributary_metadata::internal_topics::{is_internal, partition_for_group, OFFSETS_TOPIC};
 
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +70,23 @@ pub struct ListedGroup {
     pub state: String,
     /// "classic" or "consumer" (KIP-848).
     pub group_type: &'static str,
+}
+
+/// What an offset commit came as: OffsetCommit at its version, or TxnOffsetCommit in the
+/// transaction of a producer (id, epoch).
+#[derive(Debug, Clone, Copy)]
+pub enum CommitFrom {
+    OffsetCommit { version: i16 },
+    Txn(ProducerId, ProducerEpoch),
+}
+
+impl CommitFrom {
+    fn producer(self) -> Option<(ProducerId, ProducerEpoch)> {
+        match self {
+            CommitFrom::OffsetCommit { .. } => None,
+            CommitFrom::Txn(id, epoch) => Some((id, epoch)),
+        }
+    }
 }
 
 /// Per-member results of a LeaveGroup: (member_id, group_instance_id, error).
@@ -358,8 +377,21 @@ impl GroupCoordinator {
                     self.settle(g);
                 }
                 None => {
-                    groups.remove(&group);
-                    self.forget_parked(&groups);
+                    // The classic group is gone; offsets its id still holds stay (a group that
+                    // became a consumer group keeps them in this entry). DeleteGroups writes
+                    // the offsets' tombstones first, so nothing is left of a deleted group.
+                    match groups.get_mut(&group) {
+                        Some(g) if !g.offsets.is_empty() => {
+                            let offsets = std::mem::take(&mut g.offsets);
+                            *g = Group::new(&group, now);
+                            g.offsets = offsets;
+                            self.parked.borrow_mut().remove(&group);
+                        }
+                        _ => {
+                            groups.remove(&group);
+                            self.forget_parked(&groups);
+                        }
+                    }
                 }
                 Some(Err(e)) => warn!(error = %e, "unreadable group record skipped"),
             },
@@ -450,30 +482,35 @@ impl GroupCoordinator {
 
     /// Writes the group's metadata after a completed rebalance (or, for a consumer group, what
     /// changed in it).
-    pub async fn persist_group(&self, log: &Rc<Partition>, group_id: &str) {
+    pub async fn persist_group(
+        &self,
+        log: &Rc<Partition>,
+        group_id: &str,
+    ) -> Result<(), ErrorCode> {
         if self.is_consumer_group(group_id) {
-            let _ = self.persist_consumer(log, group_id).await;
-            return;
+            return self.persist_consumer(log, group_id).await;
         }
-        let record = self.groups.borrow().get(group_id).map(Self::group_record);
-        if let Some(record) = record {
-            let mut records = self
-                .converted
-                .borrow_mut()
-                .remove(group_id)
-                .unwrap_or_default();
-            records.push(record);
-            if let Err(e) = self.persist(log, records.clone()).await {
-                warn!(group = %group_id, error = e.0, "persisting group metadata failed");
-                // The consumer group's tombstones go with the next write.
-                records.pop();
-                if !records.is_empty() {
-                    self.converted
-                        .borrow_mut()
-                        .insert(group_id.to_string(), records);
-                }
+        let Some(record) = self.groups.borrow().get(group_id).map(Self::group_record) else {
+            return Ok(());
+        };
+        let mut records = self
+            .converted
+            .borrow_mut()
+            .remove(group_id)
+            .unwrap_or_default();
+        records.push(record);
+        let written = self.persist(log, records.clone()).await;
+        if let Err(e) = written {
+            warn!(group = %group_id, error = e.0, "persisting group metadata failed");
+            // The consumer group's tombstones go with the next write.
+            records.pop();
+            if !records.is_empty() {
+                self.converted
+                    .borrow_mut()
+                    .insert(group_id.to_string(), records);
             }
         }
+        written
     }
 
     pub fn heartbeat(&self, req: HeartbeatRequest) -> ErrorCode {
@@ -563,15 +600,16 @@ impl GroupCoordinator {
         &self,
         log: &Rc<Partition>,
         req: OffsetCommitRequest,
-        txn: Option<(ProducerId, ProducerEpoch)>,
+        from: CommitFrom,
     ) -> TopicResults<ErrorCode> {
+        let txn = from.producer();
         let all = |code: ErrorCode| -> TopicResults<ErrorCode> {
             req.topics
                 .iter()
                 .map(|(t, ps)| (t.clone(), ps.iter().map(|p| (p.partition, code)).collect()))
                 .collect()
         };
-        if let Err(code) = self.check_commit(&req, txn.is_some()) {
+        if let Err(code) = self.check_commit(&req, from) {
             // Said at info: a refused commit is what a stuck consumer or transactional producer
             // shows first, and the client's own report may name another broker.
             info!(
@@ -635,18 +673,18 @@ impl GroupCoordinator {
         results
     }
 
-    /// Whether the group takes a commit of `req` (`transactional`: a TxnOffsetCommit): by the
-    /// member epoch in a consumer group, by the generation in a classic one.
-    fn check_commit(
-        &self,
-        req: &OffsetCommitRequest,
-        transactional: bool,
-    ) -> Result<(), ErrorCode> {
+    /// Whether the group takes a commit of `req`: by the member epoch in a consumer group, by
+    /// the generation in a classic one.
+    fn check_commit(&self, req: &OffsetCommitRequest, from: CommitFrom) -> Result<(), ErrorCode> {
+        let (transactional, version) = match from {
+            CommitFrom::OffsetCommit { version } => (false, Some(version)),
+            CommitFrom::Txn(..) => (true, None),
+        };
         // A transactional commit outside any member (no id, no epoch) is taken by a consumer
         // group too, as Kafka does.
         let outside_txn = transactional && req.generation_id < 0 && req.member_id.is_empty();
         let consumer = self
-            .consumer_offset_check(&req.group_id, &req.member_id, req.generation_id)
+            .consumer_commit_check(&req.group_id, &req.member_id, req.generation_id, version)
             .filter(|_| !outside_txn);
         match (consumer, self.groups.borrow().get(&req.group_id)) {
             // A transactional commit behind the member's epoch is told ILLEGAL_GENERATION, as
@@ -660,10 +698,17 @@ impl GroupCoordinator {
                 req.group_instance_id.as_deref(),
                 req.generation_id,
             ),
-            // A simple commit creates the group, as in Kafka; one naming a generation of a
-            // group that does not exist is ILLEGAL_GENERATION below OffsetCommit v9.
+            // A simple commit creates the group, as in Kafka.
             (None, None) if req.generation_id < 0 => Ok(()),
-            (None, None) => Err(ErrorCode::ILLEGAL_GENERATION),
+            // One naming a generation of a group that does not exist: GROUP_ID_NOT_FOUND from
+            // OffsetCommit v9 on (an answer both protocols' clients understand), before it
+            // ILLEGAL_GENERATION, as Kafka's `OffsetMetadataManager` answers.
+            (None, None) => match version {
+                Some(v) if v >= consumer::OFFSET_COMMIT_MEMBER_EPOCH_VERSION => {
+                    Err(ErrorCode::GROUP_ID_NOT_FOUND)
+                }
+                _ => Err(ErrorCode::ILLEGAL_GENERATION),
+            },
         }
     }
 
@@ -944,12 +989,19 @@ impl GroupCoordinator {
 
     /// Advances timers: session expiry, join completion, offset retention. Returns the groups
     /// whose metadata changed and must be persisted, and offset tombstones to write.
-    pub fn tick(&self, now: Instant, expire_offsets: bool) -> (Vec<String>, Vec<(String, Bytes)>) {
+    /// `topics`: the image's subscribable topics, asked for only when a consumer group is
+    /// downgraded.
+    pub fn tick(
+        &self,
+        now: Instant,
+        expire_offsets: bool,
+        topics: &dyn Fn() -> consumer::TopicsImage,
+    ) -> (Vec<String>, Vec<(String, Bytes)>) {
         let limits = self.config.limits;
         let mut tombstones = Vec::new();
         let retention_ms = self.config.offsets_retention.as_millis() as i64;
         let wall = now_ms();
-        let mut changed = self.expire_consumers(now);
+        let mut changed = self.expire_consumers(now, topics);
         let mut groups = self.groups.borrow_mut();
         for g in groups.values_mut() {
             g.expire_sessions(now, &limits);
@@ -1001,7 +1053,7 @@ impl GroupCoordinator {
     ) {
         for group in changed {
             if let Some(log) = log_for(&group) {
-                self.persist_group(&log, &group).await;
+                let _ = self.persist_group(&log, &group).await;
             }
         }
         for (group, key) in tombstones {
@@ -1032,6 +1084,7 @@ mod coordinator_tests {
                 assignors: [Some(assignor::Assignor::Uniform), None],
                 session_timeout_range: (Duration::from_secs(1), Duration::from_secs(60)),
                 heartbeat_interval_range: (Duration::from_secs(1), Duration::from_secs(15)),
+                migration: consumer::MigrationPolicy::named("bidirectional").unwrap(),
             },
             offset_metadata_max_bytes: 4096,
             offsets_retention: retention,
@@ -1116,12 +1169,20 @@ mod coordinator_tests {
             .join(join_req(&first.member_id), 5, "new".into(), "h".into())
             .unwrap();
         let start = Instant::now();
-        c.tick(start + Duration::from_secs(1), false);
+        c.tick(
+            start + Duration::from_secs(1),
+            false,
+            &consumer::TopicsImage::new,
+        );
         assert!(
             rx.try_recv().unwrap().is_none(),
             "still waiting for the old member"
         );
-        c.tick(start + Duration::from_secs(7), false);
+        c.tick(
+            start + Duration::from_secs(7),
+            false,
+            &consumer::TopicsImage::new,
+        );
         let joined = rx
             .try_recv()
             .unwrap()
@@ -1304,12 +1365,12 @@ mod retention_and_fencing_tests {
         c.apply_record(k, v);
         let (k, v) = offset_record("g", 1, now_ms());
         c.apply_record(k, v);
-        let (_, tombstones) = c.tick(Instant::now(), false);
+        let (_, tombstones) = c.tick(Instant::now(), false, &consumer::TopicsImage::new);
         assert!(
             tombstones.is_empty(),
             "only checked when the retention check is due"
         );
-        let (_, tombstones) = c.tick(Instant::now(), true);
+        let (_, tombstones) = c.tick(Instant::now(), true, &consumer::TopicsImage::new);
         assert_eq!(tombstones.len(), 1);
         let fetched = c.fetch_offsets(&OffsetFetchGroup {
             group_id: "g".into(),
@@ -1332,14 +1393,14 @@ mod retention_and_fencing_tests {
         let (mut req, caller) = consumer_join("m");
         let topics = consumer::TopicsImage::from([("t".to_string(), ([1; 16], 1))]);
         c.consumer_heartbeat(&req, &caller, &topics, None).unwrap();
-        let (_, tombstones) = c.tick(Instant::now(), true);
+        let (_, tombstones) = c.tick(Instant::now(), true, &consumer::TopicsImage::new);
         assert!(
             tombstones.is_empty(),
             "a member still reads the group's partitions"
         );
         req.member_epoch = -1;
         c.consumer_heartbeat(&req, &caller, &topics, None).unwrap();
-        let (_, tombstones) = c.tick(Instant::now(), true);
+        let (_, tombstones) = c.tick(Instant::now(), true, &consumer::TopicsImage::new);
         assert_eq!(
             tombstones.len(),
             1,

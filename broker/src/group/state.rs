@@ -287,7 +287,7 @@ impl Group {
     }
 
     /// Kafka's rule: every member votes for its most preferred candidate; most votes wins.
-    fn select_protocol(&self) -> Option<String> {
+    pub(super) fn select_protocol(&self) -> Option<String> {
         let candidates = self.candidate_protocols()?;
         let mut votes: Vec<(String, usize)> = candidates.iter().map(|c| (c.clone(), 0)).collect();
         for m in self.members.values() {

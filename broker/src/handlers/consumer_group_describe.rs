@@ -105,8 +105,8 @@ fn member(m: DescribedConsumer, catalog: &Catalog) -> Member {
         .with_subscribed_topic_regex(m.subscribed_topic_regex.as_deref().map(str_bytes))
         .with_assignment(assignment(&m.assignment, catalog))
         .with_target_assignment(assignment(&m.target, catalog))
-        // 1: a member of the consumer protocol (0 would be a classic member of a mixed group).
-        .with_member_type(1)
+        // KIP-1099: 0 a classic member of a mixed group, 1 a member of the consumer protocol.
+        .with_member_type(if m.classic { 0 } else { 1 })
 }
 
 fn assignment(a: &Assigned, catalog: &Catalog) -> Assignment {

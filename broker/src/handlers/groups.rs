@@ -26,7 +26,7 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::{
     BrokerId, DeleteGroupsResponse, GroupId, HeartbeatResponse, SyncGroupResponse,
 };
-use tributary_metadata::types::{ProducerEpoch, ProducerId, TopicPartition};
+use tributary_metadata::types::TopicPartition;
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::registry::{api_key, ApiSpec};
 use tributary_protocol::requests::groups::*;
@@ -37,7 +37,7 @@ use super::common::{decode_all, frame, str_bytes, topic_name, HandlerResult};
 use crate::catalog::Catalog;
 use crate::coordinators::{ask_group, GroupOp, GroupReply};
 use crate::group::state::{JoinResult, SyncResult};
-use crate::group::OFFSETS_TOPIC;
+use crate::group::{CommitFrom, OFFSETS_TOPIC};
 use crate::group::{DescribedGroup as Described, TopicResults};
 use crate::routing::ShardId;
 use crate::shard::Shard;
@@ -438,7 +438,7 @@ pub fn authorize_commit(
 pub async fn commit_offsets(
     shard: &Rc<Shard>,
     mut req: OffsetCommitRequest,
-    txn: Option<(ProducerId, ProducerEpoch)>,
+    from: CommitFrom,
 ) -> TopicResults<ErrorCode> {
     let group = req.group_id.clone();
     let catalog = shard.catalog();
@@ -474,9 +474,12 @@ pub async fn commit_offsets(
                 .map(|(t, ps)| (t.clone(), ps.iter().map(|p| (*p, c)).collect()))
                 .collect()
         };
-        let op = match txn {
-            None => GroupOp::Commit(req),
-            Some(producer) => GroupOp::TxnCommit { req, producer },
+        let op = match from {
+            CommitFrom::OffsetCommit { version } => GroupOp::Commit { req, version },
+            CommitFrom::Txn(id, epoch) => GroupOp::TxnCommit {
+                req,
+                producer: (id, epoch),
+            },
         };
         match ask(shard, &group, op).await {
             Some(GroupReply::Commit(r)) => r,
@@ -524,7 +527,7 @@ pub(super) mod admin {
         let mut results = if req.topics.is_empty() {
             Vec::new()
         } else {
-            commit_offsets(shard, req, None).await
+            commit_offsets(shard, req, CommitFrom::OffsetCommit { version: v }).await
         };
         results.extend(denied);
         let topics = results

@@ -582,7 +582,12 @@ async fn txn_offset_commit(
     let mut results = if commit.topics.is_empty() {
         Vec::new()
     } else {
-        super::groups::commit_offsets(shard, commit, Some(producer)).await
+        super::groups::commit_offsets(
+            shard,
+            commit,
+            crate::group::CommitFrom::Txn(producer.0, producer.1),
+        )
+        .await
     };
     results.extend(denied);
     let topics = results

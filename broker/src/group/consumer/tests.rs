@@ -12,6 +12,7 @@ fn limits() -> ConsumerLimits {
         assignors: [Some(Assignor::Uniform), Some(Assignor::Range)],
         session_timeout_range: (Duration::from_secs(45), Duration::from_secs(60)),
         heartbeat_interval_range: (Duration::from_secs(5), Duration::from_secs(15)),
+        migration: MigrationPolicy::named("bidirectional").unwrap(),
     }
 }
 
@@ -200,7 +201,7 @@ fn a_silent_member_or_one_that_never_revokes_is_removed() {
     );
     assert_eq!(
         g.expire(now + Duration::from_secs(31)),
-        vec!["m1".to_string()]
+        vec![("m1".to_string(), false)]
     );
     let a2 = ok(
         &mut g,
@@ -212,7 +213,7 @@ fn a_silent_member_or_one_that_never_revokes_is_removed() {
     assert!(g.expire(now + Duration::from_secs(60)).is_empty());
     assert_eq!(
         g.expire(now + Duration::from_secs(78)),
-        vec!["m2".to_string()]
+        vec![("m2".to_string(), false)]
     );
     assert_eq!(g.state_name(), "Empty");
 }
@@ -369,6 +370,28 @@ fn offset_commits_check_the_member_epoch() {
         g.validate_offset_epoch("", -1),
         Err(ErrorCode::UNKNOWN_MEMBER_ID)
     );
+    // Commits: a member of this protocol commits with v9 or above; a transactional commit
+    // (no version) is checked by the epoch alone.
+    assert_eq!(g.validate_offset_commit("m1", 1, Some(9)), Ok(()));
+    assert_eq!(
+        g.validate_offset_commit("m1", 1, Some(8)),
+        Err(ErrorCode::UNSUPPORTED_VERSION)
+    );
+    assert_eq!(g.validate_offset_commit("m1", 1, None), Ok(()));
+    assert_eq!(
+        g.validate_offset_commit("m1", 0, Some(9)),
+        Err(ErrorCode::STALE_MEMBER_EPOCH)
+    );
+    assert_eq!(
+        g.validate_offset_commit("m2", 1, Some(8)),
+        Err(ErrorCode::UNKNOWN_MEMBER_ID)
+    );
+    assert_eq!(
+        g.validate_offset_commit("", -1, Some(2)),
+        Err(ErrorCode::UNKNOWN_MEMBER_ID)
+    );
+    let empty = ConsumerGroup::new("e");
+    assert_eq!(empty.validate_offset_commit("x", -1, Some(2)), Ok(()));
 }
 
 #[test]
@@ -500,7 +523,27 @@ fn a_static_leave_from_a_replaced_process_is_fenced() {
         .heartbeat(&leave("m1"), &caller(), &topics(6), now, &limits())
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::FENCED_INSTANCE_ID);
+    // A leave for good (-1) naming the instance is fenced the same way, and removes nobody.
+    let gone = ConsumerGroupHeartbeatRequest {
+        member_epoch: -1,
+        ..leave("m1")
+    };
+    let err = g
+        .heartbeat(&gone, &caller(), &topics(6), now, &limits())
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::FENCED_INSTANCE_ID);
     assert!(g.members["m2"].member_epoch > 0);
+    // Its own -1 removes m2.
+    ok(&mut g, &gone_as("m2"), now);
+    assert!(g.members.is_empty());
+}
+
+fn gone_as(m: &str) -> ConsumerGroupHeartbeatRequest {
+    ConsumerGroupHeartbeatRequest {
+        member_epoch: -1,
+        instance_id: Some("i".into()),
+        ..beat(m, 0, &Assignment::new())
+    }
 }
 
 #[test]

@@ -1,0 +1,208 @@
+//! The coordinator's side of mixed groups (Kafka 4's online migration): a classic group with
+//! members becomes a consumer group when a member of the consumer protocol joins it, classic
+//! members keep JoinGroup, SyncGroup, Heartbeat and LeaveGroup in a consumer group, and the
+//! group becomes classic again when its last member of the consumer protocol leaves
+//! (`group.consumer.migration.policy`). Either change of type owes the log the old type's
+//! tombstones, written before the group's next record (`converted`); a group's offsets stay
+//! in its classic entry throughout.
+
+use std::time::Instant;
+
+use tracing::info;
+use tributary_protocol::group_records::GroupKey;
+use tributary_protocol::requests::consumer_group::ConsumerGroupHeartbeatRequest;
+use tributary_protocol::requests::groups::{
+    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
+};
+use tributary_protocol::ErrorCode;
+
+use super::consumer::{ConsumerGroup, Refusal, TopicsImage, JOIN_EPOCH};
+use super::join::{self, Joiner};
+use super::state::{Group, JoinResult, SyncResult};
+use super::{GroupCoordinator, MemberResults};
+
+/// Who sends a classic JoinGroup to a consumer group.
+pub struct ClassicCaller {
+    pub version: i16,
+    pub client_id: String,
+    pub client_host: String,
+}
+
+impl GroupCoordinator {
+    /// Before a ConsumerGroupHeartbeat: a classic group with members under its id becomes a
+    /// consumer group when the heartbeat joins and the policy allows it (its parked requests
+    /// are answered REBALANCE_IN_PROGRESS, so its members rejoin as classic members of the
+    /// consumer group); otherwise the heartbeat is refused GROUP_ID_NOT_FOUND, as Kafka
+    /// answers.
+    pub(super) fn upgrade_for(
+        &self,
+        req: &ConsumerGroupHeartbeatRequest,
+        topics: &TopicsImage,
+    ) -> Result<(), Refusal> {
+        let mut groups = self.groups.borrow_mut();
+        let Some(g) = groups
+            .get_mut(&req.group_id)
+            .filter(|g| !g.members.is_empty())
+        else {
+            return Ok(());
+        };
+        let refused = |why: &str| Refusal {
+            code: ErrorCode::GROUP_ID_NOT_FOUND,
+            message: format!("Group {} is not a consumer group{why}.", req.group_id),
+        };
+        if req.member_epoch != JOIN_EPOCH {
+            return Err(refused(""));
+        }
+        let limits = &self.config.consumer;
+        if let Err(why) = ConsumerGroup::upgradable(g, limits.migration, limits) {
+            info!(group = %req.group_id, reason = %why, "classic group not upgraded");
+            return Err(refused(&format!(" and cannot become one: {why}")));
+        }
+        let now = Instant::now();
+        let Some(upgraded) = ConsumerGroup::from_classic(g, topics, now) else {
+            return Err(refused(
+                " and cannot become one: a member's consumer protocol metadata does not read",
+            ));
+        };
+        // The classic entry keeps the offsets only.
+        let offsets = std::mem::take(&mut g.offsets);
+        *g = Group::new(&req.group_id, now);
+        g.offsets = offsets;
+        self.parked.borrow_mut().remove(&req.group_id);
+        let tombstone = GroupKey::Group {
+            group: req.group_id.clone(),
+        };
+        self.converted
+            .borrow_mut()
+            .entry(req.group_id.clone())
+            .or_default()
+            .push((tombstone.encode(), None));
+        info!(
+            group = %req.group_id,
+            members = upgraded.members.len(),
+            epoch = upgraded.group_epoch,
+            "classic group upgraded to a consumer group"
+        );
+        self.consumer_groups
+            .borrow_mut()
+            .insert(req.group_id.clone(), upgraded);
+        Ok(())
+    }
+
+    /// A classic JoinGroup to a consumer group with members, answered at once (the caller
+    /// persists what changed before answering).
+    pub fn join_consumer_group(
+        &self,
+        req: &JoinGroupRequest,
+        caller: ClassicCaller,
+        topics: &TopicsImage,
+    ) -> JoinResult {
+        let session = match join::session_timeout(req, &self.config.limits) {
+            Ok(s) => s,
+            Err(refused) => return *refused,
+        };
+        let joiner = Joiner {
+            client_id: caller.client_id,
+            client_host: caller.client_host,
+            session,
+            version: caller.version,
+        };
+        let mut groups = self.consumer_groups.borrow_mut();
+        let Some(g) = groups.get_mut(&req.group_id) else {
+            return JoinResult::error(ErrorCode::UNKNOWN_MEMBER_ID, &req.member_id);
+        };
+        let before = (g.group_epoch, g.members.len());
+        let answer = g.classic_join(req, &joiner, topics, Instant::now(), &self.config.consumer);
+        if before != (g.group_epoch, g.members.len()) {
+            info!(
+                group = %req.group_id,
+                member = %answer.member_id,
+                group_epoch = g.group_epoch,
+                members = g.members.len(),
+                "classic member joined a consumer group"
+            );
+        }
+        answer
+    }
+
+    /// A classic SyncGroup to a consumer group.
+    pub fn sync_consumer_group(&self, req: &SyncGroupRequest, topics: &TopicsImage) -> SyncResult {
+        let mut groups = self.consumer_groups.borrow_mut();
+        match groups.get_mut(&req.group_id) {
+            Some(g) => g.classic_sync(req, topics, Instant::now()),
+            None => SyncResult::error(ErrorCode::UNKNOWN_MEMBER_ID),
+        }
+    }
+
+    /// A classic Heartbeat to a consumer group.
+    pub fn heartbeat_consumer_group(&self, req: &HeartbeatRequest) -> ErrorCode {
+        let mut groups = self.consumer_groups.borrow_mut();
+        match groups.get_mut(&req.group_id) {
+            Some(g) => g.classic_heartbeat(req, Instant::now()),
+            None => ErrorCode::UNKNOWN_MEMBER_ID,
+        }
+    }
+
+    /// A classic LeaveGroup to a consumer group: the top-level code and each member's.
+    pub fn leave_consumer_group(&self, req: &LeaveGroupRequest) -> (ErrorCode, MemberResults) {
+        let mut groups = self.consumer_groups.borrow_mut();
+        let Some(g) = groups.get_mut(&req.group_id) else {
+            let unknown = ErrorCode::UNKNOWN_MEMBER_ID;
+            let each = req
+                .members
+                .iter()
+                .map(|(m, i)| (m.clone(), i.clone(), unknown));
+            return (unknown, each.collect());
+        };
+        let results = g.classic_leave(&req.members);
+        for (member, _, code) in &results {
+            if *code == ErrorCode::NONE {
+                info!(group = %req.group_id, member = %member, "classic member left a consumer group");
+            }
+        }
+        let top = match results.as_slice() {
+            [(_, _, code)] => *code,
+            _ => ErrorCode::NONE,
+        };
+        (top, results)
+    }
+
+    /// After a member of the consumer protocol left consumer group `group_id` (a leave or an
+    /// expiry): when only classic members remain and the policy allows it, the group becomes
+    /// classic and rebalances the classic way. Its consumer records' tombstones are owed to the
+    /// log; `persist_group` writes them with the classic group's record. Whether it changed.
+    pub(super) fn maybe_downgrade(&self, group_id: &str, topics: &TopicsImage) -> bool {
+        let due = self
+            .consumer_groups
+            .borrow()
+            .get(group_id)
+            .is_some_and(|g| g.downgradable(self.config.consumer.migration, &self.config.limits));
+        if !due {
+            return false;
+        }
+        let tombstones = self.consumer_tombstones(group_id);
+        let Some(cg) = self.consumer_groups.borrow_mut().remove(group_id) else {
+            return false;
+        };
+        self.persisted_consumers.borrow_mut().remove(group_id);
+        let now = Instant::now();
+        let mut groups = self.groups.borrow_mut();
+        let g = groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| Group::new(group_id, now));
+        cg.into_classic(g, topics, now, &self.config.limits);
+        self.settle(g);
+        self.converted
+            .borrow_mut()
+            .entry(group_id.to_string())
+            .or_default()
+            .extend(tombstones);
+        info!(
+            group = %group_id,
+            members = cg.members.len(),
+            generation = cg.group_epoch,
+            "consumer group downgraded to a classic group"
+        );
+        true
+    }
+}
