@@ -331,6 +331,60 @@ fn a_clean_stop_hands_leadership_over_at_once() {
     assert_eq!(read_all(&all, 100).len(), 100);
 }
 
+/// A consumer Fetch v11 of partition 0 at `offset`: (error, high watermark, record bytes).
+fn raw_fetch(addr: SocketAddr, offset: i64) -> (i16, i64, usize) {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{FetchRequest, FetchResponse};
+    let req = FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])]);
+    let resp: FetchResponse = RawConn::connect(addr).request(ApiKey::Fetch, 11, &req);
+    let p = &resp.responses[0].partitions[0];
+    let bytes = p.records.as_ref().map_or(0, |r| r.len());
+    (p.error_code, p.high_watermark, bytes)
+}
+
+#[test]
+fn a_leader_answers_an_offset_above_its_high_watermark_within_its_log_empty() {
+    let mut cluster = start(&[], "1");
+    let all = cluster.all_bootstrap();
+    produce(&all, TOPIC, &[0], 10, "shown");
+    let (leader, _) = placement(&all, TOPIC);
+    let li = (leader - 1) as usize;
+    let laddr = cluster.nodes[li].client;
+    wait_until("the high watermark at 10", || raw_fetch(laddr, 10).1 == 10);
+    // The followers freeze: acks=1 writes reach the leader's log but not its high watermark.
+    let followers: Vec<usize> = (0..3).filter(|&i| i != li).collect();
+    for &f in &followers {
+        cluster.signal(f, "STOP");
+    }
+    for _ in 0..3 {
+        assert_eq!(raw_produce(laddr, 1), 0, "acks=1 on the leader alone");
+    }
+    // Offset 12 is in the log (end 13) above the high watermark (10): empty, as in Kafka's
+    // `LocalLog.read`, not OFFSET_OUT_OF_RANGE (a consumer that read up to an old leader's
+    // high watermark can meet this on a new leader).
+    let held = raw_fetch(laddr, 12);
+    let beyond = raw_fetch(laddr, 20);
+    for &f in &followers {
+        cluster.signal(f, "CONT");
+    }
+    assert_eq!(
+        held,
+        (0, 10, 0),
+        "(error, high watermark, bytes) above the high watermark"
+    );
+    assert_eq!(beyond.0, 1, "OFFSET_OUT_OF_RANGE past the log end");
+}
+
 #[test]
 fn a_returning_leader_truncates_what_it_never_replicated() {
     let mut cluster = start(&["replica.lag.time.max.ms=3000"], "2");

@@ -1,10 +1,11 @@
 """KIP-848 consumer groups with confluent-kafka (group.protocol=consumer): a group scaled to ten
 members and back to one, a member killed, a static member restarted, commits resumed exactly
-once, a regex subscription picking up a new topic, and the protocols kept apart."""
+once, a regex subscription picking up a new topic, and a classic group migrating to the consumer
+protocol and back with its classic members reading throughout."""
 
 import time
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from test_groups import Member, create, produce, wait_for
@@ -121,35 +122,39 @@ def test_a_regex_subscription_follows_new_topics(cg_broker):
     assert sorted({m.topic() for m in got}) == ["metrics-cpu", "metrics-disk"]
 
 
-def test_the_two_protocols_stay_apart_and_admin_sees_the_group(cg_broker):
-    create(cg_broker.bootstrap, "apart", 2)
-    new = consumer(cg_broker.bootstrap, "apart-group")
-    new.subscribe(["apart"])
-    wait_for(lambda: (new.poll(0.2), len(new.assignment()) == 2)[1], what="the consumer-protocol member assigned")
-    classic = Consumer({"bootstrap.servers": cg_broker.bootstrap, "group.id": "apart-group",
-                        "session.timeout.ms": 6000})
-    errors = []
-    classic.subscribe(["apart"], on_assign=lambda *_: errors.append("assigned"))
-    deadline = time.time() + 5
-    while time.time() < deadline and not errors:
-        try:
-            m = classic.poll(0.2)
-        except KafkaException as e:
-            errors.append(e.args[0].code())
-            break
-        if m is not None and m.error():
-            errors.append(m.error().code())
-    classic.close()
-    assert errors and errors[0] != "assigned", "a classic member joined a consumer group"
-
-    admin = AdminClient({"bootstrap.servers": cg_broker.bootstrap})
+def group_type(bootstrap, group):
+    """The group's type as the admin client lists it ("" when unlisted)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer is in
     listed = admin.list_consumer_groups().result(timeout=20)
-    types = {g.group_id: str(g.type) for g in listed.valid}
-    assert "CONSUMER" in types.get("apart-group", ""), types
-    described = admin.describe_consumer_groups(["apart-group"])["apart-group"].result(timeout=20)
-    assert len(described.members) == 1, described
-    assert sorted(tp.partition for tp in described.members[0].assignment.topic_partitions) == [0, 1]
-    out = trib(cg_broker, "groups", "describe", "apart-group").stdout
-    assert "Type: consumer" in out and "Assignor: uniform" in out, out
-    assert '"apart": [0, 1]' in out, out
-    new.close()
+    assert not listed.errors, listed.errors
+    return {g.group_id: str(g.type) for g in listed.valid}.get(group, "")
+
+
+def test_a_group_migrates_from_classic_to_consumer_and_back_and_admin_sees_it(cg_broker):
+    """Kafka 4's online migration (group.consumer.migration.policy=bidirectional): a classic
+    group of two cooperative-sticky members becomes a consumer group when a member of the
+    consumer protocol joins (the classic members stay, assigned by the broker), and classic
+    again when it leaves."""
+    create(cg_broker.bootstrap, "migrate", 6)
+    a, b = (Member(cg_broker.bootstrap, "migrate-group", "migrate", "cooperative-sticky") for _ in range(2))
+    k = None
+    try:
+        wait_for(lambda: owned_once([a, b], 6), timeout=60, what="two classic members sharing 6")
+        assert "CLASSIC" in group_type(cg_broker.bootstrap, "migrate-group")
+        k = Member(cg_broker.bootstrap, "migrate-group", "migrate", "consumer")
+        wait_for(lambda: owned_once([a, b, k], 6), timeout=60,
+                 what="two classic members and a consumer-protocol one sharing 6")
+        assert "CONSUMER" in group_type(cg_broker.bootstrap, "migrate-group")
+        admin = AdminClient({"bootstrap.servers": cg_broker.bootstrap})
+        described = admin.describe_consumer_groups(["migrate-group"])["migrate-group"].result(timeout=20)
+        assert len(described.members) == 3, described
+        out = trib(cg_broker, "groups", "describe", "migrate-group").stdout
+        assert "Type: consumer" in out and "Assignor: uniform" in out, out
+        k.stop()  # SIGTERM: it leaves (epoch -1), and only classic members remain
+        wait_for(lambda: "CLASSIC" in group_type(cg_broker.bootstrap, "migrate-group"), timeout=30,
+                 what="the group classic again")
+        wait_for(lambda: owned_once([a, b], 6), timeout=60, what="the classic members sharing 6 again")
+    finally:
+        for m in (a, b, k):
+            if m is not None and m.proc.poll() is None:
+                m.stop()
