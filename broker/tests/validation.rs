@@ -193,13 +193,41 @@ fn compacted_topics_refuse_records_without_a_key() {
     let resp = produce(
         &mut c,
         "table",
-        batch(&[(Some(b"k"), Some(b"v")), (None, Some(b"no key"))], now).freeze(),
+        batch(
+            &[
+                (Some(b"k"), Some(b"v")),
+                (None, Some(b"no key")),
+                (Some(b"k2"), Some(b"v")),
+                (None, Some(b"no key either")),
+            ],
+            now,
+        )
+        .freeze(),
     );
     assert_eq!(resp.error_code, ErrorCode::INVALID_RECORD.0);
     assert!(resp
         .error_message
         .as_deref()
         .is_some_and(|m| m.contains("Compacted topic cannot accept message without key")));
+    // Each bad record is named by its index in the batch (Produce v8+, Kafka's
+    // `record_errors`), so that a client fails those records and not the others.
+    let listed: Vec<(i32, bool)> = resp
+        .record_errors
+        .iter()
+        .map(|e| {
+            let m = e.batch_index_error_message.as_deref().unwrap_or("");
+            (
+                e.batch_index,
+                m.contains("without key in topic partition table-0"),
+            )
+        })
+        .collect();
+    assert_eq!(listed, vec![(1, true), (3, true)]);
+    assert_eq!(
+        fetch(&mut c, "table", 0).0,
+        0,
+        "nothing of the batch appended"
+    );
     // Keyed records and keyed tombstones are accepted.
     let resp = produce(
         &mut c,
@@ -251,6 +279,13 @@ fn create_time_timestamps_must_be_within_the_configured_bounds() {
         .error_message
         .as_deref()
         .is_some_and(|m| m.contains("out of range")));
+    assert_eq!(
+        resp.record_errors
+            .iter()
+            .map(|e| e.batch_index)
+            .collect::<Vec<_>>(),
+        vec![0]
+    );
     assert_eq!(
         produce(&mut c, "tight", one(now + 5 * 60_000)).error_code,
         ErrorCode::INVALID_TIMESTAMP.0

@@ -13,7 +13,8 @@ use futures::channel::oneshot;
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{
-    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
+    ProduceResponse, TopicProduceResponse,
 };
 use tributary_protocol::header::RequestHeader;
 use tributary_protocol::record_batch::{self, BatchError, BatchHeader, RECORD_BATCH_HEADER_BYTES};
@@ -66,7 +67,7 @@ pub async fn start(
             !shard.allowed(conn, AclOperation::Write, ResourceType::Topic, &topic.name);
         for p in &topic.partitions {
             let check = match refusal(acks_ok, req.acks, txn_denied, topic_denied, &topic.name) {
-                Some(e) => Err(e),
+                Some(e) => Err(Rejected::from(e)),
                 None => {
                     match check_partition(shard, &catalog, &topic.name, p.index, p.records.as_ref())
                     {
@@ -77,13 +78,14 @@ pub async fn start(
                             (&topic.name, p.index),
                         )
                         .await
-                        .map(|()| rewritten),
+                        .map(|()| rewritten)
+                        .map_err(Rejected::from),
                         Err(e) => Err(e),
                     }
                 }
             };
             let outcome = match check {
-                Err((error, msg)) => Err((ProduceResult::failed(error), msg)),
+                Err(rejected) => Err((ProduceResult::failed(rejected.code), rejected)),
                 Ok(rewritten) => {
                     let owner = shard.owner(&topic.name, p.index);
                     let (append, rx) = append_request(&req, topic, p, rewritten);
@@ -114,8 +116,29 @@ pub async fn start(
 type Wait = (
     String,
     i32,
-    Result<oneshot::Receiver<ProduceResult>, (ProduceResult, String)>,
+    Result<oneshot::Receiver<ProduceResult>, (ProduceResult, Rejected)>,
 );
+
+/// Why a partition's batch was refused before its append: the error, its message, and (Produce
+/// v8+) each bad record's index in the batch with what was wrong with it, as Kafka's
+/// `RecordValidationException` lists them so that a client fails only those records. The list
+/// holds at most one entry per record of a batch whose record count was already checked.
+#[derive(Debug)]
+struct Rejected {
+    code: ErrorCode,
+    message: String,
+    record_errors: Vec<(i32, String)>,
+}
+
+impl From<(ErrorCode, String)> for Rejected {
+    fn from((code, message): (ErrorCode, String)) -> Self {
+        Rejected {
+            code,
+            message,
+            record_errors: Vec::new(),
+        }
+    }
+}
 
 /// The record bytes of the whole request: what counts against `producer_byte_rate`.
 fn record_bytes(req: &ProduceRequest) -> u64 {
@@ -220,7 +243,7 @@ fn produce_response(
     shard: &Shard,
     v: i16,
     throttle_ms: i32,
-    results: Vec<(String, i32, (ProduceResult, Option<String>))>,
+    results: Vec<(String, i32, (ProduceResult, Option<Rejected>))>,
 ) -> ProduceResponse {
     let mut topics: Vec<TopicProduceResponse> = Vec::new();
     let mut endpoints: Vec<NodeEndpoint> = Vec::new();
@@ -256,7 +279,7 @@ fn partition_response(
     v: i16,
     p: i32,
     res: &ProduceResult,
-    msg: Option<String>,
+    rejected: Option<Rejected>,
 ) -> PartitionProduceResponse {
     let mut part = PartitionProduceResponse::default()
         .with_index(p)
@@ -267,7 +290,20 @@ fn partition_response(
         part = part.with_log_start_offset(res.log_start_offset);
     }
     if v >= 8 {
-        part = part.with_error_message(msg.map(|m| str_bytes(&m)));
+        if let Some(r) = rejected {
+            part = part
+                .with_error_message(Some(str_bytes(&r.message)))
+                .with_record_errors(
+                    r.record_errors
+                        .into_iter()
+                        .map(|(i, m)| {
+                            BatchIndexAndErrorMessage::default()
+                                .with_batch_index(i)
+                                .with_batch_index_error_message(Some(str_bytes(&m)))
+                        })
+                        .collect(),
+                );
+        }
     }
     part
 }
@@ -349,19 +385,20 @@ fn check_partition(
     topic: &str,
     partition: i32,
     records: Option<&Bytes>,
-) -> Result<(Option<Vec<u8>>, Option<(i64, i16)>), (ErrorCode, String)> {
+) -> Result<(Option<Vec<u8>>, Option<(i64, i16)>), Rejected> {
     let meta = check_leadership(shard, catalog, topic, partition)?;
     let Some(records) = records.filter(|r| !r.is_empty()) else {
-        return Err((
+        return Err(Rejected::from((
             ErrorCode::CORRUPT_MESSAGE,
-            "the produce request carries no records".into(),
-        ));
+            "the produce request carries no records".to_string(),
+        )));
     };
     // One snapshot of the dynamic broker config serves every check of this batch.
     let config = shard.broker_config();
     let max = meta.config_or("max.message.bytes", config.message_max_bytes);
     let header = single_batch(records, max)?;
     check_batch_header(&header)?;
+    let tp = format!("{topic}-{partition}");
     let txn_producer = header
         .is_transactional()
         .then_some((header.producer_id, header.producer_epoch));
@@ -370,7 +407,7 @@ fn check_partition(
         &records[..header.size()],
         &header,
         &policy,
-        crate::shard::now_ms(),
+        (crate::shard::now_ms(), &tp),
     )?;
     Ok((rewritten, txn_producer))
 }
@@ -519,8 +556,8 @@ fn check_records(
     batch: &[u8],
     header: &BatchHeader,
     policy: &RecordPolicy,
-    now_ms: i64,
-) -> Result<Option<Vec<u8>>, (ErrorCode, String)> {
+    (now_ms, tp): (i64, &str),
+) -> Result<Option<Vec<u8>>, Rejected> {
     let section = &batch[RECORD_BATCH_HEADER_BYTES..];
     let codec = header.compression();
     let inflated;
@@ -531,7 +568,7 @@ fn check_records(
             .map_err(|e| codec_error(&e))?;
         &inflated[..]
     };
-    let max_timestamp = walk_records(plain, header, policy, now_ms)?;
+    let max_timestamp = walk_records(plain, header, policy, (now_ms, tp))?;
     // The header's max timestamp feeds the time index, segment rolls and retention, so, as
     // Kafka does, it is set from the records of a CreateTime batch rather than trusted (a
     // LogAppendTime topic's batches are stamped at append instead).
@@ -539,7 +576,9 @@ fn check_records(
         && !header.is_log_append_time()
         && header.max_timestamp != max_timestamp;
     let mut out = match policy.compression {
-        Some(target) if target != codec => recompress(batch, plain, target, policy)?,
+        Some(target) if target != codec => {
+            recompress(batch, plain, target, policy).map_err(Rejected::from)?
+        }
         _ if fix_max_timestamp => batch.to_vec(),
         _ => return Ok(None),
     };
@@ -550,38 +589,54 @@ fn check_records(
 }
 
 /// Reads every record of the records section `plain` and checks it; returns the records' max
-/// timestamp. As Kafka: a malformed record fails at once; otherwise a timestamp error anywhere
-/// makes the batch's error INVALID_TIMESTAMP, a missing key INVALID_RECORD.
+/// timestamp. As Kafka: a malformed record fails at once; otherwise every record with a
+/// timestamp out of bounds, and on a compacted topic every record without a key, is listed
+/// (`record_errors`), the batch's error INVALID_TIMESTAMP if any timestamp is, else
+/// INVALID_RECORD. `tp` names the partition in the messages.
 fn walk_records(
     plain: &[u8],
     header: &BatchHeader,
     policy: &RecordPolicy,
-    now_ms: i64,
-) -> Result<i64, (ErrorCode, String)> {
-    let mut keyless = None;
-    let mut bad_timestamp = None;
+    (now_ms, tp): (i64, &str),
+) -> Result<i64, Rejected> {
+    let mut record_errors: Vec<(i32, String)> = Vec::new();
+    let mut bad_timestamp = false;
     let mut max_timestamp = NO_TIMESTAMP;
     for (index, record) in records::records(plain, header.records_count).enumerate() {
-        let record = record.map_err(|e| (ErrorCode::INVALID_RECORD, e.to_string()))?;
-        if policy.compacted && record.key.is_none() && keyless.is_none() {
-            keyless = Some(index);
-        }
-        if bad_timestamp.is_none() {
-            bad_timestamp = timestamp_error(header, &record, index, policy, now_ms);
+        let record =
+            record.map_err(|e| Rejected::from((ErrorCode::INVALID_RECORD, e.to_string())))?;
+        let batch_index = i32::try_from(index).unwrap_or(i32::MAX);
+        if let Some(msg) = timestamp_error(header, &record, index, policy, now_ms) {
+            bad_timestamp = true;
+            record_errors.push((batch_index, msg));
+        } else if policy.compacted && record.key.is_none() {
+            record_errors.push((
+                batch_index,
+                format!(
+                    "Compacted topic cannot accept message without key in topic partition {tp}."
+                ),
+            ));
         }
         max_timestamp =
             max_timestamp.max(header.base_timestamp.wrapping_add(record.timestamp_delta));
     }
-    if let Some(msg) = bad_timestamp {
-        return Err((ErrorCode::INVALID_TIMESTAMP, msg));
-    }
-    if let Some(index) = keyless {
-        return Err((
-            ErrorCode::INVALID_RECORD,
-            format!("Compacted topic cannot accept message without key (record {index})"),
-        ));
-    }
-    Ok(max_timestamp)
+    let Some((first, first_message)) = record_errors.first() else {
+        return Ok(max_timestamp);
+    };
+    let code = if bad_timestamp {
+        ErrorCode::INVALID_TIMESTAMP
+    } else {
+        ErrorCode::INVALID_RECORD
+    };
+    let message = format!(
+        "{} of the batch's records were rejected; the first, record {first}: {first_message}",
+        record_errors.len()
+    );
+    Err(Rejected {
+        code,
+        message,
+        record_errors,
+    })
 }
 
 /// `batch` with its records (`plain`, uncompressed) compressed with `target` (0: none), as
