@@ -471,6 +471,33 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "group.consumer.max.size", default: "2147483647", kind: ConfigKind::Int, doc: "Most members a KIP-848 consumer group may have (GROUP_MAX_SIZE_REACHED)." },
     BrokerKey { name: "group.consumer.assignors", default: "uniform,range", kind: ConfigKind::List, doc: "The server-side assignors KIP-848 consumer groups may use (uniform, range); the first is used when no member names one with group.remote.assignor." },
     BrokerKey { name: "group.consumer.migration.policy", default: "bidirectional", kind: ConfigKind::String, doc: "Online migration between the classic and the KIP-848 protocol (Kafka's values, any case): bidirectional, upgrade (a classic group with members becomes a consumer group when a consumer-protocol member joins), downgrade (a consumer group whose last consumer-protocol member left becomes classic again with its classic members), disabled. Empty groups change type whatever it says." },
+    BrokerKey { name: "sasl.kerberos.service.name", default: "", kind: ConfigKind::String, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: Tributary has no GSSAPI (Kerberos) mechanism." },
+    BrokerKey { name: "sasl.kerberos.kinit.cmd", default: "/usr/bin/kinit", kind: ConfigKind::String, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: Tributary has no GSSAPI (Kerberos) mechanism." },
+    BrokerKey { name: "sasl.kerberos.ticket.renew.window.factor", default: "0.8", kind: ConfigKind::Double, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: Tributary has no GSSAPI (Kerberos) mechanism." },
+    BrokerKey { name: "sasl.kerberos.ticket.renew.jitter", default: "0.05", kind: ConfigKind::Double, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: Tributary has no GSSAPI (Kerberos) mechanism." },
+    BrokerKey { name: "sasl.kerberos.min.time.before.relogin", default: "60000", kind: ConfigKind::Long, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: Tributary has no GSSAPI (Kerberos) mechanism." },
+    BrokerKey { name: "sasl.kerberos.principal.to.local.rules", default: "DEFAULT", kind: ConfigKind::List, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: Tributary has no GSSAPI (Kerberos) mechanism." },
+    BrokerKey { name: "sasl.login.refresh.window.factor", default: "0.8", kind: ConfigKind::Double, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: the broker logs in to no SASL server that would need its credentials refreshed." },
+    BrokerKey { name: "sasl.login.refresh.window.jitter", default: "0.05", kind: ConfigKind::Double, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: the broker logs in to no SASL server that would need its credentials refreshed." },
+    BrokerKey { name: "sasl.login.refresh.min.period.seconds", default: "60", kind: ConfigKind::Int, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: the broker logs in to no SASL server that would need its credentials refreshed." },
+    BrokerKey { name: "sasl.login.refresh.buffer.seconds", default: "300", kind: ConfigKind::Int, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: the broker logs in to no SASL server that would need its credentials refreshed." },
+    BrokerKey { name: "num.io.threads", default: "8", kind: ConfigKind::Int, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: thread-per-core: every shard does its own I/O (--cores, --cpus)." },
+    BrokerKey { name: "num.network.threads", default: "3", kind: ConfigKind::Int, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: thread-per-core: every shard serves its own connections (--cores, --cpus)." },
+    BrokerKey { name: "num.replica.fetchers", default: "1", kind: ConfigKind::Int, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: thread-per-core: each shard fetches for the partitions it owns." },
+    BrokerKey { name: "num.recovery.threads.per.data.dir", default: "2", kind: ConfigKind::Int, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: thread-per-core: each shard recovers the partitions it owns." },
+    BrokerKey { name: "background.threads", default: "10", kind: ConfigKind::Int, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: thread-per-core: background work runs on the shards." },
+    BrokerKey { name: "log.cleaner.threads", default: "1", kind: ConfigKind::Int, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: thread-per-core: each shard cleans the compacted partitions it owns." },
+    BrokerKey { name: "log.cleaner.dedupe.buffer.load.factor", default: "0.9", kind: ConfigKind::Double, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: the cleaner's key map is sized by log.cleaner.dedupe.buffer.size alone." },
+    BrokerKey { name: "log.cleaner.io.buffer.size", default: "524288", kind: ConfigKind::Int, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: the cleaner reads through the shard's direct-I/O buffers." },
+    BrokerKey { name: "log.cleaner.io.max.bytes.per.second", default: "1.7976931348623157E308", kind: ConfigKind::Double, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: the cleaner's I/O is not throttled." },
+    BrokerKey { name: "metric.reporters", default: "", kind: ConfigKind::List, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: metrics are served on metrics.listen (Prometheus text); there are no reporter plugins." },
+    BrokerKey { name: "max.connection.creation.rate", default: "2147483647", kind: ConfigKind::Int, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: new connections are limited by max.connections and max.connections.per.ip, not by rate." },
+    BrokerKey { name: "principal.builder.class", default: "", kind: ConfigKind::String, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: principals are User:<name> from SASL or the client certificate's subject; there are no builder plugins." },
+    BrokerKey { name: "ssl.engine.factory.class", default: "", kind: ConfigKind::String, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: TLS is rustls; there are no engine factory plugins." },
+    BrokerKey { name: "ssl.provider", default: "", kind: ConfigKind::String, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: TLS is rustls; there are no security providers." },
+    BrokerKey { name: "ssl.secure.random.implementation", default: "", kind: ConfigKind::String, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: TLS is rustls, with the operating system's random source." },
+    BrokerKey { name: "ssl.keymanager.algorithm", default: "SunX509", kind: ConfigKind::String, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: TLS is rustls; there are no Java key managers." },
+    BrokerKey { name: "ssl.trustmanager.algorithm", default: "PKIX", kind: ConfigKind::String, doc: "Accepted for Kafka's tools, which may set it per broker, and kept; Tributary does not use it: TLS is rustls; there are no Java trust managers." },
     BrokerKey { name: "fetch.max.bytes", default: "57671680", kind: ConfigKind::Int, doc: "Most record bytes one Fetch response carries, whatever the client asks for (the first non-empty partition may exceed it, KIP-74); nothing is read past it." },
     BrokerKey { name: "inter.broker.connections.idle.max", default: "4", kind: ConfigKind::Int, doc: "Idle connections each shard keeps open to each other broker for the requests it sends one at a time — transaction markers and KIP-890 verification (Kafka has no such key; its marker channel holds one connection per broker). 0 opens a new connection, with its TLS handshake and SASL login, for every request." },
     BrokerKey { name: "sasl.oauthbearer.jwks.endpoint.url", default: "", kind: ConfigKind::String, doc: "The JSON Web Key Set signed OAUTHBEARER tokens are checked against, on listeners whose oauthbearer.sasl.server.callback.handler.class is Kafka's OAuthBearerValidatorCallbackHandler: a file URL (file:///PATH), read at start-up." },
@@ -1800,6 +1827,12 @@ fn parse_ip_overrides_dynamic(
     Ok(out)
 }
 
+/// The `apply` of a key accepted for Kafka's tools and kept without effect (its BrokerKey's
+/// documentation says why Tributary does not use it).
+fn kept_unused(_: &mut BrokerConfig, _: &str) -> std::result::Result<(), String> {
+    Ok(())
+}
+
 pub const DYNAMIC_BROKER_KEYS: &[DynamicKey] = &[
     DynamicKey {
         name: "max.connections",
@@ -1968,6 +2001,141 @@ pub const DYNAMIC_BROKER_KEYS: &[DynamicKey] = &[
                 v,
             )
         },
+    },
+    DynamicKey {
+        name: "sasl.kerberos.service.name",
+        bound: Some((ConfigKind::String, Bound::Parsed(|_| Ok(())))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "sasl.kerberos.kinit.cmd",
+        bound: Some((ConfigKind::String, Bound::Parsed(|_| Ok(())))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "sasl.kerberos.ticket.renew.window.factor",
+        bound: Some((ConfigKind::Double, Bound::Ratio)),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "sasl.kerberos.ticket.renew.jitter",
+        bound: Some((ConfigKind::Double, Bound::Ratio)),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "sasl.kerberos.min.time.before.relogin",
+        bound: Some((ConfigKind::Long, Bound::AtLeast(0))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "sasl.kerberos.principal.to.local.rules",
+        bound: Some((ConfigKind::List, Bound::Parsed(|_| Ok(())))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "sasl.login.refresh.window.factor",
+        bound: Some((ConfigKind::Double, Bound::Ratio)),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "sasl.login.refresh.window.jitter",
+        bound: Some((ConfigKind::Double, Bound::Ratio)),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "sasl.login.refresh.min.period.seconds",
+        bound: Some((ConfigKind::Int, Bound::Between(0, 900))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "sasl.login.refresh.buffer.seconds",
+        bound: Some((ConfigKind::Int, Bound::Between(0, 3600))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "num.io.threads",
+        bound: Some((ConfigKind::Int, Bound::AtLeast(1))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "num.network.threads",
+        bound: Some((ConfigKind::Int, Bound::AtLeast(1))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "num.replica.fetchers",
+        bound: Some((ConfigKind::Int, Bound::AtLeast(1))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "num.recovery.threads.per.data.dir",
+        bound: Some((ConfigKind::Int, Bound::AtLeast(1))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "background.threads",
+        bound: Some((ConfigKind::Int, Bound::AtLeast(1))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "log.cleaner.threads",
+        bound: Some((ConfigKind::Int, Bound::AtLeast(0))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "log.cleaner.dedupe.buffer.load.factor",
+        bound: Some((ConfigKind::Double, Bound::Ratio)),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "log.cleaner.io.buffer.size",
+        bound: Some((ConfigKind::Int, Bound::AtLeast(0))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "log.cleaner.io.max.bytes.per.second",
+        bound: Some((ConfigKind::Double, Bound::Parsed(|_| Ok(())))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "metric.reporters",
+        bound: Some((ConfigKind::List, Bound::Parsed(|_| Ok(())))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "max.connection.creation.rate",
+        bound: Some((ConfigKind::Int, Bound::AtLeast(0))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "principal.builder.class",
+        bound: Some((ConfigKind::String, Bound::Parsed(|_| Ok(())))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "ssl.engine.factory.class",
+        bound: Some((ConfigKind::String, Bound::Parsed(|_| Ok(())))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "ssl.provider",
+        bound: Some((ConfigKind::String, Bound::Parsed(|_| Ok(())))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "ssl.secure.random.implementation",
+        bound: Some((ConfigKind::String, Bound::Parsed(|_| Ok(())))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "ssl.keymanager.algorithm",
+        bound: Some((ConfigKind::String, Bound::Parsed(|_| Ok(())))),
+        apply: kept_unused,
+    },
+    DynamicKey {
+        name: "ssl.trustmanager.algorithm",
+        bound: Some((ConfigKind::String, Bound::Parsed(|_| Ok(())))),
+        apply: kept_unused,
     },
 ];
 

@@ -377,6 +377,57 @@ fn dynamic_broker_configs_take_effect_survive_a_restart_and_are_described() {
 }
 
 #[test]
+fn per_broker_keys_kafkas_tools_set_are_accepted_kept_and_documented_as_unused() {
+    use kafka_protocol::messages::describe_configs_request::{
+        DescribeConfigsRequest, DescribeConfigsResource,
+    };
+    use kafka_protocol::messages::describe_configs_response::DescribeConfigsResponse;
+    use kafka_protocol::protocol::StrBytes;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 1, &[("offsets.topic.num.partitions", "1")]);
+    // librdkafka's admin test sets this one on a broker.
+    let (code, msg) = raw_alter(
+        broker.addr,
+        4,
+        "0",
+        &[
+            ("sasl.kerberos.min.time.before.relogin", "58000"),
+            ("num.io.threads", "4"),
+        ],
+    );
+    assert_eq!(code, 0, "{msg}");
+    // Its bounds are Kafka's still.
+    let (code, msg) = raw_alter(
+        broker.addr,
+        4,
+        "0",
+        &[("sasl.kerberos.ticket.renew.window.factor", "2")],
+    );
+    assert_eq!(code, RDKafkaErrorCode::InvalidRequest as i16, "{msg}");
+    let resp: DescribeConfigsResponse = RawConn::connect(broker.addr).request(
+        ApiKey::DescribeConfigs,
+        3,
+        &DescribeConfigsRequest::default()
+            .with_include_documentation(true)
+            .with_resources(vec![DescribeConfigsResource::default()
+                .with_resource_type(4)
+                .with_resource_name(StrBytes::from_static_str("0"))
+                .with_configuration_keys(None)]),
+    );
+    let e = resp.results[0]
+        .configs
+        .iter()
+        .find(|c| c.name.as_str() == "sasl.kerberos.min.time.before.relogin")
+        .expect("described");
+    assert_eq!(e.value.as_deref(), Some("58000"));
+    assert_eq!(e.config_source, 2, "DYNAMIC_BROKER_CONFIG");
+    assert!(!e.read_only);
+    let doc = e.documentation.as_deref().unwrap_or("");
+    assert!(doc.contains("does not use it"), "{doc}");
+    broker.shutdown().unwrap();
+}
+
+#[test]
 fn topic_configs_are_held_to_kafkas_bounds() {
     use kafka_protocol::messages::incremental_alter_configs_request::{
         AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
@@ -558,6 +609,22 @@ fn authorized_operations_are_answered_when_asked_and_int_min_otherwise() {
                 let want = if asked { CLUSTER } else { i32::MIN };
                 assert_eq!(resp.cluster_authorized_operations, want, "v{v}");
             }
+            // A topic that does not exist gets its operations too, as in Kafka's metadata
+            // handler (kafka-python's admin reads them before it looks at the error).
+            let req = MetadataRequest::default()
+                .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+                    TopicName(StrBytes::from_static_str("no-such-topic")),
+                ))]))
+                .with_allow_auto_topic_creation(false)
+                .with_include_topic_authorized_operations(asked);
+            let resp: MetadataResponse = raw.request(ApiKey::Metadata, v, &req);
+            let t = &resp.topics[0];
+            assert_eq!(t.error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION, v{v}");
+            assert_eq!(
+                t.topic_authorized_operations,
+                if asked { TOPIC } else { i32::MIN },
+                "unknown topic, v{v}"
+            );
         }
     }
     for v in 0..=1 {

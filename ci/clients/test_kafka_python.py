@@ -171,3 +171,18 @@ def test_sasl_plain_and_scram(sasl_broker, mechanism, user, password):
     got = [m.value.decode() for m in consumer]
     consumer.close()
     assert got == [str(i) for i in range(10)]
+
+
+def test_delete_records_of_a_topic_that_does_not_exist_is_unknown_topic(broker):
+    """Metadata v8+ answers an unknown topic's authorized operations when asked, as Kafka's
+    metadata handler does; kafka-python's admin reads them before it looks at the error."""
+    if kafka.__version__.startswith("2."):
+        pytest.skip("kafka-python 2.0.2 has no KafkaAdminClient.delete_records")
+    from kafka.errors import UnknownTopicOrPartitionError
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        with pytest.raises(UnknownTopicOrPartitionError):
+            admin.delete_records({TopicPartition("never-created", 0): 1})
+    finally:
+        admin.close()

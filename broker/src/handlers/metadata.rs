@@ -214,7 +214,11 @@ fn topics(
             }
             let t = describe_topic(catalog, n.as_deref(), v, shard.config.node_id, &doubted);
             if v >= 8 {
-                let asked = asked_ops && t.error_code == 0;
+                // As Kafka's `handleTopicMetadataRequest`: every topic asked for by name that
+                // the principal may describe gets its operations, one that does not exist
+                // too (kafka-python's admin reads the field of an unknown topic); an unknown
+                // topic id, and a topic it may not describe, keep the schema's INT32_MIN.
+                let asked = asked_ops && n.is_some();
                 let allowed = match (asked, n.as_deref()) {
                     (true, Some(name)) => {
                         shard.authorized_ops(conn, ResourceType::Topic, name, ops::TOPIC)
