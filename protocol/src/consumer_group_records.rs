@@ -183,9 +183,9 @@ fn member_tags(r: &mut Reader) -> Result<Option<ClassicMemberMetadata>, DecodeEr
             continue;
         }
         let mut f = Reader::new(field);
-        // KIP-893's nullable struct: 0 null, 1 present.
-        classic = match f.uvarint("classic member metadata marker")? {
-            0 => None,
+        // KIP-893's nullable struct: an int8, -1 null, 1 present.
+        classic = match f.i8("classic member metadata marker")? {
+            -1 => None,
             _ => Some(ClassicMemberMetadata::decode(&mut f)?),
         };
     }
@@ -307,7 +307,7 @@ impl MemberMetadataValue {
                     &mut out,
                     u32::try_from(field.len() + 1).unwrap_or(u32::MAX),
                 );
-                crate::wire::put_uvarint(&mut out, 1);
+                out.put_i8(1);
                 out.put_slice(&field);
             }
         }

@@ -379,13 +379,19 @@ impl ConsumerGroup {
                 .members
                 .values()
                 .find(|m| m.instance_id.as_ref() == Some(instance))
-                .map(|m| (m.member_id.clone(), m.member_epoch));
+                .map(|m| (m.member_id.clone(), m.member_epoch, m.classic.is_some()));
             match holder {
-                Some((old, STATIC_LEAVE_EPOCH)) => {
+                Some((old, STATIC_LEAVE_EPOCH, _)) => {
                     self.replace_static(&old, &member_id);
                     return Ok((member_id, false));
                 }
-                Some((old, _)) if old != member_id => {
+                Some((old, _, true)) if old != member_id => {
+                    // A classic member's instance restarted with the consumer protocol (a
+                    // rolling upgrade): it takes the place at once, as in Kafka.
+                    self.rename_member(&old, &member_id);
+                    return Ok((member_id, false));
+                }
+                Some((old, _, _)) if old != member_id => {
                     return Err(refuse(
                         ErrorCode::UNRELEASED_INSTANCE_ID,
                         format!(
@@ -413,6 +419,17 @@ impl ConsumerGroup {
         let member = ConsumerMember::new(&member_id, caller, now + limits.session_timeout);
         self.members.insert(member_id.clone(), member);
         Ok((member_id, true))
+    }
+
+    /// Member `old` goes on as `new`: epoch, partitions and target.
+    pub(super) fn rename_member(&mut self, old: &str, new: &str) {
+        let mut m = self.members.remove(old).expect("member present");
+        m.member_id = new.to_string();
+        m.sent = None;
+        if let Some(t) = self.target.remove(old) {
+            self.target.insert(new.to_string(), t);
+        }
+        self.members.insert(new.to_string(), m);
     }
 
     /// A static member rejoining under a new member id takes the old one's place: its epoch,

@@ -74,7 +74,12 @@ impl GroupCoordinator {
         let limits = self.config.consumer.for_group(configs);
         // A bad request changes nothing, not even a classic group's type.
         super::consumer::validate(req, caller.version, &limits)?;
-        self.upgrade_for(req, topics)?;
+        if let Some(mut upgraded) = self.upgrade_for(req, topics)? {
+            // The classic group becomes this one only if it takes the heartbeat.
+            let answer = upgraded.heartbeat(req, caller, topics, now, &limits)?;
+            self.commit_upgrade(upgraded);
+            return Ok(answer);
+        }
         let mut groups = self.consumer_groups.borrow_mut();
         if req.member_epoch != JOIN_EPOCH && !groups.contains_key(&req.group_id) {
             // A coordinator that does not hold the group does not know the member: it joins
@@ -200,7 +205,9 @@ impl GroupCoordinator {
         if let Err(code) = written {
             warn!(group = %group_id, error = code.0, "persisting consumer group state failed");
             let changes = records.split_off(owed);
-            if !records.is_empty() {
+            // Owed again only while this coordinator still holds the group as a consumer
+            // group; ahead of anything owed since.
+            if !records.is_empty() && self.is_consumer_group(group_id) {
                 let mut converted = self.converted.borrow_mut();
                 let later = converted.remove(group_id).unwrap_or_default();
                 records.extend(later);
@@ -287,6 +294,7 @@ impl GroupCoordinator {
         groups.remove(group_id);
         self.forget_parked(&groups);
         self.forget_consumer_group(group_id);
+        self.converted.borrow_mut().remove(group_id);
         info!(group = %group_id, "consumer group deleted");
         ErrorCode::NONE
     }

@@ -29,22 +29,18 @@ pub struct ClassicCaller {
 }
 
 impl GroupCoordinator {
-    /// Before a ConsumerGroupHeartbeat: a classic group with members under its id becomes a
-    /// consumer group when the heartbeat joins and the policy allows it (its parked requests
-    /// are answered REBALANCE_IN_PROGRESS, so its members rejoin as classic members of the
-    /// consumer group); otherwise the heartbeat is refused GROUP_ID_NOT_FOUND, as Kafka
-    /// answers.
+    /// Before a ConsumerGroupHeartbeat: the consumer group a classic group with members under
+    /// its id becomes when the heartbeat joins and the policy allows it (`None`: no such classic
+    /// group); the caller runs the heartbeat on it and, if it is taken, `commit_upgrade`s it.
+    /// Otherwise the heartbeat is refused GROUP_ID_NOT_FOUND, as Kafka answers.
     pub(super) fn upgrade_for(
         &self,
         req: &ConsumerGroupHeartbeatRequest,
         topics: &TopicsImage,
-    ) -> Result<(), Refusal> {
-        let mut groups = self.groups.borrow_mut();
-        let Some(g) = groups
-            .get_mut(&req.group_id)
-            .filter(|g| !g.members.is_empty())
-        else {
-            return Ok(());
+    ) -> Result<Option<ConsumerGroup>, Refusal> {
+        let groups = self.groups.borrow();
+        let Some(g) = groups.get(&req.group_id).filter(|g| !g.members.is_empty()) else {
+            return Ok(None);
         };
         let refused = |why: &str| Refusal {
             code: ErrorCode::GROUP_ID_NOT_FOUND,
@@ -58,35 +54,39 @@ impl GroupCoordinator {
             info!(group = %req.group_id, reason = %why, "classic group not upgraded");
             return Err(refused(&format!(" and cannot become one: {why}")));
         }
-        let now = Instant::now();
-        let Some(upgraded) = ConsumerGroup::from_classic(g, topics, now) else {
-            return Err(refused(
+        match ConsumerGroup::from_classic(g, topics, Instant::now()) {
+            Some(upgraded) => Ok(Some(upgraded)),
+            None => Err(refused(
                 " and cannot become one: a member's consumer protocol metadata does not read",
-            ));
-        };
-        // The classic entry keeps the offsets only.
-        let offsets = std::mem::take(&mut g.offsets);
-        *g = Group::new(&req.group_id, now);
-        g.offsets = offsets;
-        self.parked.borrow_mut().remove(&req.group_id);
-        let tombstone = GroupKey::Group {
-            group: req.group_id.clone(),
-        };
+            )),
+        }
+    }
+
+    /// The classic group `upgraded` was made from becomes it: the classic entry keeps the
+    /// offsets only, its parked requests are answered REBALANCE_IN_PROGRESS (its members rejoin
+    /// as classic members of the consumer group), and its tombstone is owed to the log.
+    pub(super) fn commit_upgrade(&self, upgraded: ConsumerGroup) {
+        let id = upgraded.group_id.clone();
+        let now = Instant::now();
+        if let Some(g) = self.groups.borrow_mut().get_mut(&id) {
+            let offsets = std::mem::take(&mut g.offsets);
+            *g = Group::new(&id, now);
+            g.offsets = offsets;
+        }
+        self.parked.borrow_mut().remove(&id);
+        let tombstone = GroupKey::Group { group: id.clone() };
         self.converted
             .borrow_mut()
-            .entry(req.group_id.clone())
+            .entry(id.clone())
             .or_default()
             .push((tombstone.encode(), None));
         info!(
-            group = %req.group_id,
+            group = %id,
             members = upgraded.members.len(),
             epoch = upgraded.group_epoch,
             "classic group upgraded to a consumer group"
         );
-        self.consumer_groups
-            .borrow_mut()
-            .insert(req.group_id.clone(), upgraded);
-        Ok(())
+        self.consumer_groups.borrow_mut().insert(id, upgraded);
     }
 
     /// A classic JoinGroup to a consumer group with members, answered at once (the caller

@@ -281,6 +281,11 @@ impl GroupCoordinator {
         configs: &consumer_ops::GroupConfigs,
     ) {
         use crate::coordinator_log::Replayed;
+        // Nothing is owed for a partition being loaded: what the log holds is the truth.
+        let n = self.offsets_partitions.get();
+        self.converted
+            .borrow_mut()
+            .retain(|id, _| partition_for_group(id, n) != partition);
         crate::coordinator_log::replay(log, |item| match item {
             Replayed::Record {
                 key,
@@ -502,12 +507,16 @@ impl GroupCoordinator {
         let written = self.persist(log, records.clone()).await;
         if let Err(e) = written {
             warn!(group = %group_id, error = e.0, "persisting group metadata failed");
-            // The consumer group's tombstones go with the next write.
+            // The consumer group's tombstones go with the next write, ahead of anything owed
+            // since, while this coordinator still holds the group as a classic one.
             records.pop();
-            if !records.is_empty() {
-                self.converted
-                    .borrow_mut()
-                    .insert(group_id.to_string(), records);
+            let classic_here =
+                self.groups.borrow().contains_key(group_id) && !self.is_consumer_group(group_id);
+            if !records.is_empty() && classic_here {
+                let mut converted = self.converted.borrow_mut();
+                let later = converted.remove(group_id).unwrap_or_default();
+                records.extend(later);
+                converted.insert(group_id.to_string(), records);
             }
         }
         written

@@ -57,24 +57,26 @@ fn named(a: &Assignment, topics: &TopicsImage) -> NamedPartitions {
 }
 
 /// Partitions by name, by topic id: those of topics in the image, within their partition
-/// counts, and not in `taken` (which they join).
-fn by_id(
-    ps: &NamedPartitions,
-    topics: &TopicsImage,
-    taken: &mut BTreeSet<(TopicId, i32)>,
-) -> Assignment {
+/// counts.
+fn by_id(ps: &NamedPartitions, topics: &TopicsImage) -> Assignment {
     let mut out = Assignment::new();
     for (name, parts) in ps {
         let Some((id, n)) = topics.get(name) else {
             continue;
         };
         for p in parts.iter().filter(|p| (0..*n).contains(*p)) {
-            if taken.insert((*id, *p)) {
-                out.entry(*id).or_default().insert(*p);
-            }
+            out.entry(*id).or_default().insert(*p);
         }
     }
     out
+}
+
+/// `a` ∪ `b`.
+fn union(mut a: Assignment, b: &Assignment) -> Assignment {
+    for (t, ps) in b {
+        a.entry(*t).or_default().extend(ps.iter().copied());
+    }
+    a
 }
 
 fn ms(v: i32) -> Duration {
@@ -129,7 +131,14 @@ impl ConsumerGroup {
         let m = self.members.get_mut(&member_id).expect("identified");
         let changed = m.take_join(req, joiner, &subscription, now);
         let metadata = self.subscription_metadata(topics);
-        self.subscribed_known = true;
+        if !self.subscribed_known {
+            // Rebuilt from its records: the targets stand unless they miss a partition of
+            // the topics now, as at a heartbeat.
+            self.subscribed_known = true;
+            if self.targets_cover(&metadata) {
+                self.subscribed = metadata.clone();
+            }
+        }
         if joined || changed || metadata != self.subscribed {
             self.subscribed = metadata;
             self.group_epoch += 1;
@@ -137,11 +146,10 @@ impl ConsumerGroup {
         if self.group_epoch > self.assignment_epoch {
             self.compute_target(limits);
         }
-        let owned: Vec<(TopicId, Vec<i32>)> =
-            by_id(&subscription.owned_partitions, topics, &mut BTreeSet::new())
-                .into_iter()
-                .map(|(t, ps)| (t, ps.into_iter().collect()))
-                .collect();
+        let owned: Vec<(TopicId, Vec<i32>)> = by_id(&subscription.owned_partitions, topics)
+            .into_iter()
+            .map(|(t, ps)| (t, ps.into_iter().collect()))
+            .collect();
         // Twice: a member that must give partitions up and reports owning none of them (an
         // eager member rejoining) has given them up, and moves on in the same join.
         self.reconcile(&member_id, Some(&owned), now);
@@ -179,13 +187,7 @@ impl ConsumerGroup {
                     // A new process of the instance takes its place: epoch, partitions and
                     // target carry over to the new member id.
                     let new = format!("{instance}-{}", uuid::Uuid::new_v4());
-                    let mut m = self.members.remove(&old).expect("the holder");
-                    m.member_id = new.clone();
-                    m.sent = None;
-                    if let Some(t) = self.target.remove(&old) {
-                        self.target.insert(new.clone(), t);
-                    }
-                    self.members.insert(new.clone(), m);
+                    self.rename_member(&old, &new);
                     return Ok((new, false));
                 }
                 (Some(old), false) if old != req.member_id => {
@@ -323,19 +325,29 @@ impl ConsumerGroup {
         out
     }
 
-    /// The classic member `member_id`, checked against the instance its request names.
+    /// The classic member `member_id`; with an instance id, the instance's member, and a
+    /// replaced process (another member id) is fenced.
     fn classic_member(
         &mut self,
         member_id: &str,
         instance: Option<&str>,
     ) -> Result<&mut ConsumerMember, ErrorCode> {
+        let id = match instance {
+            Some(i) => self
+                .members
+                .values()
+                .find(|m| m.instance_id.as_deref() == Some(i))
+                .map(|m| m.member_id.clone())
+                .ok_or(ErrorCode::UNKNOWN_MEMBER_ID)?,
+            None => member_id.to_string(),
+        };
+        if id != member_id {
+            return Err(ErrorCode::FENCED_INSTANCE_ID);
+        }
         let m = self
             .members
             .get_mut(member_id)
             .ok_or(ErrorCode::UNKNOWN_MEMBER_ID)?;
-        if instance.is_some() && instance != m.instance_id.as_deref() {
-            return Err(ErrorCode::FENCED_INSTANCE_ID);
-        }
         if m.classic.is_none() {
             return Err(ErrorCode::UNKNOWN_MEMBER_ID);
         }
@@ -387,26 +399,32 @@ impl ConsumerGroup {
     }
 
     /// The consumer group a classic group becomes (Kafka's `fromClassicGroup`): the same
-    /// member ids at member epoch = the generation, each owning (and targeted at) what its
-    /// last assignment gave it, classic members all. `None` when a member's subscription or
-    /// assignment does not read (the group stays classic). A partition two assignments name
-    /// stays with the first.
+    /// member ids at member epoch = the generation, classic members all, each owning what its
+    /// last assignment gave it and what its subscription says it still owns (a cooperative
+    /// member keeps consuming its partitions while the group completes a rebalance, whose
+    /// join phase cleared the assignments), and targeted at that. A partition two members
+    /// claim stays owned by both until they give it up, and is targeted at the first only.
+    /// `None` when a member's subscription or assignment does not read (the group stays
+    /// classic).
     pub fn from_classic(g: &Group, topics: &TopicsImage, now: Instant) -> Option<ConsumerGroup> {
         let mut cg = ConsumerGroup::new(&g.group_id);
         cg.group_epoch = g.generation;
         cg.assignment_epoch = g.generation;
-        let mut taken = BTreeSet::new();
+        let mut targeted = BTreeSet::new();
         for m in g.members.values() {
             let chosen = g.protocol_name.as_deref().map(|p| m.metadata_for(p));
             let metadata = chosen
                 .filter(|b| !b.is_empty())
                 .or_else(|| m.protocols.first().map(|(_, b)| b.clone()))?;
             let subscription = Subscription::decode(metadata).ok()?;
-            let assigned = by_id(
-                &decode_assignment(m.assignment.clone()).ok()?,
-                topics,
-                &mut taken,
-            );
+            let last = by_id(&decode_assignment(m.assignment.clone()).ok()?, topics);
+            let assigned = union(last, &by_id(&subscription.owned_partitions, topics));
+            let mut target = Assignment::new();
+            for (t, ps) in &assigned {
+                for p in ps.iter().filter(|p| targeted.insert((*t, **p))) {
+                    target.entry(*t).or_default().insert(*p);
+                }
+            }
             let caller = Caller {
                 client_id: m.client_id.clone(),
                 client_host: m.client_host.clone(),
@@ -419,12 +437,12 @@ impl ConsumerGroup {
             member.rebalance_timeout = m.rebalance_timeout;
             member.member_epoch = g.generation;
             member.previous_member_epoch = g.generation;
-            member.assigned = assigned.clone();
+            member.assigned = assigned;
             member.classic = Some(ClassicMember {
                 session_timeout: m.session_timeout,
                 protocols: m.protocols.clone(),
             });
-            cg.target.insert(m.member_id.clone(), assigned);
+            cg.target.insert(m.member_id.clone(), target);
             cg.members.insert(m.member_id.clone(), member);
         }
         cg.subscribed = cg.subscription_metadata(topics);
@@ -442,9 +460,12 @@ impl ConsumerGroup {
     }
 
     /// Makes `classic` (the group's classic entry, which holds its offsets) this group as a
-    /// classic group (Kafka's `fromConsumerGroup`): generation = the group epoch, each member
-    /// with its protocols and its target as its assignment, then a rebalance, so that every
-    /// member rejoins the classic way.
+    /// classic group (Kafka's `fromConsumerGroup`), then a rebalance, so that every member
+    /// rejoins the classic way. The generation is the members' epoch (the group's before the
+    /// leaving member moved it), so that a member in step is told REBALANCE_IN_PROGRESS, not
+    /// ILLEGAL_GENERATION, and its commits still count; each member's assignment is what it
+    /// owns now, partitions it is still giving up included, so that a quick upgrade back
+    /// cannot hand them to another member.
     pub fn into_classic(
         &self,
         classic: &mut Group,
@@ -456,11 +477,17 @@ impl ConsumerGroup {
         classic.members.clear();
         classic.static_members.clear();
         classic.pending_member_ids.clear();
-        classic.generation = self.group_epoch;
+        classic.generation = self
+            .members
+            .values()
+            .map(|m| m.member_epoch)
+            .max()
+            .unwrap_or(self.group_epoch)
+            .max(0);
         classic.protocol_type = Some(CONSUMER_PROTOCOL_TYPE.into());
         for m in self.members.values() {
             let c = m.classic.as_ref().expect("all classic");
-            let target = self.target.get(&m.member_id).cloned().unwrap_or_default();
+            let owns = union(m.assigned.clone(), &m.revoking);
             let version = metadata_version(&c.protocols[0].1);
             if let Some(i) = &m.instance_id {
                 classic
@@ -477,7 +504,7 @@ impl ConsumerGroup {
                     session_timeout: c.session_timeout,
                     rebalance_timeout: m.rebalance_timeout,
                     protocols: c.protocols.clone(),
-                    assignment: encode_assignment(version, &named(&target, topics)),
+                    assignment: encode_assignment(version, &named(&owns, topics)),
                     deadline: now + c.session_timeout,
                     awaiting_join: false,
                     awaiting_sync: false,

@@ -325,13 +325,13 @@ fn a_classic_group_upgrades_with_its_members_and_assignments_and_downgrades_back
     ));
     let mut again = Group::new("g", Instant::now());
     g.into_classic(&mut again, &topics(), Instant::now(), &classic_limits());
-    assert_eq!(again.generation, g.group_epoch);
+    assert_eq!(again.generation, 3, "the members' epoch");
     assert_eq!(again.state, GroupState::PreparingRebalance);
     assert_eq!(again.protocol_name.as_deref(), Some("range"));
     assert_eq!(again.members.len(), 2);
+    // a never heartbeated since: it still owns what it had.
     let a = decode_assignment(again.members["a"].assignment.clone()).unwrap();
-    let targeted: Vec<i32> = g.target["a"].values().flatten().copied().collect();
-    assert_eq!(a, vec![("t".to_string(), targeted)]);
+    assert_eq!(a, vec![("t".to_string(), vec![0, 1])]);
 }
 
 #[test]
@@ -350,4 +350,123 @@ fn protocols_a_classic_member_brings_must_match_the_classic_members_there() {
     let r = g.classic_join(&bad, &joiner(3), &topics(), Instant::now(), &limits());
     assert_eq!(r.error, ErrorCode::INCONSISTENT_GROUP_PROTOCOL);
     assert_eq!((g.group_epoch, g.members.len()), (before, 2));
+}
+
+#[test]
+fn an_upgrade_while_a_rebalance_completes_keeps_what_cooperative_members_still_own() {
+    // The join phase cleared the assignments; the members' subscriptions say what they own.
+    let mut classic = classic_group();
+    for (id, owned) in [("a", vec![0, 1]), ("b", vec![2, 3])] {
+        let m = classic.members.get_mut(id).unwrap();
+        m.assignment = Bytes::new();
+        m.protocols = vec![("range".into(), subscription(&owned))];
+    }
+    classic.state = GroupState::CompletingRebalance;
+    let mut g = ConsumerGroup::from_classic(&classic, &topics(), Instant::now()).unwrap();
+    assert_eq!(owned(&g, "a"), vec![0, 1]);
+    assert_eq!(owned(&g, "b"), vec![2, 3]);
+    // A newcomer gets nothing the two still hold.
+    heartbeat(&mut g, &consumer_join("m1"));
+    assert!(owned(&g, "m1").is_empty());
+}
+
+#[test]
+fn a_downgrade_keeps_the_members_generation_and_what_they_still_give_up() {
+    let mut g = ConsumerGroup::from_classic(&classic_group(), &topics(), Instant::now()).unwrap();
+    heartbeat(&mut g, &consumer_join("m1"));
+    // The member that must give a partition up rejoins still owning both of its own.
+    let giver = ["a", "b"]
+        .into_iter()
+        .find(|m| g.target[*m].values().flatten().count() < 2)
+        .expect("a member gives one up");
+    let mine = owned(&g, giver);
+    assert_eq!(
+        classic_beat(&mut g, giver, 3),
+        ErrorCode::REBALANCE_IN_PROGRESS
+    );
+    let now = Instant::now();
+    let mut rejoin = join_req(giver, &mine);
+    rejoin.protocols[0].0 = "range".into();
+    let r = g.classic_join(&rejoin, &joiner(3), &topics(), now, &limits());
+    assert_eq!(r.error, ErrorCode::NONE);
+    assert_eq!(g.members[giver].state, MemberState::UnrevokedPartitions);
+    g.remove_member("m1");
+    let mut again = Group::new("g", Instant::now());
+    g.into_classic(&mut again, &topics(), Instant::now(), &classic_limits());
+    let epochs: Vec<i32> = g.members.values().map(|m| m.member_epoch).collect();
+    assert_eq!(again.generation, *epochs.iter().max().unwrap());
+    assert!(
+        again.generation < g.group_epoch,
+        "not the epoch the leave moved"
+    );
+    let given = decode_assignment(again.members[giver].assignment.clone()).unwrap();
+    assert_eq!(
+        given,
+        vec![("t".to_string(), mine)],
+        "what it gives up is its own still"
+    );
+}
+
+#[test]
+fn a_replaced_static_process_is_fenced_and_a_consumer_member_may_take_its_place() {
+    let mut g = ConsumerGroup::new("g");
+    let mut first = join_req("", &[]);
+    first.group_instance_id = Some("i".into());
+    let r = g.classic_join(&first, &joiner(5), &topics(), Instant::now(), &limits());
+    assert_eq!(r.error, ErrorCode::NONE);
+    let old = r.member_id.clone();
+    // Its process restarts: a new member id holds the instance now.
+    let r = g.classic_join(&first, &joiner(5), &topics(), Instant::now(), &limits());
+    let new = r.member_id.clone();
+    assert_ne!(old, new);
+    let req = HeartbeatRequest {
+        group_id: "g".into(),
+        generation_id: r.generation_id,
+        member_id: old.clone(),
+        group_instance_id: Some("i".into()),
+    };
+    assert_eq!(
+        g.classic_heartbeat(&req, Instant::now()),
+        ErrorCode::FENCED_INSTANCE_ID
+    );
+    // The instance comes back with the consumer protocol: it takes the place with its
+    // partitions at once.
+    let parts = owned(&g, &new);
+    let mut join = consumer_join("c1");
+    join.instance_id = Some("i".into());
+    let a = heartbeat(&mut g, &join);
+    assert_eq!(g.members.len(), 1);
+    assert!(g.members["c1"].classic.is_none());
+    let got: Vec<i32> = a.assignment.unwrap().values().flatten().copied().collect();
+    assert_eq!(got, parts);
+}
+
+#[test]
+fn a_classic_join_after_a_coordinator_move_does_not_rebalance() {
+    let mut g = ConsumerGroup::new("g");
+    let r = g.classic_join(
+        &join_req("k", &[]),
+        &joiner(3),
+        &topics(),
+        Instant::now(),
+        &limits(),
+    );
+    let epoch = g.group_epoch;
+    let mut back = ConsumerGroup::new("g");
+    for (k, v) in g.records() {
+        back.restore(&k, Some(v), Instant::now(), &limits())
+            .unwrap();
+    }
+    back.rearm(Instant::now(), &limits());
+    let again = back.classic_join(
+        &join_req("k", &[0, 1, 2, 3]),
+        &joiner(3),
+        &topics(),
+        Instant::now(),
+        &limits(),
+    );
+    assert_eq!(
+        (back.group_epoch, again.generation_id),
+        (epoch, r.generation_id)
+    );
 }
