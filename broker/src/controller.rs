@@ -610,6 +610,25 @@ impl Controller {
         self.propose_item_codes(cmd, n).await
     }
 
+    /// Creates `__consumer_offsets` if it is due (`MetadataNode::offsets_topic_due`); whether
+    /// it exists once this returns.
+    pub async fn create_offsets_topic(&self, config: &crate::config::BrokerConfig) -> bool {
+        let Some(cmd) = self.node.offsets_topic_due(config) else {
+            return self
+                .node
+                .image()
+                .topics
+                .contains_key(crate::group::OFFSETS_TOPIC);
+        };
+        match self.answer(cmd).await {
+            (ErrorCode::NONE | ErrorCode::TOPIC_ALREADY_EXISTS, _) => true,
+            (code, why) => {
+                tracing::warn!(error = ?code, reason = ?why, "creating {} failed; group requests wait for it", crate::group::OFFSETS_TOPIC);
+                false
+            }
+        }
+    }
+
     /// Proposes a command answered as a whole.
     pub async fn answer(&self, cmd: MetadataCommand) -> (ErrorCode, Option<String>) {
         match self.node.propose(&cmd).await {

@@ -97,7 +97,56 @@ impl GroupOp {
 /// Runs group operation `op` on shard `to` and awaits its reply; `None` when that shard is
 /// gone.
 pub async fn ask_group(shard: &Rc<Shard>, to: ShardId, op: GroupOp) -> Option<GroupReply> {
+    if let Some(group) = op.group_id() {
+        ensure_offsets_topic(shard, group).await;
+    }
     invoke_on(shard, to, move |s| async move { run_group(&s, op).await }).await
+}
+
+/// How long a request that found no `__consumer_offsets` waits for it to be created and for
+/// its group's coordinator to be loaded.
+const OFFSETS_TOPIC_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `__consumer_offsets` is created when a client first needs a group coordinator, as in
+/// Kafka (not at start-up). Returns at once while it exists; after asking for it, once the
+/// coordinator of `group` is ready — loaded by its shard here, or led by another broker — or
+/// after [`OFFSETS_TOPIC_WAIT`] (the request then answers as it finds things: a client
+/// retries COORDINATOR_NOT_AVAILABLE).
+pub async fn ensure_offsets_topic(shard: &Rc<Shard>, group: &str) {
+    if shard.catalog().topics.contains_key(OFFSETS_TOPIC) {
+        return;
+    }
+    let created = crate::controller::ask(shard, |s, c| async move {
+        c.create_offsets_topic(&s.config).await
+    })
+    .await
+    .unwrap_or(false);
+    let deadline = std::time::Instant::now() + OFFSETS_TOPIC_WAIT;
+    while created && std::time::Instant::now() < deadline {
+        if coordinator_ready(shard, group).await {
+            return;
+        }
+        glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Whether `group`'s coordinator can answer: its `__consumer_offsets` partition has a leader,
+/// and when it is this node, the owning shard has loaded it.
+async fn coordinator_ready(shard: &Rc<Shard>, group: &str) -> bool {
+    let catalog = shard.catalog();
+    let p = shard.groups.group_partition(group);
+    let Some(leader) = catalog.partition(OFFSETS_TOPIC, p).map(|r| r.leader) else {
+        return false;
+    };
+    if leader != shard.config.node_id {
+        return leader >= 0;
+    }
+    let group = group.to_string();
+    invoke_on(shard, shard.group_owner(&group), move |s| async move {
+        s.group_log(&group).is_some()
+    })
+    .await
+    .unwrap_or(false)
 }
 
 /// Runs transaction operation `op` on shard `to` and awaits its reply; `None` when that shard

@@ -514,6 +514,7 @@ fn max_broker_partitions_holds_for_create_topics_create_partitions_and_auto_crea
         ],
     );
     let a = admin(broker.addr);
+    find_coordinator(broker.addr, "g");
     // 2 (offsets) + 5 = 7.
     rd_create_topics(
         broker.addr,
@@ -748,6 +749,7 @@ fn describe_log_dirs_reports_partition_sizes_and_the_filesystem() {
     use kafka_protocol::protocol::StrBytes;
     let dir = tempfile::tempdir().unwrap();
     let broker = start_broker(dir.path(), 2, &[("offsets.topic.num.partitions", "1")]);
+    find_coordinator(broker.addr, "g");
     rd_create_topics(
         broker.addr,
         &[NewTopic::new("sizes", 2, TopicReplication::Fixed(1))],
@@ -900,5 +902,45 @@ fn list_offsets_finds_records_inside_compressed_batches_and_the_max_timestamp() 
     for v in 9..=10 {
         assert_eq!(ask(v, -5), (-1, -1), "v{v}: nothing is tiered");
     }
+    broker.shutdown().unwrap();
+}
+
+/// FindCoordinator v1 for group `group`: (error, node id).
+fn find_coordinator(addr: SocketAddr, group: &str) -> (i16, i32) {
+    use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+    use kafka_protocol::protocol::StrBytes;
+    let req = FindCoordinatorRequest::default()
+        .with_key(StrBytes::from_string(group.to_string()))
+        .with_key_type(0);
+    let resp: FindCoordinatorResponse =
+        RawConn::connect(addr).request(ApiKey::FindCoordinator, 1, &req);
+    (resp.error_code, resp.node_id.0)
+}
+
+#[test]
+fn consumer_offsets_is_created_by_the_first_find_coordinator_not_at_start_up() {
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start_broker(dir.path(), 2, &[("offsets.topic.num.partitions", "3")]);
+    let topics = || -> Vec<(String, usize)> {
+        let m: MetadataResponse = RawConn::connect(broker.addr).request(
+            ApiKey::Metadata,
+            9,
+            &MetadataRequest::default().with_topics(None),
+        );
+        m.topics
+            .iter()
+            .map(|t| {
+                let name = t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
+                (name, t.partitions.len())
+            })
+            .collect()
+    };
+    assert!(topics().is_empty(), "a fresh broker has no topic");
+    assert!(!dir.path().join("__consumer_offsets-0").exists());
+    // As in Kafka, the first client that needs a group coordinator creates it; this broker
+    // answers that client with the coordinator rather than COORDINATOR_NOT_AVAILABLE.
+    assert_eq!(find_coordinator(broker.addr, "g"), (0, 0));
+    assert_eq!(topics(), vec![("__consumer_offsets".to_string(), 3)]);
     broker.shutdown().unwrap();
 }

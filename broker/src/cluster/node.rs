@@ -217,11 +217,6 @@ impl MetadataNode {
             },
         )
         .await?;
-        if c.single_voter() {
-            if let Some(cmd) = offsets_topic_command(config, &self.image()) {
-                self.propose_at_start(config, &cmd).await?;
-            }
-        }
         info!(
             node = self.node_id,
             leader = ?self.quorum.leader(),
@@ -399,7 +394,6 @@ impl MetadataNode {
                 last_rebalance = Instant::now();
                 self.rebalance_leaders(&config, term).await;
             }
-            self.create_offsets_topic(&config, term).await;
         }
     }
 
@@ -491,10 +485,11 @@ impl MetadataNode {
         }
     }
 
-    /// `__consumer_offsets` waits for its replicas: every voter registered (combined nodes)
-    /// or, where brokers run apart from the controllers, as many live brokers as
-    /// offsets.topic.replication.factor asks.
-    async fn create_offsets_topic(&self, config: &BrokerConfig, term: u64) {
+    /// The command creating `__consumer_offsets`, made when a client first needs a group
+    /// coordinator (FindCoordinator, as in Kafka) — `None` while it exists or must wait for its
+    /// replicas: every voter registered (combined nodes) or, where brokers run apart from the
+    /// controllers, as many live brokers as offsets.topic.replication.factor asks.
+    pub fn offsets_topic_due(&self, config: &BrokerConfig) -> Option<MetadataCommand> {
         let c = &config.cluster;
         let image = self.image();
         let voters_registered = c
@@ -508,13 +503,9 @@ impl MetadataNode {
         let live = image.live_brokers().count();
         let enough = separate_brokers && live >= config.offsets_topic_replication_factor;
         if !voters_registered && !enough {
-            return;
+            return None;
         }
-        if let Some(cmd) = offsets_topic_command(config, &image) {
-            if let Err((_, e)) = self.propose_as_leader(&cmd, term).await {
-                warn!(error = %e, "creating {OFFSETS_TOPIC} failed");
-            }
-        }
+        offsets_topic_command(config, &image)
     }
 
     /// Kafka's unclean leader election (`unclean.leader.election.enable`, the topic's over this

@@ -238,6 +238,9 @@ async fn find_coordinator(
     if req.key_type == KEY_TRANSACTION {
         // Kafka creates `__transaction_state` at the first transactional request.
         super::txn::ensure_txn_topic(shard).await;
+    } else if let Some(group) = req.keys.iter().find(|k| !k.is_empty()) {
+        // ... and `__consumer_offsets` at the first FindCoordinator for a group.
+        crate::coordinators::ensure_offsets_topic(shard, group).await;
     }
     let catalog = shard.catalog();
     let doubted = shard.doubts.doubted(std::time::Instant::now());

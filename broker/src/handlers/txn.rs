@@ -486,6 +486,8 @@ async fn add_offsets_to_txn(
     } else if !shard.allowed(conn, AclOperation::Read, ResourceType::Group, &req.group_id) {
         ErrorCode::GROUP_AUTHORIZATION_FAILED
     } else {
+        // The partition must exist for the transaction's marker to reach it.
+        crate::coordinators::ensure_offsets_topic(shard, &req.group_id).await;
         let op = TxnOp::AddPartitions {
             id: req.transactional_id,
             producer: wire_producer(req.producer_id, req.producer_epoch),

@@ -94,7 +94,13 @@ impl Partition {
             "high watermark {high_watermark} outside [{log_start_offset}, {next_offset}]"
         );
         producers.on_high_watermark(high_watermark);
-        info!(dir = %dir.display(), segments = segments.len(), scanned = stats.scanned, clean = stats.clean, log_start_offset, next_offset, "partition opened");
+        // One line per partition only when it recovered records after an unclean stop: a
+        // clean or empty open is the shard's summary line's business.
+        if !stats.clean && next_offset > 0 {
+            info!(dir = %dir.display(), segments = segments.len(), scanned = stats.scanned, log_start_offset, next_offset, "partition recovered");
+        } else {
+            tracing::debug!(dir = %dir.display(), segments = segments.len(), scanned = stats.scanned, clean = stats.clean, log_start_offset, next_offset, "partition opened");
+        }
         let state = LogState {
             segments,
             next_offset,
