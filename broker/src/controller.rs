@@ -620,7 +620,7 @@ impl Controller {
                 .topics
                 .contains_key(crate::group::OFFSETS_TOPIC);
         };
-        match self.answer(cmd).await {
+        match self.propose_item_codes(cmd, 1).await.remove(0) {
             (ErrorCode::NONE | ErrorCode::TOPIC_ALREADY_EXISTS, _) => true,
             (code, why) => {
                 tracing::warn!(error = ?code, reason = ?why, "creating {} failed; group requests wait for it", crate::group::OFFSETS_TOPIC);

@@ -639,3 +639,68 @@ fn group_offsets_are_checked_per_topic() {
     drop((admin, alice));
     b.shutdown().unwrap();
 }
+
+#[test]
+fn consumer_group_heartbeats_and_describes_need_describe_on_the_topics() {
+    use kafka_protocol::messages::{
+        ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatRequest,
+        ConsumerGroupHeartbeatResponse, GroupId,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (b, addr) = broker(dir.path(), true);
+    let mut admin = login(addr, "admin");
+    for t in ["seen", "hidden"] {
+        assert_eq!(create_topic(&mut admin, t), 0);
+    }
+    assert_eq!(
+        create_acls(
+            &mut admin,
+            vec![
+                acl(GROUP, "cg", LITERAL, "User:alice", READ, ALLOW),
+                acl(TOPIC, "seen", LITERAL, "User:alice", READ, ALLOW),
+            ],
+        ),
+        vec![0, 0]
+    );
+    let join = |c: &mut RawConn, topics: &[&str]| -> ConsumerGroupHeartbeatResponse {
+        c.request(
+            ApiKey::ConsumerGroupHeartbeat,
+            1,
+            &ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(s("cg")))
+                .with_member_id(s(&uuid::Uuid::new_v4().to_string()))
+                .with_member_epoch(0)
+                .with_rebalance_timeout_ms(30_000)
+                .with_subscribed_topic_names(Some(topics.iter().map(|t| TopicName(s(t))).collect()))
+                .with_topic_partitions(Some(Vec::new())),
+        )
+    };
+    let mut alice = login(addr, "alice");
+    // A subscription naming a topic alice may not describe is refused, as in Kafka.
+    let r = join(&mut alice, &["seen", "hidden"]);
+    assert_eq!(r.error_code, TOPIC_AUTHORIZATION_FAILED);
+    let r = join(&mut alice, &["seen"]);
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    // The admin's member takes `hidden` too; a describe alice may not see whole is refused.
+    let r = join(&mut admin, &["seen", "hidden"]);
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    assert_eq!(
+        create_acls(
+            &mut admin,
+            vec![acl(GROUP, "cg", LITERAL, "User:alice", ALL, ALLOW)],
+        ),
+        vec![0]
+    );
+    let describe = |c: &mut RawConn| -> i16 {
+        let d: ConsumerGroupDescribeResponse = c.request(
+            ApiKey::ConsumerGroupDescribe,
+            0,
+            &ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s("cg"))]),
+        );
+        d.groups[0].error_code
+    };
+    common::wait_until("the admin's member assigned hidden", || {
+        describe(&mut admin) == 0 && describe(&mut alice) == TOPIC_AUTHORIZATION_FAILED
+    });
+    b.shutdown().unwrap();
+}

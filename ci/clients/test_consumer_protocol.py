@@ -150,6 +150,7 @@ def test_a_group_migrates_from_classic_to_consumer_and_back_and_admin_sees_it(cg
         assert len(described.members) == 3, described
         out = trib(cg_broker, "groups", "describe", "migrate-group").stdout
         assert "Type: consumer" in out and "Assignor: uniform" in out, out
+        assert out.count("Protocol: classic") == 2 and out.count("Protocol: consumer") == 1, out
         k.stop()  # SIGTERM: it leaves (epoch -1), and only classic members remain
         wait_for(lambda: "CLASSIC" in group_type(cg_broker.bootstrap, "migrate-group"), timeout=30,
                  what="the group classic again")

@@ -168,7 +168,7 @@ fn describe_consumer_group(
     let req = ConsumerGroupDescribeRequest::default()
         .with_group_ids(vec![GroupId(StrBytes::from_string(group.into()))]);
     let resp: ConsumerGroupDescribeResponse =
-        crate::reassign::request_at(cli, &coordinator, ApiKey::ConsumerGroupDescribe, 0, &req)?;
+        crate::reassign::request_at(cli, &coordinator, ApiKey::ConsumerGroupDescribe, 1, &req)?;
     let Some(g) = resp.groups.first().filter(|g| g.error_code == 0) else {
         return Ok(None);
     };
@@ -194,8 +194,10 @@ fn describe_consumer_group(
             .collect();
         let assigned = by_topic(&m.assignment);
         println!(
-            "Member: {}\tEpoch: {}\tInstance: {}\tClient: {}\tHost: {}\tSubscribed: {:?}{}\tAssignment: {:?}\tTarget: {:?}",
+            "Member: {}\tProtocol: {}\tEpoch: {}\tInstance: {}\tClient: {}\tHost: {}\tSubscribed: {:?}{}\tAssignment: {:?}\tTarget: {:?}",
             m.member_id.as_str(),
+            // KIP-1099's member type: a classic member of a mixed group (JoinGroup) or not.
+            if m.member_type == 0 { "classic" } else { "consumer" },
             m.member_epoch,
             m.instance_id.as_ref().map_or("-", |i| i.as_str()),
             m.client_id.as_str(),

@@ -55,6 +55,13 @@ pub async fn handle(
             _ => Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
         };
         groups.push(match described {
+            // As Kafka: a group whose assignments name a topic the client may not describe
+            // is refused whole.
+            Ok(Some(d)) if hides_a_topic(shard, conn, &d, &catalog) => refused(
+                base,
+                ErrorCode::TOPIC_AUTHORIZATION_FAILED,
+                "The group has described topic(s) that the client is not authorized to describe.",
+            ),
             Ok(Some(d)) => described_group(base, d, &catalog).with_authorized_operations(ops),
             Ok(None) => refused(
                 base,
@@ -69,6 +76,20 @@ pub async fn handle(
         header,
         &ConsumerGroupDescribeResponse::default().with_groups(groups),
     )
+}
+
+/// Whether a member's current or target assignment names a topic the client may not DESCRIBE.
+fn hides_a_topic(
+    shard: &Shard,
+    conn: crate::conn::Conn<'_>,
+    d: &DescribedConsumerGroup,
+    catalog: &Catalog,
+) -> bool {
+    d.members
+        .iter()
+        .flat_map(|m| m.assignment.keys().chain(m.target.keys()))
+        .filter_map(|id| catalog.topic_by_id(id))
+        .any(|t| !shard.allowed(conn, AclOperation::Describe, ResourceType::Topic, &t.name))
 }
 
 fn refused(base: DescribedGroup, code: ErrorCode, message: &str) -> DescribedGroup {

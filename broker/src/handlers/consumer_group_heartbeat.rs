@@ -28,10 +28,22 @@ pub async fn handle(
     let v = header.api_version;
     let req = decode_all(r, |r| decode_heartbeat(r, v))?;
     let group = req.group_id.clone();
+    // As Kafka: READ on the group, and DESCRIBE on every topic subscribed by name (a client
+    // may not learn of topics it cannot describe through its assignment).
+    let hidden = req
+        .subscribed_topic_names
+        .iter()
+        .flatten()
+        .find(|t| !shard.allowed(conn, AclOperation::Describe, ResourceType::Topic, t));
     let answer = if !shard.allowed(conn, AclOperation::Read, ResourceType::Group, &group) {
         Err(Refusal {
             code: ErrorCode::GROUP_AUTHORIZATION_FAILED,
             message: format!("READ on group {group} is needed"),
+        })
+    } else if let Some(topic) = hidden {
+        Err(Refusal {
+            code: ErrorCode::TOPIC_AUTHORIZATION_FAILED,
+            message: format!("DESCRIBE on subscribed topic {topic} is needed"),
         })
     } else {
         let caller = Caller {
