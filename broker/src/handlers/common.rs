@@ -116,3 +116,28 @@ pub(crate) async fn propose_metadata(
             Some("the controller shard did not answer".into()),
         ))
 }
+
+/// How long a Metadata or FindCoordinator answer waits while a leader it would name is one this
+/// node doubts (its process seen gone, the controller's fencing not yet in the image): a kill's
+/// fencing and the new leader's election reach the image within tens of milliseconds, and a
+/// client answered "no leader" instead asks again only at its next topic scan, a second later.
+pub const DOUBTED_LEADER_WAIT: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// The catalog to answer from: the shard's, once `names_doubted` no longer holds of it and the
+/// doubts of the moment, or after [`DOUBTED_LEADER_WAIT`]. Without doubts (nearly always) it
+/// returns at once, without waiting.
+pub async fn past_doubted_leaders(
+    shard: &Shard,
+    names_doubted: impl Fn(&crate::catalog::Catalog, &[i32]) -> bool,
+) -> std::sync::Arc<crate::catalog::Catalog> {
+    let deadline = std::time::Instant::now() + DOUBTED_LEADER_WAIT;
+    loop {
+        let catalog = shard.catalog();
+        let now = std::time::Instant::now();
+        let doubted = shard.doubts.doubted(now);
+        if doubted.is_empty() || now >= deadline || !names_doubted(&catalog, &doubted) {
+            return catalog;
+        }
+        glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}

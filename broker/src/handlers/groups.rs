@@ -242,7 +242,18 @@ async fn find_coordinator(
         // ... and `__consumer_offsets` at the first FindCoordinator for a group.
         crate::coordinators::ensure_offsets_topic(shard, group).await;
     }
-    let catalog = shard.catalog();
+    // A coordinator seen dying is not named; the answer waits a moment for its successor
+    // rather than "not available", as Metadata does.
+    let me = shard.config.node_id;
+    let catalog = super::common::past_doubted_leaders(shard, |catalog, doubted| {
+        req.keys.iter().any(|key| {
+            let (topic, p) = coordinator_partition(shard, req.key_type, key);
+            catalog.partition(topic, p).is_some_and(|r| {
+                super::metadata::answered_leader(r.leader, me, doubted) != r.leader
+            })
+        })
+    })
+    .await;
     let doubted = shard.doubts.doubted(std::time::Instant::now());
     let coordinator = |key: &str| -> Found {
         if let Some(refused) = key_refusal(shard, conn, req.key_type, key) {
@@ -313,6 +324,16 @@ fn key_refusal(
     }
 }
 
+/// The partition whose leader coordinates `key`: its `__consumer_offsets` partition (a group)
+/// or `__transaction_state` partition (a transactional id).
+fn coordinator_partition(shard: &Shard, key_type: i8, key: &str) -> (&'static str, i32) {
+    if key_type == KEY_TRANSACTION {
+        (crate::txn::TXN_TOPIC, shard.txns.partition_of(key))
+    } else {
+        (OFFSETS_TOPIC, shard.groups.group_partition(key))
+    }
+}
+
 /// The coordinator of `key` as this node names it: the live, unfenced leader of the key's
 /// partition, at its endpoint on `listener`; COORDINATOR_NOT_AVAILABLE while there is none.
 fn coordinator_of(
@@ -323,13 +344,7 @@ fn coordinator_of(
     key_type: i8,
     key: &str,
 ) -> Found {
-    // The coordinator is the leader of the key's `__consumer_offsets` partition (a group) or
-    // `__transaction_state` partition (a transactional id).
-    let (topic, p) = if key_type == KEY_TRANSACTION {
-        (crate::txn::TXN_TOPIC, shard.txns.partition_of(key))
-    } else {
-        (OFFSETS_TOPIC, shard.groups.group_partition(key))
-    };
+    let (topic, p) = coordinator_partition(shard, key_type, key);
     // A leader this node doubts is not named, as in Metadata: the client asks again.
     catalog
         .partition(topic, p)

@@ -2,7 +2,6 @@
 //! requested topics first when auto-creation is on.
 
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::metadata_response::{
@@ -40,10 +39,16 @@ pub async fn handle(
     let v = header.api_version;
     let req = decode_all(r, |r| metadata::decode(r, v))?;
     let (requested, asked_by_id, unknown_ids) = by_name(&shard.catalog(), req.topics.as_deref());
-    let catalog = match &requested {
-        Some(names) => auto_create(shard, conn, names, req.allow_auto_topic_creation).await,
-        None => shard.catalog(),
-    };
+    if let Some(names) = &requested {
+        auto_create(shard, conn, names, req.allow_auto_topic_creation).await;
+    }
+    // A leader seen dying is not named (`answered_leader`); rather than "no leader", which a
+    // client follows up only at its next topic scan, the answer waits a moment for the new one.
+    let me = shard.config.node_id;
+    let catalog = super::common::past_doubted_leaders(shard, |catalog, doubted| {
+        names_a_doubted_leader(catalog, requested.as_deref(), me, doubted)
+    })
+    .await;
     // Every topic: only those the principal may describe. Named ones it may not:
     // TOPIC_AUTHORIZATION_FAILED.
     let names: Vec<Option<String>> = match requested {
@@ -155,12 +160,7 @@ fn may_describe(shard: &Shard, conn: Conn<'_>, t: &str) -> bool {
 /// Creates the topics of `names` that do not exist and have valid names, those the principal
 /// may create, when the request allows auto-creation (`allow`) and the broker has it on; the
 /// catalog to answer from, taken again after a creation.
-async fn auto_create(
-    shard: &Rc<Shard>,
-    conn: Conn<'_>,
-    names: &[Option<String>],
-    allow: bool,
-) -> Arc<Catalog> {
+async fn auto_create(shard: &Rc<Shard>, conn: Conn<'_>, names: &[Option<String>], allow: bool) {
     let catalog = shard.catalog();
     // Auto-creation needs CREATE on the cluster or on the topic, as in Kafka.
     let may_create = |t: &str| {
@@ -186,9 +186,7 @@ async fn auto_create(
             |s, c| async move { c.create_topics(&s, missing).await },
         )
         .await;
-        return shard.catalog();
     }
-    catalog
 }
 
 /// The topics of `names` as Metadata v`v` answers them (see [`describe_topic`]):
@@ -325,6 +323,29 @@ fn describe_topic(
 /// librdkafka looks again only at its next one-second topic scan (its fast leader query stops
 /// once every partition has a leader); told none, it asks again at once and backs off from
 /// `retry.backoff.ms`, finding the new leader within a few hundred milliseconds.
+/// Whether a partition of the topics `names` (every topic: `None`) is led, in `catalog`, by a
+/// node in `doubted` other than `me`.
+fn names_a_doubted_leader(
+    catalog: &Catalog,
+    names: Option<&[Option<String>]>,
+    me: i32,
+    doubted: &[i32],
+) -> bool {
+    let doubtful = |t: &crate::catalog::TopicMeta| {
+        t.assignment
+            .iter()
+            .any(|r| answered_leader(r.leader, me, doubted) != r.leader)
+    };
+    match names {
+        None => catalog.topics.values().any(doubtful),
+        Some(names) => names
+            .iter()
+            .flatten()
+            .filter_map(|n| catalog.topics.get(n.as_str()))
+            .any(doubtful),
+    }
+}
+
 pub fn answered_leader(leader: i32, me: i32, doubted: &[i32]) -> i32 {
     if leader >= 0 && leader != me && doubted.contains(&leader) {
         -1
