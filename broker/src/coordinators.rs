@@ -13,7 +13,7 @@ use tributary_storage::Partition;
 
 use crate::group::consumer::{Caller, HeartbeatAnswer, Refusal, TopicsImage};
 use crate::group::state::{JoinResult, SyncResult};
-use crate::group::{ClassicCaller, CommitFrom, OFFSETS_TOPIC};
+use crate::group::{CommitFrom, OFFSETS_TOPIC};
 use crate::group::{DescribedConsumerGroup, ListedGroup};
 use crate::group::{DescribedGroup as Described, MemberResults, TopicResults};
 use crate::routing::ShardId;
@@ -218,17 +218,46 @@ async fn run_group_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: GroupOp) -> Gr
     match op {
         // `run_group` answers List before it looks for a coordinator; the same answer here.
         GroupOp::List => GroupReply::List(g.list()),
+        op @ (GroupOp::Join { .. }
+        | GroupOp::Sync(_)
+        | GroupOp::Heartbeat(_)
+        | GroupOp::Leave(_)) => run_membership_op(shard, log, op).await,
+        GroupOp::Commit { req, version } => {
+            let from = CommitFrom::OffsetCommit { version };
+            GroupReply::Commit(g.commit(log, req, from).await)
+        }
+        GroupOp::TxnCommit { req, producer } => {
+            let from = CommitFrom::Txn(producer.0, producer.1);
+            GroupReply::Commit(g.commit(log, req, from).await)
+        }
+        GroupOp::Fetch(req) => fetch_reply(g, &req),
+        GroupOp::ConsumerHeartbeat { req, caller } => {
+            GroupReply::ConsumerHeartbeat(consumer_heartbeat(shard, log, req, caller).await)
+        }
+        GroupOp::ConsumerDescribe(id) => {
+            GroupReply::ConsumerDescribe(g.describe_consumer_group(&id))
+        }
+        GroupOp::Describe(id) => GroupReply::Describe(g.describe(&id)),
+        GroupOp::Delete(id) => GroupReply::Code(g.delete_group(log, &id).await),
+        GroupOp::OffsetDelete(req) => {
+            let (code, topics) = g.delete_offsets(log, req).await;
+            GroupReply::OffsetDelete(code, topics)
+        }
+    }
+}
+
+/// JoinGroup, SyncGroup, Heartbeat and LeaveGroup: to the classic group, or to the consumer
+/// group that holds the id (its classic members; see `group::migration`).
+async fn run_membership_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: GroupOp) -> GroupReply {
+    let g = &shard.groups;
+    match op {
         GroupOp::Join {
             req,
             version,
             client_id,
             client_host,
         } if g.consumer_group_has_members(&req.group_id) => {
-            let caller = ClassicCaller {
-                version,
-                client_id,
-                client_host,
-            };
+            let caller = (version, client_id, client_host);
             GroupReply::Join(join_consumer_group(shard, log, req, caller).await)
         }
         GroupOp::Join {
@@ -284,42 +313,26 @@ async fn run_group_op(shard: &Rc<Shard>, log: &Rc<Partition>, op: GroupOp) -> Gr
             }
             GroupReply::Leave(code, members)
         }
-        GroupOp::Commit { req, version } => {
-            let from = CommitFrom::OffsetCommit { version };
-            GroupReply::Commit(g.commit(log, req, from).await)
-        }
-        GroupOp::TxnCommit { req, producer } => {
-            let from = CommitFrom::Txn(producer.0, producer.1);
-            GroupReply::Commit(g.commit(log, req, from).await)
-        }
-        GroupOp::Fetch(req) => {
-            let offsets = g.fetch_offsets(&req);
-            let unstable = if req.require_stable {
-                offsets
-                    .iter()
-                    .flat_map(|(t, ps)| ps.iter().map(move |(p, _)| TopicPartition::new(t, *p)))
-                    .filter(|tp| g.has_pending_offset(&req.group_id, tp))
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            match fetch_refusal(g, &req) {
-                Some(code) => GroupReply::Fetch(code, Vec::new(), Vec::new()),
-                None => GroupReply::Fetch(ErrorCode::NONE, offsets, unstable),
-            }
-        }
-        GroupOp::ConsumerHeartbeat { req, caller } => {
-            GroupReply::ConsumerHeartbeat(consumer_heartbeat(shard, log, req, caller).await)
-        }
-        GroupOp::ConsumerDescribe(id) => {
-            GroupReply::ConsumerDescribe(g.describe_consumer_group(&id))
-        }
-        GroupOp::Describe(id) => GroupReply::Describe(g.describe(&id)),
-        GroupOp::Delete(id) => GroupReply::Code(g.delete_group(log, &id).await),
-        GroupOp::OffsetDelete(req) => {
-            let (code, topics) = g.delete_offsets(log, req).await;
-            GroupReply::OffsetDelete(code, topics)
-        }
+        _ => unreachable!("run_group_op sends only membership operations here"),
+    }
+}
+
+/// OffsetFetch's answer: the offsets, which of them a transaction holds (when stable offsets
+/// are required), or the group's refusal of the member's epoch.
+fn fetch_reply(g: &crate::group::GroupCoordinator, req: &OffsetFetchGroup) -> GroupReply {
+    let offsets = g.fetch_offsets(req);
+    let unstable = if req.require_stable {
+        offsets
+            .iter()
+            .flat_map(|(t, ps)| ps.iter().map(move |(p, _)| TopicPartition::new(t, *p)))
+            .filter(|tp| g.has_pending_offset(&req.group_id, tp))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    match fetch_refusal(g, req) {
+        Some(code) => GroupReply::Fetch(code, Vec::new(), Vec::new()),
+        None => GroupReply::Fetch(ErrorCode::NONE, offsets, unstable),
     }
 }
 
@@ -363,7 +376,7 @@ async fn join_consumer_group(
     shard: &Rc<Shard>,
     log: &Rc<Partition>,
     req: JoinGroupRequest,
-    caller: ClassicCaller,
+    caller: (i16, String, String),
 ) -> JoinResult {
     let g = &shard.groups;
     let topics = subscribable_topics(&shard.catalog());

@@ -21,13 +21,6 @@ use super::join::{self, Joiner};
 use super::state::{Group, JoinResult, SyncResult};
 use super::{GroupCoordinator, MemberResults};
 
-/// Who sends a classic JoinGroup to a consumer group.
-pub struct ClassicCaller {
-    pub version: i16,
-    pub client_id: String,
-    pub client_host: String,
-}
-
 impl GroupCoordinator {
     /// Before a ConsumerGroupHeartbeat: the consumer group a classic group with members under
     /// its id becomes when the heartbeat joins and the policy allows it (`None`: no such classic
@@ -90,11 +83,12 @@ impl GroupCoordinator {
     }
 
     /// A classic JoinGroup to a consumer group with members, answered at once (the caller
-    /// persists what changed before answering).
+    /// persists what changed before answering). `caller`: the request's version, client id
+    /// and host.
     pub fn join_consumer_group(
         &self,
         req: &JoinGroupRequest,
-        caller: ClassicCaller,
+        (version, client_id, client_host): (i16, String, String),
         topics: &TopicsImage,
     ) -> JoinResult {
         let session = match join::session_timeout(req, &self.config.limits) {
@@ -102,10 +96,10 @@ impl GroupCoordinator {
             Err(refused) => return *refused,
         };
         let joiner = Joiner {
-            client_id: caller.client_id,
-            client_host: caller.client_host,
+            client_id,
+            client_host,
             session,
-            version: caller.version,
+            version,
         };
         let mut groups = self.consumer_groups.borrow_mut();
         let Some(g) = groups.get_mut(&req.group_id) else {

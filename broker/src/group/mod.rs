@@ -32,7 +32,6 @@ use state::{
 };
 
 pub use consumer_ops::{DescribedConsumer, DescribedConsumerGroup};
-pub use migration::ClassicCaller;
 pub use tributary_metadata::internal_topics::{is_internal, partition_for_group, OFFSETS_TOPIC};
 
 #[derive(Debug, Clone, Copy)]
@@ -341,44 +340,7 @@ impl GroupCoordinator {
                     let g = groups
                         .entry(group.clone())
                         .or_insert_with(|| Group::new(&group, now));
-                    g.generation = v.generation;
-                    g.protocol_type = Some(v.protocol_type).filter(|p| !p.is_empty());
-                    g.protocol_name = v.protocol.clone();
-                    g.leader = v.leader;
-                    g.members.clear();
-                    g.static_members.clear();
-                    for m in v.members {
-                        let session = Duration::from_millis(m.session_timeout_ms.max(0) as u64);
-                        if let Some(i) = &m.group_instance_id {
-                            g.static_members.insert(i.clone(), m.member_id.clone());
-                        }
-                        g.members.insert(
-                            m.member_id.clone(),
-                            Member {
-                                member_id: m.member_id,
-                                group_instance_id: m.group_instance_id,
-                                client_id: m.client_id,
-                                client_host: m.client_host,
-                                session_timeout: session,
-                                rebalance_timeout: Duration::from_millis(
-                                    m.rebalance_timeout_ms.max(0) as u64,
-                                ),
-                                protocols: vec![(
-                                    v.protocol.clone().unwrap_or_default(),
-                                    m.subscription,
-                                )],
-                                assignment: m.assignment,
-                                deadline: now + session,
-                                awaiting_join: false,
-                                awaiting_sync: false,
-                            },
-                        );
-                    }
-                    g.state = if g.members.is_empty() {
-                        GroupState::Empty
-                    } else {
-                        GroupState::Stable
-                    };
+                    restore_group(g, v, now);
                     self.settle(g);
                 }
                 None => {
@@ -1071,6 +1033,44 @@ impl GroupCoordinator {
             }
         }
     }
+}
+
+/// A classic group as its GroupMetadata record states it (a coordinator loading it): its
+/// generation, protocol, leader and members, Stable with members and Empty without.
+fn restore_group(g: &mut Group, v: GroupValue, now: Instant) {
+    g.generation = v.generation;
+    g.protocol_type = Some(v.protocol_type).filter(|p| !p.is_empty());
+    g.protocol_name = v.protocol.clone();
+    g.leader = v.leader;
+    g.members.clear();
+    g.static_members.clear();
+    for m in v.members {
+        let session = Duration::from_millis(m.session_timeout_ms.max(0) as u64);
+        if let Some(i) = &m.group_instance_id {
+            g.static_members.insert(i.clone(), m.member_id.clone());
+        }
+        g.members.insert(
+            m.member_id.clone(),
+            Member {
+                member_id: m.member_id,
+                group_instance_id: m.group_instance_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                session_timeout: session,
+                rebalance_timeout: Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64),
+                protocols: vec![(v.protocol.clone().unwrap_or_default(), m.subscription)],
+                assignment: m.assignment,
+                deadline: now + session,
+                awaiting_join: false,
+                awaiting_sync: false,
+            },
+        );
+    }
+    g.state = if g.members.is_empty() {
+        GroupState::Empty
+    } else {
+        GroupState::Stable
+    };
 }
 
 #[cfg(test)]
