@@ -759,8 +759,24 @@ impl Partition {
 
     /// Flushes what is buffered, trims the active file to its logical size, and records a clean
     /// shutdown: the active segment's index file (with the producer state), then the marker
-    /// that lets the next open trust it instead of scanning.
+    /// that lets the next open trust it instead of scanning. A truncation or an append in
+    /// progress ends first, and none runs after (the partition is offline once closed): one
+    /// that cut the file while a close read its size made the close extend it again with
+    /// zeros, under a clean marker and an index the file no longer had (a replica fetcher
+    /// truncating the old leader's unreplicated tail during a controlled shutdown did).
     pub async fn close(&self) -> Result<(), PartitionError> {
+        let _guard = self.lock(&self.append_lock).await?;
+        let closed = self.close_locked().await;
+        self.state
+            .borrow_mut()
+            .failed
+            .get_or_insert_with(|| "the partition is closed: the broker is stopping".into());
+        self.advanced.notify(usize::MAX);
+        closed
+    }
+
+    async fn close_locked(&self) -> Result<(), PartitionError> {
+        self.check_online()?;
         let end = self.state.borrow().next_offset;
         self.sync_to(end).await?;
         self.checkpoint_high_watermark().await?;
