@@ -307,6 +307,15 @@ impl ConsumerGroup {
         let member = self.members.get_mut(&member_id).expect("identified");
         let subscription_changed = member.update(req, caller)?;
         member.session_deadline = now + limits.session_timeout;
+        self.move_epochs(topics, joined || subscription_changed, limits);
+        self.reconcile(&member_id, req.topic_partitions.as_ref(), now);
+        Ok(self.answer(&member_id, req, limits))
+    }
+
+    /// After a member joined, changed its subscription (`changed`) or reported in: the group
+    /// epoch moves when the membership, a subscription or a subscribed topic changed, and the
+    /// target is computed again when it trails the group epoch.
+    fn move_epochs(&mut self, topics: &TopicsImage, changed: bool, limits: &ConsumerLimits) {
         let metadata = self.subscription_metadata(topics);
         if !self.subscribed_known {
             // Rebuilt from its records, which do not hold the topics it was assigned over: the
@@ -317,15 +326,13 @@ impl ConsumerGroup {
                 self.subscribed = metadata.clone();
             }
         }
-        if joined || subscription_changed || metadata != self.subscribed {
+        if changed || metadata != self.subscribed {
             self.subscribed = metadata;
             self.group_epoch += 1;
         }
         if self.group_epoch > self.assignment_epoch {
             self.compute_target(limits);
         }
-        self.reconcile(&member_id, req.topic_partitions.as_ref(), now);
-        Ok(self.answer(&member_id, req, limits))
     }
 
     /// Finds the heartbeat's member, adding it when it joins; whether the membership changed

@@ -130,22 +130,7 @@ impl ConsumerGroup {
         };
         let m = self.members.get_mut(&member_id).expect("identified");
         let changed = m.take_join(req, joiner, &subscription, now);
-        let metadata = self.subscription_metadata(topics);
-        if !self.subscribed_known {
-            // Rebuilt from its records: the targets stand unless they miss a partition of
-            // the topics now, as at a heartbeat.
-            self.subscribed_known = true;
-            if self.targets_cover(&metadata) {
-                self.subscribed = metadata.clone();
-            }
-        }
-        if joined || changed || metadata != self.subscribed {
-            self.subscribed = metadata;
-            self.group_epoch += 1;
-        }
-        if self.group_epoch > self.assignment_epoch {
-            self.compute_target(limits);
-        }
+        self.move_epochs(topics, joined || changed, limits);
         let owned: Vec<(TopicId, Vec<i32>)> = by_id(&subscription.owned_partitions, topics)
             .into_iter()
             .map(|(t, ps)| (t, ps.into_iter().collect()))
