@@ -139,6 +139,15 @@ impl ConsumerGroup {
         // eager member rejoining) has given them up, and moves on in the same join.
         self.reconcile(&member_id, Some(&owned), now);
         self.reconcile(&member_id, Some(&owned), now);
+        // The join ends the wait its heartbeat's REBALANCE_IN_PROGRESS began (Kafka's join
+        // timer), unless it still has partitions to give up: then the revocation's deadline
+        // stands.
+        let m = self.members.get_mut(&member_id).expect("joined");
+        if m.state != MemberState::UnrevokedPartitions {
+            m.revocation_deadline = None;
+        } else if m.revocation_deadline.is_none() {
+            m.revocation_deadline = Some(now + m.rebalance_timeout);
+        }
         JoinResult {
             error: ErrorCode::NONE,
             generation_id: self.members[&member_id].member_epoch,
@@ -270,11 +279,16 @@ impl ConsumerGroup {
         let rejoin = m.member_epoch < group_epoch
             || m.state == MemberState::UnrevokedPartitions
             || (m.state == MemberState::UnreleasedPartitions && !waiting);
-        if rejoin {
-            ErrorCode::REBALANCE_IN_PROGRESS
-        } else {
-            ErrorCode::NONE
+        if !rejoin {
+            return ErrorCode::NONE;
         }
+        // Kafka's join timer: a member told to rejoin that does not within its rebalance
+        // timeout is removed (`expire`), so that it cannot keep partitions the group's target
+        // gave to others by heartbeating alone.
+        if m.revocation_deadline.is_none() {
+            m.revocation_deadline = Some(now + m.rebalance_timeout);
+        }
+        ErrorCode::REBALANCE_IN_PROGRESS
     }
 
     /// A classic LeaveGroup (Kafka's `classicGroupLeaveToConsumerGroup`): each member named,

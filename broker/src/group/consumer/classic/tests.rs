@@ -470,3 +470,61 @@ fn a_classic_join_after_a_coordinator_move_does_not_rebalance() {
         (epoch, r.generation_id)
     );
 }
+
+#[test]
+fn a_classic_member_told_to_rejoin_that_never_does_is_removed_after_its_rebalance_timeout() {
+    let t0 = Instant::now();
+    let mut g = ConsumerGroup::new("g");
+    let r = g.classic_join(&join_req("k", &[]), &joiner(3), &topics(), t0, &limits());
+    let epoch = r.generation_id;
+    g.heartbeat(&consumer_join("m1"), &caller(), &topics(), t0, &limits())
+        .unwrap();
+    // Told to rejoin (the target moved); it goes on heartbeating but never rejoins.
+    let step = Duration::from_secs(5);
+    let mut now = t0;
+    let req = HeartbeatRequest {
+        group_id: "g".into(),
+        generation_id: epoch,
+        member_id: "k".into(),
+        group_instance_id: None,
+    };
+    for _ in 0..5 {
+        now += step;
+        assert_eq!(
+            g.classic_heartbeat(&req, now),
+            ErrorCode::REBALANCE_IN_PROGRESS
+        );
+        assert!(g.expire(now).is_empty(), "its session goes on");
+    }
+    // 30 s (its rebalance timeout) after the first such answer it is gone; its partitions
+    // are free for m1.
+    now += step * 2;
+    assert_eq!(g.expire(now), vec![("k".to_string(), true)]);
+
+    // A member that rejoins in time keeps going.
+    let mut g = ConsumerGroup::new("g");
+    let r = g.classic_join(&join_req("k", &[]), &joiner(3), &topics(), t0, &limits());
+    g.heartbeat(&consumer_join("m1"), &caller(), &topics(), t0, &limits())
+        .unwrap();
+    let req = HeartbeatRequest {
+        generation_id: r.generation_id,
+        ..req
+    };
+    assert_eq!(
+        g.classic_heartbeat(&req, t0 + step),
+        ErrorCode::REBALANCE_IN_PROGRESS
+    );
+    let owned_now = owned(&g, "k");
+    let r = g.classic_join(
+        &join_req("k", &owned_now),
+        &joiner(3),
+        &topics(),
+        t0 + step,
+        &limits(),
+    );
+    assert_eq!(r.error, ErrorCode::NONE);
+    if g.members["k"].state != MemberState::UnrevokedPartitions {
+        assert!(g.members["k"].revocation_deadline.is_none());
+    }
+    assert!(g.expire(t0 + step * 2).is_empty(), "its session and its revocation go on");
+}
