@@ -526,5 +526,8 @@ fn a_classic_member_told_to_rejoin_that_never_does_is_removed_after_its_rebalanc
     if g.members["k"].state != MemberState::UnrevokedPartitions {
         assert!(g.members["k"].revocation_deadline.is_none());
     }
-    assert!(g.expire(t0 + step * 2).is_empty(), "its session and its revocation go on");
+    assert!(
+        g.expire(t0 + step * 2).is_empty(),
+        "its session and its revocation go on"
+    );
 }
