@@ -383,9 +383,7 @@ impl ConsumerGroup {
         };
         if let Some(instance) = &req.instance_id {
             let holder = self
-                .members
-                .values()
-                .find(|m| m.instance_id.as_ref() == Some(instance))
+                .instance_holder(instance)
                 .map(|m| (m.member_id.clone(), m.member_epoch, m.classic.is_some()));
             match holder {
                 Some((old, STATIC_LEAVE_EPOCH, _)) => {
@@ -428,6 +426,13 @@ impl ConsumerGroup {
         Ok((member_id, true))
     }
 
+    /// The member holding static instance `instance`, if any.
+    pub(super) fn instance_holder(&self, instance: &str) -> Option<&ConsumerMember> {
+        self.members
+            .values()
+            .find(|m| m.instance_id.as_deref() == Some(instance))
+    }
+
     /// Member `old` goes on as `new`: epoch, partitions and target.
     pub(super) fn rename_member(&mut self, old: &str, new: &str) {
         let mut m = self.members.remove(old).expect("member present");
@@ -461,11 +466,7 @@ impl ConsumerGroup {
         // A static member's leave (either epoch) names its instance, which finds the member,
         // as Kafka's `consumerGroupStaticMemberGroupLeave`: a replaced process is fenced.
         let id = match &req.instance_id {
-            Some(i) => self
-                .members
-                .values()
-                .find(|m| m.instance_id.as_ref() == Some(i))
-                .map(|m| m.member_id.clone()),
+            Some(i) => self.instance_holder(i).map(|m| m.member_id.clone()),
             None => self
                 .members
                 .contains_key(&req.member_id)

@@ -171,11 +171,7 @@ impl ConsumerGroup {
     ) -> Result<(String, bool), Box<JoinResult>> {
         let refuse = |code| Box::new(JoinResult::error(code, &req.member_id));
         if let Some(instance) = &req.group_instance_id {
-            let holder = self
-                .members
-                .values()
-                .find(|m| m.instance_id.as_ref() == Some(instance))
-                .map(|m| m.member_id.clone());
+            let holder = self.instance_holder(instance).map(|m| m.member_id.clone());
             match (holder, req.member_id.is_empty()) {
                 (Some(old), true) => {
                     // A new process of the instance takes its place: epoch, partitions and
@@ -298,11 +294,7 @@ impl ConsumerGroup {
         let mut out = Vec::with_capacity(members.len());
         for (member_id, instance) in members {
             let found = match instance {
-                Some(i) => self
-                    .members
-                    .values()
-                    .find(|m| m.instance_id.as_ref() == Some(i))
-                    .map(|m| m.member_id.clone()),
+                Some(i) => self.instance_holder(i).map(|m| m.member_id.clone()),
                 None => self
                     .members
                     .get(member_id)
@@ -333,9 +325,7 @@ impl ConsumerGroup {
     ) -> Result<&mut ConsumerMember, ErrorCode> {
         let id = match instance {
             Some(i) => self
-                .members
-                .values()
-                .find(|m| m.instance_id.as_deref() == Some(i))
+                .instance_holder(i)
                 .map(|m| m.member_id.clone())
                 .ok_or(ErrorCode::UNKNOWN_MEMBER_ID)?,
             None => member_id.to_string(),
