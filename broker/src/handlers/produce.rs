@@ -398,7 +398,6 @@ fn check_partition(
     let max = meta.config_or("max.message.bytes", config.message_max_bytes);
     let header = single_batch(records, max)?;
     check_batch_header(&header)?;
-    let tp = format!("{topic}-{partition}");
     let txn_producer = header
         .is_transactional()
         .then_some((header.producer_id, header.producer_epoch));
@@ -407,7 +406,7 @@ fn check_partition(
         &records[..header.size()],
         &header,
         &policy,
-        (crate::shard::now_ms(), &tp),
+        (crate::shard::now_ms(), (topic, partition)),
     )?;
     Ok((rewritten, txn_producer))
 }
@@ -556,7 +555,7 @@ fn check_records(
     batch: &[u8],
     header: &BatchHeader,
     policy: &RecordPolicy,
-    (now_ms, tp): (i64, &str),
+    (now_ms, tp): (i64, (&str, i32)),
 ) -> Result<Option<Vec<u8>>, Rejected> {
     let section = &batch[RECORD_BATCH_HEADER_BYTES..];
     let codec = header.compression();
@@ -592,12 +591,13 @@ fn check_records(
 /// timestamp. As Kafka: a malformed record fails at once; otherwise every record with a
 /// timestamp out of bounds, and on a compacted topic every record without a key, is listed
 /// (`record_errors`), the batch's error INVALID_TIMESTAMP if any timestamp is, else
-/// INVALID_RECORD. `tp` names the partition in the messages.
+/// INVALID_RECORD. `tp` (topic, partition) names the partition in the messages, formatted only
+/// for a refused record: nothing is allocated for a good batch.
 fn walk_records(
     plain: &[u8],
     header: &BatchHeader,
     policy: &RecordPolicy,
-    (now_ms, tp): (i64, &str),
+    (now_ms, (topic, partition)): (i64, (&str, i32)),
 ) -> Result<i64, Rejected> {
     let mut record_errors: Vec<(i32, String)> = Vec::new();
     let mut bad_timestamp = false;
@@ -613,7 +613,7 @@ fn walk_records(
             record_errors.push((
                 batch_index,
                 format!(
-                    "Compacted topic cannot accept message without key in topic partition {tp}."
+                    "Compacted topic cannot accept message without key in topic partition {topic}-{partition}."
                 ),
             ));
         }
