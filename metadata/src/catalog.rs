@@ -230,6 +230,10 @@ pub struct Catalog {
     /// group id; a group without overrides has no entry.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Tiered storage: each partition's segments in the object store, by topic name, then
+    /// partition (see `remote_log`). A topic's entry goes with the topic.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub remote_logs: BTreeMap<String, BTreeMap<i32, crate::remote_log::RemoteLog>>,
     /// Topic names by topic id, built on first use (fetches from v13 name topics by id).
     #[serde(skip)]
     pub topic_ids: TopicIdIndex,
@@ -284,6 +288,7 @@ impl Catalog {
             client_quotas: Vec::new(),
             liveness: LivenessCounts::default(),
             group_configs: BTreeMap::new(),
+            remote_logs: BTreeMap::new(),
             topic_ids: TopicIdIndex::default(),
         }
     }
@@ -325,6 +330,13 @@ impl Catalog {
         usize::try_from(partition)
             .ok()
             .and_then(|p| t.assignment.get(p))
+    }
+
+    /// The remote log (tiered storage) of `partition` of `topic`, if anything was ever copied.
+    pub fn remote_log(&self, topic: &str, partition: i32) -> Option<&crate::remote_log::RemoteLog> {
+        let log = self.remote_logs.get(topic)?.get(&partition)?;
+        let t = self.topics.get(topic)?;
+        (log.topic_id == t.id).then_some(log)
     }
 
     /// Whether `node` serves `partition` of `topic`: the error a client gets when it does not —

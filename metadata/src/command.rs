@@ -136,6 +136,13 @@ pub enum MetadataCommand {
     AlterReassignments {
         partitions: Vec<ReassignmentTarget>,
     },
+    /// Tiered storage: a segment's copy to the object store or its deletion from it (KIP-405's
+    /// remote log metadata); see `remote_log::apply`.
+    RemoteLogSegment {
+        topic: String,
+        partition: i32,
+        change: crate::remote_log::RemoteLogChange,
+    },
 }
 
 /// Why a broker was fenced: the evidence the active controller acted on.
@@ -261,7 +268,10 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             names
                 .iter()
                 .map(|n| match image.topics.remove(n) {
-                    Some(_) => Ok(()),
+                    Some(_) => {
+                        image.remote_logs.remove(n);
+                        Ok(())
+                    }
                     None => Err((
                         ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
                         format!("topic {n:?} does not exist"),
@@ -299,12 +309,50 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             partitions,
             unclean,
         } => elect_leaders(image, &partitions, unclean),
+        C::RemoteLogSegment {
+            topic,
+            partition,
+            change,
+        } => remote_log_segment(image, &topic, partition, change),
         C::AllocateProducerIds { broker: _, count } => {
             let start = image.next_producer_id;
             image.next_producer_id = start.saturating_add(count.max(1));
             Outcome::ProducerIds { start }
         }
     }
+}
+
+/// A change to a partition's remote log, refused for a partition that does not exist.
+fn remote_log_segment(
+    image: &mut Catalog,
+    topic: &str,
+    partition: i32,
+    change: crate::remote_log::RemoteLogChange,
+) -> Outcome {
+    let Some(t) = image.topics.get(topic) else {
+        return Outcome::Refused(
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("topic {topic:?} does not exist"),
+        );
+    };
+    let Some(placed) = usize::try_from(partition)
+        .ok()
+        .and_then(|p| t.assignment.get(p))
+    else {
+        return Outcome::Refused(
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("partition {topic}-{partition} does not exist"),
+        );
+    };
+    let id = t.id.clone();
+    let log = image
+        .remote_logs
+        .entry(topic.to_string())
+        .or_default()
+        .entry(partition)
+        .or_default();
+    log.topic_id = id;
+    crate::remote_log::apply(log, placed, change)
 }
 
 /// Kafka's CreateAcls: each binding kept once.

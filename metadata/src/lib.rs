@@ -10,7 +10,8 @@
 //! replica placement and elections (`placement`), reassignments (`reassign`), the active
 //! controller's judgement of each broker's liveness (`liveness`),
 //! `compression.type`'s codecs, the internal topics' names and which `__consumer_offsets`
-//! partition holds a group, the client quota records, and Kafka's nouns as types (`types`:
+//! partition holds a group, the client quota records, tiered storage's remote log metadata
+//! (`remote_log`), and Kafka's nouns as types (`types`:
 //! `TopicPartition`, `NodeId`, `Offset`, `ProducerId`, `ProducerEpoch`, `PartitionEpoch`,
 //! `LeaderEpoch`).
 
@@ -24,4 +25,5 @@ pub mod liveness;
 pub mod placement;
 pub mod quota;
 pub mod reassign;
+pub mod remote_log;
 pub mod types;
