@@ -98,10 +98,17 @@ pub fn ssl_key(key: &str) -> Option<(&'static str, Option<&str>)> {
         .map(|k| (*k, listener))
 }
 
-/// The `ssl.*` keys whose values are secrets (a private key, its password). They are not in
-/// [`BROKER_KEYS`], whose values DescribeConfigs shows to any client: they are accepted from
-/// `--config` and `--set` and kept in [`BrokerConfig::secret_props`] only.
-pub const SSL_SECRET_KEYS: &[&str] = &["ssl.keystore.key", "ssl.key.password"];
+/// The keys whose values are secrets (a private key, its password, the remote store's
+/// credentials). They are not in [`BROKER_KEYS`], whose values DescribeConfigs shows to any
+/// client: they are accepted from `--config` and `--set` and kept in
+/// [`BrokerConfig::secret_props`] only, and never logged.
+pub const SECRET_KEYS: &[&str] = &[
+    "ssl.keystore.key",
+    "ssl.key.password",
+    "remote.log.storage.s3.access.key.id",
+    "remote.log.storage.s3.secret.access.key",
+    "remote.log.storage.s3.session.token",
+];
 
 /// The only keystore and truststore type served (`ssl.keystore.type`, `ssl.truststore.type`).
 pub const SSL_STORE_TYPE: &str = "PEM";
@@ -182,7 +189,7 @@ impl BrokerConfig {
         if let Some(v) = self.listener_props.get(&own) {
             return (v.clone(), true);
         }
-        let broker = match SSL_SECRET_KEYS.contains(&key) {
+        let broker = match SECRET_KEYS.contains(&key) {
             true => self.secret_props.get(key).map(|s| s.0.clone()),
             false => self.values.get(key).map(|(v, _)| v.clone()),
         };
@@ -417,6 +424,16 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "log.read.ahead.budget.bytes", default: "67108864", kind: ConfigKind::Long, doc: "Memory each shard may hold in log chunks read ahead for consumers reading in order; 0 turns read-ahead off." },
     BrokerKey { name: "log.tail.cache.bytes", default: "67108864", kind: ConfigKind::Long, doc: "Memory each shard may use to keep recently flushed log data for consumers reading at the tail; 0 turns the tail cache off." },
     BrokerKey { name: "log.tail.cache.partition.bytes", default: "1048576", kind: ConfigKind::Long, doc: "Most recently flushed bytes one partition keeps in the tail cache; past it they are let go and the cache refills." },
+    BrokerKey { name: "log.local.retention.ms", default: "-2", kind: ConfigKind::Long, doc: "Tiered storage: how long a segment copied to the remote store stays on local disk (topic override: local.retention.ms); -2: log.retention.ms, -1: for ever." },
+    BrokerKey { name: "log.local.retention.bytes", default: "-2", kind: ConfigKind::Long, doc: "Tiered storage: local bytes a partition keeps of segments copied to the remote store (topic override: local.retention.bytes); -2: log.retention.bytes, -1: no limit." },
+    BrokerKey { name: "remote.log.storage.system.enable", default: "false", kind: ConfigKind::Bool, doc: "Tiered storage: topics with remote.storage.enable=true copy their closed segments to the remote log store (remote.log.storage.url) and read them back for fetches below the local log." },
+    BrokerKey { name: "remote.log.storage.url", default: "", kind: ConfigKind::String, doc: "Where the remote log store is: s3://BUCKET/PREFIX (any S3-compatible store; see remote.log.storage.s3.*) or file:///DIR (a directory, for a single machine). Unset: file://DATA_DIR/remote-log." },
+    BrokerKey { name: "remote.log.storage.s3.endpoint", default: "", kind: ConfigKind::String, doc: "An S3-compatible endpoint (http://host:port); unset: AWS's, or AWS_ENDPOINT_URL from the environment." },
+    BrokerKey { name: "remote.log.storage.s3.region", default: "", kind: ConfigKind::String, doc: "The bucket's region; unset: AWS_REGION or AWS_DEFAULT_REGION from the environment, else us-east-1. The credentials are the secret keys remote.log.storage.s3.access.key.id, remote.log.storage.s3.secret.access.key and remote.log.storage.s3.session.token, else AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN from the environment, else the instance's role; never logged or described." },
+    BrokerKey { name: "remote.log.storage.s3.allow.http", default: "false", kind: ConfigKind::Bool, doc: "Allow an http:// endpoint (a store on the same host or network; never across the internet)." },
+    BrokerKey { name: "remote.log.storage.max.inflight", default: "8", kind: ConfigKind::Int, doc: "Remote store operations (uploads, ranged reads, deletes) in flight at once, for the whole broker. At least 1." },
+    BrokerKey { name: "remote.log.manager.task.interval.ms", default: "30000", kind: ConfigKind::Long, doc: "How often each shard copies its led partitions' closed segments to the remote store and deletes what retention.* let go of there; a failed copy is retried at the next one." },
+    BrokerKey { name: "remote.log.index.file.cache.total.size.bytes", default: "1073741824", kind: ConfigKind::Long, doc: "Memory each shard may hold in remote segments' indexes, fetched on a remote read and kept for the next." },
     BrokerKey { name: "log.cleaner.enable", default: "true", kind: ConfigKind::Bool, doc: "Run the log cleaner, which compacts topics with cleanup.policy=compact (__consumer_offsets among them)." },
     BrokerKey { name: "log.cleaner.backoff.ms", default: "15000", kind: ConfigKind::Long, doc: "How often each shard looks for compacted partitions with enough new data to clean." },
     BrokerKey { name: "log.cleaner.min.cleanable.ratio", default: "0.5", kind: ConfigKind::Double, doc: "Clean a partition once this share of its closed log is new since its last cleaning (topic override: min.cleanable.dirty.ratio)." },
@@ -527,7 +544,7 @@ pub struct BrokerConfig {
     /// Per-listener keys, `listener.name.NAME.…` (NAME lower case), e.g.
     /// `listener.name.sasl_plaintext.plain.sasl.jaas.config`.
     pub listener_props: BTreeMap<String, String>,
-    /// Broker-level keys whose values are secrets ([`SSL_SECRET_KEYS`]): never in `values`,
+    /// Broker-level keys whose values are secrets ([`SECRET_KEYS`]): never in `values`,
     /// which DescribeConfigs shows.
     pub secret_props: BTreeMap<&'static str, Secret>,
     /// The ports listeners other than the inter-broker one were bound to, by name (those given
@@ -580,6 +597,10 @@ pub struct BrokerConfig {
     pub log_read_ahead_budget_bytes: u64,
     pub log_tail_cache_bytes: u64,
     pub log_tail_cache_partition_bytes: u64,
+    /// Tiered storage (`remote.log.storage.*`, `remote.log.manager.task.interval.ms`).
+    pub tiered: TieredStorage,
+    pub log_local_retention_ms: i64,
+    pub log_local_retention_bytes: i64,
     pub log_cleaner_enable: bool,
     pub log_cleaner_backoff_ms: u64,
     pub log_cleaner_min_cleanable_ratio: f64,
@@ -791,6 +812,7 @@ impl BrokerConfig {
             coord: Coordinators::parse(get)?,
             lim: BrokerLimits::parse(get)?,
             security: Security::parse(get)?,
+            tiered: TieredStorage::parse(get, &keys.secret_props, &input.data_dir)?,
             data_dir: input.data_dir,
             keys,
         };
@@ -844,7 +866,7 @@ fn sort_keys(properties: Vec<(String, String)>) -> Result<Keys> {
             listener_props.insert(k.clone(), v);
             continue;
         }
-        if let Some(secret) = SSL_SECRET_KEYS.iter().find(|s| **s == k) {
+        if let Some(secret) = SECRET_KEYS.iter().find(|s| **s == k) {
             secret_props.insert(*secret, Secret(v));
             continue;
         }
@@ -879,6 +901,7 @@ struct Parts {
     coord: Coordinators,
     lim: BrokerLimits,
     security: Security,
+    tiered: TieredStorage,
     data_dir: PathBuf,
     keys: Keys,
 }
@@ -926,6 +949,9 @@ fn assemble(p: Parts) -> BrokerConfig {
         log_read_ahead_budget_bytes: p.log.log_read_ahead_budget_bytes,
         log_tail_cache_bytes: p.log.log_tail_cache_bytes,
         log_tail_cache_partition_bytes: p.log.log_tail_cache_partition_bytes,
+        log_local_retention_ms: p.log.log_local_retention_ms,
+        log_local_retention_bytes: p.log.log_local_retention_bytes,
+        tiered: p.tiered,
         log_cleaner_enable: p.cleaner.log_cleaner_enable,
         log_cleaner_backoff_ms: p.cleaner.log_cleaner_backoff_ms,
         log_cleaner_min_cleanable_ratio: p.cleaner.log_cleaner_min_cleanable_ratio,
@@ -1246,6 +1272,8 @@ struct LogStorage {
     log_read_ahead_budget_bytes: u64,
     log_tail_cache_bytes: u64,
     log_tail_cache_partition_bytes: u64,
+    log_local_retention_ms: i64,
+    log_local_retention_bytes: i64,
 }
 
 impl LogStorage {
@@ -1263,7 +1291,69 @@ impl LogStorage {
             log_read_ahead_budget_bytes: key_num(get, "log.read.ahead.budget.bytes", 0)?,
             log_tail_cache_bytes: key_num(get, "log.tail.cache.bytes", 0)?,
             log_tail_cache_partition_bytes: key_num(get, "log.tail.cache.partition.bytes", 0)?,
+            log_local_retention_ms: key_num(get, "log.local.retention.ms", -2)?,
+            log_local_retention_bytes: key_num(get, "log.local.retention.bytes", -2)?,
         })
+    }
+}
+
+/// Tiered storage: whether it is on, where the remote log store is and how to reach it, how
+/// often leaders copy to it, and the memory for remote indexes.
+#[derive(Debug, Clone)]
+pub struct TieredStorage {
+    /// `remote.log.storage.system.enable`.
+    pub enabled: bool,
+    /// The store: `remote.log.storage.url` (unset: `file://DATA_DIR/remote-log`) and
+    /// `remote.log.storage.s3.*`, credentials included (never printed).
+    pub store: tributary_remote::StoreConfig,
+    pub task_interval_ms: u64,
+    pub index_cache_bytes: u64,
+}
+
+impl TieredStorage {
+    fn parse(
+        get: Get,
+        secrets: &BTreeMap<&'static str, Secret>,
+        data_dir: &std::path::Path,
+    ) -> Result<Self> {
+        let text = |key: &str| Some(get(key)).filter(|v| !v.is_empty());
+        let secret = |key: &str| {
+            secrets
+                .get(key)
+                .map(|s| tributary_remote::Secret::new(s.0.clone()))
+        };
+        let url = text("remote.log.storage.url").unwrap_or_else(|| {
+            format!("file://{}", absolute(data_dir).join("remote-log").display())
+        });
+        let store = tributary_remote::StoreConfig {
+            url,
+            endpoint: text("remote.log.storage.s3.endpoint"),
+            region: text("remote.log.storage.s3.region"),
+            access_key_id: secret("remote.log.storage.s3.access.key.id")
+                .map(|s| s.expose().to_string()),
+            secret_access_key: secret("remote.log.storage.s3.secret.access.key"),
+            session_token: secret("remote.log.storage.s3.session.token"),
+            allow_http: key_bool(get, "remote.log.storage.s3.allow.http")?,
+            max_inflight: key_num(get, "remote.log.storage.max.inflight", 1)?,
+        };
+        let enabled = key_bool(get, "remote.log.storage.system.enable")?;
+        if enabled {
+            store.kind().map_err(|e| anyhow!("config {e}"))?;
+        }
+        Ok(Self {
+            enabled,
+            store,
+            task_interval_ms: key_num(get, "remote.log.manager.task.interval.ms", 1)?,
+            index_cache_bytes: key_num(get, "remote.log.index.file.cache.total.size.bytes", 0)?,
+        })
+    }
+}
+
+/// `dir` as an absolute path (relative to the working directory), for a `file://` URL.
+fn absolute(dir: &std::path::Path) -> PathBuf {
+    match dir.is_absolute() {
+        true => dir.to_path_buf(),
+        false => std::env::current_dir().map_or_else(|_| dir.to_path_buf(), |d| d.join(dir)),
     }
 }
 

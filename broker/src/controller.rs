@@ -20,7 +20,7 @@ use crate::cluster::placement;
 use crate::cluster::reassign::ReassignmentTarget;
 use crate::routing::ShardId;
 use crate::shard::{invoke_on, Shard};
-use crate::topic_config::{topic_key, validate_topic_config};
+use crate::topic_config::{check_topic_remote_storage, topic_key, validate_topic_config};
 
 /// Producer ids are reserved from the quorum in blocks, as KRaft's `AllocateProducerIds` does;
 /// a reserved id is never handed out twice, across restarts and brokers.
@@ -196,13 +196,16 @@ impl Controller {
             return vec![(ErrorCode::UNKNOWN_SERVER_ERROR, None); topics.len()];
         };
         let catalog = self.node.image();
-        let max = shard.broker_config().max_broker_partitions;
+        let cfg = shard.broker_config();
+        let max = cfg.max_broker_partitions;
         let mut results: Vec<(ErrorCode, Option<String>)> = Vec::with_capacity(topics.len());
         let mut proposed: Vec<(usize, TopicMeta)> = Vec::new();
         let mut adding = 0i64;
         for (i, t) in topics.into_iter().enumerate() {
             let checked =
                 check_new_topic(&catalog, &t, max.saturating_sub(adding)).and_then(|()| {
+                    check_topic_remote_storage(&cfg, t.configs.iter().map(|(k, v)| (k, v)))
+                        .map_err(|e| (ErrorCode::INVALID_CONFIG, Some(e)))?;
                     if let Some(given) = &t.assignment {
                         return placement::check_manual(&catalog, given, None, 0)
                             .map(|()| given.clone())
@@ -299,7 +302,7 @@ pub struct ConfigChange {
 impl Controller {
     pub async fn alter_topic_configs(
         &self,
-        _shard: &Rc<Shard>,
+        shard: &Rc<Shard>,
         change: ConfigChange,
     ) -> (ErrorCode, Option<String>) {
         let Ok(_guard) = self.lock.acquire_permit(1).await else {
@@ -321,6 +324,9 @@ impl Controller {
             if let Err(e) = apply_config_op(&mut configs, name, *op, value.as_deref()) {
                 return (ErrorCode::INVALID_CONFIG, Some(e));
             }
+        }
+        if let Err(e) = check_topic_remote_storage(&shard.broker_config(), &configs) {
+            return (ErrorCode::INVALID_CONFIG, Some(e));
         }
         if change.validate_only || configs == topic.configs {
             return (ErrorCode::NONE, None);

@@ -31,6 +31,7 @@ pub mod sasl;
 pub mod server;
 pub mod shard;
 pub mod socket;
+pub mod tiered;
 pub mod tls_acceptor;
 pub mod tls_reload;
 pub mod topic_config;

@@ -261,6 +261,16 @@ fn ensure_fd_limit(data_dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// The remote log store's thread, when tiered storage is on and this node is a broker.
+fn start_remote_store(config: &BrokerConfig) -> Result<Option<tributary_remote::RemoteStore>> {
+    if !config.tiered.enabled || !config.cluster.roles.broker {
+        return Ok(None);
+    }
+    tributary_remote::RemoteStore::start(&config.tiered.store)
+        .map(Some)
+        .map_err(|e| anyhow!("remote.log.storage.system.enable is true, but {e}"))
+}
+
 pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
     let lock = lock_data_dir(&config.data_dir)?;
     ensure_fd_limit(&config.data_dir)?;
@@ -310,6 +320,7 @@ pub fn start(config: BrokerConfig) -> Result<BrokerHandle> {
             listen,
             ready: metrics_ready.clone(),
         }),
+        remote: start_remote_store(&config)?,
     };
     let (peers, threads) = launch_shards(&config, front, legacy)?;
     let listeners = served_listeners(&config, &ports, serves_clients.then_some(addr));
@@ -519,6 +530,8 @@ struct Front {
     doubts: Arc<tributary_quorum::PeerDoubts>,
     /// Shard 0's: where to serve metrics.
     metrics: Option<MetricsFront>,
+    /// The remote log store (tiered storage), one thread for the process.
+    remote: Option<tributary_remote::RemoteStore>,
 }
 
 /// The metrics endpoint's address (owned, port 0 resolved), and whether every shard is ready
@@ -584,8 +597,15 @@ async fn run_shard(
         connections,
         doubts,
         metrics,
+        remote,
     } = front;
-    let hosted = Hosted::default().with(node.clone().map(|n| Rc::new(Controller::new(n))));
+    let remote = remote.map(|store| {
+        let budget = config.tiered.index_cache_bytes;
+        Rc::new(crate::tiered::RemoteLogs::new(store, budget))
+    });
+    let hosted = Hosted::default()
+        .with(node.clone().map(|n| Rc::new(Controller::new(n))))
+        .with(remote);
     let shard = Rc::new(Shard::new(
         id,
         config.clone(),
@@ -783,6 +803,16 @@ fn spawn_periodic(shard: &Rc<Shard>, config: &BrokerConfig) -> Vec<glommio::task
         ))
         .detach(),
     ];
+    if config.tiered.enabled {
+        tasks.push(
+            glommio::spawn_local(every(
+                shard.clone(),
+                config.tiered.task_interval_ms,
+                |s| async move { s.tier_segments().await },
+            ))
+            .detach(),
+        );
+    }
     if config.log_cleaner_enable {
         tasks.push(
             glommio::spawn_local(every(

@@ -421,11 +421,28 @@ impl Shard {
                 -1
             }
         };
+        let retention_ms = retention("retention.ms", c.log_retention_ms);
+        let retention_bytes = retention("retention.bytes", c.log_retention_bytes);
+        // -2: the whole log's retention, as Kafka's `local.retention.*`.
+        let local = |key: &str, default: i64, whole: i64| match t.config_or(key, default) {
+            -2 => whole,
+            v => v,
+        };
         LogConfig {
             segment_bytes: t.config_or("segment.bytes", c.log_segment_bytes),
             segment_ms: t.config_or("segment.ms", c.log_roll_ms),
-            retention_ms: retention("retention.ms", c.log_retention_ms),
-            retention_bytes: retention("retention.bytes", c.log_retention_bytes),
+            retention_ms,
+            retention_bytes,
+            remote_storage: c.tiered.enabled
+                && t.configs
+                    .get("remote.storage.enable")
+                    .is_some_and(|v| v == "true"),
+            local_retention_ms: local("local.retention.ms", c.log_local_retention_ms, retention_ms),
+            local_retention_bytes: local(
+                "local.retention.bytes",
+                c.log_local_retention_bytes,
+                retention_bytes,
+            ),
             flush_messages: t.config_or("flush.messages", c.log_flush_interval_messages),
             flush_ms: t.config_or("flush.ms", c.log_flush_interval_ms),
             index_interval_bytes: t.config_or("index.interval.bytes", c.log_index_interval_bytes),
@@ -1115,15 +1132,23 @@ impl Shard {
                 visible_bytes: 0,
             };
         };
+        // Below the local log: the remote log store's, with tiered storage.
+        if offset < part.log_start_offset() && !part.is_offline() {
+            if let Some(out) = self.fetch_remote(topic, partition, &part, read).await {
+                return out;
+            }
+        }
         // Taken before the read starts: the read sees the same high watermark, as nothing runs
         // between this and the read's first await.
         let visible_bytes = part.visible_bytes();
         let last_stable_offset = part.last_stable_offset();
+        let log_start_offset =
+            self.log_start_with_remote(topic, partition, part.log_start_offset());
         let watermarks = |error| FetchResult {
             error,
             records: Bytes::new(),
             high_watermark: part.high_watermark(),
-            log_start_offset: part.log_start_offset(),
+            log_start_offset,
             last_stable_offset,
             aborted_transactions: Vec::new(),
             visible_bytes,
@@ -1169,7 +1194,7 @@ impl Shard {
                     error: ErrorCode::NONE,
                     records: r.records,
                     high_watermark: r.high_watermark,
-                    log_start_offset: r.log_start_offset,
+                    log_start_offset: log_start_offset.min(r.log_start_offset),
                     last_stable_offset,
                     aborted_transactions,
                     visible_bytes,
@@ -1197,15 +1222,28 @@ impl Shard {
             return (ErrorCode::KAFKA_STORAGE_ERROR, -1, -1);
         }
         let lookup = match timestamp {
-            // Without tiered storage the local log is the whole log, and nothing is tiered.
-            EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => {
-                return (ErrorCode::NONE, part.log_start_offset(), -1)
+            // With tiered storage the log may begin in the remote store (KIP-405).
+            EARLIEST_TIMESTAMP => {
+                let local = part.log_start_offset();
+                return (
+                    ErrorCode::NONE,
+                    self.log_start_with_remote(topic, partition, local),
+                    -1,
+                );
             }
+            EARLIEST_LOCAL_TIMESTAMP => return (ErrorCode::NONE, part.log_start_offset(), -1),
             LATEST_TIMESTAMP if read_committed => {
                 return (ErrorCode::NONE, part.last_stable_offset(), -1)
             }
             LATEST_TIMESTAMP => return (ErrorCode::NONE, part.high_watermark(), -1),
-            LATEST_TIERED_TIMESTAMP => return (ErrorCode::NONE, -1, -1),
+            // The last offset copied to the remote store; -1 when nothing is.
+            LATEST_TIERED_TIMESTAMP => {
+                let catalog = self.catalog();
+                let copied = catalog
+                    .remote_log(topic, partition)
+                    .map_or(0, |l| l.copied_end());
+                return (ErrorCode::NONE, copied - 1, -1);
+            }
             // The first record carrying the log's largest timestamp.
             MAX_TIMESTAMP => match part.max_timestamp() {
                 Some(max) => max,
@@ -1363,16 +1401,16 @@ fn group_config(c: &BrokerConfig) -> GroupConfig {
 
 /// One partition read of a client's fetch, as `ShardRequest::Fetch` asks for it.
 #[derive(Debug, Clone, Copy)]
-struct FetchRead {
-    offset: i64,
-    max_bytes: usize,
-    hard_limit: bool,
-    read_committed: bool,
+pub(crate) struct FetchRead {
+    pub offset: i64,
+    pub max_bytes: usize,
+    pub hard_limit: bool,
+    pub read_committed: bool,
 }
 
 /// The offset after the last of the whole batches in `records` (`None` when there are none):
 /// the end of what a read returned, for its aborted transactions.
-fn end_of_batches(records: &[u8]) -> Option<i64> {
+pub(crate) fn end_of_batches(records: &[u8]) -> Option<i64> {
     let mut position = 0;
     let mut end = None;
     while let Ok(h) = tributary_protocol::record_batch::parse_header(&records[position..], position)

@@ -46,6 +46,33 @@ pub const SEGMENT_BYTES_MIN: i64 = 1024;
 
 pub const TOPIC_KEYS: &[TopicKey] = &[
     TopicKey {
+        name: "remote.storage.enable",
+        kind: ConfigKind::Bool,
+        bound: Bound::OneOf(BOOLEANS),
+        broker_key: None,
+        default: |_| "false".into(),
+        doc: "Tiered storage: copy closed segments to the remote log store (remote.log.storage.*) and keep only local.retention.* of them on local disk. Needs remote.log.storage.system.enable; not for compacted topics.",
+        enforced: true,
+    },
+    TopicKey {
+        name: "local.retention.ms",
+        kind: ConfigKind::Long,
+        bound: Bound::AtLeast(-2),
+        broker_key: Some("log.local.retention.ms"),
+        default: |c| c.log_local_retention_ms.to_string(),
+        doc: "With remote.storage.enable: how long a segment copied to the remote store stays on local disk (-2: retention.ms; -1: for ever). At most retention.ms.",
+        enforced: true,
+    },
+    TopicKey {
+        name: "local.retention.bytes",
+        kind: ConfigKind::Long,
+        bound: Bound::AtLeast(-2),
+        broker_key: Some("log.local.retention.bytes"),
+        default: |c| c.log_local_retention_bytes.to_string(),
+        doc: "With remote.storage.enable: local bytes kept of segments copied to the remote store (-2: retention.bytes; -1: no limit). At most retention.bytes.",
+        enforced: true,
+    },
+    TopicKey {
         name: "cleanup.policy",
         kind: ConfigKind::List,
         bound: Bound::ListOf(CLEANUP_POLICIES),
@@ -223,6 +250,63 @@ pub fn validate_topic_config(key: &str, value: Option<&str>) -> Result<(), Strin
         return Err(format!("topic config {key} has a null value"));
     };
     check_value(key, def.kind, def.bound, value)
+}
+
+/// The checks across keys that tiered storage needs, on a topic's whole config (`get` its value
+/// of a key, falling back to the broker default), in Kafka's words: remote storage needs the
+/// broker's `remote.log.storage.system.enable` and a topic that is not compacted, and the local
+/// retention may not exceed the whole.
+pub fn check_remote_storage(
+    get: &dyn Fn(&str) -> String,
+    system_enabled: bool,
+) -> Result<(), String> {
+    if get("remote.storage.enable") != "true" {
+        return Ok(());
+    }
+    if !system_enabled {
+        return Err("Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage (set remote.log.storage.system.enable=true on the brokers).".into());
+    }
+    if get("cleanup.policy")
+        .split(',')
+        .any(|p| p.trim() == "compact")
+    {
+        return Err("Remote log storage is unsupported for the compacted topics".into());
+    }
+    for (local, whole) in [
+        ("local.retention.ms", "retention.ms"),
+        ("local.retention.bytes", "retention.bytes"),
+    ] {
+        let l: i64 = get(local).trim().parse().unwrap_or(-2);
+        let w: i64 = get(whole).trim().parse().unwrap_or(-1);
+        if l == -1 && w >= 0 {
+            return Err(format!(
+                "Invalid value -1 for configuration {local}: Value must not be -1 as {whole} value is set as {w}."
+            ));
+        }
+        if l >= 0 && w >= 0 && l > w {
+            return Err(format!(
+                "Invalid value {l} for configuration {local}: Value must not be more than {whole} property value: {w}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// [`check_remote_storage`] of a topic whose overrides are `configs` (a later one of a key
+/// wins), the broker's defaults under them.
+pub fn check_topic_remote_storage<'a>(
+    cfg: &BrokerConfig,
+    configs: impl IntoIterator<Item = (&'a String, &'a String)> + Clone,
+) -> Result<(), String> {
+    let get = |key: &str| {
+        configs
+            .clone()
+            .into_iter()
+            .filter(|(k, _)| k.as_str() == key)
+            .last()
+            .map_or_else(|| topic_default(cfg, key), |(_, v)| v.clone())
+    };
+    check_remote_storage(&get, cfg.tiered.enabled)
 }
 
 /// Checks `value` of a key of type `kind` against `bound`; the message names the key and the

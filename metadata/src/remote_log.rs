@@ -92,6 +92,48 @@ impl RemoteLog {
             .min()
     }
 
+    /// The readable segments retention lets go of, oldest first, and where the remote log
+    /// starts after them: those wholly below the remote log start, older than `retention_ms`
+    /// (by their newest batch), or, for those the local log no longer holds (below
+    /// `local_start`), beyond `retention_bytes` of the whole log (theirs and `local_bytes`).
+    /// Negative limits: none.
+    pub fn expired(
+        &self,
+        now_ms: i64,
+        retention_ms: i64,
+        retention_bytes: i64,
+        local_bytes: u64,
+        local_start: i64,
+    ) -> (Vec<String>, i64) {
+        let mut segs: Vec<&RemoteSegment> = self.readable().collect();
+        segs.sort_by_key(|s| s.base_offset);
+        let only_remote = |s: &RemoteSegment| s.end_offset < local_start;
+        let mut total = local_bytes as i64
+            + segs
+                .iter()
+                .filter(|s| only_remote(s))
+                .map(|s| s.size as i64)
+                .sum::<i64>();
+        let mut ids = Vec::new();
+        let mut start = self.log_start_offset;
+        for s in segs {
+            let below_start = s.end_offset < self.log_start_offset;
+            let too_old =
+                retention_ms >= 0 && now_ms.saturating_sub(s.max_timestamp) > retention_ms;
+            let too_big =
+                retention_bytes >= 0 && only_remote(s) && total - s.size as i64 >= retention_bytes;
+            if !(below_start || too_old || too_big) {
+                break;
+            }
+            if only_remote(s) {
+                total -= s.size as i64;
+            }
+            ids.push(s.id.clone());
+            start = start.max(s.end_offset + 1);
+        }
+        (ids, start)
+    }
+
     /// Segments whose objects are to be deleted.
     pub fn deleting(&self) -> impl Iterator<Item = &RemoteSegment> {
         self.segments
@@ -107,8 +149,10 @@ pub enum RemoteLogChange {
     CopyStarted {
         segment: RemoteSegment,
     },
+    /// `log_crc32c`: the log object's checksum, known once it is written.
     CopyFinished {
         id: String,
+        log_crc32c: u32,
     },
     /// `log_start_offset`: the remote log starts there after these go.
     DeleteStarted {
@@ -128,11 +172,12 @@ pub fn apply(
 ) -> Outcome {
     match change {
         RemoteLogChange::CopyStarted { segment } => copy_started(log, placed, segment),
-        RemoteLogChange::CopyFinished { id } => {
+        RemoteLogChange::CopyFinished { id, log_crc32c } => {
             let end = log.copied_end();
             match log.segments.iter_mut().find(|s| s.id == id) {
-                Some(s) if s.state == RemoteSegmentState::CopyStarted && s.base_offset >= end => {
+                Some(s) if s.state == RemoteSegmentState::CopyStarted && s.end_offset >= end => {
                     s.state = RemoteSegmentState::CopyFinished;
+                    s.log_crc32c = log_crc32c;
                     Outcome::Done
                 }
                 _ => refused(format!(
@@ -172,9 +217,12 @@ fn copy_started(
             ),
         );
     }
-    if seg.base_offset < log.copied_end() || seg.end_offset < seg.base_offset {
+    // A replica's segments roll where its own did, so a new leader's next segment may begin
+    // below what its predecessor copied: it must end past it. (Readers take any copied
+    // segment holding an offset: below the high watermark the replicas hold the same batches.)
+    if seg.end_offset < log.copied_end() || seg.end_offset < seg.base_offset {
         return refused(format!(
-            "segment {}..={} is not past the copied end {}",
+            "segment {}..={} does not reach past the copied end {}",
             seg.base_offset,
             seg.end_offset,
             log.copied_end()
@@ -235,7 +283,14 @@ mod tests {
     }
 
     fn finish(log: &mut RemoteLog, p: &PartitionRegistration, id: &str) -> Outcome {
-        apply(log, p, RemoteLogChange::CopyFinished { id: id.into() })
+        apply(
+            log,
+            p,
+            RemoteLogChange::CopyFinished {
+                id: id.into(),
+                log_crc32c: 7,
+            },
+        )
     }
 
     #[test]
@@ -259,12 +314,22 @@ mod tests {
         assert_eq!(log.segment_for(5).map(|s| s.id.as_str()), Some("a"));
         assert_eq!(log.copied_end(), 100);
         assert_eq!(log.start_offset(), Some(0));
-        // The same range again, or one overlapping it, is refused.
+        assert_eq!(log.segment_for(5).map(|s| s.log_crc32c), Some(7));
+        // The same range again, or one inside it, is refused; one reaching past it is not (a
+        // new leader's segments roll elsewhere).
         assert!(matches!(
-            start(&mut log, &p, seg("b", 50, 150, 1, 3)),
+            start(&mut log, &p, seg("b", 0, 99, 1, 3)),
+            Outcome::Refused(ErrorCode::INVALID_REQUEST, _)
+        ));
+        assert!(matches!(
+            start(&mut log, &p, seg("b", 50, 80, 1, 3)),
             Outcome::Refused(ErrorCode::INVALID_REQUEST, _)
         ));
         assert!(matches!(finish(&mut log, &p, "a"), Outcome::Refused(..)));
+        assert_eq!(start(&mut log, &p, seg("c", 50, 150, 1, 3)), Outcome::Done);
+        assert_eq!(finish(&mut log, &p, "c"), Outcome::Done);
+        assert_eq!(log.copied_end(), 151);
+        assert_eq!(log.segment_for(120).map(|s| s.id.as_str()), Some("c"));
     }
 
     #[test]
@@ -294,6 +359,35 @@ mod tests {
         );
         assert_eq!(out, Outcome::Done);
         assert_eq!(log.segments.len(), 1);
+    }
+
+    #[test]
+    fn retention_lets_go_of_the_oldest_remote_segments() {
+        let mut log = RemoteLog::default();
+        let p = led_by(1, 0);
+        for (id, base, ts) in [("a", 0, 1_000), ("b", 100, 2_000), ("c", 200, 3_000)] {
+            let mut s = seg(id, base, base + 99, 1, 0);
+            s.max_timestamp = ts;
+            assert_eq!(start(&mut log, &p, s), Outcome::Done);
+            assert_eq!(finish(&mut log, &p, id), Outcome::Done);
+        }
+        // Each is 100 bytes; the local log holds 200 bytes from offset 200.
+        assert_eq!(log.expired(10_000, -1, -1, 200, 200), (vec![], 0));
+        assert_eq!(
+            log.expired(2_500, 1_000, -1, 200, 200),
+            (vec!["a".to_string()], 100)
+        );
+        // 400 bytes in all: at most 200 lets both remote-only segments go.
+        assert_eq!(
+            log.expired(0, -1, 200, 200, 200),
+            (vec!["a".to_string(), "b".to_string()], 200),
+            "a and b are remote only; c is local too and not counted twice"
+        );
+        assert_eq!(
+            log.expired(0, -1, 300, 200, 200),
+            (vec!["a".to_string()], 100)
+        );
+        assert_eq!(log.expired(0, -1, 350, 200, 200), (vec![], 0));
     }
 
     #[test]

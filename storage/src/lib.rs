@@ -22,4 +22,7 @@ pub mod segment;
 mod tail;
 pub mod txn;
 
-pub use partition::{AppendOutcome, LogConfig, OpenStats, Partition, PartitionError, ReadOutcome};
+pub use partition::{
+    remote_slice, AppendOutcome, LogConfig, OpenStats, Partition, PartitionError, ReadOutcome,
+    RemoteSlice, SegmentCopy,
+};

@@ -62,8 +62,11 @@ mod open;
 mod read;
 mod replica;
 mod retention;
+mod tiered;
 mod truncate;
 mod txn;
+
+pub use tiered::{remote_slice, RemoteSlice, SegmentCopy};
 
 use clean::{complete_swaps, remove_leftovers};
 use replica::{BatchEnd, ReplicaOpen};
@@ -139,6 +142,17 @@ pub struct LogConfig {
     /// Idempotent producers a partition keeps state for; a new one evicts the least recently
     /// used (`producer.state.partition.max.producers`).
     pub producer_state_max_producers: usize,
+    /// Tiered storage (`remote.storage.enable`): closed segments are copied to an object store,
+    /// and a local segment goes only once the store holds all of it
+    /// ([`Partition::set_remote_copied_end`]) and `local_retention_*` lets it go;
+    /// `retention_*` then bound the remote log, which its copier enforces.
+    pub remote_storage: bool,
+    /// How long a copied segment stays on local disk (`local.retention.ms`, resolved: its -2
+    /// is `retention.ms`); negative: for ever. Only with `remote_storage`.
+    pub local_retention_ms: i64,
+    /// Local bytes kept of copied segments (`local.retention.bytes`, resolved); negative: no
+    /// limit. Only with `remote_storage`.
+    pub local_retention_bytes: i64,
 }
 
 impl LogConfig {
@@ -179,6 +193,9 @@ impl LogConfig {
         write_durability: WriteDurability::OnSync,
         producer_id_expiration_ms: 24 * 3600 * 1000,
         producer_state_max_producers: 10_000,
+        remote_storage: false,
+        local_retention_ms: -1,
+        local_retention_bytes: -1,
     };
 
     /// Whether every commit waits for its data to be `fdatasync`ed.
@@ -331,6 +348,9 @@ pub struct Partition {
     /// Chunk reads that went to the disk (neither the tail nor a read-ahead held them).
     disk_chunk_reads: Cell<u64>,
     opened: OpenStats,
+    /// Tiered storage: the object store holds every offset below this (see
+    /// [`LogConfig::remote_storage`]).
+    remote_copied_end: Cell<i64>,
 }
 
 /// Milliseconds since the Unix epoch by the system clock (0 if it is before the epoch).

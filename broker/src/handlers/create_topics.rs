@@ -68,7 +68,11 @@ pub async fn handle(
             check_shape(&catalog, max_partitions, t, &manual, &new)
         };
         // A null config value fails a topic that passed every other check.
-        let check = check.and(null_config(t));
+        let check = check.and(null_config(t)).and_then(|()| {
+            let configs = new.configs.iter().map(|(k, v)| (k, v));
+            crate::topic_config::check_topic_remote_storage(&shard.broker_config(), configs)
+                .map_err(|e| (ErrorCode::INVALID_CONFIG, Some(e)))
+        });
         let (partitions, replication_factor) = (new.partitions, new.replication_factor);
         if check.is_ok() && !req.validate_only {
             to_create.push((outcomes.len(), new));

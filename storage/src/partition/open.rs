@@ -145,6 +145,7 @@ impl Partition {
             append_lock: Semaphore::new(1),
             maintenance: Semaphore::new(1),
             cleaned_through: Cell::new(cleaned_through),
+            remote_copied_end: Cell::new(0),
             flushing: Cell::new(false),
             last_flush_small: Cell::new(false),
             flushed: Event::new(),

@@ -14,7 +14,7 @@ impl Partition {
         self.check_online()?;
         let (due, all) = {
             let st = self.state.borrow();
-            let due = retention_due(&st, self.config.get(), now_ms);
+            let due = retention_due(&st, self.config.get(), now_ms, self.remote_copied_end.get());
             (due, due == st.segments.len())
         };
         if due == 0 {
@@ -166,8 +166,13 @@ impl Partition {
 
 /// How many segments at the front of the log are due for deletion: wholly below the high
 /// watermark (an empty active segment never is), and past `retention.ms`, beyond
-/// `retention.bytes`, or wholly below the log start offset.
-fn retention_due(st: &LogState, config: LogConfig, now_ms: i64) -> usize {
+/// `retention.bytes`, or wholly below the log start offset. With tiered storage, only segments
+/// wholly below `copied_end` (the object store holds them), by the local retention limits.
+fn retention_due(st: &LogState, config: LogConfig, now_ms: i64, copied_end: i64) -> usize {
+    let (retention_ms, retention_bytes) = match config.remote_storage {
+        true => (config.local_retention_ms, config.local_retention_bytes),
+        false => (config.retention_ms, config.retention_bytes),
+    };
     let n = st.segments.len();
     let mut total: i64 = st.segments.iter().map(|s| s.size as i64).sum();
     let mut due = 0;
@@ -178,10 +183,11 @@ fn retention_due(st: &LogState, config: LogConfig, now_ms: i64) -> usize {
             break;
         }
         let below_start = next_base.is_some_and(|b| b <= st.log_start_offset);
-        let too_old = config.retention_ms >= 0
-            && now_ms.saturating_sub(seg.max_timestamp) > config.retention_ms;
-        let too_big =
-            config.retention_bytes >= 0 && total - seg.size as i64 >= config.retention_bytes;
+        if config.remote_storage && upper > copied_end && !below_start {
+            break;
+        }
+        let too_old = retention_ms >= 0 && now_ms.saturating_sub(seg.max_timestamp) > retention_ms;
+        let too_big = retention_bytes >= 0 && total - seg.size as i64 >= retention_bytes;
         if !(below_start || too_old || too_big) {
             break;
         }
@@ -252,6 +258,53 @@ mod tests {
                 drop(p);
                 let p = Partition::open_replicated(pdir, CONFIG).await.unwrap();
                 assert_eq!(p.log_start_offset(), 80, "checkpointed");
+                p.close().await.unwrap();
+            })
+            .expect("executor")
+            .join()
+            .expect("join");
+    }
+
+    #[test]
+    fn a_tiered_log_deletes_locally_only_what_the_store_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::default()
+            .io_memory(1 << 20)
+            .spawn(move || async move {
+                crate::io::prime_executor_io(&path).await.unwrap();
+                let config = LogConfig {
+                    remote_storage: true,
+                    local_retention_bytes: 0,
+                    retention_bytes: -1,
+                    ..CONFIG
+                };
+                let p = Partition::open_replicated(path.join("t-0"), config)
+                    .await
+                    .unwrap();
+                for base in 0..100 {
+                    let end = p.append_as_follower(&leader_batch(base)).await.unwrap();
+                    p.sync_to(end).await.unwrap();
+                }
+                assert_eq!(p.set_high_watermark(100), 100);
+                let now = 2_000;
+                assert_eq!(p.enforce_retention(now).await.unwrap(), 0, "nothing copied");
+                let copy = p.next_segment_to_copy(0).expect("a closed segment");
+                assert_eq!(copy.base_offset, 0);
+                assert_eq!(copy.leader_epochs, vec![(0, 0)]);
+                let second = p.next_segment_to_copy(copy.last_offset + 1).unwrap();
+                assert_eq!(second.base_offset, copy.last_offset + 1);
+                // The store holds the first segment and half the second: only the first goes.
+                p.set_remote_copied_end(second.last_offset);
+                assert_eq!(p.enforce_retention(now).await.unwrap(), 1);
+                assert_eq!(p.log_start_offset(), second.base_offset);
+                p.set_remote_copied_end(100);
+                let due = p.enforce_retention(now).await.unwrap();
+                assert!(due > 3, "every closed segment is copied: {due} go");
+                assert!(
+                    p.next_segment_to_copy(0).is_none(),
+                    "the active one is never copied"
+                );
                 p.close().await.unwrap();
             })
             .expect("executor")

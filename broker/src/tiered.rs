@@ -1,0 +1,621 @@
+//! Tiered storage on a shard (KIP-405): the leader of a partition with `remote.storage.enable`
+//! copies its closed segments to the remote log store, records each copy in the metadata log,
+//! and deletes there what `retention.*` lets go; every replica deletes locally only what the
+//! store holds (`Partition::set_remote_copied_end`) and `local.retention.*` lets go; a fetch
+//! below the local log start is read from the store, on the owning shard, without blocking it
+//! (the store runs on its own thread, `tributary_remote`).
+//!
+//! Objects: `TOPIC-TOPICID/PARTITION/BASEOFFSET-SEGMENTID.log` (the segment's batches, byte for
+//! byte) and `.index` (the local index file's format: offsets, times, aborted transactions).
+//! A copy is `CopyStarted` in the metadata log before its first byte is written and readable
+//! only once `CopyFinished`; a failed copy is marked for deletion, its objects removed by the
+//! next pass, and tried again under a new segment id.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use tracing::{info, warn};
+use tributary_metadata::remote_log::{
+    RemoteLog, RemoteLogChange, RemoteSegment, RemoteSegmentState,
+};
+use tributary_metadata::types::TopicPartition;
+use tributary_protocol::ErrorCode;
+use tributary_remote::{RemoteError, RemoteStore};
+use tributary_storage::index::IndexFile;
+use tributary_storage::{remote_slice, Partition, RemoteSlice, SegmentCopy};
+
+use crate::catalog::Catalog;
+use crate::cluster::command::MetadataCommand;
+use crate::shard::{now_ms, FetchRead, FetchResult, Shard};
+
+/// Segments one partition copies at most per pass: a backlog drains over several passes, and
+/// one partition does not hold the shard's other partitions back for long.
+const COPIES_PER_PASS: usize = 16;
+
+/// A remote read starts this far before the index's position for the offset is reached at
+/// most (`index.interval.bytes` of batches below the offset), plus the batch header.
+const READ_SLACK_BYTES: u64 = 4096 + 64;
+
+/// A shard's tiered storage: the store handle, the remote indexes it keeps, and its counts.
+pub struct RemoteLogs {
+    store: RemoteStore,
+    indexes: RefCell<IndexCache>,
+    /// A pass is under way (passes do not overlap).
+    passing: Cell<bool>,
+    pub counts: RemoteCounts,
+}
+
+/// What the shard's tiered storage did, for `/metrics`.
+#[derive(Default)]
+pub struct RemoteCounts {
+    pub segments_copied: Cell<u64>,
+    pub bytes_copied: Cell<u64>,
+    pub segments_deleted: Cell<u64>,
+    pub read_bytes: Cell<u64>,
+    pub reads: Cell<u64>,
+    pub read_micros: Cell<u64>,
+    pub store_errors: Cell<u64>,
+}
+
+impl RemoteLogs {
+    pub fn new(store: RemoteStore, index_cache_bytes: u64) -> Self {
+        RemoteLogs {
+            store,
+            indexes: RefCell::new(IndexCache::new(index_cache_bytes)),
+            passing: Cell::new(false),
+            counts: RemoteCounts::default(),
+        }
+    }
+}
+
+/// Remote segments' indexes, decoded, kept up to a byte budget; the oldest go first.
+struct IndexCache {
+    budget: u64,
+    held: u64,
+    entries: HashMap<String, (Rc<IndexFile>, u64)>,
+    order: VecDeque<String>,
+}
+
+impl IndexCache {
+    fn new(budget: u64) -> Self {
+        IndexCache {
+            budget,
+            held: 0,
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    fn get(&self, id: &str) -> Option<Rc<IndexFile>> {
+        self.entries.get(id).map(|(f, _)| f.clone())
+    }
+
+    fn put(&mut self, id: String, f: Rc<IndexFile>, bytes: u64) {
+        while self.held + bytes > self.budget {
+            let Some(old) = self.order.pop_front() else {
+                return; // larger than the whole budget: not kept
+            };
+            if let Some((_, b)) = self.entries.remove(&old) {
+                self.held -= b;
+            }
+        }
+        self.held += bytes;
+        self.order.push_back(id.clone());
+        self.entries.insert(id, (f, bytes));
+    }
+}
+
+/// The object holding `seg`'s `kind` ("log" or "index").
+fn object_key(
+    log: &RemoteLog,
+    topic: &str,
+    partition: i32,
+    seg: &RemoteSegment,
+    kind: &str,
+) -> String {
+    format!(
+        "{topic}-{}/{partition}/{:020}-{}.{kind}",
+        log.topic_id, seg.base_offset, seg.id
+    )
+}
+
+/// Why a remote read failed: the partition answers KAFKA_STORAGE_ERROR, and the log names
+/// the object.
+struct ReadFailure {
+    object: String,
+    detail: String,
+}
+
+impl Shard {
+    fn remote_logs(&self) -> Option<Rc<RemoteLogs>> {
+        self.hosted::<RemoteLogs>()
+    }
+
+    /// The first offset of `topic`-`partition` a reader may ask for: below the local log
+    /// start when the remote log holds more.
+    pub(crate) fn log_start_with_remote(&self, topic: &str, partition: i32, local: i64) -> i64 {
+        let catalog = self.catalog();
+        catalog
+            .remote_log(topic, partition)
+            .and_then(RemoteLog::start_offset)
+            .map_or(local, |remote| remote.min(local))
+    }
+
+    /// One pass over the partitions this shard owns with remote storage: every replica learns
+    /// how far the store reaches; the leader copies what is due, deletes what retention let go
+    /// of, and removes the objects of deleted or failed copies. Every
+    /// `remote.log.manager.task.interval.ms`.
+    pub async fn tier_segments(self: &Rc<Self>) {
+        let Some(logs) = self.remote_logs() else {
+            return;
+        };
+        if logs.passing.replace(true) {
+            return;
+        }
+        for (key, part) in self.owned_partitions() {
+            if self.draining.get() {
+                break;
+            }
+            if !part.config().remote_storage || part.is_offline() {
+                continue;
+            }
+            if let Err(e) = self.tier_partition(&logs, &key, &part).await {
+                logs.counts
+                    .store_errors
+                    .set(logs.counts.store_errors.get() + 1);
+                warn!(topic = %key.topic, partition = key.partition, error = %e, "tiered storage: copying or deleting failed; local data is kept and the next pass tries again");
+            }
+        }
+        logs.passing.set(false);
+    }
+
+    async fn tier_partition(
+        self: &Rc<Self>,
+        logs: &RemoteLogs,
+        key: &TopicPartition,
+        part: &Rc<Partition>,
+    ) -> Result<(), String> {
+        let catalog = self.catalog();
+        if let Some(log) = catalog.remote_log(&key.topic, key.partition) {
+            part.set_remote_copied_end(log.copied_end());
+        }
+        let leads = catalog
+            .partition(&key.topic, key.partition)
+            .is_some_and(|p| p.leader == self.config.node_id);
+        if !leads {
+            return Ok(());
+        }
+        self.remove_deleted_objects(logs, key).await?;
+        for _ in 0..COPIES_PER_PASS {
+            if !self.copy_next_segment(logs, key, part).await? {
+                break;
+            }
+        }
+        self.expire_remote_segments(key, part).await
+    }
+
+    /// Copies the next closed segment past what the store holds; `false` when none is due.
+    async fn copy_next_segment(
+        self: &Rc<Self>,
+        logs: &RemoteLogs,
+        key: &TopicPartition,
+        part: &Rc<Partition>,
+    ) -> Result<bool, String> {
+        let catalog = self.catalog();
+        let (Some(placed), Some(topic)) = (
+            catalog.partition(&key.topic, key.partition),
+            catalog.topics.get(&key.topic),
+        ) else {
+            return Ok(false);
+        };
+        let mut log = catalog
+            .remote_log(&key.topic, key.partition)
+            .cloned()
+            .unwrap_or_default();
+        log.topic_id = topic.id.clone();
+        let from = log.copied_end().max(part.log_start_offset());
+        let Some(copy) = part.next_segment_to_copy(from) else {
+            return Ok(false);
+        };
+        let seg = segment_of(&copy, self.config.node_id, placed.leader_epoch);
+        let id = seg.id.clone();
+        self.change_remote_log(
+            key,
+            RemoteLogChange::CopyStarted {
+                segment: seg.clone(),
+            },
+        )
+        .await?;
+        match self.upload(logs, &log, key, &seg, copy).await {
+            Ok(log_crc32c) => {
+                self.change_remote_log(key, RemoteLogChange::CopyFinished { id, log_crc32c })
+                    .await?;
+                logs.counts
+                    .segments_copied
+                    .set(logs.counts.segments_copied.get() + 1);
+                logs.counts
+                    .bytes_copied
+                    .set(logs.counts.bytes_copied.get() + seg.size);
+                part.set_remote_copied_end(seg.end_offset + 1);
+                info!(topic = %key.topic, partition = key.partition, base_offset = seg.base_offset, end_offset = seg.end_offset, bytes = seg.size, segment = %seg.id, "copied a segment to the remote log store");
+                Ok(true)
+            }
+            Err(e) => {
+                // Its objects, if any were written, go at the next pass.
+                let gone = RemoteLogChange::DeleteStarted {
+                    ids: vec![id],
+                    log_start_offset: log.log_start_offset,
+                };
+                let _ = self.change_remote_log(key, gone).await;
+                Err(e.to_string())
+            }
+        }
+    }
+
+    /// Writes the segment's index and log objects; the log object's CRC32C.
+    async fn upload(
+        &self,
+        logs: &RemoteLogs,
+        log: &RemoteLog,
+        key: &TopicPartition,
+        seg: &RemoteSegment,
+        copy: SegmentCopy,
+    ) -> Result<u32, RemoteError> {
+        let index_key = object_key(log, &key.topic, key.partition, seg, "index");
+        logs.store.put(index_key, Bytes::from(copy.index)).await?;
+        let log_key = object_key(log, &key.topic, key.partition, seg, "log");
+        let up = logs
+            .store
+            .put_file(log_key, copy.log_path, copy.size)
+            .await?;
+        Ok(up.crc32c)
+    }
+
+    /// Removes the objects of segments being deleted, then forgets them.
+    async fn remove_deleted_objects(
+        self: &Rc<Self>,
+        logs: &RemoteLogs,
+        key: &TopicPartition,
+    ) -> Result<(), String> {
+        let catalog = self.catalog();
+        let Some(log) = catalog.remote_log(&key.topic, key.partition) else {
+            return Ok(());
+        };
+        let mut ids = Vec::new();
+        for seg in log.deleting() {
+            for kind in ["log", "index"] {
+                let object = object_key(log, &key.topic, key.partition, seg, kind);
+                logs.store.delete(object).await.map_err(|e| e.to_string())?;
+            }
+            ids.push(seg.id.clone());
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let n = ids.len() as u64;
+        self.change_remote_log(key, RemoteLogChange::DeleteFinished { ids })
+            .await?;
+        logs.counts
+            .segments_deleted
+            .set(logs.counts.segments_deleted.get() + n);
+        Ok(())
+    }
+
+    /// Marks the remote segments `retention.ms` / `retention.bytes` let go of for deletion
+    /// (their objects go at the next pass).
+    async fn expire_remote_segments(
+        self: &Rc<Self>,
+        key: &TopicPartition,
+        part: &Partition,
+    ) -> Result<(), String> {
+        let catalog = self.catalog();
+        let Some(log) = catalog.remote_log(&key.topic, key.partition) else {
+            return Ok(());
+        };
+        let config = part.config();
+        let (ids, log_start_offset) = log.expired(
+            now_ms(),
+            config.retention_ms,
+            config.retention_bytes,
+            part.size_bytes(),
+            part.log_start_offset(),
+        );
+        if ids.is_empty() {
+            return Ok(());
+        }
+        info!(topic = %key.topic, partition = key.partition, segments = ids.len(), log_start_offset, "deleting remote segments past retention");
+        self.change_remote_log(
+            key,
+            RemoteLogChange::DeleteStarted {
+                ids,
+                log_start_offset,
+            },
+        )
+        .await
+    }
+
+    async fn change_remote_log(
+        self: &Rc<Self>,
+        key: &TopicPartition,
+        change: RemoteLogChange,
+    ) -> Result<(), String> {
+        let cmd = MetadataCommand::RemoteLogSegment {
+            topic: key.topic.clone(),
+            partition: key.partition,
+            change,
+        };
+        match crate::controller::ask(self, |_, c| async move { c.answer(cmd).await }).await {
+            Some((ErrorCode::NONE, _)) => Ok(()),
+            Some((code, why)) => Err(format!(
+                "the metadata log refused a remote log change: {code:?} {}",
+                why.unwrap_or_default()
+            )),
+            None => Err("the controller did not answer a remote log change".into()),
+        }
+    }
+
+    /// A fetch below the local log start, read from the remote segment holding its offset;
+    /// `None` when no copied segment holds it (the local read then answers, out of range).
+    pub(crate) async fn fetch_remote(
+        &self,
+        topic: &str,
+        partition: i32,
+        part: &Partition,
+        read: FetchRead,
+    ) -> Option<FetchResult> {
+        let logs = self.remote_logs()?;
+        let catalog = self.catalog();
+        let log = catalog.remote_log(topic, partition)?;
+        let seg = log.segment_for(read.offset)?;
+        let mut out = FetchResult {
+            error: ErrorCode::NONE,
+            records: Bytes::new(),
+            high_watermark: part.high_watermark(),
+            log_start_offset: self.log_start_with_remote(topic, partition, part.log_start_offset()),
+            last_stable_offset: part.last_stable_offset(),
+            aborted_transactions: Vec::new(),
+            visible_bytes: part.visible_bytes(),
+        };
+        if read.hard_limit && read.max_bytes == 0 {
+            return Some(out);
+        }
+        let started = std::time::Instant::now();
+        let key = TopicPartition::new(topic.to_string(), partition);
+        match self.read_remote(&logs, log, &key, seg, read).await {
+            Ok((records, index)) => {
+                if read.read_committed {
+                    out.aborted_transactions = self
+                        .remote_aborted(
+                            &logs,
+                            &catalog,
+                            &key,
+                            seg,
+                            &index,
+                            read.offset,
+                            &records,
+                            part,
+                        )
+                        .await
+                        .unwrap_or_default();
+                }
+                let c = &logs.counts;
+                c.reads.set(c.reads.get() + 1);
+                c.read_bytes.set(c.read_bytes.get() + records.len() as u64);
+                c.read_micros
+                    .set(c.read_micros.get() + started.elapsed().as_micros() as u64);
+                out.records = records;
+            }
+            Err(f) => {
+                logs.counts
+                    .store_errors
+                    .set(logs.counts.store_errors.get() + 1);
+                warn!(topic, partition, offset = read.offset, object = %f.object, error = %f.detail, "remote read failed; answering KAFKA_STORAGE_ERROR for this partition");
+                out.error = ErrorCode::KAFKA_STORAGE_ERROR;
+            }
+        }
+        Some(out)
+    }
+
+    /// The batches at `read.offset` in `seg`, and its index.
+    async fn read_remote(
+        &self,
+        logs: &RemoteLogs,
+        log: &RemoteLog,
+        key: &TopicPartition,
+        seg: &RemoteSegment,
+        read: FetchRead,
+    ) -> Result<(Bytes, Rc<IndexFile>), ReadFailure> {
+        let index = self.remote_index(logs, log, key, seg).await?;
+        let object = object_key(log, &key.topic, key.partition, seg, "log");
+        let (mut position, mut first) = locate(&index, seg.base_offset, read.offset);
+        let mut len = (read.max_bytes as u64).max(1) + READ_SLACK_BYTES;
+        for _ in 0..3 {
+            let end = (position + len).min(seg.size);
+            let fail = |detail: String| ReadFailure {
+                object: object.clone(),
+                detail,
+            };
+            if position >= end {
+                return Ok((Bytes::new(), index));
+            }
+            let bytes = logs
+                .store
+                .get_range(object.clone(), position..end)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+            if bytes.len() as u64 != end - position {
+                return Err(fail(format!(
+                    "asked for bytes {position}..{end}, got {}",
+                    bytes.len()
+                )));
+            }
+            match remote_slice(
+                &bytes,
+                position,
+                first,
+                read.offset,
+                read.max_bytes,
+                read.hard_limit,
+            ) {
+                RemoteSlice::Batches(r) => return Ok((bytes.slice(r), index)),
+                RemoteSlice::Corrupt(why) => return Err(fail(format!("damaged batches: {why}"))),
+                RemoteSlice::NeedMore {
+                    position: at,
+                    needed,
+                } => {
+                    if at >= seg.size {
+                        return Err(fail(format!(
+                            "the object ends at {} before offset {}",
+                            seg.size, read.offset
+                        )));
+                    }
+                    // The batch at `at` is longer than what was read: read from it, whole.
+                    if at > position {
+                        first =
+                            batch_base_offset(&bytes[(at - position) as usize..]).unwrap_or(first);
+                    }
+                    position = at;
+                    len = needed as u64;
+                }
+            }
+        }
+        Err(ReadFailure {
+            object,
+            detail: "no whole batch after three ranged reads".into(),
+        })
+    }
+
+    /// The index of `seg`, from the cache or the store (checked against the CRC32C and size
+    /// its metadata records).
+    async fn remote_index(
+        &self,
+        logs: &RemoteLogs,
+        log: &RemoteLog,
+        key: &TopicPartition,
+        seg: &RemoteSegment,
+    ) -> Result<Rc<IndexFile>, ReadFailure> {
+        if let Some(f) = logs.indexes.borrow().get(&seg.id) {
+            return Ok(f);
+        }
+        let object = object_key(log, &key.topic, key.partition, seg, "index");
+        let fail = |detail: String| ReadFailure {
+            object: object.clone(),
+            detail,
+        };
+        let bytes = logs
+            .store
+            .get(object.clone())
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        if bytes.len() as u64 != seg.index_size || crc32c::crc32c(&bytes) != seg.index_crc32c {
+            return Err(fail(format!(
+                "index object of {} bytes does not match its metadata ({} bytes, CRC32C {:#010x})",
+                bytes.len(),
+                seg.index_size,
+                seg.index_crc32c
+            )));
+        }
+        let f = IndexFile::decode(&bytes).ok_or_else(|| fail("undecodable index object".into()))?;
+        let f = Rc::new(f);
+        logs.indexes
+            .borrow_mut()
+            .put(seg.id.clone(), f.clone(), bytes.len() as u64);
+        Ok(f)
+    }
+
+    /// The aborted transactions a READ_COMMITTED fetch of `records` at `from` in remote
+    /// segment `seg` carries: from its index and, until an entry shows every transaction that
+    /// began below the records' end has ended, the later remote segments' and the local log's.
+    #[allow(clippy::too_many_arguments)]
+    async fn remote_aborted(
+        &self,
+        logs: &RemoteLogs,
+        catalog: &Catalog,
+        key: &TopicPartition,
+        seg: &RemoteSegment,
+        index: &Rc<IndexFile>,
+        from: i64,
+        records: &[u8],
+        part: &Partition,
+    ) -> Result<Vec<(i64, i64)>, ReadFailure> {
+        let Some(upto) = crate::shard::end_of_batches(records) else {
+            return Ok(Vec::new());
+        };
+        let log = catalog
+            .remote_log(&key.topic, key.partition)
+            .expect("the segment came from it");
+        let mut lists = vec![index.clone()];
+        let done = |f: &IndexFile| f.aborted.iter().any(|t| t.last_stable_offset >= upto);
+        let mut complete = done(index);
+        let mut next_base = seg.end_offset + 1;
+        while !complete {
+            let Some(next) = log
+                .readable()
+                .filter(|s| s.end_offset >= next_base)
+                .min_by_key(|s| s.base_offset)
+            else {
+                break;
+            };
+            if next.base_offset >= part.log_start_offset() {
+                break; // the local log has it
+            }
+            let f = self.remote_index(logs, log, key, next).await?;
+            complete = done(&f);
+            next_base = next.end_offset + 1;
+            lists.push(f);
+        }
+        let mut out = tributary_storage::txn::collect_aborted(
+            lists.iter().map(|f| f.aborted.as_slice()),
+            from,
+            upto,
+        );
+        if !complete {
+            for t in part.aborted_transactions(part.log_start_offset(), upto) {
+                if !out.contains(&t) {
+                    out.push(t);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Where to start reading `offset` in a segment based at `base` with index `f`: (position, the
+/// base offset of the batch there).
+fn locate(f: &IndexFile, base: i64, offset: i64) -> (u64, i64) {
+    if offset <= base {
+        return (0, base);
+    }
+    let rel = u32::try_from((offset - base).min(i64::from(u32::MAX))).unwrap_or(u32::MAX);
+    let (rel_base, pos) = f.index.lookup_offset(rel);
+    (u64::from(pos), base + i64::from(rel_base))
+}
+
+/// The base offset of the batch `bytes` starts with.
+fn batch_base_offset(bytes: &[u8]) -> Option<i64> {
+    Some(i64::from_be_bytes(bytes.get(..8)?.try_into().ok()?))
+}
+
+/// The metadata of a copy about to start.
+fn segment_of(
+    copy: &SegmentCopy,
+    broker: i32,
+    leader_epoch: tributary_metadata::types::LeaderEpoch,
+) -> RemoteSegment {
+    RemoteSegment {
+        id: uuid::Uuid::new_v4().to_string(),
+        base_offset: copy.base_offset,
+        end_offset: copy.last_offset,
+        max_timestamp: copy.max_timestamp,
+        size: copy.size,
+        log_crc32c: 0,
+        index_size: copy.index.len() as u64,
+        index_crc32c: crc32c::crc32c(&copy.index),
+        leader_epochs: copy.leader_epochs.clone(),
+        broker,
+        leader_epoch,
+        state: RemoteSegmentState::CopyStarted,
+    }
+}
