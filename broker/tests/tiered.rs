@@ -1,13 +1,16 @@
-//! Tiered storage against a `file://` remote log store: closed segments leave the local disk
-//! once copied, and everything reads back from offset 0 through the ordinary Fetch — with
-//! librdkafka and as raw bytes — and damage in the store is one partition's
-//! KAFKA_STORAGE_ERROR, never the broker's.
+//! Tiered storage against a real S3-compatible server started by the test (`common::s3`) and
+//! against a `file://` store: closed segments leave the local disk once copied, and
+//! everything reads back from offset 0 through the ordinary Fetch — with librdkafka and as
+//! raw bytes; damage in the store is one partition's KAFKA_STORAGE_ERROR, never the
+//! broker's; a store that cannot be reached costs nothing but the copies, which catch up.
 
 mod common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use common::s3::S3Server;
 use common::{rd_consume, rd_create_topics, rd_produce, start_broker, wait_until, RawConn};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{
@@ -20,18 +23,52 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use tributary_protocol::ErrorCode;
 
-fn tiered_broker(dir: &Path, store: &Path) -> tributary_broker::server::BrokerHandle {
-    let url = format!("file://{}", store.display());
-    start_broker(
-        dir,
-        2,
-        &[
-            ("remote.log.storage.system.enable", "true"),
-            ("remote.log.storage.url", &url),
-            ("remote.log.manager.task.interval.ms", "200"),
-            ("log.retention.check.interval.ms", "200"),
-        ],
-    )
+/// Where a test's remote log store is.
+enum Store {
+    File(PathBuf),
+    S3(S3Server),
+}
+
+impl Store {
+    fn file(dir: &Path) -> Store {
+        Store::File(dir.join("store"))
+    }
+
+    fn s3(dir: &Path) -> Store {
+        Store::S3(S3Server::start(&dir.join("s3")))
+    }
+
+    /// The directory its objects are files in.
+    fn objects(&self) -> PathBuf {
+        match self {
+            Store::File(p) => p.clone(),
+            Store::S3(s) => s.bucket_dir(),
+        }
+    }
+
+    fn props(&self) -> Vec<(String, String)> {
+        match self {
+            Store::File(p) => vec![(
+                "remote.log.storage.url".into(),
+                format!("file://{}", p.display()),
+            )],
+            Store::S3(s) => s.broker_props("cluster-a"),
+        }
+    }
+}
+
+fn tiered_broker(dir: &Path, store: &Store) -> tributary_broker::server::BrokerHandle {
+    let mut props: Vec<(String, String)> = vec![
+        ("remote.log.storage.system.enable".into(), "true".into()),
+        ("remote.log.manager.task.interval.ms".into(), "200".into()),
+        ("log.retention.check.interval.ms".into(), "200".into()),
+    ];
+    props.extend(store.props());
+    let props: Vec<(&str, &str)> = props
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    start_broker(dir, 2, &props)
 }
 
 fn create_tiered(addr: SocketAddr, topic: &str) {
@@ -114,11 +151,21 @@ fn messages(n: usize) -> Vec<(Option<String>, String)> {
 }
 
 #[test]
-fn closed_segments_leave_the_local_disk_and_read_back_from_offset_zero() {
+fn closed_segments_leave_the_local_disk_and_read_back_from_offset_zero_s3() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store");
-    let data = dir.path().join("data");
-    let broker = tiered_broker(&data, &store);
+    copied_segments_read_back(dir.path(), &Store::s3(dir.path()));
+}
+
+#[test]
+fn closed_segments_leave_the_local_disk_and_read_back_from_offset_zero_file() {
+    let dir = tempfile::tempdir().unwrap();
+    copied_segments_read_back(dir.path(), &Store::file(dir.path()));
+}
+
+fn copied_segments_read_back(dir: &Path, store: &Store) {
+    let data = dir.join("data");
+    let broker = tiered_broker(&data, store);
+    let store = store.objects();
     let addr = broker.addr;
     create_tiered(addr, "tiered");
     let sent = messages(200);
@@ -161,11 +208,21 @@ fn closed_segments_leave_the_local_disk_and_read_back_from_offset_zero() {
 }
 
 #[test]
-fn a_missing_or_damaged_remote_object_is_that_partitions_storage_error() {
+fn a_missing_or_damaged_remote_object_is_that_partitions_storage_error_s3() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store");
-    let data = dir.path().join("data");
-    let broker = tiered_broker(&data, &store);
+    damaged_objects(dir.path(), &Store::s3(dir.path()));
+}
+
+#[test]
+fn a_missing_or_damaged_remote_object_is_that_partitions_storage_error_file() {
+    let dir = tempfile::tempdir().unwrap();
+    damaged_objects(dir.path(), &Store::file(dir.path()));
+}
+
+fn damaged_objects(dir: &Path, store: &Store) {
+    let data = dir.join("data");
+    let broker = tiered_broker(&data, store);
+    let store = store.objects();
     let addr = broker.addr;
     create_tiered(addr, "damaged");
     rd_produce(
@@ -224,8 +281,7 @@ fn remote_storage_is_refused_for_compacted_topics_and_without_the_broker_switch(
     let refused = create(off.addr, &[("remote.storage.enable", "true")]);
     assert_eq!(refused.as_deref(), Some("InvalidConfig"));
     drop(off);
-    let store = dir.path().join("store");
-    let on = tiered_broker(&dir.path().join("on"), &store);
+    let on = tiered_broker(&dir.path().join("on"), &Store::file(dir.path()));
     let compacted = [
         ("remote.storage.enable", "true"),
         ("cleanup.policy", "compact"),
@@ -244,4 +300,55 @@ fn remote_storage_is_refused_for_compacted_topics_and_without_the_broker_switch(
         Some("InvalidConfig")
     );
     assert_eq!(create(on.addr, &[("remote.storage.enable", "true")]), None);
+}
+
+#[test]
+fn a_store_out_of_reach_keeps_the_local_log_and_the_copies_catch_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::s3(dir.path());
+    let data = dir.path().join("data");
+    let broker = tiered_broker(&data, &store);
+    let addr = broker.addr;
+    create_tiered(addr, "outage");
+    let one_batch_each = [("linger.ms", "0"), ("batch.num.messages", "1")];
+    let first = messages(60);
+    rd_produce(addr, "outage", &one_batch_each, &first);
+    let objects = store.objects();
+    wait_until("the first segments copied", || {
+        remote_logs(&objects).len() >= 3
+    });
+    let Store::S3(server) = &mut store else {
+        unreachable!()
+    };
+    server.stop();
+    // Produce on while the store refuses connections: nothing is lost, nothing more leaves
+    // the local disk.
+    let second = messages(120);
+    rd_produce(addr, "outage", &one_batch_each, &second[60..]);
+    std::thread::sleep(Duration::from_secs(3));
+    let copied = remote_logs(&objects).len();
+    let local = local_segments(&data, "outage");
+    assert!(local >= 5, "uncopied segments stay local: {local}");
+    // What the local log holds is read as usual; the copied part waits for the store.
+    let local_start = list_offset(addr, "outage", -4);
+    assert!(
+        local_start <= 60,
+        "the new records are all local: from {local_start}"
+    );
+    let (code, records) = fetch(addr, "outage", 60);
+    assert_eq!(code, 0);
+    assert!(!records.is_empty());
+    assert_eq!(
+        fetch(addr, "outage", 0).0,
+        ErrorCode::KAFKA_STORAGE_ERROR.code(),
+        "the copied range cannot be read while the store is out of reach"
+    );
+    server.resume();
+    wait_until("the copies caught up", || {
+        remote_logs(&objects).len() > copied && local_segments(&data, "outage") <= 2
+    });
+    let got = rd_consume(addr, "outage", 1, 120);
+    let values: Vec<&String> = got.iter().map(|m| &m.3).collect();
+    let sent: Vec<&String> = second.iter().map(|m| &m.1).collect();
+    assert_eq!(values, sent);
 }

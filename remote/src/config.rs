@@ -6,7 +6,7 @@ use std::sync::Arc;
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::prefix::PrefixStore;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, RetryConfig};
 
 /// A credential: never printed, in `Debug` or anywhere else.
 #[derive(Clone, PartialEq, Eq)]
@@ -127,9 +127,18 @@ impl StoreConfig {
             StoreKind::S3 { bucket, prefix } => {
                 // reqwest's TLS takes the process's rustls provider: ring, as the broker's own.
                 let _ = rustls::crypto::ring::default_provider().install_default();
+                // A failing store is retried by the next copy pass, not for minutes inside one
+                // operation (the default retries for three), which would hold the shard's
+                // other partitions' copies and a consumer's fetch.
+                let retry = RetryConfig {
+                    max_retries: 3,
+                    retry_timeout: std::time::Duration::from_secs(20),
+                    ..RetryConfig::default()
+                };
                 let mut b = AmazonS3Builder::from_env()
                     .with_bucket_name(bucket)
-                    .with_allow_http(self.allow_http);
+                    .with_allow_http(self.allow_http)
+                    .with_retry(retry);
                 if let Some(e) = &self.endpoint {
                     b = b.with_endpoint(e);
                 }

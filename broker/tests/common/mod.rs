@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod netns;
+pub mod s3;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -1,0 +1,105 @@
+//! A real S3-compatible server on 127.0.0.1, in the test process: `s3s-fs` (the `s3s` crate's
+//! file-backed S3 service) over hyper, with SigV4 authentication on, for the tiered-storage
+//! tests. Objects are files under `root/BUCKET/KEY`, so a test can look at and damage them.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+pub const ACCESS_KEY: &str = "tributary-test-key";
+pub const SECRET_KEY: &str = "tributary-test-secret";
+pub const BUCKET: &str = "tiered";
+
+pub struct S3Server {
+    pub addr: SocketAddr,
+    pub root: PathBuf,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl S3Server {
+    /// Starts a server storing under `root`, with the bucket [`BUCKET`], on a free port.
+    pub fn start(root: &Path) -> S3Server {
+        std::fs::create_dir_all(root.join(BUCKET)).unwrap();
+        Self::start_at(root, "127.0.0.1:0".parse().unwrap())
+    }
+
+    fn start_at(root: &Path, addr: SocketAddr) -> S3Server {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(addr))
+            .expect("the S3 server's port");
+        let addr = listener.local_addr().unwrap();
+        let fs = s3s_fs::FileSystem::new(root).unwrap();
+        let mut b = s3s::service::S3ServiceBuilder::new(fs);
+        b.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
+        let service = b.build();
+        runtime.spawn(async move {
+            let http =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            while let Ok((socket, _)) = listener.accept().await {
+                let _ = socket.set_nodelay(true);
+                let io = hyper_util::rt::TokioIo::new(socket);
+                let conn = http.serve_connection(io, service.clone()).into_owned();
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+        });
+        S3Server {
+            addr,
+            root: root.to_path_buf(),
+            runtime: Some(runtime),
+        }
+    }
+
+    /// Stops serving: connections are refused until [`S3Server::resume`].
+    pub fn stop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+
+    /// Serves again on the same port.
+    pub fn resume(&mut self) {
+        let again = Self::start_at(&self.root, self.addr);
+        *self = again;
+    }
+
+    /// The bucket's directory: its objects are the files under it.
+    pub fn bucket_dir(&self) -> PathBuf {
+        self.root.join(BUCKET)
+    }
+
+    /// The broker properties pointing tiered storage at this server, objects under `prefix`.
+    pub fn broker_props(&self, prefix: &str) -> Vec<(String, String)> {
+        vec![
+            (
+                "remote.log.storage.url".into(),
+                format!("s3://{BUCKET}/{prefix}"),
+            ),
+            (
+                "remote.log.storage.s3.endpoint".into(),
+                format!("http://{}", self.addr),
+            ),
+            ("remote.log.storage.s3.region".into(), "us-east-1".into()),
+            ("remote.log.storage.s3.allow.http".into(), "true".into()),
+            (
+                "remote.log.storage.s3.access.key.id".into(),
+                ACCESS_KEY.into(),
+            ),
+            (
+                "remote.log.storage.s3.secret.access.key".into(),
+                SECRET_KEY.into(),
+            ),
+        ]
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
