@@ -352,3 +352,65 @@ fn a_store_out_of_reach_keeps_the_local_log_and_the_copies_catch_up() {
     let sent: Vec<&String> = second.iter().map(|m| &m.1).collect();
     assert_eq!(values, sent);
 }
+
+#[test]
+fn read_committed_sees_only_the_committed_transactions_of_a_copied_range() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let t = Duration::from_secs(30);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::s3(dir.path());
+    let data = dir.path().join("data");
+    let broker = tiered_broker(&data, &store);
+    let addr = broker.addr;
+    create_tiered(addr, "txns");
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .set("transactional.id", "tiered-app")
+        .set("linger.ms", "0")
+        .set("batch.num.messages", "1")
+        .create()
+        .unwrap();
+    p.init_transactions(t).expect("init_transactions");
+    let mut committed = Vec::new();
+    let mut all = Vec::new();
+    for round in 0..8 {
+        p.begin_transaction().unwrap();
+        let values: Vec<String> = (0..12)
+            .map(|i| format!("r{round}-{i}-{}", "y".repeat(150)))
+            .collect();
+        for v in &values {
+            let mut rec = BaseRecord::<(), String>::to("txns").payload(v);
+            while let Err((_, back)) = p.send(rec) {
+                p.poll(Duration::from_millis(10));
+                rec = back;
+            }
+        }
+        p.flush(t).unwrap();
+        if round % 2 == 0 {
+            p.commit_transaction(t).unwrap();
+            committed.extend(values.iter().cloned());
+        } else {
+            p.abort_transaction(t).unwrap();
+        }
+        all.extend(values);
+    }
+    // Records after the last transaction close its range's segments.
+    let tail = messages(40);
+    rd_produce(
+        addr,
+        "txns",
+        &[("linger.ms", "0"), ("batch.num.messages", "1")],
+        &tail,
+    );
+    committed.extend(tail.iter().map(|m| m.1.clone()));
+    all.extend(tail.iter().map(|m| m.1.clone()));
+    let objects = store.objects();
+    wait_until(
+        "the transactions' segments copied and deleted locally",
+        || remote_logs(&objects).len() >= 15 && list_offset(addr, "txns", -4) > 60,
+    );
+    let bootstrap = addr.to_string();
+    let read = |isolation| common::read_topic(&bootstrap, "txns", 1, isolation, 1);
+    assert_eq!(read("read_committed"), committed);
+    assert_eq!(read("read_uncommitted"), all);
+}
