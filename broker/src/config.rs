@@ -601,12 +601,8 @@ pub struct BrokerConfig {
     pub tiered: TieredStorage,
     pub log_local_retention_ms: i64,
     pub log_local_retention_bytes: i64,
-    pub log_cleaner_enable: bool,
-    pub log_cleaner_backoff_ms: u64,
-    pub log_cleaner_min_cleanable_ratio: f64,
-    pub log_cleaner_delete_retention_ms: i64,
-    pub log_cleaner_dedupe_buffer_size: u64,
-    pub log_cleaner_batch_inflated_max_bytes: u64,
+    /// `log.cleaner.*`: compaction.
+    pub cleaner: LogCleaner,
     /// The codec batches are stored with; `None` keeps the producer's.
     pub compression_type: Option<i16>,
     pub log_message_timestamp_log_append_time: bool,
@@ -952,12 +948,7 @@ fn assemble(p: Parts) -> BrokerConfig {
         log_local_retention_ms: p.log.log_local_retention_ms,
         log_local_retention_bytes: p.log.log_local_retention_bytes,
         tiered: p.tiered,
-        log_cleaner_enable: p.cleaner.log_cleaner_enable,
-        log_cleaner_backoff_ms: p.cleaner.log_cleaner_backoff_ms,
-        log_cleaner_min_cleanable_ratio: p.cleaner.log_cleaner_min_cleanable_ratio,
-        log_cleaner_delete_retention_ms: p.cleaner.log_cleaner_delete_retention_ms,
-        log_cleaner_dedupe_buffer_size: p.cleaner.log_cleaner_dedupe_buffer_size,
-        log_cleaner_batch_inflated_max_bytes: p.cleaner.log_cleaner_batch_inflated_max_bytes,
+        cleaner: p.cleaner,
         compression_type: p.append.compression_type,
         log_message_timestamp_log_append_time: p.append.log_message_timestamp_log_append_time,
         log_message_timestamp_before_max_ms: p.append.log_message_timestamp_before_max_ms,
@@ -1359,13 +1350,14 @@ fn absolute(dir: &std::path::Path) -> PathBuf {
 
 /// Whether and how compacted topics are cleaned: how often, from which dirty ratio, how long
 /// tombstones stay, and the memory one cleaning may use.
-struct LogCleaner {
-    log_cleaner_enable: bool,
-    log_cleaner_backoff_ms: u64,
-    log_cleaner_min_cleanable_ratio: f64,
-    log_cleaner_delete_retention_ms: i64,
-    log_cleaner_dedupe_buffer_size: u64,
-    log_cleaner_batch_inflated_max_bytes: u64,
+#[derive(Debug, Clone)]
+pub struct LogCleaner {
+    pub log_cleaner_enable: bool,
+    pub log_cleaner_backoff_ms: u64,
+    pub log_cleaner_min_cleanable_ratio: f64,
+    pub log_cleaner_delete_retention_ms: i64,
+    pub log_cleaner_dedupe_buffer_size: u64,
+    pub log_cleaner_batch_inflated_max_bytes: u64,
 }
 
 impl LogCleaner {
@@ -2064,7 +2056,7 @@ pub const DYNAMIC_BROKER_KEYS: &[DynamicKey] = &[
         bound: None,
         apply: |c, v| {
             set(
-                &mut c.log_cleaner_delete_retention_ms,
+                &mut c.cleaner.log_cleaner_delete_retention_ms,
                 "log.cleaner.delete.retention.ms",
                 v,
             )
@@ -2075,7 +2067,7 @@ pub const DYNAMIC_BROKER_KEYS: &[DynamicKey] = &[
         bound: None,
         apply: |c, v| {
             set(
-                &mut c.log_cleaner_min_cleanable_ratio,
+                &mut c.cleaner.log_cleaner_min_cleanable_ratio,
                 "log.cleaner.min.cleanable.ratio",
                 v,
             )
@@ -2086,7 +2078,7 @@ pub const DYNAMIC_BROKER_KEYS: &[DynamicKey] = &[
         bound: Some((ConfigKind::Long, Bound::AtLeast(1 << 20))),
         apply: |c, v| {
             set(
-                &mut c.log_cleaner_dedupe_buffer_size,
+                &mut c.cleaner.log_cleaner_dedupe_buffer_size,
                 "log.cleaner.dedupe.buffer.size",
                 v,
             )

@@ -813,11 +813,11 @@ fn spawn_periodic(shard: &Rc<Shard>, config: &BrokerConfig) -> Vec<glommio::task
             .detach(),
         );
     }
-    if config.log_cleaner_enable {
+    if config.cleaner.log_cleaner_enable {
         tasks.push(
             glommio::spawn_local(every(
                 shard.clone(),
-                config.log_cleaner_backoff_ms,
+                config.cleaner.log_cleaner_backoff_ms,
                 |s| async move { s.clean_partitions().await },
             ))
             .detach(),

@@ -447,14 +447,16 @@ impl Shard {
             flush_ms: t.config_or("flush.ms", c.log_flush_interval_ms),
             index_interval_bytes: t.config_or("index.interval.bytes", c.log_index_interval_bytes),
             compact: policy("compact"),
-            delete_retention_ms: t
-                .config_or("delete.retention.ms", c.log_cleaner_delete_retention_ms),
+            delete_retention_ms: t.config_or(
+                "delete.retention.ms",
+                c.cleaner.log_cleaner_delete_retention_ms,
+            ),
             min_cleanable_dirty_ratio: t.config_or(
                 "min.cleanable.dirty.ratio",
-                c.log_cleaner_min_cleanable_ratio,
+                c.cleaner.log_cleaner_min_cleanable_ratio,
             ),
-            cleaner_buffer_bytes: c.log_cleaner_dedupe_buffer_size,
-            cleaner_batch_inflated_max_bytes: c.log_cleaner_batch_inflated_max_bytes,
+            cleaner_buffer_bytes: c.cleaner.log_cleaner_dedupe_buffer_size,
+            cleaner_batch_inflated_max_bytes: c.cleaner.log_cleaner_batch_inflated_max_bytes,
             write_ahead_bytes: c.log_write_ahead_bytes,
             zero_ahead_bytes: c.log_segment_zero_ahead_bytes,
             read_ahead_budget_bytes: c.log_read_ahead_budget_bytes,

@@ -264,21 +264,7 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
         C::CreateTopics { topics } => {
             Outcome::Items(topics.into_iter().map(|t| create_topic(image, t)).collect())
         }
-        C::DeleteTopics { names } => Outcome::Items(
-            names
-                .iter()
-                .map(|n| match image.topics.remove(n) {
-                    Some(_) => {
-                        image.remote_logs.remove(n);
-                        Ok(())
-                    }
-                    None => Err((
-                        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                        format!("topic {n:?} does not exist"),
-                    )),
-                })
-                .collect(),
-        ),
+        C::DeleteTopics { names } => delete_topics(image, &names),
         C::CreatePartitions { topic, added } => create_partitions(image, topic, added),
         C::SetTopicConfigs { topic, configs } => match image.topics.get_mut(&topic) {
             Some(t) => {
@@ -320,6 +306,21 @@ fn apply_command(image: &mut Catalog, index: u64, cmd: MetadataCommand) -> Outco
             Outcome::ProducerIds { start }
         }
     }
+}
+
+/// Kafka's DeleteTopics: each topic goes with its remote log metadata.
+fn delete_topics(image: &mut Catalog, names: &[String]) -> Outcome {
+    let gone = |n: &String| match image.topics.remove(n) {
+        Some(_) => {
+            image.remote_logs.remove(n);
+            Ok(())
+        }
+        None => Err((
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("topic {n:?} does not exist"),
+        )),
+    };
+    Outcome::Items(names.iter().map(gone).collect())
 }
 
 /// A change to a partition's remote log, refused for a partition that does not exist.

@@ -539,7 +539,7 @@ impl RecordPolicy {
                 c.log_message_timestamp_after_max_ms,
             ),
             compression: meta.compression_type(c.compression_type),
-            inflated_max_bytes: usize::try_from(c.log_cleaner_batch_inflated_max_bytes)
+            inflated_max_bytes: usize::try_from(c.cleaner.log_cleaner_batch_inflated_max_bytes)
                 .unwrap_or(usize::MAX),
             max_message_bytes,
         }

@@ -130,7 +130,7 @@ mod tests {
     /// A batch of `records` records at offsets `base..`.
     fn batch_with_offsets(base: i64, records: usize) -> Vec<u8> {
         let values: Vec<Vec<u8>> = (0..records).map(|i| vec![b'v'; 10 + i]).collect();
-        let kv: Vec<(Option<&[u8]>, Option<&[u8]>)> =
+        let kv: Vec<record_batch::KeyValue<'_>> =
             values.iter().map(|v| (None, Some(v.as_slice()))).collect();
         let mut b = record_batch::build_batch(&kv, 1_000, None).to_vec();
         record_batch::assign_offset(&mut b, base, 0);
