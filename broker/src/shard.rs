@@ -569,6 +569,7 @@ impl Shard {
             }
         }
         for key in gone {
+            self.delete_remote_objects(old, catalog, &key);
             // Its replication state goes with it: a topic recreated under the same name starts
             // at leader and partition epoch 0, and must not inherit the old one's followers
             // (their log ends would hold the new high watermark) nor its follow.
@@ -874,7 +875,13 @@ impl Shard {
                 let out = match self.partition(&topic, partition) {
                     None => (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, -1),
                     Some(part) => match part.delete_records(offset).await {
-                        Ok(low) => (ErrorCode::NONE, low),
+                        // Boxed: it proposes through the controller, whose closure may run
+                        // on this very shard's `handle`.
+                        Ok(low) => {
+                            let remote =
+                                self.delete_remote_records(&topic, partition, &part, offset, low);
+                            Box::pin(remote).await
+                        }
                         Err(e) => (partition_error_code(&e), -1),
                     },
                 };

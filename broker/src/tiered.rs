@@ -356,6 +356,88 @@ impl Shard {
         }
     }
 
+    /// DeleteRecords on a partition with a remote log, after the local log took it (`low` its
+    /// log start now): the remote log starts at the target too, and the segments wholly below
+    /// it are deleted from the store. The answer: the error and the log start offset.
+    pub(crate) async fn delete_remote_records(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: i32,
+        part: &Partition,
+        offset: i64,
+        low: i64,
+    ) -> (ErrorCode, i64) {
+        let catalog = self.catalog();
+        let Some(log) = catalog.remote_log(topic, partition) else {
+            return (ErrorCode::NONE, low);
+        };
+        let target = match offset {
+            -1 => part.high_watermark(),
+            o => o,
+        };
+        let start = self.log_start_with_remote(topic, partition, low);
+        if target <= start {
+            return (ErrorCode::NONE, start);
+        }
+        let ids = log
+            .readable()
+            .filter(|s| s.end_offset < target)
+            .map(|s| s.id.clone())
+            .collect();
+        let key = TopicPartition::new(topic.to_string(), partition);
+        let change = RemoteLogChange::DeleteStarted {
+            ids,
+            log_start_offset: target,
+        };
+        match self.change_remote_log(&key, change).await {
+            Ok(()) => (ErrorCode::NONE, target),
+            Err(e) => {
+                warn!(topic, partition, error = %e, "DeleteRecords: moving the remote log start failed");
+                (ErrorCode::KAFKA_STORAGE_ERROR, -1)
+            }
+        }
+    }
+
+    /// A deleted topic's partition this node led: its objects are deleted from the store (in
+    /// the background; the metadata went with the topic). A partition only moved elsewhere
+    /// keeps them.
+    pub(crate) fn delete_remote_objects(
+        &self,
+        old: &Catalog,
+        catalog: &Catalog,
+        key: &TopicPartition,
+    ) {
+        let id = |c: &Catalog| c.topics.get(&key.topic).map(|t| t.id.clone());
+        let (Some(logs), Some(log)) = (
+            self.remote_logs(),
+            old.remote_log(&key.topic, key.partition),
+        ) else {
+            return;
+        };
+        let led = old
+            .partition(&key.topic, key.partition)
+            .is_some_and(|p| p.leader == self.config.node_id);
+        if !led || id(old) == id(catalog) {
+            return;
+        }
+        let prefix = format!("{}-{}/{}", key.topic, log.topic_id, key.partition);
+        let key = key.clone();
+        glommio::spawn_local(async move {
+            let deleted = async {
+                let objects = logs.store.list(prefix.clone()).await?;
+                for (object, _) in &objects {
+                    logs.store.delete(object.clone()).await?;
+                }
+                Ok::<usize, RemoteError>(objects.len())
+            };
+            match deleted.await {
+                Ok(n) => info!(topic = %key.topic, partition = key.partition, objects = n, "deleted a deleted topic's remote log"),
+                Err(e) => warn!(topic = %key.topic, partition = key.partition, error = %e, prefix, "deleting a deleted topic's remote log failed; its objects stay in the store"),
+            }
+        })
+        .detach();
+    }
+
     /// A fetch below the local log start, read from the remote segment holding its offset;
     /// `None` when no copied segment holds it (the local read then answers, out of range).
     pub(crate) async fn fetch_remote(

@@ -205,6 +205,45 @@ fn copied_segments_read_back(dir: &Path, store: &Store) {
     let (code, records) = fetch(addr, "tiered", 3);
     assert_eq!(code, 0);
     assert_eq!(i64::from_be_bytes(records[..8].try_into().unwrap()), 3);
+
+    // DeleteRecords inside the remote log: it starts there now, and the segments below go.
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset("tiered", 0, rdkafka::Offset::Offset(25))
+        .unwrap();
+    let out = futures::executor::block_on(admin.delete_records(&tpl, &AdminOptions::new()))
+        .expect("DeleteRecords");
+    let p0 = out.find_partition("tiered", 0).unwrap();
+    assert!(p0.error().is_ok(), "{:?}", p0.error());
+    assert_eq!(
+        p0.offset(),
+        rdkafka::Offset::Offset(25),
+        "the low watermark"
+    );
+    assert_eq!(list_offset(addr, "tiered", -2), 25);
+    assert_eq!(
+        fetch(addr, "tiered", 3).0,
+        ErrorCode::OFFSET_OUT_OF_RANGE.code()
+    );
+    let objects_before = remote_logs(&store).len();
+    wait_until("the deleted segments' objects removed", || {
+        remote_logs(&store).len() < objects_before
+    });
+    let got = rd_consume(addr, "tiered", 1, sent.len() - 25);
+    assert_eq!(got.first().map(|m| m.1), Some(25));
+    assert_eq!(got.len(), sent.len() - 25);
+
+    // Deleting the topic deletes its remote log.
+    let deleted =
+        futures::executor::block_on(admin.delete_topics(&["tiered"], &AdminOptions::new()))
+            .expect("DeleteTopics");
+    assert!(deleted[0].is_ok(), "{deleted:?}");
+    wait_until("the deleted topic's objects removed", || {
+        remote_logs(&store).is_empty()
+    });
 }
 
 #[test]
