@@ -327,6 +327,22 @@ pub struct MetricsSnapshot {
     /// `queued.max.request.bytes` of this shard and how much of it is granted now; `None`
     /// without a limit.
     pub request_memory: Option<(usize, usize)>,
+    /// Tiered storage's counts; `None` when it is off.
+    pub remote: Option<RemoteStats>,
+}
+
+/// What a shard's tiered storage did (counters) and has left to copy (`copy_lag_offsets`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RemoteStats {
+    pub segments_copied: u64,
+    pub bytes_copied: u64,
+    pub segments_deleted: u64,
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub read_seconds: f64,
+    pub store_errors: u64,
+    /// Offsets below the last stable offset of the partitions it leads not yet in the store.
+    pub copy_lag_offsets: i64,
 }
 
 /// A metric family rendered from one value of each `T`: its name, its help text, and how to
@@ -822,6 +838,34 @@ fn render_shards(out: &mut String, shards: &[MetricsSnapshot]) {
         }
     }
     render_request_memory(out, shards);
+    render_remote(out, shards);
+}
+
+/// Tiered storage's series, when it is on.
+fn render_remote(out: &mut String, shards: &[MetricsSnapshot]) {
+    let remote: Vec<(usize, RemoteStats)> = shards
+        .iter()
+        .filter_map(|s| s.remote.map(|r| (s.shard, r)))
+        .collect();
+    if remote.is_empty() {
+        return;
+    }
+    let series: [(&str, &str, &str, fn(&RemoteStats) -> f64); 8] = [
+        ("tributary_remote_segments_copied_total", "counter", "Segments copied to the remote log store.", |r| r.segments_copied as f64),
+        ("tributary_remote_bytes_copied_total", "counter", "Log bytes copied to the remote log store.", |r| r.bytes_copied as f64),
+        ("tributary_remote_segments_deleted_total", "counter", "Remote segments whose objects were deleted (retention, DeleteRecords, failed copies).", |r| r.segments_deleted as f64),
+        ("tributary_remote_reads_total", "counter", "Fetch reads served from the remote log store.", |r| r.reads as f64),
+        ("tributary_remote_read_bytes_total", "counter", "Record bytes those reads returned.", |r| r.read_bytes as f64),
+        ("tributary_remote_read_seconds_total", "counter", "Time those reads took, index fetches included (divide by the reads for the mean).", |r| r.read_seconds),
+        ("tributary_remote_store_errors_total", "counter", "Remote store operations that failed: copies, deletes and reads (each also a WARN line naming the object or partition).", |r| r.store_errors as f64),
+        ("tributary_remote_copy_lag_offsets", "gauge", "Offsets below the last stable offset of the tiered partitions the shard leads that are not yet in the remote store.", |r| r.copy_lag_offsets as f64),
+    ];
+    for (name, kind, help, value) in series {
+        header(out, name, kind, &format!("{help} By shard."));
+        for (shard, r) in &remote {
+            let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {}", value(r));
+        }
+    }
 }
 
 /// Each shard's `queued.max.request.bytes` in use and its size; nothing without a limit.

@@ -796,6 +796,7 @@ impl Shard {
             tail_cache_hits,
             read_ahead_hits,
             disk_chunk_reads,
+            remote: self.remote_stats(),
             request_memory: limited.then(|| {
                 let capacity = memory.capacity();
                 (capacity, capacity.saturating_sub(memory.available()))

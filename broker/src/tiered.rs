@@ -133,6 +133,39 @@ impl Shard {
         self.hosted::<RemoteLogs>()
     }
 
+    /// Tiered storage's counts for `/metrics`; `None` when it is off.
+    pub(crate) fn remote_stats(&self) -> Option<crate::metrics::RemoteStats> {
+        let logs = self.remote_logs()?;
+        let c = &logs.counts;
+        let catalog = self.catalog();
+        let lag = self
+            .owned_partitions()
+            .iter()
+            .filter(|(key, p)| {
+                p.config().remote_storage
+                    && catalog
+                        .partition(&key.topic, key.partition)
+                        .is_some_and(|r| r.leader == self.config.node_id)
+            })
+            .map(|(key, p)| {
+                let copied = catalog
+                    .remote_log(&key.topic, key.partition)
+                    .map_or(0, RemoteLog::copied_end);
+                (p.last_stable_offset() - copied.max(p.log_start_offset())).max(0)
+            })
+            .sum();
+        Some(crate::metrics::RemoteStats {
+            segments_copied: c.segments_copied.get(),
+            bytes_copied: c.bytes_copied.get(),
+            segments_deleted: c.segments_deleted.get(),
+            reads: c.reads.get(),
+            read_bytes: c.read_bytes.get(),
+            read_seconds: c.read_micros.get() as f64 / 1e6,
+            store_errors: c.store_errors.get(),
+            copy_lag_offsets: lag,
+        })
+    }
+
     /// The first offset of `topic`-`partition` a reader may ask for: below the local log
     /// start when the remote log holds more.
     pub(crate) fn log_start_with_remote(&self, topic: &str, partition: i32, local: i64) -> i64 {

@@ -139,6 +139,20 @@ fn fetch(addr: SocketAddr, topic: &str, offset: i64) -> (i16, bytes::Bytes) {
     (p.error_code, p.records.clone().unwrap_or_default())
 }
 
+/// The sum over shards of metric `name` on the broker's `/metrics`.
+fn metric(metrics: SocketAddr, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(metrics).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: test\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 fn messages(n: usize) -> Vec<(Option<String>, String)> {
     (0..n)
         .map(|i| {
@@ -196,6 +210,12 @@ fn copied_segments_read_back(dir: &Path, store: &Store) {
         assert_eq!(key.as_ref(), sent[i].0.as_ref());
         assert_eq!(value, &sent[i].1);
     }
+    let scrape = broker.metrics_addr.expect("metrics endpoint");
+    assert!(metric(scrape, "tributary_remote_segments_copied_total") >= 10.0);
+    assert!(metric(scrape, "tributary_remote_bytes_copied_total") > 10_000.0);
+    assert!(metric(scrape, "tributary_remote_reads_total") >= 1.0);
+    assert!(metric(scrape, "tributary_remote_read_bytes_total") > 10_000.0);
+    assert_eq!(metric(scrape, "tributary_remote_store_errors_total"), 0.0);
     // The batches a fetch at 0 returns are the first object's bytes, byte for byte.
     let (code, records) = fetch(addr, "tiered", 0);
     assert_eq!(code, 0);

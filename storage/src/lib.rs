@@ -10,6 +10,7 @@
 
 pub mod cleaner;
 pub mod codec;
+pub mod fair_lock;
 pub mod group_commit;
 pub mod index;
 pub mod io;

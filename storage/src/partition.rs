@@ -44,6 +44,7 @@ use tracing::{info, warn};
 use tributary_protocol::record_batch::{self, BatchHeader};
 
 use crate::cleaner::{self, KeyMap};
+use crate::fair_lock::FairLock;
 use crate::group_commit::{self, SyncPolicy};
 use crate::io::{self, SegmentFile, WriteDurability};
 use crate::leader_epoch::{self, LeaderEpochCache};
@@ -320,7 +321,9 @@ pub struct Partition {
     dir: PathBuf,
     config: Cell<LogConfig>,
     state: RefCell<LogState>,
-    append_lock: Semaphore,
+    /// Appends, truncations, retention and close, one at a time in the order they asked
+    /// (see [`crate::fair_lock`]).
+    append_lock: FairLock,
     /// Held by retention, DeleteRecords and the cleaner, which change closed segments; taken
     /// before `append_lock` when both are needed.
     maintenance: Semaphore,
@@ -785,7 +788,7 @@ impl Partition {
     /// zeros, under a clean marker and an index the file no longer had (a replica fetcher
     /// truncating the old leader's unreplicated tail during a controlled shutdown did).
     pub async fn close(&self) -> Result<(), PartitionError> {
-        let _guard = self.lock(&self.append_lock).await?;
+        let _guard = self.append_lock.lock().await;
         let closed = self.close_locked().await;
         self.state
             .borrow_mut()
@@ -833,7 +836,7 @@ impl Partition {
 
     /// Takes the partition offline and removes its directory.
     pub async fn delete(&self) -> Result<(), PartitionError> {
-        let _guard = self.lock(&self.append_lock).await?;
+        let _guard = self.append_lock.lock().await;
         while self.flushing.get() {
             let l = self.flushed.listen();
             if self.flushing.get() {

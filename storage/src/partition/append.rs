@@ -23,7 +23,7 @@ impl Partition {
         batch: &[u8],
         leader_epoch: i32,
     ) -> Result<AppendOutcome, PartitionError> {
-        let _guard = self.lock(&self.append_lock).await?;
+        let _guard = self.append_lock.lock().await;
         self.check_online()?;
         let header = record_batch::parse_header(batch, 0).map_err(|e| storage_err(&self.dir, e))?;
         assert_eq!(header.size(), batch.len(), "append takes exactly one batch");
@@ -68,7 +68,7 @@ impl Partition {
             coordinator_epoch,
         };
         let batch = crate::txn::marker_batch(producer_id, producer_epoch, marker, wall_clock_ms());
-        let _guard = self.lock(&self.append_lock).await?;
+        let _guard = self.append_lock.lock().await;
         self.check_online()?;
         self.state.borrow().producers.check_marker(
             producer_id,

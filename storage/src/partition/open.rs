@@ -142,7 +142,7 @@ impl Partition {
             dir,
             config: Cell::new(config),
             state: RefCell::new(state),
-            append_lock: Semaphore::new(1),
+            append_lock: FairLock::new(),
             maintenance: Semaphore::new(1),
             cleaned_through: Cell::new(cleaned_through),
             remote_copied_end: Cell::new(0),

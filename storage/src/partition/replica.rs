@@ -332,7 +332,7 @@ impl Partition {
     /// can tell where the previous epoch ended even if nothing is written in this one). The
     /// cache file is written durably when it changes.
     pub async fn set_leader_epoch(&self, epoch: i32) -> Result<(), PartitionError> {
-        let _guard = self.lock(&self.append_lock).await?;
+        let _guard = self.append_lock.lock().await;
         self.check_online()?;
         let leo = {
             let mut st = self.state.borrow_mut();
@@ -394,7 +394,7 @@ impl Partition {
         records: &[u8],
     ) -> Result<i64, PartitionError> {
         self.start_at_straddling_batch(records).await?;
-        let _guard = self.lock(&self.append_lock).await?;
+        let _guard = self.append_lock.lock().await;
         self.check_online()?;
         let leo = self.log_end_offset();
         let gaps = self.config.get().compact;

@@ -10,7 +10,7 @@ impl Partition {
     /// does. Returns how many segments were deleted.
     pub async fn enforce_retention(&self, now_ms: i64) -> Result<usize, PartitionError> {
         let _maintenance = self.lock(&self.maintenance).await?;
-        let _guard = self.lock(&self.append_lock).await?;
+        let _guard = self.append_lock.lock().await;
         self.check_online()?;
         let (due, all) = {
             let st = self.state.borrow();
@@ -32,7 +32,7 @@ impl Partition {
     /// watermark). An offset past the high watermark is out of range.
     pub async fn delete_records(&self, offset: i64) -> Result<i64, PartitionError> {
         let _maintenance = self.lock(&self.maintenance).await?;
-        let _guard = self.lock(&self.append_lock).await?;
+        let _guard = self.append_lock.lock().await;
         self.check_online()?;
         let target = {
             let st = self.state.borrow();
@@ -73,7 +73,7 @@ impl Partition {
         let Ok(_maintenance) = self.maintenance.try_acquire_permit(1) else {
             return Ok(self.log_start_offset());
         };
-        let _guard = self.lock(&self.append_lock).await?;
+        let _guard = self.append_lock.lock().await;
         self.check_online()?;
         let target = leader_log_start_offset.min(self.high_watermark());
         self.advance_log_start(target).await?;

@@ -20,7 +20,7 @@ impl Partition {
     /// log end offset (below `offset` when `offset` was in a compacted log's gap).
     pub async fn truncate_to(self: &Rc<Self>, offset: i64) -> Result<i64, PartitionError> {
         let _maintenance = self.lock(&self.maintenance).await?;
-        let _guard = self.lock(&self.append_lock).await?;
+        let _guard = self.append_lock.lock().await;
         self.check_online()?;
         let (leo, start_offset, hw) = {
             let st = self.state.borrow();
@@ -62,7 +62,7 @@ impl Partition {
     ) -> Result<(), PartitionError> {
         assert!(offset >= 0, "a log starts at a non-negative offset");
         let _maintenance = self.lock(&self.maintenance).await?;
-        let _guard = self.lock(&self.append_lock).await?;
+        let _guard = self.append_lock.lock().await;
         self.check_online()?;
         let result = self.exclusive(self.start_over_locked(offset)).await;
         if result.is_ok() {
