@@ -1262,6 +1262,18 @@ impl Shard {
             t if t < 0 => return (ErrorCode::UNSUPPORTED_VERSION, -1, -1),
             t => t,
         };
+        let inflated_max = usize::try_from(
+            self.broker_config()
+                .cleaner
+                .log_cleaner_batch_inflated_max_bytes,
+        )
+        .unwrap_or(usize::MAX);
+        if let Some(found) = self
+            .remote_offset_for_timestamp(topic, partition, lookup, inflated_max)
+            .await
+        {
+            return found.map_or_else(|code| (code, -1, -1), |(o, ts)| (ErrorCode::NONE, o, ts));
+        }
         match part.offset_for_timestamp(lookup).await {
             // As Kafka: READ_COMMITTED finds nothing at or past the last stable offset.
             Ok(Some((offset, _))) if read_committed && offset >= part.last_stable_offset() => {

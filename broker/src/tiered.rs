@@ -697,6 +697,108 @@ impl Shard {
     }
 }
 
+/// Bytes a remote timestamp lookup reads at a time.
+const TIMESTAMP_READ_BYTES: u64 = 1 << 20;
+
+impl Shard {
+    /// ListOffsets by timestamp in the remote log: the first record at or after `timestamp`
+    /// in the first copied segment whose newest batch reaches it, searched from its time
+    /// index, as the local lookup does. `None` when no remote segment reaches it (the local
+    /// log is searched then).
+    pub(crate) async fn remote_offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+        inflated_max: usize,
+    ) -> Option<Result<(i64, i64), ErrorCode>> {
+        let logs = self.remote_logs()?;
+        let catalog = self.catalog();
+        let log = catalog.remote_log(topic, partition)?;
+        let start = log.start_offset()?;
+        let seg = log
+            .readable()
+            .filter(|s| s.end_offset >= start && s.max_timestamp >= timestamp)
+            .min_by_key(|s| s.base_offset)?;
+        let key = TopicPartition::new(topic.to_string(), partition);
+        let found = self
+            .remote_time_lookup(&logs, log, &key, seg, timestamp, start, inflated_max)
+            .await;
+        Some(found.map_err(|f| {
+            warn!(topic, partition, object = %f.object, error = %f.detail, "remote timestamp lookup failed; answering KAFKA_STORAGE_ERROR");
+            ErrorCode::KAFKA_STORAGE_ERROR
+        }))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn remote_time_lookup(
+        &self,
+        logs: &RemoteLogs,
+        log: &RemoteLog,
+        key: &TopicPartition,
+        seg: &RemoteSegment,
+        timestamp: i64,
+        log_start: i64,
+        inflated_max: usize,
+    ) -> Result<(i64, i64), ReadFailure> {
+        let index = self.remote_index(logs, log, key, seg).await?;
+        let object = object_key(log, &key.topic, key.partition, seg, "log");
+        let fail = |detail: String| ReadFailure {
+            object: object.clone(),
+            detail,
+        };
+        let from = seg.base_offset + i64::from(index.index.lookup_time(timestamp));
+        let (mut position, mut expect) = locate(&index, seg.base_offset, from.max(log_start));
+        let mut want = TIMESTAMP_READ_BYTES;
+        while position < seg.size {
+            let end = (position + want).min(seg.size);
+            let bytes = logs
+                .store
+                .get_range(object.clone(), position..end)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+            let chunk = tributary_storage::scan::scan_chunk(&bytes, position, expect);
+            for (e, h) in &chunk.batches {
+                if e.last_offset < log_start || e.max_timestamp < timestamp || h.records_count == 0
+                {
+                    continue;
+                }
+                let at = (e.position - position) as usize;
+                let batch = &bytes[at..at + e.size as usize];
+                let record = tributary_storage::scan::first_record_at(
+                    batch,
+                    timestamp,
+                    log_start,
+                    inflated_max,
+                );
+                return Ok(record.unwrap_or((e.base_offset.max(log_start), e.max_timestamp)));
+            }
+            match chunk.end {
+                // The rest of the segment from the batch that did not fit, at least that batch.
+                tributary_storage::scan::ScanEnd::NeedMore {
+                    position: at,
+                    needed,
+                } if end < seg.size => {
+                    expect = chunk
+                        .batches
+                        .last()
+                        .map_or(expect, |(e, _)| e.last_offset + 1);
+                    position = at;
+                    want = TIMESTAMP_READ_BYTES.max(needed as u64);
+                }
+                tributary_storage::scan::ScanEnd::NeedMore { .. } => break,
+                tributary_storage::scan::ScanEnd::Stop { reason, .. } => {
+                    return Err(fail(format!("damaged batches: {reason}")))
+                }
+            }
+        }
+        Err(fail(format!(
+            "no batch at or after timestamp {timestamp}, though the segment's newest is {}",
+            seg.max_timestamp
+        )))
+    }
+}
+
 /// Where to start reading `offset` in a segment based at `base` with index `f`: (position, the
 /// base offset of the batch there).
 fn locate(f: &IndexFile, base: i64, offset: i64) -> (u64, i64) {

@@ -602,3 +602,46 @@ fn a_new_leader_continues_the_copies_and_serves_remote_reads() {
         "the remote log starts at 0"
     );
 }
+
+#[test]
+fn a_timestamp_lookup_finds_its_offset_in_the_remote_log() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::file(dir.path());
+    let data = dir.path().join("data");
+    let broker = tiered_broker(&data, &store);
+    let addr = broker.addr;
+    create_tiered(addr, "times");
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .set("linger.ms", "0")
+        .set("batch.num.messages", "1")
+        .create()
+        .unwrap();
+    let t0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        - 200_000;
+    let value = "t".repeat(200);
+    for i in 0..100i64 {
+        let mut rec = BaseRecord::<(), String>::to("times")
+            .payload(&value)
+            .timestamp(t0 + i * 1000);
+        while let Err((_, back)) = p.send(rec) {
+            p.poll(Duration::from_millis(10));
+            rec = back;
+        }
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+    let objects = store.objects();
+    wait_until("segments copied and deleted locally", || {
+        remote_logs(&objects).len() >= 8 && list_offset(addr, "times", -4) > 50
+    });
+    assert_eq!(list_offset(addr, "times", t0 + 37_000), 37);
+    assert_eq!(list_offset(addr, "times", t0 + 37_001), 38);
+    assert_eq!(list_offset(addr, "times", t0 - 5), 0);
+    // Past the remote log, the local one answers.
+    assert_eq!(list_offset(addr, "times", t0 + 99_000), 99);
+    assert_eq!(list_offset(addr, "times", t0 + 100_000), -1);
+}
