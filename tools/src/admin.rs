@@ -223,12 +223,20 @@ fn describe(cli: &Cli, name: &str) -> Result<()> {
         );
     }
     println!("Topic: {name}\tPartitions: {}", topic.partitions().len());
+    let configs = topic_configs(cli, name)?;
+    let tiered = configs
+        .iter()
+        .any(|(k, v, _)| k == "remote.storage.enable" && v == "true");
     for p in topic.partitions() {
         let (low, high) = consumer
             .fetch_watermarks(name, p.id(), cli.timeout())
             .map_err(|e| anyhow!("offsets of {name}/{}: {e}", p.id()))?;
+        let tiers = match tiered {
+            true => tier_ranges(cli, &md, name, p.id(), p.leader(), low)?,
+            false => String::new(),
+        };
         println!(
-            "\tPartition: {}\tLeader: {}\tReplicas: {:?}\tIsr: {:?}\tLogStartOffset: {low}\tLogEndOffset: {high}",
+            "\tPartition: {}\tLeader: {}\tReplicas: {:?}\tIsr: {:?}\tLogStartOffset: {low}\tLogEndOffset: {high}{tiers}",
             p.id(),
             p.leader(),
             p.replicas(),
@@ -236,13 +244,64 @@ fn describe(cli: &Cli, name: &str) -> Result<()> {
         );
     }
     println!("Configs:");
-    for (k, v, default) in topic_configs(cli, name)? {
+    for (k, v, default) in configs {
         println!(
             "\t{k}={v}{}",
             if default { "" } else { "\t(set on the topic)" }
         );
     }
     Ok(())
+}
+
+/// A tiered partition's two ranges, as its leader answers ListOffsets -4 (the local log's
+/// start) and -5 (the last offset in the remote store): `\tRemote: a..=b\tLocal: c..` (no
+/// remote range when nothing is copied yet).
+fn tier_ranges(
+    cli: &Cli,
+    md: &Metadata,
+    topic: &str,
+    partition: i32,
+    leader: i32,
+    low: i64,
+) -> Result<String> {
+    use kafka_protocol::messages::list_offsets_request::{
+        ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+    };
+    use kafka_protocol::messages::{ApiKey, BrokerId, ListOffsetsResponse, TopicName};
+    let broker = md
+        .brokers()
+        .iter()
+        .find(|b| b.id() == leader)
+        .ok_or_else(|| anyhow!("{topic}/{partition} has no live leader to ask for its tiers"))?;
+    let at = format!("{}:{}", broker.host(), broker.port());
+    let offset = |timestamp: i64| -> Result<i64> {
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(TopicName(kafka_protocol::protocol::StrBytes::from_string(
+                    topic.into(),
+                )))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_timestamp(timestamp)])]);
+        let resp: ListOffsetsResponse =
+            crate::reassign::request_at(cli, &at, ApiKey::ListOffsets, 9, &req)?;
+        let p = resp
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .ok_or_else(|| anyhow!("ListOffsets answered no partition"))?;
+        match p.error_code {
+            0 => Ok(p.offset),
+            code => bail!("ListOffsets {timestamp} of {topic}/{partition}: error {code}"),
+        }
+    };
+    let local = offset(-4)?;
+    let tiered = offset(-5)?;
+    Ok(match tiered {
+        t if t >= low => format!("\tRemote: {low}..={t}\tLocalLogStartOffset: {local}"),
+        _ => format!("\tRemote: none\tLocalLogStartOffset: {local}"),
+    })
 }
 
 pub fn cluster(cli: &Cli, cmd: &ClusterCommand) -> Result<()> {
