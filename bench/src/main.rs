@@ -28,6 +28,7 @@ mod mixed;
 mod readback;
 mod rebalance;
 mod report;
+mod store;
 mod workload;
 
 use std::path::PathBuf;
@@ -78,6 +79,10 @@ enum Mode {
     /// One member of a `rebalance` run (started by it).
     #[command(hide = true)]
     RebalanceMember(rebalance::MemberArgs),
+    /// The remote log store's own PUT and GET throughput (tiered storage's limit).
+    Store(store::StoreArgs),
+    /// An S3-compatible server on files, to measure tiered storage against on one machine.
+    S3Server(store::S3ServerArgs),
     /// Print the ratios of two JSON summaries (B/A); with --report draw them together.
     Compare {
         a: PathBuf,
@@ -98,6 +103,8 @@ fn main() {
         Mode::Run(a) => workload::run(&a),
         Mode::Rebalance(a) => rebalance::run(&a),
         Mode::RebalanceMember(a) => rebalance::member(&a),
+        Mode::Store(a) => store::measure(&a),
+        Mode::S3Server(a) => store::s3_server(&a),
     };
     if let Err(e) = result {
         eprintln!("tributary-bench: {e:#}");

@@ -433,6 +433,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "remote.log.storage.s3.allow.http", default: "false", kind: ConfigKind::Bool, doc: "Allow an http:// endpoint (a store on the same host or network; never across the internet)." },
     BrokerKey { name: "remote.log.storage.max.inflight", default: "8", kind: ConfigKind::Int, doc: "Remote store operations (uploads, ranged reads, deletes) in flight at once, for the whole broker. At least 1." },
     BrokerKey { name: "remote.log.manager.task.interval.ms", default: "30000", kind: ConfigKind::Long, doc: "How often each shard copies its led partitions' closed segments to the remote store and deletes what retention.* let go of there; a failed copy is retried at the next one." },
+    BrokerKey { name: "remote.log.manager.copy.max.bytes.per.second", default: "9223372036854775807", kind: ConfigKind::Long, doc: "The most log bytes per second the broker copies to the remote store (its shards share it evenly): copies pace themselves to it, leaving the CPU and network to produce and fetch. The default is no limit, as Kafka's." },
     BrokerKey { name: "remote.log.index.file.cache.total.size.bytes", default: "1073741824", kind: ConfigKind::Long, doc: "Memory each shard may hold in remote segments' indexes, fetched on a remote read and kept for the next." },
     BrokerKey { name: "log.cleaner.enable", default: "true", kind: ConfigKind::Bool, doc: "Run the log cleaner, which compacts topics with cleanup.policy=compact (__consumer_offsets among them)." },
     BrokerKey { name: "log.cleaner.backoff.ms", default: "15000", kind: ConfigKind::Long, doc: "How often each shard looks for compacted partitions with enough new data to clean." },
@@ -1299,6 +1300,8 @@ pub struct TieredStorage {
     pub store: tributary_remote::StoreConfig,
     pub task_interval_ms: u64,
     pub index_cache_bytes: u64,
+    /// `remote.log.manager.copy.max.bytes.per.second`, for the whole broker.
+    pub copy_max_bytes_per_second: u64,
 }
 
 impl TieredStorage {
@@ -1336,6 +1339,11 @@ impl TieredStorage {
             store,
             task_interval_ms: key_num(get, "remote.log.manager.task.interval.ms", 1)?,
             index_cache_bytes: key_num(get, "remote.log.index.file.cache.total.size.bytes", 0)?,
+            copy_max_bytes_per_second: key_num(
+                get,
+                "remote.log.manager.copy.max.bytes.per.second",
+                1,
+            )?,
         })
     }
 }

@@ -841,6 +841,14 @@ fn render_shards(out: &mut String, shards: &[MetricsSnapshot]) {
     render_remote(out, shards);
 }
 
+/// One remote-store series: name, kind, help and how to read it off a shard's stats.
+type RemoteSeries = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&RemoteStats) -> f64,
+);
+
 /// Tiered storage's series, when it is on.
 fn render_remote(out: &mut String, shards: &[MetricsSnapshot]) {
     let remote: Vec<(usize, RemoteStats)> = shards
@@ -850,7 +858,7 @@ fn render_remote(out: &mut String, shards: &[MetricsSnapshot]) {
     if remote.is_empty() {
         return;
     }
-    let series: [(&str, &str, &str, fn(&RemoteStats) -> f64); 8] = [
+    let series: [RemoteSeries; 8] = [
         ("tributary_remote_segments_copied_total", "counter", "Segments copied to the remote log store.", |r| r.segments_copied as f64),
         ("tributary_remote_bytes_copied_total", "counter", "Log bytes copied to the remote log store.", |r| r.bytes_copied as f64),
         ("tributary_remote_segments_deleted_total", "counter", "Remote segments whose objects were deleted (retention, DeleteRecords, failed copies).", |r| r.segments_deleted as f64),

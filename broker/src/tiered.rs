@@ -222,26 +222,44 @@ impl Shard {
         }
         self.remove_deleted_objects(logs, key).await?;
         for _ in 0..COPIES_PER_PASS {
-            if !self.copy_next_segment(logs, key, part).await? {
+            let started = std::time::Instant::now();
+            let Some(bytes) = self.copy_next_segment(logs, key, part).await? else {
                 break;
-            }
+            };
+            self.pace_copies(bytes, started).await;
         }
         self.expire_remote_segments(key, part).await
     }
 
-    /// Copies the next closed segment past what the store holds; `false` when none is due.
+    /// Waits out what copying `bytes` in the time since `started` took beyond this shard's
+    /// share of `remote.log.manager.copy.max.bytes.per.second`.
+    async fn pace_copies(&self, bytes: u64, started: std::time::Instant) {
+        let total = self.config.tiered.copy_max_bytes_per_second;
+        // Kafka's default, Long.MAX_VALUE: no limit.
+        if total >= i64::MAX as u64 {
+            return;
+        }
+        let limit = (total / self.shards.max(1) as u64).max(1);
+        let due = std::time::Duration::from_secs_f64(bytes as f64 / limit as f64);
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            glommio::timer::sleep(wait).await;
+        }
+    }
+
+    /// Copies the next closed segment past what the store holds: its bytes, or `None` when
+    /// none is due.
     async fn copy_next_segment(
         self: &Rc<Self>,
         logs: &RemoteLogs,
         key: &TopicPartition,
         part: &Rc<Partition>,
-    ) -> Result<bool, String> {
+    ) -> Result<Option<u64>, String> {
         let catalog = self.catalog();
         let (Some(placed), Some(topic)) = (
             catalog.partition(&key.topic, key.partition),
             catalog.topics.get(&key.topic),
         ) else {
-            return Ok(false);
+            return Ok(None);
         };
         let mut log = catalog
             .remote_log(&key.topic, key.partition)
@@ -250,7 +268,7 @@ impl Shard {
         log.topic_id = topic.id.clone();
         let from = log.copied_end().max(part.log_start_offset());
         let Some(copy) = part.next_segment_to_copy(from) else {
-            return Ok(false);
+            return Ok(None);
         };
         let seg = segment_of(&copy, self.config.node_id, placed.leader_epoch);
         let id = seg.id.clone();
@@ -273,7 +291,7 @@ impl Shard {
                     .set(logs.counts.bytes_copied.get() + seg.size);
                 part.set_remote_copied_end(seg.end_offset + 1);
                 info!(topic = %key.topic, partition = key.partition, base_offset = seg.base_offset, end_offset = seg.end_offset, bytes = seg.size, segment = %seg.id, "copied a segment to the remote log store");
-                Ok(true)
+                Ok(Some(seg.size))
             }
             Err(e) => {
                 // Its objects, if any were written, go at the next pass.

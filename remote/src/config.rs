@@ -119,10 +119,12 @@ impl StoreConfig {
                 std::fs::create_dir_all(&dir).map_err(|e| {
                     format!("creating the remote log directory {}: {e}", dir.display())
                 })?;
+                // Synced: a local segment is deleted once its copy is written, so the copy must
+                // outlive a power loss.
                 let store = LocalFileSystem::new_with_prefix(&dir).map_err(|e| {
                     format!("opening the remote log directory {}: {e}", dir.display())
                 })?;
-                Ok(Arc::new(store))
+                Ok(Arc::new(store.with_fsync(true)))
             }
             StoreKind::S3 { bucket, prefix } => {
                 // reqwest's TLS takes the process's rustls provider: ring, as the broker's own.
