@@ -434,6 +434,9 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "remote.log.storage.max.inflight", default: "8", kind: ConfigKind::Int, doc: "Remote store operations (uploads, ranged reads, deletes) in flight at once, for the whole broker. At least 1." },
     BrokerKey { name: "remote.log.manager.task.interval.ms", default: "30000", kind: ConfigKind::Long, doc: "How often each shard copies its led partitions' closed segments to the remote store and deletes what retention.* let go of there; a failed copy is retried at the next one." },
     BrokerKey { name: "remote.log.manager.copy.max.bytes.per.second", default: "9223372036854775807", kind: ConfigKind::Long, doc: "The most log bytes per second the broker copies to the remote store (its shards share it evenly): copies pace themselves to it, leaving the CPU and network to produce and fetch. The default is no limit, as Kafka's." },
+    BrokerKey { name: "remote.log.reader.chunk.bytes", default: "4194304", kind: ConfigKind::Long, doc: "Remote log objects are read in ranges of this size (at multiples of it), each one ranged GET, kept for the fetches that follow. At least 512." },
+    BrokerKey { name: "remote.log.reader.read.ahead.chunks", default: "2", kind: ConfigKind::Long, doc: "Chunks past the one a remote fetch reads that are fetched at once, for a consumer reading on to find them ready; 0 reads only what fetches ask for." },
+    BrokerKey { name: "remote.log.reader.chunk.cache.bytes", default: "67108864", kind: ConfigKind::Long, doc: "Memory each shard may hold in chunks of remote log objects (those being read ahead included); the oldest go first." },
     BrokerKey { name: "remote.log.index.file.cache.total.size.bytes", default: "1073741824", kind: ConfigKind::Long, doc: "Memory each shard may hold in remote segments' indexes, fetched on a remote read and kept for the next." },
     BrokerKey { name: "log.cleaner.enable", default: "true", kind: ConfigKind::Bool, doc: "Run the log cleaner, which compacts topics with cleanup.policy=compact (__consumer_offsets among them)." },
     BrokerKey { name: "log.cleaner.backoff.ms", default: "15000", kind: ConfigKind::Long, doc: "How often each shard looks for compacted partitions with enough new data to clean." },
@@ -1302,6 +1305,19 @@ pub struct TieredStorage {
     pub index_cache_bytes: u64,
     /// `remote.log.manager.copy.max.bytes.per.second`, for the whole broker.
     pub copy_max_bytes_per_second: u64,
+    /// `remote.log.reader.*`: how a shard reads remote log objects.
+    pub reader: RemoteReader,
+}
+
+/// How a shard reads remote log objects: the `remote.log.reader.*` keys.
+#[derive(Debug, Clone, Copy)]
+pub struct RemoteReader {
+    /// `remote.log.reader.chunk.bytes`: one ranged GET.
+    pub chunk_bytes: u64,
+    /// `remote.log.reader.read.ahead.chunks`.
+    pub read_ahead_chunks: u64,
+    /// `remote.log.reader.chunk.cache.bytes`, per shard.
+    pub cache_bytes: u64,
 }
 
 impl TieredStorage {
@@ -1344,6 +1360,11 @@ impl TieredStorage {
                 "remote.log.manager.copy.max.bytes.per.second",
                 1,
             )?,
+            reader: RemoteReader {
+                chunk_bytes: key_num(get, "remote.log.reader.chunk.bytes", 512)?,
+                read_ahead_chunks: key_num(get, "remote.log.reader.read.ahead.chunks", 0)?,
+                cache_bytes: key_num(get, "remote.log.reader.chunk.cache.bytes", 0)?,
+            },
         })
     }
 }

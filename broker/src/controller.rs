@@ -328,6 +328,17 @@ impl Controller {
         if let Err(e) = check_topic_remote_storage(&shard.broker_config(), &configs) {
             return (ErrorCode::INVALID_CONFIG, Some(e));
         }
+        // As Kafka before KIP-950: the remote log would outlive the retention nobody enforces.
+        let tiered =
+            |c: &DynamicConfigs| c.get("remote.storage.enable").map(String::as_str) == Some("true");
+        if tiered(&topic.configs) && !tiered(&configs) {
+            return (
+                ErrorCode::INVALID_CONFIG,
+                Some(
+                    "Disabling remote storage feature on the topic level is not supported.".into(),
+                ),
+            );
+        }
         if change.validate_only || configs == topic.configs {
             return (ErrorCode::NONE, None);
         }

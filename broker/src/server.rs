@@ -600,8 +600,12 @@ async fn run_shard(
         remote,
     } = front;
     let remote = remote.map(|store| {
-        let budget = config.tiered.index_cache_bytes;
-        Rc::new(crate::tiered::RemoteLogs::new(store, budget))
+        let t = &config.tiered;
+        Rc::new(crate::tiered::RemoteLogs::new(
+            store,
+            t.index_cache_bytes,
+            t.reader,
+        ))
     });
     let hosted = Hosted::default()
         .with(node.clone().map(|n| Rc::new(Controller::new(n))))

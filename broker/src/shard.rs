@@ -1269,7 +1269,13 @@ impl Shard {
         )
         .unwrap_or(usize::MAX);
         if let Some(found) = self
-            .remote_offset_for_timestamp(topic, partition, lookup, inflated_max)
+            .remote_offset_for_timestamp(
+                topic,
+                partition,
+                lookup,
+                part.log_start_offset(),
+                inflated_max,
+            )
             .await
         {
             return found.map_or_else(|code| (code, -1, -1), |(o, ts)| (ErrorCode::NONE, o, ts));

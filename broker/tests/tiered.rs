@@ -48,10 +48,15 @@ impl Store {
 
     fn props(&self) -> Vec<(String, String)> {
         match self {
-            Store::File(p) => vec![(
-                "remote.log.storage.url".into(),
-                format!("file://{}", p.display()),
-            )],
+            // Reads of the file store span several chunks of its 2 KiB segments and read
+            // ahead; the S3 store's reads are one chunk each.
+            Store::File(p) => vec![
+                (
+                    "remote.log.storage.url".into(),
+                    format!("file://{}", p.display()),
+                ),
+                ("remote.log.reader.chunk.bytes".into(), "512".into()),
+            ],
             Store::S3(s) => s.broker_props("cluster-a"),
         }
     }
@@ -267,6 +272,54 @@ fn copied_segments_read_back(dir: &Path, store: &Store) {
 }
 
 #[test]
+fn records_deleted_before_their_segment_was_copied_stay_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let store = Store::file(dir.path());
+    let broker = tiered_broker(&data, &store);
+    let store = store.objects();
+    let addr = broker.addr;
+    let t = NewTopic::new("late", 1, TopicReplication::Fixed(1)).set("segment.bytes", "2048");
+    rd_create_topics(addr, &[t]);
+    let sent = messages(60);
+    rd_produce(
+        addr,
+        "late",
+        &[("linger.ms", "0"), ("batch.num.messages", "1")],
+        &sent,
+    );
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .create()
+        .unwrap();
+    // DeleteRecords inside the first segment, before the topic is tiered at all.
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset("late", 0, rdkafka::Offset::Offset(3))
+        .unwrap();
+    futures::executor::block_on(admin.delete_records(&tpl, &AdminOptions::new()))
+        .expect("DeleteRecords");
+    let on = rdkafka::admin::AlterConfig::new(rdkafka::admin::ResourceSpecifier::Topic("late"))
+        .set("remote.storage.enable", "true")
+        .set("local.retention.bytes", "1")
+        .set("segment.bytes", "2048");
+    futures::executor::block_on(admin.alter_configs(&[on], &AdminOptions::new()))
+        .expect("AlterConfigs");
+    wait_until("segments copied and deleted locally", || {
+        remote_logs(&store).len() >= 4 && local_segments(&data, "late") <= 2
+    });
+    // The first segment went to the store whole, but the remote log starts where the local
+    // one did: offsets 0..3 stay deleted.
+    assert_eq!(list_offset(addr, "late", -2), 3);
+    assert_eq!(
+        fetch(addr, "late", 2).0,
+        ErrorCode::OFFSET_OUT_OF_RANGE.code()
+    );
+    let got = rd_consume(addr, "late", 1, sent.len() - 3);
+    assert_eq!(got.first().map(|m| m.1), Some(3));
+    assert_eq!(got.len(), sent.len() - 3);
+}
+
+#[test]
 fn a_missing_or_damaged_remote_object_is_that_partitions_storage_error_s3() {
     let dir = tempfile::tempdir().unwrap();
     damaged_objects(dir.path(), &Store::s3(dir.path()));
@@ -359,6 +412,31 @@ fn remote_storage_is_refused_for_compacted_topics_and_without_the_broker_switch(
         Some("InvalidConfig")
     );
     assert_eq!(create(on.addr, &[("remote.storage.enable", "true")]), None);
+    // Once tiered, always (as Kafka before KIP-950): nobody would enforce the remote log's
+    // retention any more.
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", on.addr.to_string())
+        .create()
+        .unwrap();
+    let off = rdkafka::admin::AlterConfig::new(rdkafka::admin::ResourceSpecifier::Topic("t"))
+        .set("remote.storage.enable", "false");
+    // (The rdkafka crate drops AlterConfigs' per-resource errors: the config tells.)
+    futures::executor::block_on(admin.alter_configs(&[off], &AdminOptions::new()))
+        .expect("AlterConfigs");
+    let described = futures::executor::block_on(admin.describe_configs(
+        &[rdkafka::admin::ResourceSpecifier::Topic("t")],
+        &AdminOptions::new(),
+    ))
+    .expect("DescribeConfigs");
+    let resource = described[0].as_ref().expect("the topic's configs");
+    let enabled = resource
+        .get("remote.storage.enable")
+        .and_then(|e| e.value.clone());
+    assert_eq!(
+        enabled.as_deref(),
+        Some("true"),
+        "remote storage was turned off"
+    );
 }
 
 #[test]

@@ -63,10 +63,14 @@ pub struct RemoteLog {
 }
 
 impl RemoteLog {
-    /// One past the last offset copied (finished copies only): where the next copy starts at
-    /// the earliest. 0 when nothing was copied.
+    /// One past the last offset copied (finished copies only) or gone from the remote log
+    /// (below its start): where the next copy starts at the earliest. 0 when nothing was.
     pub fn copied_end(&self) -> i64 {
-        self.readable().map(|s| s.end_offset + 1).max().unwrap_or(0)
+        self.readable()
+            .map(|s| s.end_offset + 1)
+            .max()
+            .unwrap_or(0)
+            .max(self.log_start_offset)
     }
 
     /// The segments a reader may use: copied and not being deleted, above the log start.
@@ -146,8 +150,12 @@ impl RemoteLog {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "change", rename_all = "snake_case")]
 pub enum RemoteLogChange {
+    /// `local_log_start`: the copier's local log start then. Offsets of the segment below it
+    /// that were never copied are gone (DeleteRecords): the remote log starts there.
     CopyStarted {
         segment: RemoteSegment,
+        #[serde(default)]
+        local_log_start: i64,
     },
     /// `log_crc32c`: the log object's checksum, known once it is written.
     CopyFinished {
@@ -171,7 +179,10 @@ pub fn apply(
     change: RemoteLogChange,
 ) -> Outcome {
     match change {
-        RemoteLogChange::CopyStarted { segment } => copy_started(log, placed, segment),
+        RemoteLogChange::CopyStarted {
+            segment,
+            local_log_start,
+        } => copy_started(log, placed, segment, local_log_start),
         RemoteLogChange::CopyFinished { id, log_crc32c } => {
             let end = log.copied_end();
             match log.segments.iter_mut().find(|s| s.id == id) {
@@ -207,6 +218,7 @@ fn copy_started(
     log: &mut RemoteLog,
     placed: &PartitionRegistration,
     seg: RemoteSegment,
+    local_log_start: i64,
 ) -> Outcome {
     if placed.leader != seg.broker || placed.leader_epoch != seg.leader_epoch {
         return Outcome::Refused(
@@ -238,6 +250,9 @@ fn copy_started(
         if s.state == RemoteSegmentState::CopyStarted && overlaps {
             s.state = RemoteSegmentState::DeleteStarted;
         }
+    }
+    if local_log_start > log.copied_end() {
+        log.log_start_offset = local_log_start;
     }
     let at = log
         .segments
@@ -279,7 +294,14 @@ mod tests {
     }
 
     fn start(log: &mut RemoteLog, p: &PartitionRegistration, s: RemoteSegment) -> Outcome {
-        apply(log, p, RemoteLogChange::CopyStarted { segment: s })
+        apply(
+            log,
+            p,
+            RemoteLogChange::CopyStarted {
+                segment: s,
+                local_log_start: 0,
+            },
+        )
     }
 
     fn finish(log: &mut RemoteLog, p: &PartitionRegistration, id: &str) -> Outcome {
@@ -330,6 +352,63 @@ mod tests {
         assert_eq!(finish(&mut log, &p, "c"), Outcome::Done);
         assert_eq!(log.copied_end(), 151);
         assert_eq!(log.segment_for(120).map(|s| s.id.as_str()), Some("c"));
+    }
+
+    #[test]
+    fn records_deleted_locally_before_their_copy_stay_deleted() {
+        // DeleteRecords moved the local log start to 150, inside the segment now copied.
+        let mut log = RemoteLog::default();
+        let p = led_by(1, 0);
+        let out = apply(
+            &mut log,
+            &p,
+            RemoteLogChange::CopyStarted {
+                segment: seg("a", 100, 199, 1, 0),
+                local_log_start: 150,
+            },
+        );
+        assert_eq!(out, Outcome::Done);
+        assert_eq!(finish(&mut log, &p, "a"), Outcome::Done);
+        assert_eq!(log.start_offset(), Some(150));
+        assert_eq!(log.segment_for(120), None);
+        assert_eq!(log.segment_for(150).map(|s| s.id.as_str()), Some("a"));
+        // A local start inside what is already copied moves nothing.
+        let out = apply(
+            &mut log,
+            &p,
+            RemoteLogChange::CopyStarted {
+                segment: seg("b", 200, 299, 1, 0),
+                local_log_start: 180,
+            },
+        );
+        assert_eq!(out, Outcome::Done);
+        assert_eq!(log.log_start_offset, 150);
+    }
+
+    #[test]
+    fn once_retention_took_every_remote_segment_copies_go_on_from_the_remote_start() {
+        let mut log = RemoteLog::default();
+        let p = led_by(1, 0);
+        assert_eq!(start(&mut log, &p, seg("a", 0, 99, 1, 0)), Outcome::Done);
+        assert_eq!(finish(&mut log, &p, "a"), Outcome::Done);
+        let out = apply(
+            &mut log,
+            &p,
+            RemoteLogChange::DeleteStarted {
+                ids: vec!["a".into()],
+                log_start_offset: 100,
+            },
+        );
+        assert_eq!(out, Outcome::Done);
+        assert_eq!(
+            log.copied_end(),
+            100,
+            "not 0: what expired is not copied again"
+        );
+        assert!(matches!(
+            start(&mut log, &p, seg("again", 0, 99, 1, 0)),
+            Outcome::Refused(ErrorCode::INVALID_REQUEST, _)
+        ));
     }
 
     #[test]

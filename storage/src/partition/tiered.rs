@@ -80,8 +80,12 @@ pub enum RemoteSlice {
     /// Bytes `range` of `bytes` are the batches to return (at least one).
     Batches(std::ops::Range<usize>),
     /// The first batch to return does not end inside `bytes`: read at least `needed` bytes
-    /// from file position `position`.
-    NeedMore { position: u64, needed: usize },
+    /// from file position `position`, where the batch at offset `offset` starts.
+    NeedMore {
+        position: u64,
+        needed: usize,
+        offset: i64,
+    },
     /// The bytes are not valid batches where they must be: the object is damaged.
     Corrupt(String),
 }
@@ -116,9 +120,14 @@ pub fn remote_slice(
     match (start, chunk.end) {
         (Some(s), _) if end > s => RemoteSlice::Batches(s..end),
         (Some(_), _) => RemoteSlice::Batches(0..0),
-        (None, ScanEnd::NeedMore { position, needed }) => {
-            RemoteSlice::NeedMore { position, needed }
-        }
+        (None, ScanEnd::NeedMore { position, needed }) => RemoteSlice::NeedMore {
+            position,
+            needed,
+            offset: chunk
+                .batches
+                .last()
+                .map_or(first_offset, |(e, _)| e.last_offset + 1),
+        },
         (None, ScanEnd::Stop { reason, .. }) => RemoteSlice::Corrupt(reason),
     }
 }
@@ -193,9 +202,14 @@ mod tests {
         let log = log_of(&[(0, 3), (3, 2)]);
         let one = batch_with_offsets(0, 3).len();
         match remote_slice(&log[..one + 20], 0, 0, 3, 1 << 20, false) {
-            RemoteSlice::NeedMore { position, needed } => {
+            RemoteSlice::NeedMore {
+                position,
+                needed,
+                offset,
+            } => {
                 assert_eq!(position, one as u64);
                 assert!(needed > 20);
+                assert_eq!(offset, 3, "the cut batch's base offset");
             }
             other => panic!("{other:?}"),
         }

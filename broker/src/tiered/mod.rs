@@ -13,6 +13,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -28,6 +29,10 @@ use tributary_storage::{remote_slice, Partition, RemoteSlice, SegmentCopy};
 
 use crate::catalog::Catalog;
 use crate::cluster::command::MetadataCommand;
+use crate::config::RemoteReader;
+use chunks::ChunkCache;
+
+mod chunks;
 use crate::shard::{now_ms, FetchRead, FetchResult, Shard};
 
 /// Segments one partition copies at most per pass: a backlog drains over several passes, and
@@ -42,6 +47,7 @@ const READ_SLACK_BYTES: u64 = 4096 + 64;
 pub struct RemoteLogs {
     store: RemoteStore,
     indexes: RefCell<IndexCache>,
+    chunks: RefCell<ChunkCache>,
     /// A pass is under way (passes do not overlap).
     passing: Cell<bool>,
     pub counts: RemoteCounts,
@@ -60,12 +66,47 @@ pub struct RemoteCounts {
 }
 
 impl RemoteLogs {
-    pub fn new(store: RemoteStore, index_cache_bytes: u64) -> Self {
+    pub fn new(store: RemoteStore, index_cache_bytes: u64, chunks: RemoteReader) -> Self {
         RemoteLogs {
             store,
             indexes: RefCell::new(IndexCache::new(index_cache_bytes)),
+            chunks: RefCell::new(ChunkCache::new(chunks)),
             passing: Cell::new(false),
             counts: RemoteCounts::default(),
+        }
+    }
+
+    /// `range` of the log object `object` (of `size` bytes), from the chunks read ahead or
+    /// the store.
+    async fn read_object(
+        &self,
+        object: &str,
+        size: u64,
+        range: Range<u64>,
+    ) -> Result<Bytes, RemoteError> {
+        let chunks = self
+            .chunks
+            .borrow_mut()
+            .chunks_for(&self.store, object, size, &range);
+        let results = futures::future::join_all(chunks.iter().map(|(_, c)| c.clone())).await;
+        let mut got = Vec::with_capacity(chunks.len());
+        let mut failed = None;
+        for ((n, _), r) in chunks.iter().zip(results) {
+            match r {
+                Ok(b) => got.push((*n, b)),
+                Err(e) => {
+                    self.chunks.borrow_mut().forget(object, *n);
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(chunks::assemble(
+                self.chunks.borrow().chunk_bytes(),
+                &range,
+                &got,
+            )),
         }
     }
 }
@@ -93,6 +134,10 @@ impl IndexCache {
     }
 
     fn put(&mut self, id: String, f: Rc<IndexFile>, bytes: u64) {
+        // Two reads that missed at once both bring it: it is kept once.
+        if self.entries.contains_key(&id) {
+            return;
+        }
         while self.held + bytes > self.budget {
             let Some(old) = self.order.pop_front() else {
                 return; // larger than the whole budget: not kept
@@ -169,6 +214,10 @@ impl Shard {
     /// The first offset of `topic`-`partition` a reader may ask for: below the local log
     /// start when the remote log holds more.
     pub(crate) fn log_start_with_remote(&self, topic: &str, partition: i32, local: i64) -> i64 {
+        // A broker without a store cannot read what the metadata says is remote.
+        if self.remote_logs().is_none() {
+            return local;
+        }
         let catalog = self.catalog();
         catalog
             .remote_log(topic, partition)
@@ -276,6 +325,7 @@ impl Shard {
             key,
             RemoteLogChange::CopyStarted {
                 segment: seg.clone(),
+                local_log_start: part.log_start_offset(),
             },
         )
         .await?;
@@ -419,8 +469,13 @@ impl Shard {
         low: i64,
     ) -> (ErrorCode, i64) {
         let catalog = self.catalog();
-        let Some(log) = catalog.remote_log(topic, partition) else {
-            return (ErrorCode::NONE, low);
+        // A tiered partition with nothing copied yet still records its start: a copy under
+        // way, of the segment holding it, must not make the deleted records readable.
+        let empty = RemoteLog::default();
+        let log = match catalog.remote_log(topic, partition) {
+            Some(log) => log,
+            None if part.config().remote_storage && self.remote_logs().is_some() => &empty,
+            None => return (ErrorCode::NONE, low),
         };
         let target = match offset {
             -1 => part.high_watermark(),
@@ -516,29 +571,18 @@ impl Shard {
         }
         let started = std::time::Instant::now();
         let key = TopicPartition::new(topic.to_string(), partition);
-        match self.read_remote(&logs, log, &key, seg, read).await {
-            Ok((records, index)) => {
-                if read.read_committed {
-                    out.aborted_transactions = self
-                        .remote_aborted(
-                            &logs,
-                            &catalog,
-                            &key,
-                            seg,
-                            &index,
-                            read.offset,
-                            &records,
-                            part,
-                        )
-                        .await
-                        .unwrap_or_default();
-                }
+        match self
+            .read_with_aborted(&logs, &catalog, &key, seg, read, part)
+            .await
+        {
+            Ok((records, aborted)) => {
                 let c = &logs.counts;
                 c.reads.set(c.reads.get() + 1);
                 c.read_bytes.set(c.read_bytes.get() + records.len() as u64);
                 c.read_micros
                     .set(c.read_micros.get() + started.elapsed().as_micros() as u64);
                 out.records = records;
+                out.aborted_transactions = aborted;
             }
             Err(f) => {
                 logs.counts
@@ -549,6 +593,31 @@ impl Shard {
             }
         }
         Some(out)
+    }
+
+    /// The batches at `read.offset` in `seg` and, for READ_COMMITTED, the aborted
+    /// transactions among them: records without their whole aborted list would show aborted
+    /// records as committed, so failing to read it fails the read.
+    async fn read_with_aborted(
+        &self,
+        logs: &RemoteLogs,
+        catalog: &Catalog,
+        key: &TopicPartition,
+        seg: &RemoteSegment,
+        read: FetchRead,
+        part: &Partition,
+    ) -> Result<(Bytes, Vec<(i64, i64)>), ReadFailure> {
+        let log = catalog
+            .remote_log(&key.topic, key.partition)
+            .expect("the segment came from it");
+        let (records, index) = self.read_remote(logs, log, key, seg, read).await?;
+        if !read.read_committed {
+            return Ok((records, Vec::new()));
+        }
+        let aborted = self
+            .remote_aborted(logs, catalog, key, seg, &index, read.offset, &records, part)
+            .await?;
+        Ok((records, aborted))
     }
 
     /// The batches at `read.offset` in `seg`, and its index.
@@ -563,61 +632,52 @@ impl Shard {
         let index = self.remote_index(logs, log, key, seg).await?;
         let object = object_key(log, &key.topic, key.partition, seg, "log");
         let (mut position, mut first) = locate(&index, seg.base_offset, read.offset);
-        let mut len = (read.max_bytes as u64).max(1) + READ_SLACK_BYTES;
-        for _ in 0..3 {
+        let want = (read.max_bytes as u64).max(1) + READ_SLACK_BYTES;
+        let mut len = want;
+        let fail = |detail: String| ReadFailure {
+            object: object.clone(),
+            detail,
+        };
+        // Each round either returns or moves on: past batches below the offset (a sparser
+        // index than the slack assumes), or to read the batch it stopped in whole.
+        while position < seg.size {
             let end = (position + len).min(seg.size);
-            let fail = |detail: String| ReadFailure {
-                object: object.clone(),
-                detail,
-            };
-            if position >= end {
-                return Ok((Bytes::new(), index));
-            }
             let bytes = logs
-                .store
-                .get_range(object.clone(), position..end)
+                .read_object(&object, seg.size, position..end)
                 .await
                 .map_err(|e| fail(e.to_string()))?;
-            if bytes.len() as u64 != end - position {
-                return Err(fail(format!(
-                    "asked for bytes {position}..{end}, got {}",
-                    bytes.len()
-                )));
-            }
-            match remote_slice(
+            let slice = remote_slice(
                 &bytes,
                 position,
                 first,
                 read.offset,
                 read.max_bytes,
                 read.hard_limit,
-            ) {
+            );
+            match slice {
                 RemoteSlice::Batches(r) => return Ok((bytes.slice(r), index)),
                 RemoteSlice::Corrupt(why) => return Err(fail(format!("damaged batches: {why}"))),
                 RemoteSlice::NeedMore {
                     position: at,
                     needed,
+                    offset,
                 } => {
-                    if at >= seg.size {
+                    if at >= seg.size || end >= seg.size && at <= position {
                         return Err(fail(format!(
                             "the object ends at {} before offset {}",
                             seg.size, read.offset
                         )));
                     }
-                    // The batch at `at` is longer than what was read: read from it, whole.
-                    if at > position {
-                        first =
-                            batch_base_offset(&bytes[(at - position) as usize..]).unwrap_or(first);
-                    }
                     position = at;
-                    len = needed as u64;
+                    first = offset;
+                    len = want.max(needed as u64);
                 }
             }
         }
-        Err(ReadFailure {
-            object,
-            detail: "no whole batch after three ranged reads".into(),
-        })
+        Err(fail(format!(
+            "the object ends at {} before offset {}",
+            seg.size, read.offset
+        )))
     }
 
     /// The index of `seg`, from the cache or the store (checked against the CRC32C and size
@@ -728,24 +788,37 @@ impl Shard {
         topic: &str,
         partition: i32,
         timestamp: i64,
+        local_start: i64,
         inflated_max: usize,
     ) -> Option<Result<(i64, i64), ErrorCode>> {
         let logs = self.remote_logs()?;
         let catalog = self.catalog();
         let log = catalog.remote_log(topic, partition)?;
         let start = log.start_offset()?;
-        let seg = log
+        let mut segs: Vec<&RemoteSegment> = log
             .readable()
             .filter(|s| s.end_offset >= start && s.max_timestamp >= timestamp)
-            .min_by_key(|s| s.base_offset)?;
+            .collect();
+        segs.sort_by_key(|s| s.base_offset);
         let key = TopicPartition::new(topic.to_string(), partition);
-        let found = self
-            .remote_time_lookup(&logs, log, &key, seg, timestamp, start, inflated_max)
-            .await;
-        Some(found.map_err(|f| {
-            warn!(topic, partition, object = %f.object, error = %f.detail, "remote timestamp lookup failed; answering KAFKA_STORAGE_ERROR");
-            ErrorCode::KAFKA_STORAGE_ERROR
-        }))
+        for seg in segs {
+            if seg.base_offset >= local_start {
+                return None; // the local log holds all of it: no GET
+            }
+            let found = self
+                .remote_time_lookup(&logs, log, &key, seg, timestamp, start, inflated_max)
+                .await;
+            match found {
+                Ok(Some(hit)) => return Some(Ok(hit)),
+                // Its batches that reach the timestamp are below the log start.
+                Ok(None) => continue,
+                Err(f) => {
+                    warn!(topic, partition, object = %f.object, error = %f.detail, "remote timestamp lookup failed; answering KAFKA_STORAGE_ERROR");
+                    return Some(Err(ErrorCode::KAFKA_STORAGE_ERROR));
+                }
+            }
+        }
+        None
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -758,7 +831,7 @@ impl Shard {
         timestamp: i64,
         log_start: i64,
         inflated_max: usize,
-    ) -> Result<(i64, i64), ReadFailure> {
+    ) -> Result<Option<(i64, i64)>, ReadFailure> {
         let index = self.remote_index(logs, log, key, seg).await?;
         let object = object_key(log, &key.topic, key.partition, seg, "log");
         let fail = |detail: String| ReadFailure {
@@ -789,7 +862,9 @@ impl Shard {
                     log_start,
                     inflated_max,
                 );
-                return Ok(record.unwrap_or((e.base_offset.max(log_start), e.max_timestamp)));
+                return Ok(Some(
+                    record.unwrap_or((e.base_offset.max(log_start), e.max_timestamp)),
+                ));
             }
             match chunk.end {
                 // The rest of the segment from the batch that did not fit, at least that batch.
@@ -810,10 +885,7 @@ impl Shard {
                 }
             }
         }
-        Err(fail(format!(
-            "no batch at or after timestamp {timestamp}, though the segment's newest is {}",
-            seg.max_timestamp
-        )))
+        Ok(None)
     }
 }
 
@@ -826,11 +898,6 @@ fn locate(f: &IndexFile, base: i64, offset: i64) -> (u64, i64) {
     let rel = u32::try_from((offset - base).min(i64::from(u32::MAX))).unwrap_or(u32::MAX);
     let (rel_base, pos) = f.index.lookup_offset(rel);
     (u64::from(pos), base + i64::from(rel_base))
-}
-
-/// The base offset of the batch `bytes` starts with.
-fn batch_base_offset(bytes: &[u8]) -> Option<i64> {
-    Some(i64::from_be_bytes(bytes.get(..8)?.try_into().ok()?))
 }
 
 /// The metadata of a copy about to start.
