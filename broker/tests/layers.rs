@@ -200,7 +200,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "cluster/mod.rs",
             "cluster/node.rs",
             "replica/",
-            "tiered.rs",
+            "tiered/",
             "txn/markers.rs",
         ],
     ),
