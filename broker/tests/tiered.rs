@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use common::s3::S3Server;
 use common::{rd_consume, rd_create_topics, rd_produce, start_broker, wait_until, RawConn};
+use kafka_protocol::messages::describe_log_dirs_request::DescribeLogDirsRequest;
+use kafka_protocol::messages::describe_log_dirs_response::DescribeLogDirsResponse;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
@@ -184,6 +186,12 @@ fn closed_segments_leave_the_local_disk_and_read_back_from_offset_zero_file() {
 fn copied_segments_read_back(dir: &Path, store: &Store) {
     let data = dir.join("data");
     let broker = tiered_broker(&data, store);
+    let url = store
+        .props()
+        .into_iter()
+        .find(|(k, _)| k == "remote.log.storage.url")
+        .map(|(_, v)| v)
+        .expect("the store's URL");
     let store = store.objects();
     let addr = broker.addr;
     create_tiered(addr, "tiered");
@@ -221,6 +229,30 @@ fn copied_segments_read_back(dir: &Path, store: &Store) {
     assert!(metric(scrape, "tributary_remote_reads_total") >= 1.0);
     assert!(metric(scrape, "tributary_remote_read_bytes_total") > 10_000.0);
     assert_eq!(metric(scrape, "tributary_remote_store_errors_total"), 0.0);
+    // DescribeLogDirs lists the store as a second directory, with the partition's bytes there.
+    let dirs: DescribeLogDirsResponse = RawConn::connect(addr).request(
+        ApiKey::DescribeLogDirs,
+        4,
+        &DescribeLogDirsRequest::default().with_topics(None),
+    );
+    assert_eq!(dirs.results.len(), 2, "{dirs:?}");
+    let remote = &dirs.results[1];
+    assert_eq!(remote.log_dir.as_str(), url);
+    let sizes: Vec<i64> = remote
+        .topics
+        .iter()
+        .filter(|t| t.name.0.as_str() == "tiered")
+        .flat_map(|t| t.partitions.iter().map(|p| p.partition_size))
+        .collect();
+    let in_store: u64 = remote_logs(&store)
+        .iter()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum();
+    assert_eq!(sizes.len(), 1, "{remote:?}");
+    assert!(
+        sizes[0] > 10_000 && sizes[0] as u64 <= in_store,
+        "{sizes:?} of {in_store}"
+    );
     // The batches a fetch at 0 returns are the first object's bytes, byte for byte.
     let (code, records) = fetch(addr, "tiered", 0);
     assert_eq!(code, 0);
