@@ -77,17 +77,30 @@ impl RemoteLogs {
     }
 
     /// `range` of the log object `object` (of `size` bytes), from the chunks read ahead or
-    /// the store.
+    /// the store. A chunk that failed is asked for once more: it may be a read-ahead that
+    /// failed while nobody waited for it.
     async fn read_object(
         &self,
         object: &str,
         size: u64,
         range: Range<u64>,
     ) -> Result<Bytes, RemoteError> {
+        match self.read_chunks(object, size, &range).await {
+            Err(_) => self.read_chunks(object, size, &range).await,
+            read => read,
+        }
+    }
+
+    async fn read_chunks(
+        &self,
+        object: &str,
+        size: u64,
+        range: &Range<u64>,
+    ) -> Result<Bytes, RemoteError> {
         let chunks = self
             .chunks
             .borrow_mut()
-            .chunks_for(&self.store, object, size, &range);
+            .chunks_for(&self.store, object, size, range);
         let results = futures::future::join_all(chunks.iter().map(|(_, c)| c.clone())).await;
         let mut got = Vec::with_capacity(chunks.len());
         let mut failed = None;
@@ -104,7 +117,7 @@ impl RemoteLogs {
             Some(e) => Err(e),
             None => Ok(chunks::assemble(
                 self.chunks.borrow().chunk_bytes(),
-                &range,
+                range,
                 &got,
             )),
         }
