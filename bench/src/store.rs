@@ -139,30 +139,14 @@ pub fn s3_server(a: &S3ServerArgs) -> Result<()> {
         .build()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(&a.listen).await?;
-        let fs = s3s_fs::FileSystem::new(&a.root).map_err(|e| anyhow!("{e:?}"))?;
-        let mut b = s3s::service::S3ServiceBuilder::new(fs);
-        b.set_auth(s3s::auth::SimpleAuth::from_single(
-            a.access_key.as_str(),
-            a.secret_key.as_str(),
-        ));
-        let service = b.build();
         eprintln!(
             "S3 server on http://{} (bucket {}, files under {})",
             listener.local_addr()?,
             a.bucket,
             a.root.display()
         );
-        let http =
-            hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-        loop {
-            let (socket, _) = listener.accept().await?;
-            let _ = socket.set_nodelay(true);
-            let conn = http
-                .serve_connection(hyper_util::rt::TokioIo::new(socket), service.clone())
-                .into_owned();
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-        }
+        let service = tributary_s3_server::service(&a.root, &a.access_key, &a.secret_key)?;
+        tributary_s3_server::serve(listener, service).await?;
+        Ok(())
     })
 }

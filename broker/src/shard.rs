@@ -1152,8 +1152,7 @@ impl Shard {
         // between this and the read's first await.
         let visible_bytes = part.visible_bytes();
         let last_stable_offset = part.last_stable_offset();
-        let log_start_offset =
-            self.log_start_with_remote(topic, partition, part.log_start_offset());
+        let log_start_offset = self.log_start_with_remote(topic, partition, &part);
         let watermarks = |error| FetchResult {
             error,
             records: Bytes::new(),
@@ -1234,12 +1233,11 @@ impl Shard {
         let lookup = match timestamp {
             // With tiered storage the log may begin in the remote store (KIP-405).
             EARLIEST_TIMESTAMP => {
-                let local = part.log_start_offset();
                 return (
                     ErrorCode::NONE,
-                    self.log_start_with_remote(topic, partition, local),
+                    self.log_start_with_remote(topic, partition, &part),
                     -1,
-                );
+                )
             }
             EARLIEST_LOCAL_TIMESTAMP => return (ErrorCode::NONE, part.log_start_offset(), -1),
             LATEST_TIMESTAMP if read_committed => {

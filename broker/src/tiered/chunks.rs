@@ -5,7 +5,7 @@
 //! `remote.log.reader.read.ahead.chunks` ones, so the next fetch finds them on the way or
 //! there. A shard keeps at most `remote.log.reader.chunk.cache.bytes` of them, the oldest go
 //! first. Objects never change once written (a copy is a new segment id), so a chunk is good
-//! for as long as it is kept; one that failed is forgotten at once, for the next read to retry.
+//! for as long as it is kept; one that failed is asked for again by the next read that needs it.
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
@@ -54,12 +54,11 @@ impl ChunkCache {
         let (first, last) = chunk_span(c, range);
         let mut out = Vec::new();
         for n in first..=last {
-            out.push((n, self.chunk(store, object, size, n)));
+            out.push((n, self.chunk(store, object, size, n).0));
         }
         let count = size.div_ceil(c);
         for n in (last + 1..count).take(self.config.read_ahead_chunks as usize) {
-            if !self.entries.contains_key(&(object.to_string(), n)) {
-                let ahead = self.chunk(store, object, size, n);
+            if let (ahead, true) = self.chunk(store, object, size, n) {
                 glommio::spawn_local(async move {
                     let _ = ahead.await;
                 })
@@ -73,18 +72,17 @@ impl ChunkCache {
         self.config.chunk_bytes
     }
 
-    /// Drops a chunk whose GET failed, so the next read asks again.
-    pub(super) fn forget(&mut self, object: &str, n: u64) {
-        let key = (object.to_string(), n);
-        if self.entries.remove(&key).is_some() {
-            self.order.retain(|k| k != &key);
-        }
-    }
-
-    fn chunk(&mut self, store: &RemoteStore, object: &str, size: u64, n: u64) -> Chunk {
+    /// Chunk `n` of `object`: the one held, unless its GET failed (a failure is never served
+    /// again: a read-ahead may have failed with nobody waiting for it), else a new GET, and
+    /// then `true`.
+    fn chunk(&mut self, store: &RemoteStore, object: &str, size: u64, n: u64) -> (Chunk, bool) {
         let key = (object.to_string(), n);
         if let Some(c) = self.entries.get(&key) {
-            return c.clone();
+            if !matches!(c.peek(), Some(Err(_))) {
+                return (c.clone(), false);
+            }
+            self.entries.remove(&key);
+            self.order.retain(|k| k != &key);
         }
         let c = self.config.chunk_bytes;
         let range = n * c..((n + 1) * c).min(size);
@@ -118,7 +116,7 @@ impl ChunkCache {
         }
         self.order.push_back(key.clone());
         self.entries.insert(key, chunk.clone());
-        chunk
+        (chunk, true)
     }
 }
 

@@ -77,51 +77,31 @@ impl RemoteLogs {
     }
 
     /// `range` of the log object `object` (of `size` bytes), from the chunks read ahead or
-    /// the store. A chunk that failed is asked for once more: it may be a read-ahead that
-    /// failed while nobody waited for it.
+    /// the store.
     async fn read_object(
         &self,
         object: &str,
         size: u64,
         range: Range<u64>,
     ) -> Result<Bytes, RemoteError> {
-        match self.read_chunks(object, size, &range).await {
-            Err(_) => self.read_chunks(object, size, &range).await,
-            read => read,
-        }
-    }
-
-    async fn read_chunks(
-        &self,
-        object: &str,
-        size: u64,
-        range: &Range<u64>,
-    ) -> Result<Bytes, RemoteError> {
         let chunks = self
             .chunks
             .borrow_mut()
-            .chunks_for(&self.store, object, size, range);
-        let results = futures::future::join_all(chunks.iter().map(|(_, c)| c.clone())).await;
-        let mut got = Vec::with_capacity(chunks.len());
-        let mut failed = None;
-        for ((n, _), r) in chunks.iter().zip(results) {
-            match r {
-                Ok(b) => got.push((*n, b)),
-                Err(e) => {
-                    self.chunks.borrow_mut().forget(object, *n);
-                    failed.get_or_insert(e);
-                }
-            }
-        }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(chunks::assemble(
-                self.chunks.borrow().chunk_bytes(),
-                range,
-                &got,
-            )),
-        }
+            .chunks_for(&self.store, object, size, &range);
+        let numbers = chunks.iter().map(|(n, _)| *n);
+        let bytes = futures::future::join_all(chunks.iter().map(|(_, c)| c.clone())).await;
+        let got: Vec<(u64, Bytes)> = numbers
+            .zip(bytes)
+            .map(|(n, b)| b.map(|b| (n, b)))
+            .collect::<Result<_, _>>()?;
+        let chunk_bytes = self.chunks.borrow().chunk_bytes();
+        Ok(chunks::assemble(chunk_bytes, &range, &got))
     }
+}
+
+/// Adds `n` to one of the counts.
+fn count(cell: &Cell<u64>, n: u64) {
+    cell.set(cell.get() + n);
 }
 
 /// Remote segments' indexes, decoded, kept up to a byte budget; the oldest go first.
@@ -147,13 +127,14 @@ impl IndexCache {
     }
 
     fn put(&mut self, id: String, f: Rc<IndexFile>, bytes: u64) {
-        // Two reads that missed at once both bring it: it is kept once.
-        if self.entries.contains_key(&id) {
+        // Two reads that missed at once both bring it: it is kept once. One larger than the
+        // whole budget is not kept, and evicts nothing.
+        if self.entries.contains_key(&id) || bytes > self.budget {
             return;
         }
         while self.held + bytes > self.budget {
             let Some(old) = self.order.pop_front() else {
-                return; // larger than the whole budget: not kept
+                break;
             };
             if let Some((_, b)) = self.entries.remove(&old) {
                 self.held -= b;
@@ -224,11 +205,18 @@ impl Shard {
         })
     }
 
-    /// The first offset of `topic`-`partition` a reader may ask for: below the local log
-    /// start when the remote log holds more.
-    pub(crate) fn log_start_with_remote(&self, topic: &str, partition: i32, local: i64) -> i64 {
+    /// The first offset of `topic`-`partition` (`part`) a reader may ask for: below the local
+    /// log start when the remote log holds more. Every fetch asks: an untiered partition
+    /// (remote storage cannot be turned off once on) answers without a lookup.
+    pub(crate) fn log_start_with_remote(
+        &self,
+        topic: &str,
+        partition: i32,
+        part: &Partition,
+    ) -> i64 {
+        let local = part.log_start_offset();
         // A broker without a store cannot read what the metadata says is remote.
-        if self.remote_logs().is_none() {
+        if !part.config().remote_storage || self.remote_logs().is_none() {
             return local;
         }
         let catalog = self.catalog();
@@ -257,9 +245,7 @@ impl Shard {
                 continue;
             }
             if let Err(e) = self.tier_partition(&logs, &key, &part).await {
-                logs.counts
-                    .store_errors
-                    .set(logs.counts.store_errors.get() + 1);
+                count(&logs.counts.store_errors, 1);
                 warn!(topic = %key.topic, partition = key.partition, error = %e, "tiered storage: copying or deleting failed; local data is kept and the next pass tries again");
             }
         }
@@ -346,12 +332,8 @@ impl Shard {
             Ok(log_crc32c) => {
                 self.change_remote_log(key, RemoteLogChange::CopyFinished { id, log_crc32c })
                     .await?;
-                logs.counts
-                    .segments_copied
-                    .set(logs.counts.segments_copied.get() + 1);
-                logs.counts
-                    .bytes_copied
-                    .set(logs.counts.bytes_copied.get() + seg.size);
+                count(&logs.counts.segments_copied, 1);
+                count(&logs.counts.bytes_copied, seg.size);
                 part.set_remote_copied_end(seg.end_offset + 1);
                 info!(topic = %key.topic, partition = key.partition, base_offset = seg.base_offset, end_offset = seg.end_offset, bytes = seg.size, segment = %seg.id, "copied a segment to the remote log store");
                 Ok(Some(seg.size))
@@ -411,9 +393,7 @@ impl Shard {
         let n = ids.len() as u64;
         self.change_remote_log(key, RemoteLogChange::DeleteFinished { ids })
             .await?;
-        logs.counts
-            .segments_deleted
-            .set(logs.counts.segments_deleted.get() + n);
+        count(&logs.counts.segments_deleted, n);
         Ok(())
     }
 
@@ -494,7 +474,7 @@ impl Shard {
             -1 => part.high_watermark(),
             o => o,
         };
-        let start = self.log_start_with_remote(topic, partition, low);
+        let start = self.log_start_with_remote(topic, partition, part);
         if target <= start {
             return (ErrorCode::NONE, start);
         }
@@ -574,7 +554,7 @@ impl Shard {
             error: ErrorCode::NONE,
             records: Bytes::new(),
             high_watermark: part.high_watermark(),
-            log_start_offset: self.log_start_with_remote(topic, partition, part.log_start_offset()),
+            log_start_offset: self.log_start_with_remote(topic, partition, part),
             last_stable_offset: part.last_stable_offset(),
             aborted_transactions: Vec::new(),
             visible_bytes: part.visible_bytes(),
@@ -585,22 +565,19 @@ impl Shard {
         let started = std::time::Instant::now();
         let key = TopicPartition::new(topic.to_string(), partition);
         match self
-            .read_with_aborted(&logs, &catalog, &key, seg, read, part)
+            .read_with_aborted(&logs, log, &key, seg, read, part)
             .await
         {
             Ok((records, aborted)) => {
                 let c = &logs.counts;
-                c.reads.set(c.reads.get() + 1);
-                c.read_bytes.set(c.read_bytes.get() + records.len() as u64);
-                c.read_micros
-                    .set(c.read_micros.get() + started.elapsed().as_micros() as u64);
+                count(&c.reads, 1);
+                count(&c.read_bytes, records.len() as u64);
+                count(&c.read_micros, started.elapsed().as_micros() as u64);
                 out.records = records;
                 out.aborted_transactions = aborted;
             }
             Err(f) => {
-                logs.counts
-                    .store_errors
-                    .set(logs.counts.store_errors.get() + 1);
+                count(&logs.counts.store_errors, 1);
                 warn!(topic, partition, offset = read.offset, object = %f.object, error = %f.detail, "remote read failed; answering KAFKA_STORAGE_ERROR for this partition");
                 out.error = ErrorCode::KAFKA_STORAGE_ERROR;
             }
@@ -614,21 +591,18 @@ impl Shard {
     async fn read_with_aborted(
         &self,
         logs: &RemoteLogs,
-        catalog: &Catalog,
+        log: &RemoteLog,
         key: &TopicPartition,
         seg: &RemoteSegment,
         read: FetchRead,
         part: &Partition,
     ) -> Result<(Bytes, Vec<(i64, i64)>), ReadFailure> {
-        let log = catalog
-            .remote_log(&key.topic, key.partition)
-            .expect("the segment came from it");
         let (records, index) = self.read_remote(logs, log, key, seg, read).await?;
         if !read.read_committed {
             return Ok((records, Vec::new()));
         }
         let aborted = self
-            .remote_aborted(logs, catalog, key, seg, &index, read.offset, &records, part)
+            .remote_aborted(logs, log, key, seg, &index, read.offset, &records, part)
             .await?;
         Ok((records, aborted))
     }
@@ -738,7 +712,7 @@ impl Shard {
     async fn remote_aborted(
         &self,
         logs: &RemoteLogs,
-        catalog: &Catalog,
+        log: &RemoteLog,
         key: &TopicPartition,
         seg: &RemoteSegment,
         index: &Rc<IndexFile>,
@@ -749,9 +723,6 @@ impl Shard {
         let Some(upto) = crate::shard::end_of_batches(records) else {
             return Ok(Vec::new());
         };
-        let log = catalog
-            .remote_log(&key.topic, key.partition)
-            .expect("the segment came from it");
         let mut lists = vec![index.clone()];
         let done = |f: &IndexFile| f.aborted.iter().any(|t| t.last_stable_offset >= upto);
         let mut complete = done(index);
@@ -932,5 +903,44 @@ fn segment_of(
         broker,
         leader_epoch,
         state: RemoteSegmentState::CopyStarted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index_file() -> Rc<IndexFile> {
+        Rc::new(IndexFile {
+            size: 0,
+            next_offset: 0,
+            first_timestamp: 0,
+            max_timestamp: 0,
+            index: Default::default(),
+            producers: None,
+            aborted: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn an_index_brought_twice_is_kept_and_counted_once() {
+        let mut cache = IndexCache::new(100);
+        cache.put("a".into(), index_file(), 40);
+        cache.put("a".into(), index_file(), 40);
+        assert_eq!(cache.held, 40);
+        assert_eq!(cache.order.len(), 1);
+        // The budget still holds a second one, and the oldest goes for a third.
+        cache.put("b".into(), index_file(), 40);
+        assert!(cache.get("a").is_some() && cache.get("b").is_some());
+        cache.put("c".into(), index_file(), 40);
+        assert!(cache.get("a").is_none());
+        assert_eq!(cache.held, 80);
+        // One larger than the whole budget is not kept.
+        cache.put("huge".into(), index_file(), 1_000);
+        assert!(cache.get("huge").is_none());
+        assert!(
+            cache.get("b").is_some() && cache.get("c").is_some(),
+            "nothing evicted for it"
+        );
     }
 }

@@ -1,6 +1,6 @@
-//! A real S3-compatible server on 127.0.0.1, in the test process: `s3s-fs` (the `s3s` crate's
-//! file-backed S3 service) over hyper, with SigV4 authentication on, for the tiered-storage
-//! tests. Objects are files under `root/BUCKET/KEY`, so a test can look at and damage them.
+//! A real S3-compatible server on 127.0.0.1, in the test process (`tributary_s3_server`:
+//! `s3s-fs` over hyper, SigV4 authentication on), for the tiered-storage tests. Objects are
+//! files under `root/BUCKET/KEY`, so a test can look at and damage them.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -32,21 +32,9 @@ impl S3Server {
             .block_on(tokio::net::TcpListener::bind(addr))
             .expect("the S3 server's port");
         let addr = listener.local_addr().unwrap();
-        let fs = s3s_fs::FileSystem::new(root).unwrap();
-        let mut b = s3s::service::S3ServiceBuilder::new(fs);
-        b.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
-        let service = b.build();
+        let service = tributary_s3_server::service(root, ACCESS_KEY, SECRET_KEY).unwrap();
         runtime.spawn(async move {
-            let http =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-            while let Ok((socket, _)) = listener.accept().await {
-                let _ = socket.set_nodelay(true);
-                let io = hyper_util::rt::TokioIo::new(socket);
-                let conn = http.serve_connection(io, service.clone()).into_owned();
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
-            }
+            let _ = tributary_s3_server::serve(listener, service).await;
         });
         S3Server {
             addr,
