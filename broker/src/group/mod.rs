@@ -1005,10 +1005,14 @@ impl GroupCoordinator {
                 }
             }
         }
+        // A member id handed out (KIP-394's MEMBER_ID_REQUIRED) keeps its group until it lapses:
+        // the client's next join names it, and a group removed meanwhile answers that join
+        // UNKNOWN_MEMBER_ID.
         groups.retain(|_, g| {
             !(g.state == GroupState::Empty
                 && g.offsets.is_empty()
                 && g.members.is_empty()
+                && g.pending_member_ids.is_empty()
                 && g.generation == 0)
         });
         self.forget_parked(&groups);
@@ -1317,6 +1321,48 @@ mod parked_request_tests {
         });
         assert_eq!(left.0, ErrorCode::NONE);
         assert!(c.groups.borrow()["g"].static_members.is_empty());
+    }
+
+    #[test]
+    fn a_member_id_handed_out_keeps_its_group_until_it_lapses() {
+        let c = coordinator(Duration::from_secs(3600));
+        let first = c.join(join_req(""), 5, "a".into(), "h".into()).unwrap_err();
+        assert_eq!(first.error, ErrorCode::MEMBER_ID_REQUIRED);
+        // The coordinator's tick runs between the client's two joins.
+        let now = Instant::now();
+        c.tick(now, false, &consumer::TopicsImage::new);
+        let joined = c
+            .join(join_req(&first.member_id), 5, "a".into(), "h".into())
+            .expect("the handed-out id is still known")
+            .try_recv()
+            .unwrap()
+            .expect("alone: joined at once");
+        assert_eq!(joined.member_id, first.member_id);
+        // An id never used lapses with its session, and then its empty group goes.
+        let unused = c
+            .join(
+                JoinGroupRequest {
+                    group_id: "h".into(),
+                    ..join_req("")
+                },
+                5,
+                "b".into(),
+                "h".into(),
+            )
+            .unwrap_err();
+        assert_eq!(unused.error, ErrorCode::MEMBER_ID_REQUIRED);
+        c.tick(
+            now + Duration::from_secs(1),
+            false,
+            &consumer::TopicsImage::new,
+        );
+        assert!(c.groups.borrow().contains_key("h"));
+        c.tick(
+            now + Duration::from_secs(7),
+            false,
+            &consumer::TopicsImage::new,
+        );
+        assert!(!c.groups.borrow().contains_key("h"));
     }
 
     #[test]
