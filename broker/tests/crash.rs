@@ -143,7 +143,9 @@ fn produce_and_kill(
 /// holds open, whether that file is open `O_DSYNC`, as the kernel reports its status flags.
 /// Closed segments are left out: they are only read, and keep the handle they were opened with.
 fn segments_open_dsync(pid: u32) -> Vec<bool> {
+    // O_SYNC is O_DSYNC and one more bit; a write-through segment has O_DSYNC alone.
     const O_DSYNC: u32 = 0o10000;
+    const O_SYNC: u32 = 0o4010000;
     let mut active: HashMap<std::path::PathBuf, (std::path::PathBuf, bool)> = HashMap::new();
     for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
         let entry = entry.unwrap();
@@ -168,7 +170,7 @@ fn segments_open_dsync(pid: u32) -> Vec<bool> {
             .find_map(|l| l.strip_prefix("flags:"))
             .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
             .unwrap();
-        let dsync = flags & O_DSYNC != 0;
+        let dsync = flags & O_SYNC == O_DSYNC;
         // Segment files are named by their zero-padded base offset: the last sorts last.
         let last = active
             .entry(dir.to_path_buf())

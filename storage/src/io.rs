@@ -110,8 +110,10 @@ impl SegmentFile {
     ) -> std::io::Result<Self> {
         let flags = match durability {
             WriteDurability::OnSync => 0,
-            // glommio adds O_DIRECT to these; the kernel keeps O_DSYNC beside it.
-            WriteDurability::EachWrite => rustix::fs::OFlags::DSYNC.bits() as i32,
+            // glommio adds O_DIRECT to these; the kernel keeps O_DSYNC beside it. libc's, not
+            // rustix's: on Linux rustix's `OFlags::DSYNC` is O_SYNC, which also makes every
+            // write wait for the inode's timestamps.
+            WriteDurability::EachWrite => libc::O_DSYNC,
         };
         let file = OpenOptions::new()
             .read(true)
