@@ -349,7 +349,9 @@ fn encode_fetch(node: i32, correlation: i32, items: &[Item], settings: &FetchSet
 }
 
 /// Appends, truncates and moves the high watermark and the log start as the leader's answer
-/// says.
+/// says. Its partitions are applied concurrently: each one's append and sync is its own, so a
+/// fetch that brings several costs the slowest of their syncs, not their sum, before the next
+/// fetch tells the leader what this replica holds.
 async fn apply(
     shard: &Rc<Shard>,
     leader: i32,
@@ -359,61 +361,20 @@ async fn apply(
     if resp.error_code != 0 {
         return Err(format!("fetch error {}", resp.error_code));
     }
+    let applies = resp.responses.iter().flat_map(|topic| {
+        let name = topic.topic.0.as_str();
+        topic
+            .partitions
+            .iter()
+            .map(move |p| apply_partition(shard, leader, items, name, p))
+    });
     let mut progressed = false;
     let mut errors = false;
-    for topic in &resp.responses {
-        let name = topic.topic.0.as_str();
-        for p in &topic.partitions {
-            let Some(item) = items
-                .iter()
-                .find(|i| i.topic == name && i.partition == p.partition_index)
-            else {
-                continue;
-            };
-            // Still following this leader at this epoch? (The image may have moved on.)
-            let current = shard
-                .replicas
-                .following
-                .borrow()
-                .get(&TopicPartition::new(item.topic.clone(), item.partition))
-                .copied();
-            if current.map(|f| (f.leader, f.leader_epoch))
-                != Some((leader, LeaderEpoch(item.leader_epoch)))
-            {
-                continue;
-            }
-            let Some(part) = shard.partition(name, p.partition_index) else {
-                continue;
-            };
-            let code = ErrorCode(p.error_code);
-            if code == ErrorCode::OFFSET_OUT_OF_RANGE {
-                reset_out_of_range(&part, item, p).await?;
-                progressed = true;
-                continue;
-            }
-            if code.is_error() {
-                errors = true;
-                debug!(
-                    topic = name,
-                    partition = p.partition_index,
-                    error = code.0,
-                    "replica fetch refused"
-                );
-                continue;
-            }
-            if p.diverging_epoch.epoch >= 0 {
-                truncate_divergent(
-                    &part,
-                    name,
-                    p.partition_index,
-                    p.diverging_epoch.epoch,
-                    p.diverging_epoch.end_offset,
-                )
-                .await?;
-                progressed = true;
-                continue;
-            }
-            progressed |= take_records(&part, p).await?;
+    for taken in futures::future::join_all(applies).await {
+        match taken? {
+            Taken::Progressed => progressed = true,
+            Taken::Refused => errors = true,
+            Taken::Nothing => {}
         }
     }
     // Refusals must not turn into a busy loop.
@@ -421,6 +382,76 @@ async fn apply(
         return Ok(Applied::Refused);
     }
     Ok(Applied::Accepted)
+}
+
+/// What the leader's answer for one partition did here.
+enum Taken {
+    /// Something appended or truncated.
+    Progressed,
+    /// The leader refused the partition.
+    Refused,
+    /// Nothing: no new records, or the partition is no longer followed from this leader at
+    /// this epoch.
+    Nothing,
+}
+
+/// Applies the leader's answer for one partition of this fetch.
+async fn apply_partition(
+    shard: &Rc<Shard>,
+    leader: i32,
+    items: &[Item],
+    name: &str,
+    p: &PartitionData,
+) -> Result<Taken, String> {
+    let Some(item) = items
+        .iter()
+        .find(|i| i.topic == name && i.partition == p.partition_index)
+    else {
+        return Ok(Taken::Nothing);
+    };
+    // Still following this leader at this epoch? (The image may have moved on.)
+    let current = shard
+        .replicas
+        .following
+        .borrow()
+        .get(&TopicPartition::new(item.topic.clone(), item.partition))
+        .copied();
+    if current.map(|f| (f.leader, f.leader_epoch)) != Some((leader, LeaderEpoch(item.leader_epoch)))
+    {
+        return Ok(Taken::Nothing);
+    }
+    let Some(part) = shard.partition(name, p.partition_index) else {
+        return Ok(Taken::Nothing);
+    };
+    let code = ErrorCode(p.error_code);
+    if code == ErrorCode::OFFSET_OUT_OF_RANGE {
+        reset_out_of_range(&part, item, p).await?;
+        return Ok(Taken::Progressed);
+    }
+    if code.is_error() {
+        debug!(
+            topic = name,
+            partition = p.partition_index,
+            error = code.0,
+            "replica fetch refused"
+        );
+        return Ok(Taken::Refused);
+    }
+    if p.diverging_epoch.epoch >= 0 {
+        truncate_divergent(
+            &part,
+            name,
+            p.partition_index,
+            p.diverging_epoch.epoch,
+            p.diverging_epoch.end_offset,
+        )
+        .await?;
+        return Ok(Taken::Progressed);
+    }
+    match take_records(&part, p).await? {
+        true => Ok(Taken::Progressed),
+        false => Ok(Taken::Nothing),
+    }
 }
 
 /// A fetch offset out of the leader's range: below its log start, this replica starts over
