@@ -16,6 +16,11 @@
 //! (`/proc/self/auxv`, entry `AT_CLKTCK`), which is where the C library gets it too, because the
 //! crate forbids unsafe code and `libc::sysconf` is an unsafe call; 100, the value on every
 //! Linux architecture, is assumed only if the vector cannot be read.
+//!
+//! On a virtual machine the host may stop a vCPU while it has work to run ("steal"). The run's
+//! share of such time, over all CPUs, is read from the `cpu` line of `/proc/stat` (its eighth
+//! value) and reported as `machine_steal_pct`: a tail that moves with it is the host's, not the
+//! broker's.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -72,6 +77,48 @@ pub fn parse_stat(line: &str) -> Result<ProcStat> {
         utime: field(14)?,
         stime: field(15)?,
     })
+}
+
+/// The machine's CPU time so far, from the `cpu` line of `/proc/stat`: (all of it, stolen).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MachineTimes {
+    pub total: u64,
+    pub steal: u64,
+}
+
+/// Parses `/proc/stat`'s aggregate `cpu` line: user nice system idle iowait irq softirq steal
+/// (guest time is already inside user and nice, so it is not added again).
+pub fn parse_machine_times(text: &str) -> Result<MachineTimes> {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("/proc/stat has no aggregate \"cpu \" line")?;
+    let values: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|v| v.parse().with_context(|| format!("/proc/stat: {line:?}")))
+        .collect::<Result<_>>()?;
+    if values.len() < 8 {
+        bail!("/proc/stat's cpu line has no steal field (a kernel before 2.6.11?): {line:?}");
+    }
+    Ok(MachineTimes {
+        total: values.iter().sum(),
+        steal: values[7],
+    })
+}
+
+/// The machine's CPU times now; `None` where `/proc/stat` cannot be read.
+pub fn machine_times() -> Option<MachineTimes> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_machine_times(&text).ok()
+}
+
+/// Percent of the machine's CPU time between two readings that the host stole.
+pub fn steal_pct(start: MachineTimes, end: MachineTimes) -> Option<f64> {
+    let total = end.total.checked_sub(start.total).filter(|t| *t > 0)?;
+    let steal = end.steal.saturating_sub(start.steal);
+    Some(100.0 * steal as f64 / total as f64)
 }
 
 fn read_stat(path: &Path) -> Result<ProcStat> {
@@ -150,6 +197,8 @@ pub struct Usage {
     pub broker_io_uring_worker_cpu_s: Option<f64>,
     /// This process's CPU: the load generator, librdkafka's threads included.
     pub bench_cpu_s: f64,
+    /// Percent of the machine's CPU time the host stole over the run (see the module doc).
+    pub machine_steal_pct: Option<f64>,
 }
 
 impl Usage {
@@ -164,6 +213,7 @@ impl Usage {
             "broker_io_uring_worker_cpu_s": self.broker_io_uring_worker_cpu_s,
             "bench_cpu_s": self.bench_cpu_s,
             "bench_cpu_s_per_gb": per_gb(self.bench_cpu_s),
+            "machine_steal_pct": self.machine_steal_pct,
         })
     }
 }
@@ -174,6 +224,7 @@ pub struct Meter {
     pids: Vec<u32>,
     brokers: Vec<Sample>,
     bench: u64,
+    machine: Option<MachineTimes>,
 }
 
 impl Meter {
@@ -198,6 +249,7 @@ impl Meter {
             pids,
             brokers,
             bench: read_stat(Path::new("/proc/self/stat"))?.ticks(),
+            machine: machine_times(),
         })
     }
 
@@ -231,6 +283,10 @@ impl Meter {
             broker_cpu_s: measured.then(|| broker_ticks as f64 / self.hz),
             broker_io_uring_worker_cpu_s: measured.then(|| io_uring_ticks as f64 / self.hz),
             bench_cpu_s: bench_end.saturating_sub(self.bench) as f64 / self.hz,
+            machine_steal_pct: self
+                .machine
+                .zip(machine_times())
+                .and_then(|(a, b)| steal_pct(a, b)),
         }
     }
 }
@@ -355,6 +411,31 @@ mod tests {
     }
 
     #[test]
+    fn steal_is_the_eighth_value_of_the_cpu_line_as_a_share_of_all() {
+        let text = "cpu  100 5 50 800 10 2 3 30 7 0\ncpu0 50 2 25 400 5 1 1 15 3 0\nintr 1\n";
+        let a = parse_machine_times(text).expect("parses");
+        assert_eq!(
+            a,
+            MachineTimes {
+                total: 1000,
+                steal: 30
+            }
+        );
+        let b = MachineTimes {
+            total: 1200,
+            steal: 80,
+        };
+        assert_eq!(steal_pct(a, b), Some(25.0));
+        assert_eq!(steal_pct(b, b), None, "no time passed");
+        let e = parse_machine_times("cpu  1 2 3 4\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no steal field"), "{e}");
+        assert!(parse_machine_times("intr 1\n").is_err());
+        assert!(machine_times().is_some(), "this machine's /proc/stat");
+    }
+
+    #[test]
     fn a_pid_given_twice_is_counted_once() {
         let me = std::process::id();
         let m = Meter::start(&[me, me]).expect("own pid");
@@ -378,6 +459,7 @@ mod tests {
             broker_cpu_s: Some(2.0),
             broker_io_uring_worker_cpu_s: Some(0.5),
             bench_cpu_s: 4.0,
+            machine_steal_pct: Some(1.5),
         };
         let j = u.to_json(500_000_000);
         assert_eq!(j["broker_cpu_s_per_gb"], 4.0);

@@ -182,7 +182,7 @@ pub(crate) fn now_ns() -> u64 {
         .unwrap_or(0)
 }
 
-fn new_histogram() -> Histogram<u64> {
+pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, LATENCY_MAX_US, 3).expect("valid histogram bounds")
 }
 

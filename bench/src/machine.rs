@@ -2,12 +2,14 @@
 //! measured without root — O_DIRECT sequential write and read bandwidth of the data directory's
 //! filesystem, fdatasync latency, loopback TCP bandwidth, memcpy bandwidth and CRC32C bandwidth
 //! on one stream, and from the last three the copy floor (see `copy_floor_cpu_s_per_gb`).
+//! It also measures what a broker at light load meets: eight streams of paced 4 KiB `O_DSYNC`
+//! writes (`dsync_streams`), and how much of a busy machine's CPU time the host steals.
 
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
@@ -97,6 +99,16 @@ pub fn measure(dir: &Path, size_mb: usize) -> Result<Value> {
     }
     drop(file);
     std::fs::remove_file(&path)?;
+    eprintln!(
+        "machine: {DSYNC_STREAMS} streams of O_DSYNC 4 KiB writes, {DSYNC_WRITES_PER_SEC}/s for {} s",
+        DSYNC_RUN.as_secs()
+    );
+    let dsync = dsync_streams(dir)?;
+    eprintln!(
+        "machine: CPU steal with every CPU busy for {} s",
+        BUSY_RUN.as_secs()
+    );
+    let busy_steal = steal_when_busy();
     eprintln!("machine: loopback TCP");
     let tcp_mb_s = loopback(2048)?;
     eprintln!("machine: memcpy and CRC32C of {} MiB", MEM_BUFFER >> 20);
@@ -107,12 +119,125 @@ pub fn measure(dir: &Path, size_mb: usize) -> Result<Value> {
         "odirect_write_mb_per_sec": write_mb_s,
         "odirect_read_mb_per_sec": read_mb_s,
         "fdatasync_us": {"p50": sync_us.value_at_quantile(0.5), "p99": sync_us.value_at_quantile(0.99), "max": sync_us.max()},
+        "dsync_streams": dsync,
+        "cpu_steal_pct_when_busy": busy_steal,
         "loopback_tcp_mb_per_sec": tcp_mb_s,
         "memcpy_gb_per_sec": memcpy_gb_s,
         "crc32c_gb_per_sec": crc32c_gb_s,
         "copy_floor_cpu_s_per_gb": copy_floor_cpu_s_per_gb(memcpy_gb_s, crc32c_gb_s, tcp_mb_s / 1e3),
         "git_sha": env!("TRIBUTARY_GIT_SHA"),
     }))
+}
+
+/// Concurrent write streams of `dsync_streams`, as a broker's partitions with write-through
+/// segments are.
+const DSYNC_STREAMS: usize = 8;
+
+/// 4 KiB `O_DSYNC` writes per second over all streams: one 1 KiB message each, at the light
+/// load the latency goal is set for.
+const DSYNC_WRITES_PER_SEC: u64 = 5_000;
+
+/// How long the paced streams run.
+const DSYNC_RUN: Duration = Duration::from_secs(5);
+
+/// How long `steal_when_busy` keeps every CPU spinning.
+const BUSY_RUN: Duration = Duration::from_secs(3);
+
+/// The light-load disk limit: `DSYNC_STREAMS` threads, each overwriting 4 KiB blocks of its own
+/// preallocated `O_DIRECT | O_DSYNC` file at its share of `DSYNC_WRITES_PER_SEC`. Each write's
+/// latency counts from when it was due, so a stall delays the writes queued behind it too, as
+/// it delays a broker's acknowledgements; the share of CPU time the host stole meanwhile is
+/// reported beside it.
+fn dsync_streams(dir: &Path) -> Result<Value> {
+    let per_stream = DSYNC_WRITES_PER_SEC / DSYNC_STREAMS as u64;
+    let interval = Duration::from_secs(1) / per_stream as u32;
+    let writes = per_stream * DSYNC_RUN.as_secs();
+    let before = crate::cpu::machine_times();
+    let start = Instant::now() + Duration::from_millis(100);
+    let streams: Vec<_> = (0..DSYNC_STREAMS)
+        .map(|i| {
+            let path = dir.join(format!(".tributary-bench-dsync-{i}"));
+            std::thread::spawn(move || -> Result<Histogram<u64>> {
+                let hist = dsync_stream(&path, start, interval, writes);
+                let _ = std::fs::remove_file(&path);
+                hist
+            })
+        })
+        .collect();
+    let mut all = crate::load::new_histogram();
+    for s in streams {
+        let h = s
+            .join()
+            .map_err(|_| anyhow::anyhow!("an O_DSYNC stream panicked"))??;
+        all.add(&h)?;
+    }
+    let steal = before
+        .zip(crate::cpu::machine_times())
+        .and_then(|(a, b)| crate::cpu::steal_pct(a, b));
+    Ok(json!({
+        "streams": DSYNC_STREAMS,
+        "writes_per_sec": DSYNC_WRITES_PER_SEC,
+        "write_us": {"p50": all.value_at_quantile(0.5), "p99": all.value_at_quantile(0.99), "p99_99": all.value_at_quantile(0.9999), "max": all.max()},
+        "cpu_steal_pct": steal,
+    }))
+}
+
+/// One stream of `dsync_streams`: `writes` paced writes from `start`, one every `interval`.
+fn dsync_stream(
+    path: &Path,
+    start: Instant,
+    interval: Duration,
+    writes: u64,
+) -> Result<Histogram<u64>> {
+    let blocks = 256u64;
+    let buf = Aligned::new(ALIGN);
+    {
+        // Allocated and on disk first: the timed writes overwrite, as a segment's zeros ahead.
+        let mut f =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        f.write_all(&vec![0u8; (blocks as usize) * ALIGN])?;
+        f.sync_all()?;
+    }
+    let file = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+        .open(path)
+        .with_context(|| format!("opening {} with O_DIRECT | O_DSYNC", path.display()))?;
+    let mut hist = crate::load::new_histogram();
+    for i in 0..writes {
+        let due = start + interval * i as u32;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        file.write_all_at(buf.slice(), (i % blocks) * ALIGN as u64)?;
+        hist.record((due.elapsed().as_micros() as u64).max(1))?;
+    }
+    Ok(hist)
+}
+
+/// Percent of the machine's CPU time the host stole while a thread per CPU spun for
+/// `BUSY_RUN`; `None` where `/proc/stat` cannot be read.
+fn steal_when_busy() -> Option<f64> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let before = crate::cpu::machine_times()?;
+    let end = Instant::now() + BUSY_RUN;
+    let spinners: Vec<_> = (0..cpus)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while Instant::now() < end {
+                    for i in 0..10_000u64 {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+                    }
+                }
+                x
+            })
+        })
+        .collect();
+    for s in spinners {
+        let _ = s.join();
+    }
+    crate::cpu::steal_pct(before, crate::cpu::machine_times()?)
 }
 
 /// The copy floor, in CPU-seconds per GB produced: the least CPU a broker must spend on each GB

@@ -430,6 +430,7 @@ mod tests {
             broker_cpu_s: Some(0.5),
             broker_io_uring_worker_cpu_s: Some(0.1),
             bench_cpu_s: 1.0,
+            machine_steal_pct: Some(2.5),
         };
         let mut r = run(&h, None);
         r.bytes = 250_000_000;
@@ -438,6 +439,7 @@ mod tests {
         assert_eq!(s["broker_cpu_s"], 0.5);
         assert_eq!(s["broker_cpu_s_per_gb"], 2.0);
         assert_eq!(s["bench_cpu_s_per_gb"], 4.0);
+        assert_eq!(s["machine_steal_pct"], 2.5);
         assert_eq!(s["broker_pids"], json!([11, 12]));
         let line = cpu_line(&s).expect("a CPU line");
         assert!(line.contains("broker 0.50 s = 2.00 s/GB"), "{line}");
