@@ -401,3 +401,47 @@ fn zeros_written_ahead_are_recovered_past_and_trimmed() {
         );
     });
 }
+
+/// After the first round, zeros are written beside the flushes rather than inside them: a
+/// light partition's file stays ahead of its data the whole way, with and without writes
+/// through, every acknowledged record reads back, and a close trims the zeros.
+#[test]
+fn zeros_ahead_keep_up_beside_the_flushes() {
+    for (name, durability) in [
+        ("beside-0", WriteDurability::OnSync),
+        ("beside-through-0", WriteDurability::EachWrite),
+    ] {
+        on_executor(move |path| async move {
+            const AHEAD: u64 = 64 * 1024;
+            let dir = path.join(name);
+            let config = LogConfig {
+                segment_bytes: 1 << 20,
+                zero_ahead_bytes: AHEAD,
+                write_durability: durability,
+                ..LogConfig::DEFAULT
+            };
+            let p = Partition::open(dir.clone(), config).await.unwrap();
+            let mut i = 0;
+            while p.size_bytes() < 4 * AHEAD {
+                let out = p.append(&batch(i)).await.unwrap();
+                p.sync_to(out.last_offset + 1).await.unwrap();
+                i += 1;
+            }
+            // The last round, if one is running, ends.
+            glommio::timer::sleep(std::time::Duration::from_millis(200)).await;
+            assert_eq!(sorted_segments(&dir).len(), 1);
+            assert!(
+                file_bytes(&dir) >= p.size_bytes() + AHEAD / 2,
+                "{name}: {} on disk for {} of data",
+                file_bytes(&dir),
+                p.size_bytes()
+            );
+            let all = contents(&p, 0).await;
+            assert_eq!(all.len() as u64, i);
+            p.close().await.unwrap();
+            assert_eq!(file_bytes(&dir), p.size_bytes(), "{name}: trimmed at close");
+            let p = Partition::open(dir.clone(), config).await.unwrap();
+            assert_eq!(contents(&p, 0).await, all);
+        });
+    }
+}

@@ -83,6 +83,8 @@ impl Partition {
             }
         }
         self.flushing.set(true);
+        // Zeros start only as a flush ends: none starts while this holds the slot.
+        self.zeros.idle().await;
         let result = work.await;
         if let Err(PartitionError::Storage { detail, .. }) = &result {
             self.go_offline(format!("truncation failed: {detail}"));
