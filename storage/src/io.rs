@@ -142,12 +142,6 @@ impl SegmentFile {
         self.durability == WriteDurability::EachWrite
     }
 
-    /// The file's size as this handle's writes and truncations left it, once
-    /// [`SegmentFile::zero_ahead`] has learned it.
-    pub fn known_size(&self) -> Option<u64> {
-        self.size.get()
-    }
-
     /// Makes sure the file extends, with zeros written to disk, at least `ahead / 2` bytes past
     /// `end`; when it does not, it writes zeros up to `ahead` bytes past `end`.
     ///
@@ -159,16 +153,6 @@ impl SegmentFile {
     /// torn write leaves anyway: recovery cuts the active segment back to its last whole batch,
     /// and sealing or closing a segment trims it to its data.
     pub async fn zero_ahead(&self, end: u64, ahead: u64) -> std::io::Result<()> {
-        self.zero_ahead_while(end, ahead, || true).await
-    }
-
-    /// [`SegmentFile::zero_ahead`], stopping before any write once `go_on` says no.
-    pub async fn zero_ahead_while(
-        &self,
-        end: u64,
-        ahead: u64,
-        go_on: impl Fn() -> bool,
-    ) -> std::io::Result<()> {
         if ahead == 0 {
             return Ok(());
         }
@@ -192,7 +176,7 @@ impl SegmentFile {
                 })
                 .clone()
         });
-        while at < to && go_on() {
+        while at < to {
             self.write_blocks(zeros.clone(), at).await?;
             at += ZERO_WRITE_BYTES as u64;
         }

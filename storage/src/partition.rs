@@ -66,7 +66,6 @@ mod retention;
 mod tiered;
 mod truncate;
 mod txn;
-mod zeros;
 
 pub use tiered::{remote_slice, RemoteSlice, SegmentCopy};
 
@@ -334,8 +333,6 @@ pub struct Partition {
     /// Whether the last flush of the active segment was small (see
     /// [`ZERO_AHEAD_SMALL_FLUSH_DIVISOR`]).
     last_flush_small: Cell<bool>,
-    /// Zeros being written ahead of the active segment's end, beside the flushes.
-    zeros: Rc<zeros::ZerosAhead>,
     flushed: Event,
     advanced: Event,
     /// Fired whenever either end of the log moves (appends, truncations, the log start):
@@ -612,9 +609,6 @@ impl Partition {
     /// `flush.messages=1` the high watermark moves only after the `fdatasync`, so nothing unsynced
     /// becomes visible in that mode.
     async fn flush_once(&self, kind: Flush) -> Result<(), PartitionError> {
-        if let Some(detail) = self.zeros.take_failure() {
-            return Err(storage_err(&self.dir, detail));
-        }
         let sync = kind == Flush::Durable;
         let sync_policy = self.config.get().sync_policy;
         let FlushPlan {
@@ -630,23 +624,12 @@ impl Partition {
             self.finish_sealed(tail, sync_policy).await?;
         }
         let ahead = self.config.get().zero_ahead_bytes;
-        let zeros_due = self.zero_ahead_due(&active_writes, ahead);
-        // The first round in a file learns its size, and goes before the data so that the
-        // data's write is an overwrite; later rounds run beside the flushes (see `zeros`).
-        let zeros_later = zeros_due && active_file.known_size().is_some();
-        if zeros_due && !zeros_later {
+        if self.zero_ahead_due(&active_writes, ahead) {
             active_file
                 .zero_ahead(active_end, ahead)
                 .await
                 .map_err(|e| storage_err(&self.dir, e))?;
         }
-        let align = active_file.alignment();
-        let reach = active_writes
-            .iter()
-            .map(|(at, buf)| (at + buf.len() as u64).div_ceil(align) * align)
-            .max()
-            .unwrap_or(0);
-        self.zeros.clear_of(&active_file, reach).await;
         self.write_chunks(&active_file, active_writes).await?;
         if sync && active_file.writes_are_durable() {
             group_commit::written_through();
@@ -656,10 +639,6 @@ impl Partition {
                 .map_err(|e| storage_err(&self.dir, e))?;
         }
         self.publish_flush(kind, target, (active_base, active_end), appended);
-        let still_active = Rc::ptr_eq(&self.state.borrow().active_tail.file, &active_file);
-        if zeros_later && still_active {
-            self.zeros.start(active_file, active_end, ahead);
-        }
         Ok(())
     }
 
@@ -708,9 +687,7 @@ impl Partition {
     ) -> Result<(), PartitionError> {
         let file = tail.file.clone();
         self.write_chunks(&file, tail.chunks).await?;
-        // Trimmed before the sync, so the index written next matches the synced size; zeros
-        // still being written to it end first.
-        self.zeros.idle().await;
+        // Trimmed before the sync, so the index written next matches the synced size.
         file.truncate(tail.end)
             .await
             .map_err(|e| storage_err(&self.dir, e))?;
@@ -836,7 +813,6 @@ impl Partition {
                 active.index_file(Some(&st.producers)),
             )
         };
-        self.zeros.idle().await;
         file.truncate(size)
             .await
             .map_err(|e| storage_err(&self.dir, e))?;
@@ -872,8 +848,6 @@ impl Partition {
             st.failed = Some("the topic was deleted".into());
             st.sealed_tails.clear();
         }
-        // Offline now, so no flush starts another round of zeros.
-        self.zeros.idle().await;
         let segments = self.state.borrow().segments.len();
         info!(dir = %self.dir.display(), segments, "deleting partition");
         io::remove_dir_all(&self.dir)
@@ -881,12 +855,6 @@ impl Partition {
             .map_err(|e| storage_err(&self.dir, e))?;
         self.advanced.notify(usize::MAX);
         Ok(())
-    }
-}
-
-impl Drop for Partition {
-    fn drop(&mut self) {
-        self.zeros.abandon();
     }
 }
 

@@ -148,7 +148,6 @@ impl Partition {
             remote_copied_end: Cell::new(0),
             flushing: Cell::new(false),
             last_flush_small: Cell::new(false),
-            zeros: zeros::ZerosAhead::new(),
             flushed: Event::new(),
             advanced: Event::new(),
             appended: Event::new(),

@@ -83,8 +83,6 @@ impl Partition {
             }
         }
         self.flushing.set(true);
-        // Zeros start only as a flush ends: none starts while this holds the slot.
-        self.zeros.idle().await;
         let result = work.await;
         if let Err(PartitionError::Storage { detail, .. }) = &result {
             self.go_offline(format!("truncation failed: {detail}"));
