@@ -852,11 +852,27 @@ fn bind_metrics(
 /// How often group timers (session expiry, rebalance deadlines) are checked.
 const GROUP_TICK: Duration = Duration::from_millis(100);
 
+/// How often a shard whose groups have no timers ticks ([`GroupCoordinator::quiet`]), until a
+/// join, a consumer heartbeat or a load wakes it: only to expire offsets and to release read
+/// buffers other shards sent back, which reads release as they go too.
+///
+/// [`GroupCoordinator::quiet`]: crate::group::GroupCoordinator::quiet
+const QUIET_GROUP_TICK: Duration = Duration::from_secs(1);
+
 async fn group_ticker(shard: Rc<Shard>) {
     let check_every = Duration::from_millis(shard.config.offsets_retention_check_interval_ms);
     let mut last_expiry = std::time::Instant::now();
     while !shard.draining.get() {
-        glommio::timer::sleep(GROUP_TICK).await;
+        let activity = shard.groups.listen_activity();
+        if shard.groups.quiet() {
+            futures_lite::future::or(
+                async { glommio::timer::sleep(QUIET_GROUP_TICK).await },
+                activity,
+            )
+            .await;
+        } else {
+            glommio::timer::sleep(GROUP_TICK).await;
+        }
         // Read buffers other shards have sent back once their responses were written.
         tributary_storage::io::release_returned_buffers();
         let now = std::time::Instant::now();

@@ -70,6 +70,7 @@ impl GroupCoordinator {
         topics: &TopicsImage,
         configs: Option<&std::collections::BTreeMap<String, String>>,
     ) -> Result<HeartbeatAnswer, Refusal> {
+        self.activity.notify(usize::MAX);
         let now = Instant::now();
         let limits = self.config.consumer.for_group(configs);
         // A bad request changes nothing, not even a classic group's type.

@@ -135,6 +135,9 @@ pub struct GroupCoordinator {
     parked: RefCell<HashMap<String, Parked>>,
     /// Offset records of open transactions, by producer id, until their marker.
     pending_txn: RefCell<HashMap<ProducerId, Vec<Record>>>,
+    /// Fired by what can give a group a timer (a join, a consumer heartbeat, a load): the
+    /// shard's ticker, asleep while it is [`GroupCoordinator::quiet`], ticks often again.
+    activity: event_listener::Event,
 }
 
 impl GroupCoordinator {
@@ -149,6 +152,7 @@ impl GroupCoordinator {
             converted: RefCell::new(HashMap::new()),
             parked: RefCell::new(HashMap::new()),
             pending_txn: RefCell::new(HashMap::new()),
+            activity: event_listener::Event::new(),
         }
     }
 
@@ -303,6 +307,8 @@ impl GroupCoordinator {
         })
         .await;
         self.rearm_consumers(partition, configs);
+        // Restored members have sessions to expire.
+        self.activity.notify(usize::MAX);
     }
 
     fn apply_record(&self, key: Bytes, value: Option<Bytes>) {
@@ -379,6 +385,7 @@ impl GroupCoordinator {
         client_id: String,
         client_host: String,
     ) -> Result<oneshot::Receiver<JoinResult>, Box<JoinResult>> {
+        self.activity.notify(usize::MAX);
         let limits = self.config.limits;
         let now = Instant::now();
         let session = join::session_timeout(&req, &limits)?;
@@ -962,6 +969,28 @@ impl GroupCoordinator {
     /// whose metadata changed and must be persisted, and offset tombstones to write.
     /// `topics`: the image's subscribable topics, asked for only when a consumer group is
     /// downgraded.
+    /// Whether no tick could change anything here but expire offsets: every classic group is
+    /// Empty, with no member and no member id handed out, no consumer group has members, and
+    /// no request is parked. What ends this fires [`GroupCoordinator::listen_activity`].
+    pub fn quiet(&self) -> bool {
+        self.parked.borrow().is_empty()
+            && self.groups.borrow().values().all(|g| {
+                g.state == GroupState::Empty
+                    && g.members.is_empty()
+                    && g.pending_member_ids.is_empty()
+            })
+            && self
+                .consumer_groups
+                .borrow()
+                .values()
+                .all(|c| c.members.is_empty())
+    }
+
+    /// Fires at the next join, consumer heartbeat or load, any of which may end a quiet spell.
+    pub fn listen_activity(&self) -> event_listener::EventListener {
+        self.activity.listen()
+    }
+
     pub fn tick(
         &self,
         now: Instant,
@@ -1363,6 +1392,31 @@ mod parked_request_tests {
             &consumer::TopicsImage::new,
         );
         assert!(!c.groups.borrow().contains_key("h"));
+    }
+
+    #[test]
+    fn a_coordinator_is_quiet_only_without_members_and_a_join_wakes_its_ticker() {
+        use futures::FutureExt;
+        let c = coordinator(Duration::from_secs(3600));
+        assert!(c.quiet(), "no group at all");
+        let woken = c.listen_activity();
+        let first = c.join(join_req(""), 5, "a".into(), "h".into()).unwrap_err();
+        assert_eq!(woken.now_or_never(), Some(()), "a join wakes the ticker");
+        assert!(!c.quiet(), "a member id handed out lapses on a tick");
+        let a = c
+            .join(join_req(&first.member_id), 5, "a".into(), "h".into())
+            .unwrap()
+            .try_recv()
+            .unwrap()
+            .expect("alone: joined at once");
+        assert!(!c.quiet(), "a member's session expires on a tick");
+        let left = c.leave(LeaveGroupRequest {
+            group_id: "g".into(),
+            members: vec![(a.member_id.clone(), None)],
+        });
+        assert_eq!(left.0, ErrorCode::NONE);
+        assert!(c.quiet(), "an empty group");
+        assert!(c.listen_activity().now_or_never().is_none());
     }
 
     #[test]
