@@ -114,6 +114,12 @@ pub fn machine_times() -> Option<MachineTimes> {
     parse_machine_times(&text).ok()
 }
 
+/// Percent of the machine's CPU time the host stole since `start` (a [`machine_times`]
+/// reading); `None` if either reading is missing.
+pub fn steal_since(start: Option<MachineTimes>) -> Option<f64> {
+    steal_pct(start?, machine_times()?)
+}
+
 /// Percent of the machine's CPU time between two readings that the host stole.
 pub fn steal_pct(start: MachineTimes, end: MachineTimes) -> Option<f64> {
     let total = end.total.checked_sub(start.total).filter(|t| *t > 0)?;
@@ -283,10 +289,7 @@ impl Meter {
             broker_cpu_s: measured.then(|| broker_ticks as f64 / self.hz),
             broker_io_uring_worker_cpu_s: measured.then(|| io_uring_ticks as f64 / self.hz),
             bench_cpu_s: bench_end.saturating_sub(self.bench) as f64 / self.hz,
-            machine_steal_pct: self
-                .machine
-                .zip(machine_times())
-                .and_then(|(a, b)| steal_pct(a, b)),
+            machine_steal_pct: steal_since(self.machine),
         }
     }
 }

@@ -171,9 +171,7 @@ fn dsync_streams(dir: &Path) -> Result<Value> {
             .map_err(|_| anyhow::anyhow!("an O_DSYNC stream panicked"))??;
         all.add(&h)?;
     }
-    let steal = before
-        .zip(crate::cpu::machine_times())
-        .and_then(|(a, b)| crate::cpu::steal_pct(a, b));
+    let steal = crate::cpu::steal_since(before);
     Ok(json!({
         "streams": DSYNC_STREAMS,
         "writes_per_sec": DSYNC_WRITES_PER_SEC,
@@ -219,7 +217,7 @@ fn dsync_stream(
 /// `BUSY_RUN`; `None` where `/proc/stat` cannot be read.
 fn steal_when_busy() -> Option<f64> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let before = crate::cpu::machine_times()?;
+    let before = crate::cpu::machine_times();
     let end = Instant::now() + BUSY_RUN;
     let spinners: Vec<_> = (0..cpus)
         .map(|_| {
@@ -237,7 +235,7 @@ fn steal_when_busy() -> Option<f64> {
     for s in spinners {
         let _ = s.join();
     }
-    crate::cpu::steal_pct(before, crate::cpu::machine_times()?)
+    crate::cpu::steal_since(before)
 }
 
 /// The copy floor, in CPU-seconds per GB produced: the least CPU a broker must spend on each GB

@@ -863,8 +863,9 @@ async fn group_ticker(shard: Rc<Shard>) {
     let check_every = Duration::from_millis(shard.config.offsets_retention_check_interval_ms);
     let mut last_expiry = std::time::Instant::now();
     while !shard.draining.get() {
-        let activity = shard.groups.listen_activity();
         if shard.groups.quiet() {
+            // Listened for right after the check: nothing runs between the two.
+            let activity = shard.groups.listen_activity();
             futures_lite::future::or(
                 async { glommio::timer::sleep(QUIET_GROUP_TICK).await },
                 activity,

@@ -120,8 +120,8 @@ fn a_blocking_call_on_a_shard_thread_is_caught_in_debug_builds() {
     });
 }
 
-/// A write-through segment file is open with O_DSYNC (not O_SYNC) beside O_DIRECT, as the kernel reports
-/// its status flags; a plain one has O_DIRECT only.
+/// A write-through segment file is open with O_DSYNC (not O_SYNC) beside O_DIRECT, as the
+/// kernel reports its status flags; a plain one has O_DIRECT only.
 #[test]
 fn a_write_through_segment_is_open_o_dsync_and_o_direct() {
     on_executor(|path| async move {

@@ -965,20 +965,12 @@ impl GroupCoordinator {
         ErrorCode::NONE
     }
 
-    /// Advances timers: session expiry, join completion, offset retention. Returns the groups
-    /// whose metadata changed and must be persisted, and offset tombstones to write.
-    /// `topics`: the image's subscribable topics, asked for only when a consumer group is
-    /// downgraded.
     /// Whether no tick could change anything here but expire offsets: every classic group is
-    /// Empty, with no member and no member id handed out, no consumer group has members, and
-    /// no request is parked. What ends this fires [`GroupCoordinator::listen_activity`].
+    /// idle ([`Group::idle`]), no consumer group has members, and no request is parked. What
+    /// ends this fires [`GroupCoordinator::listen_activity`].
     pub fn quiet(&self) -> bool {
         self.parked.borrow().is_empty()
-            && self.groups.borrow().values().all(|g| {
-                g.state == GroupState::Empty
-                    && g.members.is_empty()
-                    && g.pending_member_ids.is_empty()
-            })
+            && self.groups.borrow().values().all(Group::idle)
             && self
                 .consumer_groups
                 .borrow()
@@ -991,6 +983,10 @@ impl GroupCoordinator {
         self.activity.listen()
     }
 
+    /// Advances timers: session expiry, join completion, offset retention. Returns the groups
+    /// whose metadata changed and must be persisted, and offset tombstones to write.
+    /// `topics`: the image's subscribable topics, asked for only when a consumer group is
+    /// downgraded.
     pub fn tick(
         &self,
         now: Instant,
@@ -1034,16 +1030,10 @@ impl GroupCoordinator {
                 }
             }
         }
-        // A member id handed out (KIP-394's MEMBER_ID_REQUIRED) keeps its group until it lapses:
-        // the client's next join names it, and a group removed meanwhile answers that join
-        // UNKNOWN_MEMBER_ID.
-        groups.retain(|_, g| {
-            !(g.state == GroupState::Empty
-                && g.offsets.is_empty()
-                && g.members.is_empty()
-                && g.pending_member_ids.is_empty()
-                && g.generation == 0)
-        });
+        // A member id handed out (KIP-394's MEMBER_ID_REQUIRED) keeps its group until it lapses
+        // (see `Group::idle`): the client's next join names it, and a group removed meanwhile
+        // answers that join UNKNOWN_MEMBER_ID.
+        groups.retain(|_, g| !(g.idle() && g.offsets.is_empty() && g.generation == 0));
         self.forget_parked(&groups);
         (changed, tombstones)
     }
@@ -1492,6 +1482,26 @@ mod retention_and_fencing_tests {
             fetched,
             vec![("t".to_string(), vec![(1, (5, -1, String::new()))])]
         );
+    }
+
+    #[test]
+    fn a_consumer_group_member_ends_a_quiet_spell_and_its_heartbeat_wakes_the_ticker() {
+        use futures::FutureExt;
+        let c = coordinator(Duration::from_secs(3600));
+        // Offsets alone give no timer.
+        let (k, v) = offset_record("g", 0, now_ms());
+        c.apply_record(k, v);
+        assert!(c.quiet());
+        let woken = c.listen_activity();
+        let (req, caller) = consumer_join("m");
+        let topics = consumer::TopicsImage::from([("t".to_string(), ([1; 16], 1))]);
+        c.consumer_heartbeat(&req, &caller, &topics, None).unwrap();
+        assert_eq!(
+            woken.now_or_never(),
+            Some(()),
+            "a heartbeat wakes the ticker"
+        );
+        assert!(!c.quiet(), "a member's session expires on a tick");
     }
 
     #[test]

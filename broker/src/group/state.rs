@@ -544,6 +544,14 @@ impl Group {
         }
     }
 
+    /// Empty, with no member and no member id handed out (KIP-394): no session or join
+    /// deadline runs here.
+    pub fn idle(&self) -> bool {
+        self.state == GroupState::Empty
+            && self.members.is_empty()
+            && self.pending_member_ids.is_empty()
+    }
+
     /// Removes members whose session expired; returns whether any did.
     pub fn expire_sessions(&mut self, now: Instant, limits: &GroupLimits) -> bool {
         self.pending_member_ids.retain(|(_, until)| now < *until);
