@@ -32,7 +32,8 @@ pub const LATENCY_BUCKETS_SECONDS: [f64; 19] = [
 ];
 
 /// The stages a request's time is split into, each a histogram per shard
-/// (`tributary_produce_stage_seconds`, `tributary_fetch_stage_seconds`, `tributary_sync_round_seconds`).
+/// (`tributary_produce_stage_seconds`, `tributary_fetch_stage_seconds`,
+/// `tributary_replica_fetch_stage_seconds`, `tributary_sync_round_seconds`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
     /// From a produce request's first byte read to its last, including any wait for
@@ -63,13 +64,22 @@ pub enum Stage {
     FetchRead,
     /// A fetch response written to the socket.
     FetchSend,
+    /// A follower's fetch from its leader until answered: the leader's long poll (it answers
+    /// once a fetched partition grows) and the transfer.
+    ReplicaAnswer,
+    /// A follower applying its leader's answer until every partition in it is durable here:
+    /// appends, syncs and truncations. The leader hears of it with the next fetch.
+    ReplicaApply,
+    /// A follower's report of its durable ends, sent once a write finished while a fetch went
+    /// ahead of it, until the leader answered.
+    ReplicaReport,
     /// One group-commit sync round of the shard (`syncfs` or `fdatasync`s), or one direct
     /// `fdatasync` when rounds are off: the sync itself, per round, not per request.
     SyncRound,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 12] = [
+    pub const ALL: [Stage; 15] = [
         Stage::ProduceReceive,
         Stage::ProduceValidate,
         Stage::ProduceHop,
@@ -81,6 +91,9 @@ impl Stage {
         Stage::FetchWait,
         Stage::FetchRead,
         Stage::FetchSend,
+        Stage::ReplicaAnswer,
+        Stage::ReplicaApply,
+        Stage::ReplicaReport,
         Stage::SyncRound,
     ];
 
@@ -88,6 +101,7 @@ impl Stage {
     pub fn metric(self) -> (&'static str, &'static str) {
         const PRODUCE: &str = "tributary_produce_stage_seconds";
         const FETCH: &str = "tributary_fetch_stage_seconds";
+        const REPLICA: &str = "tributary_replica_fetch_stage_seconds";
         match self {
             Stage::ProduceReceive => (PRODUCE, "receive"),
             Stage::ProduceValidate => (PRODUCE, "validate"),
@@ -100,6 +114,9 @@ impl Stage {
             Stage::FetchWait => (FETCH, "wait"),
             Stage::FetchRead => (FETCH, "read"),
             Stage::FetchSend => (FETCH, "send"),
+            Stage::ReplicaAnswer => (REPLICA, "answer"),
+            Stage::ReplicaApply => (REPLICA, "apply"),
+            Stage::ReplicaReport => (REPLICA, "report"),
             Stage::SyncRound => ("tributary_sync_round_seconds", ""),
         }
     }
@@ -573,6 +590,10 @@ fn render_stages(out: &mut String, shards: &[MetricsSnapshot]) {
         (
             "tributary_fetch_stage_seconds",
             "A fetch's time by stage: wait (long poll for min_bytes), read (per partition read), send (response written).",
+        ),
+        (
+            "tributary_replica_fetch_stage_seconds",
+            "A follower's fetch cycle by stage: answer (sent until the leader answered, its long poll included), apply (an answer's appends until all are durable here), report (a report of durable ends, until answered); per fetch.",
         ),
         (
             "tributary_sync_round_seconds",

@@ -36,6 +36,7 @@ const NODE_AND_ABOVE: &[&str] = &[
     "crate::cluster::node",
     "crate::replica::leader",
     "crate::replica::fetcher",
+    "crate::replica::writes",
     "crate::coordinators",
     "crate::fetch_wait",
     "crate::access",
@@ -98,6 +99,7 @@ const SHARD_CLIENTS: &[&str] = &[
     "crate::fetch_wait",
     "crate::replica::leader",
     "crate::replica::fetcher",
+    "crate::replica::writes",
     "crate::txn::markers",
     "crate::cluster::node",
 ];

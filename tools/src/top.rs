@@ -55,14 +55,15 @@ const FILES_SYNCED: &str = "tributary_group_commit_files_synced_total";
 const WRITTEN_THROUGH: &str = "tributary_group_commit_written_through_total";
 
 /// The stage histograms, each with the prefix its rows are shown under.
-const STAGE_FAMILIES: [(&str, &str); 3] = [
+const STAGE_FAMILIES: [(&str, &str); 4] = [
     ("tributary_produce_stage_seconds", "produce"),
     ("tributary_fetch_stage_seconds", "fetch"),
+    ("tributary_replica_fetch_stage_seconds", "follower"),
     ("tributary_sync_round_seconds", "sync round"),
 ];
 
 /// Stages in the order a request passes them; a stage not listed here is shown after these.
-const STAGE_ORDER: [&str; 11] = [
+const STAGE_ORDER: [&str; 14] = [
     "receive",
     "validate",
     "hop",
@@ -74,6 +75,9 @@ const STAGE_ORDER: [&str; 11] = [
     "wait",
     "read",
     "send",
+    "answer",
+    "apply",
+    "report",
 ];
 
 #[derive(Args)]
