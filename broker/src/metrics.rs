@@ -70,16 +70,13 @@ pub enum Stage {
     /// A follower applying its leader's answer until every partition in it is durable here:
     /// appends, syncs and truncations. The leader hears of it with the next fetch.
     ReplicaApply,
-    /// A follower's report of its durable ends, sent once a write finished while a fetch went
-    /// ahead of it, until the leader answered.
-    ReplicaReport,
     /// One group-commit sync round of the shard (`syncfs` or `fdatasync`s), or one direct
     /// `fdatasync` when rounds are off: the sync itself, per round, not per request.
     SyncRound,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 15] = [
+    pub const ALL: [Stage; 14] = [
         Stage::ProduceReceive,
         Stage::ProduceValidate,
         Stage::ProduceHop,
@@ -93,7 +90,6 @@ impl Stage {
         Stage::FetchSend,
         Stage::ReplicaAnswer,
         Stage::ReplicaApply,
-        Stage::ReplicaReport,
         Stage::SyncRound,
     ];
 
@@ -116,7 +112,6 @@ impl Stage {
             Stage::FetchSend => (FETCH, "send"),
             Stage::ReplicaAnswer => (REPLICA, "answer"),
             Stage::ReplicaApply => (REPLICA, "apply"),
-            Stage::ReplicaReport => (REPLICA, "report"),
             Stage::SyncRound => ("tributary_sync_round_seconds", ""),
         }
     }
@@ -593,7 +588,7 @@ fn render_stages(out: &mut String, shards: &[MetricsSnapshot]) {
         ),
         (
             "tributary_replica_fetch_stage_seconds",
-            "A follower's fetch cycle by stage: answer (sent until the leader answered, its long poll included), apply (an answer's appends until all are durable here), report (a report of durable ends, until answered); per fetch.",
+            "A follower's fetch cycle by stage: answer (sent until the leader answered, its long poll included), apply (appends, syncs and truncations until all are durable here); per fetch.",
         ),
         (
             "tributary_sync_round_seconds",

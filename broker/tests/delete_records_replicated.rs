@@ -92,17 +92,43 @@ fn first_offset(bootstrap: &str) -> i64 {
     panic!("no record from {bootstrap} within {FIRST_RECORD_WAIT:?}");
 }
 
-/// Node `i`'s log start offset of partition 0, from its metrics endpoint.
-fn log_start_on(cluster: &Cluster, i: usize) -> Option<i64> {
+/// The value of `series` (name and labels) on node `i`'s metrics endpoint.
+fn metric_on(cluster: &Cluster, i: usize, series: &str) -> Option<i64> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(cluster.nodes[i].metrics).ok()?;
     s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
         .ok()?;
     let mut body = String::new();
     s.read_to_string(&mut body).ok()?;
-    let series = format!("kafka_log_log_logstartoffset{{topic=\"{TOPIC}\",partition=\"0\"}} ");
+    let series = format!("{series} ");
     body.lines()
         .find_map(|l| l.strip_prefix(&series)?.trim().parse().ok())
+}
+
+/// Node `i`'s log start offset of partition 0, from its metrics endpoint.
+fn log_start_on(cluster: &Cluster, i: usize) -> Option<i64> {
+    let series = format!("kafka_log_log_logstartoffset{{topic=\"{TOPIC}\",partition=\"0\"}}");
+    metric_on(cluster, i, &series)
+}
+
+/// A follower's fetch cycles show in its stage histograms: answered fetches, and answers
+/// applied (appended and made durable).
+fn assert_follower_stages(cluster: &Cluster, leader: i32) {
+    let stage = |i: usize, s: &str| {
+        let series = format!("tributary_replica_fetch_stage_seconds_count{{stage=\"{s}\"}}");
+        metric_on(cluster, i, &series).unwrap_or(-1)
+    };
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        if node.id == leader {
+            continue;
+        }
+        let (answer, apply) = (stage(i, "answer"), stage(i, "apply"));
+        assert!(
+            answer > 0 && apply > 0,
+            "node {}: answer {answer}, apply {apply}",
+            node.id
+        );
+    }
 }
 
 /// The base offset of the oldest segment file of partition 0 in node `i`'s data directory.
@@ -183,6 +209,7 @@ fn deleted_records_stay_deleted_whichever_replica_leads() {
     for round in 0..10 {
         produce(&all, TOPIC, &[0], 30, &format!("a{round}"));
     }
+    assert_follower_stages(&cluster, placement(&all, TOPIC).0);
     let mut log_end: i64 = 300;
     let mut low = FIRST_DELETE_BEFORE;
     assert_eq!(delete_records(&all, low), low);

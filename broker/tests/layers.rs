@@ -36,7 +36,6 @@ const NODE_AND_ABOVE: &[&str] = &[
     "crate::cluster::node",
     "crate::replica::leader",
     "crate::replica::fetcher",
-    "crate::replica::writes",
     "crate::coordinators",
     "crate::fetch_wait",
     "crate::access",
@@ -99,7 +98,6 @@ const SHARD_CLIENTS: &[&str] = &[
     "crate::fetch_wait",
     "crate::replica::leader",
     "crate::replica::fetcher",
-    "crate::replica::writes",
     "crate::txn::markers",
     "crate::cluster::node",
 ];

@@ -31,11 +31,8 @@ impl LinkId {
 /// A follower as its leader sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct FollowerState {
-    /// Where its log is durable, as of its last fetch: that fetch's offset, or the durable end
-    /// it named below it.
+    /// The offset of its last fetch: everything below is durable on it.
     pub log_end_offset: Offset,
-    /// The offset of its last fetch.
-    pub fetched: Offset,
     /// The last moment it held everything the leader had then.
     pub last_caught_up: Instant,
     /// The leader's log end offset when it answered the follower's previous fetch, and when.
@@ -53,7 +50,6 @@ impl FollowerState {
     fn new(now: Instant) -> Self {
         Self {
             log_end_offset: Offset(-1),
-            fetched: Offset(-1),
             last_caught_up: now,
             last_fetch_leader_end: Offset(i64::MAX),
             last_fetch_at: now,
@@ -294,30 +290,14 @@ impl LeaderState {
         self.pending_unknown = true;
     }
 
-    /// Records a follower's fetch at `offset`, everything below it durable there, over `link`,
-    /// when the leader's log ends at `leader_end`.
+    /// Records a follower's fetch at `offset`, over `link`, when the leader's log ends at
+    /// `leader_end`. As Kafka's `updateFetchState`: a follower at the leader's end is caught up
+    /// now; one that reached where the leader ended at its previous fetch was caught up as of
+    /// that fetch — so a follower keeping pace with a steady stream of appends stays in sync.
     pub fn record_fetch(
         &mut self,
         follower: NodeId,
         offset: Offset,
-        leader_end: Offset,
-        link: LinkId,
-        now: Instant,
-    ) {
-        self.record_fetch_ahead(follower, offset, offset, leader_end, link, now);
-    }
-
-    /// Records a follower's fetch at `fetched` whose log is durable up to `durable` (at most
-    /// `fetched`: it fetched on while earlier appends were being written). Only `durable`
-    /// counts for the high watermark and for joining the ISR. Keeping pace counts `fetched`,
-    /// as Kafka's `updateFetchState`: a follower at the leader's end is caught up now; one that
-    /// reached where the leader ended at its previous fetch was caught up as of that fetch — so
-    /// a follower keeping pace with a steady stream of appends stays in sync.
-    pub fn record_fetch_ahead(
-        &mut self,
-        follower: NodeId,
-        fetched: Offset,
-        durable: Offset,
         leader_end: Offset,
         link: LinkId,
         now: Instant,
@@ -329,18 +309,10 @@ impl LeaderState {
                 f.link = Some(link);
                 f.unreachable = false;
             }
-            // Its durable end moves back only with its log end: a fetch held here while its
-            // writes became durable (and another fetch said so) is not news when answered.
-            let durable = durable.min(fetched);
-            f.log_end_offset = if fetched == f.fetched {
-                durable.max(f.log_end_offset)
-            } else {
-                durable
-            };
-            f.fetched = fetched;
-            if fetched >= leader_end {
+            f.log_end_offset = offset;
+            if offset >= leader_end {
                 f.last_caught_up = now;
-            } else if fetched >= f.last_fetch_leader_end {
+            } else if offset >= f.last_fetch_leader_end {
                 f.last_caught_up = f.last_caught_up.max(f.last_fetch_at);
             }
             f.last_fetch_leader_end = leader_end;
@@ -646,78 +618,6 @@ mod tests {
             l.wanted_isr(NodeId(1), end, lag, t, any),
             None,
             "it stays in sync"
-        );
-    }
-
-    #[test]
-    fn a_follower_fetching_past_its_durable_end_counts_only_that_end() {
-        let (mut l, start) = leader(&[1, 2]);
-        let lag = lag_only(Duration::from_secs(10));
-        // It fetches at 150 with only 120 durable: the high watermark stays at 120.
-        l.record_fetch_ahead(
-            NodeId(2),
-            Offset(150),
-            Offset(120),
-            Offset(150),
-            LINK,
-            start,
-        );
-        assert_eq!(l.high_watermark(NodeId(1), Offset(150)), Offset(120));
-        // A durable end past the fetch offset is not believed.
-        l.record_fetch_ahead(
-            NodeId(2),
-            Offset(150),
-            Offset(170),
-            Offset(150),
-            LINK,
-            start,
-        );
-        assert_eq!(l.followers[&NodeId(2)].log_end_offset, Offset(150));
-        // A fetch at the same offset naming less durable (sent before the other said more) is
-        // old news; one at a lower offset (it truncated) is not.
-        l.record_fetch_ahead(
-            NodeId(2),
-            Offset(150),
-            Offset(120),
-            Offset(150),
-            LINK,
-            start,
-        );
-        assert_eq!(l.followers[&NodeId(2)].log_end_offset, Offset(150));
-        l.record_fetch_ahead(
-            NodeId(2),
-            Offset(130),
-            Offset(110),
-            Offset(150),
-            LINK,
-            start,
-        );
-        assert_eq!(l.followers[&NodeId(2)].log_end_offset, Offset(110));
-        l.record_fetch_ahead(
-            NodeId(2),
-            Offset(150),
-            Offset(140),
-            Offset(150),
-            LINK,
-            start,
-        );
-        // Keeping pace counts what it fetched: always at the leader's end, durable behind.
-        let mut t = start;
-        for _ in 0..30 {
-            t += Duration::from_secs(1);
-            l.record_fetch_ahead(NodeId(2), Offset(150), Offset(140), Offset(150), LINK, t);
-        }
-        assert_eq!(l.followers[&NodeId(2)].last_caught_up, t);
-        assert_eq!(l.wanted_isr(NodeId(1), Offset(150), lag, t, any), None);
-        // Outside the ISR, it joins only once durable up to the high watermark.
-        l.isr = nodes(&[1]);
-        l.record_fetch_ahead(NodeId(2), Offset(160), Offset(150), Offset(160), LINK, t);
-        assert_eq!(l.high_watermark(NodeId(1), Offset(160)), Offset(160));
-        assert_eq!(l.wanted_isr(NodeId(1), Offset(160), lag, t, any), None);
-        l.record_fetch_ahead(NodeId(2), Offset(160), Offset(160), Offset(160), LINK, t);
-        assert_eq!(
-            l.wanted_isr(NodeId(1), Offset(160), lag, t, any),
-            Some(nodes(&[1, 2]))
         );
     }
 

@@ -63,7 +63,7 @@ const STAGE_FAMILIES: [(&str, &str); 4] = [
 ];
 
 /// Stages in the order a request passes them; a stage not listed here is shown after these.
-const STAGE_ORDER: [&str; 14] = [
+const STAGE_ORDER: [&str; 13] = [
     "receive",
     "validate",
     "hop",
@@ -77,7 +77,6 @@ const STAGE_ORDER: [&str; 14] = [
     "send",
     "answer",
     "apply",
-    "report",
 ];
 
 #[derive(Args)]

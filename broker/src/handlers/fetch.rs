@@ -415,7 +415,6 @@ fn response_topics(
             } else {
                 redirect.to(i)
             },
-            durable_end_read: false,
         };
         let same_topic = |t: &&mut FetchTopicResponse| {
             t.topic_id == item.topic_id && (item.topic_id != NO_TOPIC_ID || t.name == item.topic)

@@ -1,12 +1,9 @@
 //! A follower's fetch loop: one task per shard and leader broker, fetching every partition
 //! this shard follows from that leader over one connection, with Kafka's Fetch v12 as a
 //! follower sends it (`replica_id`, `current_leader_epoch`, `last_fetched_epoch`). What comes
-//! back is appended with its offsets and epochs and made durable (`writes`) — and the leader
-//! counts only what is, so "in the ISR" means "has it on disk". A leader that reads the durable
-//! end each fetch names (Tributary's own tag) is fetched from again while the last answer's
-//! writes are still out, and told by a report once they finish; to any other leader the fetch
-//! offset is the durable end, so the fetch waits for them. Where the leader says the logs
-//! diverge, the replica truncates first (after its writes in flight); its
+//! back is appended with its offsets and epochs, made durable, and only then is the next fetch
+//! sent — its offset is how the leader learns what this replica holds, so "in the ISR" means
+//! "has it on disk". Where the leader says the logs diverge, the replica truncates first; its
 //! log start follows the leader's. A fetch the leader holds (nothing new) is given up when the
 //! shard starts following another partition from that leader, so that one is fetched at once.
 //!
@@ -26,7 +23,6 @@ use tracing::{debug, info, warn};
 use tributary_metadata::types::{Offset, TopicPartition};
 use tributary_protocol::ErrorCode;
 
-use super::writes::{self, Write, Writes};
 use super::LeaderEpoch;
 use crate::config::BrokerConfig;
 use crate::metrics::Stage;
@@ -68,13 +64,11 @@ impl FetchSettings {
 }
 
 /// One followed partition in a fetch: where this replica's log ends and its last epoch.
-pub(super) struct Item {
+struct Item {
     topic: String,
     partition: i32,
     leader_epoch: i32,
-    pub(super) fetch_offset: i64,
-    /// Where this replica's log is durable: `fetch_offset`, or below while writes are out.
-    pub(super) durable_end: i64,
+    fetch_offset: i64,
     /// The epoch of the last batch this replica holds; -1 when it holds none.
     last_fetched_epoch: i32,
 }
@@ -82,53 +76,47 @@ pub(super) struct Item {
 pub async fn run(shard: Rc<Shard>, leader: i32) {
     info!(leader, shard = shard.id.0, "replica fetcher started");
     let settings = FetchSettings::from_config(&shard.config);
-    let writes = Rc::new(Writes::default());
-    let reporter = glommio::spawn_local(writes::report(shard.clone(), leader, writes.clone()));
-    let mut link = Link::new(leader);
+    let mut link = Link {
+        leader,
+        conn: None,
+        correlation: 0,
+        warned: String::new(),
+    };
     let mut refused_pause = REFUSED_BACKOFF_MIN;
     loop {
-        if shard.draining.get() || !follows_from(&shard, leader) {
+        if shard.draining.get() {
             break;
         }
-        if let Some(e) = writes.take_failure() {
-            writes::warn_failed(leader, &e);
-            writes.at_most(0).await;
-            glommio::timer::sleep(BACKOFF).await;
-            continue;
+        if !follows_from(&shard, leader) {
+            break;
         }
         if !link.connect(&shard).await {
             glommio::timer::sleep(BACKOFF).await;
             continue;
         }
-        // A leader that does not read durable ends takes a fetch offset as one.
-        let ahead = if link.durable_read {
-            writes::ANSWERS_AHEAD_MAX
-        } else {
-            0
-        };
-        writes.at_most(ahead).await;
         // Taken after connecting (which may take a while), and listened for from here on: a
         // partition this shard starts following from this leader later interrupts the fetch.
         let items = followed(&shard, leader);
         let changed = shard.replicas.follows_changed.listen();
-        writes
-            .ahead
-            .set(items.iter().any(|i| i.durable_end < i.fetch_offset));
         let sent = Instant::now();
         let round = link.fetch(&shard, &items, &settings, changed).await;
-        writes.ahead.set(false);
         let answered = Instant::now();
+        if matches!(round, Round::Answered(_)) {
+            shard
+                .metrics
+                .observe_stage(Stage::ReplicaAnswer, answered - sent);
+        }
         match round {
             Round::Answered(resp) => {
-                shard
-                    .metrics
-                    .observe_stage(Stage::ReplicaAnswer, answered - sent);
-                link.durable_read = writes::reads_durable_ends(&resp);
-                match apply(&shard, leader, &items, *resp, &writes, answered).await {
+                match apply(&shard, leader, &items, *resp).await.inspect(|_| {
+                    shard
+                        .metrics
+                        .observe_stage(Stage::ReplicaApply, answered.elapsed())
+                }) {
                     Ok(Applied::Accepted) => refused_pause = REFUSED_BACKOFF_MIN,
                     Ok(Applied::Refused) => {
-                        // The two nodes' images disagree for a moment (a new partition's
-                        // leader has not taken the role yet): ask again soon, then less often.
+                        // The two nodes' images disagree for a moment (a new partition's leader
+                        // has not taken the role yet): ask again soon, then less often.
                         glommio::timer::sleep(refused_pause).await;
                         refused_pause = (refused_pause * 2).min(BACKOFF);
                     }
@@ -147,8 +135,6 @@ pub async fn run(shard: Rc<Shard>, leader: i32) {
             }
         }
     }
-    writes.at_most(0).await;
-    drop(reporter);
     shard.replicas.fetchers.borrow_mut().remove(&leader);
     info!(leader, shard = shard.id.0, "replica fetcher stopped");
     // A partition may have started following this leader while the task wound down.
@@ -159,7 +145,7 @@ pub async fn run(shard: Rc<Shard>, leader: i32) {
 }
 
 /// How one fetch ended.
-pub(super) enum Round {
+enum Round {
     /// The leader answered.
     Answered(Box<FetchResponse>),
     /// This shard started following another partition from this leader while the fetch was
@@ -178,12 +164,10 @@ enum Applied {
 }
 
 /// A fetcher's connection to its leader.
-pub(super) struct Link {
+struct Link {
     leader: i32,
     conn: Option<crate::inter_broker::BrokerStream>,
     correlation: i32,
-    /// The leader's last answer over this connection said it reads durable ends.
-    pub(super) durable_read: bool,
     /// The last connection error warned about: a leader that is down is the usual case
     /// (debug), but a TLS or login failure is the operator's to fix, said once until it
     /// changes.
@@ -191,19 +175,9 @@ pub(super) struct Link {
 }
 
 impl Link {
-    pub(super) fn new(leader: i32) -> Self {
-        Self {
-            leader,
-            conn: None,
-            correlation: 0,
-            durable_read: false,
-            warned: String::new(),
-        }
-    }
-
     /// Connects unless connected, and again when a SASL session nears its end (before the
     /// leader closes it); whether there is a connection now.
-    pub(super) async fn connect(&mut self, shard: &Shard) -> bool {
+    async fn connect(&mut self, shard: &Shard) -> bool {
         let leader = self.leader;
         if self.conn.as_ref().is_some_and(|c| c.needs_renewal()) {
             self.conn = None;
@@ -211,7 +185,6 @@ impl Link {
         if self.conn.is_some() {
             return true;
         }
-        self.durable_read = false;
         let Some(addr) = leader_addr(shard, leader) else {
             return false;
         };
@@ -248,7 +221,7 @@ impl Link {
     /// and the new partition fetched at once — its first writes would otherwise wait out that
     /// hold before any follower had them. The connection goes with it: the leader's answer to
     /// the fetch given up would arrive as the answer to the next one.
-    pub(super) async fn fetch(
+    async fn fetch(
         &mut self,
         shard: &Shard,
         items: &[Item],
@@ -330,7 +303,7 @@ fn follows_from(shard: &Shard, leader: i32) -> bool {
 }
 
 /// What this shard fetches from `leader`, sorted by topic and partition.
-pub(super) fn followed(shard: &Shard, leader: i32) -> Vec<Item> {
+fn followed(shard: &Shard, leader: i32) -> Vec<Item> {
     let following = shard.replicas.following.borrow();
     let mut items: Vec<Item> = following
         .iter()
@@ -342,7 +315,6 @@ pub(super) fn followed(shard: &Shard, leader: i32) -> Vec<Item> {
                 partition: key.partition,
                 leader_epoch: f.leader_epoch.0,
                 fetch_offset: part.log_end_offset(),
-                durable_end: part.durable_offset(),
                 last_fetched_epoch: part.latest_epoch().unwrap_or(-1),
             })
         })
@@ -363,8 +335,7 @@ fn encode_fetch(node: i32, correlation: i32, items: &[Item], settings: &FetchSet
             .with_current_leader_epoch(it.leader_epoch)
             .with_fetch_offset(it.fetch_offset)
             .with_last_fetched_epoch(it.last_fetched_epoch)
-            .with_partition_max_bytes(settings.partition_max_bytes)
-            .with_unknown_tagged_fields(durable_end_tag(it.durable_end.min(it.fetch_offset)));
+            .with_partition_max_bytes(settings.partition_max_bytes);
         match topics.last_mut().filter(|t| t.topic.0.as_str() == it.topic) {
             Some(t) => t.partitions.push(part),
             None => topics.push(
@@ -392,25 +363,15 @@ fn encode_fetch(node: i32, correlation: i32, items: &[Item], settings: &FetchSet
     )
 }
 
-/// The partition's durable end as Tributary's own tag: a leader that reads it counts only that
-/// much, and says so in its answer; Kafka's brokers skip it.
-fn durable_end_tag(durable_end: i64) -> std::collections::BTreeMap<i32, Bytes> {
-    let tag = i32::try_from(tributary_protocol::requests::fetch::DURABLE_END_TAG).unwrap_or(-1);
-    let value = Bytes::copy_from_slice(&durable_end.to_be_bytes());
-    std::collections::BTreeMap::from([(tag, value)])
-}
-
 /// Appends, truncates and moves the high watermark and the log start as the leader's answer
-/// says. Its partitions are applied concurrently, and what they appended is made durable in
-/// the background (`writes`): the next fetch need not wait for it where the leader reads
-/// durable ends.
+/// says. Its partitions are applied concurrently: each one's append and sync is its own, so a
+/// fetch that brings several costs the slowest of their syncs, not their sum, before the next
+/// fetch tells the leader what this replica holds.
 async fn apply(
     shard: &Rc<Shard>,
     leader: i32,
     items: &[Item],
     resp: FetchResponse,
-    writes: &Rc<Writes>,
-    answered: Instant,
 ) -> Result<Applied, String> {
     if resp.error_code != 0 {
         return Err(format!("fetch error {}", resp.error_code));
@@ -420,21 +381,17 @@ async fn apply(
         topic
             .partitions
             .iter()
-            .map(move |p| apply_partition(shard, leader, items, name, p, writes))
+            .map(move |p| apply_partition(shard, leader, items, name, p))
     });
     let mut progressed = false;
     let mut errors = false;
-    let mut appended = Vec::new();
     for taken in futures::future::join_all(applies).await {
         match taken? {
-            Taken::Appended(write) => appended.push(write),
             Taken::Progressed => progressed = true,
             Taken::Refused => errors = true,
             Taken::Nothing => {}
         }
     }
-    progressed |= !appended.is_empty();
-    writes.spawn(appended, answered, shard);
     // Refusals must not turn into a busy loop.
     if !progressed && (errors || resp.responses.is_empty()) {
         return Ok(Applied::Refused);
@@ -444,9 +401,7 @@ async fn apply(
 
 /// What the leader's answer for one partition did here.
 enum Taken {
-    /// Records appended, to be made durable.
-    Appended(Write),
-    /// Truncated, or started over.
+    /// Something appended or truncated.
     Progressed,
     /// The leader refused the partition.
     Refused,
@@ -455,15 +410,13 @@ enum Taken {
     Nothing,
 }
 
-/// Applies the leader's answer for one partition of this fetch. A truncation first waits for
-/// the writes in flight.
+/// Applies the leader's answer for one partition of this fetch.
 async fn apply_partition(
     shard: &Rc<Shard>,
     leader: i32,
     items: &[Item],
     name: &str,
     p: &PartitionData,
-    writes: &Writes,
 ) -> Result<Taken, String> {
     let Some(item) = items
         .iter()
@@ -487,7 +440,6 @@ async fn apply_partition(
     };
     let code = ErrorCode(p.error_code);
     if code == ErrorCode::OFFSET_OUT_OF_RANGE {
-        writes.at_most(0).await;
         reset_out_of_range(&part, item, p).await?;
         return Ok(Taken::Progressed);
     }
@@ -501,7 +453,6 @@ async fn apply_partition(
         return Ok(Taken::Refused);
     }
     if p.diverging_epoch.epoch >= 0 {
-        writes.at_most(0).await;
         truncate_divergent(
             &part,
             name,
@@ -512,9 +463,10 @@ async fn apply_partition(
         .await?;
         return Ok(Taken::Progressed);
     }
-    Ok(take_records(&part, p)
-        .await?
-        .map_or(Taken::Nothing, Taken::Appended))
+    match take_records(&part, p).await? {
+        true => Ok(Taken::Progressed),
+        false => Ok(Taken::Nothing),
+    }
 }
 
 /// A fetch offset out of the leader's range: below its log start, this replica starts over
@@ -551,23 +503,20 @@ async fn reset_out_of_range(
     Ok(())
 }
 
-/// Appends what the leader returned, takes its high watermark (up to what is durable here)
-/// and its log start; the append, to be made durable.
+/// Appends what the leader returned, durably, then takes its high watermark (up to what is
+/// durable here) and its log start; whether anything was appended.
 async fn take_records(
     part: &Rc<tributary_storage::Partition>,
     p: &PartitionData,
-) -> Result<Option<Write>, String> {
-    let mut write = None;
+) -> Result<bool, String> {
+    let mut appended = false;
     if let Some(records) = p.records.as_ref().filter(|r| !r.is_empty()) {
         let end = part
             .append_as_follower(records)
             .await
             .map_err(|e| e.to_string())?;
-        write = Some(Write {
-            part: part.clone(),
-            end,
-            leader_high_watermark: p.high_watermark,
-        });
+        part.sync_to(end).await.map_err(|e| e.to_string())?;
+        appended = true;
     }
     let hw = p.high_watermark.min(part.durable_offset());
     part.set_high_watermark(hw);
@@ -576,7 +525,7 @@ async fn take_records(
     part.follow_log_start(p.log_start_offset)
         .await
         .map_err(|e| e.to_string())?;
-    Ok(write)
+    Ok(appended)
 }
 
 /// Kafka's truncation on a diverging epoch: the leader says its `epoch` ends at `end`; this
@@ -652,7 +601,6 @@ mod tests {
             partition: 3,
             leader_epoch: 2,
             fetch_offset: 40,
-            durable_end: 30,
             last_fetched_epoch: 1,
         }];
         let mut frame = encode_fetch(7, 9, &items, &settings);
@@ -667,16 +615,6 @@ mod tests {
         assert_eq!(
             (p.partition, p.partition_max_bytes, p.fetch_offset),
             (3, 4096, 40)
-        );
-        let tag = i32::try_from(tributary_protocol::requests::fetch::DURABLE_END_TAG).unwrap();
-        let durable = p
-            .unknown_tagged_fields
-            .get(&tag)
-            .map(|v| v.as_ref().to_vec());
-        assert_eq!(
-            durable,
-            Some(30i64.to_be_bytes().to_vec()),
-            "the durable end, tagged"
         );
     }
 }

@@ -36,7 +36,6 @@ pub(crate) fn answer(partition: i32, error: ErrorCode) -> FetchPartitionResponse
         diverging_epoch: None,
         current_leader: None,
         preferred_read_replica: -1,
-        durable_end_read: false,
     }
 }
 
@@ -557,16 +556,8 @@ impl Shard {
         let outside_isr = match self.replicas.leading.borrow_mut().get_mut(&key) {
             Some(l) => {
                 let follower = NodeId(item.follower);
-                let fetched = Offset(item.fetch_offset);
-                let durable = item.durable_end.map_or(fetched, |d| Offset(d).min(fetched));
-                l.record_fetch_ahead(
-                    follower,
-                    fetched,
-                    durable,
-                    Offset(leo),
-                    item.link,
-                    Instant::now(),
-                );
+                let offset = Offset(item.fetch_offset);
+                l.record_fetch(follower, offset, Offset(leo), item.link, Instant::now());
                 !l.isr.contains(&follower) && !l.isr_change_pending
             }
             None => false,

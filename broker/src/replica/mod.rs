@@ -17,7 +17,6 @@
 
 pub mod fetcher;
 pub mod leader;
-mod writes;
 
 pub use tributary_replication::{
     backlog_admits, divergence, truncation_target, FollowerState, IsrRules, LeaderEpoch,
@@ -58,9 +57,6 @@ pub struct ReplicaFetchItem {
     pub partition: i32,
     pub follower: i32,
     pub fetch_offset: i64,
-    /// Where the follower's durable log ends, when below `fetch_offset` (its appends from
-    /// earlier answers still being written); what the high watermark may count.
-    pub durable_end: Option<i64>,
     pub current_leader_epoch: i32,
     pub last_fetched_epoch: i32,
     pub max_bytes: usize,

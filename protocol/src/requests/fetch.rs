@@ -38,12 +38,6 @@ const REPLICA_STATE_TAG: u32 = 1;
 const DIVERGING_EPOCH_TAG: u8 = 0;
 const CURRENT_LEADER_TAG: u8 = 1;
 const NODE_ENDPOINTS_TAG: u32 = 0;
-/// Tributary's own partition tag, in the request and the response (v12+), far above Kafka's:
-/// in a follower's fetch, where its durable log ends (an i64), when that is below
-/// `fetch_offset`; in the leader's answer, empty, saying the leader read it. Kafka's brokers
-/// skip it as an unknown tag, so a follower sends a fetch offset past what is durable only to
-/// a leader that said so.
-pub const DURABLE_END_TAG: u32 = 0x7472_6962;
 
 #[derive(Debug, Clone)]
 pub struct FetchRequest {
@@ -92,9 +86,6 @@ pub struct FetchPartition {
     /// The epoch of the last batch the fetcher holds (v12+; -1: none), for the leader's
     /// divergence check (KIP-595's Fetch-based truncation).
     pub last_fetched_epoch: i32,
-    /// A Tributary follower's durable log end ([`DURABLE_END_TAG`]), when it fetches past it;
-    /// `None`: everything below `fetch_offset` is durable.
-    pub durable_end: Option<i64>,
 }
 
 pub fn decode(r: &mut Reader, version: i16) -> Result<FetchRequest, DecodeError> {
@@ -208,27 +199,13 @@ fn decode_partition(
         r.i64("log_start_offset")?;
     }
     let partition_max_bytes = r.i32("partition_max_bytes")?;
-    let mut durable_end = None;
-    if flex {
-        let count = r.uvarint("tagged field count")?;
-        for _ in 0..count {
-            let tag = r.uvarint("tag")?;
-            let size = r.uvarint("tagged field size")? as usize;
-            let value = r.bytes("tagged field", size)?;
-            if tag == DURABLE_END_TAG {
-                let mut v = Reader::new(value);
-                durable_end = Some(v.i64("durable_end")?);
-                v.expect_end("durable_end")?;
-            }
-        }
-    }
+    r.tagged_fields(flex)?;
     Ok(FetchPartition {
         partition,
         fetch_offset,
         partition_max_bytes,
         current_leader_epoch,
         last_fetched_epoch,
-        durable_end,
     })
 }
 
@@ -263,8 +240,6 @@ pub struct FetchPartitionResponse {
     pub current_leader: Option<CurrentLeader>,
     /// The replica the consumer should read this partition from (v11+, KIP-392); -1: here.
     pub preferred_read_replica: i32,
-    /// This leader read the follower's [`DURABLE_END_TAG`] (v12+, sent as that tag, empty).
-    pub durable_end_read: bool,
 }
 
 /// A partition's leader and leader epoch; -1/-1 when none is known.
@@ -395,9 +370,7 @@ fn encode_partition(
     // empty tagged-field section of its own.
     let diverging = p.diverging_epoch;
     let leader = p.current_leader;
-    out.put_u8(
-        u8::from(diverging.is_some()) + u8::from(leader.is_some()) + u8::from(p.durable_end_read),
-    );
+    out.put_u8(u8::from(diverging.is_some()) + u8::from(leader.is_some()));
     if let Some((epoch, end_offset)) = diverging {
         out.put_u8(DIVERGING_EPOCH_TAG);
         out.put_u8(13);
@@ -410,10 +383,6 @@ fn encode_partition(
         out.put_u8(9);
         out.put_i32(l.leader_id);
         out.put_i32(l.leader_epoch);
-        out.put_u8(0);
-    }
-    if p.durable_end_read {
-        put_uvarint(out, DURABLE_END_TAG);
         out.put_u8(0);
     }
 }
@@ -467,8 +436,7 @@ mod tests {
                 .with_current_leader_epoch(if version >= 9 { 5 } else { -1 })
                 .with_fetch_offset(42)
                 .with_last_fetched_epoch(if version >= 12 { 4 } else { -1 })
-                .with_partition_max_bytes(1_048_576)
-                .with_unknown_tagged_fields(durable_end_tag(version))])]);
+                .with_partition_max_bytes(1_048_576)])]);
         let req = if version >= REPLICA_STATE_FROM {
             req.with_replica_state(
                 ReplicaState::default()
@@ -502,16 +470,6 @@ mod tests {
         b.freeze()
     }
 
-    /// A Tributary follower's durable end, 40, on a flexible version.
-    fn durable_end_tag(version: i16) -> std::collections::BTreeMap<i32, Bytes> {
-        let mut tags = std::collections::BTreeMap::new();
-        if version >= 12 {
-            let tag = i32::try_from(DURABLE_END_TAG).unwrap();
-            tags.insert(tag, Bytes::copy_from_slice(&40i64.to_be_bytes()));
-        }
-        tags
-    }
-
     #[test]
     fn decodes_what_an_independent_encoder_writes() {
         for v in 4..=16 {
@@ -530,9 +488,6 @@ mod tests {
                 if v >= 12 {
                     assert_eq!(t.partitions[0].current_leader_epoch, 5);
                     assert_eq!(t.partitions[0].last_fetched_epoch, 4);
-                    assert_eq!(t.partitions[0].durable_end, Some(40), "v{v}");
-                } else {
-                    assert_eq!(t.partitions[0].durable_end, None, "v{v}");
                 }
                 if v >= REPLICA_STATE_FROM && replica_id >= 0 {
                     assert_eq!(req.replica_epoch, 77);
@@ -608,7 +563,6 @@ mod tests {
         let long = crate::record_batch::build_batch(&[(None, Some(&value))], 1, None).freeze();
         let part = |partition: i32, records: &Bytes| FetchPartitionResponse {
             preferred_read_replica: -1,
-            durable_end_read: false,
             partition,
             error: ErrorCode::NONE,
             high_watermark: 10,
@@ -630,7 +584,6 @@ mod tests {
         let mut both = diverging.clone();
         both.partition = 7;
         both.current_leader = moved.current_leader;
-        both.durable_end_read = true;
         let topics = vec![FetchTopicResponse {
             name: "orders".into(),
             topic_id: ORDERS_ID,
@@ -691,9 +644,6 @@ mod tests {
                         assert_eq!(p.current_leader.leader_epoch, 8, "v{v}");
                     }
                     assert_eq!(ps[4].diverging_epoch.end_offset, 1234);
-                    let tag = i32::try_from(DURABLE_END_TAG).unwrap();
-                    assert_eq!(ps[4].unknown_tagged_fields.get(&tag), Some(&Bytes::new()));
-                    assert!(ps[3].unknown_tagged_fields.is_empty(), "v{v}");
                 }
                 if v >= NODE_ENDPOINTS_FROM {
                     let got: Vec<_> = resp

@@ -2,9 +2,7 @@
 //! log end (not the high watermark), the follower's position recorded there, and — when
 //! nothing new came back — a wait until any partition's log grows or its log start moves, or
 //! `max_wait_ms` passes. Every answered partition carries the leader's log start offset, which
-//! the follower takes as its own (KIP-107). A Tributary follower may fetch past what it has
-//! made durable, saying where that ends (`DURABLE_END_TAG`): its position counts only up to
-//! there, and every answer to such a fetch says it was read.
+//! the follower takes as its own (KIP-107).
 //! No fetch sessions and no byte budget across partitions beyond the request's own: a
 //! follower asks for at most `replica.fetch.response.max.bytes`. A v13+ topic the handler could
 //! not name from its id is answered UNKNOWN_TOPIC_ID.
@@ -79,7 +77,6 @@ async fn read_all(shard: &Rc<Shard>, req: &FetchRequest, link: LinkId) -> Vec<Fe
                 partition: p.partition,
                 follower: req.replica_id,
                 fetch_offset: p.fetch_offset,
-                durable_end: p.durable_end,
                 current_leader_epoch: p.current_leader_epoch,
                 last_fetched_epoch: p.last_fetched_epoch,
                 max_bytes,
@@ -91,8 +88,6 @@ async fn read_all(shard: &Rc<Shard>, req: &FetchRequest, link: LinkId) -> Vec<Fe
             })
             .await
             .unwrap_or_else(|| answer(p.partition, ErrorCode::UNKNOWN_SERVER_ERROR));
-            let mut resp = resp;
-            resp.durable_end_read = p.durable_end.is_some();
             used += resp.records.len();
             partitions.push(resp);
         }
