@@ -163,6 +163,12 @@ pub fn clock_ticks_per_sec() -> u64 {
         .unwrap_or(CLK_TCK_FALLBACK)
 }
 
+/// The calling thread's CPU time so far (user and kernel), in seconds.
+pub fn thread_cpu_s() -> Result<f64> {
+    let ticks = read_stat(Path::new("/proc/thread-self/stat"))?.ticks();
+    Ok(ticks as f64 / clock_ticks_per_sec() as f64)
+}
+
 /// One process's CPU at an instant: the thread group's total, and each live io_uring worker's.
 #[derive(Debug, Clone, Default)]
 struct Sample {

@@ -3,7 +3,8 @@
 //! filesystem, fdatasync latency, loopback TCP bandwidth, memcpy bandwidth and CRC32C bandwidth
 //! on one stream, and from the last three the copy floor (see `copy_floor_cpu_s_per_gb`).
 //! It also measures what a broker at light load meets: eight streams of paced 4 KiB `O_DSYNC`
-//! writes (`dsync_streams`), and how much of a busy machine's CPU time the host steals.
+//! writes (`dsync_streams`), the CPU a minimal server spends per durable request
+//! (`request_floor`), and how much of a busy machine's CPU time the host steals.
 
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
@@ -15,7 +16,7 @@ use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
-const ALIGN: usize = 4096;
+pub(crate) const ALIGN: usize = 4096;
 const BLOCK: usize = 1 << 20;
 
 /// Bytes copied, and checksummed, per pass: four times the largest last-level cache of the
@@ -29,22 +30,22 @@ const MEM_PASSES_PER_ROUND: usize = 4;
 const MEM_ROUNDS: usize = 7;
 
 /// A 4 KiB-aligned buffer without unsafe code: over-allocate and start at an aligned address.
-struct Aligned {
+pub(crate) struct Aligned {
     buf: Vec<u8>,
     start: usize,
     len: usize,
 }
 
 impl Aligned {
-    fn new(len: usize) -> Self {
+    pub(crate) fn new(len: usize) -> Self {
         let buf = vec![0xA5u8; len + ALIGN];
         let start = (ALIGN - (buf.as_ptr() as usize % ALIGN)) % ALIGN;
         Aligned { buf, start, len }
     }
-    fn slice(&self) -> &[u8] {
+    pub(crate) fn slice(&self) -> &[u8] {
         &self.buf[self.start..self.start + self.len]
     }
-    fn slice_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn slice_mut(&mut self) -> &mut [u8] {
         &mut self.buf[self.start..self.start + self.len]
     }
 }
@@ -109,6 +110,11 @@ pub fn measure(dir: &Path, size_mb: usize) -> Result<Value> {
         BUSY_RUN.as_secs()
     );
     let busy_steal = steal_when_busy();
+    eprintln!(
+        "machine: the request floor, {} durable 1 KiB requests/s on loopback",
+        crate::floor::FLOOR_REQUESTS_PER_SEC
+    );
+    let floor = crate::floor::request_floor(dir)?;
     eprintln!("machine: loopback TCP");
     let tcp_mb_s = loopback(2048)?;
     eprintln!("machine: memcpy and CRC32C of {} MiB", MEM_BUFFER >> 20);
@@ -121,6 +127,7 @@ pub fn measure(dir: &Path, size_mb: usize) -> Result<Value> {
         "fdatasync_us": {"p50": sync_us.value_at_quantile(0.5), "p99": sync_us.value_at_quantile(0.99), "max": sync_us.max()},
         "dsync_streams": dsync,
         "cpu_steal_pct_when_busy": busy_steal,
+        "request_floor": floor,
         "loopback_tcp_mb_per_sec": tcp_mb_s,
         "memcpy_gb_per_sec": memcpy_gb_s,
         "crc32c_gb_per_sec": crc32c_gb_s,

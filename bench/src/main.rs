@@ -20,6 +20,7 @@ mod controller;
 mod cpu;
 mod failover;
 mod faults;
+mod floor;
 mod gaps;
 mod group_reader;
 mod load;
