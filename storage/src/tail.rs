@@ -87,9 +87,12 @@ impl Tail {
         let mut out = Vec::with_capacity(len);
         let end = position + len as u64;
         let mut at = position;
+        // The chunks kept for readers may be thousands (a flush a message): skip those wholly
+        // before `position` by their ends, which chunks in file order never lower.
+        let first = self.first_ending_after(position);
         let chunks = self
             .frozen
-            .iter()
+            .range(first..)
             .map(|(s, b)| (*s, b.bytes()))
             .chain(self.open.as_ref().map(|(s, b)| (*s, b.bytes())));
         for (s, bytes) in chunks {
@@ -175,12 +178,14 @@ impl Tail {
             self.last_interval = self.end - self.interval_start;
             self.interval_start = self.end;
         }
-        let written_end = self.written_end;
+        let first = self.first_ending_after(self.written_end);
+        self.frozen.range(first..).cloned().collect()
+    }
+
+    /// The index of the first frozen chunk that ends after `position`.
+    fn first_ending_after(&self, position: u64) -> usize {
         self.frozen
-            .iter()
-            .filter(|(at, b)| at + b.len() as u64 > written_end)
-            .cloned()
-            .collect()
+            .partition_point(|(at, b)| at + b.len() as u64 <= position)
     }
 
     /// Whether a chunk filled up and waits to be written.
