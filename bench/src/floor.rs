@@ -8,18 +8,18 @@
 //! message at the same rate, divided by this, is how much its own work costs beyond the
 //! kernel's wake-ups, copies and the write.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
-use crate::machine::{Aligned, ALIGN};
+use crate::machine::{dsync_file, pace, Aligned, ALIGN};
 
 /// Requests per second: 1 KiB messages, one request each, as at the broker's light-load goal.
 pub const FLOOR_REQUESTS_PER_SEC: u64 = 5_000;
@@ -63,7 +63,7 @@ fn run(dir: &Path, rate: u64, length: Duration) -> Result<Floor> {
         .collect();
     let files = paths
         .iter()
-        .map(|p| prepare(p))
+        .map(|p| dsync_file(p, FLOOR_FILE_BLOCKS))
         .collect::<Result<Vec<_>>>()?;
     let requests = (rate as f64 * length.as_secs_f64()) as u64;
     let listener = TcpListener::bind("127.0.0.1:0")?;
@@ -92,21 +92,6 @@ fn run(dir: &Path, rate: u64, length: Duration) -> Result<Floor> {
     })
 }
 
-/// A file of `FLOOR_FILE_BLOCKS` blocks allocated and on disk, opened for direct, write-through
-/// overwrites (as a segment's zeros ahead are).
-fn prepare(path: &Path) -> Result<File> {
-    {
-        let mut f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        f.write_all(&vec![0u8; FLOOR_FILE_BLOCKS as usize * ALIGN])?;
-        f.sync_all()?;
-    }
-    OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
-        .open(path)
-        .with_context(|| format!("opening {} with O_DIRECT | O_DSYNC", path.display()))
-}
-
 /// Serves `requests` requests on the first connection; the thread's CPU seconds meanwhile.
 fn serve(listener: &TcpListener, files: &[File], requests: u64) -> Result<f64> {
     let (mut conn, _) = listener.accept()?;
@@ -129,10 +114,7 @@ fn serve(listener: &TcpListener, files: &[File], requests: u64) -> Result<f64> {
 fn send_requests(mut conn: TcpStream, start: Instant, interval: Duration, n: u64) -> Result<()> {
     let request = [0x5Au8; REQUEST_BYTES];
     for i in 0..n {
-        let due = start + interval * i as u32;
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
+        pace(start, interval, i);
         conn.write_all(&request)?;
     }
     Ok(())

@@ -196,28 +196,39 @@ fn dsync_stream(
 ) -> Result<Histogram<u64>> {
     let blocks = 256u64;
     let buf = Aligned::new(ALIGN);
-    {
-        // Allocated and on disk first: the timed writes overwrite, as a segment's zeros ahead.
-        let mut f =
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        f.write_all(&vec![0u8; (blocks as usize) * ALIGN])?;
-        f.sync_all()?;
-    }
-    let file = OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
-        .open(path)
-        .with_context(|| format!("opening {} with O_DIRECT | O_DSYNC", path.display()))?;
+    let file = dsync_file(path, blocks)?;
     let mut hist = crate::load::new_histogram();
     for i in 0..writes {
-        let due = start + interval * i as u32;
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
+        let due = pace(start, interval, i);
         file.write_all_at(buf.slice(), (i % blocks) * ALIGN as u64)?;
         hist.record((due.elapsed().as_micros() as u64).max(1))?;
     }
     Ok(hist)
+}
+
+/// A file of `blocks` 4 KiB blocks, allocated and on disk first, opened for direct,
+/// write-through overwrites (as a segment's zeros ahead are).
+pub(crate) fn dsync_file(path: &Path, blocks: u64) -> Result<std::fs::File> {
+    {
+        let mut f =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        f.write_all(&vec![0u8; blocks as usize * ALIGN])?;
+        f.sync_all()?;
+    }
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+        .open(path)
+        .with_context(|| format!("opening {} with O_DIRECT | O_DSYNC", path.display()))
+}
+
+/// Sleeps until the `i`-th of a series paced every `interval` from `start` is due; when it was.
+pub(crate) fn pace(start: Instant, interval: Duration, i: u64) -> Instant {
+    let due = start + interval * i as u32;
+    if let Some(wait) = due.checked_duration_since(Instant::now()) {
+        std::thread::sleep(wait);
+    }
+    due
 }
 
 /// Percent of the machine's CPU time the host stole while a thread per CPU spun for

@@ -99,20 +99,16 @@ pub async fn run(shard: Rc<Shard>, leader: i32) {
         let items = followed(&shard, leader);
         let changed = shard.replicas.follows_changed.listen();
         let sent = Instant::now();
-        let round = link.fetch(&shard, &items, &settings, changed).await;
-        let answered = Instant::now();
-        if matches!(round, Round::Answered(_)) {
-            shard
-                .metrics
-                .observe_stage(Stage::ReplicaAnswer, answered - sent);
-        }
-        match round {
+        match link.fetch(&shard, &items, &settings, changed).await {
             Round::Answered(resp) => {
-                match apply(&shard, leader, &items, *resp).await.inspect(|_| {
-                    shard
-                        .metrics
-                        .observe_stage(Stage::ReplicaApply, answered.elapsed())
-                }) {
+                let answered = Instant::now();
+                let metrics = &shard.metrics;
+                metrics.observe_stage(Stage::ReplicaAnswer, answered - sent);
+                let applied = apply(&shard, leader, &items, *resp).await;
+                if applied.is_ok() {
+                    metrics.observe_stage(Stage::ReplicaApply, answered.elapsed());
+                }
+                match applied {
                     Ok(Applied::Accepted) => refused_pause = REFUSED_BACKOFF_MIN,
                     Ok(Applied::Refused) => {
                         // The two nodes' images disagree for a moment (a new partition's leader
