@@ -1075,24 +1075,17 @@ impl Shard {
         (Bytes::from(stamped), now)
     }
 
-    /// Makes the log durable up to `end` as the partition's flush policy promises: before the
-    /// answer, or behind it for acks=0 (whose producer asked for no answer to wait on).
+    /// Makes the log durable up to `end` as the partition's flush policy promises. An acks=0
+    /// batch waits too, though no answer is sent: its request holds its share of
+    /// `queued.max.request.bytes` until then, so a flood of acks=0 requests is read only as
+    /// fast as the disk takes it (as Kafka's page cache holds an acks=0 producer to the
+    /// kernel's dirty-page limit), not into memory without bound.
     async fn make_durable(
         &self,
         at: &ProduceAt<'_>,
         end: i64,
         appended_at: Instant,
     ) -> Result<(), ErrorCode> {
-        if at.acks == 0 {
-            let part = at.part.clone();
-            glommio::spawn_local(async move {
-                if let Err(e) = part.commit(end).await {
-                    warn!(error = %e, "flush after acks=0 produce failed");
-                }
-            })
-            .detach();
-            return Ok(());
-        }
         let committed = at.part.commit(end).await;
         self.metrics
             .observe_stage(Stage::ProduceDurable, appended_at.elapsed());

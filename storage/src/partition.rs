@@ -342,6 +342,9 @@ pub struct Partition {
     sync_timer_armed: Cell<bool>,
     /// A write-ahead of full blocks is spawned and has not started.
     write_ahead: Cell<bool>,
+    /// Commits and syncs waiting for the running flush to end: a write-ahead gives way to
+    /// them rather than start another write of full blocks.
+    flush_waiters: Cell<usize>,
     /// The chunk after the last read, read ahead for a reader going through the log in order.
     prefetch: RefCell<Option<Prefetch>>,
     /// Reads served from a read-ahead chunk.
@@ -578,6 +581,7 @@ impl Partition {
                 }
             }
             if self.flushing.get() {
+                let _waiting = FlushWaiter::new(&self.flush_waiters);
                 listener.await;
             } else {
                 self.flush(if durable {
@@ -858,6 +862,23 @@ impl Partition {
     }
 }
 
+/// Counts a task waiting for the flush slot while it waits, including when its future is
+/// dropped (a produce request's timeout).
+struct FlushWaiter<'a>(&'a Cell<usize>);
+
+impl<'a> FlushWaiter<'a> {
+    fn new(count: &'a Cell<usize>) -> Self {
+        count.set(count.get() + 1);
+        Self(count)
+    }
+}
+
+impl Drop for FlushWaiter<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
 /// A sealed tail's share of a flush: its unwritten chunks, where it ends, and its index file.
 struct SealedWrite {
     file: Rc<SegmentFile>,
@@ -1001,5 +1022,42 @@ mod tests {
         assert!(!flush_makes_visible(Flush::FullChunks, &every));
         assert!(flush_makes_visible(Flush::Written, &batched));
         assert!(!flush_makes_visible(Flush::FullChunks, &batched));
+    }
+
+    #[test]
+    fn a_write_ahead_gives_way_to_a_commit_waiting_for_the_flush_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::default()
+            .io_memory(1 << 20)
+            .spawn(move || async move {
+                crate::io::prime_executor_io(&path).await.unwrap();
+                let config = LogConfig {
+                    segment_bytes: 1 << 30,
+                    write_ahead_bytes: 8192,
+                    ..LogConfig::DEFAULT
+                };
+                let p = Partition::open(path.join("wa-0"), config).await.unwrap();
+                let value = "w".repeat(3000);
+                for _ in 0..3 {
+                    let b = record_batch::build_batch(&[(None, Some(value.as_bytes()))], 1, None);
+                    p.append(&b).await.unwrap();
+                }
+                assert!(p.write_ahead_due(), "9,000 bytes fill an 8 KiB buffer");
+                {
+                    let _waiting = FlushWaiter::new(&p.flush_waiters);
+                    assert!(!p.write_ahead_due(), "a waiting commit goes first");
+                }
+                assert!(
+                    p.write_ahead_due(),
+                    "a commit that gave up waiting counts no more"
+                );
+                p.sync_to(p.log_end_offset()).await.unwrap();
+                assert!(!p.write_ahead_due(), "the commit wrote every buffer");
+                assert_eq!(p.flush_waiters.get(), 0);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }

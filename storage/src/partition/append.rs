@@ -199,14 +199,17 @@ impl Partition {
             // the next commit then writes only the rest before its fdatasync.
             let part = self.clone();
             glommio::spawn_local(async move {
-                // Until no full buffer is left unwritten: buffers fill while a flush runs.
+                // Until no full buffer is left unwritten (buffers fill while a flush runs), or
+                // until a commit waits for the flush slot: its flush writes them all, and under
+                // a steady flood of appends write-aheads back to back would hold it off for as
+                // long as the flood lasts.
                 loop {
                     let listener = part.flushed.listen();
                     if part.flushing.get() {
                         listener.await;
                         continue;
                     }
-                    if part.is_offline() || !part.state.borrow().active_tail.has_full_chunk() {
+                    if !part.write_ahead_due() {
                         break;
                     }
                     if let Err(e) = part.flush(Flush::FullChunks).await {
@@ -218,6 +221,14 @@ impl Partition {
             })
             .detach();
         }
+    }
+
+    /// Whether the write-ahead writes another full buffer now: not while a commit waits for
+    /// the flush slot (see [`Partition::after_append`]).
+    pub(super) fn write_ahead_due(&self) -> bool {
+        !self.is_offline()
+            && self.flush_waiters.get() == 0
+            && self.state.borrow().active_tail.has_full_chunk()
     }
 
     pub(super) fn check_sequence(

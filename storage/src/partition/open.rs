@@ -153,6 +153,7 @@ impl Partition {
             appended: Event::new(),
             sync_timer_armed: Cell::new(false),
             write_ahead: Cell::new(false),
+            flush_waiters: Cell::new(0),
             prefetch: RefCell::new(None),
             read_ahead_hits: Cell::new(0),
             tail_cache_hits: Cell::new(0),
