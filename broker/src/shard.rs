@@ -989,8 +989,8 @@ impl Shard {
     }
 
     /// Appends `batch` to the partition and answers once it is as safe as `acks` asks: on the
-    /// leader's disk (acks=1), held by the ISR as well (acks=all), or right away (acks=0, made
-    /// durable behind the answer).
+    /// leader's disk (acks=1 and acks=0, whose request is not answered on the wire), held by
+    /// the ISR as well (acks=all).
     async fn produce_to(
         &self,
         at: ProduceAt<'_>,

@@ -36,15 +36,19 @@ fn create_topic(c: &mut RawConn, topic: &str, partitions: i32) -> i16 {
     resp.topics[0].error_code
 }
 
-fn produce(c: &mut RawConn, topic: &str, acks: i16, records: Bytes) -> (i16, i64) {
-    let req = ProduceRequest::default()
+fn produce_request(topic: &str, acks: i16, records: Bytes) -> ProduceRequest {
+    ProduceRequest::default()
         .with_acks(acks)
         .with_timeout_ms(5000)
         .with_topic_data(vec![TopicProduceData::default()
             .with_name(name(topic))
             .with_partition_data(vec![PartitionProduceData::default()
                 .with_index(0)
-                .with_records(Some(records))])]);
+                .with_records(Some(records))])])
+}
+
+fn produce(c: &mut RawConn, topic: &str, acks: i16, records: Bytes) -> (i16, i64) {
+    let req = produce_request(topic, acks, records);
     let resp: ProduceResponse = c.request(ApiKey::Produce, 8, &req);
     let p = &resp.responses[0].partition_responses[0];
     (p.error_code, p.base_offset)
@@ -217,6 +221,32 @@ fn produce_errors_match_kafka() {
     );
     // Only the one good batch was stored.
     assert_eq!(produce(&mut c, "t", 1, batch("next", None)), (0, 1));
+
+    // acks=0: a stored batch gets no response and the connection serves on; a refused one
+    // closes the connection, as Kafka closes it, so that the producer refreshes its metadata.
+    let mut quiet = RawConn::connect(broker.addr);
+    let frame = quiet.encode_request(
+        ApiKey::Produce,
+        8,
+        &produce_request("t", 0, batch("q", None)),
+    );
+    quiet.send_raw(&frame);
+    let versions: ApiVersionsResponse =
+        quiet.request(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
+    assert_eq!(
+        versions.error_code, 0,
+        "the next answer is the next request's"
+    );
+    let refused = produce_request("missing", 0, batch("q", None));
+    let frame = quiet.encode_request(ApiKey::Produce, 8, &refused);
+    quiet.send_raw(&frame);
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        std::io::Read::read(&mut quiet.stream, &mut byte).ok(),
+        Some(0),
+        "a refused acks=0 batch closes its connection"
+    );
+    assert_eq!(produce(&mut c, "t", 1, batch("after", None)), (0, 3));
 
     // Metadata: unknown topic with auto-create off, and an illegal name.
     let req = MetadataRequest::default()

@@ -862,8 +862,8 @@ impl Partition {
     }
 }
 
-/// Counts a task waiting for the flush slot while it waits, including when its future is
-/// dropped (a produce request's timeout).
+/// Counts a task waiting for the flush slot while it waits, and stops counting it if its
+/// future is dropped mid-wait.
 struct FlushWaiter<'a>(&'a Cell<usize>);
 
 impl<'a> FlushWaiter<'a> {

@@ -230,10 +230,31 @@ async fn respond(
     let answered = results.iter().filter_map(|(_, _, (r, _))| r.answered).max();
     shard.response_ready.set(answered);
     if acks == 0 {
-        return Ok(None);
+        return acks_zero_outcome(&results);
     }
     let response = produce_response(&shard, header.api_version, throttle_ms, results);
     frame(spec, &header, &response)
+}
+
+/// One partition's answer: topic, partition, its result and why it was refused, if it was.
+type PartitionOutcome = (String, i32, (ProduceResult, Option<Rejected>));
+
+/// An acks=0 request gets no response. If a partition refused its batch the connection closes
+/// instead, as Kafka closes it: the producer, told nothing else, notices and refreshes its
+/// metadata.
+fn acks_zero_outcome(results: &[PartitionOutcome]) -> HandlerResult {
+    let failed: Vec<String> = results
+        .iter()
+        .filter(|(_, _, (r, _))| r.error.is_error())
+        .map(|(t, p, (r, _))| format!("{t}-{p}: error code {}", r.error.code()))
+        .collect();
+    if failed.is_empty() {
+        return Ok(None);
+    }
+    Err(format!(
+        "an acks=0 produce request failed ({}); the connection closes so that the producer refreshes its metadata, as Kafka does",
+        failed.join(", ")
+    ))
 }
 
 /// The response to version `v` for each partition's result and message, in request order: a
@@ -243,7 +264,7 @@ fn produce_response(
     shard: &Shard,
     v: i16,
     throttle_ms: i32,
-    results: Vec<(String, i32, (ProduceResult, Option<Rejected>))>,
+    results: Vec<PartitionOutcome>,
 ) -> ProduceResponse {
     let mut topics: Vec<TopicProduceResponse> = Vec::new();
     let mut endpoints: Vec<NodeEndpoint> = Vec::new();
