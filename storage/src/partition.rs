@@ -992,6 +992,28 @@ impl Drop for Reservation {
     }
 }
 
+/// Runs `f` on a fresh executor whose io-polling probe is primed, with a scratch directory that
+/// lives until the executor has finished: the in-crate partition tests' harness (the integration
+/// tests have their own in `tests/common`).
+#[cfg(test)]
+fn on_executor<F, Fut>(f: F)
+where
+    F: FnOnce(PathBuf) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    glommio::LocalExecutorBuilder::default()
+        .io_memory(1 << 20)
+        .spawn(move || async move {
+            crate::io::prime_executor_io(&path).await.unwrap();
+            f(path).await;
+        })
+        .expect("executor")
+        .join()
+        .expect("join");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1026,38 +1048,30 @@ mod tests {
 
     #[test]
     fn a_write_ahead_gives_way_to_a_commit_waiting_for_the_flush_slot() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().to_path_buf();
-        glommio::LocalExecutorBuilder::default()
-            .io_memory(1 << 20)
-            .spawn(move || async move {
-                crate::io::prime_executor_io(&path).await.unwrap();
-                let config = LogConfig {
-                    segment_bytes: 1 << 30,
-                    write_ahead_bytes: 8192,
-                    ..LogConfig::DEFAULT
-                };
-                let p = Partition::open(path.join("wa-0"), config).await.unwrap();
-                let value = "w".repeat(3000);
-                for _ in 0..3 {
-                    let b = record_batch::build_batch(&[(None, Some(value.as_bytes()))], 1, None);
-                    p.append(&b).await.unwrap();
-                }
-                assert!(p.write_ahead_due(), "9,000 bytes fill an 8 KiB buffer");
-                {
-                    let _waiting = FlushWaiter::new(&p.flush_waiters);
-                    assert!(!p.write_ahead_due(), "a waiting commit goes first");
-                }
-                assert!(
-                    p.write_ahead_due(),
-                    "a commit that gave up waiting counts no more"
-                );
-                p.sync_to(p.log_end_offset()).await.unwrap();
-                assert!(!p.write_ahead_due(), "the commit wrote every buffer");
-                assert_eq!(p.flush_waiters.get(), 0);
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+        crate::partition::on_executor(|path| async move {
+            let config = LogConfig {
+                segment_bytes: 1 << 30,
+                write_ahead_bytes: 8192,
+                ..LogConfig::DEFAULT
+            };
+            let p = Partition::open(path.join("wa-0"), config).await.unwrap();
+            let value = "w".repeat(3000);
+            for _ in 0..3 {
+                let b = record_batch::build_batch(&[(None, Some(value.as_bytes()))], 1, None);
+                p.append(&b).await.unwrap();
+            }
+            assert!(p.write_ahead_due(), "9,000 bytes fill an 8 KiB buffer");
+            {
+                let _waiting = FlushWaiter::new(&p.flush_waiters);
+                assert!(!p.write_ahead_due(), "a waiting commit goes first");
+            }
+            assert!(
+                p.write_ahead_due(),
+                "a commit that gave up waiting counts no more"
+            );
+            p.sync_to(p.log_end_offset()).await.unwrap();
+            assert!(!p.write_ahead_due(), "the commit wrote every buffer");
+            assert_eq!(p.flush_waiters.get(), 0);
+        });
     }
 }

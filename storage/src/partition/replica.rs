@@ -521,90 +521,74 @@ mod tests {
 
     #[test]
     fn an_empty_follower_takes_a_batch_its_start_falls_inside() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().to_path_buf();
-        glommio::LocalExecutorBuilder::default()
-            .io_memory(1 << 20)
-            .spawn(move || async move {
-                crate::io::prime_executor_io(&path).await.unwrap();
-                let p = Partition::open_replicated(path.join("t-0"), LogConfig::DEFAULT)
-                    .await
-                    .unwrap();
-                // Out of the leader's range: it starts over at the leader's log start, 11, and
-                // the leader's batch there holds 10 and 11.
-                p.truncate_fully_and_start_at(11).await.unwrap();
-                let end = p.append_as_follower(&at(10, 1)).await.unwrap();
-                assert_eq!((p.log_start_offset(), end), (10, 12));
-                p.sync_to(end).await.unwrap();
-                assert_eq!(p.set_high_watermark(12), 12);
-                assert_eq!(p.follow_log_start(11).await.unwrap(), 11);
-                let end = p.append_as_follower(&at(12, 1)).await.unwrap();
-                assert_eq!((p.log_start_offset(), end), (11, 14), "not empty: appended");
-                // A batch wholly below an empty log's end is still refused.
-                p.truncate_fully_and_start_at(20).await.unwrap();
-                assert!(p.append_as_follower(&at(14, 1)).await.is_err());
-                assert_eq!(p.log_start_offset(), 20);
-                p.close().await.unwrap();
-            })
-            .expect("executor")
-            .join()
-            .expect("join");
+        crate::partition::on_executor(|path| async move {
+            let p = Partition::open_replicated(path.join("t-0"), LogConfig::DEFAULT)
+                .await
+                .unwrap();
+            // Out of the leader's range: it starts over at the leader's log start, 11, and
+            // the leader's batch there holds 10 and 11.
+            p.truncate_fully_and_start_at(11).await.unwrap();
+            let end = p.append_as_follower(&at(10, 1)).await.unwrap();
+            assert_eq!((p.log_start_offset(), end), (10, 12));
+            p.sync_to(end).await.unwrap();
+            assert_eq!(p.set_high_watermark(12), 12);
+            assert_eq!(p.follow_log_start(11).await.unwrap(), 11);
+            let end = p.append_as_follower(&at(12, 1)).await.unwrap();
+            assert_eq!((p.log_start_offset(), end), (11, 14), "not empty: appended");
+            // A batch wholly below an empty log's end is still refused.
+            p.truncate_fully_and_start_at(20).await.unwrap();
+            assert!(p.append_as_follower(&at(14, 1)).await.is_err());
+            assert_eq!(p.log_start_offset(), 20);
+            p.close().await.unwrap();
+        });
     }
 
     #[test]
     fn a_truncation_racing_a_close_leaves_a_log_the_next_open_trusts() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().to_path_buf();
-        glommio::LocalExecutorBuilder::default()
-            .io_memory(1 << 20)
-            .spawn(move || async move {
-                crate::io::prime_executor_io(&path).await.unwrap();
-                let open = || Partition::open_replicated(path.join("t-0"), LogConfig::DEFAULT);
-                let p = open().await.unwrap();
-                let mut end = 0;
-                for base in (0..40).step_by(2) {
-                    end = p.append_as_follower(&at(base, 1)).await.unwrap();
-                }
-                p.sync_to(end).await.unwrap();
-                assert_eq!(p.set_high_watermark(30), 30);
-                // A replica fetcher cuts the unreplicated tail while the broker closes the
-                // partition (a controlled shutdown makes this node a follower of the new
-                // leader as it stops): the close waits for the cut (or the cut finds it
-                // closed), and whichever wins, the file, its index and the clean marker agree.
-                let cut = glommio::spawn_local({
-                    let p = p.clone();
-                    async move { p.truncate_to(30).await }
-                })
-                .detach();
-                p.close().await.unwrap();
-                let cut = cut.await.expect("the cut task ran");
-                // Closed, it takes no more cuts or appends: they would land after the clean
-                // marker and make it lie.
-                assert!(p.truncate_to(10).await.is_err(), "a cut after the close");
-                assert!(p
-                    .append_as_follower(&at(p.log_end_offset(), 1))
-                    .await
-                    .is_err());
-                drop(p);
-                let again = open().await.unwrap();
-                let want = if cut.is_ok() { 30 } else { 40 };
-                assert_eq!(again.log_end_offset(), want);
-                assert!(!again.is_offline());
-                // Every batch up to the end reads back whole.
-                let read = again.read(0, 1 << 20).await.unwrap();
-                let mut at_offset = 0;
-                let mut rest = &read.records[..];
-                while !rest.is_empty() {
-                    let h = record_batch::parse_header(rest, 0).unwrap();
-                    assert_eq!(h.base_offset, at_offset);
-                    at_offset = h.last_offset() + 1;
-                    rest = &rest[h.size()..];
-                }
-                assert_eq!(at_offset, want.min(30), "read up to the high watermark");
-                again.close().await.unwrap();
+        crate::partition::on_executor(|path| async move {
+            let open = || Partition::open_replicated(path.join("t-0"), LogConfig::DEFAULT);
+            let p = open().await.unwrap();
+            let mut end = 0;
+            for base in (0..40).step_by(2) {
+                end = p.append_as_follower(&at(base, 1)).await.unwrap();
+            }
+            p.sync_to(end).await.unwrap();
+            assert_eq!(p.set_high_watermark(30), 30);
+            // A replica fetcher cuts the unreplicated tail while the broker closes the
+            // partition (a controlled shutdown makes this node a follower of the new
+            // leader as it stops): the close waits for the cut (or the cut finds it
+            // closed), and whichever wins, the file, its index and the clean marker agree.
+            let cut = glommio::spawn_local({
+                let p = p.clone();
+                async move { p.truncate_to(30).await }
             })
-            .expect("executor")
-            .join()
-            .expect("join");
+            .detach();
+            p.close().await.unwrap();
+            let cut = cut.await.expect("the cut task ran");
+            // Closed, it takes no more cuts or appends: they would land after the clean
+            // marker and make it lie.
+            assert!(p.truncate_to(10).await.is_err(), "a cut after the close");
+            assert!(p
+                .append_as_follower(&at(p.log_end_offset(), 1))
+                .await
+                .is_err());
+            drop(p);
+            let again = open().await.unwrap();
+            let want = if cut.is_ok() { 30 } else { 40 };
+            assert_eq!(again.log_end_offset(), want);
+            assert!(!again.is_offline());
+            // Every batch up to the end reads back whole.
+            let read = again.read(0, 1 << 20).await.unwrap();
+            let mut at_offset = 0;
+            let mut rest = &read.records[..];
+            while !rest.is_empty() {
+                let h = record_batch::parse_header(rest, 0).unwrap();
+                assert_eq!(h.base_offset, at_offset);
+                at_offset = h.last_offset() + 1;
+                rest = &rest[h.size()..];
+            }
+            assert_eq!(at_offset, want.min(30), "read up to the high watermark");
+            again.close().await.unwrap();
+        });
     }
 }

@@ -226,89 +226,73 @@ mod tests {
 
     #[test]
     fn a_follower_takes_the_leaders_log_start_up_to_its_own_high_watermark() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().to_path_buf();
-        glommio::LocalExecutorBuilder::default()
-            .io_memory(1 << 20)
-            .spawn(move || async move {
-                crate::io::prime_executor_io(&path).await.unwrap();
-                let pdir = path.join("t-0");
-                let p = Partition::open_replicated(pdir.clone(), CONFIG)
-                    .await
-                    .unwrap();
-                for base in 0..100 {
-                    let end = p.append_as_follower(&leader_batch(base)).await.unwrap();
-                    p.sync_to(end).await.unwrap();
-                }
-                let segments = p.state.borrow().segments.len();
-                assert!(segments > 5, "{segments} segments");
-                assert_eq!(p.set_high_watermark(60), 60);
-                // Not past what this replica knows the leader holds.
-                assert_eq!(p.follow_log_start(80).await.unwrap(), 60);
-                let first = p.state.borrow().segments[0].base_offset;
-                assert!(first > 0 && first <= 60, "the segments below go: {first}");
-                assert_eq!(p.follow_log_start(10).await.unwrap(), 60, "never back");
-                assert_eq!(p.set_high_watermark(100), 100);
-                // Busy with maintenance: left for the next fetch answer, without waiting.
-                let held = p.maintenance.try_acquire_permit(1).unwrap();
-                assert_eq!(p.follow_log_start(80).await.unwrap(), 60);
-                drop(held);
-                assert_eq!(p.follow_log_start(80).await.unwrap(), 80);
-                p.close().await.unwrap();
-                drop(p);
-                let p = Partition::open_replicated(pdir, CONFIG).await.unwrap();
-                assert_eq!(p.log_start_offset(), 80, "checkpointed");
-                p.close().await.unwrap();
-            })
-            .expect("executor")
-            .join()
-            .expect("join");
+        crate::partition::on_executor(|path| async move {
+            let pdir = path.join("t-0");
+            let p = Partition::open_replicated(pdir.clone(), CONFIG)
+                .await
+                .unwrap();
+            for base in 0..100 {
+                let end = p.append_as_follower(&leader_batch(base)).await.unwrap();
+                p.sync_to(end).await.unwrap();
+            }
+            let segments = p.state.borrow().segments.len();
+            assert!(segments > 5, "{segments} segments");
+            assert_eq!(p.set_high_watermark(60), 60);
+            // Not past what this replica knows the leader holds.
+            assert_eq!(p.follow_log_start(80).await.unwrap(), 60);
+            let first = p.state.borrow().segments[0].base_offset;
+            assert!(first > 0 && first <= 60, "the segments below go: {first}");
+            assert_eq!(p.follow_log_start(10).await.unwrap(), 60, "never back");
+            assert_eq!(p.set_high_watermark(100), 100);
+            // Busy with maintenance: left for the next fetch answer, without waiting.
+            let held = p.maintenance.try_acquire_permit(1).unwrap();
+            assert_eq!(p.follow_log_start(80).await.unwrap(), 60);
+            drop(held);
+            assert_eq!(p.follow_log_start(80).await.unwrap(), 80);
+            p.close().await.unwrap();
+            drop(p);
+            let p = Partition::open_replicated(pdir, CONFIG).await.unwrap();
+            assert_eq!(p.log_start_offset(), 80, "checkpointed");
+            p.close().await.unwrap();
+        });
     }
 
     #[test]
     fn a_tiered_log_deletes_locally_only_what_the_store_holds() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().to_path_buf();
-        glommio::LocalExecutorBuilder::default()
-            .io_memory(1 << 20)
-            .spawn(move || async move {
-                crate::io::prime_executor_io(&path).await.unwrap();
-                let config = LogConfig {
-                    remote_storage: true,
-                    local_retention_bytes: 0,
-                    retention_bytes: -1,
-                    ..CONFIG
-                };
-                let p = Partition::open_replicated(path.join("t-0"), config)
-                    .await
-                    .unwrap();
-                for base in 0..100 {
-                    let end = p.append_as_follower(&leader_batch(base)).await.unwrap();
-                    p.sync_to(end).await.unwrap();
-                }
-                assert_eq!(p.set_high_watermark(100), 100);
-                let now = 2_000;
-                assert_eq!(p.enforce_retention(now).await.unwrap(), 0, "nothing copied");
-                let copy = p.next_segment_to_copy(0).expect("a closed segment");
-                assert_eq!(copy.base_offset, 0);
-                assert_eq!(copy.leader_epochs, vec![(0, 0)]);
-                let second = p.next_segment_to_copy(copy.last_offset + 1).unwrap();
-                assert_eq!(second.base_offset, copy.last_offset + 1);
-                // The store holds the first segment and half the second: only the first goes.
-                p.set_remote_copied_end(second.last_offset);
-                assert_eq!(p.enforce_retention(now).await.unwrap(), 1);
-                assert_eq!(p.log_start_offset(), second.base_offset);
-                p.set_remote_copied_end(100);
-                let due = p.enforce_retention(now).await.unwrap();
-                assert!(due > 3, "every closed segment is copied: {due} go");
-                assert!(
-                    p.next_segment_to_copy(0).is_none(),
-                    "the active one is never copied"
-                );
-                p.close().await.unwrap();
-            })
-            .expect("executor")
-            .join()
-            .expect("join");
+        crate::partition::on_executor(|path| async move {
+            let config = LogConfig {
+                remote_storage: true,
+                local_retention_bytes: 0,
+                retention_bytes: -1,
+                ..CONFIG
+            };
+            let p = Partition::open_replicated(path.join("t-0"), config)
+                .await
+                .unwrap();
+            for base in 0..100 {
+                let end = p.append_as_follower(&leader_batch(base)).await.unwrap();
+                p.sync_to(end).await.unwrap();
+            }
+            assert_eq!(p.set_high_watermark(100), 100);
+            let now = 2_000;
+            assert_eq!(p.enforce_retention(now).await.unwrap(), 0, "nothing copied");
+            let copy = p.next_segment_to_copy(0).expect("a closed segment");
+            assert_eq!(copy.base_offset, 0);
+            assert_eq!(copy.leader_epochs, vec![(0, 0)]);
+            let second = p.next_segment_to_copy(copy.last_offset + 1).unwrap();
+            assert_eq!(second.base_offset, copy.last_offset + 1);
+            // The store holds the first segment and half the second: only the first goes.
+            p.set_remote_copied_end(second.last_offset);
+            assert_eq!(p.enforce_retention(now).await.unwrap(), 1);
+            assert_eq!(p.log_start_offset(), second.base_offset);
+            p.set_remote_copied_end(100);
+            let due = p.enforce_retention(now).await.unwrap();
+            assert!(due > 3, "every closed segment is copied: {due} go");
+            assert!(
+                p.next_segment_to_copy(0).is_none(),
+                "the active one is never copied"
+            );
+            p.close().await.unwrap();
+        });
     }
 }
