@@ -8,13 +8,16 @@
 //! `KILL_ROUNDS=1000 cargo test --release -p tributary-broker --test crash`. `SEED=` replays the
 //! kill timings.
 
+mod common;
+
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::cluster::free_addr;
+use common::BrokerProcess;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -32,39 +35,9 @@ const WRITE_THROUGH_KILL_ROUNDS_DEFAULT: usize = 20;
 /// Verify the whole log every this many rounds (and after the last).
 const VERIFY_EVERY: usize = 10;
 
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-fn start(dir: &Path, log: &Path, sets: &[&str]) -> (Child, SocketAddr) {
+fn start(dir: &Path, log: &Path, sets: &[&str]) -> (BrokerProcess, SocketAddr) {
     let addr = free_addr();
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_tributary"))
-        .arg("--data-dir")
-        .arg(dir)
-        .arg("--listen")
-        .arg(addr.to_string())
-        // Brokers of parallel tests must not share the default metrics port.
-        .arg("--set")
-        .arg("metrics.listen=127.0.0.1:0")
-        .args(sets.iter().flat_map(|s| ["--set", s]))
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("broker binary starts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "broker did not listen on {addr}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    (child, addr)
+    (BrokerProcess::spawn(dir, log, addr, sets), addr)
 }
 
 type Acks = Arc<Mutex<Vec<(i32, i64, String)>>>;
@@ -99,7 +72,7 @@ fn create_topic(addr: SocketAddr) {
 /// `O_DSYNC`.
 fn produce_and_kill(
     addr: SocketAddr,
-    broker: &mut Child,
+    broker: &mut BrokerProcess,
     round: usize,
     kill_at: Instant,
 ) -> (Vec<(i32, i64, String)>, Vec<bool>) {
@@ -131,7 +104,6 @@ fn produce_and_kill(
     // Partitions still opening after a restart may not have their files open yet.
     let dsync = segments_open_dsync(broker.id());
     broker.kill().expect("SIGKILL");
-    broker.wait().unwrap();
     // What was not acknowledged before the kill never will be.
     producer.purge(PurgeConfig::default().queue().inflight());
     producer.poll(Duration::from_millis(100));
@@ -291,7 +263,6 @@ fn kill_loop(rounds: usize, write_through: impl Fn(usize) -> bool) {
         }
         if round == rounds {
             broker.kill().unwrap();
-            broker.wait().unwrap();
             break;
         }
         let kill_after = Duration::from_millis(50 + rng.below(300) as u64);

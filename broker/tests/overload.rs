@@ -12,14 +12,13 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, BytesMut};
 use common::cluster::free_addr;
-use common::{start_broker, wait_until, RawConn};
+use common::{start_broker, wait_until, BrokerProcess, RawConn};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_protocol::messages::produce_request::{
@@ -75,59 +74,10 @@ impl Drop for LogOnFailure {
     }
 }
 
-/// A broker process, killed when dropped: a failing test must not leave it running (holding
-/// its deleted data directory's space, and CPU).
-struct BrokerProcess(Child);
-
-impl BrokerProcess {
-    fn id(&self) -> u32 {
-        self.0.id()
-    }
-
-    /// kill -9, then reaped.
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for BrokerProcess {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// The broker binary in its own process, so its memory can be measured. Its log (the broker
-/// logs to standard output) goes to `broker.log` in `dir`.
+/// The broker binary on `dir`, its log in `broker.log` there, with `props` set.
 fn spawn_broker(dir: &Path, addr: SocketAddr, props: &[(&str, String)]) -> BrokerProcess {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("broker.log"))
-        .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tributary"));
-    cmd.arg("--data-dir")
-        .arg(dir.join("data"))
-        .arg("--listen")
-        .arg(addr.to_string())
-        // Brokers of parallel tests must not share the default metrics port.
-        .arg("--set")
-        .arg("metrics.listen=127.0.0.1:0");
-    for (k, v) in props {
-        cmd.arg("--set").arg(format!("{k}={v}"));
-    }
-    let child = cmd
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("broker binary starts");
-    let child = BrokerProcess(child);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "broker did not listen on {addr}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child
+    let sets = props.iter().map(|(k, v)| format!("{k}={v}"));
+    BrokerProcess::spawn(&dir.join("data"), &dir.join("broker.log"), addr, sets)
 }
 
 /// A `/proc/<pid>/status` figure in KiB (VmRSS: now; VmHWM: the peak).
@@ -574,7 +524,7 @@ fn produce_flood_holds_memory_to_its_budgets_and_loses_nothing_acknowledged() {
             while acked.lock().unwrap().len() == start && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            child.kill();
+            child.kill().unwrap();
         }
         stop.store(true, Ordering::Relaxed);
         for t in threads {
@@ -635,7 +585,7 @@ fn produce_flood_holds_memory_to_its_budgets_and_loses_nothing_acknowledged() {
         "{} acknowledged batches intact after {kill_rounds} kill -9 rounds",
         acked.len()
     );
-    child.kill();
+    child.kill().unwrap();
 }
 
 /// acks=0 producers get no responses, so nothing they wait for slows them: the broker must. A
@@ -710,7 +660,7 @@ fn an_acks_zero_flood_is_held_to_the_request_budget() {
         "peak RSS {} MiB exceeds the {allowed_mib} MiB the budgets allow",
         peak_kib >> 10
     );
-    child.kill();
+    child.kill().unwrap();
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();
@@ -787,7 +737,7 @@ fn a_client_that_never_reads_is_muted() {
         got += 1;
         assert_eq!(header.correlation_id, got);
     }
-    child.kill();
+    child.kill().unwrap();
 }
 
 /// Thousands of clients connect at once; each is answered, and the broker's memory per
@@ -828,5 +778,5 @@ fn thousands_of_connections_are_served() {
     drop(conns);
     let mut c = RawConn::connect(addr);
     assert!(answers(&mut c));
-    child.kill();
+    child.kill().unwrap();
 }

@@ -7,7 +7,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
@@ -15,7 +15,7 @@ use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
 use kafka_protocol::messages::ApiKey;
 
 use common::cluster::free_addr;
-use common::RawConn;
+use common::{BrokerProcess, RawConn};
 
 /// Rounds of each race; the old probe-then-bind start-up let both brokers listen in every one.
 const ROUNDS: usize = 10;
@@ -24,7 +24,7 @@ const ROUND_DEADLINE: Duration = Duration::from_secs(30);
 
 /// One broker process, killed when dropped; its stdout and stderr go to `log`.
 struct Broker {
-    child: Child,
+    child: BrokerProcess,
     log: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -47,7 +47,7 @@ impl Broker {
             .spawn()
             .expect("broker binary starts");
         Self {
-            child,
+            child: BrokerProcess(child),
             log,
             _dir: dir,
         }
@@ -62,14 +62,7 @@ impl Broker {
     }
 
     fn exited(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().expect("waiting on a broker")
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.0.try_wait().expect("waiting on a broker")
     }
 }
 

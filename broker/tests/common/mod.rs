@@ -10,13 +10,75 @@ pub mod s3;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::time::Duration;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tributary_broker::config::{BrokerConfig, ConfigInput};
 use tributary_broker::server::{self, BrokerHandle};
+
+/// The broker binary in its own process, for what an in-process broker cannot show (its
+/// memory, a kill -9), killed when dropped: a failing test must not leave it running, holding
+/// its deleted data directory's space and CPU.
+pub struct BrokerProcess(pub Child);
+
+impl BrokerProcess {
+    /// Starts the binary on `data_dir`, listening on `addr`, with `--set` for each `key=value`
+    /// of `sets`, and waits up to 60 s for it to listen. Its log (the broker logs to standard
+    /// output) and anything on standard error are appended to `log`.
+    pub fn spawn<I>(data_dir: &Path, log: &Path, addr: SocketAddr, sets: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: std::fmt::Display,
+    {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tributary"));
+        cmd.arg("--data-dir")
+            .arg(data_dir)
+            .arg("--listen")
+            .arg(addr.to_string())
+            // Brokers of parallel tests must not share the default metrics port.
+            .arg("--set")
+            .arg("metrics.listen=127.0.0.1:0");
+        for set in sets {
+            cmd.arg("--set").arg(set.to_string());
+        }
+        let child = cmd
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("broker binary starts");
+        let broker = Self(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "broker did not listen on {addr}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        broker
+    }
+
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// kill -9, then reaped.
+    pub fn kill(&mut self) -> std::io::Result<()> {
+        self.0.kill()?;
+        self.0.wait().map(|_| ())
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
 
 /// Polls `done` every 100 ms for up to 30 s; fails the test naming `what` if it never holds.
 pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
