@@ -454,6 +454,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey { name: "max.connections.per.ip", default: "2147483647", kind: ConfigKind::Int, doc: "Most connections from one IP address; a connection accepted past it is closed at once (overrides: max.connections.per.ip.overrides)." },
     BrokerKey { name: "max.connections.per.ip.overrides", default: "", kind: ConfigKind::String, doc: "Per-host limits that replace max.connections.per.ip, as host:count pairs separated by commas, e.g. 10.0.0.7:2000,loadgen.local:50 (host names are resolved at start)." },
     BrokerKey { name: "connections.max.idle.ms", default: "600000", kind: ConfigKind::Long, doc: "Close a connection that sent no request for this long and is owed no response." },
+    BrokerKey { name: "connection.handover.produce.requests", default: "16", kind: ConfigKind::Int, doc: "Move a plaintext client connection to the shard that owns its partitions once this many produce requests in a row wrote only to that one other shard, so its batches and answers stay on one core; a connection that fetched stays where it is. 0: never move a connection." },
     BrokerKey { name: "socket.request.receive.timeout.ms", default: "60000", kind: ConfigKind::Long, doc: "A request must arrive whole within this long of its first byte; a slower sender's connection is closed (a client trickling bytes would otherwise pin its buffer forever)." },
     BrokerKey { name: "queued.max.request.bytes", default: "134217728", kind: ConfigKind::Long, doc: "Memory each shard may hold in requests being read or handled; a connection waits for room before it allocates a request's buffer and stops reading meanwhile (backpressure). At least socket.request.max.bytes; -1: no limit (Kafka's default)." },
     BrokerKey { name: "producer.id.expiration.ms", default: "86400000", kind: ConfigKind::Int, doc: "A partition forgets an idempotent producer whose last batch's timestamp is this many milliseconds old (checked on each retention pass, every log.retention.check.interval.ms, and on open). Its next batch is then accepted at any sequence, as Kafka does for a producer it holds no state for." },
@@ -627,6 +628,8 @@ pub struct BrokerConfig {
     /// `max.connections.per.ip.overrides`, host names resolved.
     pub max_connections_per_ip_overrides: Vec<(std::net::IpAddr, usize)>,
     pub connections_max_idle_ms: u64,
+    /// `connection.handover.produce.requests`; 0: connections never move.
+    pub connection_handover_produce_requests: u32,
     pub socket_request_receive_timeout_ms: u64,
     /// `queued.max.request.bytes`; `None` when -1 (no limit).
     pub queued_max_request_bytes: Option<usize>,
@@ -969,6 +972,7 @@ fn assemble(p: Parts) -> BrokerConfig {
         max_connections_per_ip: p.net.max_connections_per_ip,
         max_connections_per_ip_overrides: p.net.max_connections_per_ip_overrides,
         connections_max_idle_ms: p.net.connections_max_idle_ms,
+        connection_handover_produce_requests: p.net.connection_handover_produce_requests,
         socket_request_receive_timeout_ms: p.net.socket_request_receive_timeout_ms,
         queued_max_request_bytes: p.net.queued_max_request_bytes,
         shard_io_memory_bytes: p.runtime.shard_io_memory_bytes,
@@ -1469,6 +1473,7 @@ struct Network {
     max_connections_per_ip: usize,
     max_connections_per_ip_overrides: Vec<(std::net::IpAddr, usize)>,
     connections_max_idle_ms: u64,
+    connection_handover_produce_requests: u32,
     socket_request_receive_timeout_ms: u64,
     queued_max_request_bytes: Option<usize>,
 }
@@ -1501,6 +1506,11 @@ impl Network {
                 &get("max.connections.per.ip.overrides"),
             )?,
             connections_max_idle_ms: key_num(get, "connections.max.idle.ms", 1)?,
+            connection_handover_produce_requests: key_num(
+                get,
+                "connection.handover.produce.requests",
+                0,
+            )?,
             socket_request_receive_timeout_ms: key_num(
                 get,
                 "socket.request.receive.timeout.ms",

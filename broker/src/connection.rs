@@ -2,9 +2,11 @@
 //! frame, decode its header, start the handler, and write the responses strictly in request
 //! order, as Kafka does for each connection. A produce request may wait to be durable while the
 //! next requests are read and started. Framing errors, undecodable requests and failed TLS
-//! handshakes close this connection and nothing else.
+//! handshakes close this connection and nothing else. A plaintext connection whose produce
+//! requests all go to one other shard is handed to that shard between two requests.
 
 use std::cell::{Cell, RefCell};
+use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +24,7 @@ use tributary_protocol::registry::{self, api_key};
 use tributary_protocol::Reader;
 use tributary_security::tls::{TlsError, TlsStream};
 
+use crate::conn::ProduceTrail;
 use crate::handlers;
 use crate::handlers::PendingResponse;
 use crate::limits::{ConnectionSlot, RequestGrant};
@@ -108,8 +111,6 @@ pub async fn serve_connection(
     listener: Rc<ListenerCtx>,
     tls: Option<TlsAcceptor>,
 ) {
-    // The connection's place under max.connections is given back when this returns.
-    let _slot = slot;
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
@@ -117,7 +118,7 @@ pub async fn serve_connection(
     let _ = stream.set_nodelay(true);
     let Some(tls) = tls else {
         let auth = AuthState::new(&listener);
-        serve_requests(shard, stream, peer, listener, auth).await;
+        serve_requests(shard, stream, peer, listener, auth, slot).await;
         return;
     };
     let Some(stream) = tls_handshake(&shard, &tls, stream, &peer, &listener).await else {
@@ -138,7 +139,7 @@ pub async fn serve_connection(
             }
         }
     };
-    serve_requests(shard, stream, peer, listener, auth).await;
+    serve_requests(shard, stream, peer, listener, auth, slot).await;
 }
 
 /// The TLS handshake of a new connection, within socket.request.receive.timeout.ms; `None`
@@ -177,20 +178,33 @@ async fn tls_handshake(
 }
 
 /// The TCP socket under a connection's byte stream, for the options set once the connection
-/// turns out to carry a follower's fetches.
-trait OverTcp {
+/// turns out to carry a follower's fetches, and for a plaintext connection's handover.
+trait OverTcp: Sized {
+    /// Whether the stream is the socket itself: only such a connection moves to another
+    /// shard (a TLS session's state stays with the shard that made it).
+    const PLAIN: bool;
     fn tcp(&self) -> &TcpStream;
+    /// The socket itself, of a `PLAIN` stream.
+    fn into_plain(self) -> Option<TcpStream>;
 }
 
 impl OverTcp for TcpStream {
+    const PLAIN: bool = true;
     fn tcp(&self) -> &TcpStream {
         self
+    }
+    fn into_plain(self) -> Option<TcpStream> {
+        Some(self)
     }
 }
 
 impl OverTcp for TlsStream<TcpStream> {
+    const PLAIN: bool = false;
     fn tcp(&self) -> &TcpStream {
         self.get_ref()
+    }
+    fn into_plain(self) -> Option<TcpStream> {
+        None
     }
 }
 
@@ -381,13 +395,15 @@ async fn write_responses<W: AsyncWrite + Unpin>(
     }
 }
 
-/// The request loop over a plaintext or TLS byte stream.
+/// The request loop over a plaintext or TLS byte stream. The connection's place under
+/// max.connections (`slot`) is given back when it closes.
 async fn serve_requests<S>(
     shard: Rc<Shard>,
     stream: S,
     peer: String,
     listener: Rc<ListenerCtx>,
     auth: AuthState,
+    slot: ConnectionSlot,
 ) where
     S: AsyncRead + AsyncWrite + OverTcp + Unpin + 'static,
 {
@@ -420,7 +436,9 @@ async fn serve_requests<S>(
         answers,
         queued: 0,
         throttle: Cell::new(Duration::ZERO),
+        trail: ProduceTrail::default(),
     };
+    let mut moving = None;
     while !session.answers.closed.get() {
         let limits = FrameLimits {
             idle,
@@ -450,17 +468,114 @@ async fn serve_requests<S>(
         if !go_on {
             break;
         }
+        moving = session.handover_due();
+        if moving.is_some() {
+            break;
+        }
     }
+    drop(reader);
     let Session {
         shard,
+        stream,
         peer,
+        listener,
+        auth,
         watch,
         tx,
+        answers,
         ..
     } = session;
+    // The writer task ends once every queued request is answered.
     drop(tx);
     let _ = writer_task.await;
-    watch.report(&shard, &peer).await;
+    match moving {
+        Some(to) if !answers.closed.get() => {
+            let client = Client {
+                peer,
+                listener: listener.name.clone(),
+                auth,
+                slot,
+            };
+            hand_over(&shard, to, stream, client).await;
+        }
+        _ => watch.report(&shard, &peer).await,
+    }
+}
+
+/// Who a connection handed to another shard serves: its peer, listener, authentication and
+/// place under max.connections.
+struct Client {
+    peer: String,
+    listener: String,
+    auth: AuthState,
+    slot: ConnectionSlot,
+}
+
+/// Hands a plaintext connection that owes no answer to shard `to`, which serves its next
+/// requests; closes it if its socket cannot be handed.
+async fn hand_over<S: OverTcp>(shard: &Rc<Shard>, to: ShardId, stream: Shared<S>, client: Client) {
+    let Client {
+        peer,
+        listener,
+        auth,
+        slot,
+    } = client;
+    let AuthState::Authenticated { principal, expires } = auth else {
+        return;
+    };
+    let Some(tcp) = Rc::try_unwrap(stream.0)
+        .ok()
+        .and_then(|s| s.into_inner().into_plain())
+    else {
+        return;
+    };
+    let fd = match socket::detach(tcp) {
+        Ok(fd) => fd,
+        Err(error) => {
+            warn!(%peer, %error, "closing connection: its socket could not be handed to the shard owning its partitions");
+            return;
+        }
+    };
+    shard
+        .connections_handed_over
+        .set(shard.connections_handed_over.get() + 1);
+    debug!(%peer, from = shard.id.0, to = to.0, "connection handed to the shard owning its partitions");
+    let moved = Moved {
+        fd,
+        slot,
+        peer,
+        listener,
+        principal,
+        expires,
+    };
+    invoke_on(shard, to, move |s| async move { resume(s, moved) }).await;
+}
+
+/// A connection on its way to another shard: its socket and what its session keeps between
+/// requests, all of it `Send`.
+struct Moved {
+    fd: OwnedFd,
+    slot: ConnectionSlot,
+    peer: String,
+    listener: String,
+    principal: String,
+    expires: Option<Instant>,
+}
+
+/// Serves a connection another shard handed over, from its next request on.
+fn resume(shard: Rc<Shard>, moved: Moved) {
+    let Some(listener) = shard.listener(&moved.listener) else {
+        let (peer, listener) = (&moved.peer, &moved.listener);
+        warn!(%peer, %listener, "closing a connection handed over from another shard: this shard does not serve its listener");
+        return;
+    };
+    let auth = AuthState::Authenticated {
+        principal: moved.principal,
+        expires: moved.expires,
+    };
+    let stream = socket::attach(moved.fd);
+    let serve = serve_requests(shard, stream, moved.peer, listener, auth, moved.slot);
+    glommio::spawn_local(serve).detach();
 }
 
 /// What a connection's request loop keeps between frames.
@@ -478,12 +593,28 @@ struct Session<S> {
     queued: u64,
     /// How long a quota holds the connection back after its latest request (KIP-219).
     throttle: Cell<Duration>,
+    /// The shards its produce requests wrote to: when to hand the connection over.
+    trail: ProduceTrail,
 }
 
 impl<S> Session<S>
 where
     S: AsyncRead + AsyncWrite + OverTcp + Unpin + 'static,
 {
+    /// The shard to hand the connection to now, between two requests: all its recent produce
+    /// requests wrote there (`connection.handover.produce.requests`), and it is a plaintext,
+    /// authenticated client's connection, not a follower's, on a shard still serving.
+    fn handover_due(&self) -> Option<ShardId> {
+        let movable = S::PLAIN
+            && !self.answers.closed.get()
+            && !self.shard.draining.get()
+            && self.watch.link.follower.get().is_none()
+            && self.auth.principal().is_some();
+        let after = self.shard.config.connection_handover_produce_requests;
+        let to = self.trail.due(after).filter(|&to| to < self.shard.shards)?;
+        movable.then_some(ShardId(to))
+    }
+
     /// Hands a response to the writer task; false once the writer is gone.
     async fn queue(&mut self, queued: Queued) -> bool {
         if self.tx.send(queued).await.is_err() {
@@ -533,6 +664,10 @@ where
         let r = Reader::new(body);
         let fixed = peek_fixed(&r);
         let key = fixed.as_ref().ok().map(|&(key, _, _)| key);
+        if key == Some(api_key::FETCH) {
+            // Its fetch session lives on this shard.
+            self.trail.pin();
+        }
         let grant = match link && key != Some(api_key::FETCH) {
             true => shard.request_memory.grant(len).await,
             false => grant,
@@ -594,6 +729,7 @@ where
                     principal: self.auth.principal().unwrap_or(sasl::ANONYMOUS),
                     throttle: &self.throttle,
                     link: &self.watch.link,
+                    trail: &self.trail,
                 };
                 let started = handle_frame(&self.shard, fixed, r, conn).await;
                 self.watch.arm(&self.shard, &self.stream, &self.peer);

@@ -330,6 +330,7 @@ pub struct MetricsSnapshot {
     pub fetch_reads: u64,
     pub fetch_read_bytes: u64,
     pub connections_refused: u64,
+    pub connections_handed_over: u64,
     pub produce_requests: u64,
     pub batches_appended: u64,
     /// Log chunk reads of the shard's partitions by where their bytes came from.
@@ -775,11 +776,16 @@ fn render_partitions(out: &mut String, shards: &[MetricsSnapshot]) {
 }
 
 fn render_shards(out: &mut String, shards: &[MetricsSnapshot]) {
-    let counters: [Series<MetricsSnapshot, u64>; 14] = [
+    let counters: [Series<MetricsSnapshot, u64>; 15] = [
         (
             "tributary_connections_refused_total",
             "Connections closed at accept by max.connections or max.connections.per.ip.",
             |s| s.connections_refused,
+        ),
+        (
+            "tributary_connections_handed_over_total",
+            "Connections the shard handed to the shard owning the partitions they produce to (connection.handover.produce.requests).",
+            |s| s.connections_handed_over,
         ),
         (
             "tributary_produce_requests_total",

@@ -746,6 +746,7 @@ async fn serve_shard(
         .into_iter()
         .map(|(l, spec)| {
             let ctx = Rc::new(ListenerCtx::new(&config, spec));
+            shard.add_listener(ctx.clone());
             glommio::spawn_local(accept_loop(shard.clone(), l, ctx)).detach()
         })
         .collect();

@@ -214,6 +214,8 @@ pub struct Shard {
     /// The TLS listeners' handshakes by listener name, for the connections accepted next
     /// (`tls_reload`).
     tls: RefCell<std::collections::BTreeMap<String, crate::tls_acceptor::TlsAcceptor>>,
+    /// This shard's client listeners by name, for the connections other shards hand to it.
+    listeners: RefCell<std::collections::BTreeMap<String, Rc<crate::sasl::ListenerCtx>>>,
     /// How this broker connects to the others (set at start-up and by a TLS reload).
     inter_broker: RefCell<crate::inter_broker::InterBrokerSecurity>,
     /// Idle connections to other brokers, for markers and KIP-890 verification.
@@ -257,6 +259,8 @@ pub struct Shard {
     pub spare_frames: SpareFrames,
     /// Connections refused at accept by a connection limit.
     pub connections_refused: Cell<u64>,
+    /// Connections this shard handed to the shard owning what they produce to.
+    pub connections_handed_over: Cell<u64>,
     /// Partition reads made for fetches, and the record bytes they returned.
     pub fetch_reads: Cell<u64>,
     pub fetch_read_bytes: Cell<u64>,
@@ -307,6 +311,7 @@ impl Shard {
             config,
             broker_config,
             tls: Default::default(),
+            listeners: Default::default(),
             inter_broker: Default::default(),
             broker_connections,
             authorizer,
@@ -327,6 +332,7 @@ impl Shard {
             request_memory,
             spare_frames: SpareFrames::default(),
             connections_refused: Cell::new(0),
+            connections_handed_over: Cell::new(0),
             fetch_reads: Cell::new(0),
             fetch_read_bytes: Cell::new(0),
             replicas: Default::default(),
@@ -374,6 +380,17 @@ impl Shard {
 
     pub fn set_inter_broker(&self, security: crate::inter_broker::InterBrokerSecurity) {
         self.inter_broker.replace(security);
+    }
+
+    /// Serves client listener `ctx` on this shard: connections other shards hand over find it
+    /// by its name.
+    pub fn add_listener(&self, ctx: Rc<crate::sasl::ListenerCtx>) {
+        self.listeners.borrow_mut().insert(ctx.name.clone(), ctx);
+    }
+
+    /// This shard's client listener `name`.
+    pub fn listener(&self, name: &str) -> Option<Rc<crate::sasl::ListenerCtx>> {
+        self.listeners.borrow().get(name).cloned()
     }
 
     /// The handshake a new connection on TLS listener `name` gets.
@@ -791,6 +808,7 @@ impl Shard {
             fetch_reads: self.fetch_reads.get(),
             fetch_read_bytes: self.fetch_read_bytes.get(),
             connections_refused: self.connections_refused.get(),
+            connections_handed_over: self.connections_handed_over.get(),
             produce_requests: self.produce_requests.get(),
             batches_appended: self.batches_appended.get(),
             tail_cache_hits,

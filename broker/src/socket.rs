@@ -1,5 +1,6 @@
 //! TCP options glommio's stream does not offer: the link timeout of a connection between a
-//! leader and a follower (`replica.link.timeout.ms`).
+//! leader and a follower (`replica.link.timeout.ms`), and a connection's socket taken from one
+//! shard's executor to another's (`detach`, `attach`).
 //!
 //! A follower cut off from its leader by the network, while both still reach the controller,
 //! closes nothing: without more, only `replica.fetch.silence.max.ms` would judge it. With
@@ -11,7 +12,7 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::time::Duration;
 
 use glommio::net::TcpStream;
@@ -50,6 +51,25 @@ pub fn is_link_failure(e: &io::Error) -> bool {
         e.kind(),
         TimedOut | HostUnreachable | NetworkUnreachable | InvalidInput
     )
+}
+
+/// `stream`'s socket, out of this shard's executor, for another shard to `attach`: a duplicate
+/// descriptor of it, the stream itself closed. The stream must have no read or write in
+/// flight (its connection is between requests and owes no answer): glommio's plain stream
+/// reads and writes by system call once ready, so nothing it received is left behind, and the
+/// readiness poll it may have armed is cancelled with it.
+pub fn detach(stream: TcpStream) -> io::Result<OwnedFd> {
+    let fd = descriptor(&stream).try_clone_to_owned()?;
+    drop(stream);
+    Ok(fd)
+}
+
+/// A socket `detach`ed on another shard, served by this shard's executor from now on.
+pub fn attach(fd: OwnedFd) -> TcpStream {
+    // SAFETY: `into_raw_fd` gives up the descriptor's ownership, which passes to the stream:
+    // it is open (an `OwnedFd` is) and a connected TCP socket (`detach` made it of one), and
+    // nothing else will close it.
+    unsafe { TcpStream::from_raw_fd(fd.into_raw_fd()) }
 }
 
 /// `stream`'s descriptor, borrowed for as long as `stream` is.

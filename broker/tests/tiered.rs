@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::s3::S3Server;
-use common::{rd_consume, rd_create_topics, rd_produce, start_broker, wait_until, RawConn};
+use common::{metric, rd_consume, rd_create_topics, rd_produce, start_broker, wait_until, RawConn};
 use kafka_protocol::messages::describe_log_dirs_request::DescribeLogDirsRequest;
 use kafka_protocol::messages::describe_log_dirs_response::DescribeLogDirsResponse;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
@@ -154,20 +154,6 @@ fn fetch_at_most(
     let resp: FetchResponse = RawConn::connect(addr).request(ApiKey::Fetch, 11, &req);
     let p = &resp.responses[0].partitions[0];
     (p.error_code, p.records.clone().unwrap_or_default())
-}
-
-/// The sum over shards of metric `name` on the broker's `/metrics`.
-fn metric(metrics: SocketAddr, name: &str) -> f64 {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(metrics).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: test\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 fn messages(n: usize) -> Vec<(Option<String>, String)> {

@@ -62,6 +62,7 @@ pub async fn start(
         !shard.allowed(conn, AclOperation::Write, ResourceType::TransactionalId, id)
     });
     let mut waits: Vec<Wait> = Vec::new();
+    let mut written = crate::conn::Written::Nothing;
     for topic in &req.topics {
         let topic_denied =
             !shard.allowed(conn, AclOperation::Write, ResourceType::Topic, &topic.name);
@@ -88,6 +89,7 @@ pub async fn start(
                 Err(rejected) => Err((ProduceResult::failed(rejected.code), rejected)),
                 Ok(rewritten) => {
                     let owner = shard.owner(&topic.name, p.index);
+                    written = written.and(owner.0);
                     let (append, rx) = append_request(&req, topic, p, rewritten);
                     shard.dispatch(owner, append).await;
                     Ok(rx)
@@ -96,6 +98,7 @@ pub async fn start(
             waits.push((topic.name.clone(), p.index, outcome));
         }
     }
+    conn.trail.note(written, shard.id.0);
     shard
         .metrics
         .observe_stage(Stage::ProduceValidate, validate_start.elapsed());

@@ -92,6 +92,23 @@ pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// The sum over shards (and any other labels) of metric `name` on the broker's `/metrics`;
+/// `name` may go on with its first labels (`kafka_log_log_logendoffset{topic="t"`).
+pub fn metric(metrics: SocketAddr, name: &str) -> f64 {
+    let mut s = TcpStream::connect(metrics).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: test\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(['{', ',', '}']))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Every value of `topic` (partitions 0..`partitions`) from the start at `isolation`
 /// (`read_committed` or `read_uncommitted`), in arrival order: read until at least `at_least`
 /// arrived and nothing new came for two seconds, or thirty seconds passed.
