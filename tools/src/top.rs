@@ -53,6 +53,7 @@ const GROUP_LAG: &str = "kafka_consumergroup_lag";
 const THROTTLED: &str = "tributary_quota_throttled_responses_total";
 const FILES_SYNCED: &str = "tributary_group_commit_files_synced_total";
 const WRITTEN_THROUGH: &str = "tributary_group_commit_written_through_total";
+const HANDED_OVER: &str = "tributary_connections_handed_over_total";
 
 /// The stage histograms, each with the prefix its rows are shown under.
 const STAGE_FAMILIES: [(&str, &str); 4] = [
@@ -626,6 +627,8 @@ pub struct Interval {
     pub synced: f64,
     /// Durable flushes that needed no sync (`log.flush.write.through`), per second.
     pub written_through: f64,
+    /// Connections moved to the shard owning their partitions, per second.
+    pub handed_over: f64,
 }
 
 impl Interval {
@@ -671,6 +674,7 @@ impl Interval {
             throttled: per_sec(THROTTLED),
             synced: per_sec(FILES_SYNCED),
             written_through: per_sec(WRITTEN_THROUGH),
+            handed_over: per_sec(HANDED_OVER),
         }
     }
 
@@ -695,6 +699,7 @@ impl Interval {
         self.throttled += other.throttled;
         self.synced += other.synced;
         self.written_through += other.written_through;
+        self.handed_over += other.handed_over;
     }
 
     /// The p50 and p99 of one latency histogram over the interval, and its observations.
@@ -719,6 +724,8 @@ struct BrokerRates {
     synced: f64,
     /// Durable flushes written through, with no sync.
     written_through: f64,
+    /// Connections moved to the shard owning their partitions.
+    handed_over: f64,
 }
 
 /// One broker's line: its gauges from the latest scrape, its rates when it was scraped twice.
@@ -778,6 +785,7 @@ impl View {
                     throttled: interval.throttled,
                     synced: interval.synced,
                     written_through: interval.written_through,
+                    handed_over: interval.handed_over,
                 }
             });
             // A partition's lag is reported by the broker holding it; with replicas, keep the
@@ -856,6 +864,7 @@ impl View {
                     b.rates.map_or("-".into(), |r| count(r.throttled)),
                     b.rates.map_or("-".into(), |r| count(r.synced)),
                     b.rates.map_or("-".into(), |r| count(r.written_through)),
+                    b.rates.map_or("-".into(), |r| count(r.handed_over)),
                 ]
             })
             .collect();
@@ -870,6 +879,7 @@ impl View {
                 "THROTTLED/s",
                 "SYNCED/s",
                 "WRITTEN-THROUGH/s",
+                "CONN-MOVES/s",
             ],
             &rows,
         );
@@ -1254,6 +1264,7 @@ mod tests {
              tributary_quota_throttled_responses_total{{type=\"Fetch\"}} 0\n\
              tributary_group_commit_files_synced_total{{shard=\"0\"}} {produces}\n\
              tributary_group_commit_written_through_total{{shard=\"1\"}} {messages}\n\
+             tributary_connections_handed_over_total{{shard=\"0\"}} {inf}\n\
              kafka_server_socket_server_metrics_connection_count 3\n\
              tributary_request_memory_used_bytes{{shard=\"0\"}} 1024\n\
              tributary_request_memory_used_bytes{{shard=\"1\"}} 1024\n\
@@ -1279,6 +1290,7 @@ mod tests {
         assert_eq!(one.requests["Produce"], 10.0);
         assert_eq!(one.requests["Metadata"], 0.0);
         assert_eq!(one.throttled, 10.0);
+        assert_eq!(one.handed_over, 5.0);
         let (p50, p99, n) = one.p50_p99(REQUEST_LATENCY, "Produce");
         assert!(close(p50.unwrap(), 0.00175), "{p50:?}");
         assert_eq!((p99, n), (Some(0.0025), 10.0));
@@ -1370,14 +1382,18 @@ mod tests {
                 "2.0KiB/2.0MiB",
                 "10.0",
                 "10.0",
-                "20.0"
+                "20.0",
+                "5.0"
             ]
         );
         assert_eq!(
             row("b:2"),
-            ["b:2", "new", "3", "-", "2.0KiB/2.0MiB", "-", "-", "-"]
+            ["b:2", "new", "3", "-", "2.0KiB/2.0MiB", "-", "-", "-", "-"]
         );
-        assert_eq!(row("c:3"), ["c:3", "down", "-", "-", "-", "-", "-", "-"]);
+        assert_eq!(
+            row("c:3"),
+            ["c:3", "down", "-", "-", "-", "-", "-", "-", "-"]
+        );
         assert!(
             out.contains("  c:3: cannot connect to the metrics endpoint c:3\n"),
             "{out}"
