@@ -68,15 +68,15 @@ impl Written {
 
 /// Where a connection's produce requests write, request after request: once
 /// `connection.handover.produce.requests` requests in a row wrote only to one other shard than
-/// the connection's, the connection moves there (`connection.rs`), so its batches need no hop
+/// the connection's, the connection moves there, once (`connection.rs`), so its batches need no hop
 /// and its answers no wake-up of a second shard. Measured at 5,000 msgs/s on one partition: a
 /// connection on the other shard cost ~45 % more CPU (BENCHMARKS.md).
 #[derive(Debug, Default)]
 pub struct ProduceTrail {
     /// The other shard the latest requests all wrote to, and how many requests in a row did.
     run: std::cell::Cell<Option<(usize, u32)>>,
-    /// Set by the connection's first fetch: its fetch session lives on this shard, so the
-    /// connection stays.
+    /// Set once the connection fetched (its fetch session lives on this shard) or moved
+    /// already (a connection moves once): it stays.
     pinned: std::cell::Cell<bool>,
 }
 
@@ -93,7 +93,7 @@ impl ProduceTrail {
         self.run.set(run);
     }
 
-    /// Notes a fetch on the connection: it is never handed over.
+    /// Keeps the connection where it is from now on: it fetched, or it moved once already.
     pub fn pin(&self) {
         self.pinned.set(true);
         self.run.set(None);

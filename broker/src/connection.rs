@@ -118,7 +118,8 @@ pub async fn serve_connection(
     let _ = stream.set_nodelay(true);
     let Some(tls) = tls else {
         let auth = AuthState::new(&listener);
-        serve_requests(shard, stream, peer, listener, auth, slot).await;
+        let client = Client::accepted(peer, listener, auth, slot);
+        serve_requests(shard, stream, client).await;
         return;
     };
     let Some(stream) = tls_handshake(&shard, &tls, stream, &peer, &listener).await else {
@@ -139,7 +140,8 @@ pub async fn serve_connection(
             }
         }
     };
-    serve_requests(shard, stream, peer, listener, auth, slot).await;
+    let client = Client::accepted(peer, listener, auth, slot);
+    serve_requests(shard, stream, client).await;
 }
 
 /// The TLS handshake of a new connection, within socket.request.receive.timeout.ms; `None`
@@ -395,18 +397,49 @@ async fn write_responses<W: AsyncWrite + Unpin>(
     }
 }
 
-/// The request loop over a plaintext or TLS byte stream. The connection's place under
-/// max.connections (`slot`) is given back when it closes.
-async fn serve_requests<S>(
-    shard: Rc<Shard>,
-    stream: S,
+/// Who a connection serves, kept across a handover: its peer, listener, authentication and
+/// place under max.connections (given back when the connection closes), and whether it was
+/// handed over already. A connection moves at most once: a producer whose requests take
+/// turns between the shards' partitions (a sticky partitioner's) must not bounce between
+/// them, each move waiting for every answer it owes.
+struct Client {
     peer: String,
     listener: Rc<ListenerCtx>,
     auth: AuthState,
     slot: ConnectionSlot,
-) where
+    moved: bool,
+}
+
+impl Client {
+    /// A connection as its shard accepted it.
+    fn accepted(
+        peer: String,
+        listener: Rc<ListenerCtx>,
+        auth: AuthState,
+        slot: ConnectionSlot,
+    ) -> Self {
+        Self {
+            peer,
+            listener,
+            auth,
+            slot,
+            moved: false,
+        }
+    }
+}
+
+/// The request loop over a plaintext or TLS byte stream.
+async fn serve_requests<S>(shard: Rc<Shard>, stream: S, client: Client)
+where
     S: AsyncRead + AsyncWrite + OverTcp + Unpin + 'static,
 {
+    let Client {
+        peer,
+        listener,
+        auth,
+        slot,
+        moved,
+    } = client;
     let stream = Shared(Rc::new(RefCell::new(stream)));
     let (mut reader, writer) = (stream.clone(), stream.clone());
     let watch = Rc::new(LinkWatch::new());
@@ -423,8 +456,10 @@ async fn serve_requests<S>(
         peer.clone(),
     ))
     .detach();
-    let idle = Duration::from_millis(shard.config.connections_max_idle_ms);
-    let receive_timeout = Duration::from_millis(shard.config.socket_request_receive_timeout_ms);
+    let trail = ProduceTrail::default();
+    if moved {
+        trail.pin();
+    }
     let mut session = Session {
         shard,
         stream,
@@ -436,43 +471,9 @@ async fn serve_requests<S>(
         answers,
         queued: 0,
         throttle: Cell::new(Duration::ZERO),
-        trail: ProduceTrail::default(),
+        trail,
     };
-    let mut moving = None;
-    while !session.answers.closed.get() {
-        let limits = FrameLimits {
-            idle,
-            receive_timeout,
-            answers: &session.answers,
-            queued: session.queued,
-        };
-        let s = &session;
-        let Some(frame) = read_frame(
-            &mut reader,
-            &s.shard,
-            &s.peer,
-            &s.listener,
-            &s.watch,
-            limits,
-        )
-        .await
-        else {
-            break;
-        };
-        let received = Instant::now();
-        session.shard.request_started();
-        let go_on = match session.auth.expects_raw_token() {
-            true => session.answer_raw_token(frame, received).await,
-            false => session.answer_request(frame, received).await,
-        };
-        if !go_on {
-            break;
-        }
-        moving = session.handover_due();
-        if moving.is_some() {
-            break;
-        }
-    }
+    let moving = session.read_requests(&mut reader).await;
     drop(reader);
     let Session {
         shard,
@@ -492,23 +493,15 @@ async fn serve_requests<S>(
         Some(to) if !answers.closed.get() => {
             let client = Client {
                 peer,
-                listener: listener.name.clone(),
+                listener,
                 auth,
                 slot,
+                moved: true,
             };
             hand_over(&shard, to, stream, client).await;
         }
         _ => watch.report(&shard, &peer).await,
     }
-}
-
-/// Who a connection handed to another shard serves: its peer, listener, authentication and
-/// place under max.connections.
-struct Client {
-    peer: String,
-    listener: String,
-    auth: AuthState,
-    slot: ConnectionSlot,
 }
 
 /// Hands a plaintext connection that owes no answer to shard `to`, which serves its next
@@ -519,14 +512,23 @@ async fn hand_over<S: OverTcp>(shard: &Rc<Shard>, to: ShardId, stream: Shared<S>
         listener,
         auth,
         slot,
+        ..
     } = client;
+    // `handover_due` checked both; the writer task, the stream's other holder, has ended.
     let AuthState::Authenticated { principal, expires } = auth else {
+        debug_assert!(false, "a connection is handed over only once authenticated");
+        warn!(%peer, "closing connection: handed over before it authenticated");
         return;
     };
     let Some(tcp) = Rc::try_unwrap(stream.0)
         .ok()
         .and_then(|s| s.into_inner().into_plain())
     else {
+        debug_assert!(
+            false,
+            "a connection is handed over only as its socket's one holder"
+        );
+        warn!(%peer, "closing connection: its socket is not its own to hand over");
         return;
     };
     let fd = match socket::detach(tcp) {
@@ -536,19 +538,22 @@ async fn hand_over<S: OverTcp>(shard: &Rc<Shard>, to: ShardId, stream: Shared<S>
             return;
         }
     };
-    shard
-        .connections_handed_over
-        .set(shard.connections_handed_over.get() + 1);
     debug!(%peer, from = shard.id.0, to = to.0, "connection handed to the shard owning its partitions");
     let moved = Moved {
         fd,
         slot,
         peer,
-        listener,
+        listener: listener.name.clone(),
         principal,
         expires,
     };
-    invoke_on(shard, to, move |s| async move { resume(s, moved) }).await;
+    // `None`: the shard is gone (the broker is stopping), and the connection with it.
+    let arrived = invoke_on(shard, to, move |s| async move { resume(s, moved) }).await;
+    if arrived == Some(true) {
+        shard
+            .connections_handed_over
+            .set(shard.connections_handed_over.get() + 1);
+    }
 }
 
 /// A connection on its way to another shard: its socket and what its session keeps between
@@ -562,20 +567,27 @@ struct Moved {
     expires: Option<Instant>,
 }
 
-/// Serves a connection another shard handed over, from its next request on.
-fn resume(shard: Rc<Shard>, moved: Moved) {
+/// Serves a connection another shard handed over, from its next request on; false when this
+/// shard cannot (it does not serve the listener), which closes the connection.
+fn resume(shard: Rc<Shard>, moved: Moved) -> bool {
     let Some(listener) = shard.listener(&moved.listener) else {
         let (peer, listener) = (&moved.peer, &moved.listener);
         warn!(%peer, %listener, "closing a connection handed over from another shard: this shard does not serve its listener");
-        return;
+        return false;
     };
-    let auth = AuthState::Authenticated {
-        principal: moved.principal,
-        expires: moved.expires,
+    let client = Client {
+        peer: moved.peer,
+        listener,
+        auth: AuthState::Authenticated {
+            principal: moved.principal,
+            expires: moved.expires,
+        },
+        slot: moved.slot,
+        moved: true,
     };
     let stream = socket::attach(moved.fd);
-    let serve = serve_requests(shard, stream, moved.peer, listener, auth, moved.slot);
-    glommio::spawn_local(serve).detach();
+    glommio::spawn_local(serve_requests(shard, stream, client)).detach();
+    true
 }
 
 /// What a connection's request loop keeps between frames.
@@ -601,6 +613,37 @@ impl<S> Session<S>
 where
     S: AsyncRead + AsyncWrite + OverTcp + Unpin + 'static,
 {
+    /// Reads and answers requests until the connection closes, or until it is due to move
+    /// to another shard: then that shard.
+    async fn read_requests(&mut self, reader: &mut Shared<S>) -> Option<ShardId> {
+        let idle = Duration::from_millis(self.shard.config.connections_max_idle_ms);
+        let receive_timeout =
+            Duration::from_millis(self.shard.config.socket_request_receive_timeout_ms);
+        while !self.answers.closed.get() {
+            let limits = FrameLimits {
+                idle,
+                receive_timeout,
+                answers: &self.answers,
+                queued: self.queued,
+            };
+            let (shard, peer, listener) = (&self.shard, &self.peer, &self.listener);
+            let frame = read_frame(reader, shard, peer, listener, &self.watch, limits).await?;
+            let received = Instant::now();
+            self.shard.request_started();
+            let go_on = match self.auth.expects_raw_token() {
+                true => self.answer_raw_token(frame, received).await,
+                false => self.answer_request(frame, received).await,
+            };
+            if !go_on {
+                return None;
+            }
+            if let Some(to) = self.handover_due() {
+                return Some(to);
+            }
+        }
+        None
+    }
+
     /// The shard to hand the connection to now, between two requests: all its recent produce
     /// requests wrote there (`connection.handover.produce.requests`), and it is a plaintext,
     /// authenticated client's connection, not a follower's, on a shard still serving.

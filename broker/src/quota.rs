@@ -5,7 +5,8 @@
 //! requests take, over a sliding window of samples and, past the quota, tells the client how long
 //! to hold back (`throttle_time_ms`) and reads nothing more from that connection until then
 //! (KIP-219). A quota holds per shard: a client on one connection sees the broker's quota, one
-//! spread over k shards of a broker up to k times it.
+//! spread over k shards of a broker up to k times it, and a connection handed to another shard
+//! meets that shard's measure of its client (at most once: a connection moves once).
 //!
 //! A request's time is the time the shard spent polling its handler (decoding, deciding,
 //! encoding), not the time it waited — for a long-polling fetch, a rebalance, another shard or

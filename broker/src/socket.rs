@@ -56,8 +56,9 @@ pub fn is_link_failure(e: &io::Error) -> bool {
 /// `stream`'s socket, out of this shard's executor, for another shard to `attach`: a duplicate
 /// descriptor of it, the stream itself closed. The stream must have no read or write in
 /// flight (its connection is between requests and owes no answer): glommio's plain stream
-/// reads and writes by system call once ready, so nothing it received is left behind, and the
-/// readiness poll it may have armed is cancelled with it.
+/// reads and writes by system call once ready, so nothing it received is left behind. A
+/// readiness poll it may have armed is cancelled once its ring next submits; until then it
+/// holds its own reference to the socket and takes no data.
 pub fn detach(stream: TcpStream) -> io::Result<OwnedFd> {
     let fd = descriptor(&stream).try_clone_to_owned()?;
     drop(stream);

@@ -26,7 +26,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use tributary_broker::server::BrokerHandle;
 
-use common::{start_broker, RawConn};
+use common::{metric, start_broker, RawConn};
 
 const JAAS: &str = r#"org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret";"#;
 const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
@@ -52,6 +52,16 @@ const DENY: i8 = 2;
 const ALLOW: i8 = 3;
 
 fn broker(dir: &std::path::Path, authorizer: bool) -> (BrokerHandle, SocketAddr) {
+    broker_on(dir, authorizer, 1, &[])
+}
+
+/// The broker of these tests on `shards` shards, with `extra` properties.
+fn broker_on(
+    dir: &std::path::Path,
+    authorizer: bool,
+    shards: usize,
+    extra: &[(&str, &str)],
+) -> (BrokerHandle, SocketAddr) {
     let mut props = vec![
         ("listeners", "SASL_PLAINTEXT://127.0.0.1:0"),
         ("sasl.enabled.mechanisms", "PLAIN"),
@@ -64,7 +74,8 @@ fn broker(dir: &std::path::Path, authorizer: bool) -> (BrokerHandle, SocketAddr)
             "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         ));
     }
-    let b = start_broker(dir, 1, &props);
+    props.extend_from_slice(extra);
+    let b = start_broker(dir, shards, &props);
     let addr = b.addr;
     (b, addr)
 }
@@ -478,6 +489,49 @@ fn the_acl_matrix_over_the_wire() {
     let mut alice = login(addr, "alice");
     assert_eq!(produce(&mut alice, "orders"), 0);
     assert_eq!(produce(&mut alice, "secret"), TOPIC_AUTHORIZATION_FAILED);
+    b.shutdown().unwrap();
+}
+
+/// A SASL connection handed to the shard owning the partition it writes
+/// (`connection.handover.produce.requests`) keeps its principal there: alice's writes stay
+/// allowed where her ACL allows them and refused where none does.
+#[test]
+fn a_connection_handed_to_another_shard_keeps_its_principal() {
+    assert!(
+        tributary_broker::config::allowed_cpus().len() >= 2,
+        "this test needs two CPUs: a connection moves between two shards"
+    );
+    const HANDED_OVER: &str = "tributary_connections_handed_over_total";
+    let dir = tempfile::tempdir().unwrap();
+    let props = [("connection.handover.produce.requests", "4")];
+    let (b, addr) = broker_on(dir.path(), true, 2, &props);
+    let scrape = b.metrics_addr.expect("metrics endpoint");
+    let mut admin = login(addr, "admin");
+    for t in ["allowed", "denied"] {
+        assert_eq!(create_topic(&mut admin, t), 0);
+    }
+    let grant = acl(TOPIC, "allowed", LITERAL, "User:alice", WRITE, ALLOW);
+    assert_eq!(create_acls(&mut admin, vec![grant]), [0]);
+    // Each connection lands on either shard; twenty all landing on the owner of `allowed`
+    // is a one-in-a-million event.
+    let mut moved = false;
+    for _ in 0..20 {
+        let before = metric(scrape, HANDED_OVER);
+        let mut alice = login(addr, "alice");
+        for _ in 0..4 {
+            assert_eq!(produce(&mut alice, "allowed"), 0);
+        }
+        // After a move these are served by the other shard.
+        for _ in 0..2 {
+            assert_eq!(produce(&mut alice, "allowed"), 0);
+            assert_eq!(produce(&mut alice, "denied"), TOPIC_AUTHORIZATION_FAILED);
+        }
+        if metric(scrape, HANDED_OVER) > before {
+            moved = true;
+            break;
+        }
+    }
+    assert!(moved, "no connection moved in twenty");
     b.shutdown().unwrap();
 }
 

@@ -1,18 +1,37 @@
 //! A plaintext producer's connection moves to the shard that owns the partition it writes
-//! (`connection.handover.produce.requests`) while its idempotent producer keeps requests in
-//! flight: every message arrives once, in order, across the move. With the key at 0 no
-//! connection moves.
+//! (`connection.handover.produce.requests`) while requests are in flight: every message arrives
+//! once, in order, across the move, and requests pipelined on one socket are answered on it in
+//! request order. With the key at 0 no connection moves.
 
 mod common;
 
-use common::{metric, rd_consume, rd_create_topics, rd_produce, start_broker};
+use std::net::SocketAddr;
+
+use bytes::BytesMut;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ProduceRequest, ProduceResponse, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, StrBytes};
+
+use common::{metric, rd_consume, rd_create_topics, rd_produce, start_broker, RawConn};
+use tributary_broker::server::BrokerHandle;
 
 const HANDED_OVER: &str = "tributary_connections_handed_over_total";
 
 /// Messages each producer sends, one per request (`batch.num.messages=1`).
 const MESSAGES_PER_PRODUCER: usize = 60;
 
-fn one_partition_topic(addr: std::net::SocketAddr, name: &str) {
+/// A broker of two shards with `connection.handover.produce.requests` at `after`, its metrics
+/// endpoint, and `topic` of one partition.
+fn broker(dir: &std::path::Path, after: &str, topic: &str) -> (BrokerHandle, SocketAddr) {
+    let broker = start_broker(dir, 2, &[("connection.handover.produce.requests", after)]);
+    let scrape = broker.metrics_addr.expect("metrics endpoint");
+    one_partition_topic(broker.addr, topic);
+    (broker, scrape)
+}
+
+fn one_partition_topic(addr: SocketAddr, name: &str) {
     rd_create_topics(
         addr,
         &[rdkafka::admin::NewTopic::new(
@@ -32,7 +51,7 @@ fn messages(p: usize) -> Vec<(Option<String>, String)> {
 
 /// Produces `messages(p)` through a new producer (a new connection, which the kernel puts on
 /// either shard), one message per request with up to five requests in flight.
-fn produce_once(addr: std::net::SocketAddr, topic: &str, p: usize) {
+fn produce_once(addr: SocketAddr, topic: &str, p: usize) {
     let extra = [
         ("enable.idempotence", "true"),
         ("batch.num.messages", "1"),
@@ -44,12 +63,7 @@ fn produce_once(addr: std::net::SocketAddr, topic: &str, p: usize) {
 
 /// The values of the topic's single partition, in offset order, once its log end shows no more
 /// than the messages of `producers`: a duplicate would be one more.
-fn values(
-    addr: std::net::SocketAddr,
-    scrape: std::net::SocketAddr,
-    topic: &str,
-    producers: usize,
-) -> Vec<String> {
+fn values(addr: SocketAddr, scrape: SocketAddr, topic: &str, producers: usize) -> Vec<String> {
     let count = producers * MESSAGES_PER_PRODUCER;
     let log_end = format!("kafka_log_log_logendoffset{{topic=\"{topic}\"");
     let end = metric(scrape, &log_end);
@@ -78,13 +92,7 @@ fn a_producer_connection_moves_to_its_partitions_shard_with_requests_in_flight()
     // landing on the owner is a one-in-a-million event.
     const PRODUCERS_MAX: usize = 20;
     let dir = tempfile::tempdir().unwrap();
-    let broker = start_broker(
-        dir.path(),
-        2,
-        &[("connection.handover.produce.requests", "4")],
-    );
-    let scrape = broker.metrics_addr.expect("metrics endpoint");
-    one_partition_topic(broker.addr, "moving");
+    let (broker, scrape) = broker(dir.path(), "4", "moving");
     let mut producers = 0;
     while metric(scrape, HANDED_OVER) == 0.0 {
         assert!(
@@ -104,17 +112,127 @@ fn a_producer_connection_moves_to_its_partitions_shard_with_requests_in_flight()
     broker.shutdown().unwrap();
 }
 
+/// A produce request of one record, `value`, to `partition` of `topic`, acks=all.
+fn produce_request(topic: &str, partition: i32, value: &str) -> ProduceRequest {
+    let batch = tributary_protocol::record_batch::build_batch(
+        &[(None, Some(value.as_bytes()))],
+        1_700_000_000_000,
+        None,
+    );
+    ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(batch.freeze()))])])
+}
+
+/// With idempotence off, nothing but the broker keeps order: forty produce requests written
+/// at once on one socket (the cut between the two writes inside a frame) are answered on that
+/// socket, in request order, each at the next offset, though the connection moved after the
+/// fourth with the rest unread; the log holds each record once, in request order.
+#[test]
+fn pipelined_requests_on_one_socket_are_answered_in_order_across_the_move() {
+    const REQUESTS: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, scrape) = broker(dir.path(), "4", "piped");
+    let mut written: Vec<String> = Vec::new();
+    let mut moved = false;
+    for attempt in 0..20 {
+        let before = metric(scrape, HANDED_OVER);
+        let mut conn = RawConn::connect(broker.addr);
+        let mut bytes = BytesMut::new();
+        let values: Vec<String> = (0..REQUESTS)
+            .map(|i| format!("connection {attempt} request {i}"))
+            .collect();
+        for v in &values {
+            let frame = conn.encode_request(ApiKey::Produce, 9, &produce_request("piped", 0, v));
+            bytes.extend_from_slice(&frame);
+        }
+        let cut = bytes.len() / 2 + 3;
+        conn.send_raw(&bytes[..cut]);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        conn.send_raw(&bytes[cut..]);
+        for (i, value) in values.into_iter().enumerate() {
+            let mut frame = conn.read_frame().expect("a response on the same socket");
+            let version = ApiKey::Produce.response_header_version(9);
+            let header = ResponseHeader::decode(&mut frame, version).unwrap();
+            assert_eq!(
+                header.correlation_id,
+                i as i32 + 1,
+                "responses in request order"
+            );
+            let resp = ProduceResponse::decode(&mut frame, 9).unwrap();
+            let p = &resp.responses[0].partition_responses[0];
+            assert_eq!(p.error_code, 0, "request {i} of connection {attempt}");
+            assert_eq!(
+                p.base_offset,
+                written.len() as i64,
+                "each batch at the next offset"
+            );
+            written.push(value);
+        }
+        if metric(scrape, HANDED_OVER) > before {
+            moved = true;
+            break;
+        }
+    }
+    assert!(moved, "no connection moved in twenty");
+    let consumed = rd_consume(broker.addr, "piped", 1, written.len());
+    let values: Vec<String> = consumed.into_iter().map(|c| c.3).collect();
+    assert_eq!(values, written);
+    broker.shutdown().unwrap();
+}
+
+/// A connection moves once: one whose requests take turns between the two shards'
+/// partitions (as a sticky partitioner's do) moves after its first run to the other shard and
+/// stays there.
+#[test]
+fn a_connection_that_moved_moves_no_more() {
+    const CONNECTIONS: usize = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, scrape) = broker(dir.path(), "4", "unused");
+    rd_create_topics(
+        broker.addr,
+        &[rdkafka::admin::NewTopic::new(
+            "turns",
+            2,
+            rdkafka::admin::TopicReplication::Fixed(1),
+        )],
+    );
+    for c in 0..CONNECTIONS {
+        let mut conn = RawConn::connect(broker.addr);
+        // Partitions 0 and 1 of a topic sit on different shards of two.
+        for round in 0..5 {
+            for partition in [0, 1] {
+                for i in 0..4 {
+                    let value = format!("connection {c} round {round} request {i}");
+                    let req = produce_request("turns", partition, &value);
+                    let r: ProduceResponse = conn.request(ApiKey::Produce, 9, &req);
+                    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+                }
+            }
+        }
+    }
+    let moves = CONNECTIONS as f64;
+    common::wait_until("every connection's move counted", || {
+        metric(scrape, HANDED_OVER) >= moves
+    });
+    assert_eq!(
+        metric(scrape, HANDED_OVER),
+        moves,
+        "each connection moved once"
+    );
+    broker.shutdown().unwrap();
+}
+
 #[test]
 fn with_the_handover_off_no_connection_moves() {
     const PRODUCERS: usize = 6;
     let dir = tempfile::tempdir().unwrap();
-    let broker = start_broker(
-        dir.path(),
-        2,
-        &[("connection.handover.produce.requests", "0")],
-    );
-    let scrape = broker.metrics_addr.expect("metrics endpoint");
-    one_partition_topic(broker.addr, "staying");
+    let (broker, scrape) = broker(dir.path(), "0", "staying");
     for p in 0..PRODUCERS {
         produce_once(broker.addr, "staying", p);
     }
