@@ -2745,6 +2745,21 @@ mod tests {
     }
 
     #[test]
+    fn connection_handover_defaults_to_16_takes_0_and_refuses_negatives() {
+        let key = "connection.handover.produce.requests";
+        let c = BrokerConfig::build(input(&[])).unwrap();
+        assert_eq!(c.connection_handover_produce_requests, 16);
+        let off = BrokerConfig::build(input(&[(key, "0")])).unwrap();
+        assert_eq!(off.connection_handover_produce_requests, 0);
+        for bad in ["-1", "many", "4294967296"] {
+            let e = BrokerConfig::build(input(&[(key, bad)]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let e = BrokerConfig::build(input(&[("num.partitons", "8")]))
             .unwrap_err()

@@ -648,13 +648,13 @@ where
     /// requests wrote there (`connection.handover.produce.requests`), and it is a plaintext,
     /// authenticated client's connection, not a follower's, on a shard still serving.
     fn handover_due(&self) -> Option<ShardId> {
+        let after = self.shard.config.connection_handover_produce_requests;
+        let to = self.trail.due(after).filter(|&to| to < self.shard.shards)?;
         let movable = S::PLAIN
             && !self.answers.closed.get()
             && !self.shard.draining.get()
             && self.watch.link.follower.get().is_none()
             && self.auth.principal().is_some();
-        let after = self.shard.config.connection_handover_produce_requests;
-        let to = self.trail.due(after).filter(|&to| to < self.shard.shards)?;
         movable.then_some(ShardId(to))
     }
 

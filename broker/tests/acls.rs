@@ -13,13 +13,12 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, BrokerId, CreateAclsRequest, CreateAclsResponse, CreateTopicsRequest,
     CreateTopicsResponse, DeleteAclsRequest, DeleteAclsResponse, DescribeAclsRequest,
     DescribeAclsResponse, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
     InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse,
-    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, SaslAuthenticateRequest,
+    MetadataRequest, MetadataResponse, ProduceResponse, SaslAuthenticateRequest,
     SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse, TopicName,
     TransactionalId,
 };
@@ -146,14 +145,7 @@ fn produce(c: &mut RawConn, topic: &str) -> i16 {
     let r: ProduceResponse = c.request(
         ApiKey::Produce,
         9,
-        &ProduceRequest::default()
-            .with_acks(1)
-            .with_timeout_ms(5000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(TopicName(s(topic)))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(batch.freeze()))])]),
+        &common::produce_request(topic, 0, 1, batch.freeze()),
     );
     r.responses[0].partition_responses[0].error_code
 }

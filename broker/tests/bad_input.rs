@@ -13,9 +13,6 @@ use kafka_protocol::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
 };
 use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
-use kafka_protocol::messages::produce_request::{
-    PartitionProduceData, ProduceRequest, TopicProduceData,
-};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use tributary_protocol::record_batch::build_batch;
@@ -36,19 +33,8 @@ fn create_topic(c: &mut RawConn, topic: &str, partitions: i32) -> i16 {
     resp.topics[0].error_code
 }
 
-fn produce_request(topic: &str, acks: i16, records: Bytes) -> ProduceRequest {
-    ProduceRequest::default()
-        .with_acks(acks)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(name(topic))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(records))])])
-}
-
 fn produce(c: &mut RawConn, topic: &str, acks: i16, records: Bytes) -> (i16, i64) {
-    let req = produce_request(topic, acks, records);
+    let req = common::produce_request(topic, 0, acks, records);
     let resp: ProduceResponse = c.request(ApiKey::Produce, 8, &req);
     let p = &resp.responses[0].partition_responses[0];
     (p.error_code, p.base_offset)
@@ -228,7 +214,7 @@ fn produce_errors_match_kafka() {
     let frame = quiet.encode_request(
         ApiKey::Produce,
         8,
-        &produce_request("t", 0, batch("q", None)),
+        &common::produce_request("t", 0, 0, batch("q", None)),
     );
     quiet.send_raw(&frame);
     let versions: ApiVersionsResponse =
@@ -237,7 +223,7 @@ fn produce_errors_match_kafka() {
         versions.error_code, 0,
         "the next answer is the next request's"
     );
-    let refused = produce_request("missing", 0, batch("q", None));
+    let refused = common::produce_request("missing", 0, 0, batch("q", None));
     let frame = quiet.encode_request(ApiKey::Produce, 8, &refused);
     quiet.send_raw(&frame);
     let mut byte = [0u8; 1];

@@ -380,18 +380,9 @@ fn raw_fetch_v16(
 
 /// Produce v10 of one record to one partition.
 fn raw_produce_v10(addr: SocketAddr, topic: &str, partition: i32) -> LeaderHint {
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-    use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
-    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::messages::{ApiKey, ProduceResponse};
     let batch = tributary_protocol::record_batch::build_batch(&[(None, Some(b"v"))], 1, None);
-    let req = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_string(topic.into())))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(partition)
-                .with_records(Some(batch.freeze()))])]);
+    let req = common::produce_request(topic, partition, -1, batch.freeze());
     let mut conn = common::RawConn::connect(addr);
     let resp: ProduceResponse = conn.request(ApiKey::Produce, 10, &req);
     let p = &resp.responses[0].partition_responses[0];

@@ -7,14 +7,13 @@ mod common;
 
 use std::net::SocketAddr;
 
-use bytes::BytesMut;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, ProduceRequest, ProduceResponse, ResponseHeader, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, StrBytes};
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, ProduceResponse, ResponseHeader};
+use kafka_protocol::protocol::Decodable;
 
-use common::{metric, rd_consume, rd_create_topics, rd_produce, start_broker, RawConn};
+use common::{
+    metric, produce_request, rd_consume, rd_create_topics, rd_produce, start_broker, RawConn,
+};
 use tributary_broker::server::BrokerHandle;
 
 const HANDED_OVER: &str = "tributary_connections_handed_over_total";
@@ -23,21 +22,27 @@ const HANDED_OVER: &str = "tributary_connections_handed_over_total";
 const MESSAGES_PER_PRODUCER: usize = 60;
 
 /// A broker of two shards with `connection.handover.produce.requests` at `after`, its metrics
-/// endpoint, and `topic` of one partition.
-fn broker(dir: &std::path::Path, after: &str, topic: &str) -> (BrokerHandle, SocketAddr) {
+/// endpoint, and `topic` of `partitions` partitions.
+fn broker(
+    dir: &std::path::Path,
+    after: &str,
+    topic: &str,
+    partitions: i32,
+) -> (BrokerHandle, SocketAddr) {
     let broker = start_broker(dir, 2, &[("connection.handover.produce.requests", after)]);
     let scrape = broker.metrics_addr.expect("metrics endpoint");
-    one_partition_topic(broker.addr, topic);
+    create_topic(broker.addr, topic, partitions);
     (broker, scrape)
 }
 
-fn one_partition_topic(addr: SocketAddr, name: &str) {
+fn create_topic(addr: SocketAddr, topic: &str, partitions: i32) {
+    let replication = rdkafka::admin::TopicReplication::Fixed(1);
     rd_create_topics(
         addr,
         &[rdkafka::admin::NewTopic::new(
-            name,
-            1,
-            rdkafka::admin::TopicReplication::Fixed(1),
+            topic,
+            partitions,
+            replication,
         )],
     );
 }
@@ -92,7 +97,7 @@ fn a_producer_connection_moves_to_its_partitions_shard_with_requests_in_flight()
     // landing on the owner is a one-in-a-million event.
     const PRODUCERS_MAX: usize = 20;
     let dir = tempfile::tempdir().unwrap();
-    let (broker, scrape) = broker(dir.path(), "4", "moving");
+    let (broker, scrape) = broker(dir.path(), "4", "moving", 1);
     let mut producers = 0;
     while metric(scrape, HANDED_OVER) == 0.0 {
         assert!(
@@ -112,21 +117,34 @@ fn a_producer_connection_moves_to_its_partitions_shard_with_requests_in_flight()
     broker.shutdown().unwrap();
 }
 
-/// A produce request of one record, `value`, to `partition` of `topic`, acks=all.
-fn produce_request(topic: &str, partition: i32, value: &str) -> ProduceRequest {
-    let batch = tributary_protocol::record_batch::build_batch(
+/// A record batch of one record, `value`.
+fn record(value: &str) -> Bytes {
+    tributary_protocol::record_batch::build_batch(
         &[(None, Some(value.as_bytes()))],
         1_700_000_000_000,
         None,
-    );
-    ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(10_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(partition)
-                .with_records(Some(batch.freeze()))])])
+    )
+    .freeze()
+}
+
+/// Produces over each of `connections` new connections, one request at a time, five rounds
+/// of four requests to partition 0 of `topic` then four to partition 1 — the two shards' turn,
+/// as a sticky partitioner takes them: with the handover at 4, each connection is due to move
+/// after its first run on the other shard's partition, wherever it landed.
+fn take_turns(addr: SocketAddr, topic: &str, connections: usize) {
+    for c in 0..connections {
+        let mut conn = RawConn::connect(addr);
+        for round in 0..5 {
+            for partition in [0, 1] {
+                for i in 0..4 {
+                    let value = format!("connection {c} round {round} request {i}");
+                    let req = produce_request(topic, partition, -1, record(&value));
+                    let r: ProduceResponse = conn.request(ApiKey::Produce, 9, &req);
+                    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+                }
+            }
+        }
+    }
 }
 
 /// With idempotence off, nothing but the broker keeps order: forty produce requests written
@@ -137,7 +155,7 @@ fn produce_request(topic: &str, partition: i32, value: &str) -> ProduceRequest {
 fn pipelined_requests_on_one_socket_are_answered_in_order_across_the_move() {
     const REQUESTS: usize = 40;
     let dir = tempfile::tempdir().unwrap();
-    let (broker, scrape) = broker(dir.path(), "4", "piped");
+    let (broker, scrape) = broker(dir.path(), "4", "piped", 1);
     let mut written: Vec<String> = Vec::new();
     let mut moved = false;
     for attempt in 0..20 {
@@ -148,7 +166,11 @@ fn pipelined_requests_on_one_socket_are_answered_in_order_across_the_move() {
             .map(|i| format!("connection {attempt} request {i}"))
             .collect();
         for v in &values {
-            let frame = conn.encode_request(ApiKey::Produce, 9, &produce_request("piped", 0, v));
+            let frame = conn.encode_request(
+                ApiKey::Produce,
+                9,
+                &produce_request("piped", 0, -1, record(v)),
+            );
             bytes.extend_from_slice(&frame);
         }
         let cut = bytes.len() / 2 + 3;
@@ -193,29 +215,8 @@ fn pipelined_requests_on_one_socket_are_answered_in_order_across_the_move() {
 fn a_connection_that_moved_moves_no_more() {
     const CONNECTIONS: usize = 3;
     let dir = tempfile::tempdir().unwrap();
-    let (broker, scrape) = broker(dir.path(), "4", "unused");
-    rd_create_topics(
-        broker.addr,
-        &[rdkafka::admin::NewTopic::new(
-            "turns",
-            2,
-            rdkafka::admin::TopicReplication::Fixed(1),
-        )],
-    );
-    for c in 0..CONNECTIONS {
-        let mut conn = RawConn::connect(broker.addr);
-        // Partitions 0 and 1 of a topic sit on different shards of two.
-        for round in 0..5 {
-            for partition in [0, 1] {
-                for i in 0..4 {
-                    let value = format!("connection {c} round {round} request {i}");
-                    let req = produce_request("turns", partition, &value);
-                    let r: ProduceResponse = conn.request(ApiKey::Produce, 9, &req);
-                    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
-                }
-            }
-        }
-    }
+    let (broker, scrape) = broker(dir.path(), "4", "turns", 2);
+    take_turns(broker.addr, "turns", CONNECTIONS);
     let moves = CONNECTIONS as f64;
     common::wait_until("every connection's move counted", || {
         metric(scrape, HANDED_OVER) >= moves
@@ -228,11 +229,15 @@ fn a_connection_that_moved_moves_no_more() {
     broker.shutdown().unwrap();
 }
 
+/// With the key at 0, connections that would each move (the turns above) stay, and
+/// idempotent producers' messages arrive as without the handover.
 #[test]
 fn with_the_handover_off_no_connection_moves() {
-    const PRODUCERS: usize = 6;
+    const PRODUCERS: usize = 3;
     let dir = tempfile::tempdir().unwrap();
-    let (broker, scrape) = broker(dir.path(), "0", "staying");
+    let (broker, scrape) = broker(dir.path(), "0", "staying", 1);
+    create_topic(broker.addr, "turns", 2);
+    take_turns(broker.addr, "turns", 3);
     for p in 0..PRODUCERS {
         produce_once(broker.addr, "staying", p);
     }

@@ -271,6 +271,27 @@ impl RawConn {
     }
 }
 
+/// A produce request of `records` (a record batch, or whatever bytes a bad-input test sends)
+/// to `partition` of `topic`, with `acks` and a 5 s timeout.
+pub fn produce_request(
+    topic: &str,
+    partition: i32,
+    acks: i16,
+    records: Bytes,
+) -> kafka_protocol::messages::ProduceRequest {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    kafka_protocol::messages::ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(kafka_protocol::messages::TopicName(StrBytes::from_string(
+                topic.to_string(),
+            )))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(records))])])
+}
+
 /// One request frame: length prefix, request header (client id `raw-test`) and body.
 pub fn encode_request<R: Encodable>(
     correlation: i32,
